@@ -1,0 +1,109 @@
+//! Pieces every subcommand shares: error classification and exit codes, JSON Lines output,
+//! progress bars that show only on a terminal, and Ctrl-C handling.
+
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+/// A run that started correctly but failed (a verification mismatch, an I/O error in the
+/// middle of a run). Exits 1; every other error is a usage or setup error and exits 2.
+#[derive(Debug)]
+pub struct RunFailure(pub String);
+
+impl std::fmt::Display for RunFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RunFailure {}
+
+/// Prints the error with its causes on one line and returns the exit status.
+pub fn report_error(error: &anyhow::Error) -> i32 {
+    let mut line = format!("smartcon: error: {error}");
+    for cause in error.chain().skip(1) {
+        line.push_str(&format!(": {cause}"));
+    }
+    eprintln!("{line}");
+    if error.downcast_ref::<RunFailure>().is_some() {
+        1
+    } else {
+        2
+    }
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_signal: libc::c_int) {
+    // A second Ctrl-C kills the process the ordinary way.
+    if INTERRUPTED.swap(true, Ordering::SeqCst) {
+        // SAFETY: resetting the disposition and re-raising are async-signal-safe.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::raise(libc::SIGINT);
+        }
+    }
+}
+
+/// Installs a SIGINT and SIGTERM handler that only sets a flag: long runs poll
+/// [`interrupted`] between steps, stop, print what they measured and clean up.
+pub fn install_interrupt_handler() {
+    // SAFETY: the handler only touches an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_sigint as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_sigint as libc::sighandler_t);
+    }
+}
+
+/// The flag set by Ctrl-C (shared with the engine's stop flag by the commands).
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// The flag itself, for libraries that take an `&AtomicBool` stop signal.
+pub fn interrupt_flag() -> &'static AtomicBool {
+    &INTERRUPTED
+}
+
+/// Writes one JSON Lines record to stdout.
+pub fn emit_json<T: Serialize>(record: &T) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, record)?;
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+/// A progress bar on stderr, hidden when stderr is not a terminal (CI, pipes).
+pub fn progress_bar(len: u64, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(what.to_string());
+    bar
+}
+
+/// Refuses to overwrite: an output directory must not exist or be empty.
+pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        if !dir.is_dir() {
+            anyhow::bail!("{} exists and is not a directory", dir.display());
+        }
+        if std::fs::read_dir(dir)?.next().is_some() {
+            anyhow::bail!(
+                "{} exists and is not empty; choose another --out or remove it",
+                dir.display()
+            );
+        }
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    Ok(())
+}

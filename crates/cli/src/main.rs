@@ -1,0 +1,61 @@
+//! The `smartcon` binary: turns validated flags into library objects and prints results.
+//!
+//! Each subcommand lives in its own module under `cmd/`; the libraries know nothing of
+//! clap, anyhow or indicatif. Exit status: 0 on success, 1 when a run fails (for example a
+//! `--verify` mismatch), 2 on a usage or setup error (bad input, missing target).
+
+mod cmd;
+mod common;
+mod plot;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "smartcon",
+    version,
+    about = "Should a thread that waits for I/O sleep or spin? Measure it, decide it per I/O, model it.",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one I/O job on a target with one wait strategy.
+    Io(cmd::io::IoArgs),
+    /// Run the matrix targets x sizes x ops x strategies and print each strategy's gain.
+    Bench(cmd::bench::BenchArgs),
+    /// List the emulated device presets and their parameters.
+    Devices(cmd::devices::DevicesArgs),
+    /// Measure context-switch cost (direct, indirect) and wake-up latency on this host.
+    Ctx(cmd::ctx::CtxArgs),
+    /// The analytic CPI model (SmartCon Sec. 6, Eq. 1-5) and its projections.
+    Model(cmd::model::ModelArgs),
+    /// Capture, convert or synthesise memory-access traces.
+    Trace(cmd::trace::TraceArgs),
+    /// Simulate a cache hierarchy on a trace.
+    Cachesim(cmd::cachesim::CachesimArgs),
+    /// The elastic-time-slicing study on the trace-driven simulator.
+    Ets(cmd::ets::EtsArgs),
+}
+
+fn main() {
+    common::install_interrupt_handler();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Io(args) => cmd::io::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
+        Command::Devices(args) => cmd::devices::run(args),
+        Command::Ctx(args) => cmd::ctx::run(args),
+        Command::Model(args) => cmd::model::run(args),
+        Command::Trace(args) => cmd::trace::run(args),
+        Command::Cachesim(args) => cmd::cachesim::run(args),
+        Command::Ets(args) => cmd::ets::run(args),
+    };
+    if let Err(error) = result {
+        std::process::exit(common::report_error(&error));
+    }
+}

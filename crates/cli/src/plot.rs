@@ -1,0 +1,255 @@
+//! SVG charts for reports: line charts (optionally log-scaled) and grouped bar charts.
+//!
+//! One small API so every subcommand's plots look alike: a title, axis labels with units,
+//! a legend, and series names that say what a reader needs without the text around it.
+//! Text is written as SVG <text> elements, so no fonts are needed at build time.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+
+/// One named curve.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A line chart's frame.
+#[derive(Debug, Clone)]
+pub struct LineChart<'a> {
+    pub title: &'a str,
+    pub x_label: &'a str,
+    pub y_label: &'a str,
+    pub log_x: bool,
+    pub log_y: bool,
+    /// Vertical marker lines with a label (for example "busy-waiting stops paying").
+    pub markers: Vec<(f64, String)>,
+}
+
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+/// The colour of the n-th series, so tables and plots can refer to the same order.
+pub fn color(index: usize) -> RGBColor {
+    PALETTE[index % PALETTE.len()]
+}
+
+fn range(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
+    let (mut low, mut high) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.filter(|v| v.is_finite() && (!log || *v > 0.0)) {
+        low = low.min(v);
+        high = high.max(v);
+    }
+    if !low.is_finite() {
+        return if log { (1.0, 10.0) } else { (0.0, 1.0) };
+    }
+    if log {
+        (low / 1.5, high * 1.5)
+    } else {
+        let pad = ((high - low) * 0.05).max(high.abs() * 0.05).max(1e-9);
+        (if low >= 0.0 { 0.0f64.min(low) } else { low - pad }, high + pad)
+    }
+}
+
+fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!("plotting failed: {e:?}")
+}
+
+/// Draws a line chart with points to `path` (an .svg file).
+pub fn line_chart(path: &Path, chart: &LineChart<'_>, series: &[Series]) -> Result<()> {
+    let (x0, x1) = range(series.iter().flat_map(|s| s.points.iter().map(|p| p.0)), chart.log_x);
+    let (y0, y1) = range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), chart.log_y);
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(chart.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72);
+    // The four scale combinations are four different types in plotters.
+    macro_rules! draw {
+        ($xr:expr, $yr:expr) => {{
+            let mut c = builder.build_cartesian_2d($xr, $yr).map_err(err)?;
+            c.configure_mesh()
+                .x_desc(chart.x_label)
+                .y_desc(chart.y_label)
+                .label_style(("sans-serif", 14))
+                .draw()
+                .map_err(err)?;
+            for (i, s) in series.iter().enumerate() {
+                let col = color(i);
+                let pts: Vec<(f64, f64)> = s
+                    .points
+                    .iter()
+                    .copied()
+                    .filter(|(x, y)| {
+                        x.is_finite() && y.is_finite() && (!chart.log_x || *x > 0.0) && (!chart.log_y || *y > 0.0)
+                    })
+                    .collect();
+                c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+                    .map_err(err)?
+                    .label(s.name.clone())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(3)));
+                c.draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled()))).map_err(err)?;
+            }
+            for (x, label) in &chart.markers {
+                let style = ShapeStyle::from(&BLACK.mix(0.6)).stroke_width(1);
+                c.draw_series(std::iter::once(PathElement::new(vec![(*x, y0), (*x, y1)], style)))
+                    .map_err(err)?;
+                c.draw_series(std::iter::once(Text::new(
+                    label.clone(),
+                    (*x, y1),
+                    ("sans-serif", 13).into_font(),
+                )))
+                .map_err(err)?;
+            }
+            c.configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 14))
+                .draw()
+                .map_err(err)?;
+        }};
+    }
+    match (chart.log_x, chart.log_y) {
+        (false, false) => draw!(x0..x1, y0..y1),
+        (true, false) => draw!((x0..x1).log_scale(), y0..y1),
+        (false, true) => draw!(x0..x1, (y0..y1).log_scale()),
+        (true, true) => draw!((x0..x1).log_scale(), (y0..y1).log_scale()),
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// A grouped bar chart: one group per category, one bar per series in each group.
+#[derive(Debug, Clone)]
+pub struct BarChart<'a> {
+    pub title: &'a str,
+    pub y_label: &'a str,
+    pub categories: Vec<String>,
+    /// (series name, one value per category)
+    pub series: Vec<(String, Vec<f64>)>,
+    /// A horizontal reference line (for example 1.0 for "same as block").
+    pub reference: Option<f64>,
+}
+
+/// Draws a grouped bar chart to `path`.
+pub fn bar_chart(path: &Path, chart: &BarChart<'_>) -> Result<()> {
+    let groups = chart.categories.len().max(1);
+    let bars = chart.series.len().max(1);
+    let mut high = chart.series.iter().flat_map(|s| s.1.iter().copied()).filter(|v| v.is_finite()).fold(0.0f64, f64::max);
+    if let Some(r) = chart.reference {
+        high = high.max(r);
+    }
+    let high = if high > 0.0 { high * 1.12 } else { 1.0 };
+    let width = (160 + groups * (bars * 22 + 24)).max(700) as u32;
+    let root = SVGBackend::new(path, (width, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let slots = groups * (bars + 1);
+    let mut c = ChartBuilder::on(&root)
+        .caption(chart.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(70)
+        .y_label_area_size(72)
+        .build_cartesian_2d(0f64..slots as f64, 0f64..high)
+        .map_err(err)?;
+    let categories = chart.categories.clone();
+    c.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(slots * 2)
+        .x_label_formatter(&move |x| {
+            let slot = x.floor() as usize;
+            let group = slot / (bars + 1);
+            let within = slot % (bars + 1);
+            let centre = (bars as f64) / 2.0;
+            if (x - (group * (bars + 1)) as f64 - centre).abs() < 0.26 && within < bars + 1 {
+                categories.get(group).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(chart.y_label)
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+    for (i, (name, values)) in chart.series.iter().enumerate() {
+        let col = color(i);
+        c.draw_series(values.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(g, v)| {
+            let x = (g * (bars + 1) + i) as f64;
+            Rectangle::new([(x + 0.08, 0.0), (x + 0.92, *v)], col.filled())
+        }))
+        .map_err(err)?
+        .label(name.clone())
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], col.filled()));
+    }
+    if let Some(r) = chart.reference {
+        c.draw_series(std::iter::once(PathElement::new(
+            vec![(0.0, r), (slots as f64, r)],
+            ShapeStyle::from(&BLACK).stroke_width(1),
+        )))
+        .map_err(err)?;
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charts_are_svg_with_every_series_named() {
+        let dir = std::env::temp_dir().join(format!("smartcon-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = dir.join("line.svg");
+        let series = vec![
+            Series { name: "block".into(), points: vec![(4096.0, 10.0), (65536.0, 20.0)] },
+            Series { name: "spin".into(), points: vec![(4096.0, 5.0), (65536.0, 18.0)] },
+        ];
+        let chart = LineChart {
+            title: "t",
+            x_label: "x",
+            y_label: "y",
+            log_x: true,
+            log_y: false,
+            markers: vec![(8192.0, "threshold".into())],
+        };
+        line_chart(&line, &chart, &series).unwrap();
+        let text = std::fs::read_to_string(&line).unwrap();
+        assert!(text.starts_with("<svg"));
+        assert!(text.contains(">\nblock\n<") || text.contains("block"));
+        assert!(text.contains("spin") && text.contains("threshold"));
+        let bar = dir.join("bar.svg");
+        bar_chart(
+            &bar,
+            &BarChart {
+                title: "b",
+                y_label: "gain",
+                categories: vec!["4k".into(), "16k".into()],
+                series: vec![("smart".into(), vec![1.2, 1.0]), ("spin".into(), vec![1.3, 1.01])],
+                reference: Some(1.0),
+            },
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(&bar).unwrap();
+        assert!(text.contains("smart") && text.contains("16k"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,2 @@
+//! Emulated storage devices (work in progress).
+pub mod units;
