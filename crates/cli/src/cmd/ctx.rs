@@ -1,8 +1,402 @@
-//! `smartcon ctx` (being built; see the open issue).
+//! `smartcon ctx`: what a context switch costs on this host, directly and through the cache
+//! (SmartCon Sec. 3, Fig. 2 and 3), and what a wake-up costs on the same and another CPU.
+//!
+//! The measuring is in `smartcon_ctxcost`; this file validates flags, prints the table or
+//! JSON Lines, draws the Fig. 3-style plot and writes the host profile that `smartcon model`
+//! reads. Every input is checked before anything runs, so bad input writes nothing.
+//! Replacing `$SMARTCON_HOME/host.json` is what a re-measure is for, so it is replaced with a
+//! note on stderr; an explicit `--out` that exists needs `--force`.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use smartcon_ctxcost::{HostProfile, Plan};
+use smartcon_devemu::units::{format_size, parse_size};
+
+use crate::common;
+use crate::plot;
 
 #[derive(clap::Args)]
-pub struct CtxArgs {}
+pub struct CtxArgs {
+    /// A short run (under 10 s): fewer ring sizes and array sizes, shorter batches.
+    #[arg(long)]
+    quick: bool,
+    /// Ring sizes for the direct cost, comma-separated (default 2,4,8,16,20; quick 2,4,8).
+    #[arg(long, value_delimiter = ',')]
+    procs: Option<Vec<i64>>,
+    /// Processes in the indirect-cost ring.
+    #[arg(long, default_value_t = 2)]
+    indirect_procs: i64,
+    /// Array sizes per process for the indirect cost, comma-separated (e.g. 32k,1m,16m);
+    /// default doubles from 32 KiB to 16 MiB plus the L2 and LLC sizes.
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<String>>,
+    /// The CPU for everything that runs on one CPU (default: the first allowed CPU).
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// The other CPU for the cross-CPU wake-up (default: the second allowed CPU).
+    #[arg(long)]
+    cross_cpu: Option<usize>,
+    /// Do not run `perf bench sched pipe`.
+    #[arg(long)]
+    no_perf: bool,
+    /// JSON Lines on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write a Fig. 3-style SVG of the indirect cost to this file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Write the host profile here instead of $SMARTCON_HOME/host.json.
+    #[arg(long, alias = "host-profile")]
+    out: Option<PathBuf>,
+    /// Overwrite an existing --out file.
+    #[arg(long)]
+    force: bool,
+    /// Do not write a host profile.
+    #[arg(long)]
+    no_save: bool,
+}
 
-pub fn run(_args: CtxArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`smartcon ctx` is not built yet")
+#[derive(Serialize)]
+struct DirectRecord {
+    r#type: &'static str,
+    procs: usize,
+    us_per_switch: f64,
+    us_per_switch_raw: f64,
+}
+
+#[derive(Serialize)]
+struct IndirectRecord {
+    r#type: &'static str,
+    array_bytes: u64,
+    us_per_switch: f64,
+    us_per_switch_raw: f64,
+    us_hot: f64,
+    /// (us_per_switch - direct) / (array_bytes / 1024): refill cost per KiB.
+    us_per_kib_refilled: f64,
+}
+
+#[derive(Serialize)]
+struct WakeupRecord {
+    r#type: &'static str,
+    same_cpu_us: f64,
+    cross_cpu_us: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct PerfRecord {
+    r#type: &'static str,
+    perf_us_per_switch: Option<f64>,
+    raw_two_process_us_per_switch: f64,
+    /// raw / perf; within 0.75..1.25 means the two methods agree within 25%.
+    raw_over_perf: Option<f64>,
+    skipped: Option<String>,
+}
+
+#[derive(Serialize)]
+struct ProfileRecord {
+    r#type: &'static str,
+    path: Option<String>,
+    replaced: bool,
+}
+
+fn positive(name: &str, value: i64) -> Result<usize> {
+    if value <= 0 {
+        bail!("{name} must be a positive count, got {value}");
+    }
+    Ok(value as usize)
+}
+
+pub fn run(args: CtxArgs) -> Result<()> {
+    let cpus =
+        smartcon_ctxcost::affinity::allowed_cpus().context("reading the CPU affinity mask")?;
+    let cache = smartcon_ctxcost::cache::read_cache_sizes();
+    let mut plan = Plan::new(args.quick, &cache, &cpus);
+    if let Some(procs) = &args.procs {
+        plan.direct_procs = procs
+            .iter()
+            .map(|&p| positive("--procs", p))
+            .collect::<Result<_>>()?;
+    }
+    plan.indirect_procs = positive("--indirect-procs", args.indirect_procs)?;
+    if let Some(sizes) = &args.sizes {
+        let mut parsed = Vec::with_capacity(sizes.len());
+        for s in sizes {
+            let bytes = parse_size(s).map_err(|e| anyhow::anyhow!("--sizes: {e}"))?;
+            if bytes == 0 {
+                bail!("--sizes: an array of 0 bytes has nothing to sum");
+            }
+            parsed.push(bytes);
+        }
+        parsed.sort_unstable();
+        parsed.dedup();
+        plan.array_sizes_bytes = parsed;
+    }
+    if let Some(cpu) = args.cpu {
+        if !cpus.contains(&cpu) {
+            bail!("--cpu {cpu} is not in this process's CPU set {cpus:?}");
+        }
+        plan.cpu = cpu;
+        plan.cross_cpu = cpus.iter().copied().find(|&c| c != cpu);
+    }
+    if let Some(other) = args.cross_cpu {
+        if !cpus.contains(&other) || other == plan.cpu {
+            bail!("--cross-cpu {other} must be another CPU of this process's set {cpus:?}");
+        }
+        plan.cross_cpu = Some(other);
+    }
+    if args.no_perf {
+        plan.perf_loops = 0;
+    }
+    plan.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    // Decide where the profile goes before measuring, so a refusal costs nothing.
+    let profile_path = if args.no_save {
+        None
+    } else if let Some(out) = &args.out {
+        if out.exists() && !args.force {
+            bail!("{} exists; pass --force to replace it", out.display());
+        }
+        Some(out.clone())
+    } else {
+        Some(common::smartcon_home().join("host.json"))
+    };
+    if let Some(plot) = &args.plot {
+        if plot.exists() && !args.force {
+            bail!("{} exists; pass --force to replace it", plot.display());
+        }
+    }
+
+    let bar = common::progress_bar(smartcon_ctxcost::step_count(&plan), "ctx");
+    let started = std::time::Instant::now();
+    let mut step = |what: &str| {
+        bar.inc(1);
+        bar.set_message(what.to_string());
+    };
+    let profile = match smartcon_ctxcost::measure(&plan, common::interrupt_flag(), &mut step) {
+        Ok(p) => p,
+        Err(smartcon_ctxcost::Error::Interrupted) => {
+            bar.finish_and_clear();
+            return Err(common::RunFailure(
+                "interrupted; nothing written (all ring processes reaped)".into(),
+            )
+            .into());
+        }
+        Err(e) => {
+            bar.finish_and_clear();
+            return Err(common::RunFailure(format!("measurement failed: {e}")).into());
+        }
+    };
+    bar.finish_and_clear();
+    let elapsed_s = started.elapsed().as_secs_f64();
+
+    let direct_us = profile.ctx_direct_ns().unwrap_or(0.0) / 1e3;
+    let raw2 = profile
+        .direct
+        .iter()
+        .find(|p| p.procs == 2)
+        .map(|p| p.us_per_switch_raw);
+    let raw_over_perf = match (raw2, profile.perf_sched_pipe_us_per_switch) {
+        (Some(r), Some(p)) if p > 0.0 => Some(r / p),
+        _ => None,
+    };
+
+    let mut replaced = false;
+    if let Some(path) = &profile_path {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        replaced = path.exists();
+        let text = serde_json::to_string_pretty(&profile)?;
+        // Write then rename, so a reader never sees half a profile.
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text + "\n")
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+        if replaced {
+            eprintln!(
+                "smartcon: host profile written to {} (replaced the previous one)",
+                path.display()
+            );
+        } else {
+            eprintln!("smartcon: host profile written to {}", path.display());
+        }
+    }
+    if let Some(plot_path) = &args.plot {
+        draw(plot_path, &profile)?;
+        eprintln!("smartcon: plot written to {}", plot_path.display());
+    }
+
+    let per_kib = |p: &smartcon_ctxcost::IndirectPoint| {
+        (p.us_per_switch - direct_us).max(0.0) / (p.array_bytes as f64 / 1024.0)
+    };
+    if args.json {
+        for p in &profile.direct {
+            common::emit_json(&DirectRecord {
+                r#type: "ctx_direct",
+                procs: p.procs,
+                us_per_switch: p.us_per_switch,
+                us_per_switch_raw: p.us_per_switch_raw,
+            })?;
+        }
+        for p in &profile.indirect {
+            common::emit_json(&IndirectRecord {
+                r#type: "ctx_indirect",
+                array_bytes: p.array_bytes,
+                us_per_switch: p.us_per_switch,
+                us_per_switch_raw: p.us_per_switch_raw,
+                us_hot: p.us_hot,
+                us_per_kib_refilled: per_kib(p),
+            })?;
+        }
+        common::emit_json(&WakeupRecord {
+            r#type: "wakeup",
+            same_cpu_us: profile.wakeup_same_cpu_us,
+            cross_cpu_us: profile.wakeup_cross_cpu_us,
+        })?;
+        common::emit_json(&PerfRecord {
+            r#type: "perf_sched_pipe",
+            perf_us_per_switch: profile.perf_sched_pipe_us_per_switch,
+            raw_two_process_us_per_switch: raw2.unwrap_or(f64::NAN),
+            raw_over_perf,
+            skipped: profile.perf_skipped_reason.clone(),
+        })?;
+        common::emit_json(&ProfileRecord {
+            r#type: "host_profile",
+            path: profile_path.map(|p| p.display().to_string()),
+            replaced,
+        })?;
+        return Ok(());
+    }
+
+    println!(
+        "Context-switch cost on CPU {} ({:.1} s{})",
+        profile.cpu,
+        elapsed_s,
+        if args.quick { ", quick" } else { "" }
+    );
+    println!(
+        "single-process pipe work subtracted: {:.2} us",
+        profile.pipe_overhead_us
+    );
+    println!();
+    println!("direct cost (lat_ctx ring, 0-byte arrays)");
+    println!(
+        "{:>6}  {:>14}  {:>14}",
+        "procs", "us/switch", "raw us/switch"
+    );
+    for p in &profile.direct {
+        println!(
+            "{:>6}  {:>14.2}  {:>14.2}",
+            p.procs, p.us_per_switch, p.us_per_switch_raw
+        );
+    }
+    println!();
+    println!(
+        "indirect cost ({} processes; L2 {}, LLC {})",
+        plan.indirect_procs,
+        profile
+            .cache
+            .l2_bytes
+            .map(format_size)
+            .unwrap_or("?".into()),
+        profile
+            .cache
+            .llc_bytes
+            .map(format_size)
+            .unwrap_or("?".into())
+    );
+    println!(
+        "{:>8}  {:>14}  {:>14}  {:>12}  {:>14}",
+        "array", "us/switch", "raw us/switch", "hot us", "us/KiB refill"
+    );
+    for p in &profile.indirect {
+        let mark = if Some(p.array_bytes) == profile.cache.l2_bytes {
+            "  <- L2"
+        } else if Some(p.array_bytes) == profile.cache.llc_bytes {
+            "  <- LLC"
+        } else {
+            ""
+        };
+        println!(
+            "{:>8}  {:>14.2}  {:>14.2}  {:>12.2}  {:>14.4}{mark}",
+            format_size(p.array_bytes),
+            p.us_per_switch,
+            p.us_per_switch_raw,
+            p.us_hot,
+            per_kib(p)
+        );
+    }
+    println!();
+    println!("wake-up latency (thread ping-pong, one way, pipe work included)");
+    println!("  same CPU:  {:>10.2} us", profile.wakeup_same_cpu_us);
+    match profile.wakeup_cross_cpu_us {
+        Some(us) => println!(
+            "  cross CPU: {us:>10.2} us   (CPU {} -> {})",
+            profile.cpu,
+            profile.cross_cpu.unwrap_or(0)
+        ),
+        None => println!("  cross CPU: not measured (only one CPU allowed)"),
+    }
+    println!();
+    match (profile.perf_sched_pipe_us_per_switch, raw2) {
+        (Some(perf), Some(raw)) => println!(
+            "perf bench sched pipe (pinned): {perf:.2} us/switch; ring raw 2-process: {raw:.2} us/switch; raw/perf = {:.2} ({})",
+            raw / perf,
+            if (0.75..=1.25).contains(&(raw / perf)) { "agree within 25%" } else { "differ by more than 25%" }
+        ),
+        _ => println!("perf bench sched pipe: {}", profile.perf_skipped_reason.as_deref().unwrap_or("no 2-process ring to compare")),
+    }
+    if let Some(cost) = profile.sleep_cost_ns() {
+        println!("sleep cost (switch out + back with an L2-sized refill): {:.2} us: devices faster than this are better waited for by spinning", cost / 1e3);
+    }
+    Ok(())
+}
+
+fn draw(path: &std::path::Path, profile: &HostProfile) -> Result<()> {
+    let kib = |b: u64| b as f64 / 1024.0;
+    let series = vec![
+        plot::Series {
+            name: "per switch, hot single-process time subtracted".into(),
+            points: profile
+                .indirect
+                .iter()
+                .map(|p| (kib(p.array_bytes), p.us_per_switch))
+                .collect(),
+        },
+        plot::Series {
+            name: "per switch, raw ring time".into(),
+            points: profile
+                .indirect
+                .iter()
+                .map(|p| (kib(p.array_bytes), p.us_per_switch_raw))
+                .collect(),
+        },
+        plot::Series {
+            name: "hot single process (pipe + sum)".into(),
+            points: profile
+                .indirect
+                .iter()
+                .map(|p| (kib(p.array_bytes), p.us_hot))
+                .collect(),
+        },
+    ];
+    let mut markers = Vec::new();
+    if let Some(l2) = profile.cache.l2_bytes {
+        markers.push((kib(l2), "L2".to_string()));
+    }
+    if let Some(llc) = profile.cache.llc_bytes {
+        markers.push((kib(llc), "LLC".to_string()));
+    }
+    let chart = plot::LineChart {
+        title: "Context switch cost with cache pollution (cf. SmartCon Fig. 3)",
+        x_label: "array per process (KiB)",
+        y_label: "time per switch (us)",
+        log_x: true,
+        log_y: true,
+        markers,
+    };
+    plot::line_chart(path, &chart, &series)
 }
