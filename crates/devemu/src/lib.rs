@@ -1,2 +1,20 @@
-//! Emulated storage devices (work in progress).
+//! Emulated storage devices for smartcon.
+//!
+//! A device is a deterministic timing model ([`model::DeviceModel`]) in front of a backing
+//! store ([`store::RamStore`]). The model is a pure function of the request and of explicit
+//! time: it never reads a clock and uses no randomness, so the same code gives completion
+//! instants in real time (the engine passes the monotonic clock) and in virtual time (tests,
+//! simulators, trace replay).
+//!
+//! Non-goals: firmware effects (garbage collection, write amplification, thermal throttling)
+//! and cache modelling inside the device. The presets stand in for device classes, not for one
+//! product's every quirk.
+
+pub mod model;
+pub mod preset;
+pub mod store;
 pub mod units;
+
+pub use model::{ChannelSet, DeviceModel, Op, OpTiming, Schedule};
+pub use preset::{parse_spec, preset, EmuSpec, Preset, PRESETS};
+pub use store::RamStore;

@@ -1,1 +1,24 @@
-//! placeholder
+//! The smartcon engine: real I/O with a per-I/O choice of how the thread waits.
+//!
+//! Layers, bottom up: [`ring`] (one io_uring per thread, block or spin on it), [`target`]
+//! (files and block devices on the ring, emulated devices on a model and a kernel timer),
+//! [`decision`] (the pure SmartCon Decision Module), [`monitor`] (the System Monitor),
+//! [`profile`] (per-device thresholds, the Device Monitor's output), [`job`] (threads doing
+//! I/O for a duration) and [`stats`] (histograms, CPU, context switches, decisions).
+//!
+//! Non-goals: queue depths above one per thread (the paper's callers are synchronous), a
+//! kernel patch, or NVMe poll queues (absent on the machines this runs on).
+
+pub mod clock;
+pub mod decision;
+pub mod error;
+pub mod job;
+pub mod monitor;
+pub mod profile;
+pub mod ring;
+pub mod stats;
+pub mod target;
+pub mod verify;
+
+pub use smartcon_devemu as devemu;
+pub use smartcon_devemu::Op;

@@ -1,0 +1,239 @@
+//! The SmartCon Decision Module (paper Sec. 5.1, Fig. 6): one pure function.
+//!
+//! For each I/O it answers "context-switch or busy-wait?" by checking, cheapest first:
+//!
+//! 1. the two device-class bits: a mainstream device always blocks, a very fast one always
+//!    spins;
+//! 2. the request size plus the bytes already in flight ahead of it on the same device
+//!    against the size threshold (the backlog rule of Sec. 5.1): at or above it, block;
+//! 3. the number of I/Os in flight ahead of it against the queue limit Q (Fig. 7): more than
+//!    Q, block (Q = 0: spin only when no other I/O is in flight);
+//! 4. CPU utilization against the CPU threshold (Sec. 4.2): above it, block.
+//!
+//! Otherwise spin. Every result carries its reason so a run can count the branches taken.
+//!
+//! The size threshold is "the size from which blocking costs no more than spinning"
+//! (the probe's rule), so a request whose size plus backlog *reaches* it blocks.
+//! The CPU utilization is that of everything on the machine except this engine's own I/O
+//! threads: counting our own spinning would make a spinning thread see a busy CPU and stop
+//! spinning, then see an idle one and start again (on 2 cores one spinner alone is 50%).
+//!
+//! Non-goals: learning, hysteresis, per-thread state. The function is a table; tests pin it.
+
+use serde::{Deserialize, Serialize};
+
+/// How a thread waits for its I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Sleep in the kernel until the completion wakes the thread (context switch).
+    Block,
+    /// Busy-wait on the completion, bounded by a budget, then sleep.
+    Spin,
+    /// A plain positional syscall (pread/pwrite); programmed I/O on emulated devices.
+    Sync,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 3] = [Strategy::Block, Strategy::Spin, Strategy::Sync];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Block => "block",
+            Strategy::Spin => "spin",
+            Strategy::Sync => "sync",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The device-class bits of Sec. 4.1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceClass {
+    /// Slower than a context switch by far (disks, SATA SSDs under load): always block.
+    Mainstream,
+    /// Comparable to a context switch: decide per I/O.
+    Fast,
+    /// Faster than a context switch (memory-class devices): always spin.
+    VeryFast,
+}
+
+impl DeviceClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceClass::Mainstream => "mainstream",
+            DeviceClass::Fast => "fast",
+            DeviceClass::VeryFast => "very_fast",
+        }
+    }
+}
+
+/// Why a decision came out as it did; one per branch of Fig. 6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    MainstreamDevice,
+    VeryFastDevice,
+    SizeAtThreshold,
+    QueueOverLimit,
+    CpuBusy,
+    CpuAvailable,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 6] = [
+        Reason::MainstreamDevice,
+        Reason::VeryFastDevice,
+        Reason::SizeAtThreshold,
+        Reason::QueueOverLimit,
+        Reason::CpuBusy,
+        Reason::CpuAvailable,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::MainstreamDevice => "mainstream_device",
+            Reason::VeryFastDevice => "very_fast_device",
+            Reason::SizeAtThreshold => "size_at_threshold",
+            Reason::QueueOverLimit => "queue_over_limit",
+            Reason::CpuBusy => "cpu_busy",
+            Reason::CpuAvailable => "cpu_available",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The request being decided on.
+#[derive(Debug, Clone, Copy)]
+pub struct Request {
+    pub bytes: u64,
+}
+
+/// What is ahead of the request on the same device.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeviceState {
+    pub inflight_count: u32,
+    pub inflight_bytes: u64,
+}
+
+/// The System Monitor's reading.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemState {
+    /// CPU utilization of everything but this engine's I/O threads, 0..=100.
+    pub cpu_utilization_pct: u32,
+}
+
+/// The thresholds of one device (see [`crate::profile::Profile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Thresholds {
+    pub class: DeviceClass,
+    /// Requests whose size plus backlog reaches this block.
+    pub size_threshold_bytes: u64,
+    /// Above this utilization (others', in percent) the engine blocks.
+    pub cpu_threshold_pct: u32,
+    /// Spin only when at most this many I/Os are in flight ahead (Q of Fig. 7).
+    pub queue_limit: u32,
+}
+
+/// A decision and its reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub strategy: Strategy,
+    pub reason: Reason,
+}
+
+/// Decides how to wait for one I/O. Pure, branch-cheap, allocation-free.
+#[inline]
+pub fn decide(request: Request, device: DeviceState, system: SystemState, t: &Thresholds) -> Decision {
+    let (strategy, reason) = match t.class {
+        DeviceClass::Mainstream => (Strategy::Block, Reason::MainstreamDevice),
+        DeviceClass::VeryFast => (Strategy::Spin, Reason::VeryFastDevice),
+        DeviceClass::Fast => {
+            if request.bytes.saturating_add(device.inflight_bytes) >= t.size_threshold_bytes {
+                (Strategy::Block, Reason::SizeAtThreshold)
+            } else if device.inflight_count > t.queue_limit {
+                (Strategy::Block, Reason::QueueOverLimit)
+            } else if system.cpu_utilization_pct > t.cpu_threshold_pct {
+                (Strategy::Block, Reason::CpuBusy)
+            } else {
+                (Strategy::Spin, Reason::CpuAvailable)
+            }
+        }
+    };
+    Decision { strategy, reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAST: Thresholds =
+        Thresholds { class: DeviceClass::Fast, size_threshold_bytes: 64 << 10, cpu_threshold_pct: 50, queue_limit: 0 };
+
+    fn d(bytes: u64, count: u32, ahead: u64, cpu: u32, t: &Thresholds) -> (Strategy, Reason) {
+        let r = decide(
+            Request { bytes },
+            DeviceState { inflight_count: count, inflight_bytes: ahead },
+            SystemState { cpu_utilization_pct: cpu },
+            t,
+        );
+        (r.strategy, r.reason)
+    }
+
+    #[test]
+    fn every_branch() {
+        use Reason::*;
+        use Strategy::*;
+        let table: &[(u64, u32, u64, u32, Strategy, Reason)] = &[
+            // bytes, in flight, bytes ahead, cpu%, expected
+            (4096, 0, 0, 0, Spin, CpuAvailable),
+            (4096, 0, 0, 50, Spin, CpuAvailable), // at the CPU threshold still spins
+            (4096, 0, 0, 51, Block, CpuBusy),
+            (64 << 10, 0, 0, 0, Block, SizeAtThreshold), // reaching the threshold blocks
+            ((64 << 10) - 512, 0, 0, 0, Spin, CpuAvailable),
+            (4096, 1, 4096, 0, Block, QueueOverLimit),
+            (4096, 1, 60 << 10, 0, Block, SizeAtThreshold), // backlog counts toward the size
+        ];
+        for &(bytes, count, ahead, cpu, s, r) in table {
+            assert_eq!(d(bytes, count, ahead, cpu, &FAST), (s, r), "bytes={bytes} count={count} ahead={ahead} cpu={cpu}");
+        }
+        let q1 = Thresholds { queue_limit: 1, ..FAST };
+        assert_eq!(d(4096, 1, 4096, 0, &q1), (Spin, CpuAvailable));
+        assert_eq!(d(4096, 2, 8192, 0, &q1), (Block, QueueOverLimit));
+    }
+
+    #[test]
+    fn class_bits_come_first() {
+        use Reason::*;
+        use Strategy::*;
+        let main = Thresholds { class: DeviceClass::Mainstream, ..FAST };
+        let vfast = Thresholds { class: DeviceClass::VeryFast, ..FAST };
+        // Conditions that would block (huge, queued, busy) do not matter to a very fast device,
+        // and conditions that would spin do not matter to a mainstream one.
+        assert_eq!(d(1 << 20, 9, 1 << 30, 100, &vfast), (Spin, VeryFastDevice));
+        assert_eq!(d(512, 0, 0, 0, &main), (Block, MainstreamDevice));
+    }
+
+    #[test]
+    fn order_size_before_queue_before_cpu() {
+        use Reason::*;
+        // All three conditions fail: the size check must be the one reported.
+        assert_eq!(d(1 << 20, 5, 0, 100, &FAST).1, SizeAtThreshold);
+        // Size passes, queue and CPU fail: queue is reported.
+        assert_eq!(d(4096, 5, 0, 100, &FAST).1, QueueOverLimit);
+        // Only CPU fails.
+        assert_eq!(d(4096, 0, 0, 100, &FAST).1, CpuBusy);
+    }
+
+    #[test]
+    fn overflow_cannot_turn_a_block_into_a_spin() {
+        assert_eq!(d(u64::MAX, 0, u64::MAX, 0, &FAST).0, Strategy::Block);
+    }
+}

@@ -1,0 +1,353 @@
+//! A job: N threads doing synchronous I/O on one target for a duration, each I/O waited
+//! for by a fixed strategy or by the SmartCon decision, every I/O measured.
+//!
+//! The per-I/O path is: pick an offset, enter the in-flight counters (which return the
+//! backlog ahead), decide (one atomic load of the System Monitor), submit and wait, leave
+//! the counters, record the latency. No allocation, no lock, no syscall beyond the I/O's
+//! own. `--verify` adds the pattern check around it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+
+use smartcon_devemu::Op;
+
+use crate::clock::{now_ns, tighten_timer_slack};
+use crate::decision::{decide, Reason, Request, Strategy, SystemState, Thresholds};
+use crate::error::{Error, ErrorKind};
+use crate::monitor::SystemMonitor;
+use crate::profile::Profile;
+use crate::stats::{JobResult, ThreadStats};
+use crate::target::{AlignedBuf, Target};
+use crate::verify;
+
+/// The seed of the pattern temporary files and `--verify` prefills are written with.
+pub const FILL_SEED: u64 = 0x5eed_f111;
+
+/// Limits on job parameters: beyond these the input is a mistake, not a workload.
+pub const BS_BYTES_MAX: u64 = 64 << 20;
+pub const THREADS_MAX: u32 = 256;
+pub const DURATION_NS_MAX: u64 = 24 * 3600 * 1_000_000_000;
+/// The default spin budget: past it a spinner sleeps (SmartCon spins for one I/O, not for
+/// a disk's milliseconds).
+pub const SPIN_BUDGET_NS_DEFAULT: u64 = 1_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    Seq,
+    Rand,
+}
+
+impl Pattern {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Seq => "seq",
+            Pattern::Rand => "rand",
+        }
+    }
+}
+
+/// A fixed strategy or the SmartCon decision per I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrategyChoice {
+    Fixed(Strategy),
+    Smart,
+}
+
+impl StrategyChoice {
+    pub fn name(self) -> &'static str {
+        match self {
+            StrategyChoice::Fixed(s) => s.name(),
+            StrategyChoice::Smart => "smart",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<StrategyChoice> {
+        Some(match text {
+            "block" => StrategyChoice::Fixed(Strategy::Block),
+            "spin" => StrategyChoice::Fixed(Strategy::Spin),
+            "sync" => StrategyChoice::Fixed(Strategy::Sync),
+            "smart" => StrategyChoice::Smart,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    pub op: Op,
+    pub pattern: Pattern,
+    pub bs_bytes: u64,
+    /// The region I/O goes to, from offset 0; `None` = the whole target.
+    pub span_bytes: Option<u64>,
+    pub strategy: StrategyChoice,
+    pub threads: u32,
+    pub duration_ns: u64,
+    /// Stop after this many I/Os in all (whichever of this and the duration comes first).
+    pub ios_max: Option<u64>,
+    pub verify: bool,
+    pub seed: u64,
+    pub spin_budget_ns: u64,
+}
+
+impl JobSpec {
+    pub fn new(op: Op, pattern: Pattern, bs_bytes: u64, strategy: StrategyChoice) -> JobSpec {
+        JobSpec {
+            op,
+            pattern,
+            bs_bytes,
+            span_bytes: None,
+            strategy,
+            threads: 1,
+            duration_ns: 1_000_000_000,
+            ios_max: None,
+            verify: false,
+            seed: 1,
+            spin_budget_ns: SPIN_BUDGET_NS_DEFAULT,
+        }
+    }
+
+    /// Checks the spec against the target; returns the span to use.
+    pub fn validate(&self, target: &dyn Target) -> Result<u64, Error> {
+        let usage = |m: String| Err(Error::new(ErrorKind::Usage, m));
+        let block = target.block_bytes();
+        if self.bs_bytes == 0 || self.bs_bytes > BS_BYTES_MAX {
+            return usage(format!("block size {} is out of range (1 byte to 64 MiB)", self.bs_bytes));
+        }
+        if self.bs_bytes % block != 0 {
+            return usage(format!(
+                "block size {} is not a multiple of {}'s logical block size {block} (O_DIRECT needs aligned sizes and offsets)",
+                self.bs_bytes,
+                target.label()
+            ));
+        }
+        let capacity = target.capacity_bytes();
+        let span = self.span_bytes.unwrap_or(capacity);
+        if span > capacity {
+            return usage(format!("span {span} is larger than {} ({capacity} bytes)", target.label()));
+        }
+        if span % block != 0 {
+            return usage(format!("span {span} is not a multiple of the logical block size {block}"));
+        }
+        if span < self.bs_bytes * self.threads as u64 {
+            return usage(format!(
+                "span {span} is too small for {} thread(s) of {}-byte I/O",
+                self.threads, self.bs_bytes
+            ));
+        }
+        if self.threads == 0 || self.threads > THREADS_MAX {
+            return usage(format!("threads must be 1..={THREADS_MAX}"));
+        }
+        if self.duration_ns == 0 || self.duration_ns > DURATION_NS_MAX {
+            return usage("duration must be more than 0 and at most 24 h".into());
+        }
+        if self.spin_budget_ns == 0 || self.spin_budget_ns > 10_000_000_000 {
+            return usage("spin budget must be more than 0 and at most 10 s".into());
+        }
+        Ok(span)
+    }
+}
+
+/// A tiny seeded generator for offsets (xorshift64*), one per thread.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    #[inline]
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) as u128 * n as u128) >> 64) as u64
+    }
+}
+
+/// Which slots a write job has written, so the read-back knows what to expect.
+struct WrittenMap(Vec<AtomicU64>);
+
+impl WrittenMap {
+    fn new(slots: u64) -> WrittenMap {
+        WrittenMap((0..slots.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    fn set(&self, slot: u64) {
+        self.0[(slot / 64) as usize].fetch_or(1 << (slot % 64), Ordering::Relaxed);
+    }
+
+    fn get(&self, slot: u64) -> bool {
+        self.0[(slot / 64) as usize].load(Ordering::Relaxed) & (1 << (slot % 64)) != 0
+    }
+}
+
+struct Shared<'a> {
+    target: &'a dyn Target,
+    spec: &'a JobSpec,
+    thresholds: Thresholds,
+    monitor: &'a SystemMonitor,
+    stop: &'a AtomicBool,
+    span: u64,
+    written: Option<WrittenMap>,
+    ios_left: AtomicU64,
+    barrier: Barrier,
+}
+
+/// Runs a job. `stop` ends it early (Ctrl-C); what was measured until then is returned
+/// with `interrupted` set.
+pub fn run_job(
+    target: &dyn Target,
+    spec: &JobSpec,
+    profile: &Profile,
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+) -> Result<JobResult, Error> {
+    let span = spec.validate(target)?;
+    let slots = span / spec.bs_bytes;
+    if spec.verify {
+        prefill(target, span, stop)?;
+    }
+    let shared = Shared {
+        target,
+        spec,
+        thresholds: profile.thresholds(),
+        monitor,
+        stop,
+        span,
+        written: (spec.verify && spec.op == Op::Write).then(|| WrittenMap::new(slots)),
+        ios_left: AtomicU64::new(spec.ios_max.unwrap_or(u64::MAX)),
+        barrier: Barrier::new(spec.threads as usize),
+    };
+    let results: Vec<Result<ThreadStats, Error>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..spec.threads).map(|t| {
+            let shared = &shared;
+            std::thread::Builder::new()
+                .name(format!("smartcon-io-{t}"))
+                .spawn_scoped(s, move || worker(shared, t))
+                .expect("spawn I/O thread")
+        }).collect();
+        handles.into_iter().map(|h| h.join().expect("I/O thread panicked")).collect()
+    });
+    let mut stats = Vec::with_capacity(results.len());
+    for r in results {
+        stats.push(r?);
+    }
+    if let Some(written) = &shared.written {
+        read_back(&shared, written)?;
+    }
+    let interrupted = stop.load(Ordering::Relaxed);
+    Ok(JobResult::from_threads(target, spec, profile, &stats, interrupted))
+}
+
+/// Writes the pattern over the span so reads can be checked (skipped where the target was
+/// created filled, like temporary files).
+fn prefill(target: &dyn Target, span: u64, stop: &AtomicBool) -> Result<(), Error> {
+    let mut port = target.open_port()?;
+    let chunk = (1u64 << 20).min(span);
+    let mut buf = AlignedBuf::new(chunk as usize);
+    let mut off = 0;
+    while off < span && !stop.load(Ordering::Relaxed) {
+        let len = chunk.min(span - off) as usize;
+        let b = &mut buf.as_mut_slice()[..len];
+        verify::fill(b, off, verify::unit_bytes(len as u64), FILL_SEED);
+        port.io(Op::Write, b, off, Strategy::Block, SPIN_BUDGET_NS_DEFAULT)?;
+        off += len as u64;
+    }
+    Ok(())
+}
+
+fn read_back(shared: &Shared<'_>, written: &WrittenMap) -> Result<(), Error> {
+    let spec = shared.spec;
+    let mut port = shared.target.open_port()?;
+    let mut buf = AlignedBuf::new(spec.bs_bytes as usize);
+    let unit = verify::unit_bytes(spec.bs_bytes);
+    let strategy = match spec.strategy {
+        StrategyChoice::Fixed(s) => s,
+        StrategyChoice::Smart => Strategy::Block,
+    };
+    for slot in 0..shared.span / spec.bs_bytes {
+        if !written.get(slot) {
+            continue;
+        }
+        let off = slot * spec.bs_bytes;
+        port.io(Op::Read, buf.as_mut_slice(), off, strategy, spec.spin_budget_ns)?;
+        verify::check(buf.as_slice(), off, unit, spec.seed).map_err(|m| Error::new(ErrorKind::Verify, m.to_string()))?;
+    }
+    Ok(())
+}
+
+fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
+    let spec = shared.spec;
+    let _registration = shared.monitor.register_current_thread();
+    tighten_timer_slack();
+    let port = shared.target.open_port();
+    let mut buf = AlignedBuf::new(spec.bs_bytes as usize);
+    let mut stats = ThreadStats::new();
+    // Every thread reaches the barrier, also when its setup failed, so no one waits forever.
+    shared.barrier.wait();
+    let mut port = port?;
+    let bs = spec.bs_bytes;
+    let slots = shared.span / bs;
+    let threads = spec.threads as u64;
+    // Sequential: each thread walks its own contiguous share of the span.
+    let (first, count) = (slots * index as u64 / threads, slots / threads);
+    let mut next = 0u64;
+    let mut rng = Rng::new(spec.seed ^ ((index as u64 + 1) << 32));
+    let unit = verify::unit_bytes(bs);
+    let inflight = shared.target.inflight();
+    stats.begin();
+    let end_ns = stats.start_ns + spec.duration_ns;
+    loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if shared.ios_left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_err() {
+            break;
+        }
+        let slot = match spec.pattern {
+            Pattern::Seq => {
+                let s = first + next;
+                next = (next + 1) % count.max(1);
+                s
+            }
+            Pattern::Rand => rng.below(slots),
+        };
+        let offset = slot * bs;
+        if spec.verify && spec.op == Op::Write {
+            verify::fill(buf.as_mut_slice(), offset, unit, spec.seed);
+        }
+        let t0 = now_ns();
+        let ahead = inflight.enter(bs);
+        let (strategy, reason) = match spec.strategy {
+            StrategyChoice::Fixed(s) => (s, None),
+            StrategyChoice::Smart => {
+                let system = SystemState { cpu_utilization_pct: shared.monitor.cpu_utilization_pct() };
+                let d = decide(Request { bytes: bs }, ahead, system, &shared.thresholds);
+                (d.strategy, Some(d.reason))
+            }
+        };
+        let outcome = port.io(spec.op, buf.as_mut_slice(), offset, strategy, spec.spin_budget_ns);
+        inflight.leave(bs);
+        let outcome = outcome?;
+        let t1 = now_ns();
+        stats.record(t1 - t0, bs, strategy, reason, outcome.fell_back);
+        if spec.verify {
+            match (&shared.written, spec.op) {
+                (Some(w), Op::Write) => w.set(slot),
+                (_, Op::Read) => verify::check(buf.as_slice(), offset, unit, FILL_SEED)
+                    .map_err(|m| Error::new(ErrorKind::Verify, m.to_string()))?,
+                _ => {}
+            }
+        }
+        if t1 >= end_ns {
+            break;
+        }
+    }
+    stats.end();
+    Ok(stats)
+}
+
+/// Counts decisions by reason, for callers that aggregate.
+pub fn reason_names() -> impl Iterator<Item = &'static str> {
+    Reason::ALL.iter().map(|r| r.name())
+}

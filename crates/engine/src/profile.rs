@@ -1,0 +1,245 @@
+//! Device profiles: the thresholds the Decision Module uses for one device.
+//!
+//! A profile is a small versioned JSON file under `$SMARTCON_HOME/profiles/`, one per
+//! device, written by the probe (`smartcon probe`) and read by `smart` without being told.
+//! Where no profile was measured, emulated presets get thresholds computed from their model
+//! by the same rules the probe applies to measurements ([`rules`]), and real devices get
+//! the paper's values (64 KiB, Q = 0) with a note on stderr.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::decision::{DeviceClass, Thresholds};
+use crate::error::{Error, ErrorKind};
+
+/// The profile format version this build reads and writes.
+pub const PROFILE_VERSION: u32 = 1;
+
+/// One measured point of the probe: mean latency and CPU per I/O of a strategy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatencyPoint {
+    pub op: String,
+    pub bs_bytes: u64,
+    pub strategy: String,
+    pub lat_ns_mean: f64,
+    /// CPU time of the I/O thread as a share of one CPU over the measurement, percent.
+    pub cpu_pct: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub version: u32,
+    /// The device the thresholds belong to (`emu:optane`, `blk:vda`, `blk:zram0`).
+    pub device: String,
+    /// Where the thresholds came from: `probe`, `builtin-model`, `paper-default`.
+    pub source: String,
+    pub class: DeviceClass,
+    pub size_threshold_bytes: u64,
+    pub cpu_threshold_pct: u32,
+    pub queue_limit: u32,
+    /// The host wake-up cost the class rule compared against, if measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wakeup_ns: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latencies: Vec<LatencyPoint>,
+}
+
+impl Profile {
+    pub fn thresholds(&self) -> Thresholds {
+        Thresholds {
+            class: self.class,
+            size_threshold_bytes: self.size_threshold_bytes,
+            cpu_threshold_pct: self.cpu_threshold_pct,
+            queue_limit: self.queue_limit,
+        }
+    }
+
+    /// The paper's defaults for a device nobody probed: fast, 64 KiB (Sec. 7.2), Q = 0
+    /// (Fig. 7), and a CPU threshold that leaves one core's worth for the spinner.
+    pub fn paper_default(device: &str) -> Profile {
+        Profile {
+            version: PROFILE_VERSION,
+            device: device.to_string(),
+            source: "paper-default".into(),
+            class: DeviceClass::Fast,
+            size_threshold_bytes: 64 << 10,
+            cpu_threshold_pct: rules::cpu_threshold_pct(100.0, online_cpus()),
+            queue_limit: 0,
+            wakeup_ns: None,
+            latencies: Vec::new(),
+        }
+    }
+
+    /// Reads and validates a profile file.
+    pub fn load(path: &Path) -> Result<Profile, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(ErrorKind::Profile, path, e))?;
+        let profile: Profile = serde_json::from_str(&text).map_err(|e| {
+            Error::new(ErrorKind::Profile, format!("{} is not a smartcon profile: {e}", path.display()))
+        })?;
+        if profile.version != PROFILE_VERSION {
+            return Err(Error::new(
+                ErrorKind::Profile,
+                format!("{} has profile version {}, this smartcon reads {PROFILE_VERSION}; re-run smartcon probe", path.display(), profile.version),
+            ));
+        }
+        if profile.cpu_threshold_pct > 100 || profile.size_threshold_bytes == 0 {
+            return Err(Error::new(ErrorKind::Profile, format!("{}: thresholds out of range", path.display())));
+        }
+        Ok(profile)
+    }
+
+    /// Writes the profile atomically (temp file + rename), creating the directory.
+    pub fn save(&self, path: &Path) -> Result<(), Error> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(ErrorKind::Profile, dir, e))?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_string_pretty(self).expect("profile serializes");
+        std::fs::write(&tmp, text + "\n").map_err(|e| Error::io(ErrorKind::Profile, &tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(ErrorKind::Profile, path, e))?;
+        Ok(())
+    }
+}
+
+/// smartcon's data directory: `$SMARTCON_HOME`, else `$XDG_DATA_HOME/smartcon`, else
+/// `~/.local/share/smartcon`.
+pub fn smartcon_home() -> PathBuf {
+    if let Some(dir) = std::env::var_os("SMARTCON_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(dir).join("smartcon");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+    home.join(".local/share/smartcon")
+}
+
+/// Where the profile of `device` is stored.
+pub fn profile_path(device: &str) -> PathBuf {
+    let name: String =
+        device.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
+    smartcon_home().join("profiles").join(format!("{name}.json"))
+}
+
+/// The number of online CPUs.
+pub fn online_cpus() -> u32 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    n.max(1) as u32
+}
+
+/// The rules that turn latencies into thresholds. The probe applies them to measurements;
+/// built-in emulated profiles apply them to the model's predictions.
+pub mod rules {
+    use super::DeviceClass;
+
+    /// Spinning "pays" at a size when blocking is slower by more than this share.
+    pub const GAIN_TOLERANCE: f64 = 0.03;
+
+    /// One size's mean latencies under block and spin.
+    #[derive(Debug, Clone, Copy)]
+    pub struct SizePoint {
+        pub bs_bytes: u64,
+        pub block_ns: f64,
+        pub spin_ns: f64,
+    }
+
+    /// True when spinning is faster than blocking by more than the tolerance at this size.
+    pub fn spin_pays(p: &SizePoint) -> bool {
+        p.block_ns - p.spin_ns > GAIN_TOLERANCE * p.block_ns
+    }
+
+    /// The size threshold: the smallest size from which spinning no longer pays at this and
+    /// every larger measured size. If spinning pays even at the largest size, twice the
+    /// largest. `points` must be sorted by size.
+    pub fn size_threshold_bytes(points: &[SizePoint]) -> u64 {
+        assert!(!points.is_empty());
+        assert!(points.windows(2).all(|w| w[0].bs_bytes < w[1].bs_bytes), "points sorted by size");
+        let mut threshold = points.last().unwrap().bs_bytes * 2;
+        for p in points.iter().rev() {
+            if spin_pays(p) {
+                break;
+            }
+            threshold = p.bs_bytes;
+        }
+        threshold
+    }
+
+    /// The device class: very fast when a small request completes (spinning) in less time
+    /// than one wake-up of a sleeping thread costs on this host, so blocking can only lose;
+    /// mainstream when spinning pays at no size; fast otherwise.
+    pub fn classify(points: &[SizePoint], wakeup_ns: f64) -> DeviceClass {
+        let smallest = &points[0];
+        if smallest.spin_ns < wakeup_ns {
+            DeviceClass::VeryFast
+        } else if size_threshold_bytes(points) <= smallest.bs_bytes {
+            DeviceClass::Mainstream
+        } else {
+            DeviceClass::Fast
+        }
+    }
+
+    /// Table II: the CPU threshold is 100% minus the share of the machine busy-waiting costs.
+    /// `spin_cpu_pct_of_one_cpu` is what one spinning I/O thread used of one CPU (about 100).
+    pub fn cpu_threshold_pct(spin_cpu_pct_of_one_cpu: f64, cpus: u32) -> u32 {
+        let share = spin_cpu_pct_of_one_cpu.clamp(0.0, 100.0) / cpus.max(1) as f64;
+        (100.0 - share).round().clamp(0.0, 100.0) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rules::*;
+    use super::*;
+
+    fn pts(rows: &[(u64, f64, f64)]) -> Vec<SizePoint> {
+        rows.iter().map(|&(bs_bytes, block_ns, spin_ns)| SizePoint { bs_bytes, block_ns, spin_ns }).collect()
+    }
+
+    #[test]
+    fn threshold_is_where_the_gain_becomes_negligible() {
+        // Gains: 50%, 20%, 5%, 2%, 1% -> negligible (<= 3%) from 256k on.
+        let p = pts(&[(4096, 20e3, 10e3), (16384, 25e3, 20e3), (65536, 40e3, 38e3), (262144, 100e3, 98e3), (524288, 200e3, 198e3)]);
+        assert_eq!(size_threshold_bytes(&p), 262144);
+        assert_eq!(classify(&p, 5e3), DeviceClass::Fast);
+        // A gain that comes back at a larger size moves the threshold past it.
+        let p2 = pts(&[(4096, 20e3, 10e3), (16384, 25e3, 24.9e3), (65536, 40e3, 30e3), (262144, 100e3, 99.9e3)]);
+        assert_eq!(size_threshold_bytes(&p2), 262144);
+        // Spinning pays everywhere: twice the largest size.
+        let p3 = pts(&[(4096, 20e3, 10e3), (8192, 25e3, 15e3)]);
+        assert_eq!(size_threshold_bytes(&p3), 16384);
+    }
+
+    #[test]
+    fn classes() {
+        let disk = pts(&[(4096, 10e6, 9.99e6), (8192, 10e6, 9.99e6)]);
+        assert_eq!(classify(&disk, 5e3), DeviceClass::Mainstream);
+        let ram = pts(&[(4096, 6e3, 1.5e3), (8192, 7e3, 2.5e3)]);
+        assert_eq!(classify(&ram, 5e3), DeviceClass::VeryFast);
+    }
+
+    #[test]
+    fn cpu_threshold_as_table_ii() {
+        // Core-i5, 4 CPUs, busy-waiting costs 25% of the machine: threshold 75%.
+        assert_eq!(cpu_threshold_pct(100.0, 4), 75);
+        assert_eq!(cpu_threshold_pct(100.0, 2), 50);
+        assert_eq!(cpu_threshold_pct(88.0, 2), 56);
+    }
+
+    #[test]
+    fn profile_round_trip_and_bad_files() {
+        let dir = std::env::temp_dir().join(format!("smartcon-profile-{}", std::process::id()));
+        let path = dir.join("p.json");
+        let p = Profile::paper_default("blk:vda");
+        p.save(&path).unwrap();
+        assert_eq!(Profile::load(&path).unwrap(), p);
+        std::fs::write(&path, "{\"version\": 1}").unwrap();
+        assert!(Profile::load(&path).unwrap_err().to_string().contains("not a smartcon profile"));
+        let mut v2 = p.clone();
+        v2.version = 2;
+        std::fs::write(&path, serde_json::to_string(&v2).unwrap()).unwrap();
+        assert!(Profile::load(&path).unwrap_err().to_string().contains("version 2"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

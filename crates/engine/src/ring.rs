@@ -1,0 +1,105 @@
+//! The raw ring layer: one io_uring per I/O thread, and the two ways of waiting on it.
+//!
+//! - [`Ring::wait_block`]: `io_uring_enter(GETEVENTS, min_complete=1)`; the thread sleeps
+//!   in the kernel and the completion wakes it (a voluntary context switch).
+//! - [`Ring::wait_spin`]: submit without waiting, then read the completion queue's tail in
+//!   user memory with a pause hint. The ring is set up without DEFER_TASKRUN or
+//!   COOP_TASKRUN, so the kernel posts completions by signalling the running task: a
+//!   spinning thread sees its CQE without a syscall. Past the budget it falls back to
+//!   `wait_block`: nothing spins forever.
+//!
+//! One request is in flight per ring (smartcon's threads are synchronous callers, as in
+//! the paper), so a CQE always belongs to the request just submitted.
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+use crate::clock::now_ns;
+use crate::error::{Error, ErrorKind};
+
+/// How many spins between two clock reads while busy-waiting.
+const SPINS_PER_CLOCK_READ: u32 = 32;
+
+pub struct Ring {
+    ring: IoUring,
+}
+
+impl Ring {
+    pub fn new() -> Result<Ring, Error> {
+        let ring = IoUring::new(8).map_err(|e| {
+            let hint = match e.raw_os_error() {
+                Some(libc::EPERM) => ": io_uring is disabled or restricted; try sysctl kernel.io_uring_disabled=0",
+                Some(libc::ENOSYS) => ": this kernel has no io_uring (Linux 5.15 or later is needed)",
+                Some(libc::ENOMEM) => ": not enough locked memory for the ring; raise ulimit -l",
+                _ => "",
+            };
+            Error::new(ErrorKind::Setup, format!("cannot set up io_uring: {e}{hint}"))
+        })?;
+        Ok(Ring { ring })
+    }
+
+    /// Queues one request.
+    ///
+    /// # Safety
+    /// Any buffer the entry points to must stay valid until its completion is reaped.
+    pub unsafe fn push(&mut self, entry: &squeue::Entry) {
+        // SAFETY: the caller keeps the buffers alive; the queue has room because at most
+        // one request is ever in flight on this ring.
+        unsafe { self.ring.submission().push(entry).expect("submission queue has room") };
+    }
+
+    fn pop(&mut self) -> Option<i32> {
+        self.ring.completion().next().map(|cqe| cqe.result())
+    }
+
+    /// Submits what is queued and sleeps until one completion arrives.
+    pub fn wait_block(&mut self) -> Result<i32, Error> {
+        loop {
+            if let Some(res) = self.pop() {
+                return Ok(res);
+            }
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                // A signal (Ctrl-C) interrupted the wait; the request is still in flight.
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(Error::new(ErrorKind::Io, format!("io_uring_enter: {e}"))),
+            }
+        }
+    }
+
+    /// Submits what is queued and busy-waits for the completion, up to `budget_ns`.
+    pub fn wait_spin(&mut self, budget_ns: u64) -> Result<(i32, bool), Error> {
+        loop {
+            match self.ring.submit() {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(Error::new(ErrorKind::Io, format!("io_uring_enter: {e}"))),
+            }
+        }
+        let start = now_ns();
+        loop {
+            for _ in 0..SPINS_PER_CLOCK_READ {
+                if let Some(res) = self.pop() {
+                    return Ok((res, false));
+                }
+                std::hint::spin_loop();
+            }
+            if now_ns() - start >= budget_ns {
+                return self.wait_block().map(|res| (res, true));
+            }
+        }
+    }
+
+    /// Sleeps on a kernel timer until `at_ns` on CLOCK_MONOTONIC. The timer's expiry wakes
+    /// the thread the way a device interrupt would.
+    pub fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        let ts = types::Timespec::new().sec(at_ns / 1_000_000_000).nsec((at_ns % 1_000_000_000) as u32);
+        let entry = opcode::Timeout::new(&ts).flags(types::TimeoutFlags::ABS).build().user_data(0x7173);
+        // SAFETY: `ts` lives until wait_block returns, which reaps the timeout's completion.
+        unsafe { self.push(&entry) };
+        let res = self.wait_block()?;
+        if res != -libc::ETIME && res < 0 {
+            return Err(Error::new(ErrorKind::Io, format!("timeout failed: {}", std::io::Error::from_raw_os_error(-res))));
+        }
+        Ok(())
+    }
+}

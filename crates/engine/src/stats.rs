@@ -1,0 +1,240 @@
+//! Per-thread measurement and the job's result record.
+//!
+//! Each I/O thread keeps its own latency histogram and counters (no sharing on the hot
+//! path) and reads its own resource usage (getrusage(RUSAGE_THREAD)) at the start and end,
+//! so CPU time and context switches are those of the I/O threads alone. Stats do not know
+//! how they are printed: the CLI has a table printer and a JSON Lines printer.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::clock::now_ns;
+use crate::decision::{Reason, Strategy};
+use crate::job::JobSpec;
+use crate::profile::Profile;
+use crate::target::Target;
+
+/// Resource usage of the calling thread.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    pub voluntary: u64,
+    pub involuntary: u64,
+}
+
+impl Usage {
+    pub fn of_thread() -> Usage {
+        // SAFETY: an all-zero rusage is valid; getrusage fills it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: RUSAGE_THREAD with a valid out pointer.
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+        Usage {
+            user_ns: tv(ru.ru_utime),
+            sys_ns: tv(ru.ru_stime),
+            voluntary: ru.ru_nvcsw as u64,
+            involuntary: ru.ru_nivcsw as u64,
+        }
+    }
+
+    pub fn since(&self, start: &Usage) -> Usage {
+        Usage {
+            user_ns: self.user_ns.saturating_sub(start.user_ns),
+            sys_ns: self.sys_ns.saturating_sub(start.sys_ns),
+            voluntary: self.voluntary.saturating_sub(start.voluntary),
+            involuntary: self.involuntary.saturating_sub(start.involuntary),
+        }
+    }
+}
+
+/// Latencies up to an hour, 3 significant digits.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+pub struct ThreadStats {
+    pub hist: Histogram<u64>,
+    pub ios: u64,
+    pub bytes: u64,
+    pub by_strategy: [u64; 3],
+    pub by_reason: [u64; 6],
+    pub spin_fallbacks: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    usage_start: Usage,
+    pub usage: Usage,
+}
+
+impl ThreadStats {
+    pub fn new() -> ThreadStats {
+        ThreadStats {
+            hist: new_histogram(),
+            ios: 0,
+            bytes: 0,
+            by_strategy: [0; 3],
+            by_reason: [0; 6],
+            spin_fallbacks: 0,
+            start_ns: 0,
+            end_ns: 0,
+            usage_start: Usage::default(),
+            usage: Usage::default(),
+        }
+    }
+
+    pub fn begin(&mut self) {
+        self.usage_start = Usage::of_thread();
+        self.start_ns = now_ns();
+    }
+
+    pub fn end(&mut self) {
+        self.end_ns = now_ns();
+        self.usage = Usage::of_thread().since(&self.usage_start);
+    }
+
+    #[inline]
+    pub fn record(&mut self, latency_ns: u64, bytes: u64, strategy: Strategy, reason: Option<Reason>, fell_back: bool) {
+        self.hist.saturating_record(latency_ns.max(1));
+        self.ios += 1;
+        self.bytes += bytes;
+        self.by_strategy[strategy.index()] += 1;
+        if let Some(r) = reason {
+            self.by_reason[r.index()] += 1;
+        }
+        self.spin_fallbacks += fell_back as u64;
+    }
+}
+
+impl Default for ThreadStats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// How many I/Os took each strategy and each branch of the decision.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Decisions {
+    pub by_strategy: BTreeMap<String, u64>,
+    pub by_reason: BTreeMap<String, u64>,
+}
+
+/// One result record: a job on a target. The JSON schema is documented in docs/json.md.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobResult {
+    #[serde(rename = "type")]
+    pub record_type: &'static str,
+    pub target: String,
+    pub device: String,
+    pub op: &'static str,
+    pub pattern: &'static str,
+    pub bs_bytes: u64,
+    pub strategy: &'static str,
+    pub threads: u32,
+    pub duration_ns: u64,
+    pub ios: u64,
+    pub iops: f64,
+    pub bw_bytes_per_s: f64,
+    pub lat_ns_mean: f64,
+    pub lat_ns_min: u64,
+    pub lat_ns_p50: u64,
+    pub lat_ns_p99: u64,
+    pub lat_ns_p999: u64,
+    pub lat_ns_max: u64,
+    /// CPU time of the I/O threads in user mode, percent of one CPU over the run (so two
+    /// busy threads make 200).
+    pub cpu_user_pct: f64,
+    pub cpu_sys_pct: f64,
+    pub ctx_voluntary: u64,
+    pub ctx_involuntary: u64,
+    pub decisions: Decisions,
+    /// Spins that ran out of budget and slept.
+    pub spin_fallbacks: u64,
+    /// Where the thresholds came from (`probe`, `builtin-model`, `paper-default`).
+    pub profile_source: String,
+    /// For emulated devices: the model's device time for one request, no queueing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_service_ns: Option<u64>,
+    pub verified: bool,
+    pub interrupted: bool,
+}
+
+impl JobResult {
+    pub fn from_threads(
+        target: &dyn Target,
+        spec: &JobSpec,
+        profile: &Profile,
+        threads: &[ThreadStats],
+        interrupted: bool,
+    ) -> JobResult {
+        let mut hist = new_histogram();
+        let mut usage = Usage::default();
+        let mut decisions = Decisions::default();
+        let (mut ios, mut bytes, mut fallbacks) = (0, 0, 0);
+        let mut by_strategy = [0u64; 3];
+        let mut by_reason = [0u64; 6];
+        let start = threads.iter().map(|t| t.start_ns).min().unwrap_or(0);
+        let end = threads.iter().map(|t| t.end_ns).max().unwrap_or(start);
+        for t in threads {
+            hist.add(&t.hist).expect("same histogram bounds");
+            ios += t.ios;
+            bytes += t.bytes;
+            fallbacks += t.spin_fallbacks;
+            usage.user_ns += t.usage.user_ns;
+            usage.sys_ns += t.usage.sys_ns;
+            usage.voluntary += t.usage.voluntary;
+            usage.involuntary += t.usage.involuntary;
+            for i in 0..3 {
+                by_strategy[i] += t.by_strategy[i];
+            }
+            for i in 0..6 {
+                by_reason[i] += t.by_reason[i];
+            }
+        }
+        for s in Strategy::ALL {
+            if by_strategy[s.index()] > 0 {
+                decisions.by_strategy.insert(s.name().into(), by_strategy[s.index()]);
+            }
+        }
+        for r in Reason::ALL {
+            if by_reason[r.index()] > 0 {
+                decisions.by_reason.insert(r.name().into(), by_reason[r.index()]);
+            }
+        }
+        let wall_ns = (end - start).max(1);
+        let per_s = 1e9 / wall_ns as f64;
+        let pct = |ns: u64| ns as f64 / wall_ns as f64 * 100.0;
+        let q = |quantile: f64| if ios == 0 { 0 } else { hist.value_at_quantile(quantile) };
+        JobResult {
+            record_type: "result",
+            target: target.label().to_string(),
+            device: target.device_id(),
+            op: spec.op.name(),
+            pattern: spec.pattern.name(),
+            bs_bytes: spec.bs_bytes,
+            strategy: spec.strategy.name(),
+            threads: spec.threads,
+            duration_ns: wall_ns,
+            ios,
+            iops: ios as f64 * per_s,
+            bw_bytes_per_s: bytes as f64 * per_s,
+            lat_ns_mean: if ios == 0 { 0.0 } else { hist.mean() },
+            lat_ns_min: if ios == 0 { 0 } else { hist.min() },
+            lat_ns_p50: q(0.5),
+            lat_ns_p99: q(0.99),
+            lat_ns_p999: q(0.999),
+            lat_ns_max: if ios == 0 { 0 } else { hist.max() },
+            cpu_user_pct: pct(usage.user_ns),
+            cpu_sys_pct: pct(usage.sys_ns),
+            ctx_voluntary: usage.voluntary,
+            ctx_involuntary: usage.involuntary,
+            decisions,
+            spin_fallbacks: fallbacks,
+            profile_source: profile.source.clone(),
+            model_service_ns: target.model_service_ns(spec.op, spec.bs_bytes),
+            verified: spec.verify && !interrupted,
+            interrupted,
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Emulated devices in real time.
+//!
+//! On submission the device model computes the completion instant (queueing on its
+//! channels included) and the data moves between the caller's buffer and the RAM store
+//! (the CPU plays the device's DMA engine; that copy costs the same under every strategy).
+//! Completion is then delivered as hardware would:
+//!
+//! - `block`: an io_uring absolute timeout at the completion instant; the thread sleeps in
+//!   the kernel and the hrtimer interrupt wakes it, so it pays the real wake-up and
+//!   context switch of this host;
+//! - `spin`: the thread reads the clock (the device's status word is "now >= completion")
+//!   with a pause hint; past the spin budget it sleeps on the timer instead;
+//! - `sync`: programmed I/O. The caller does the device's work inline, as a PIO driver or a
+//!   DAX copy would: it moves the data and stays busy for the device time, with no queue,
+//!   no ring and no timer. It differs from `spin` in what it skips (submission through the
+//!   ring's bookkeeping, the budget); on a memory-class device it is the natural path.
+
+use std::sync::Mutex;
+
+use smartcon_devemu::{units::format_size, ChannelSet, EmuSpec, Op, RamStore};
+
+use super::{InFlight, Port, Target, WaitOutcome};
+use crate::clock::now_ns;
+use crate::decision::Strategy;
+use crate::error::{Error, ErrorKind};
+use crate::profile::{self, rules, Profile, PROFILE_VERSION};
+use crate::ring::Ring;
+
+/// The wake-up cost assumed when computing built-in thresholds from a model: the cost of a
+/// timer wake-up plus context switch back into a sleeping thread on a virtual machine (the
+/// host meter `smartcon ctx` measures the real figure; the probe uses measurements).
+pub const ASSUMED_WAKEUP_NS: f64 = 10_000.0;
+
+/// Sizes the built-in rules look at (the probe's range, Sec. 4.1, and one step more).
+pub const RULE_SIZES_BYTES: [u64; 9] = [4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20];
+
+pub struct EmuTarget {
+    spec: EmuSpec,
+    store: RamStore,
+    channels: Mutex<ChannelSet>,
+    inflight: InFlight,
+}
+
+impl EmuTarget {
+    pub fn new(spec: EmuSpec) -> Result<EmuTarget, Error> {
+        let store = RamStore::new(spec.capacity_bytes as usize)
+            .map_err(|e| Error::new(ErrorKind::Setup, format!("cannot map {} of RAM for {}: {e}", format_size(spec.capacity_bytes), spec.label)))?;
+        Ok(EmuTarget { channels: Mutex::new(ChannelSet::new(spec.model.channels)), spec, store, inflight: InFlight::default() })
+    }
+
+    /// Places a request on the model and returns its completion instant.
+    fn schedule(&self, op: Op, bytes: u64, arrival_ns: u64) -> u64 {
+        let service = self.spec.model.service_ns(op, bytes);
+        self.channels.lock().unwrap().schedule(arrival_ns, service).complete_ns
+    }
+}
+
+struct EmuPort<'a> {
+    target: &'a EmuTarget,
+    ring: Ring,
+}
+
+impl Target for EmuTarget {
+    fn label(&self) -> &str {
+        &self.spec.label
+    }
+
+    fn device_id(&self) -> String {
+        self.spec.label.clone()
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.spec.capacity_bytes
+    }
+
+    fn block_bytes(&self) -> u64 {
+        512
+    }
+
+    fn open_port(&self) -> Result<Box<dyn Port + '_>, Error> {
+        Ok(Box::new(EmuPort { target: self, ring: Ring::new()? }))
+    }
+
+    fn inflight(&self) -> &InFlight {
+        &self.inflight
+    }
+
+    fn builtin_profile(&self) -> Option<Profile> {
+        // The rules on the model's predictions: spinning saves one wake-up per I/O. For
+        // each size the op where the wake-up weighs most decides.
+        let points: Vec<rules::SizePoint> = RULE_SIZES_BYTES
+            .iter()
+            .map(|&bs| {
+                let service = self.spec.model.service_ns(Op::Read, bs).min(self.spec.model.service_ns(Op::Write, bs)) as f64;
+                rules::SizePoint { bs_bytes: bs, block_ns: service + ASSUMED_WAKEUP_NS, spin_ns: service }
+            })
+            .collect();
+        Some(Profile {
+            version: PROFILE_VERSION,
+            device: self.device_id(),
+            source: "builtin-model".into(),
+            class: rules::classify(&points, ASSUMED_WAKEUP_NS),
+            size_threshold_bytes: rules::size_threshold_bytes(&points),
+            cpu_threshold_pct: rules::cpu_threshold_pct(100.0, profile::online_cpus()),
+            queue_limit: 0,
+            wakeup_ns: Some(ASSUMED_WAKEUP_NS),
+            latencies: Vec::new(),
+        })
+    }
+
+    fn model_service_ns(&self, op: Op, bytes: u64) -> Option<u64> {
+        Some(self.spec.model.service_ns(op, bytes))
+    }
+
+    fn poke(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
+        self.store.write(offset, data);
+        Ok(())
+    }
+}
+
+impl Port for EmuPort<'_> {
+    fn io(&mut self, op: Op, buf: &mut [u8], offset: u64, strategy: Strategy, spin_budget_ns: u64) -> Result<WaitOutcome, Error> {
+        let t = self.target;
+        let arrival = now_ns();
+        let done_at = t.schedule(op, buf.len() as u64, arrival);
+        match op {
+            Op::Read => t.store.read(offset, buf),
+            Op::Write => t.store.write(offset, buf),
+        }
+        let mut outcome = WaitOutcome::default();
+        match strategy {
+            Strategy::Block => self.ring.sleep_until(done_at)?,
+            Strategy::Spin => loop {
+                let now = now_ns();
+                if now >= done_at {
+                    break;
+                }
+                if now - arrival >= spin_budget_ns {
+                    self.ring.sleep_until(done_at)?;
+                    outcome.fell_back = true;
+                    break;
+                }
+                std::hint::spin_loop();
+            },
+            Strategy::Sync => {
+                while now_ns() < done_at {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        Ok(outcome)
+    }
+}
