@@ -52,8 +52,8 @@ extern "C" fn on_sigint(_signal: libc::c_int) {
 pub fn install_interrupt_handler() {
     // SAFETY: the handler only touches an atomic, which is async-signal-safe.
     unsafe {
-        libc::signal(libc::SIGINT, on_sigint as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_sigint as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_sigint as *const () as libc::sighandler_t);
     }
 }
 

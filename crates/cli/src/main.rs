@@ -6,6 +6,9 @@
 
 mod cmd;
 mod common;
+mod engine_setup;
+mod printers;
+mod table;
 mod plot;
 
 use clap::{Parser, Subcommand};

@@ -1,8 +1,90 @@
-//! `smartcon io` (being built; see the open issue).
+//! `smartcon io`: one job on one target with one strategy.
 
-#[derive(clap::Args)]
-pub struct IoArgs {}
+use anyhow::Result;
+use clap::Args;
+use smartcon_engine::job::{run_job, JobSpec};
+use smartcon_engine::target::{self, OpenOptions};
+use smartcon_engine::Op;
 
-pub fn run(_args: IoArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`smartcon io` is not built yet")
+use crate::common::{emit_json, interrupt_flag};
+use crate::engine_setup::*;
+use crate::printers::job_report;
+
+#[derive(Args, Debug)]
+pub struct IoArgs {
+    /// A file, a block device, tmp:SIZE[@DIR] (a temporary file), or emu:PRESET[,key=value...].
+    #[arg(long)]
+    pub target: String,
+    /// read or write.
+    #[arg(long, default_value = "read")]
+    pub op: String,
+    /// seq or rand.
+    #[arg(long, default_value = "rand")]
+    pub pattern: String,
+    /// Request size (4k, 64k, 1m).
+    #[arg(long, default_value = "4k")]
+    pub bs: String,
+    /// The region used, from offset 0 (default: the whole target).
+    #[arg(long)]
+    pub span: Option<String>,
+    /// block, spin, sync or smart.
+    #[arg(long, default_value = "smart")]
+    pub strategy: String,
+    /// I/O threads, each with one request in flight.
+    #[arg(long, default_value_t = 1)]
+    pub threads: u32,
+    /// How long to run (500ms, 10s).
+    #[arg(long, default_value = "2s")]
+    pub duration: String,
+    /// Write a seeded, checksummed pattern and check every block read back.
+    #[arg(long)]
+    pub verify: bool,
+    /// JSON Lines output (one "result" record).
+    #[arg(long)]
+    pub json: bool,
+    /// A profile file for smart (default: the stored one for this device).
+    #[arg(long)]
+    pub profile: Option<std::path::PathBuf>,
+    /// Longest a spinner busy-waits before it sleeps.
+    #[arg(long, default_value = "1ms")]
+    pub spin_budget: String,
+    /// The System Monitor's CPU utilization window.
+    #[arg(long)]
+    pub cpu_window: Option<String>,
+    /// Allow writing to a block device smartcon did not create (destroys its data).
+    #[arg(long)]
+    pub destructive: bool,
+    /// Seed of offsets and verification data.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+pub fn run(args: IoArgs) -> Result<()> {
+    let op = parse_op(&args.op)?;
+    let mut spec = JobSpec::new(op, parse_pattern(&args.pattern)?, parse_size_arg("bs", &args.bs)?, parse_strategy(&args.strategy)?);
+    spec.span_bytes = args.span.as_deref().map(|s| parse_size_arg("span", s)).transpose()?;
+    spec.threads = args.threads;
+    spec.duration_ns = parse_duration_arg("duration", &args.duration)?;
+    spec.verify = args.verify;
+    spec.seed = args.seed;
+    spec.spin_budget_ns = parse_duration_arg("spin-budget", &args.spin_budget)?;
+    let tspec = target::parse_target(&args.target).map_err(engine_err)?;
+    // --verify writes its pattern first, so it needs write access like a write job.
+    let options = OpenOptions { write: op == Op::Write || args.verify, destructive: args.destructive, created_by_tool: false };
+    let target = target::open(&tspec, options).map_err(engine_err)?;
+    for w in target.warnings() {
+        eprintln!("smartcon: warning: {w}");
+    }
+    spec.validate(target.as_ref()).map_err(engine_err)?;
+    let profile = resolve_profile(target.as_ref(), args.profile.as_deref(), spec.strategy.name() != "smart")?;
+    let monitor = start_monitor(args.cpu_window.as_deref())?;
+    let result = run_job(target.as_ref(), &spec, &profile, &monitor, interrupt_flag());
+    monitor.stop();
+    let result = result.map_err(engine_err)?;
+    if args.json {
+        emit_json(&result)?;
+    } else {
+        print!("{}", job_report(&result));
+    }
+    Ok(())
 }

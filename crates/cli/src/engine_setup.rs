@@ -1,0 +1,112 @@
+//! Turning flags into engine objects: targets, profiles, the System Monitor, job specs.
+//! Shared by `io`, `bench` and the commands built on them.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use smartcon_engine::devemu::units;
+use smartcon_engine::error::Error as EngineError;
+use smartcon_engine::job::{Pattern, StrategyChoice};
+use smartcon_engine::monitor::{self, SystemMonitor};
+use smartcon_engine::profile::{profile_path, Profile};
+use smartcon_engine::target::Target;
+use smartcon_engine::Op;
+
+use crate::common::RunFailure;
+
+/// Engine errors become CLI errors: run failures exit 1, the rest exit 2.
+pub fn engine_err(e: EngineError) -> anyhow::Error {
+    if e.is_run_failure() {
+        anyhow::Error::new(RunFailure(e.message))
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+pub fn parse_op(text: &str) -> Result<Op> {
+    match text {
+        "read" => Ok(Op::Read),
+        "write" => Ok(Op::Write),
+        _ => bail!("unknown op {text:?}; use read or write"),
+    }
+}
+
+pub fn parse_pattern(text: &str) -> Result<Pattern> {
+    match text {
+        "seq" => Ok(Pattern::Seq),
+        "rand" => Ok(Pattern::Rand),
+        _ => bail!("unknown pattern {text:?}; use seq or rand"),
+    }
+}
+
+pub fn parse_strategy(text: &str) -> Result<StrategyChoice> {
+    StrategyChoice::parse(text).with_context(|| format!("unknown strategy {text:?}; use block, spin, sync or smart"))
+}
+
+pub fn parse_size_arg(what: &str, text: &str) -> Result<u64> {
+    let v = units::parse_size(text).with_context(|| format!("--{what}"))?;
+    if v == 0 {
+        bail!("--{what} must be more than 0");
+    }
+    Ok(v)
+}
+
+pub fn parse_duration_arg(what: &str, text: &str) -> Result<u64> {
+    let v = units::parse_duration_ns(text).with_context(|| format!("--{what}"))?;
+    if v == 0 {
+        bail!("--{what} must be more than 0");
+    }
+    Ok(v)
+}
+
+/// Splits a comma-separated list, refusing empty items.
+pub fn split_list(what: &str, text: &str) -> Result<Vec<String>> {
+    let items: Vec<String> = text.split(',').map(|s| s.trim().to_string()).collect();
+    if items.iter().any(|s| s.is_empty()) {
+        bail!("--{what} has an empty item in {text:?}");
+    }
+    Ok(items)
+}
+
+/// The profile `smart` uses for a target: an explicit file (which must be for this
+/// device), else the stored probe result, else the emulated model's built-in thresholds,
+/// else the paper's defaults with a note on stderr.
+pub fn resolve_profile(target: &dyn Target, explicit: Option<&Path>, quiet: bool) -> Result<Profile> {
+    let device = target.device_id();
+    if let Some(path) = explicit {
+        let p = Profile::load(path).map_err(engine_err)?;
+        if p.device != device {
+            bail!("profile {} is for device {:?}, not {:?} ({})", path.display(), p.device, device, target.label());
+        }
+        return Ok(p);
+    }
+    let stored = profile_path(&device);
+    if stored.exists() {
+        let p = Profile::load(&stored).map_err(engine_err).with_context(|| "the stored profile is unreadable; re-run smartcon probe or remove it")?;
+        if p.device == device {
+            return Ok(p);
+        }
+    }
+    if let Some(p) = target.builtin_profile() {
+        return Ok(p);
+    }
+    if !quiet {
+        eprintln!(
+            "smartcon: note: no profile for {device} ({}); smart uses the paper's defaults (64 KiB size threshold, Q=0). Run `smartcon probe {}` to measure this device.",
+            target.label(),
+            target.label()
+        );
+    }
+    Ok(Profile::paper_default(&device))
+}
+
+pub fn start_monitor(window: Option<&str>) -> Result<SystemMonitor> {
+    let window_ns = match window {
+        Some(w) => parse_duration_arg("cpu-window", w)?,
+        None => monitor::WINDOW_NS_DEFAULT,
+    };
+    if !(monitor::WINDOW_NS_MIN..=monitor::WINDOW_NS_MAX).contains(&window_ns) {
+        bail!("--cpu-window must be between 20ms and 10s");
+    }
+    Ok(SystemMonitor::start(window_ns))
+}
