@@ -33,6 +33,12 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// List the emulated device presets and their parameters.
     Devices(cmd::devices::DevicesArgs),
+    /// Device Monitor: measure a target and write its profile (thresholds for smart).
+    Probe(cmd::probe::ProbeArgs),
+    /// The SmartCon study on this machine's devices: loads x workloads x strategies, a report.
+    Evaluate(cmd::evaluate::EvaluateArgs),
+    /// Run fio's matching jobs beside smartcon's strategies on a target.
+    CompareFio(cmd::compare_fio::CompareFioArgs),
     /// Measure context-switch cost (direct, indirect) and wake-up latency on this host.
     Ctx(cmd::ctx::CtxArgs),
     /// The analytic CPI model (SmartCon Sec. 6, Eq. 1-5) and its projections.
@@ -52,6 +58,9 @@ fn main() {
         Command::Io(args) => cmd::io::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Devices(args) => cmd::devices::run(args),
+        Command::Probe(args) => cmd::probe::run(args),
+        Command::Evaluate(args) => cmd::evaluate::run(args),
+        Command::CompareFio(args) => cmd::compare_fio::run(args),
         Command::Ctx(args) => cmd::ctx::run(args),
         Command::Model(args) => cmd::model::run(args),
         Command::Trace(args) => cmd::trace::run(args),

@@ -1,9 +1,12 @@
 //! One module per subcommand.
 pub mod bench;
 pub mod cachesim;
+pub mod compare_fio;
 pub mod ctx;
 pub mod devices;
 pub mod ets;
+pub mod evaluate;
 pub mod io;
 pub mod model;
+pub mod probe;
 pub mod trace;
