@@ -20,6 +20,12 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// The paper's sampling: 1/16 of the sets (Sec. V-B, Table III).
 pub const SAMPLE_SHIFT_DEFAULT: u32 = 4;
+/// Sampled sets are those whose low `sample_shift` bits equal this pattern (masked), not
+/// zero: DRRIP's leader sets sit at multiples of the constituency size, so sampling the sets
+/// at multiples of 16 would sample only leaders, whose insertion policy is fixed and unlike
+/// the followers'. With sets at offset 0 the 1 MiB DRRIP sweep showed 36-48% errors.
+const SAMPLE_OFFSET_BITS: usize = 0b0101;
+
 /// Sec. V-C: above this divergence the estimate is ignored and the slice kept.
 pub const DIVERGENCE_MAX: f64 = 0.15;
 
@@ -43,6 +49,7 @@ impl Estimate {
 pub struct AtdEstimator {
     sample_shift: u32,
     sample_mask: usize,
+    sample_offset: usize,
     /// One valid bit per way, one word per sampled set.
     atd_valid: Vec<u64>,
     counts: [u64; 2],
@@ -63,6 +70,7 @@ impl AtdEstimator {
         Ok(AtdEstimator {
             sample_shift,
             sample_mask: (1usize << sample_shift) - 1,
+            sample_offset: ((1usize << sample_shift) - 1) & SAMPLE_OFFSET_BITS,
             atd_valid: vec![0; sampled],
             counts: [0; 2],
         })
@@ -77,7 +85,7 @@ impl AtdEstimator {
     /// Algorithm 1 `count_cs_misses()`: an MTD access landed in `way` of `set`.
     #[inline]
     pub fn on_access(&mut self, set: usize, way: usize, mtd_hit: bool) {
-        if set & self.sample_mask != 0 {
+        if set & self.sample_mask != self.sample_offset {
             return;
         }
         let index = set >> self.sample_shift;
@@ -192,20 +200,21 @@ mod tests {
 
     #[test]
     fn algorithm_1_counts_only_mtd_hits_with_invalid_atd() {
-        let mut e = AtdEstimator::new(32, 4, 4).unwrap(); // sets 0 and 16 are sampled
+        let mut e = AtdEstimator::new(32, 4, 4).unwrap(); // sets 5 and 21 are sampled
         e.switch_in();
-        e.on_access(0, 1, true); // CS miss in half 0
-        e.on_access(0, 1, true); // now valid: not again
-        e.on_access(16, 2, true); // CS miss in half 1
-        e.on_access(16, 3, false); // MTD miss: no count, becomes valid
-        e.on_access(16, 3, true);
-        e.on_access(5, 0, true); // not sampled
+        e.on_access(5, 1, true); // CS miss in half 0
+        e.on_access(5, 1, true); // now valid: not again
+        e.on_access(21, 2, true); // CS miss in half 1
+        e.on_access(21, 3, false); // MTD miss: no count, becomes valid
+        e.on_access(21, 3, true);
+        e.on_access(0, 0, true); // not sampled
+        e.on_access(16, 0, true); // not sampled
         let est = e.estimate();
         assert_eq!(est.half_counts, [1, 1]);
         assert_eq!(est.cs_misses, 2 << 4);
         assert_eq!(est.divergence, 0.0);
-        e.on_access(0, 0, true);
-        e.on_access(0, 2, true);
+        e.on_access(5, 0, true);
+        e.on_access(5, 2, true);
         let est = e.estimate();
         assert_eq!(est.half_counts, [3, 1]);
         assert!((est.divergence - 0.5).abs() < 1e-12 && !est.trusted());
