@@ -85,6 +85,9 @@ pub struct JobSpec {
     /// Stop after this many I/Os in all (whichever of this and the duration comes first).
     pub ios_max: Option<u64>,
     pub verify: bool,
+    /// With `verify`, write the fill pattern over the span first. Off when the span
+    /// already holds it (a second pass over the same data).
+    pub prefill: bool,
     pub seed: u64,
     pub spin_budget_ns: u64,
 }
@@ -101,6 +104,7 @@ impl JobSpec {
             duration_ns: 1_000_000_000,
             ios_max: None,
             verify: false,
+            prefill: true,
             seed: 1,
             spin_budget_ns: SPIN_BUDGET_NS_DEFAULT,
         }
@@ -204,7 +208,7 @@ pub fn run_job(
 ) -> Result<JobResult, Error> {
     let span = spec.validate(target)?;
     let slots = span / spec.bs_bytes;
-    if spec.verify {
+    if spec.verify && spec.prefill {
         prefill(target, span, stop)?;
     }
     let shared = Shared {

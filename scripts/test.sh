@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The project's test command: installs the optional tools some tests use (when run as
+# root on Debian and they are missing), then runs every test of the workspace in release
+# mode (the engine's timing-sensitive paths are meaningless in debug builds).
+#
+# Tests that need a tool or root check for it and print why they skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want=()
+command -v valgrind >/dev/null || want+=(valgrind)
+command -v perf >/dev/null || want+=(linux-perf)
+command -v fio >/dev/null || want+=(fio)
+command -v losetup >/dev/null || want+=(mount)
+if [ ${#want[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "scripts/test.sh: installing ${want[*]} (used by tests that otherwise skip)"
+        apt-get update -qq >/dev/null 2>&1 || true
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null 2>&1 \
+            || echo "scripts/test.sh: could not install ${want[*]}; the tests that need them will skip"
+    else
+        echo "scripts/test.sh: ${want[*]} missing and not root; the tests that need them will skip"
+    fi
+fi
+
+cargo test --workspace --release "$@"
