@@ -54,6 +54,8 @@ pub fn install_interrupt_handler() {
     unsafe {
         libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_sigint as *const () as libc::sighandler_t);
+        // `smartcon devices | head` should end quietly, as Unix tools do, not panic.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

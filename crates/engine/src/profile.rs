@@ -166,12 +166,14 @@ pub mod rules {
         threshold
     }
 
-    /// The device class: very fast when a small request completes (spinning) in less time
-    /// than one wake-up of a sleeping thread costs on this host, so blocking can only lose;
-    /// mainstream when spinning pays at no size; fast otherwise.
-    pub fn classify(points: &[SizePoint], wakeup_ns: f64) -> DeviceClass {
+    /// The device class. Very fast when a small request completes (spinning) in less time
+    /// than the CPU a blocking I/O itself burns (submit, sleep, wake-up, switch back:
+    /// `block_cpu_ns`): then spinning costs less CPU than sleeping even when other work
+    /// wants the CPU, so it always pays (the paper's ramdisk). Mainstream when spinning
+    /// pays at no size. Fast otherwise: decide per I/O.
+    pub fn classify(points: &[SizePoint], block_cpu_ns: f64) -> DeviceClass {
         let smallest = &points[0];
-        if smallest.spin_ns < wakeup_ns {
+        if smallest.spin_ns <= block_cpu_ns {
             DeviceClass::VeryFast
         } else if size_threshold_bytes(points) <= smallest.bs_bytes {
             DeviceClass::Mainstream

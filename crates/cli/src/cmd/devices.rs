@@ -67,7 +67,8 @@ pub fn run(args: DevicesArgs) -> Result<()> {
                 format!("{:.0} MB/s", m.write.bandwidth_bytes_per_s as f64 / 1e6),
                 m.channels.to_string(),
                 prof.class.name().to_string(),
-                format_size(prof.size_threshold_bytes),
+                // The size threshold only matters to a device decided per I/O.
+                if prof.class == smartcon_engine::decision::DeviceClass::Fast { format_size(prof.size_threshold_bytes) } else { "-".into() },
                 p.summary.to_string(),
             ]);
         }
@@ -80,7 +81,7 @@ pub fn run(args: DevicesArgs) -> Result<()> {
         }
         println!("\nOverride any parameter: emu:PRESET,key=value,... with keys lat, read_lat, write_lat, bw, read_bw,");
         println!("write_bw, channels, size, poll_cost (e.g. emu:nvme,channels=1,read_lat=50us). Thresholds are computed");
-        println!("from the model assuming a 10 us wake-up; `smartcon probe` measures them on this host.");
+        println!("from the model assuming a 20 us wake-up and 5 us of CPU per blocking I/O; `smartcon probe` measures them.");
     }
     Ok(())
 }
