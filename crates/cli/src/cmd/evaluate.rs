@@ -1,8 +1,1001 @@
-//! `smartcon evaluate` (being built; see the open issue).
+//! `smartcon evaluate`: the SmartCon study (Sec. 7) on this machine's devices, in one
+//! command: targets x loads x workloads x sizes x strategies, one record per cell, and a
+//! report directory (results.jsonl, summary.md, SVG plots in the manner of Fig. 8-11 and
+//! Table VI).
+//!
+//! Design:
+//! - the loop order is load -> target -> workload -> size -> strategy, so the strategies of
+//!   one cell run back to back under the same load and the gains are ratios taken within
+//!   one run of a shared machine;
+//! - loads come from `smartcon_engine::load`: forked number crunchers (one per CPU) or
+//!   four I/O workers on the same target on the mainstream path. Neither is registered with
+//!   the System Monitor, so `smart` sees them as load. Each cell records what the co-runner
+//!   did during the cell (work rate, user/sys CPU, iowait), which is Table VI;
+//! - after a load starts, the run waits for more than one System Monitor window before
+//!   measuring, so `smart` sees the load it is measured under;
+//! - targets that lack a stored profile and are not emulated get a short probe first (and
+//!   the profile is stored, as `smartcon probe` would), so `smart` runs on measured
+//!   thresholds; emulated presets use their model's built-in ones.
+//!
+//! Non-goals: statistical repetition within a run (run twice and compare), and the paper's
+//! exact benchmark binaries (the workloads are "-like": same shape, documented parameters).
 
-#[derive(clap::Args)]
-pub struct EvaluateArgs {}
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
-pub fn run(_args: EvaluateArgs) -> anyhow::Result<()> {
-    anyhow::bail!("this subcommand is not built yet")
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::Serialize;
+use smartcon_engine::devemu::units::{format_ns, format_size};
+use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
+use smartcon_engine::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadSnapshot};
+use smartcon_engine::profile::{self, profile_path, Profile};
+use smartcon_engine::stats::JobResult;
+use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
+use smartcon_engine::Op;
+
+use crate::common::{interrupt_flag, interrupted, prepare_out_dir, progress_bar};
+use crate::engine_setup::*;
+use crate::plot::{bar_chart, line_chart, BarChart, LineChart, Series};
+use crate::table::Table;
+
+pub const LOADS: [&str; 3] = ["bm-only", "cpu-intensive", "io-intensive"];
+/// IOZone-like workloads: one file, one record size per cell.
+pub const WORKLOADS: [&str; 4] = [
+    "iozone-rand-read",
+    "iozone-rand-write",
+    "iozone-seq-read",
+    "iozone-seq-write",
+];
+/// How long a load runs before a cell is measured: more than the System Monitor window.
+pub const SETTLE_NS: u64 = 250_000_000;
+/// Cells in one evaluation at most (a mistake beyond that, not a study).
+pub const CELLS_MAX: usize = 20_000;
+
+#[derive(Args, Debug)]
+pub struct EvaluateArgs {
+    /// Comma-separated targets (default: emu:optane, emu:nvme and a tmp file on /var/tmp).
+    #[arg(long)]
+    pub targets: Option<String>,
+    /// Comma-separated loads: bm-only, cpu-intensive, io-intensive.
+    #[arg(long)]
+    pub loads: Option<String>,
+    /// Comma-separated workloads: iozone-rand-read, iozone-rand-write, iozone-seq-read, iozone-seq-write.
+    #[arg(long)]
+    pub workloads: Option<String>,
+    /// Comma-separated record sizes.
+    #[arg(long)]
+    pub sizes: Option<String>,
+    /// Comma-separated strategies; block is always run (the baseline).
+    #[arg(long, default_value = "block,spin,sync,smart")]
+    pub strategies: String,
+    /// Time per cell.
+    #[arg(long)]
+    pub duration: Option<String>,
+    /// The IOZone file size (the temporary file's size; the paper uses 256 MiB).
+    #[arg(long)]
+    pub file_size: Option<String>,
+    /// Number crunchers of the CPU-intensive load (default: one per CPU).
+    #[arg(long)]
+    pub cpu_workers: Option<u32>,
+    /// I/O workers of the IO-intensive load.
+    #[arg(long, default_value_t = 4)]
+    pub io_workers: u32,
+    /// The report directory (must not exist or be empty).
+    #[arg(long, default_value = "smartcon-report")]
+    pub out: PathBuf,
+    /// A smaller matrix that finishes within 2 minutes.
+    #[arg(long, conflicts_with = "tiny")]
+    pub quick: bool,
+    /// A tiny matrix on a small emulated device (seconds; what CI runs).
+    #[arg(long)]
+    pub tiny: bool,
+    /// Allow writing to block devices smartcon did not create.
+    #[arg(long)]
+    pub destructive: bool,
+}
+
+/// The matrix after defaults and flags.
+#[derive(Debug, Clone)]
+struct Plan {
+    targets: Vec<String>,
+    loads: Vec<String>,
+    workloads: Vec<String>,
+    sizes: Vec<u64>,
+    strategies: Vec<StrategyChoice>,
+    duration_ns: u64,
+    cpu_workers: u32,
+    io_workers: u32,
+    probe_ns: u64,
+}
+
+fn plan(args: &EvaluateArgs) -> Result<Plan> {
+    let (targets, workloads, sizes, duration, file_size) = if args.tiny {
+        (
+            "emu:optane,size=16m",
+            "iozone-rand-read,iozone-seq-write",
+            "4k,64k",
+            "40ms",
+            "16m",
+        )
+    } else if args.quick {
+        (
+            "emu:optane,tmp:{FILE}@/var/tmp",
+            "iozone-rand-read",
+            "4k,64k,256k",
+            "200ms",
+            "64m",
+        )
+    } else {
+        (
+            "emu:optane,emu:nvme,tmp:{FILE}@/var/tmp",
+            "iozone-rand-read,iozone-rand-write,iozone-seq-read,iozone-seq-write",
+            "4k,16k,64k,256k",
+            "300ms",
+            "256m",
+        )
+    };
+    let file_size = args.file_size.clone().unwrap_or_else(|| file_size.to_string());
+    parse_size_arg("file-size", &file_size)?;
+    let targets = args
+        .targets
+        .clone()
+        .unwrap_or_else(|| targets.replace("{FILE}", &file_size));
+    let loads = split_list(
+        "loads",
+        args.loads.as_deref().unwrap_or("bm-only,cpu-intensive,io-intensive"),
+    )?;
+    for l in &loads {
+        if !LOADS.contains(&l.as_str()) {
+            bail!("unknown load {l:?}; use {}", LOADS.join(", "));
+        }
+    }
+    let workloads = split_list("workloads", args.workloads.as_deref().unwrap_or(workloads))?;
+    for w in &workloads {
+        if !WORKLOADS.contains(&w.as_str()) {
+            bail!("unknown workload {w:?}; use {}", WORKLOADS.join(", "));
+        }
+    }
+    let mut sizes: Vec<u64> = split_list("sizes", args.sizes.as_deref().unwrap_or(sizes))?
+        .iter()
+        .map(|s| parse_size_arg("sizes", s))
+        .collect::<Result<_>>()?;
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut strategies: Vec<StrategyChoice> = split_list("strategies", &args.strategies)?
+        .iter()
+        .map(|s| parse_strategy(s))
+        .collect::<Result<_>>()?;
+    if !strategies.iter().any(|s| s.name() == "block") {
+        strategies.insert(0, parse_strategy("block")?);
+    }
+    strategies.dedup_by_key(|s| s.name());
+    let duration_ns = parse_duration_arg("duration", args.duration.as_deref().unwrap_or(duration))?;
+    if duration_ns > 600_000_000_000 {
+        bail!("--duration must be at most 10 min per cell");
+    }
+    let cpu_workers = args
+        .cpu_workers
+        .unwrap_or(if args.tiny { 1 } else { profile::online_cpus() });
+    if cpu_workers == 0 || cpu_workers > smartcon_engine::load::CPU_WORKERS_MAX {
+        bail!("--cpu-workers must be 1..={}", smartcon_engine::load::CPU_WORKERS_MAX);
+    }
+    if args.io_workers == 0 || args.io_workers > smartcon_engine::load::IO_WORKERS_MAX {
+        bail!("--io-workers must be 1..={}", smartcon_engine::load::IO_WORKERS_MAX);
+    }
+    let targets = split_targets(&targets)?;
+    let cells = targets.len() * loads.len() * workloads.len() * sizes.len() * strategies.len();
+    if cells > CELLS_MAX {
+        bail!("{cells} cells is more than {CELLS_MAX}; narrow the matrix");
+    }
+    Ok(Plan {
+        targets,
+        loads,
+        workloads,
+        sizes,
+        strategies,
+        duration_ns,
+        cpu_workers,
+        io_workers: if args.tiny {
+            args.io_workers.min(2)
+        } else {
+            args.io_workers
+        },
+        probe_ns: if args.quick || args.tiny {
+            60_000_000
+        } else {
+            150_000_000
+        },
+    })
+}
+
+/// Splits a target list on commas, keeping `emu:PRESET,key=value` options with their preset.
+fn split_targets(text: &str) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for item in split_list("targets", text)? {
+        match out.last_mut() {
+            Some(prev) if prev.starts_with("emu:") && !item.contains(':') && item.contains('=') => {
+                prev.push(',');
+                prev.push_str(&item);
+            }
+            _ => out.push(item),
+        }
+    }
+    Ok(out)
+}
+
+fn workload_job(workload: &str) -> (Op, Pattern) {
+    match workload {
+        "iozone-rand-read" => (Op::Read, Pattern::Rand),
+        "iozone-rand-write" => (Op::Write, Pattern::Rand),
+        "iozone-seq-read" => (Op::Read, Pattern::Seq),
+        "iozone-seq-write" => (Op::Write, Pattern::Seq),
+        _ => unreachable!("workloads are validated in plan()"),
+    }
+}
+
+/// What the co-running load did during one cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct Corunner {
+    /// `cpu` (crunch batches) or `io` (I/Os on the mainstream path).
+    pub kind: &'static str,
+    pub workers: u32,
+    pub real_ns: u64,
+    pub work: u64,
+    pub work_per_s: f64,
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    /// Machine-wide iowait over the cell, percent of all CPU time.
+    pub iowait_pct: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Cell {
+    #[serde(flatten)]
+    result: JobResult,
+    load: String,
+    workload: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    corunner: Option<Corunner>,
+}
+
+#[derive(Serialize)]
+struct MachineRecord {
+    #[serde(rename = "type")]
+    record_type: &'static str,
+    kernel: String,
+    cpu_model: String,
+    cpus: u32,
+    note: &'static str,
+}
+
+#[derive(Serialize)]
+struct ProfileRecord<'a> {
+    #[serde(rename = "type")]
+    record_type: &'static str,
+    target: &'a str,
+    #[serde(flatten)]
+    profile: &'a Profile,
+}
+
+fn machine() -> MachineRecord {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    MachineRecord {
+        record_type: "machine",
+        kernel,
+        cpu_model,
+        cpus: profile::online_cpus(),
+        note: "timings are from one run; the machine may have been shared",
+    }
+}
+
+struct Opened {
+    target: Box<dyn Target>,
+    profile: Profile,
+    span: u64,
+}
+
+fn open_targets(plan: &Plan, destructive: bool) -> Result<Vec<Opened>> {
+    let writes = plan.workloads.iter().any(|w| workload_job(w).0 == Op::Write);
+    let mut opened = Vec::new();
+    for t in &plan.targets {
+        let spec = target::parse_target(t).map_err(engine_err)?;
+        if let TargetSpec::Path(p) = &spec {
+            if p.is_dir() {
+                bail!(
+                    "target {} is a directory; give a file or block device, or tmp:SIZE@{} for a temporary file",
+                    p.display(),
+                    p.display()
+                );
+            }
+        }
+        let options = OpenOptions {
+            write: writes,
+            destructive,
+            created_by_tool: false,
+        };
+        let target = target::open(&spec, options)
+            .map_err(engine_err)
+            .with_context(|| format!("target {t}"))?;
+        for w in target.warnings() {
+            eprintln!("smartcon: warning: {w}");
+        }
+        let span = target.capacity_bytes().min(1 << 30);
+        for &bs in &plan.sizes {
+            let mut js = JobSpec::new(Op::Read, Pattern::Rand, bs, StrategyChoice::Smart);
+            js.span_bytes = Some(span);
+            js.validate(target.as_ref())
+                .map_err(engine_err)
+                .with_context(|| format!("target {t} is too small or misaligned for the workload"))?;
+            // The I/O load's workers each need room for a request too.
+            if span < bs * plan.io_workers as u64 * 2 {
+                bail!(
+                    "target {t} ({}) is too small for {} I/O load workers of {}",
+                    format_size(span),
+                    plan.io_workers,
+                    format_size(bs)
+                );
+            }
+        }
+        let profile = resolve_profile(target.as_ref(), None, true)?;
+        opened.push(Opened { target, profile, span });
+    }
+    Ok(opened)
+}
+
+pub fn run(args: EvaluateArgs) -> Result<()> {
+    let plan = plan(&args)?;
+    let mut opened = open_targets(&plan, args.destructive)?;
+    prepare_out_dir(&args.out)?;
+    let started = std::time::Instant::now();
+    let monitor = start_monitor(None)?;
+    // Targets without measured thresholds get a short probe, so smart runs on this device's.
+    if plan.strategies.iter().any(|s| s.name() == "smart") {
+        for o in opened.iter_mut() {
+            if o.profile.source == "paper-default" {
+                eprintln!("smartcon: probing {} (no stored profile) ...", o.target.label());
+                let sizes = super::probe::PROBE_SIZES_BYTES.to_vec();
+                let writes = plan.workloads.iter().any(|w| workload_job(w).0 == Op::Write);
+                let outcome =
+                    super::probe::probe_target(o.target.as_ref(), writes, &sizes, plan.probe_ns, &monitor, |_, _| {
+                        Ok(())
+                    })?;
+                outcome
+                    .profile
+                    .save(&profile_path(&outcome.profile.device))
+                    .map_err(engine_err)?;
+                o.profile = outcome.profile;
+            }
+        }
+    }
+    let jsonl_path = args.out.join("results.jsonl");
+    let mut jsonl = std::io::BufWriter::new(
+        std::fs::File::create(&jsonl_path).with_context(|| format!("create {}", jsonl_path.display()))?,
+    );
+    let mach = machine();
+    writeln!(jsonl, "{}", serde_json::to_string(&mach)?)?;
+    for o in &opened {
+        writeln!(
+            jsonl,
+            "{}",
+            serde_json::to_string(&ProfileRecord {
+                record_type: "profile",
+                target: o.target.label(),
+                profile: &o.profile
+            })?
+        )?;
+    }
+    let per_load = plan.targets.len() * plan.workloads.len() * plan.sizes.len() * plan.strategies.len();
+    let bar = progress_bar((per_load * plan.loads.len()) as u64, "evaluate");
+    let mut cells: Vec<Cell> = Vec::with_capacity(per_load * plan.loads.len());
+    'loads: for load in &plan.loads {
+        let cpu = if load == "cpu-intensive" {
+            Some(CpuLoad::start(plan.cpu_workers).map_err(engine_err)?)
+        } else {
+            None
+        };
+        for o in &opened {
+            if interrupted() {
+                break 'loads;
+            }
+            let io = IoLoad::default();
+            let outcome: Result<()> = std::thread::scope(|s| {
+                let result = (|| {
+                    if load == "io-intensive" {
+                        io.spawn(
+                            s,
+                            o.target.as_ref(),
+                            plan.io_workers,
+                            o.target.block_bytes().max(4096),
+                            o.span,
+                        )
+                        .map_err(engine_err)?;
+                    }
+                    if load != "bm-only" {
+                        std::thread::sleep(std::time::Duration::from_nanos(SETTLE_NS));
+                    }
+                    for w in &plan.workloads {
+                        let (op, pattern) = workload_job(w);
+                        for &bs in &plan.sizes {
+                            for &strategy in &plan.strategies {
+                                if interrupted() {
+                                    return Ok(());
+                                }
+                                bar.set_message(format!(
+                                    "{load} {} {w} {} {}",
+                                    o.target.label(),
+                                    format_size(bs),
+                                    strategy.name()
+                                ));
+                                let mut js = JobSpec::new(op, pattern, bs, strategy);
+                                js.span_bytes = Some(o.span);
+                                js.duration_ns = plan.duration_ns;
+                                let snap = |c: &Option<CpuLoad>| -> Option<LoadSnapshot> {
+                                    match (c, load.as_str()) {
+                                        (Some(c), _) => Some(c.snapshot()),
+                                        (None, "io-intensive") => Some(io.snapshot()),
+                                        _ => None,
+                                    }
+                                };
+                                let (s0, w0) = (snap(&cpu), proc_stat_iowait_total_ns());
+                                let r = run_job(o.target.as_ref(), &js, &o.profile, &monitor, interrupt_flag())
+                                    .map_err(engine_err)?;
+                                let (s1, w1) = (snap(&cpu), proc_stat_iowait_total_ns());
+                                let corunner = match (s0, s1) {
+                                    (Some(a), Some(b)) => {
+                                        let d = a.delta_to(&b);
+                                        let iowait_pct = match (w0, w1) {
+                                            (Some((i0, t0)), Some((i1, t1))) if t1 > t0 => {
+                                                (i1 - i0) as f64 / (t1 - t0) as f64 * 100.0
+                                            }
+                                            _ => 0.0,
+                                        };
+                                        Some(Corunner {
+                                            kind: if cpu.is_some() { "cpu" } else { "io" },
+                                            workers: if cpu.is_some() {
+                                                plan.cpu_workers
+                                            } else {
+                                                plan.io_workers
+                                            },
+                                            real_ns: d.real_ns,
+                                            work: d.work,
+                                            work_per_s: d.work_per_s,
+                                            user_ns: d.user_ns,
+                                            sys_ns: d.sys_ns,
+                                            iowait_pct,
+                                        })
+                                    }
+                                    _ => None,
+                                };
+                                let cell = Cell {
+                                    result: r,
+                                    load: load.clone(),
+                                    workload: w.clone(),
+                                    corunner,
+                                };
+                                writeln!(jsonl, "{}", serde_json::to_string(&cell)?)?;
+                                cells.push(cell);
+                                bar.inc(1);
+                            }
+                        }
+                    }
+                    Ok(())
+                })();
+                io.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                result
+            });
+            outcome?;
+        }
+        drop(cpu);
+    }
+    bar.finish_and_clear();
+    monitor.stop();
+    jsonl.flush()?;
+    let profiles: Vec<(String, Profile)> = opened
+        .iter()
+        .map(|o| (o.target.label().to_string(), o.profile.clone()))
+        .collect();
+    let summary = summary_md(
+        &mach,
+        &plan,
+        &profiles,
+        &cells,
+        started.elapsed().as_secs_f64(),
+        interrupted(),
+    );
+    std::fs::write(args.out.join("summary.md"), &summary)?;
+    let plots = write_plots(&args.out, &plan, &cells)?;
+    drop(opened);
+    println!("{}", headline(&cells));
+    println!(
+        "report: {} (results.jsonl, summary.md, {} plots) in {:.0} s",
+        args.out.display(),
+        plots,
+        started.elapsed().as_secs_f64()
+    );
+    if interrupted() {
+        println!("(interrupted: the report holds the cells measured so far)");
+    }
+    Ok(())
+}
+
+fn find<'a>(cells: &'a [Cell], c: &Cell, strategy: &str) -> Option<&'a Cell> {
+    cells.iter().find(|x| {
+        x.load == c.load
+            && x.workload == c.workload
+            && x.result.target == c.result.target
+            && x.result.bs_bytes == c.result.bs_bytes
+            && x.result.strategy == strategy
+    })
+}
+
+fn gain(cells: &[Cell], c: &Cell) -> Option<f64> {
+    find(cells, c, "block")
+        .filter(|b| b.result.iops > 0.0)
+        .map(|b| c.result.iops / b.result.iops)
+}
+
+/// smart against the better of block and spin in every cell: (cells, cells >= 0.95, min ratio, worst cell).
+fn smart_check(cells: &[Cell]) -> (usize, usize, Option<(f64, String)>) {
+    let (mut n, mut ok, mut worst): (usize, usize, Option<(f64, String)>) = (0, 0, None);
+    for c in cells.iter().filter(|c| c.result.strategy == "smart") {
+        let best = ["block", "spin"]
+            .iter()
+            .filter_map(|s| find(cells, c, s))
+            .map(|x| x.result.iops)
+            .fold(0.0, f64::max);
+        if best <= 0.0 {
+            continue;
+        }
+        let ratio = c.result.iops / best;
+        n += 1;
+        ok += (ratio >= 0.95) as usize;
+        if worst.as_ref().is_none_or(|w| ratio < w.0) {
+            worst = Some((
+                ratio,
+                format!(
+                    "{} {} {} {}",
+                    c.load,
+                    c.result.target,
+                    c.workload,
+                    format_size(c.result.bs_bytes)
+                ),
+            ));
+        }
+    }
+    (n, ok, worst)
+}
+
+fn headline(cells: &[Cell]) -> String {
+    let (n, ok, worst) = smart_check(cells);
+    match worst {
+        Some((r, w)) => {
+            format!("smart reached >= 0.95 x the better of block and spin in {ok} of {n} cells (lowest {r:.3}: {w}).")
+        }
+        None => "no smart cells measured".into(),
+    }
+}
+
+fn csw_per_io(c: &Cell) -> f64 {
+    if c.result.ios == 0 {
+        0.0
+    } else {
+        (c.result.ctx_voluntary + c.result.ctx_involuntary) as f64 / c.result.ios as f64
+    }
+}
+
+fn summary_md(
+    m: &MachineRecord,
+    plan: &Plan,
+    profiles: &[(String, Profile)],
+    cells: &[Cell],
+    secs: f64,
+    interrupted: bool,
+) -> String {
+    let mut s = String::from("# smartcon evaluate\n\n");
+    s += &format!(
+        "Machine: Linux {}, {}, {} CPUs. {} cells in {:.0} s, {} per cell. Timings are from one run on a machine that may have been shared: read ratios, not absolutes.{}\n\n",
+        m.kernel,
+        m.cpu_model,
+        m.cpus,
+        cells.len(),
+        secs,
+        format_ns(plan.duration_ns as f64),
+        if interrupted { " **Interrupted: partial results.**" } else { "" }
+    );
+    s += &format!(
+        "Loads: bm-only (nothing else), cpu-intensive ({} number-cruncher processes), io-intensive ({} I/O workers, 4 KiB random reads on the same target, blocking).\n\n",
+        plan.cpu_workers, plan.io_workers
+    );
+    s += "## Profiles used by smart\n\n```\n";
+    let mut t = Table::new(&[
+        "target",
+        "device",
+        "source",
+        "class",
+        "size threshold",
+        "CPU threshold",
+        "Q",
+    ]);
+    for (label, p) in profiles {
+        t.row(vec![
+            label.clone(),
+            p.device.clone(),
+            p.source.clone(),
+            p.class.name().into(),
+            format_size(p.size_threshold_bytes),
+            format!("{}%", p.cpu_threshold_pct),
+            p.queue_limit.to_string(),
+        ]);
+    }
+    s += &t.render();
+    s += "```\n\n";
+    let (n, ok, worst) = smart_check(cells);
+    if let Some((r, w)) = worst {
+        s += &format!(
+            "**smart >= 0.95 x the better of block and spin in {ok} of {n} cells** (lowest ratio {r:.3}, at {w}).\n\n"
+        );
+    }
+    s += "## Gain against block (IOPS ratio; Fig. 9, 12, 15)\n\n```\n";
+    let others: Vec<&str> = plan
+        .strategies
+        .iter()
+        .map(|s| s.name())
+        .filter(|n| *n != "block")
+        .collect();
+    let mut header = vec!["target".to_string(), "workload".into(), "size".into()];
+    for l in &plan.loads {
+        for o in &others {
+            header.push(format!("{o}@{l}"));
+        }
+    }
+    let hdr: Vec<&str> = header.iter().map(|x| x.as_str()).collect();
+    let mut t = Table::new(&hdr);
+    for tl in &plan.targets_labels(cells) {
+        for w in &plan.workloads {
+            for &bs in &plan.sizes {
+                let mut row = vec![tl.clone(), w.clone(), format_size(bs)];
+                for l in &plan.loads {
+                    for o in &others {
+                        let c = cells.iter().find(|c| {
+                            &c.result.target == tl
+                                && &c.workload == w
+                                && c.result.bs_bytes == bs
+                                && &c.load == l
+                                && c.result.strategy == *o
+                        });
+                        row.push(
+                            c.and_then(|c| gain(cells, c))
+                                .map(|g| format!("{g:.2}x"))
+                                .unwrap_or_else(|| "-".into()),
+                        );
+                    }
+                }
+                t.row(row);
+            }
+        }
+    }
+    s += &t.render();
+    s += "```\n\n";
+    s += "## Context switches per I/O, voluntary + involuntary (Fig. 10), and CPU of the I/O thread (% of one CPU; Fig. 8)\n\n```\n";
+    let strategies: Vec<&str> = plan.strategies.iter().map(|s| s.name()).collect();
+    let mut header = vec!["load".to_string(), "target".into(), "workload".into(), "size".into()];
+    for st in &strategies {
+        header.push(format!("csw/IO {st}"));
+    }
+    for st in &strategies {
+        header.push(format!("CPU {st}"));
+    }
+    let hdr: Vec<&str> = header.iter().map(|x| x.as_str()).collect();
+    let mut t = Table::new(&hdr);
+    for c in cells.iter().filter(|c| c.result.strategy == "block") {
+        let mut row = vec![
+            c.load.clone(),
+            c.result.target.clone(),
+            c.workload.clone(),
+            format_size(c.result.bs_bytes),
+        ];
+        let by: Vec<Option<&Cell>> = strategies.iter().map(|st| find(cells, c, st)).collect();
+        for x in &by {
+            row.push(
+                x.map(|x| {
+                    format!(
+                        "{:.2} ({}+{})",
+                        csw_per_io(x),
+                        x.result.ctx_voluntary,
+                        x.result.ctx_involuntary
+                    )
+                })
+                .unwrap_or_else(|| "-".into()),
+            );
+        }
+        for x in &by {
+            row.push(
+                x.map(|x| format!("{:.0}%", x.result.cpu_user_pct + x.result.cpu_sys_pct))
+                    .unwrap_or_else(|| "-".into()),
+            );
+        }
+        t.row(row);
+    }
+    s += &t.render();
+    s += "```\n\n";
+    s += "## Side effect on the co-running CPU benchmark (Table VI)\n\n";
+    s += "Summed over every cell of the cpu-intensive load per target and strategy: the crunchers' work (batches), its rate against the rate beside block, their user and system CPU time, the wall time, and the machine's iowait.\n\n```\n";
+    let mut t = Table::new(&[
+        "target",
+        "strategy",
+        "work",
+        "rate vs block",
+        "real",
+        "user",
+        "sys",
+        "iowait",
+    ]);
+    for tl in &plan.targets_labels(cells) {
+        let agg = |st: &str| {
+            let mut a = (0u64, 0u64, 0u64, 0u64, 0.0f64, 0usize);
+            for c in cells
+                .iter()
+                .filter(|c| &c.result.target == tl && c.load == "cpu-intensive" && c.result.strategy == st)
+            {
+                if let Some(k) = &c.corunner {
+                    a.0 += k.work;
+                    a.1 += k.real_ns;
+                    a.2 += k.user_ns;
+                    a.3 += k.sys_ns;
+                    a.4 += k.iowait_pct;
+                    a.5 += 1;
+                }
+            }
+            a
+        };
+        let block = agg("block");
+        for st in &strategies {
+            let a = agg(st);
+            if a.5 == 0 {
+                continue;
+            }
+            let rate = a.0 as f64 / a.1.max(1) as f64;
+            let brate = block.0 as f64 / block.1.max(1) as f64;
+            t.row(vec![
+                tl.clone(),
+                st.to_string(),
+                a.0.to_string(),
+                if brate > 0.0 {
+                    format!("{:.3}x", rate / brate)
+                } else {
+                    "-".into()
+                },
+                format_ns(a.1 as f64),
+                format_ns(a.2 as f64),
+                format_ns(a.3 as f64),
+                format!("{:.1}%", a.4 / a.5 as f64),
+            ]);
+        }
+    }
+    s += &t.render();
+    s += "```\n\nThe I/O co-runner (io-intensive) rates are in results.jsonl (`corunner.work_per_s`, I/Os per second).\n\n";
+    s += "Plots: `fig8-cpu-*.svg` (CPU per strategy by size, bm-only), `fig9-gain-*.svg` (gain by size per load), `fig10-csw-*.svg` (context switches per I/O), `fig11-workloads-*.svg` (gain per workload), `table6-corunner.svg` (co-runner work rate against block).\n";
+    s
+}
+
+impl Plan {
+    /// Target labels in the order they were measured.
+    fn targets_labels(&self, cells: &[Cell]) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in cells {
+            if !out.contains(&c.result.target) {
+                out.push(c.result.target.clone());
+            }
+        }
+        out
+    }
+}
+
+fn file_name(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .collect()
+}
+
+fn write_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
+    let mut n = 0;
+    let strategies: Vec<&str> = plan.strategies.iter().map(|s| s.name()).collect();
+    let labels = plan.targets_labels(cells);
+    let first_wl = plan.workloads.first().cloned().unwrap_or_default();
+    let pick = |t: &str, l: &str, w: &str, st: &str| -> Vec<&Cell> {
+        cells
+            .iter()
+            .filter(|c| c.result.target == t && c.load == l && c.workload == w && c.result.strategy == st)
+            .collect()
+    };
+    for t in &labels {
+        let tf = file_name(t);
+        // Fig. 8: CPU of the I/O thread by size and strategy.
+        let series: Vec<Series> = strategies
+            .iter()
+            .map(|st| Series {
+                name: st.to_string(),
+                points: pick(t, "bm-only", &first_wl, st)
+                    .iter()
+                    .map(|c| {
+                        (
+                            c.result.bs_bytes as f64 / 1024.0,
+                            c.result.cpu_user_pct + c.result.cpu_sys_pct,
+                        )
+                    })
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        if !series.is_empty() {
+            let title = format!("CPU of the I/O thread, {t}, {first_wl}, no load");
+            line_chart(
+                &dir.join(format!("fig8-cpu-{tf}.svg")),
+                &LineChart {
+                    title: &title,
+                    x_label: "request size (KiB)",
+                    y_label: "CPU (% of one CPU)",
+                    log_x: true,
+                    log_y: false,
+                    markers: vec![],
+                },
+                &series,
+            )?;
+            n += 1;
+        }
+        // Fig. 9/12/15: gain by size, one plot per load.
+        for l in &plan.loads {
+            let series: Vec<Series> = strategies
+                .iter()
+                .filter(|st| **st != "block")
+                .map(|st| Series {
+                    name: format!("{st} / block"),
+                    points: pick(t, l, &first_wl, st)
+                        .iter()
+                        .filter_map(|c| gain(cells, c).map(|g| (c.result.bs_bytes as f64 / 1024.0, g)))
+                        .collect(),
+                })
+                .filter(|s| !s.points.is_empty())
+                .collect();
+            if !series.is_empty() {
+                let title = format!("IOPS gain against block, {t}, {first_wl}, load {l}");
+                line_chart(
+                    &dir.join(format!("fig9-gain-{tf}-{l}.svg")),
+                    &LineChart {
+                        title: &title,
+                        x_label: "request size (KiB)",
+                        y_label: "IOPS / block's IOPS",
+                        log_x: true,
+                        log_y: false,
+                        markers: vec![],
+                    },
+                    &series,
+                )?;
+                n += 1;
+            }
+        }
+        // Fig. 10: context switches per I/O.
+        let cats: Vec<String> = plan.sizes.iter().map(|&b| format_size(b)).collect();
+        let bars: Vec<(String, Vec<f64>)> = strategies
+            .iter()
+            .map(|st| {
+                let v = plan
+                    .sizes
+                    .iter()
+                    .map(|&b| {
+                        pick(t, "bm-only", &first_wl, st)
+                            .iter()
+                            .find(|c| c.result.bs_bytes == b)
+                            .map(|c| csw_per_io(c))
+                            .unwrap_or(f64::NAN)
+                    })
+                    .collect();
+                (st.to_string(), v)
+            })
+            .collect();
+        if plan.loads.iter().any(|l| l == "bm-only") {
+            let title = format!("Context switches per I/O, {t}, {first_wl}, no load");
+            bar_chart(
+                &dir.join(format!("fig10-csw-{tf}.svg")),
+                &BarChart {
+                    title: &title,
+                    y_label: "voluntary + involuntary per I/O",
+                    categories: cats,
+                    series: bars,
+                    reference: None,
+                },
+            )?;
+            n += 1;
+        }
+        // Fig. 11: gain per workload (geometric mean over sizes), first load.
+        let l0 = &plan.loads[0];
+        let bars: Vec<(String, Vec<f64>)> = strategies
+            .iter()
+            .map(|st| {
+                let v = plan
+                    .workloads
+                    .iter()
+                    .map(|w| {
+                        let g: Vec<f64> = pick(t, l0, w, st)
+                            .iter()
+                            .filter_map(|c| gain(cells, c))
+                            .filter(|g| *g > 0.0)
+                            .collect();
+                        if g.is_empty() {
+                            f64::NAN
+                        } else {
+                            (g.iter().map(|x| x.ln()).sum::<f64>() / g.len() as f64).exp()
+                        }
+                    })
+                    .collect();
+                (st.to_string(), v)
+            })
+            .collect();
+        let title = format!("Gain against block per workload (geometric mean over sizes), {t}, load {l0}");
+        bar_chart(
+            &dir.join(format!("fig11-workloads-{tf}.svg")),
+            &BarChart {
+                title: &title,
+                y_label: "IOPS / block's IOPS",
+                categories: plan.workloads.clone(),
+                series: bars,
+                reference: Some(1.0),
+            },
+        )?;
+        n += 1;
+    }
+    // Table VI: the co-runner's work rate against its rate beside block.
+    if plan.loads.iter().any(|l| l == "cpu-intensive") {
+        let bars: Vec<(String, Vec<f64>)> = strategies
+            .iter()
+            .map(|st| {
+                let v = labels
+                    .iter()
+                    .map(|t| {
+                        let rate = |s: &str| {
+                            let (w, r) = cells
+                                .iter()
+                                .filter(|c| {
+                                    &c.result.target == t && c.load == "cpu-intensive" && c.result.strategy == s
+                                })
+                                .filter_map(|c| c.corunner.as_ref())
+                                .fold((0u64, 0u64), |a, k| (a.0 + k.work, a.1 + k.real_ns));
+                            w as f64 / r.max(1) as f64
+                        };
+                        let b = rate("block");
+                        if b > 0.0 {
+                            rate(st) / b
+                        } else {
+                            f64::NAN
+                        }
+                    })
+                    .collect();
+                (format!("beside {st}"), v)
+            })
+            .collect();
+        bar_chart(
+            &dir.join("table6-corunner.svg"),
+            &BarChart {
+                title: "CPU benchmark's work rate beside each strategy, relative to beside block",
+                y_label: "work rate / rate beside block",
+                categories: labels.clone(),
+                series: bars,
+                reference: Some(1.0),
+            },
+        )?;
+        n += 1;
+    }
+    Ok(n)
 }

@@ -1,0 +1,219 @@
+//! End-to-end tests of `smartcon probe` and `smartcon evaluate` on tiny emulated targets:
+//! the report has every file, the records parse with the documented fields, the plots are
+//! SVG with the expected series, and bad input exits 2 writing nothing. No timing is
+//! asserted (the machine is shared): only structure, counts and the probe's rules.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("smartcon-evaltest-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn smartcon(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_smartcon"))
+        .env("SMARTCON_HOME", home)
+        .args(args)
+        .output()
+        .expect("run smartcon")
+}
+
+#[test]
+fn probe_writes_a_profile_that_follows_the_rules() {
+    let dir = scratch("probe");
+    let out = smartcon(
+        &dir,
+        &[
+            "probe",
+            "emu:nvme,size=16m",
+            "--duration",
+            "20ms",
+            "--sizes",
+            "4k,64k,512k",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // 3 sizes x 2 ops x 3 strategies, then the profile.
+    assert_eq!(recs.iter().filter(|r| r["type"] == "probe_point").count(), 18);
+    let prof = recs
+        .iter()
+        .find(|r| r["type"] == "probe_profile")
+        .expect("profile record");
+    assert_eq!(prof["source"], "probe");
+    assert_eq!(prof["device"], "emu:nvme,size=16m");
+    let path = PathBuf::from(prof["path"].as_str().unwrap());
+    assert!(path.starts_with(&dir), "profile stored under SMARTCON_HOME");
+    let stored: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(stored["latencies"].as_array().unwrap().len(), 18);
+    let threshold = stored["size_threshold_bytes"].as_u64().unwrap();
+    assert!(
+        [4096, 65536, 524288, 1 << 20].contains(&threshold),
+        "threshold {threshold} is a probed size or twice the largest"
+    );
+    assert!(stored["cpu_threshold_pct"].as_u64().unwrap() <= 100);
+    assert!(stored["wakeup_ns"].as_f64().unwrap() > 0.0);
+    // smart picks the stored profile up without being told.
+    let io = smartcon(
+        &dir,
+        &["io", "--target", "emu:nvme,size=16m", "--duration", "20ms", "--json"],
+    );
+    assert!(io.status.success());
+    let r: serde_json::Value = serde_json::from_str(String::from_utf8(io.stdout).unwrap().trim()).unwrap();
+    assert_eq!(r["profile_source"], "probe");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn evaluate_tiny_writes_the_whole_report() {
+    let dir = scratch("tiny");
+    let report = dir.join("report");
+    let out = smartcon(
+        &dir,
+        &[
+            "evaluate",
+            "--tiny",
+            "--duration",
+            "20ms",
+            "--out",
+            report.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(report.join("results.jsonl")).unwrap();
+    let recs: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("record parses"))
+        .collect();
+    assert!(recs.iter().all(|r| r["type"].is_string()), "every record has a type");
+    assert_eq!(recs.iter().filter(|r| r["type"] == "machine").count(), 1);
+    assert_eq!(recs.iter().filter(|r| r["type"] == "profile").count(), 1);
+    let results: Vec<&serde_json::Value> = recs.iter().filter(|r| r["type"] == "result").collect();
+    // 3 loads x 2 workloads x 2 sizes x 4 strategies.
+    assert_eq!(results.len(), 48);
+    for load in ["bm-only", "cpu-intensive", "io-intensive"] {
+        let of_load: Vec<_> = results.iter().filter(|r| r["load"] == load).collect();
+        assert_eq!(of_load.len(), 16, "{load}");
+        for r in of_load {
+            assert!(r["ios"].as_u64().unwrap() > 0);
+            assert!(r["workload"].as_str().unwrap().starts_with("iozone-"));
+            match load {
+                "bm-only" => assert!(r.get("corunner").is_none()),
+                "cpu-intensive" => assert_eq!(r["corunner"]["kind"], "cpu"),
+                _ => assert_eq!(r["corunner"]["kind"], "io"),
+            }
+        }
+    }
+    let summary = std::fs::read_to_string(report.join("summary.md")).unwrap();
+    for heading in [
+        "Profiles used by smart",
+        "Gain against block",
+        "Context switches per I/O",
+        "Table VI",
+    ] {
+        assert!(summary.contains(heading), "summary lacks {heading}");
+    }
+    let t = "emu_optane_size_16m";
+    let svgs = [
+        (format!("fig8-cpu-{t}.svg"), vec!["block", "spin", "sync", "smart"]),
+        (
+            format!("fig9-gain-{t}-bm-only.svg"),
+            vec!["spin / block", "smart / block"],
+        ),
+        (format!("fig9-gain-{t}-cpu-intensive.svg"), vec!["smart / block"]),
+        (format!("fig9-gain-{t}-io-intensive.svg"), vec!["smart / block"]),
+        (format!("fig10-csw-{t}.svg"), vec!["block", "smart"]),
+        (format!("fig11-workloads-{t}.svg"), vec!["iozone-rand-read", "smart"]),
+        ("table6-corunner.svg".to_string(), vec!["beside block", "beside smart"]),
+    ];
+    for (name, series) in svgs {
+        let svg = std::fs::read_to_string(report.join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{name} is not SVG"
+        );
+        for s in series {
+            assert!(svg.contains(s), "{name} lacks series {s}");
+        }
+    }
+    // A second run into the same, now non-empty, directory is refused and changes nothing.
+    let before = std::fs::read_to_string(report.join("summary.md")).unwrap();
+    let again = smartcon(&dir, &["evaluate", "--tiny", "--out", report.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
+    assert_eq!(std::fs::read_to_string(report.join("summary.md")).unwrap(), before);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_input_exits_2_and_writes_nothing() {
+    let dir = scratch("bad");
+    let report = dir.join("r");
+    let cases: Vec<Vec<&str>> = vec![
+        // A target too small for the workload's record size.
+        vec![
+            "evaluate",
+            "--tiny",
+            "--targets",
+            "emu:optane,size=1m",
+            "--sizes",
+            "4m",
+            "--out",
+            report.to_str().unwrap(),
+        ],
+        // A directory where a file is needed.
+        vec![
+            "evaluate",
+            "--tiny",
+            "--targets",
+            dir.to_str().unwrap(),
+            "--out",
+            report.to_str().unwrap(),
+        ],
+        vec![
+            "evaluate",
+            "--tiny",
+            "--loads",
+            "gaming",
+            "--out",
+            report.to_str().unwrap(),
+        ],
+        vec![
+            "evaluate",
+            "--tiny",
+            "--workloads",
+            "iozone-fly",
+            "--out",
+            report.to_str().unwrap(),
+        ],
+    ];
+    for args in cases {
+        let out = smartcon(&dir, &args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(!report.exists(), "{args:?} wrote the report directory");
+    }
+    // An unreadable stored profile is named, not silently replaced.
+    let profiles = dir.join("profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(profiles.join("emu_optane_size_16m.json"), "not json").unwrap();
+    let out = smartcon(&dir, &["evaluate", "--tiny", "--out", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("profile"));
+    assert_eq!(
+        std::fs::read_to_string(profiles.join("emu_optane_size_16m.json")).unwrap(),
+        "not json"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
