@@ -81,6 +81,10 @@ pub struct EvaluateArgs {
     /// I/O workers of the IO-intensive load.
     #[arg(long, default_value_t = 4)]
     pub io_workers: u32,
+    /// Turns per cell: each strategy's time is split into this many pieces, interleaved
+    /// with the other strategies in rotated order (default 3; 1 with --tiny).
+    #[arg(long)]
+    pub rounds: Option<u32>,
     /// The report directory (must not exist or be empty).
     #[arg(long, default_value = "smartcon-report")]
     pub out: PathBuf,
@@ -107,6 +111,8 @@ struct Plan {
     cpu_workers: u32,
     io_workers: u32,
     probe_ns: u64,
+    /// Each cell's time is split into this many turns, strategies interleaved.
+    rounds: u32,
 }
 
 fn plan(args: &EvaluateArgs) -> Result<Plan> {
@@ -131,7 +137,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
             "emu:optane,emu:nvme,tmp:{FILE}@/var/tmp",
             "iozone-rand-read,iozone-rand-write,iozone-seq-read,iozone-seq-write",
             "4k,16k,64k,256k",
-            "300ms",
+            "500ms",
             "256m",
         )
     };
@@ -206,6 +212,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
         } else {
             150_000_000
         },
+        rounds: args.rounds.unwrap_or(if args.tiny { 1 } else { 3 }).clamp(1, 100),
     })
 }
 
@@ -397,7 +404,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         )?;
     }
     let per_load = plan.targets.len() * plan.workloads.len() * plan.sizes.len() * plan.strategies.len();
-    let bar = progress_bar((per_load * plan.loads.len()) as u64, "evaluate");
+    let bar = progress_bar((per_load * plan.loads.len() * plan.rounds as usize) as u64, "evaluate");
     let mut cells: Vec<Cell> = Vec::with_capacity(per_load * plan.loads.len());
     'loads: for load in &plan.loads {
         let cpu = if load == "cpu-intensive" {
@@ -428,65 +435,73 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                     for w in &plan.workloads {
                         let (op, pattern) = workload_job(w);
                         for &bs in &plan.sizes {
-                            for &strategy in &plan.strategies {
-                                if interrupted() {
-                                    return Ok(());
-                                }
-                                bar.set_message(format!(
-                                    "{load} {} {w} {} {}",
-                                    o.target.label(),
-                                    format_size(bs),
-                                    strategy.name()
-                                ));
-                                let mut js = JobSpec::new(op, pattern, bs, strategy);
-                                js.span_bytes = Some(o.span);
-                                js.duration_ns = plan.duration_ns;
-                                let snap = |c: &Option<CpuLoad>| -> Option<LoadSnapshot> {
-                                    match (c, load.as_str()) {
-                                        (Some(c), _) => Some(c.snapshot()),
-                                        (None, "io-intensive") => Some(io.snapshot()),
+                            // Strategies take turns in rounds, each round in a rotated
+                            // order, so drift of a shared machine hits them alike.
+                            let n = plan.strategies.len();
+                            let mut merged: Vec<Option<(JobResult, Option<Corunner>)>> = vec![None; n];
+                            for round in 0..plan.rounds {
+                                for k in 0..n {
+                                    if interrupted() {
+                                        break;
+                                    }
+                                    let i = (k + round as usize) % n;
+                                    let strategy = plan.strategies[i];
+                                    bar.set_message(format!(
+                                        "{load} {} {w} {} {} ({}/{})",
+                                        o.target.label(),
+                                        format_size(bs),
+                                        strategy.name(),
+                                        round + 1,
+                                        plan.rounds
+                                    ));
+                                    let mut js = JobSpec::new(op, pattern, bs, strategy);
+                                    js.span_bytes = Some(o.span);
+                                    js.duration_ns = (plan.duration_ns / plan.rounds as u64).max(1_000_000);
+                                    js.seed = 1 + round as u64;
+                                    let snap = |c: &Option<CpuLoad>| -> Option<LoadSnapshot> {
+                                        match (c, load.as_str()) {
+                                            (Some(c), _) => Some(c.snapshot()),
+                                            (None, "io-intensive") => Some(io.snapshot()),
+                                            _ => None,
+                                        }
+                                    };
+                                    let (s0, w0) = (snap(&cpu), proc_stat_iowait_total_ns());
+                                    let r = run_job(o.target.as_ref(), &js, &o.profile, &monitor, interrupt_flag())
+                                        .map_err(engine_err)?;
+                                    let (s1, w1) = (snap(&cpu), proc_stat_iowait_total_ns());
+                                    let corunner = match (s0, s1) {
+                                        (Some(a), Some(b)) => {
+                                            let d = a.delta_to(&b);
+                                            let iowait_pct = match (w0, w1) {
+                                                (Some((i0, t0)), Some((i1, t1))) if t1 > t0 => {
+                                                    (i1 - i0) as f64 / (t1 - t0) as f64 * 100.0
+                                                }
+                                                _ => 0.0,
+                                            };
+                                            Some(Corunner {
+                                                kind: if cpu.is_some() { "cpu" } else { "io" },
+                                                workers: if cpu.is_some() { plan.cpu_workers } else { plan.io_workers },
+                                                real_ns: d.real_ns,
+                                                work: d.work,
+                                                work_per_s: d.work_per_s,
+                                                user_ns: d.user_ns,
+                                                sys_ns: d.sys_ns,
+                                                iowait_pct,
+                                            })
+                                        }
                                         _ => None,
-                                    }
-                                };
-                                let (s0, w0) = (snap(&cpu), proc_stat_iowait_total_ns());
-                                let r = run_job(o.target.as_ref(), &js, &o.profile, &monitor, interrupt_flag())
-                                    .map_err(engine_err)?;
-                                let (s1, w1) = (snap(&cpu), proc_stat_iowait_total_ns());
-                                let corunner = match (s0, s1) {
-                                    (Some(a), Some(b)) => {
-                                        let d = a.delta_to(&b);
-                                        let iowait_pct = match (w0, w1) {
-                                            (Some((i0, t0)), Some((i1, t1))) if t1 > t0 => {
-                                                (i1 - i0) as f64 / (t1 - t0) as f64 * 100.0
-                                            }
-                                            _ => 0.0,
-                                        };
-                                        Some(Corunner {
-                                            kind: if cpu.is_some() { "cpu" } else { "io" },
-                                            workers: if cpu.is_some() {
-                                                plan.cpu_workers
-                                            } else {
-                                                plan.io_workers
-                                            },
-                                            real_ns: d.real_ns,
-                                            work: d.work,
-                                            work_per_s: d.work_per_s,
-                                            user_ns: d.user_ns,
-                                            sys_ns: d.sys_ns,
-                                            iowait_pct,
-                                        })
-                                    }
-                                    _ => None,
-                                };
-                                let cell = Cell {
-                                    result: r,
-                                    load: load.clone(),
-                                    workload: w.clone(),
-                                    corunner,
-                                };
+                                    };
+                                    merged[i] = Some(match merged[i].take() {
+                                        None => (r, corunner),
+                                        Some((a, ca)) => (merge_results(a, &r), merge_corunner(ca, corunner)),
+                                    });
+                                    bar.inc(1);
+                                }
+                            }
+                            for (result, corunner) in merged.into_iter().flatten() {
+                                let cell = Cell { result, load: load.clone(), workload: w.clone(), corunner };
                                 writeln!(jsonl, "{}", serde_json::to_string(&cell)?)?;
                                 cells.push(cell);
-                                bar.inc(1);
                             }
                         }
                     }
@@ -528,6 +543,62 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         println!("(interrupted: the report holds the cells measured so far)");
     }
     Ok(())
+}
+
+/// Merges two turns of the same cell: counts and times add, means are weighted by I/Os,
+/// CPU shares by wall time. Percentiles are the I/O-weighted mean of the turns' percentiles
+/// (an approximation; the mean latency and IOPS are exact).
+fn merge_results(a: JobResult, b: &JobResult) -> JobResult {
+    let ios = a.ios + b.ios;
+    let dur = a.duration_ns + b.duration_ns;
+    let wi = |x: f64, y: f64| if ios == 0 { 0.0 } else { (x * a.ios as f64 + y * b.ios as f64) / ios as f64 };
+    let wd = |x: f64, y: f64| (x * a.duration_ns as f64 + y * b.duration_ns as f64) / dur.max(1) as f64;
+    let mut decisions = a.decisions.clone();
+    for (k, v) in &b.decisions.by_strategy {
+        *decisions.by_strategy.entry(k.clone()).or_default() += v;
+    }
+    for (k, v) in &b.decisions.by_reason {
+        *decisions.by_reason.entry(k.clone()).or_default() += v;
+    }
+    JobResult {
+        duration_ns: dur,
+        ios,
+        iops: ios as f64 * 1e9 / dur.max(1) as f64,
+        bw_bytes_per_s: wd(a.bw_bytes_per_s, b.bw_bytes_per_s),
+        lat_ns_mean: wi(a.lat_ns_mean, b.lat_ns_mean),
+        lat_ns_min: a.lat_ns_min.min(b.lat_ns_min),
+        lat_ns_p50: wi(a.lat_ns_p50 as f64, b.lat_ns_p50 as f64) as u64,
+        lat_ns_p99: wi(a.lat_ns_p99 as f64, b.lat_ns_p99 as f64) as u64,
+        lat_ns_p999: wi(a.lat_ns_p999 as f64, b.lat_ns_p999 as f64) as u64,
+        lat_ns_max: a.lat_ns_max.max(b.lat_ns_max),
+        cpu_user_pct: wd(a.cpu_user_pct, b.cpu_user_pct),
+        cpu_sys_pct: wd(a.cpu_sys_pct, b.cpu_sys_pct),
+        ctx_voluntary: a.ctx_voluntary + b.ctx_voluntary,
+        ctx_involuntary: a.ctx_involuntary + b.ctx_involuntary,
+        decisions,
+        spin_fallbacks: a.spin_fallbacks + b.spin_fallbacks,
+        interrupted: a.interrupted || b.interrupted,
+        ..a
+    }
+}
+
+fn merge_corunner(a: Option<Corunner>, b: Option<Corunner>) -> Option<Corunner> {
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            let real_ns = a.real_ns + b.real_ns;
+            let work = a.work + b.work;
+            Some(Corunner {
+                real_ns,
+                work,
+                work_per_s: work as f64 * 1e9 / real_ns.max(1) as f64,
+                user_ns: a.user_ns + b.user_ns,
+                sys_ns: a.sys_ns + b.sys_ns,
+                iowait_pct: (a.iowait_pct * a.real_ns as f64 + b.iowait_pct * b.real_ns as f64) / real_ns.max(1) as f64,
+                ..a
+            })
+        }
+        (a, b) => a.or(b),
+    }
 }
 
 fn find<'a>(cells: &'a [Cell], c: &Cell, strategy: &str) -> Option<&'a Cell> {
