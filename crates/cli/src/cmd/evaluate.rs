@@ -129,7 +129,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
             "emu:optane,tmp:{FILE}@/var/tmp",
             "iozone-rand-read",
             "4k,64k,256k",
-            "200ms",
+            "600ms",
             "64m",
         )
     } else {
