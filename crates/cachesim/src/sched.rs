@@ -447,4 +447,33 @@ mod tests {
         let err = uts.estimation_error().unwrap();
         assert!(err < 0.05, "error {err}");
     }
+
+    /// Regression: with the sample sets at multiples of 16 every sampled set was a DRRIP
+    /// leader, and this run estimated 48% off.
+    #[test]
+    fn drrip_sampling_is_not_biased_by_leader_sets() {
+        let stop = AtomicBool::new(false);
+        let mut hierarchy = HierarchyConfig::table_ii();
+        hierarchy.llc = Geometry::new(1 << 20, 16, 64).unwrap();
+        let config = RunConfig {
+            hierarchy,
+            policy: PolicyKind::Drrip,
+            instructions: 6_000_000,
+            mode: SliceMode::Uniform {
+                slice_cycles: BASE_SLICE_CYCLES,
+            },
+            table: EtsTable::table_i(),
+            sample_shift: 4,
+        };
+        let task = TaskSpec {
+            name: "loop:1536k".into(),
+            kind: SynthKind::Loop,
+            working_set_bytes: 1536 << 10,
+            seed: 5,
+        };
+        let run = run_task(&task, &config, &stop).unwrap();
+        assert!(run.cs_misses_exact() > 10_000);
+        let err = run.estimation_error().unwrap();
+        assert!(err < 0.05, "error {err}");
+    }
 }
