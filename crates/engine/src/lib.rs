@@ -23,3 +23,4 @@ pub mod verify;
 pub use smartcon_devemu as devemu;
 pub use smartcon_devemu::Op;
 pub mod load;
+pub mod blockdev;

@@ -32,7 +32,7 @@ use smartcon_engine::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadSnap
 use smartcon_engine::profile::{self, profile_path, Profile};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
-use smartcon_engine::Op;
+use smartcon_engine::{blockdev, Op};
 
 use crate::common::{interrupt_flag, interrupted, prepare_out_dir, progress_bar};
 use crate::engine_setup::*;
@@ -126,7 +126,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
         )
     } else if args.quick {
         (
-            "emu:optane,tmp:{FILE}@/var/tmp",
+            "emu:optane,tmp:{FILE}@/var/tmp,zram:{FILE}",
             "iozone-rand-read",
             "4k,64k,256k",
             "600ms",
@@ -134,10 +134,10 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
         )
     } else {
         (
-            "emu:optane,emu:nvme,tmp:{FILE}@/var/tmp",
+            "emu:optane,emu:nvme,tmp:{FILE}@/var/tmp,loop:{FILE},zram:{FILE}",
             "iozone-rand-read,iozone-rand-write,iozone-seq-read,iozone-seq-write",
             "4k,16k,64k,256k",
-            "500ms",
+            "400ms",
             "256m",
         )
     };
@@ -311,13 +311,60 @@ struct Opened {
     target: Box<dyn Target>,
     profile: Profile,
     span: u64,
+    /// Created for this run (loop, zram): its probe profile is not stored, since the
+    /// device name will belong to another device later.
+    created: bool,
+    name: String,
 }
 
-fn open_targets(plan: &Plan, destructive: bool) -> Result<Vec<Opened>> {
+/// A block device created for the run; dropping it removes the device.
+enum Ramdisk {
+    Loop(blockdev::LoopDevice),
+    Zram(blockdev::ZramDevice),
+}
+
+/// `loop:SIZE` and `zram:SIZE` create a device for the run (root only).
+fn ramdisk(text: &str) -> Result<Option<Ramdisk>> {
+    let (kind, size) = match text.split_once(':') {
+        Some((k @ ("loop" | "zram"), size)) => (k, parse_size_arg("targets", size)?),
+        _ => return Ok(None),
+    };
+    Ok(Some(if kind == "loop" {
+        Ramdisk::Loop(blockdev::LoopDevice::create(size).map_err(engine_err)?)
+    } else {
+        Ramdisk::Zram(blockdev::ZramDevice::create(size).map_err(engine_err)?)
+    }))
+}
+
+fn open_targets(
+    plan: &Plan,
+    destructive: bool,
+    ramdisks: &mut Vec<Ramdisk>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Opened>> {
     let writes = plan.workloads.iter().any(|w| workload_job(w).0 == Op::Write);
     let mut opened = Vec::new();
     for t in &plan.targets {
-        let spec = target::parse_target(t).map_err(engine_err)?;
+        let is_ramdisk = t.starts_with("loop:") || t.starts_with("zram:");
+        if is_ramdisk {
+            if let Some(why) = blockdev::unavailable_reason() {
+                let note = format!("skipped target {t}: {why}");
+                eprintln!("smartcon: note: {note}");
+                notes.push(note);
+                continue;
+            }
+        }
+        let (spec, created) = match ramdisk(t)? {
+            Some(r) => {
+                let path = match &r {
+                    Ramdisk::Loop(l) => l.path().to_path_buf(),
+                    Ramdisk::Zram(z) => z.path().to_path_buf(),
+                };
+                ramdisks.push(r);
+                (TargetSpec::Path(path), true)
+            }
+            None => (target::parse_target(t).map_err(engine_err)?, false),
+        };
         if let TargetSpec::Path(p) = &spec {
             if p.is_dir() {
                 bail!(
@@ -330,7 +377,7 @@ fn open_targets(plan: &Plan, destructive: bool) -> Result<Vec<Opened>> {
         let options = OpenOptions {
             write: writes,
             destructive,
-            created_by_tool: false,
+            created_by_tool: created,
         };
         let target = target::open(&spec, options)
             .map_err(engine_err)
@@ -356,32 +403,55 @@ fn open_targets(plan: &Plan, destructive: bool) -> Result<Vec<Opened>> {
             }
         }
         let profile = resolve_profile(target.as_ref(), None, true)?;
-        opened.push(Opened { target, profile, span });
+        opened.push(Opened {
+            target,
+            profile,
+            span,
+            created,
+            name: t.clone(),
+        });
     }
     Ok(opened)
 }
 
 pub fn run(args: EvaluateArgs) -> Result<()> {
     let plan = plan(&args)?;
-    let mut opened = open_targets(&plan, args.destructive)?;
+    // Declared before the targets so they are dropped (devices removed) after them, on
+    // every path out of this function.
+    let mut ramdisks: Vec<Ramdisk> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    let mut opened = open_targets(&plan, args.destructive, &mut ramdisks, &mut notes)?;
+    if opened.is_empty() {
+        bail!("no target left to evaluate ({})", notes.join("; "));
+    }
     prepare_out_dir(&args.out)?;
     let started = std::time::Instant::now();
     let monitor = start_monitor(None)?;
     // Targets without measured thresholds get a short probe, so smart runs on this device's.
     if plan.strategies.iter().any(|s| s.name() == "smart") {
         for o in opened.iter_mut() {
-            if o.profile.source == "paper-default" {
-                eprintln!("smartcon: probing {} (no stored profile) ...", o.target.label());
+            if o.profile.source == "paper-default" || o.created {
+                eprintln!(
+                    "smartcon: probing {} ({}) ...",
+                    o.target.label(),
+                    if o.created {
+                        "created for this run"
+                    } else {
+                        "no stored profile"
+                    }
+                );
                 let sizes = super::probe::PROBE_SIZES_BYTES.to_vec();
                 let writes = plan.workloads.iter().any(|w| workload_job(w).0 == Op::Write);
                 let outcome =
                     super::probe::probe_target(o.target.as_ref(), writes, &sizes, plan.probe_ns, &monitor, |_, _| {
                         Ok(())
                     })?;
-                outcome
-                    .profile
-                    .save(&profile_path(&outcome.profile.device))
-                    .map_err(engine_err)?;
+                if !o.created {
+                    outcome
+                        .profile
+                        .save(&profile_path(&outcome.profile.device))
+                        .map_err(engine_err)?;
+                }
                 o.profile = outcome.profile;
             }
         }
@@ -480,7 +550,11 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                             };
                                             Some(Corunner {
                                                 kind: if cpu.is_some() { "cpu" } else { "io" },
-                                                workers: if cpu.is_some() { plan.cpu_workers } else { plan.io_workers },
+                                                workers: if cpu.is_some() {
+                                                    plan.cpu_workers
+                                                } else {
+                                                    plan.io_workers
+                                                },
                                                 real_ns: d.real_ns,
                                                 work: d.work,
                                                 work_per_s: d.work_per_s,
@@ -499,7 +573,12 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                 }
                             }
                             for (result, corunner) in merged.into_iter().flatten() {
-                                let cell = Cell { result, load: load.clone(), workload: w.clone(), corunner };
+                                let cell = Cell {
+                                    result,
+                                    load: load.clone(),
+                                    workload: w.clone(),
+                                    corunner,
+                                };
                                 writeln!(jsonl, "{}", serde_json::to_string(&cell)?)?;
                                 cells.push(cell);
                             }
@@ -519,7 +598,14 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     jsonl.flush()?;
     let profiles: Vec<(String, Profile)> = opened
         .iter()
-        .map(|o| (o.target.label().to_string(), o.profile.clone()))
+        .map(|o| {
+            let label = if o.created {
+                format!("{} ({})", o.target.label(), o.name)
+            } else {
+                o.target.label().to_string()
+            };
+            (label, o.profile.clone())
+        })
         .collect();
     let summary = summary_md(
         &mach,
@@ -528,6 +614,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         &cells,
         started.elapsed().as_secs_f64(),
         interrupted(),
+        &notes,
     );
     std::fs::write(args.out.join("summary.md"), &summary)?;
     let plots = write_plots(&args.out, &plan, &cells)?;
@@ -551,7 +638,13 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
 fn merge_results(a: JobResult, b: &JobResult) -> JobResult {
     let ios = a.ios + b.ios;
     let dur = a.duration_ns + b.duration_ns;
-    let wi = |x: f64, y: f64| if ios == 0 { 0.0 } else { (x * a.ios as f64 + y * b.ios as f64) / ios as f64 };
+    let wi = |x: f64, y: f64| {
+        if ios == 0 {
+            0.0
+        } else {
+            (x * a.ios as f64 + y * b.ios as f64) / ios as f64
+        }
+    };
     let wd = |x: f64, y: f64| (x * a.duration_ns as f64 + y * b.duration_ns as f64) / dur.max(1) as f64;
     let mut decisions = a.decisions.clone();
     for (k, v) in &b.decisions.by_strategy {
@@ -673,8 +766,12 @@ fn summary_md(
     cells: &[Cell],
     secs: f64,
     interrupted: bool,
+    notes: &[String],
 ) -> String {
     let mut s = String::from("# smartcon evaluate\n\n");
+    for n in notes {
+        s += &format!("Note: {n}.\n\n");
+    }
     s += &format!(
         "Machine: Linux {}, {}, {} CPUs. {} cells in {:.0} s, {} per cell. Timings are from one run on a machine that may have been shared: read ratios, not absolutes.{}\n\n",
         m.kernel,

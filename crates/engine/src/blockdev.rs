@@ -1,0 +1,267 @@
+//! Block devices smartcon creates for a run and removes after it (SmartCon Sec. 7's
+//! ramdisks on a machine without NVM):
+//!
+//! - [`LoopDevice`]: a loop device over a file on tmpfs (/dev/shm). The loop driver
+//!   completes every request from a kernel worker thread, so each I/O involves a context
+//!   switch: the paper's context-switching ramdisk;
+//! - [`ZramDevice`]: a zram device, completed inline in the submitting thread: the very
+//!   fast device.
+//!
+//! Each value owns exactly the device it created (`losetup --find --show` names it,
+//! zram's `hot_add` returns its id) and removes it in `Drop`, which runs on errors, on
+//! panics (unwinding) and after Ctrl-C (the CLI's handler only sets a flag, the run
+//! unwinds normally). Devices smartcon did not create are never touched. Needs root; the
+//! constructors say so otherwise.
+//!
+//! Non-goals: surviving SIGKILL (nothing can clean up then; `losetup -a` shows leftovers
+//! by their backing file name `smartcon-loop-PID-*`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::{Error, ErrorKind};
+
+/// The largest device created (RAM-backed: it must fit in memory comfortably).
+pub const DEVICE_BYTES_MAX: u64 = 8 << 30;
+
+/// Why this process cannot create block devices, if it cannot.
+pub fn unavailable_reason() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("creating loop and zram devices needs root".into());
+    }
+    None
+}
+
+fn check_size(size_bytes: u64) -> Result<(), Error> {
+    if size_bytes < 1 << 20 || size_bytes > DEVICE_BYTES_MAX || size_bytes % 4096 != 0 {
+        return Err(Error::new(
+            ErrorKind::Usage,
+            "device size must be a multiple of 4 KiB between 1 MiB and 8 GiB",
+        ));
+    }
+    if let Some(r) = unavailable_reason() {
+        return Err(Error::new(ErrorKind::Setup, r));
+    }
+    Ok(())
+}
+
+/// A loop device over a tmpfs file, removed on drop.
+#[derive(Debug)]
+pub struct LoopDevice {
+    device: PathBuf,
+    backing: PathBuf,
+}
+
+impl LoopDevice {
+    pub fn create(size_bytes: u64) -> Result<LoopDevice, Error> {
+        check_size(size_bytes)?;
+        let dir = Path::new("/dev/shm");
+        if !dir.is_dir() {
+            return Err(Error::new(
+                ErrorKind::Setup,
+                "/dev/shm (tmpfs) is missing; the loop ramdisk needs a tmpfs file",
+            ));
+        }
+        let backing = dir.join(format!(
+            "smartcon-loop-{}-{}.img",
+            std::process::id(),
+            crate::clock::now_ns() % 1_000_000_007
+        ));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&backing)
+            .map_err(|e| Error::io(ErrorKind::Setup, &backing, e))?;
+        let cleanup = |e: Error| {
+            let _ = std::fs::remove_file(&backing);
+            e
+        };
+        // Write the whole file so tmpfs holds real pages (a hole reads as zeros for free,
+        // which would make reads cheaper than on the device the loop stands for).
+        let chunk = vec![0x5au8; 1 << 20];
+        let mut written = 0u64;
+        while written < size_bytes {
+            let n = chunk.len().min((size_bytes - written) as usize);
+            use std::io::Write;
+            (&file)
+                .write_all(&chunk[..n])
+                .map_err(|e| cleanup(Error::io(ErrorKind::Setup, &backing, e)))?;
+            written += n as u64;
+        }
+        drop(file);
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&backing)
+            .output()
+            .map_err(|e| {
+                cleanup(Error::new(
+                    ErrorKind::Setup,
+                    format!("cannot run losetup (util-linux): {e}"),
+                ))
+            })?;
+        if !out.status.success() {
+            return Err(cleanup(Error::new(
+                ErrorKind::Setup,
+                format!(
+                    "losetup --find --show failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            )));
+        }
+        let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let device = PathBuf::from(&name);
+        if !name.starts_with("/dev/loop") {
+            return Err(cleanup(Error::new(
+                ErrorKind::Setup,
+                format!("losetup printed {device:?}, not a loop device"),
+            )));
+        }
+        Ok(LoopDevice { device, backing })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.device
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        // Detach by our own device name only, then remove our backing file.
+        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
+        let _ = std::fs::remove_file(&self.backing);
+    }
+}
+
+/// A zram device from `hot_add`, reset and removed on drop.
+#[derive(Debug)]
+pub struct ZramDevice {
+    id: u32,
+    device: PathBuf,
+}
+
+fn write_sys(path: &str, value: &str) -> Result<(), Error> {
+    std::fs::write(path, value).map_err(|e| Error::io(ErrorKind::Setup, Path::new(path), e))
+}
+
+impl ZramDevice {
+    pub fn create(size_bytes: u64) -> Result<ZramDevice, Error> {
+        check_size(size_bytes)?;
+        let control = Path::new("/sys/class/zram-control/hot_add");
+        if !control.exists() {
+            // The module may not be loaded yet; loading it creates zram0, which we leave alone.
+            let _ = Command::new("modprobe").arg("zram").status();
+        }
+        let id: u32 = std::fs::read_to_string(control)
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Setup,
+                    format!(
+                        "zram is unavailable ({}: {e}); load it with modprobe zram",
+                        control.display()
+                    ),
+                )
+            })?
+            .trim()
+            .parse()
+            .map_err(|_| Error::new(ErrorKind::Setup, "zram hot_add returned no device id"))?;
+        let dev = ZramDevice {
+            id,
+            device: PathBuf::from(format!("/dev/zram{id}")),
+        };
+        // From here on `dev` owns the device: an error drops it, which removes it.
+        write_sys(&format!("/sys/block/zram{id}/disksize"), &size_bytes.to_string())?;
+        // udev may need a moment to create the node; bounded wait.
+        for _ in 0..200 {
+            if dev.device.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if !dev.device.exists() {
+            return Err(Error::new(
+                ErrorKind::Setup,
+                format!("{} did not appear", dev.device.display()),
+            ));
+        }
+        Ok(dev)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.device
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+impl Drop for ZramDevice {
+    fn drop(&mut self) {
+        let _ = write_sys(&format!("/sys/block/zram{}/reset", self.id), "1");
+        let _ = write_sys("/sys/class/zram-control/hot_remove", &self.id.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loop_attached(backing: &Path) -> bool {
+        let out = Command::new("losetup")
+            .arg("-a")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string());
+        out.map(|s| s.contains(&backing.display().to_string())).unwrap_or(false)
+    }
+
+    #[test]
+    fn loop_and_zram_leave_nothing_behind_also_on_failure() {
+        if let Some(why) = unavailable_reason() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        if Command::new("losetup").arg("--version").output().is_err() {
+            eprintln!("skipped: losetup is not installed");
+            return;
+        }
+        // Normal life: created, usable as a target, removed.
+        let (dev, backing) = {
+            let l = LoopDevice::create(4 << 20).expect("loop device");
+            let opts = crate::target::OpenOptions {
+                write: true,
+                destructive: false,
+                created_by_tool: true,
+            };
+            let t = crate::target::open(&crate::target::TargetSpec::Path(l.path().to_path_buf()), opts).unwrap();
+            assert_eq!(t.capacity_bytes(), 4 << 20);
+            drop(t);
+            (l.path().to_path_buf(), l.backing.clone())
+        };
+        assert!(!backing.exists(), "backing file removed");
+        assert!(!loop_attached(&backing), "{} still attached", dev.display());
+        // A run that fails while holding the device still removes it (unwinding drops it).
+        let backing2 = std::panic::catch_unwind(|| {
+            let l = LoopDevice::create(1 << 20).unwrap();
+            let b = l.backing.clone();
+            std::panic::panic_any(b);
+        })
+        .unwrap_err()
+        .downcast::<PathBuf>()
+        .unwrap();
+        assert!(!backing2.exists() && !loop_attached(&backing2));
+        // zram: where the module is available.
+        match ZramDevice::create(8 << 20) {
+            Ok(z) => {
+                let id = z.id();
+                assert!(Path::new(&format!("/sys/block/zram{id}")).exists());
+                drop(z);
+                assert!(!Path::new(&format!("/sys/block/zram{id}")).exists(), "zram{id} removed");
+            }
+            Err(e) => eprintln!("zram part skipped: {e}"),
+        }
+        // Bad sizes are refused before anything is created.
+        assert!(LoopDevice::create(1000).is_err());
+        assert!(ZramDevice::create(DEVICE_BYTES_MAX * 2).is_err());
+    }
+}
