@@ -1,9 +1,11 @@
 //! Cache geometry: size, ways and line size, validated once so the hot path can use shifts
 //! and masks.
 //!
-//! Every quantity must be a power of two and the size must divide into whole sets; the
-//! simulator refuses anything else instead of rounding, because a silently rounded cache
-//! is a different experiment. (cachegrind likewise requires power-of-two sets for I1/D1 and
+//! The line size and the number of sets must be powers of two (the set index is a bit
+//! field) and the size must divide into whole sets; ways may be any count from 1 to 64
+//! (a 3 MiB 12-way cache is fine), which are exactly cachegrind's rules. The simulator
+//! refuses anything else instead of rounding, because a silently rounded cache is a
+//! different experiment. (cachegrind likewise requires power-of-two sets for I1/D1 and
 //! tweaks only auto-detected LL caches; see docs/cachesim-ets.md.)
 
 use crate::error::{Error, ErrorKind, Result};
@@ -29,19 +31,19 @@ impl Geometry {
         if line_bytes < 4 {
             return bad(format!("line size {line_bytes} bytes is below the 4-byte minimum"));
         }
-        if size_bytes == 0 || !size_bytes.is_power_of_two() {
-            return bad(format!("cache size {size_bytes} bytes is not a power of two"));
-        }
-        if !ways.is_power_of_two() {
-            return bad(format!("{ways} ways is not a power of two"));
-        }
         if ways > 64 {
             return bad(format!("{ways} ways is above the 64-way maximum"));
         }
         let way_bytes = u64::from(ways) * u64::from(line_bytes);
-        if size_bytes < way_bytes || size_bytes % way_bytes != 0 {
+        if size_bytes == 0 || size_bytes < way_bytes || size_bytes % way_bytes != 0 {
             return bad(format!(
                 "cache size {size_bytes} bytes does not divide into sets of {ways} ways x {line_bytes}-byte lines"
+            ));
+        }
+        let sets = size_bytes / way_bytes;
+        if !sets.is_power_of_two() {
+            return bad(format!(
+                "cache of {size_bytes} bytes, {ways} ways, {line_bytes}-byte lines has {sets} sets, not a power of two"
             ));
         }
         Ok(Geometry {
@@ -87,8 +89,14 @@ mod tests {
     #[test]
     fn rejects_bad_geometries_with_a_reason() {
         assert_eq!(Geometry::new(32768, 0, 64).unwrap_err().kind, ErrorKind::Geometry);
-        assert!(Geometry::new(3000, 2, 64).unwrap_err().detail.contains("power of two"));
-        assert!(Geometry::new(32768, 3, 64).unwrap_err().detail.contains("ways"));
+        assert!(Geometry::new(3000, 2, 64).unwrap_err().detail.contains("divide"));
+        assert!(Geometry::new(3 << 20, 16, 64)
+            .unwrap_err()
+            .detail
+            .contains("power of two"));
+        assert!(Geometry::new(32768, 3, 64).unwrap_err().detail.contains("divide"));
+        assert!(Geometry::new(32768, 65, 64).unwrap_err().detail.contains("64-way"));
+        assert_eq!(Geometry::new(3 << 20, 12, 64).unwrap().sets(), 4096);
         assert!(Geometry::new(32768, 2, 48).unwrap_err().detail.contains("line"));
         assert!(Geometry::new(64, 2, 64).unwrap_err().detail.contains("divide"));
         let g = Geometry::new(2 << 20, 16, 64).unwrap();

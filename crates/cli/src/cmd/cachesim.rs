@@ -97,10 +97,10 @@ pub(crate) fn parse_geometry(flag: &str, text: &str, line_bytes: u32) -> Result<
 
 pub(crate) fn parse_line(text: &str) -> Result<u32> {
     let line = parse_size(text).context("--line")?;
-    u32::try_from(line)
-        .ok()
-        .filter(|l| *l > 0)
-        .with_context(|| format!("--line {text:?} is out of range"))
+    match u32::try_from(line) {
+        Ok(l) if l >= 4 && l.is_power_of_two() => Ok(l),
+        _ => bail!("--line {text:?}: the line size must be a power of two of at least 4 bytes"),
+    }
 }
 
 pub(crate) fn parse_policy(text: &str) -> Result<PolicyKind> {
