@@ -48,6 +48,8 @@ pub const PROBE_SIZES_BYTES: [u64; 8] = [
 ];
 /// The largest region probed on a big device: enough to defeat device caches on random
 /// reads, small enough that a `tmp:` target does not need a long fill.
+/// Turns each strategy takes per size (the measurement time is split among them).
+pub const PROBE_ROUNDS: usize = 5;
 pub const PROBE_SPAN_BYTES_MAX: u64 = 1 << 30;
 
 #[derive(Args, Debug)]
@@ -120,18 +122,25 @@ pub fn host_wakeup_ns(monitor: &SystemMonitor) -> Result<(f64, String)> {
         OpenOptions::default(),
     )
     .map_err(engine_err)?;
-    let mut lat = [0.0f64; 2];
-    for (i, s) in [Strategy::Block, Strategy::Spin].into_iter().enumerate() {
-        let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(s));
-        js.duration_ns = 150_000_000;
-        let p = Profile::paper_default(&t.device_id());
-        lat[i] = run_job(t.as_ref(), &js, &p, monitor, interrupt_flag())
-            .map_err(engine_err)?
-            .lat_ns_mean;
+    // Three short pairs, median latencies (p50) and the median of the three differences:
+    // a burst of another process lands in one pair at most.
+    let mut diffs = Vec::with_capacity(3);
+    for pair in 0..3u64 {
+        let mut lat = [0.0f64; 2];
+        for (i, s) in [Strategy::Block, Strategy::Spin].into_iter().enumerate() {
+            let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(s));
+            js.duration_ns = 50_000_000;
+            js.seed = 1 + pair;
+            let p = Profile::paper_default(&t.device_id());
+            lat[i] = run_job(t.as_ref(), &js, &p, monitor, interrupt_flag())
+                .map_err(engine_err)?
+                .lat_ns_p50 as f64;
+        }
+        diffs.push(lat[0] - lat[1]);
     }
     Ok((
-        (lat[0] - lat[1]).max(500.0),
-        "measured: block minus spin latency on emu:nvram, 4 KiB".into(),
+        median(&mut diffs).max(500.0),
+        "measured: median block minus spin p50 latency on emu:nvram, 4 KiB".into(),
     ))
 }
 
@@ -166,18 +175,40 @@ pub fn probe_target(
     let bar = progress_bar((sizes.len() * ops.len() * strategies.len()) as u64, "probe");
     let fixed_profile = Profile::paper_default(&device);
     let mut latencies = Vec::new();
+    // The strategies of one size take turns in PROBE_ROUNDS rounds, rotated, so slow drift
+    // of a shared machine weighs on them alike. A point's latency is the median of its
+    // turns' mean latencies: one turn hit by another process's burst does not move it.
     'outer: for &op in &ops {
         for &bs in sizes {
-            for s in strategies {
-                if interrupted() {
-                    break 'outer;
+            // Per strategy: (I/Os, latency sum ns, CPU-time share sum weighted by time, time).
+            let mut acc = [(0u64, 0.0f64, 0.0f64, 0u64); 3];
+            let mut turns: [Vec<f64>; 3] = Default::default();
+            for round in 0..PROBE_ROUNDS {
+                for k in 0..strategies.len() {
+                    if interrupted() {
+                        break 'outer;
+                    }
+                    let i = (k + round) % strategies.len();
+                    let s = strategies[i];
+                    bar.set_message(format!("{} {} {}", op.name(), format_size(bs), s.name()));
+                    let mut js = JobSpec::new(op, Pattern::Rand, bs, StrategyChoice::Fixed(s));
+                    js.span_bytes = Some(span);
+                    js.duration_ns = (duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
+                    js.seed = 1 + round as u64;
+                    let r = run_job(target, &js, &fixed_profile, monitor, interrupt_flag()).map_err(engine_err)?;
+                    let a = &mut acc[i];
+                    a.0 += r.ios;
+                    a.1 += r.lat_ns_mean * r.ios as f64;
+                    a.2 += (r.cpu_user_pct + r.cpu_sys_pct) * r.duration_ns as f64;
+                    a.3 += r.duration_ns;
+                    if r.ios > 0 {
+                        turns[i].push(r.lat_ns_mean);
+                    }
                 }
-                bar.set_message(format!("{} {} {}", op.name(), format_size(bs), s.name()));
-                let mut js = JobSpec::new(op, Pattern::Rand, bs, StrategyChoice::Fixed(s));
-                js.span_bytes = Some(span);
-                js.duration_ns = duration_ns;
-                let r = run_job(target, &js, &fixed_profile, monitor, interrupt_flag()).map_err(engine_err)?;
-                if r.ios == 0 {
+            }
+            for (i, s) in strategies.iter().enumerate() {
+                let (ios, _lat_sum, cpu_sum, time) = acc[i];
+                if ios == 0 {
                     bail!(
                         "{} completed no I/O of {} in {}",
                         target.label(),
@@ -189,10 +220,10 @@ pub fn probe_target(
                     op: op.name().into(),
                     bs_bytes: bs,
                     strategy: s.name().into(),
-                    lat_ns_mean: r.lat_ns_mean,
-                    cpu_pct: r.cpu_user_pct + r.cpu_sys_pct,
+                    lat_ns_mean: median(&mut turns[i]),
+                    cpu_pct: cpu_sum / time.max(1) as f64,
                 };
-                on_point(&point, r.ios)?;
+                on_point(&point, ios)?;
                 latencies.push(point);
                 bar.inc(1);
             }
@@ -228,6 +259,18 @@ pub fn probe_target(
         wakeup_source,
         notes,
     })
+}
+
+/// The median of a non-empty list (the mean of the middle two for an even count).
+pub fn median(v: &mut [f64]) -> f64 {
+    assert!(!v.is_empty());
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 /// Per size, the op where spinning gains most (relative to blocking) stands for the size.
