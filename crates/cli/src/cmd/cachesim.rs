@@ -237,3 +237,39 @@ pub fn run(args: CachesimArgs) -> Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smartcon_cachesim::synth::{Synth, SynthKind};
+    use smartcon_cachesim::trace::TraceWriter;
+
+    #[test]
+    fn simulates_a_trace_and_refuses_a_truncated_one() {
+        let dir = std::env::temp_dir().join(format!("smartcon-cachesim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("loop.sct");
+        let mut w = TraceWriter::create(&path).unwrap();
+        // 512 KiB loop, four passes: misses L2, fits the LLC: only compulsory LL misses.
+        for r in Synth::new(SynthKind::Loop, 512 << 10, 1).unwrap().take(4 * 4 * 65536) {
+            w.push(&r).unwrap();
+        }
+        w.finish().unwrap();
+        let config = HierarchyConfig::table_ii();
+        let s = simulate(config, PolicyKind::Lru, &path).unwrap();
+        assert_eq!(s.llc.misses, 8192 + 16, "512 KiB of data lines plus 1 KiB of code");
+        assert_eq!(s.l1d.misses, 4 * 8192);
+        let rec = record(&path, &config, PolicyKind::Lru, &s, 1);
+        let json = serde_json::to_value(&rec).unwrap();
+        assert_eq!(json["type"], "cachesim");
+        assert_eq!(json["ll_misses"], 8208);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+        let e = simulate(config, PolicyKind::Lru, &path).unwrap_err();
+        assert!(e.to_string().contains("truncated"), "{e}");
+        assert!(parse_geometry("--ll", "3m,16", 64).is_err());
+        assert!(parse_geometry("--ll", "2m", 64).is_err());
+        assert!(parse_geometry("--ll", "3m,12", 64).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
