@@ -94,14 +94,20 @@ fn evaluate_tiny_writes_the_whole_report() {
     assert_eq!(recs.iter().filter(|r| r["type"] == "machine").count(), 1);
     assert_eq!(recs.iter().filter(|r| r["type"] == "profile").count(), 1);
     let results: Vec<&serde_json::Value> = recs.iter().filter(|r| r["type"] == "result").collect();
-    // 3 loads x 2 workloads x 2 sizes x 4 strategies.
-    assert_eq!(results.len(), 48);
+    // 3 loads x (2 IOZone workloads x 2 sizes + the mail server personality) x 4 strategies.
+    assert_eq!(results.len(), 60);
     for load in ["bm-only", "cpu-intensive", "io-intensive"] {
         let of_load: Vec<_> = results.iter().filter(|r| r["load"] == load).collect();
-        assert_eq!(of_load.len(), 16, "{load}");
+        assert_eq!(of_load.len(), 20, "{load}");
         for r in of_load {
             assert!(r["ios"].as_u64().unwrap() > 0);
-            assert!(r["workload"].as_str().unwrap().starts_with("iozone-"));
+            let w = r["workload"].as_str().unwrap();
+            assert!(w.starts_with("iozone-") || w == "mailserver");
+            if w == "mailserver" {
+                // Half reads, half writes, merged into one record at 16 KiB.
+                assert_eq!(r["op"], "mixed");
+                assert_eq!(r["bs_bytes"], 16384);
+            }
             match load {
                 "bm-only" => assert!(r.get("corunner").is_none()),
                 "cpu-intensive" => assert_eq!(r["corunner"]["kind"], "cpu"),
@@ -128,7 +134,10 @@ fn evaluate_tiny_writes_the_whole_report() {
         (format!("fig9-gain-{t}-cpu-intensive.svg"), vec!["smart / block"]),
         (format!("fig9-gain-{t}-io-intensive.svg"), vec!["smart / block"]),
         (format!("fig10-csw-{t}.svg"), vec!["block", "smart"]),
-        (format!("fig11-workloads-{t}.svg"), vec!["iozone-rand-read", "smart"]),
+        (
+            format!("fig11-workloads-{t}.svg"),
+            vec!["iozone-rand-read", "mailserver", "smart"],
+        ),
         ("table6-corunner.svg".to_string(), vec!["beside block", "beside smart"]),
     ];
     for (name, series) in svgs {
@@ -215,5 +224,57 @@ fn bad_input_exits_2_and_writes_nothing() {
         std::fs::read_to_string(profiles.join("emu_optane_size_16m.json")).unwrap(),
         "not json"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn compare_fio_puts_fio_beside_smartcon() {
+    let dir = scratch("fio");
+    // An emulated device is refused whether or not fio is installed.
+    let out = smartcon(&dir, &["compare-fio", "emu:optane"]);
+    assert_eq!(out.status.code(), Some(2));
+    if Command::new("fio").arg("--version").output().is_err() {
+        eprintln!("skipped the fio run: fio is not installed (Debian package fio)");
+        return;
+    }
+    let tmp = format!("tmp:8m@{}", dir.display());
+    let out = smartcon(&dir, &["compare-fio", &tmp, "--duration", "100ms", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let methods: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["tool"].as_str().unwrap().to_string(),
+                r["method"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for (tool, method) in [
+        ("fio", "psync"),
+        ("fio", "io_uring"),
+        ("smartcon", "block"),
+        ("smartcon", "spin"),
+        ("smartcon", "smart"),
+    ] {
+        assert!(
+            methods.contains(&(tool.to_string(), method.to_string())),
+            "missing {tool} {method}"
+        );
+    }
+    assert!(rows
+        .iter()
+        .all(|r| r["type"] == "compare_fio" && r["iops"].as_f64().unwrap() > 0.0));
+    // The temporary file is gone.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary file left behind");
     std::fs::remove_dir_all(&dir).unwrap();
 }

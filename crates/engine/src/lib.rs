@@ -24,3 +24,4 @@ pub use smartcon_devemu as devemu;
 pub use smartcon_devemu::Op;
 pub mod load;
 pub mod blockdev;
+pub mod workload;

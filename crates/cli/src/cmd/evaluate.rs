@@ -27,12 +27,12 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 use smartcon_engine::devemu::units::{format_ns, format_size};
-use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
+use smartcon_engine::job::{run_job, JobSpec, StrategyChoice};
 use smartcon_engine::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadSnapshot};
 use smartcon_engine::profile::{self, profile_path, Profile};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
-use smartcon_engine::{blockdev, Op};
+use smartcon_engine::{blockdev, workload};
 
 use crate::common::{interrupt_flag, interrupted, prepare_out_dir, progress_bar};
 use crate::engine_setup::*;
@@ -41,12 +41,6 @@ use crate::table::Table;
 
 pub const LOADS: [&str; 3] = ["bm-only", "cpu-intensive", "io-intensive"];
 /// IOZone-like workloads: one file, one record size per cell.
-pub const WORKLOADS: [&str; 4] = [
-    "iozone-rand-read",
-    "iozone-rand-write",
-    "iozone-seq-read",
-    "iozone-seq-write",
-];
 /// How long a load runs before a cell is measured: more than the System Monitor window.
 pub const SETTLE_NS: u64 = 250_000_000;
 /// Cells in one evaluation at most (a mistake beyond that, not a study).
@@ -119,7 +113,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
     let (targets, workloads, sizes, duration, file_size) = if args.tiny {
         (
             "emu:optane,size=16m",
-            "iozone-rand-read,iozone-seq-write",
+            "iozone-rand-read,iozone-seq-write,mailserver",
             "4k,64k",
             "40ms",
             "16m",
@@ -135,7 +129,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
     } else {
         (
             "emu:optane,emu:nvme,tmp:{FILE}@/var/tmp,loop:{FILE},zram:{FILE}",
-            "iozone-rand-read,iozone-rand-write,iozone-seq-read,iozone-seq-write",
+            "iozone-rand-read,iozone-rand-write,iozone-seq-read,iozone-seq-write,fileserver,mailserver,multistreamread,singlestreamread",
             "4k,16k,64k,256k",
             "400ms",
             "256m",
@@ -158,8 +152,8 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
     }
     let workloads = split_list("workloads", args.workloads.as_deref().unwrap_or(workloads))?;
     for w in &workloads {
-        if !WORKLOADS.contains(&w.as_str()) {
-            bail!("unknown workload {w:?}; use {}", WORKLOADS.join(", "));
+        if workload::cells(w, &[4096]).is_none() {
+            bail!("unknown workload {w:?}; use {}", workload::NAMES.join(", "));
         }
     }
     let mut sizes: Vec<u64> = split_list("sizes", args.sizes.as_deref().unwrap_or(sizes))?
@@ -229,16 +223,6 @@ fn split_targets(text: &str) -> Result<Vec<String>> {
         }
     }
     Ok(out)
-}
-
-fn workload_job(workload: &str) -> (Op, Pattern) {
-    match workload {
-        "iozone-rand-read" => (Op::Read, Pattern::Rand),
-        "iozone-rand-write" => (Op::Write, Pattern::Rand),
-        "iozone-seq-read" => (Op::Read, Pattern::Seq),
-        "iozone-seq-write" => (Op::Write, Pattern::Seq),
-        _ => unreachable!("workloads are validated in plan()"),
-    }
 }
 
 /// What the co-running load did during one cell.
@@ -342,7 +326,7 @@ fn open_targets(
     ramdisks: &mut Vec<Ramdisk>,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Opened>> {
-    let writes = plan.workloads.iter().any(|w| workload_job(w).0 == Op::Write);
+    let writes = plan.workloads.iter().any(|w| workload::writes(w));
     let mut opened = Vec::new();
     for t in &plan.targets {
         let is_ramdisk = t.starts_with("loop:") || t.starts_with("zram:");
@@ -386,8 +370,16 @@ fn open_targets(
             eprintln!("smartcon: warning: {w}");
         }
         let span = target.capacity_bytes().min(1 << 30);
-        for &bs in &plan.sizes {
-            let mut js = JobSpec::new(Op::Read, Pattern::Rand, bs, StrategyChoice::Smart);
+        let phases: Vec<workload::Phase> = plan
+            .workloads
+            .iter()
+            .flat_map(|w| workload::cells(w, &plan.sizes).unwrap_or_default())
+            .flat_map(|c| c.phases)
+            .collect();
+        for ph in &phases {
+            let bs = ph.bs_bytes;
+            let mut js = JobSpec::new(ph.op, ph.pattern, bs, StrategyChoice::Smart);
+            js.threads = ph.threads;
             js.span_bytes = Some(span);
             js.validate(target.as_ref())
                 .map_err(engine_err)
@@ -441,7 +433,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                     }
                 );
                 let sizes = super::probe::PROBE_SIZES_BYTES.to_vec();
-                let writes = plan.workloads.iter().any(|w| workload_job(w).0 == Op::Write);
+                let writes = plan.workloads.iter().any(|w| workload::writes(w));
                 let outcome =
                     super::probe::probe_target(o.target.as_ref(), writes, &sizes, plan.probe_ns, &monitor, |_, _| {
                         Ok(())
@@ -503,8 +495,8 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                         std::thread::sleep(std::time::Duration::from_nanos(SETTLE_NS));
                     }
                     for w in &plan.workloads {
-                        let (op, pattern) = workload_job(w);
-                        for &bs in &plan.sizes {
+                        for cellplan in workload::cells(w, &plan.sizes).expect("workloads are validated in plan()") {
+                            let bs = cellplan.bs_bytes;
                             // Strategies take turns in rounds, each round in a rotated
                             // order, so drift of a shared machine hits them alike.
                             let n = plan.strategies.len();
@@ -524,10 +516,6 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                         round + 1,
                                         plan.rounds
                                     ));
-                                    let mut js = JobSpec::new(op, pattern, bs, strategy);
-                                    js.span_bytes = Some(o.span);
-                                    js.duration_ns = (plan.duration_ns / plan.rounds as u64).max(1_000_000);
-                                    js.seed = 1 + round as u64;
                                     let snap = |c: &Option<CpuLoad>| -> Option<LoadSnapshot> {
                                         match (c, load.as_str()) {
                                             (Some(c), _) => Some(c.snapshot()),
@@ -536,8 +524,24 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                         }
                                     };
                                     let (s0, w0) = (snap(&cpu), proc_stat_iowait_total_ns());
-                                    let r = run_job(o.target.as_ref(), &js, &o.profile, &monitor, interrupt_flag())
-                                        .map_err(engine_err)?;
+                                    // A cell's phases run back to back; their records merge.
+                                    let mut r: Option<JobResult> = None;
+                                    for ph in &cellplan.phases {
+                                        let mut js = JobSpec::new(ph.op, ph.pattern, ph.bs_bytes, strategy);
+                                        js.threads = ph.threads;
+                                        js.span_bytes = Some(o.span);
+                                        js.duration_ns =
+                                            (plan.duration_ns * ph.share_pct as u64 / 100 / plan.rounds as u64)
+                                                .max(1_000_000);
+                                        js.seed = 1 + round as u64;
+                                        let x = run_job(o.target.as_ref(), &js, &o.profile, &monitor, interrupt_flag())
+                                            .map_err(engine_err)?;
+                                        r = Some(match r {
+                                            None => x,
+                                            Some(a) => merge_results(a, &x),
+                                        });
+                                    }
+                                    let r = r.expect("a cell has at least one phase");
                                     let (s1, w1) = (snap(&cpu), proc_stat_iowait_total_ns());
                                     let corunner = match (s0, s1) {
                                         (Some(a), Some(b)) => {
@@ -658,6 +662,9 @@ fn merge_results(a: JobResult, b: &JobResult) -> JobResult {
         ios,
         iops: ios as f64 * 1e9 / dur.max(1) as f64,
         bw_bytes_per_s: wd(a.bw_bytes_per_s, b.bw_bytes_per_s),
+        op: if a.op == b.op { a.op } else { "mixed" },
+        pattern: if a.pattern == b.pattern { a.pattern } else { "mixed" },
+        threads: a.threads.max(b.threads),
         lat_ns_mean: wi(a.lat_ns_mean, b.lat_ns_mean),
         lat_ns_min: a.lat_ns_min.min(b.lat_ns_min),
         lat_ns_p50: wi(a.lat_ns_p50 as f64, b.lat_ns_p50 as f64) as u64,
@@ -832,7 +839,11 @@ fn summary_md(
     let mut t = Table::new(&hdr);
     for tl in &plan.targets_labels(cells) {
         for w in &plan.workloads {
-            for &bs in &plan.sizes {
+            for bs in workload::cells(w, &plan.sizes)
+                .unwrap_or_default()
+                .iter()
+                .map(|c| c.bs_bytes)
+            {
                 let mut row = vec![tl.clone(), w.clone(), format_size(bs)];
                 for l in &plan.loads {
                     for o in &others {
