@@ -131,7 +131,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
             "emu:optane,emu:nvme,tmp:{FILE}@/var/tmp,loop:{FILE},zram:{FILE}",
             "iozone-rand-read,iozone-rand-write,iozone-seq-read,iozone-seq-write,fileserver,mailserver,multistreamread,singlestreamread",
             "4k,16k,64k,256k",
-            "400ms",
+            "300ms",
             "256m",
         )
     };
