@@ -224,7 +224,7 @@ impl TraceReader {
         }
         let mut header = [0u8; HEADER_BYTES as usize];
         input.read_exact(&mut header).map_err(io)?;
-        if &header[..8] == &[0u8; 8] {
+        if header[..8] == [0u8; 8] {
             return Err(corrupt("unfinished trace (its writer never wrote the header)".into()));
         }
         if &header[..8] != MAGIC {
