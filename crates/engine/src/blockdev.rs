@@ -34,7 +34,7 @@ pub fn unavailable_reason() -> Option<String> {
 }
 
 fn check_size(size_bytes: u64) -> Result<(), Error> {
-    if size_bytes < 1 << 20 || size_bytes > DEVICE_BYTES_MAX || size_bytes % 4096 != 0 {
+    if !(1 << 20..=DEVICE_BYTES_MAX).contains(&size_bytes) || !size_bytes.is_multiple_of(4096) {
         return Err(Error::new(
             ErrorKind::Usage,
             "device size must be a multiple of 4 KiB between 1 MiB and 8 GiB",

@@ -257,7 +257,7 @@ impl IoLoad {
             ));
         }
         let slots = span_bytes / bs_bytes;
-        if slots == 0 || bs_bytes % target.block_bytes() != 0 {
+        if slots == 0 || !bs_bytes.is_multiple_of(target.block_bytes()) {
             return Err(Error::new(
                 ErrorKind::Usage,
                 "the I/O load's request size does not fit the target",
