@@ -100,6 +100,8 @@ struct ProfileRecord<'a> {
 pub struct ProbeOutcome {
     pub profile: Profile,
     pub wakeup_source: String,
+    /// CPU one blocking I/O of the smallest size burned (the class rule's yardstick).
+    pub block_cpu_ns: f64,
     pub notes: Vec<String>,
 }
 
@@ -239,6 +241,15 @@ pub fn probe_target(
         .filter(|p| p.strategy == "spin")
         .map(|p| p.cpu_pct)
         .fold(0.0, f64::max);
+    // The CPU one blocking I/O burns (submit, sleep, wake-up, switch back) at the smallest
+    // size: one thread with one I/O in flight spends its CPU share of each I/O's wall time.
+    // The class rule compares the device's time with it (see profile::rules::classify).
+    let smallest = sizes.iter().copied().min().unwrap_or(4096);
+    let block_cpu_ns = latencies
+        .iter()
+        .filter(|p| p.strategy == "block" && p.bs_bytes == smallest)
+        .map(|p| p.cpu_pct / 100.0 * p.lat_ns_mean)
+        .fold(0.0, f64::max);
     let mut notes = Vec::new();
     if !writes {
         notes.push("reads only: pass --destructive to also measure writes (overwrites the target's data)".into());
@@ -247,7 +258,7 @@ pub fn probe_target(
         version: PROFILE_VERSION,
         device,
         source: "probe".into(),
-        class: rules::classify(&points, wakeup_ns),
+        class: rules::classify(&points, block_cpu_ns),
         size_threshold_bytes: rules::size_threshold_bytes(&points),
         cpu_threshold_pct: rules::cpu_threshold_pct(spin_cpu, profile::online_cpus()),
         queue_limit: 0,
@@ -257,6 +268,7 @@ pub fn probe_target(
     Ok(ProbeOutcome {
         profile,
         wakeup_source,
+        block_cpu_ns,
         notes,
     })
 }
@@ -434,8 +446,9 @@ pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
         rules::GAIN_TOLERANCE * 100.0
     );
     out += &format!(
-        "device class    {}   (4 KiB spinning I/O vs one wake-up of {}; wake-up from {})\n",
+        "device class    {}   (very fast when a spinning I/O of the smallest size takes less than the CPU one blocking I/O burns: {}; this host's wake-up {} from {})\n",
         p.class.name(),
+        format_ns(o.block_cpu_ns),
         format_ns(p.wakeup_ns.unwrap_or(0.0)),
         o.wakeup_source
     );
