@@ -113,12 +113,6 @@ pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<()> {
 /// Where smartcon keeps what it measured on this host (host.json, profiles/):
 /// `$SMARTCON_HOME`, else `$XDG_DATA_HOME/smartcon`, else `~/.local/share/smartcon`.
 pub fn smartcon_home() -> std::path::PathBuf {
-    let from_env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
-    if let Some(home) = from_env("SMARTCON_HOME") {
-        return home;
-    }
-    if let Some(data) = from_env("XDG_DATA_HOME") {
-        return data.join("smartcon");
-    }
-    from_env("HOME").unwrap_or_else(|| std::path::PathBuf::from(".")).join(".local/share/smartcon")
+    // One definition, in the engine, so profiles and the host profile never disagree.
+    smartcon_engine::profile::smartcon_home()
 }

@@ -15,10 +15,6 @@ impl Table {
         self.rows.push(cells);
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
     fn numeric(s: &str) -> bool {
         let t = s.trim_end_matches(['%', 'x', 's']).trim_end_matches(" u").trim_end_matches(" m");
         !s.is_empty() && (t.parse::<f64>().is_ok() || s == "-")
