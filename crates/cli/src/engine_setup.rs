@@ -14,6 +14,30 @@ use smartcon_engine::Op;
 
 use crate::common::RunFailure;
 
+/// Flags every command that runs jobs shares.
+#[derive(clap::Args, Debug)]
+pub struct RunFlags {
+    /// Longest a spinner busy-waits before it sleeps.
+    #[arg(long, default_value = "1ms")]
+    pub spin_budget: String,
+    /// The System Monitor's CPU utilization window (default 100ms).
+    #[arg(long)]
+    pub cpu_window: Option<String>,
+    /// Allow writing to a block device smartcon did not create (destroys its data).
+    #[arg(long)]
+    pub destructive: bool,
+}
+
+impl RunFlags {
+    pub fn spin_budget_ns(&self) -> Result<u64> {
+        parse_duration_arg("spin-budget", &self.spin_budget)
+    }
+
+    pub fn monitor(&self) -> Result<SystemMonitor> {
+        start_monitor(self.cpu_window.as_deref())
+    }
+}
+
 /// Engine errors become CLI errors: run failures exit 1, the rest exit 2.
 pub fn engine_err(e: EngineError) -> anyhow::Error {
     if e.is_run_failure() {

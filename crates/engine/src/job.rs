@@ -3,8 +3,9 @@
 //!
 //! The per-I/O path is: pick an offset, enter the in-flight counters (which return the
 //! backlog ahead), decide (one atomic load of the System Monitor), submit and wait, leave
-//! the counters, record the latency. No allocation, no lock, no syscall beyond the I/O's
-//! own. `--verify` adds the pattern check around it.
+//! the counters, record the latency. No allocation and no syscall beyond the I/O's own;
+//! the only shared writes are the target's in-flight counters (and, on emulated devices,
+//! the channel lock a device queue would take). `--verify` adds the pattern check.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
@@ -12,7 +13,7 @@ use std::sync::Barrier;
 use smartcon_devemu::Op;
 
 use crate::clock::{now_ns, tighten_timer_slack};
-use crate::decision::{decide, Reason, Request, Strategy, SystemState, Thresholds};
+use crate::decision::{decide, Request, Strategy, SystemState, Thresholds};
 use crate::error::{Error, ErrorKind};
 use crate::monitor::SystemMonitor;
 use crate::profile::Profile;
@@ -193,7 +194,8 @@ struct Shared<'a> {
     stop: &'a AtomicBool,
     span: u64,
     written: Option<WrittenMap>,
-    ios_left: AtomicU64,
+    /// Only with `ios_max`: an unbounded job must not share a counter on every I/O.
+    ios_left: Option<AtomicU64>,
     barrier: Barrier,
 }
 
@@ -219,7 +221,7 @@ pub fn run_job(
         stop,
         span,
         written: (spec.verify && spec.op == Op::Write).then(|| WrittenMap::new(slots)),
-        ios_left: AtomicU64::new(spec.ios_max.unwrap_or(u64::MAX)),
+        ios_left: spec.ios_max.map(AtomicU64::new),
         barrier: Barrier::new(spec.threads as usize),
     };
     let results: Vec<Result<ThreadStats, Error>> = std::thread::scope(|s| {
@@ -305,8 +307,10 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
         if shared.stop.load(Ordering::Relaxed) {
             break;
         }
-        if shared.ios_left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_err() {
-            break;
+        if let Some(left) = &shared.ios_left {
+            if left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_err() {
+                break;
+            }
         }
         let slot = match spec.pattern {
             Pattern::Seq => {
@@ -349,9 +353,4 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
     }
     stats.end();
     Ok(stats)
-}
-
-/// Counts decisions by reason, for callers that aggregate.
-pub fn reason_names() -> impl Iterator<Item = &'static str> {
-    Reason::ALL.iter().map(|r| r.name())
 }

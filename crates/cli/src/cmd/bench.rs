@@ -49,15 +49,8 @@ pub struct BenchArgs {
     /// JSON Lines output: one "result" record per cell and one "summary" record.
     #[arg(long)]
     pub json: bool,
-    /// Longest a spinner busy-waits before it sleeps.
-    #[arg(long, default_value = "1ms")]
-    pub spin_budget: String,
-    /// The System Monitor's CPU utilization window.
-    #[arg(long)]
-    pub cpu_window: Option<String>,
-    /// Allow writing to block devices smartcon did not create.
-    #[arg(long)]
-    pub destructive: bool,
+    #[command(flatten)]
+    pub run: RunFlags,
 }
 
 #[derive(serde::Serialize)]
@@ -83,7 +76,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let pattern = parse_pattern(&args.pattern)?;
     let duration_ns = parse_duration_arg("duration", &args.duration)?;
-    let spin_budget_ns = parse_duration_arg("spin-budget", &args.spin_budget)?;
+    let spin_budget_ns = args.run.spin_budget_ns()?;
     let span = args.span.as_deref().map(|s| parse_size_arg("span", s)).transpose()?;
     if args.threads == 0 {
         bail!("--threads must be at least 1");
@@ -93,7 +86,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut opened = Vec::new();
     for t in &targets {
         let spec = target::parse_target(t).map_err(engine_err)?;
-        let options = OpenOptions { write: writes, destructive: args.destructive, created_by_tool: false };
+        let options = OpenOptions { write: writes, destructive: args.run.destructive, created_by_tool: false };
         let target = target::open(&spec, options).map_err(engine_err)?;
         for w in target.warnings() {
             eprintln!("smartcon: warning: {w}");
@@ -108,7 +101,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let profile = resolve_profile(target.as_ref(), None, !strategies.iter().any(|s| s.name() == "smart"))?;
         opened.push((target, profile, span_t));
     }
-    let monitor = start_monitor(args.cpu_window.as_deref())?;
+    let monitor = args.run.monitor()?;
     let cells = opened.len() * ops.len() * sizes.len() * strategies.len();
     let bar = progress_bar(cells as u64, "bench");
     let mut results: Vec<JobResult> = Vec::new();

@@ -45,15 +45,8 @@ pub struct IoArgs {
     /// A profile file for smart (default: the stored one for this device).
     #[arg(long)]
     pub profile: Option<std::path::PathBuf>,
-    /// Longest a spinner busy-waits before it sleeps.
-    #[arg(long, default_value = "1ms")]
-    pub spin_budget: String,
-    /// The System Monitor's CPU utilization window.
-    #[arg(long)]
-    pub cpu_window: Option<String>,
-    /// Allow writing to a block device smartcon did not create (destroys its data).
-    #[arg(long)]
-    pub destructive: bool,
+    #[command(flatten)]
+    pub run: RunFlags,
     /// Seed of offsets and verification data.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -67,17 +60,17 @@ pub fn run(args: IoArgs) -> Result<()> {
     spec.duration_ns = parse_duration_arg("duration", &args.duration)?;
     spec.verify = args.verify;
     spec.seed = args.seed;
-    spec.spin_budget_ns = parse_duration_arg("spin-budget", &args.spin_budget)?;
+    spec.spin_budget_ns = args.run.spin_budget_ns()?;
     let tspec = target::parse_target(&args.target).map_err(engine_err)?;
     // --verify writes its pattern first, so it needs write access like a write job.
-    let options = OpenOptions { write: op == Op::Write || args.verify, destructive: args.destructive, created_by_tool: false };
+    let options = OpenOptions { write: op == Op::Write || args.verify, destructive: args.run.destructive, created_by_tool: false };
     let target = target::open(&tspec, options).map_err(engine_err)?;
     for w in target.warnings() {
         eprintln!("smartcon: warning: {w}");
     }
     spec.validate(target.as_ref()).map_err(engine_err)?;
     let profile = resolve_profile(target.as_ref(), args.profile.as_deref(), spec.strategy.name() != "smart")?;
-    let monitor = start_monitor(args.cpu_window.as_deref())?;
+    let monitor = args.run.monitor()?;
     let result = run_job(target.as_ref(), &spec, &profile, &monitor, interrupt_flag());
     monitor.stop();
     let result = result.map_err(engine_err)?;

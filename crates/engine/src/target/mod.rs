@@ -1,6 +1,7 @@
 //! Targets: where I/O goes. A target is shared by all I/O threads of a job; each thread
-//! opens its own [`Port`] (its own io_uring), so the per-I/O path takes no lock but the
-//! in-flight counters the Decision Module reads.
+//! opens its own [`Port`] (its own io_uring), so on real targets the per-I/O path shares
+//! nothing but the in-flight counters the Decision Module reads (emulated devices also take
+//! their channel lock, as a device's queue would).
 //!
 //! Kinds:
 //! - a path: a regular file (O_DIRECT, or buffered with a warning where the file system
