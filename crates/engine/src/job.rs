@@ -91,6 +91,9 @@ pub struct JobSpec {
     pub prefill: bool,
     pub seed: u64,
     pub spin_budget_ns: u64,
+    /// Writes only: each thread flushes (fsync) after every this many writes, waiting with
+    /// the same strategy (Filebench varmail's fsync after appends). 0 = never.
+    pub fsync_every: u32,
 }
 
 impl JobSpec {
@@ -108,6 +111,7 @@ impl JobSpec {
             prefill: true,
             seed: 1,
             spin_budget_ns: SPIN_BUDGET_NS_DEFAULT,
+            fsync_every: 0,
         }
     }
 
@@ -147,6 +151,9 @@ impl JobSpec {
         }
         if self.spin_budget_ns == 0 || self.spin_budget_ns > 10_000_000_000 {
             return usage("spin budget must be more than 0 and at most 10 s".into());
+        }
+        if self.fsync_every > 0 && self.op != Op::Write {
+            return usage("fsync applies to write jobs only".into());
         }
         Ok(span)
     }
@@ -346,6 +353,15 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
                     .map_err(|m| Error::new(ErrorKind::Verify, m.to_string()))?,
                 _ => {}
             }
+        }
+        if spec.fsync_every > 0 && stats.ios % spec.fsync_every as u64 == 0 {
+            let strategy = match spec.strategy {
+                StrategyChoice::Fixed(s) => s,
+                // A flush waits on the device's cache, far beyond any spin threshold.
+                StrategyChoice::Smart => Strategy::Block,
+            };
+            port.fsync(strategy, spec.spin_budget_ns)?;
+            stats.fsyncs += 1;
         }
         if t1 >= end_ns {
             break;

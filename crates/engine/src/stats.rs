@@ -62,6 +62,7 @@ pub struct ThreadStats {
     pub by_strategy: [u64; 3],
     pub by_reason: [u64; 6],
     pub spin_fallbacks: u64,
+    pub fsyncs: u64,
     pub start_ns: u64,
     pub end_ns: u64,
     usage_start: Usage,
@@ -77,6 +78,7 @@ impl ThreadStats {
             by_strategy: [0; 3],
             by_reason: [0; 6],
             spin_fallbacks: 0,
+            fsyncs: 0,
             start_ns: 0,
             end_ns: 0,
             usage_start: Usage::default(),
@@ -151,6 +153,9 @@ pub struct JobResult {
     pub decisions: Decisions,
     /// Spins that ran out of budget and slept.
     pub spin_fallbacks: u64,
+    /// Flushes issued (`fsync_every`); their time is in the run's wall time, not in the
+    /// I/O latencies.
+    pub fsyncs: u64,
     /// Where the thresholds came from (`probe`, `builtin-model`, `paper-default`).
     pub profile_source: String,
     /// For emulated devices: the model's device time for one request, no queueing.
@@ -171,7 +176,7 @@ impl JobResult {
         let mut hist = new_histogram();
         let mut usage = Usage::default();
         let mut decisions = Decisions::default();
-        let (mut ios, mut bytes, mut fallbacks) = (0, 0, 0);
+        let (mut ios, mut bytes, mut fallbacks, mut fsyncs) = (0, 0, 0, 0);
         let mut by_strategy = [0u64; 3];
         let mut by_reason = [0u64; 6];
         let start = threads.iter().map(|t| t.start_ns).min().unwrap_or(0);
@@ -181,6 +186,7 @@ impl JobResult {
             ios += t.ios;
             bytes += t.bytes;
             fallbacks += t.spin_fallbacks;
+            fsyncs += t.fsyncs;
             usage.user_ns += t.usage.user_ns;
             usage.sys_ns += t.usage.sys_ns;
             usage.voluntary += t.usage.voluntary;
@@ -231,6 +237,7 @@ impl JobResult {
             ctx_involuntary: usage.involuntary,
             decisions,
             spin_fallbacks: fallbacks,
+            fsyncs,
             profile_source: profile.source.clone(),
             model_service_ns: target.model_service_ns(spec.op, spec.bs_bytes),
             verified: spec.verify && !interrupted,

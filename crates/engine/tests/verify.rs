@@ -104,3 +104,24 @@ fn misdirected_data_is_named_as_such() {
     let e = run_job(t.as_ref(), &s, &profile, &monitor, &stop).unwrap_err();
     assert!(e.message.contains("offset 8192") && e.message.contains("misdirected"), "{e}");
 }
+
+#[test]
+fn fsync_every_flushes_each_threads_nth_write_and_refuses_reads() {
+    let monitor = SystemMonitor::fixed(0);
+    let stop = AtomicBool::new(false);
+    let t = target::open(&target::parse_target(&format!("tmp:4m@{}", std::env::temp_dir().display())).unwrap(), OpenOptions::default()).unwrap();
+    let profile = Profile::paper_default(&t.device_id());
+    for strategy in strategies() {
+        let mut s = JobSpec::new(Op::Write, Pattern::Rand, 4096, strategy);
+        s.duration_ns = 10_000_000_000;
+        s.ios_max = Some(40);
+        s.fsync_every = 4;
+        let r = run_job(t.as_ref(), &s, &profile, &monitor, &stop).unwrap();
+        assert_eq!(r.ios, 40);
+        assert_eq!(r.fsyncs, 10, "one flush per 4 writes under {}", strategy.name());
+    }
+    let mut s = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Smart);
+    s.fsync_every = 1;
+    let e = run_job(t.as_ref(), &s, &profile, &monitor, &stop).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Usage);
+}

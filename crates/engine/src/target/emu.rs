@@ -109,7 +109,9 @@ impl Target for EmuTarget {
             class: rules::classify(&points, ASSUMED_BLOCK_CPU_NS),
             size_threshold_bytes: rules::size_threshold_bytes(&points),
             cpu_threshold_pct: rules::cpu_threshold_pct(100.0, profile::online_cpus()),
-            queue_limit: 0,
+            // Requests up to the channel count are served at once; only beyond it does a
+            // request wait behind others (Fig. 7's queue length, read off the model).
+            queue_limit: self.spec.model.channels.saturating_sub(1),
             wakeup_ns: Some(ASSUMED_WAKEUP_NS),
             latencies: Vec::new(),
         })

@@ -281,4 +281,26 @@ impl Port for FilePort {
         check_result(res as isize, len, op, offset)?;
         Ok(WaitOutcome { fell_back })
     }
+
+    fn fsync(&mut self, strategy: Strategy, spin_budget_ns: u64) -> Result<WaitOutcome, Error> {
+        let fail = |e: std::io::Error| Error::new(ErrorKind::Io, format!("fsync: {e}"));
+        if strategy == Strategy::Sync {
+            // SAFETY: fd is open for the port's lifetime.
+            if unsafe { libc::fsync(self.fd) } != 0 {
+                return Err(fail(std::io::Error::last_os_error()));
+            }
+            return Ok(WaitOutcome::default());
+        }
+        let entry = opcode::Fsync::new(types::Fd(self.fd)).build().user_data(2);
+        // SAFETY: the entry points to no memory; its completion is reaped below.
+        unsafe { self.ring.push(&entry) };
+        let (res, fell_back) = match strategy {
+            Strategy::Spin => self.ring.wait_spin(spin_budget_ns)?,
+            _ => (self.ring.wait_block()?, false),
+        };
+        if res < 0 {
+            return Err(fail(std::io::Error::from_raw_os_error(-res)));
+        }
+        Ok(WaitOutcome { fell_back })
+    }
 }

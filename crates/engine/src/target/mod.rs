@@ -103,6 +103,12 @@ pub trait Port {
     /// `strategy` says. Returns when the data is in place (read) or on the device (write).
     fn io(&mut self, op: Op, buf: &mut [u8], offset: u64, strategy: Strategy, spin_budget_ns: u64)
         -> Result<WaitOutcome, Error>;
+
+    /// Flushes what was written to stable storage, waiting as `strategy` says. Emulated
+    /// devices model no volatile cache, so for them this is free.
+    fn fsync(&mut self, _strategy: Strategy, _spin_budget_ns: u64) -> Result<WaitOutcome, Error> {
+        Ok(WaitOutcome::default())
+    }
 }
 
 /// A target shared by the threads of a job.
