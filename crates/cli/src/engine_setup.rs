@@ -10,6 +10,7 @@ use smartcon_engine::job::{Pattern, StrategyChoice};
 use smartcon_engine::monitor::{self, SystemMonitor};
 use smartcon_engine::profile::{profile_path, Profile};
 use smartcon_engine::target::Target;
+use smartcon_engine::wait::PollParams;
 use smartcon_engine::Op;
 
 use crate::common::RunFailure;
@@ -26,11 +27,30 @@ pub struct RunFlags {
     /// Allow writing to a block device smartcon did not create (destroys its data).
     #[arg(long)]
     pub destructive: bool,
+    /// `poll`: time between two status polls; `hybrid`: its sampling phase's interval.
+    #[arg(long, default_value = "1us")]
+    pub poll_interval: String,
+    /// `hybrid`: poll interval after the predicted completion, and its correction step.
+    #[arg(long, default_value = "100ns")]
+    pub alpha: String,
+    /// `hybrid`: how long each thread samples response times before predicting them.
+    #[arg(long, default_value = "20ms")]
+    pub sampling: String,
 }
 
 impl RunFlags {
     pub fn spin_budget_ns(&self) -> Result<u64> {
         parse_duration_arg("spin-budget", &self.spin_budget)
+    }
+
+    /// The polling strategies' parameters; their ranges are checked against the run by the
+    /// job (a sampling phase must be shorter than the run).
+    pub fn poll_params(&self) -> Result<PollParams> {
+        Ok(PollParams {
+            interval_ns: parse_duration_arg("poll-interval", &self.poll_interval)?,
+            alpha_ns: parse_duration_arg("alpha", &self.alpha)?,
+            sampling_ns: parse_duration_arg("sampling", &self.sampling)?,
+        })
     }
 
     pub fn monitor(&self) -> Result<SystemMonitor> {
@@ -64,7 +84,8 @@ pub fn parse_pattern(text: &str) -> Result<Pattern> {
 }
 
 pub fn parse_strategy(text: &str) -> Result<StrategyChoice> {
-    StrategyChoice::parse(text).with_context(|| format!("unknown strategy {text:?}; use block, spin, sync or smart"))
+    StrategyChoice::parse(text)
+        .with_context(|| format!("unknown strategy {text:?}; use one of {}", StrategyChoice::NAMES.join(", ")))
 }
 
 pub fn parse_size_arg(what: &str, text: &str) -> Result<u64> {

@@ -66,10 +66,20 @@ pub fn job_report(r: &JobResult) -> String {
     if r.spin_fallbacks > 0 {
         s += &format!("; {} spin(s) ran out of budget and slept", r.spin_fallbacks);
     }
-    if r.strategy == "smart" {
+    if r.strategy.starts_with("smart") {
         s += &format!("  [profile: {}]", r.profile_source);
     }
     s += "\n";
+    if let Some(p) = &r.polling {
+        s += &format!("  polling     {:.1} polls and {:.2} sleeps per I/O", p.polls_per_io, p.sleeps_per_io);
+        if let (Some(p50), Some(p90)) = (p.pred_err_ns_p50, p.pred_err_ns_p90) {
+            s += &format!("; predicted {} I/Os, |error| p50 {} p90 {}", thousands(p.predicted_ios as f64), format_ns(p50 as f64), format_ns(p90 as f64));
+        }
+        if let Some(o) = p.overshoot_ns {
+            s += &format!("; wake-up overshoot {}", format_ns(o as f64));
+        }
+        s += "\n";
+    }
     if r.verified {
         s += "  verify      every block read back matched its pattern\n";
     }

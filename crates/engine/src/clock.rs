@@ -24,3 +24,20 @@ pub fn tighten_timer_slack() {
     // SAFETY: prctl with PR_SET_TIMERSLACK takes a plain integer.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
 }
+
+/// Sleeps until `at_ns` on CLOCK_MONOTONIC (a kernel hrtimer; with the tightened slack it
+/// fires on time, and the thread runs again after the host's wake-up overshoot).
+pub fn sleep_until_ns(at_ns: u64) {
+    let ts = libc::timespec { tv_sec: (at_ns / 1_000_000_000) as libc::time_t, tv_nsec: (at_ns % 1_000_000_000) as libc::c_long };
+    // SAFETY: a valid timespec; EINTR (a signal such as Ctrl-C) just ends the sleep early,
+    // which every caller tolerates because it re-reads the clock.
+    unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+}
+
+/// Busy-waits until `at_ns` with a pause hint, reading nothing but the clock.
+#[inline]
+pub fn spin_until_ns(at_ns: u64) {
+    while now_ns() < at_ns {
+        std::hint::spin_loop();
+    }
+}

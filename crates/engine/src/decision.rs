@@ -35,17 +35,36 @@ pub enum Strategy {
     Spin,
     /// A plain positional syscall (pread/pwrite); programmed I/O on emulated devices.
     Sync,
+    /// Dynamic interval polling: sleep until just before the predicted completion, then
+    /// poll (crate::wait::hybrid).
+    Hybrid,
+    /// Fixed-interval polling (crate::wait::fixed), a baseline.
+    #[serde(rename = "poll")]
+    FixedPoll,
+    /// Linux's removed hybrid polling: sleep half the mean, then poll (a baseline).
+    #[serde(rename = "half-mean")]
+    HalfMean,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 3] = [Strategy::Block, Strategy::Spin, Strategy::Sync];
+    pub const ALL: [Strategy; 6] =
+        [Strategy::Block, Strategy::Spin, Strategy::Sync, Strategy::Hybrid, Strategy::FixedPoll, Strategy::HalfMean];
+    pub const COUNT: usize = Self::ALL.len();
 
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Block => "block",
             Strategy::Spin => "spin",
             Strategy::Sync => "sync",
+            Strategy::Hybrid => "hybrid",
+            Strategy::FixedPoll => "poll",
+            Strategy::HalfMean => "half-mean",
         }
+    }
+
+    /// The strategies that wait by polling at chosen instants (crate::wait).
+    pub fn is_polling(self) -> bool {
+        matches!(self, Strategy::Hybrid | Strategy::FixedPoll | Strategy::HalfMean)
     }
 
     pub fn index(self) -> usize {

@@ -20,6 +20,7 @@ use crate::profile::Profile;
 use crate::stats::{JobResult, ThreadStats};
 use crate::target::{AlignedBuf, Target};
 use crate::verify;
+use crate::wait::{self, PollParams};
 
 /// The seed of the pattern temporary files and `--verify` prefills are written with.
 pub const FILL_SEED: u64 = 0x5eed_f111;
@@ -52,24 +53,46 @@ impl Pattern {
 pub enum StrategyChoice {
     Fixed(Strategy),
     Smart,
+    /// The SmartCon decision, busy-waiting the `hybrid` way where it would spin.
+    SmartHybrid,
 }
 
 impl StrategyChoice {
+    /// Every name `parse` takes, in the order help texts list them.
+    pub const NAMES: [&'static str; 8] = ["block", "spin", "sync", "smart", "hybrid", "smart-hybrid", "poll", "half-mean"];
+
     pub fn name(self) -> &'static str {
         match self {
             StrategyChoice::Fixed(s) => s.name(),
             StrategyChoice::Smart => "smart",
+            StrategyChoice::SmartHybrid => "smart-hybrid",
         }
     }
 
     pub fn parse(text: &str) -> Option<StrategyChoice> {
         Some(match text {
-            "block" => StrategyChoice::Fixed(Strategy::Block),
-            "spin" => StrategyChoice::Fixed(Strategy::Spin),
-            "sync" => StrategyChoice::Fixed(Strategy::Sync),
             "smart" => StrategyChoice::Smart,
-            _ => return None,
+            "smart-hybrid" => StrategyChoice::SmartHybrid,
+            _ => StrategyChoice::Fixed(*Strategy::ALL.iter().find(|s| s.name() == text)?),
         })
+    }
+
+    /// Whether the job needs the polling parameters.
+    pub fn polls(self) -> bool {
+        match self {
+            StrategyChoice::Fixed(s) => s.is_polling(),
+            StrategyChoice::Smart => false,
+            StrategyChoice::SmartHybrid => true,
+        }
+    }
+
+    /// The strategy for waits outside the measured I/O (prefill, read-back, fsync): the
+    /// fixed strategy where it is a simple one, else block.
+    fn simple(self) -> Strategy {
+        match self {
+            StrategyChoice::Fixed(s) if !s.is_polling() => s,
+            _ => Strategy::Block,
+        }
     }
 }
 
@@ -94,6 +117,8 @@ pub struct JobSpec {
     /// Writes only: each thread flushes (fsync) after every this many writes, waiting with
     /// the same strategy (Filebench varmail's fsync after appends). 0 = never.
     pub fsync_every: u32,
+    /// The polling strategies' parameters (interval, alpha, sampling phase).
+    pub poll: PollParams,
 }
 
 impl JobSpec {
@@ -112,6 +137,7 @@ impl JobSpec {
             seed: 1,
             spin_budget_ns: SPIN_BUDGET_NS_DEFAULT,
             fsync_every: 0,
+            poll: PollParams::DEFAULT,
         }
     }
 
@@ -151,6 +177,9 @@ impl JobSpec {
         }
         if self.spin_budget_ns == 0 || self.spin_budget_ns > 10_000_000_000 {
             return usage("spin budget must be more than 0 and at most 10 s".into());
+        }
+        if self.strategy.polls() {
+            self.poll.validate(self.duration_ns)?;
         }
         if self.fsync_every > 0 && self.op != Op::Write {
             return usage("fsync applies to write jobs only".into());
@@ -274,10 +303,7 @@ fn read_back(shared: &Shared<'_>, written: &WrittenMap) -> Result<(), Error> {
     let mut port = shared.target.open_port()?;
     let mut buf = AlignedBuf::new(spec.bs_bytes as usize);
     let unit = verify::unit_bytes(spec.bs_bytes);
-    let strategy = match spec.strategy {
-        StrategyChoice::Fixed(s) => s,
-        StrategyChoice::Smart => Strategy::Block,
-    };
+    let strategy = spec.strategy.simple();
     for slot in 0..shared.span / spec.bs_bytes {
         if !written.get(slot) {
             continue;
@@ -310,6 +336,12 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
     let inflight = shared.target.inflight();
     stats.begin();
     let end_ns = stats.start_ns + spec.duration_ns;
+    // The polling policy of this thread (its predictor learns this thread's I/O).
+    let mut policy = match spec.strategy {
+        StrategyChoice::Fixed(s) => wait::policy_for(s, spec.poll, stats.start_ns),
+        StrategyChoice::Smart => None,
+        StrategyChoice::SmartHybrid => wait::policy_for(Strategy::Hybrid, spec.poll, stats.start_ns),
+    };
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             break;
@@ -335,17 +367,27 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
         let ahead = inflight.enter(bs);
         let (strategy, reason) = match spec.strategy {
             StrategyChoice::Fixed(s) => (s, None),
-            StrategyChoice::Smart => {
+            StrategyChoice::Smart | StrategyChoice::SmartHybrid => {
                 let system = SystemState { cpu_utilization_pct: shared.monitor.cpu_utilization_pct() };
                 let d = decide(Request { bytes: bs }, ahead, system, &shared.thresholds);
-                (d.strategy, Some(d.reason))
+                let s = match (spec.strategy, d.strategy) {
+                    (StrategyChoice::SmartHybrid, Strategy::Spin) => Strategy::Hybrid,
+                    (_, s) => s,
+                };
+                (s, Some(d.reason))
             }
         };
-        let outcome = port.io(spec.op, buf.as_mut_slice(), offset, strategy, spec.spin_budget_ns);
+        let outcome = match (&mut policy, strategy.is_polling()) {
+            (Some(p), true) => port.io_polled(spec.op, buf.as_mut_slice(), offset, ahead, p.as_mut()),
+            _ => port.io(spec.op, buf.as_mut_slice(), offset, strategy, spec.spin_budget_ns),
+        };
         inflight.leave(bs);
         let outcome = outcome?;
         let t1 = now_ns();
         stats.record(t1 - t0, bs, strategy, reason, outcome.fell_back);
+        if let Some(w) = &outcome.polled {
+            stats.record_polled(w, outcome.done_ns);
+        }
         if spec.verify {
             match (&shared.written, spec.op) {
                 (Some(w), Op::Write) => w.set(slot),
@@ -355,12 +397,9 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
             }
         }
         if spec.fsync_every > 0 && stats.ios % spec.fsync_every as u64 == 0 {
-            let strategy = match spec.strategy {
-                StrategyChoice::Fixed(s) => s,
-                // A flush waits on the device's cache, far beyond any spin threshold.
-                StrategyChoice::Smart => Strategy::Block,
-            };
-            port.fsync(strategy, spec.spin_budget_ns)?;
+            // A flush waits on the device's cache, far beyond any spin threshold: smart and
+            // the polling strategies block for it.
+            port.fsync(spec.strategy.simple(), spec.spin_budget_ns)?;
             stats.fsyncs += 1;
         }
         if t1 >= end_ns {
@@ -368,5 +407,6 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
         }
     }
     stats.end();
+    stats.overshoot_ns = policy.as_ref().and_then(|p| p.overshoot_ns());
     Ok(stats)
 }

@@ -19,6 +19,7 @@ pub mod ring;
 pub mod stats;
 pub mod target;
 pub mod verify;
+pub mod wait;
 
 pub use smartcon_devemu as devemu;
 pub use smartcon_devemu::Op;

@@ -89,6 +89,39 @@ impl Ring {
         }
     }
 
+    /// Submits what is queued without waiting.
+    pub fn submit(&mut self) -> Result<(), Error> {
+        loop {
+            match self.ring.submit() {
+                Ok(_) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(Error::new(ErrorKind::Io, format!("io_uring_enter: {e}"))),
+            }
+        }
+    }
+
+    /// One look at the completion queue (user memory, no syscall).
+    pub fn try_reap(&mut self) -> Option<i32> {
+        self.pop()
+    }
+
+    /// Sleeps until a completion arrives or `at_ns` on CLOCK_MONOTONIC passes, whichever is
+    /// first; the completion, if any, stays queued for [`Ring::try_reap`].
+    pub fn wait_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        let now = now_ns();
+        if at_ns <= now || self.ring.completion().len() > 0 {
+            return Ok(());
+        }
+        let rel = at_ns - now;
+        let ts = types::Timespec::new().sec(rel / 1_000_000_000).nsec((rel % 1_000_000_000) as u32);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR)) => Ok(()),
+            Err(e) => Err(Error::new(ErrorKind::Io, format!("io_uring_enter: {e}"))),
+        }
+    }
+
     /// Sleeps on a kernel timer until `at_ns` on CLOCK_MONOTONIC. The timer's expiry wakes
     /// the thread the way a device interrupt would.
     pub fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {

@@ -15,6 +15,7 @@ use crate::decision::{Reason, Strategy};
 use crate::job::JobSpec;
 use crate::profile::Profile;
 use crate::target::Target;
+use crate::wait::Waited;
 
 /// Resource usage of the calling thread.
 #[derive(Debug, Clone, Copy, Default)]
@@ -59,10 +60,17 @@ pub struct ThreadStats {
     pub hist: Histogram<u64>,
     pub ios: u64,
     pub bytes: u64,
-    pub by_strategy: [u64; 3],
+    pub by_strategy: [u64; Strategy::COUNT],
     pub by_reason: [u64; 6],
     pub spin_fallbacks: u64,
     pub fsyncs: u64,
+    /// Polling strategies: polls, kernel sleeps, and the error of each predicted
+    /// completion against the device's (|predicted - done|).
+    pub polled_ios: u64,
+    pub polls: u64,
+    pub sleeps: u64,
+    pub pred_err: Option<Histogram<u64>>,
+    pub overshoot_ns: Option<u64>,
     pub start_ns: u64,
     pub end_ns: u64,
     usage_start: Usage,
@@ -75,10 +83,15 @@ impl ThreadStats {
             hist: new_histogram(),
             ios: 0,
             bytes: 0,
-            by_strategy: [0; 3],
+            by_strategy: [0; Strategy::COUNT],
             by_reason: [0; 6],
             spin_fallbacks: 0,
             fsyncs: 0,
+            polled_ios: 0,
+            polls: 0,
+            sleeps: 0,
+            pred_err: None,
+            overshoot_ns: None,
             start_ns: 0,
             end_ns: 0,
             usage_start: Usage::default(),
@@ -106,6 +119,62 @@ impl ThreadStats {
             self.by_reason[r.index()] += 1;
         }
         self.spin_fallbacks += fell_back as u64;
+    }
+
+    /// What a polling wait did; `done_ns` is the device's completion instant.
+    pub fn record_polled(&mut self, waited: &Waited, done_ns: u64) {
+        self.polled_ios += 1;
+        self.polls += waited.polls as u64;
+        self.sleeps += waited.sleeps as u64;
+        if let Some(p) = waited.predicted_done_ns {
+            let h = self.pred_err.get_or_insert_with(new_histogram);
+            h.saturating_record(p.abs_diff(done_ns).max(1));
+        }
+    }
+}
+
+/// What the polling strategies did over a job (`hybrid`, `poll`, `half-mean`, and
+/// `smart-hybrid`'s hybrid waits).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PollingSummary {
+    /// I/Os waited for by polling.
+    pub ios: u64,
+    pub polls_per_io: f64,
+    pub sleeps_per_io: f64,
+    /// I/Os whose completion was predicted (hybrid after its sampling phase).
+    pub predicted_ios: u64,
+    /// |predicted - actual completion|: the device's instant on emulated devices, the
+    /// instant the completion was seen on real ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pred_err_ns_p50: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pred_err_ns_p90: Option<u64>,
+    /// The wake-up overshoot the hybrid threads measured (mean over threads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overshoot_ns: Option<u64>,
+}
+
+impl PollingSummary {
+    fn of(threads: &[ThreadStats]) -> Option<PollingSummary> {
+        let ios: u64 = threads.iter().map(|t| t.polled_ios).sum();
+        if ios == 0 {
+            return None;
+        }
+        let mut err = new_histogram();
+        for h in threads.iter().filter_map(|t| t.pred_err.as_ref()) {
+            err.add(h).expect("same histogram bounds");
+        }
+        let overshoots: Vec<u64> = threads.iter().filter_map(|t| t.overshoot_ns).collect();
+        let predicted = err.len();
+        Some(PollingSummary {
+            ios,
+            polls_per_io: threads.iter().map(|t| t.polls).sum::<u64>() as f64 / ios as f64,
+            sleeps_per_io: threads.iter().map(|t| t.sleeps).sum::<u64>() as f64 / ios as f64,
+            predicted_ios: predicted,
+            pred_err_ns_p50: (predicted > 0).then(|| err.value_at_quantile(0.5)),
+            pred_err_ns_p90: (predicted > 0).then(|| err.value_at_quantile(0.9)),
+            overshoot_ns: (!overshoots.is_empty()).then(|| overshoots.iter().sum::<u64>() / overshoots.len() as u64),
+        })
     }
 }
 
@@ -156,6 +225,9 @@ pub struct JobResult {
     /// Flushes issued (`fsync_every`); their time is in the run's wall time, not in the
     /// I/O latencies.
     pub fsyncs: u64,
+    /// Present when some I/O was waited for by a polling strategy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub polling: Option<PollingSummary>,
     /// Where the thresholds came from (`probe`, `builtin-model`, `paper-default`).
     pub profile_source: String,
     /// For emulated devices: the model's device time for one request, no queueing.
@@ -177,7 +249,7 @@ impl JobResult {
         let mut usage = Usage::default();
         let mut decisions = Decisions::default();
         let (mut ios, mut bytes, mut fallbacks, mut fsyncs) = (0, 0, 0, 0);
-        let mut by_strategy = [0u64; 3];
+        let mut by_strategy = [0u64; Strategy::COUNT];
         let mut by_reason = [0u64; 6];
         let start = threads.iter().map(|t| t.start_ns).min().unwrap_or(0);
         let end = threads.iter().map(|t| t.end_ns).max().unwrap_or(start);
@@ -191,7 +263,7 @@ impl JobResult {
             usage.sys_ns += t.usage.sys_ns;
             usage.voluntary += t.usage.voluntary;
             usage.involuntary += t.usage.involuntary;
-            for i in 0..3 {
+            for i in 0..Strategy::COUNT {
                 by_strategy[i] += t.by_strategy[i];
             }
             for i in 0..6 {
@@ -238,6 +310,7 @@ impl JobResult {
             decisions,
             spin_fallbacks: fallbacks,
             fsyncs,
+            polling: PollingSummary::of(threads),
             profile_source: profile.source.clone(),
             model_service_ns: target.model_service_ns(spec.op, spec.bs_bytes),
             verified: spec.verify && !interrupted,

@@ -77,6 +77,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let pattern = parse_pattern(&args.pattern)?;
     let duration_ns = parse_duration_arg("duration", &args.duration)?;
     let spin_budget_ns = args.run.spin_budget_ns()?;
+    let poll = args.run.poll_params()?;
     let span = args.span.as_deref().map(|s| parse_size_arg("span", s)).transpose()?;
     if args.threads == 0 {
         bail!("--threads must be at least 1");
@@ -96,9 +97,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let mut js = JobSpec::new(Op::Read, pattern, bs, strategies[0]);
             js.span_bytes = Some(span_t);
             js.threads = args.threads;
+            js.duration_ns = duration_ns;
+            js.poll = poll;
+            js.strategy = *strategies.iter().find(|s| s.polls()).unwrap_or(&strategies[0]);
             js.validate(target.as_ref()).map_err(engine_err)?;
         }
-        let profile = resolve_profile(target.as_ref(), None, !strategies.iter().any(|s| s.name() == "smart"))?;
+        let profile = resolve_profile(target.as_ref(), None, !strategies.iter().any(|s| s.name().starts_with("smart")))?;
         opened.push((target, profile, span_t));
     }
     let monitor = args.run.monitor()?;
@@ -118,6 +122,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     js.threads = args.threads;
                     js.duration_ns = duration_ns;
                     js.spin_budget_ns = spin_budget_ns;
+                    js.poll = poll;
                     let r = run_job(target.as_ref(), &js, profile, &monitor, interrupt_flag()).map_err(engine_err)?;
                     if args.json {
                         emit_json(&r)?;

@@ -27,7 +27,7 @@ pub struct IoArgs {
     /// The region used, from offset 0 (default: the whole target).
     #[arg(long)]
     pub span: Option<String>,
-    /// block, spin, sync or smart.
+    /// block, spin, sync, smart, hybrid, smart-hybrid, poll (fixed interval) or half-mean.
     #[arg(long, default_value = "smart")]
     pub strategy: String,
     /// I/O threads, each with one request in flight.
@@ -61,6 +61,7 @@ pub fn run(args: IoArgs) -> Result<()> {
     spec.verify = args.verify;
     spec.seed = args.seed;
     spec.spin_budget_ns = args.run.spin_budget_ns()?;
+    spec.poll = args.run.poll_params()?;
     let tspec = target::parse_target(&args.target).map_err(engine_err)?;
     // --verify writes its pattern first, so it needs write access like a write job.
     let options = OpenOptions { write: op == Op::Write || args.verify, destructive: args.run.destructive, created_by_tool: false };
@@ -69,7 +70,7 @@ pub fn run(args: IoArgs) -> Result<()> {
         eprintln!("smartcon: warning: {w}");
     }
     spec.validate(target.as_ref()).map_err(engine_err)?;
-    let profile = resolve_profile(target.as_ref(), args.profile.as_deref(), spec.strategy.name() != "smart")?;
+    let profile = resolve_profile(target.as_ref(), args.profile.as_deref(), !spec.strategy.name().starts_with("smart"))?;
     let monitor = args.run.monitor()?;
     let result = run_job(target.as_ref(), &spec, &profile, &monitor, interrupt_flag());
     monitor.stop();

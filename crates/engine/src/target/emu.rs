@@ -8,20 +8,32 @@
 //! - `block`: an io_uring absolute timeout at the completion instant; the thread sleeps in
 //!   the kernel and the hrtimer interrupt wakes it, so it pays the real wake-up and
 //!   context switch of this host;
-//! - `spin`: the thread reads the clock (the device's status word is "now >= completion")
-//!   with a pause hint; past the spin budget it sleeps on the timer instead;
+//! - `spin`: the thread polls the device's status ("now >= completion") back to back with
+//!   a pause hint; past the spin budget it sleeps on the timer instead;
+//! - `hybrid`, `poll`, `half-mean` (crate::wait): the policy polls at the instants it
+//!   chooses and sleeps with clock_nanosleep in between;
 //! - `sync`: programmed I/O. The caller does the device's work inline, as a PIO driver or a
 //!   DAX copy would: it moves the data and stays busy for the device time, with no queue,
 //!   no ring and no timer. It differs from `spin` in what it skips (submission through the
 //!   ring's bookkeeping, the budget); on a memory-class device it is the natural path.
+//!
+//! The cost of polling (paper 002, Fig. 1): with `poll_cost` > 0 the status is a register
+//! on the data channel. A poll makes the thread wait `poll_cost` for the read, and takes
+//! that much channel time from the transfer of the request in service, delaying it and
+//! everything queued behind it on the channel (requests already scheduled behind it keep
+//! their computed instants: a simplification that is exact with one thread). The channel's
+//! arbiter gives the data at least half the time, so back-to-back polls at most double a
+//! transfer. With `poll_cost` = 0 (all presets: NVMe-style completion queues live in host
+//! memory) polls are free.
 
 use std::sync::Mutex;
 
 use smartcon_devemu::{units::format_size, ChannelSet, EmuSpec, Op, RamStore};
 
 use super::{InFlight, Port, Target, WaitOutcome};
-use crate::clock::now_ns;
-use crate::decision::Strategy;
+use crate::clock::{now_ns, sleep_until_ns, spin_until_ns};
+use crate::decision::{DeviceState, Strategy};
+use crate::wait::{Pending, Status, WaitPolicy};
 use crate::error::{Error, ErrorKind};
 use crate::profile::{self, rules, Profile, PROFILE_VERSION};
 use crate::ring::Ring;
@@ -55,10 +67,53 @@ impl EmuTarget {
         Ok(EmuTarget { channels: Mutex::new(ChannelSet::new(spec.model.channels)), spec, store, inflight: InFlight::default() })
     }
 
-    /// Places a request on the model and returns its completion instant.
-    fn schedule(&self, op: Op, bytes: u64, arrival_ns: u64) -> u64 {
+    /// Places a request on the model; returns its channel and completion instant.
+    fn schedule(&self, op: Op, bytes: u64, arrival_ns: u64) -> (u32, u64) {
         let service = self.spec.model.service_ns(op, bytes);
-        self.channels.lock().unwrap().schedule(arrival_ns, service).complete_ns
+        let s = self.channels.lock().unwrap().schedule(arrival_ns, service);
+        (s.channel, s.complete_ns)
+    }
+}
+
+/// A request in service, as a waiting thread sees it.
+struct EmuStatus<'a> {
+    target: &'a EmuTarget,
+    channel: u32,
+    done_ns: u64,
+    last_poll_ns: u64,
+}
+
+impl Status for EmuStatus<'_> {
+    fn now_ns(&self) -> u64 {
+        now_ns()
+    }
+
+    fn poll(&mut self) -> Result<bool, Error> {
+        let now = now_ns();
+        let cost = self.target.spec.model.poll_cost_ns;
+        let done = now >= self.done_ns;
+        if cost > 0 {
+            if !done {
+                let delay = cost.min((now - self.last_poll_ns) / 2);
+                if delay > 0 {
+                    self.target.channels.lock().unwrap().occupy(self.channel, now, delay);
+                    self.done_ns += delay;
+                }
+            }
+            self.last_poll_ns = now;
+            // The register read returns after its round trip.
+            spin_until_ns(now + cost);
+        }
+        Ok(done)
+    }
+
+    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        sleep_until_ns(at_ns);
+        Ok(())
+    }
+
+    fn spin_until(&mut self, at_ns: u64) {
+        spin_until_ns(at_ns);
     }
 }
 
@@ -131,7 +186,7 @@ impl Port for EmuPort<'_> {
     fn io(&mut self, op: Op, buf: &mut [u8], offset: u64, strategy: Strategy, spin_budget_ns: u64) -> Result<WaitOutcome, Error> {
         let t = self.target;
         let arrival = now_ns();
-        let done_at = t.schedule(op, buf.len() as u64, arrival);
+        let (channel, done_at) = t.schedule(op, buf.len() as u64, arrival);
         match op {
             Op::Read => t.store.read(offset, buf),
             Op::Write => t.store.write(offset, buf),
@@ -139,24 +194,37 @@ impl Port for EmuPort<'_> {
         let mut outcome = WaitOutcome::default();
         match strategy {
             Strategy::Block => self.ring.sleep_until(done_at)?,
-            Strategy::Spin => loop {
-                let now = now_ns();
-                if now >= done_at {
-                    break;
-                }
-                if now - arrival >= spin_budget_ns {
-                    self.ring.sleep_until(done_at)?;
-                    outcome.fell_back = true;
-                    break;
-                }
-                std::hint::spin_loop();
-            },
-            Strategy::Sync => {
-                while now_ns() < done_at {
+            Strategy::Spin => {
+                let mut status = EmuStatus { target: t, channel, done_ns: done_at, last_poll_ns: arrival };
+                while !status.poll()? {
+                    if now_ns() - arrival >= spin_budget_ns {
+                        self.ring.sleep_until(status.done_ns)?;
+                        outcome.fell_back = true;
+                        break;
+                    }
                     std::hint::spin_loop();
                 }
             }
+            Strategy::Sync => spin_until_ns(done_at),
+            s => {
+                return Err(Error::new(ErrorKind::Usage, format!("{} needs a wait policy (Port::io_polled)", s.name())));
+            }
         }
+        outcome.done_ns = done_at;
         Ok(outcome)
+    }
+
+    fn io_polled(&mut self, op: Op, buf: &mut [u8], offset: u64, ahead: DeviceState, policy: &mut dyn WaitPolicy) -> Result<WaitOutcome, Error> {
+        let t = self.target;
+        let arrival = now_ns();
+        let (channel, done_at) = t.schedule(op, buf.len() as u64, arrival);
+        match op {
+            Op::Read => t.store.read(offset, buf),
+            Op::Write => t.store.write(offset, buf),
+        }
+        let mut status = EmuStatus { target: t, channel, done_ns: done_at, last_poll_ns: arrival };
+        let req = Pending { op, bytes: buf.len() as u64, ahead, submit_ns: arrival };
+        let waited = policy.wait(&req, &mut status)?;
+        Ok(WaitOutcome { fell_back: false, polled: Some(waited), done_ns: status.done_ns })
     }
 }

@@ -14,7 +14,9 @@ use io_uring::{opcode, types};
 use smartcon_devemu::{units::format_size, Op};
 
 use super::{AlignedBuf, InFlight, Port, Target, WaitOutcome};
-use crate::decision::Strategy;
+use crate::clock::{now_ns, spin_until_ns};
+use crate::decision::{DeviceState, Strategy};
+use crate::wait::{Pending, Status, WaitPolicy};
 use crate::error::{Error, ErrorKind};
 use crate::ring::Ring;
 
@@ -251,6 +253,36 @@ fn check_result(res: isize, want: usize, op: Op, offset: u64) -> Result<(), Erro
     Ok(())
 }
 
+/// An io_uring request in flight: a poll is a look at the completion queue.
+struct RingStatus<'a> {
+    ring: &'a mut Ring,
+    res: Option<i32>,
+}
+
+impl Status for RingStatus<'_> {
+    fn now_ns(&self) -> u64 {
+        now_ns()
+    }
+
+    fn poll(&mut self) -> Result<bool, Error> {
+        if self.res.is_none() {
+            self.res = self.ring.try_reap();
+        }
+        Ok(self.res.is_some())
+    }
+
+    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        if self.res.is_none() {
+            self.ring.wait_until(at_ns)?;
+        }
+        Ok(())
+    }
+
+    fn spin_until(&mut self, at_ns: u64) {
+        spin_until_ns(at_ns);
+    }
+}
+
 impl Port for FilePort {
     fn io(&mut self, op: Op, buf: &mut [u8], offset: u64, strategy: Strategy, spin_budget_ns: u64) -> Result<WaitOutcome, Error> {
         let len = buf.len();
@@ -276,10 +308,47 @@ impl Port for FilePort {
         let (res, fell_back) = match strategy {
             Strategy::Block => (self.ring.wait_block()?, false),
             Strategy::Spin => self.ring.wait_spin(spin_budget_ns)?,
-            Strategy::Sync => unreachable!(),
+            _ => {
+                // Not reachable through the job (polling strategies go to io_polled), but a
+                // request is in flight: reap it before the buffer goes away.
+                self.ring.wait_block()?;
+                return Err(Error::new(ErrorKind::Usage, format!("{} needs a wait policy (Port::io_polled)", strategy.name())));
+            }
         };
         check_result(res as isize, len, op, offset)?;
-        Ok(WaitOutcome { fell_back })
+        Ok(WaitOutcome { fell_back, ..Default::default() })
+    }
+
+    fn io_polled(&mut self, op: Op, buf: &mut [u8], offset: u64, ahead: DeviceState, policy: &mut dyn WaitPolicy) -> Result<WaitOutcome, Error> {
+        let len = buf.len();
+        let fd = types::Fd(self.fd);
+        let entry = match op {
+            Op::Read => opcode::Read::new(fd, buf.as_mut_ptr(), len as u32).offset(offset).build(),
+            Op::Write => opcode::Write::new(fd, buf.as_ptr(), len as u32).offset(offset).build(),
+        };
+        let submit_ns = now_ns();
+        // SAFETY: `buf` outlives this call, which reaps the completion before returning,
+        // also when the policy fails (below).
+        unsafe { self.ring.push(&entry.user_data(1)) };
+        if let Err(e) = self.ring.submit() {
+            let _ = self.ring.wait_block();
+            return Err(e);
+        }
+        let mut status = RingStatus { ring: &mut self.ring, res: None };
+        let req = Pending { op, bytes: len as u64, ahead, submit_ns };
+        let waited = policy.wait(&req, &mut status);
+        let seen = status.res;
+        let (waited, res) = match (waited, seen) {
+            (Ok(w), Some(res)) => (w, res),
+            (w, _) => {
+                // Failed (or returned without seeing it): the buffer is the kernel's until
+                // the completion is reaped.
+                let reaped = self.ring.wait_block();
+                (w?, reaped?)
+            }
+        };
+        check_result(res as isize, len, op, offset)?;
+        Ok(WaitOutcome { fell_back: false, polled: Some(waited), done_ns: waited.seen_ns })
     }
 
     fn fsync(&mut self, strategy: Strategy, spin_budget_ns: u64) -> Result<WaitOutcome, Error> {
@@ -301,6 +370,6 @@ impl Port for FilePort {
         if res < 0 {
             return Err(fail(std::io::Error::from_raw_os_error(-res)));
         }
-        Ok(WaitOutcome { fell_back })
+        Ok(WaitOutcome { fell_back, ..Default::default() })
     }
 }

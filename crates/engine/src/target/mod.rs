@@ -23,6 +23,7 @@ use smartcon_devemu::{units, EmuSpec, Op};
 use crate::decision::{DeviceState, Strategy};
 use crate::error::{Error, ErrorKind};
 use crate::profile::Profile;
+use crate::wait::{WaitPolicy, Waited};
 
 /// What `--target` said.
 #[derive(Debug, Clone)]
@@ -95,6 +96,11 @@ impl InFlight {
 pub struct WaitOutcome {
     /// The spin budget ran out and the thread went to sleep.
     pub fell_back: bool,
+    /// For the polling strategies: what the policy did.
+    pub polled: Option<Waited>,
+    /// For the polling strategies: when the device completed the request, where the device
+    /// knows it (emulated devices); else the instant the completion was seen.
+    pub done_ns: u64,
 }
 
 /// One thread's handle on a target.
@@ -102,6 +108,10 @@ pub trait Port {
     /// Performs one I/O of `len` bytes at `offset` into or out of `buf`, waiting as
     /// `strategy` says. Returns when the data is in place (read) or on the device (write).
     fn io(&mut self, op: Op, buf: &mut [u8], offset: u64, strategy: Strategy, spin_budget_ns: u64)
+        -> Result<WaitOutcome, Error>;
+
+    /// Performs one I/O like [`Port::io`], waiting as the polling `policy` says.
+    fn io_polled(&mut self, op: Op, buf: &mut [u8], offset: u64, ahead: DeviceState, policy: &mut dyn WaitPolicy)
         -> Result<WaitOutcome, Error>;
 
     /// Flushes what was written to stable storage, waiting as `strategy` says. Emulated

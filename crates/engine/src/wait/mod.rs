@@ -1,0 +1,212 @@
+//! Polling waits: how a thread that polls the device decides *when* to look.
+//!
+//! `block`, `spin` and `sync` (in the ports) either sleep until the completion or look
+//! continuously. The strategies here look at chosen instants instead (paper 002, Sec. 3):
+//!
+//! - [`fixed::FixedInterval`] (`poll`): a status poll every `interval`, the baseline of the
+//!   paper's Fig. 1;
+//! - [`hybrid::Hybrid`] (`hybrid`): the paper's dynamic interval polling with smartcon's
+//!   additions: a sampling phase of fixed-interval polls, then sleep (or wait without
+//!   polling) until the predicted completion minus this host's measured wake-up overshoot,
+//!   then poll every `alpha`, correcting the prediction both ways ([`predictor`]);
+//! - [`halfmean::HalfMean`] (`half-mean`): Linux's removed blk-mq hybrid polling, which
+//!   slept half the mean completion time of the request's size bucket, then polled
+//!   continuously.
+//!
+//! A policy sees the device only through [`Status`]: a poll, a sleep, a wait without
+//! touching the device, and the clock. Ports implement it on real time (emulated devices
+//! charge each poll to the device's channel; files poll io_uring's completion queue); tests
+//! implement it on virtual time, so every policy runs deterministically there.
+//!
+//! Non-goals: more than one request in flight per thread (the callers are synchronous).
+
+pub mod fixed;
+pub mod halfmean;
+pub mod hybrid;
+pub mod predictor;
+
+use smartcon_devemu::units::format_ns;
+use smartcon_devemu::Op;
+
+use crate::decision::{DeviceState, Strategy};
+use crate::error::{Error, ErrorKind};
+
+/// What a waiting thread can do about its in-flight request.
+pub trait Status {
+    /// Now, on the clock the device and the policy share.
+    fn now_ns(&self) -> u64;
+    /// One status poll of the device: true once the request is complete. On a device
+    /// whose status is a register (emulated `poll_cost`), a poll takes the channel for a
+    /// while and the thread waits for the read to return.
+    fn poll(&mut self) -> Result<bool, Error>;
+    /// Sleeps in the kernel until `at_ns`, or until the completion where the device can
+    /// wake the thread (io_uring), whichever comes first. Returns when the thread runs
+    /// again, which on a real host is later than `at_ns` by the wake-up overshoot.
+    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error>;
+    /// Busy-waits until `at_ns` without touching the device (reading the clock only).
+    fn spin_until(&mut self, at_ns: u64);
+}
+
+/// The request being waited for.
+#[derive(Debug, Clone, Copy)]
+pub struct Pending {
+    pub op: Op,
+    pub bytes: u64,
+    /// What was in flight on the device ahead of it when it was submitted.
+    pub ahead: DeviceState,
+    pub submit_ns: u64,
+}
+
+/// What a polling wait did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Waited {
+    pub polls: u32,
+    pub sleeps: u32,
+    /// The instant the policy predicted for the completion, once it predicts (hybrid after
+    /// its sampling phase).
+    pub predicted_done_ns: Option<u64>,
+    /// The instant the completion was seen.
+    pub seen_ns: u64,
+}
+
+/// A way of waiting by polling; one instance per I/O thread (it keeps that thread's
+/// statistics, so the hot path shares nothing).
+pub trait WaitPolicy: Send {
+    /// Waits until the request is complete.
+    fn wait(&mut self, req: &Pending, status: &mut dyn Status) -> Result<Waited, Error>;
+    /// This thread's measured wake-up overshoot, for policies that sleep and measure it.
+    fn overshoot_ns(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The parameters of the polling strategies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollParams {
+    /// `poll`: time between two polls; `hybrid`: the sampling phase's interval.
+    pub interval_ns: u64,
+    /// `hybrid`: the short interval of polls after the predicted completion, and the step
+    /// by which an early catch shrinks the prediction (paper Sec. 3.2).
+    pub alpha_ns: u64,
+    /// `hybrid`: how long each thread samples with fixed-interval polls before predicting.
+    pub sampling_ns: u64,
+}
+
+impl PollParams {
+    /// The paper's best fixed interval (Sec. 5: 1 us) and an alpha of "a few dozens of
+    /// nanoseconds" rounded up to what a clock read on a VM resolves.
+    pub const DEFAULT: PollParams = PollParams { interval_ns: 1_000, alpha_ns: 100, sampling_ns: 20_000_000 };
+
+    pub const INTERVAL_NS_MAX: u64 = 10_000_000;
+    pub const ALPHA_NS_MAX: u64 = 100_000;
+
+    /// Checks the parameters against the run they are for.
+    pub fn validate(&self, duration_ns: u64) -> Result<(), Error> {
+        let usage = |m: String| Err(Error::new(ErrorKind::Usage, m));
+        if self.interval_ns == 0 || self.interval_ns > Self::INTERVAL_NS_MAX {
+            return usage(format!(
+                "poll interval {} is out of range (more than 0, at most {})",
+                format_ns(self.interval_ns as f64),
+                format_ns(Self::INTERVAL_NS_MAX as f64)
+            ));
+        }
+        if self.alpha_ns == 0 || self.alpha_ns > Self::ALPHA_NS_MAX {
+            return usage(format!(
+                "alpha {} is out of range (more than 0, at most {})",
+                format_ns(self.alpha_ns as f64),
+                format_ns(Self::ALPHA_NS_MAX as f64)
+            ));
+        }
+        if self.sampling_ns >= duration_ns {
+            return usage(format!(
+                "the sampling phase ({}) is not shorter than the run ({}); shorten --sampling or lengthen --duration",
+                format_ns(self.sampling_ns as f64),
+                format_ns(duration_ns as f64)
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for PollParams {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// The policy object for a polling strategy; `None` for the others.
+pub fn policy_for(strategy: Strategy, params: PollParams, start_ns: u64) -> Option<Box<dyn WaitPolicy>> {
+    match strategy {
+        Strategy::FixedPoll => Some(Box::new(fixed::FixedInterval::new(params.interval_ns))),
+        Strategy::Hybrid => Some(Box::new(hybrid::Hybrid::new(params, start_ns))),
+        Strategy::HalfMean => Some(Box::new(halfmean::HalfMean::new(start_ns))),
+        Strategy::Block | Strategy::Spin | Strategy::Sync => None,
+    }
+}
+
+/// Polls every `interval_ns` from `from_ns` until the device says done; the building
+/// block of every policy here. Bounded: a request that never completes ends in the
+/// caller's error path only if the device errs, as a real driver's would.
+pub fn poll_every(status: &mut dyn Status, from_ns: u64, interval_ns: u64, waited: &mut Waited) -> Result<(), Error> {
+    let mut next = from_ns;
+    loop {
+        status.spin_until(next);
+        waited.polls += 1;
+        if status.poll()? {
+            waited.seen_ns = status.now_ns();
+            return Ok(());
+        }
+        next = next.max(status.now_ns()) + interval_ns;
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod virt {
+    //! A device on virtual time for the policies' tests.
+
+    use super::Status;
+    use crate::error::Error;
+
+    /// Completes at `done_ns`; a sleep wakes `overshoot_ns` late; a poll costs `poll_ns`
+    /// of the thread's time and, while the request is in service, delays it by
+    /// `poll_cost_ns` (the channel is the paper's PCIe link).
+    pub struct VirtualDevice {
+        pub now_ns: u64,
+        pub done_ns: u64,
+        pub overshoot_ns: u64,
+        pub poll_ns: u64,
+        pub poll_cost_ns: u64,
+        pub polls: u32,
+        pub slept_ns: u64,
+    }
+
+    impl VirtualDevice {
+        pub fn new(now_ns: u64, done_ns: u64, overshoot_ns: u64) -> Self {
+            VirtualDevice { now_ns, done_ns, overshoot_ns, poll_ns: 20, poll_cost_ns: 0, polls: 0, slept_ns: 0 }
+        }
+    }
+
+    impl Status for VirtualDevice {
+        fn now_ns(&self) -> u64 {
+            self.now_ns
+        }
+        fn poll(&mut self) -> Result<bool, Error> {
+            self.polls += 1;
+            let done = self.now_ns >= self.done_ns;
+            if !done {
+                self.done_ns += self.poll_cost_ns;
+            }
+            self.now_ns += self.poll_ns;
+            Ok(done)
+        }
+        fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+            let wake = at_ns.max(self.now_ns) + self.overshoot_ns;
+            self.slept_ns += wake - self.now_ns;
+            self.now_ns = wake;
+            Ok(())
+        }
+        fn spin_until(&mut self, at_ns: u64) {
+            self.now_ns = self.now_ns.max(at_ns);
+        }
+    }
+}
