@@ -47,6 +47,13 @@ fn bad_input_exits_2_with_one_line_naming_the_problem_and_writes_nothing() {
         (vec!["io", "--target", "/tmp", "--op", "read"], "directory"),
         (vec!["bench", "--targets", "emu:nvme,", "--sizes", "4k"], "empty item"),
         (vec!["bench", "--sizes", "4k,zero"], "--sizes"),
+        (vec!["io", "--target", "emu:nvme", "--strategy", "hybrid", "--alpha", "0"], "--alpha"),
+        (vec!["io", "--target", "emu:nvme", "--strategy", "hybrid", "--alpha=-5ns"], "--alpha"),
+        (vec!["io", "--target", "emu:nvme", "--strategy", "hybrid", "--alpha", "1s"], "alpha"),
+        (vec!["io", "--target", "emu:nvme", "--strategy", "poll", "--poll-interval", "0"], "--poll-interval"),
+        (vec!["io", "--target", "emu:nvme", "--strategy", "poll", "--poll-interval", "20s"], "poll interval"),
+        (vec!["io", "--target", "emu:nvme", "--strategy", "hybrid", "--sampling", "3s", "--duration", "1s"], "sampling phase"),
+        (vec!["bench", "--strategies", "hybrid", "--sampling", "1s", "--duration", "300ms"], "sampling phase"),
     ];
     for (args, needle) in cases {
         let out = run(&args);

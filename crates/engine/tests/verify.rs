@@ -17,6 +17,10 @@ fn strategies() -> Vec<StrategyChoice> {
         StrategyChoice::Fixed(Strategy::Spin),
         StrategyChoice::Fixed(Strategy::Sync),
         StrategyChoice::Smart,
+        StrategyChoice::Fixed(Strategy::Hybrid),
+        StrategyChoice::Fixed(Strategy::FixedPoll),
+        StrategyChoice::Fixed(Strategy::HalfMean),
+        StrategyChoice::SmartHybrid,
     ]
 }
 
