@@ -278,3 +278,89 @@ fn compare_fio_puts_fio_beside_smartcon() {
     assert!(left.is_empty(), "temporary file left behind");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn postmark_and_the_mail_servers_fsync_run_on_a_file_system() {
+    let dir = scratch("postmark");
+    let report = dir.join("report");
+    let tmp = format!("tmp:16m@{}", dir.display());
+    let out = smartcon(
+        &dir,
+        &[
+            "evaluate",
+            "--tiny",
+            "--targets",
+            &tmp,
+            "--workloads",
+            "postmark,mailserver",
+            "--loads",
+            "bm-only",
+            "--duration",
+            "40ms",
+            "--out",
+            report.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(report.join("results.jsonl")).unwrap();
+    let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let pm: Vec<&serde_json::Value> = recs.iter().filter(|r| r["workload"] == "postmark").collect();
+    let strategies: Vec<&str> = pm.iter().map(|r| r["strategy"].as_str().unwrap()).collect();
+    assert_eq!(strategies, ["block", "spin", "sync", "smart"]);
+    for r in &pm {
+        let p = &r["postmark"];
+        let n = p["transactions"].as_u64().unwrap();
+        assert!(n > 0 && r["tps"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(p["creates"].as_u64().unwrap() + p["deletes"].as_u64().unwrap(), n);
+        assert_eq!((r["op"].as_str(), r["pattern"].as_str()), (Some("mixed"), Some("postmark")));
+        assert!(r["ios"].as_u64().unwrap() >= n, "every transaction moves data through the engine");
+    }
+    // The mail server flushes after its writes.
+    let mail: Vec<&serde_json::Value> = recs.iter().filter(|r| r["workload"] == "mailserver").collect();
+    assert_eq!(mail.len(), 4);
+    assert!(mail.iter().all(|r| r["fsyncs"].as_u64().unwrap() > 0), "fsyncs counted");
+    let summary = std::fs::read_to_string(report.join("summary.md")).unwrap();
+    assert!(summary.contains("Postmark-like"));
+    let svg = std::fs::read_to_string(report.join(format!("fig11-workloads-tmp_16m_{}.svg", file_part(&dir)))).unwrap();
+    assert!(svg.contains("postmark") && svg.contains("smart"));
+    // Postmark's scratch directories and the temporary file are gone.
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("smartcon-"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // A file where postmark needs a directory: one line, exit 2, nothing written.
+    let file = dir.join("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    let report2 = dir.join("r2");
+    let out = smartcon(
+        &dir,
+        &[
+            "evaluate",
+            "--tiny",
+            "--workloads",
+            "postmark",
+            "--postmark-dir",
+            file.to_str().unwrap(),
+            "--out",
+            report2.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("not a directory"), "{err}");
+    assert!(!report2.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The plot-file form of a directory path (as evaluate names per-target files).
+fn file_part(dir: &Path) -> String {
+    dir.display()
+        .to_string()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .collect()
+}

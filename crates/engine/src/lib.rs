@@ -26,3 +26,4 @@ pub use smartcon_devemu::Op;
 pub mod load;
 pub mod blockdev;
 pub mod workload;
+pub mod postmark;

@@ -7,14 +7,19 @@
 //!   defaults scaled to a 2-core machine and to the engine's one-file targets):
 //!   - `fileserver`: 1 MiB sequential, half writes then half reads, 2 threads (Filebench:
 //!     50 threads over many files; here the file is the target);
-//!   - `mailserver`: 16 KiB random, half reads and half writes (Filebench varmail: 16
-//!     threads, 16 KiB mean, fsync after appends). The engine has no fsync operation yet, so
-//!     writes are O_DIRECT (on the device, but the disk's cache is not flushed);
+//!   - `mailserver`: 16 KiB random, half reads and half writes, each write followed by an
+//!     fsync (Filebench varmail: 16 threads, 16 KiB mean, fsync after every append). The
+//!     flush waits with the phase's strategy (`smart` flushes with `block`: a flush waits on
+//!     the device's cache, far beyond any spin threshold); the record counts them in
+//!     `fsyncs`, and their time is in the cell's wall time (so in IOPS), not in the I/O
+//!     latencies;
 //!   - `multistreamread`: 1 MiB sequential reads by 4 threads, each its own stream;
 //!   - `singlestreamread`: 1 MiB sequential reads by 1 thread.
+//! - `postmark` ([`POSTMARK`]): the Postmark-like small-file workload needs a directory,
+//!   not a target's byte range, so it is not a list of phases; it lives in
+//!   [`crate::postmark`] and the evaluation runs it on targets that sit on a file system.
 //!
-//! Non-goals: directory trees, file creation and deletion (the Postmark-like workload is not
-//! built), think time.
+//! Non-goals: directory trees and think time.
 
 use smartcon_devemu::Op;
 
@@ -32,6 +37,14 @@ pub const NAMES: [&str; 8] = [
     "singlestreamread",
 ];
 
+/// The Postmark-like workload's name (see [`crate::postmark`]).
+pub const POSTMARK: &str = "postmark";
+
+/// True for every workload the evaluation knows, phases or Postmark.
+pub fn is_known(name: &str) -> bool {
+    name == POSTMARK || cells(name, &[4096]).is_some()
+}
+
 /// One job of a cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Phase {
@@ -41,6 +54,8 @@ pub struct Phase {
     pub threads: u32,
     /// Share of the cell's time, in percent (the phases of a cell add up to 100).
     pub share_pct: u32,
+    /// Writes only: fsync after every this many writes per thread (0 = never).
+    pub fsync_every: u32,
 }
 
 /// One cell: the size it is reported under and its phases.
@@ -59,6 +74,7 @@ fn one(op: Op, pattern: Pattern, bs_bytes: u64, threads: u32) -> Phase {
         bs_bytes,
         threads,
         share_pct: 100,
+        fsync_every: 0,
     }
 }
 
@@ -88,6 +104,7 @@ pub fn cells(name: &str, sizes: &[u64]) -> Option<Vec<CellPlan>> {
                     bs_bytes: MIB,
                     threads: 2,
                     share_pct: 50,
+                    fsync_every: 0,
                 },
                 Phase {
                     op: Op::Read,
@@ -95,6 +112,7 @@ pub fn cells(name: &str, sizes: &[u64]) -> Option<Vec<CellPlan>> {
                     bs_bytes: MIB,
                     threads: 2,
                     share_pct: 50,
+                    fsync_every: 0,
                 },
             ],
         }],
@@ -107,6 +125,7 @@ pub fn cells(name: &str, sizes: &[u64]) -> Option<Vec<CellPlan>> {
                     bs_bytes: 16 << 10,
                     threads: 1,
                     share_pct: 50,
+                    fsync_every: 0,
                 },
                 Phase {
                     op: Op::Write,
@@ -114,6 +133,8 @@ pub fn cells(name: &str, sizes: &[u64]) -> Option<Vec<CellPlan>> {
                     bs_bytes: 16 << 10,
                     threads: 1,
                     share_pct: 50,
+                    // varmail: fsync after every append.
+                    fsync_every: 1,
                 },
             ],
         }],
@@ -148,7 +169,16 @@ mod tests {
                 assert!(c.phases.iter().all(|p| p.threads >= 1 && p.bs_bytes > 0));
             }
         }
-        assert!(cells("postmark", &[4096]).is_none());
+        // Postmark is known but is no list of phases (it needs a directory).
+        assert!(cells(POSTMARK, &[4096]).is_none() && is_known(POSTMARK) && !is_known("bonnie"));
+        // Only writes flush, and the mail server's writes do.
+        for name in NAMES {
+            for c in cells(name, &[4096]).unwrap() {
+                assert!(c.phases.iter().all(|p| p.fsync_every == 0 || p.op == Op::Write), "{name}");
+            }
+        }
+        let mail = cells("mailserver", &[4096]).unwrap();
+        assert!(mail[0].phases.iter().any(|p| p.op == Op::Write && p.fsync_every == 1));
         assert_eq!(cells("iozone-seq-write", &[4096, 65536]).unwrap().len(), 2);
         assert!(writes("mailserver") && !writes("multistreamread"));
     }

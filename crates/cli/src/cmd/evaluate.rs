@@ -32,6 +32,7 @@ use smartcon_engine::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadSnap
 use smartcon_engine::profile::{self, profile_path, Profile};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
+use smartcon_engine::postmark::{PostmarkCounts, PostmarkSpec};
 use smartcon_engine::{blockdev, workload};
 
 use crate::common::{interrupt_flag, interrupted, prepare_out_dir, progress_bar};
@@ -54,9 +55,14 @@ pub struct EvaluateArgs {
     /// Comma-separated loads: bm-only, cpu-intensive, io-intensive.
     #[arg(long)]
     pub loads: Option<String>,
-    /// Comma-separated workloads: iozone-rand-read, iozone-rand-write, iozone-seq-read, iozone-seq-write.
+    /// Comma-separated workloads: iozone-rand-read, iozone-rand-write, iozone-seq-read,
+    /// iozone-seq-write, fileserver, mailserver, multistreamread, singlestreamread, postmark.
     #[arg(long)]
     pub workloads: Option<String>,
+    /// The directory postmark creates its files in (default: the directory of each file
+    /// target, e.g. DIR of tmp:SIZE@DIR; targets without a file system skip postmark).
+    #[arg(long)]
+    pub postmark_dir: Option<PathBuf>,
     /// Comma-separated record sizes.
     #[arg(long)]
     pub sizes: Option<String>,
@@ -107,6 +113,8 @@ struct Plan {
     probe_ns: u64,
     /// Each cell's time is split into this many turns, strategies interleaved.
     rounds: u32,
+    postmark_dir: Option<PathBuf>,
+    postmark_files: u32,
 }
 
 fn plan(args: &EvaluateArgs) -> Result<Plan> {
@@ -121,7 +129,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
     } else if args.quick {
         (
             "emu:optane,tmp:{FILE}@/var/tmp,zram:{FILE}",
-            "iozone-rand-read",
+            "iozone-rand-read,postmark",
             "4k,64k,256k",
             "600ms",
             "64m",
@@ -129,7 +137,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
     } else {
         (
             "emu:optane,emu:nvme,tmp:{FILE}@/var/tmp,loop:{FILE},zram:{FILE}",
-            "iozone-rand-read,iozone-rand-write,iozone-seq-read,iozone-seq-write,fileserver,mailserver,multistreamread,singlestreamread",
+            "iozone-rand-read,iozone-rand-write,iozone-seq-read,iozone-seq-write,fileserver,mailserver,multistreamread,singlestreamread,postmark",
             "4k,16k,64k,256k",
             "300ms",
             "256m",
@@ -152,8 +160,8 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
     }
     let workloads = split_list("workloads", args.workloads.as_deref().unwrap_or(workloads))?;
     for w in &workloads {
-        if workload::cells(w, &[4096]).is_none() {
-            bail!("unknown workload {w:?}; use {}", workload::NAMES.join(", "));
+        if !workload::is_known(w) {
+            bail!("unknown workload {w:?}; use {}, {}", workload::NAMES.join(", "), workload::POSTMARK);
         }
     }
     let mut sizes: Vec<u64> = split_list("sizes", args.sizes.as_deref().unwrap_or(sizes))?
@@ -183,6 +191,9 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
     if args.io_workers == 0 || args.io_workers > smartcon_engine::load::IO_WORKERS_MAX {
         bail!("--io-workers must be 1..={}", smartcon_engine::load::IO_WORKERS_MAX);
     }
+    if let Some(d) = &args.postmark_dir {
+        smartcon_engine::postmark::check_dir(d).map_err(engine_err).context("--postmark-dir")?;
+    }
     let targets = split_targets(&targets)?;
     let cells = targets.len() * loads.len() * workloads.len() * sizes.len() * strategies.len();
     if cells > CELLS_MAX {
@@ -207,6 +218,8 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
             150_000_000
         },
         rounds: args.rounds.unwrap_or(if args.tiny { 1 } else { 3 }).clamp(1, 100),
+        postmark_dir: args.postmark_dir.clone(),
+        postmark_files: if args.tiny { 50 } else { smartcon_engine::postmark::PostmarkSpec::default().files },
     })
 }
 
@@ -248,6 +261,30 @@ struct Cell {
     workload: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     corunner: Option<Corunner>,
+    /// Postmark only: transactions per second (the workload's figure of merit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tps: Option<f64>,
+    /// Postmark only: what the transactions did, and the directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    postmark: Option<PostmarkRecord>,
+}
+
+/// The postmark part of a cell's record.
+#[derive(Debug, Clone, Serialize)]
+struct PostmarkRecord {
+    dir: String,
+    #[serde(flatten)]
+    counts: PostmarkCounts,
+    size_bytes_min: u64,
+    size_bytes_max: u64,
+    block_bytes: u64,
+    read_bias_pct: u32,
+    create_bias_pct: u32,
+}
+
+/// A cell's figure of merit: transactions per second for postmark, else IOPS.
+fn perf(c: &Cell) -> f64 {
+    c.tps.unwrap_or(c.result.iops)
 }
 
 #[derive(Serialize)]
@@ -299,6 +336,9 @@ struct Opened {
     /// device name will belong to another device later.
     created: bool,
     name: String,
+    /// Where postmark runs for this target: a directory on the same file system, or
+    /// `None` when the target has none (emulated and raw block devices).
+    postmark_dir: Option<PathBuf>,
 }
 
 /// A block device created for the run; dropping it removes the device.
@@ -395,12 +435,26 @@ fn open_targets(
             }
         }
         let profile = resolve_profile(target.as_ref(), None, true)?;
+        let fs_dir = match &spec {
+            TargetSpec::Temp { dir, .. } => Some(dir.clone().unwrap_or_else(std::env::temp_dir)),
+            TargetSpec::Path(p) if !created && p.is_file() => p.parent().map(Path::to_path_buf),
+            _ => None,
+        };
+        let postmark_dir = fs_dir.map(|d| plan.postmark_dir.clone().unwrap_or(d));
+        if plan.workloads.iter().any(|w| w == workload::POSTMARK) && postmark_dir.is_none() {
+            let note = format!(
+                "postmark skipped on {t}: it needs a file system (a directory) and this target is a raw or emulated device"
+            );
+            eprintln!("smartcon: note: {note}");
+            notes.push(note);
+        }
         opened.push(Opened {
             target,
             profile,
             span,
             created,
             name: t.clone(),
+            postmark_dir,
         });
     }
     Ok(opened)
@@ -495,12 +549,29 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                         std::thread::sleep(std::time::Duration::from_nanos(SETTLE_NS));
                     }
                     for w in &plan.workloads {
-                        for cellplan in workload::cells(w, &plan.sizes).expect("workloads are validated in plan()") {
+                        let is_postmark = w == workload::POSTMARK;
+                        let pm_base = PostmarkSpec {
+                            files: plan.postmark_files,
+                            ..PostmarkSpec::default()
+                        };
+                        let cellplans = if is_postmark {
+                            if o.postmark_dir.is_none() {
+                                continue;
+                            }
+                            vec![workload::CellPlan {
+                                bs_bytes: pm_base.block_bytes,
+                                phases: Vec::new(),
+                            }]
+                        } else {
+                            workload::cells(w, &plan.sizes).expect("workloads are validated in plan()")
+                        };
+                        for cellplan in cellplans {
                             let bs = cellplan.bs_bytes;
                             // Strategies take turns in rounds, each round in a rotated
                             // order, so drift of a shared machine hits them alike.
                             let n = plan.strategies.len();
-                            let mut merged: Vec<Option<(JobResult, Option<Corunner>)>> = vec![None; n];
+                            type Turns = (JobResult, Option<Corunner>, Option<PostmarkCounts>);
+                            let mut merged: Vec<Option<Turns>> = vec![None; n];
                             for round in 0..plan.rounds {
                                 for k in 0..n {
                                     if interrupted() {
@@ -526,6 +597,27 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                     let (s0, w0) = (snap(&cpu), proc_stat_iowait_total_ns());
                                     // A cell's phases run back to back; their records merge.
                                     let mut r: Option<JobResult> = None;
+                                    let mut counts: Option<PostmarkCounts> = None;
+                                    if let (true, Some(dir)) = (is_postmark, &o.postmark_dir) {
+                                        let spec = PostmarkSpec {
+                                            duration_ns: (plan.duration_ns / plan.rounds as u64).max(1_000_000),
+                                            strategy,
+                                            // One seed per round: every strategy does the same transactions.
+                                            seed: 1 + round as u64,
+                                            ..pm_base.clone()
+                                        };
+                                        let x = smartcon_engine::postmark::run(
+                                            dir,
+                                            &spec,
+                                            o.target.as_ref(),
+                                            &o.profile,
+                                            &monitor,
+                                            interrupt_flag(),
+                                        )
+                                        .map_err(engine_err)?;
+                                        r = Some(x.job);
+                                        counts = Some(x.counts);
+                                    }
                                     for ph in &cellplan.phases {
                                         let mut js = JobSpec::new(ph.op, ph.pattern, ph.bs_bytes, strategy);
                                         js.threads = ph.threads;
@@ -534,6 +626,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                             (plan.duration_ns * ph.share_pct as u64 / 100 / plan.rounds as u64)
                                                 .max(1_000_000);
                                         js.seed = 1 + round as u64;
+                                        js.fsync_every = ph.fsync_every;
                                         let x = run_job(o.target.as_ref(), &js, &o.profile, &monitor, interrupt_flag())
                                             .map_err(engine_err)?;
                                         r = Some(match r {
@@ -570,18 +663,33 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                         _ => None,
                                     };
                                     merged[i] = Some(match merged[i].take() {
-                                        None => (r, corunner),
-                                        Some((a, ca)) => (merge_results(a, &r), merge_corunner(ca, corunner)),
+                                        None => (r, corunner, counts),
+                                        Some((a, ca, pa)) => (
+                                            merge_results(a, &r),
+                                            merge_corunner(ca, corunner),
+                                            merge_counts(pa, counts),
+                                        ),
                                     });
                                     bar.inc(1);
                                 }
                             }
-                            for (result, corunner) in merged.into_iter().flatten() {
+                            for (result, corunner, counts) in merged.into_iter().flatten() {
+                                let postmark = counts.map(|counts| PostmarkRecord {
+                                    dir: o.postmark_dir.as_deref().unwrap_or(Path::new("")).display().to_string(),
+                                    counts,
+                                    size_bytes_min: pm_base.size_bytes_min,
+                                    size_bytes_max: pm_base.size_bytes_max,
+                                    block_bytes: pm_base.block_bytes,
+                                    read_bias_pct: pm_base.read_bias_pct,
+                                    create_bias_pct: pm_base.create_bias_pct,
+                                });
                                 let cell = Cell {
                                     result,
                                     load: load.clone(),
                                     workload: w.clone(),
                                     corunner,
+                                    tps: postmark.as_ref().map(|p| p.counts.tps),
+                                    postmark,
                                 };
                                 writeln!(jsonl, "{}", serde_json::to_string(&cell)?)?;
                                 cells.push(cell);
@@ -677,8 +785,33 @@ fn merge_results(a: JobResult, b: &JobResult) -> JobResult {
         ctx_involuntary: a.ctx_involuntary + b.ctx_involuntary,
         decisions,
         spin_fallbacks: a.spin_fallbacks + b.spin_fallbacks,
+        fsyncs: a.fsyncs + b.fsyncs,
         interrupted: a.interrupted || b.interrupted,
         ..a
+    }
+}
+
+/// Postmark turns: counts add, tps over the summed transaction time (from the counts'
+/// own tps, so the time is the transaction phases' alone).
+fn merge_counts(a: Option<PostmarkCounts>, b: Option<PostmarkCounts>) -> Option<PostmarkCounts> {
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            let secs = |c: &PostmarkCounts| if c.tps > 0.0 { c.transactions as f64 / c.tps } else { 0.0 };
+            let total_s = secs(&a) + secs(&b);
+            let transactions = a.transactions + b.transactions;
+            Some(PostmarkCounts {
+                transactions,
+                creates: a.creates + b.creates,
+                deletes: a.deletes + b.deletes,
+                reads: a.reads + b.reads,
+                appends: a.appends + b.appends,
+                tps: if total_s > 0.0 { transactions as f64 / total_s } else { 0.0 },
+                files_start: a.files_start,
+                files_end: b.files_end,
+                direct: a.direct && b.direct,
+            })
+        }
+        (a, b) => a.or(b),
     }
 }
 
@@ -713,8 +846,8 @@ fn find<'a>(cells: &'a [Cell], c: &Cell, strategy: &str) -> Option<&'a Cell> {
 
 fn gain(cells: &[Cell], c: &Cell) -> Option<f64> {
     find(cells, c, "block")
-        .filter(|b| b.result.iops > 0.0)
-        .map(|b| c.result.iops / b.result.iops)
+        .filter(|b| perf(b) > 0.0)
+        .map(|b| perf(c) / perf(b))
 }
 
 /// smart against the better of block and spin in every cell: (cells, cells >= 0.95, min ratio, worst cell).
@@ -724,12 +857,12 @@ fn smart_check(cells: &[Cell]) -> (usize, usize, Option<(f64, String)>) {
         let best = ["block", "spin"]
             .iter()
             .filter_map(|s| find(cells, c, s))
-            .map(|x| x.result.iops)
+            .map(perf)
             .fold(0.0, f64::max);
         if best <= 0.0 {
             continue;
         }
-        let ratio = c.result.iops / best;
+        let ratio = perf(c) / best;
         n += 1;
         ok += (ratio >= 0.95) as usize;
         if worst.as_ref().is_none_or(|w| ratio < w.0) {
@@ -867,6 +1000,49 @@ fn summary_md(
     }
     s += &t.render();
     s += "```\n\n";
+    if cells.iter().any(|c| c.tps.is_some()) {
+        s += "## Postmark-like small-file transactions (Fig. 11b, 13b, 16b)\n\n";
+        if let Some(p) = cells.iter().find_map(|c| c.postmark.as_ref()) {
+            s += &format!(
+                "{} files of {} to {} in a fresh directory under {}, read/append block {}, read bias {}%, create bias {}%, transactions until the cell's time runs out; data I/O waited for by the strategy, create/open/close/unlink synchronous{}.\n\n",
+                p.counts.files_start,
+                format_size(p.size_bytes_min),
+                format_size(p.size_bytes_max),
+                p.dir,
+                format_size(p.block_bytes),
+                p.read_bias_pct,
+                p.create_bias_pct,
+                if p.counts.direct { ", O_DIRECT" } else { "; the file system refused O_DIRECT, so the page cache served the data" }
+            );
+        }
+        s += "```\n";
+        let strategies: Vec<&str> = plan.strategies.iter().map(|s| s.name()).collect();
+        let mut header = vec!["load".to_string(), "target".into()];
+        for st in &strategies {
+            header.push(format!("tps {st}"));
+        }
+        for st in strategies.iter().filter(|s| **s != "block") {
+            header.push(format!("{st}/block"));
+        }
+        header.push("csw/IO block".into());
+        header.push("csw/IO smart".into());
+        let hdr: Vec<&str> = header.iter().map(|x| x.as_str()).collect();
+        let mut t = Table::new(&hdr);
+        for c in cells.iter().filter(|c| c.tps.is_some() && c.result.strategy == "block") {
+            let mut row = vec![c.load.clone(), c.result.target.clone()];
+            for st in &strategies {
+                row.push(find(cells, c, st).and_then(|x| x.tps).map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into()));
+            }
+            for st in strategies.iter().filter(|s| **s != "block") {
+                row.push(find(cells, c, st).and_then(|x| gain(cells, x)).map(|g| format!("{g:.2}x")).unwrap_or_else(|| "-".into()));
+            }
+            row.push(format!("{:.2}", csw_per_io(c)));
+            row.push(find(cells, c, "smart").map(|x| format!("{:.2}", csw_per_io(x))).unwrap_or_else(|| "-".into()));
+            t.row(row);
+        }
+        s += &t.render();
+        s += "```\n\n";
+    }
     s += "## Context switches per I/O, voluntary + involuntary (Fig. 10), and CPU of the I/O thread (% of one CPU; Fig. 8)\n\n```\n";
     let strategies: Vec<&str> = plan.strategies.iter().map(|s| s.name()).collect();
     let mut header = vec!["load".to_string(), "target".into(), "workload".into(), "size".into()];
