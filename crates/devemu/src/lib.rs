@@ -11,6 +11,7 @@
 //! product's every quirk.
 
 pub mod model;
+pub mod pages;
 pub mod preset;
 pub mod store;
 pub mod units;
