@@ -113,6 +113,22 @@ pub fn split_list(what: &str, text: &str) -> Result<Vec<String>> {
     Ok(items)
 }
 
+/// Splits a comma-separated list of targets, keeping an emulated device's `,key=value`
+/// options with it: `emu:optane,channels=1,/var/tmp/f` is two targets.
+pub fn split_targets(text: &str) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for item in split_list("targets", text)? {
+        match out.last_mut() {
+            Some(last) if last.starts_with("emu:") && item.contains('=') && !item.contains(':') && !item.contains('/') => {
+                last.push(',');
+                last.push_str(&item);
+            }
+            _ => out.push(item),
+        }
+    }
+    Ok(out)
+}
+
 /// The profile `smart` uses for a target: an explicit file (which must be for this
 /// device), else the stored probe result, else the emulated model's built-in thresholds,
 /// else the paper's defaults with a note on stderr.

@@ -378,7 +378,10 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
             }
         };
         let outcome = match (&mut policy, strategy.is_polling()) {
-            (Some(p), true) => port.io_polled(spec.op, buf.as_mut_slice(), offset, ahead, p.as_mut()),
+            (Some(p), true) => {
+                p.set_cpu_busy(shared.monitor.cpu_utilization_pct() > shared.thresholds.cpu_threshold_pct);
+                port.io_polled(spec.op, buf.as_mut_slice(), offset, ahead, p.as_mut())
+            }
             _ => port.io(spec.op, buf.as_mut_slice(), offset, strategy, spec.spin_budget_ns),
         };
         inflight.leave(bs);

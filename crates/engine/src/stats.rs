@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::clock::now_ns;
 use crate::decision::{Reason, Strategy};
-use crate::job::JobSpec;
+use crate::job::{JobSpec, StrategyChoice};
 use crate::profile::Profile;
 use crate::target::Target;
 use crate::wait::Waited;
@@ -139,6 +139,9 @@ impl ThreadStats {
 pub struct PollingSummary {
     /// I/Os waited for by polling.
     pub ios: u64,
+    /// `poll`: the fixed interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_ns: Option<u64>,
     pub polls_per_io: f64,
     pub sleeps_per_io: f64,
     /// I/Os whose completion was predicted (hybrid after its sampling phase).
@@ -155,7 +158,7 @@ pub struct PollingSummary {
 }
 
 impl PollingSummary {
-    fn of(threads: &[ThreadStats]) -> Option<PollingSummary> {
+    fn of(threads: &[ThreadStats], spec: &JobSpec) -> Option<PollingSummary> {
         let ios: u64 = threads.iter().map(|t| t.polled_ios).sum();
         if ios == 0 {
             return None;
@@ -168,6 +171,7 @@ impl PollingSummary {
         let predicted = err.len();
         Some(PollingSummary {
             ios,
+            interval_ns: (spec.strategy == StrategyChoice::Fixed(Strategy::FixedPoll)).then_some(spec.poll.interval_ns),
             polls_per_io: threads.iter().map(|t| t.polls).sum::<u64>() as f64 / ios as f64,
             sleeps_per_io: threads.iter().map(|t| t.sleeps).sum::<u64>() as f64 / ios as f64,
             predicted_ios: predicted,
@@ -310,7 +314,7 @@ impl JobResult {
             decisions,
             spin_fallbacks: fallbacks,
             fsyncs,
-            polling: PollingSummary::of(threads),
+            polling: PollingSummary::of(threads, spec),
             profile_source: profile.source.clone(),
             model_service_ns: target.model_service_ns(spec.op, spec.bs_bytes),
             verified: spec.verify && !interrupted,

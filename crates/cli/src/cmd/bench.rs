@@ -4,6 +4,12 @@
 //!
 //! Strategies of one cell run back to back, so slow drift of a shared machine affects them
 //! alike; gains are ratios within one run.
+//!
+//! Polling (issue 6): `--sweep-interval` adds fixed-interval polling at each interval to
+//! every cell and reports the best interval (paper 002, Fig. 1; `--plot` draws the curve);
+//! with `hybrid` and `spin` in a cell, a check line gives hybrid's IOPS and CPU against
+//! spin's and block's and its prediction error. `--load cpu-intensive` runs number
+//! crunchers on every core meanwhile (SmartCon Sec. 7.1).
 
 use anyhow::{bail, Result};
 use clap::Args;
@@ -13,7 +19,13 @@ use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions};
 use smartcon_engine::Op;
 
+use smartcon_engine::decision::Strategy;
+use smartcon_engine::load::CpuLoad;
+use smartcon_engine::profile::online_cpus;
+use smartcon_engine::wait::PollParams;
+
 use crate::common::{emit_json, interrupt_flag, interrupted, progress_bar};
+use crate::plot::{line_chart, LineChart, Series};
 use crate::engine_setup::*;
 use crate::printers::iops;
 use crate::table::Table;
@@ -46,6 +58,16 @@ pub struct BenchArgs {
     /// The region used on each target (default: 64 MiB, or the target if smaller).
     #[arg(long)]
     pub span: Option<String>,
+    /// Also poll at fixed intervals, one run per interval (e.g. 250ns,500ns,1us,2us,4us),
+    /// and report the best (paper 002, Fig. 1).
+    #[arg(long)]
+    pub sweep_interval: Option<String>,
+    /// With --sweep-interval: draw latency against the interval to this SVG file.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
+    /// bm-only, or cpu-intensive (a number cruncher per core runs meanwhile).
+    #[arg(long, default_value = "bm-only")]
+    pub load: String,
     /// JSON Lines output: one "result" record per cell and one "summary" record.
     #[arg(long)]
     pub json: bool,
@@ -62,11 +84,44 @@ struct Summary {
     /// Cells where smart reached at least 0.97 x the better of block and spin.
     smart_within_3pct: usize,
     smart_ratio_min: Option<f64>,
+    load: String,
     interrupted: bool,
 }
 
+/// The best fixed polling interval of one cell (`--sweep-interval`).
+#[derive(serde::Serialize)]
+struct SweepRecord {
+    #[serde(rename = "type")]
+    record_type: &'static str,
+    target: String,
+    op: &'static str,
+    bs_bytes: u64,
+    /// (interval, mean latency) per interval run.
+    points_ns: Vec<(u64, f64)>,
+    best_interval_ns: u64,
+    best_lat_ns_mean: f64,
+    block_lat_ns_mean: Option<f64>,
+    spin_lat_ns_mean: Option<f64>,
+}
+
+/// Hybrid against spin and block in one cell.
+#[derive(serde::Serialize)]
+struct HybridCheck {
+    #[serde(rename = "type")]
+    record_type: &'static str,
+    target: String,
+    op: &'static str,
+    bs_bytes: u64,
+    load: String,
+    iops_vs_spin: f64,
+    cpu_vs_spin: f64,
+    iops_vs_block: Option<f64>,
+    pred_err_ns_p50: Option<u64>,
+    sleeps_per_io: f64,
+}
+
 pub fn run(args: BenchArgs) -> Result<()> {
-    let targets = split_list("targets", &args.targets)?;
+    let targets = split_targets(&args.targets)?;
     let sizes: Vec<u64> = split_list("sizes", &args.sizes)?.iter().map(|s| parse_size_arg("sizes", s)).collect::<Result<_>>()?;
     let ops: Vec<Op> = split_list("ops", &args.ops)?.iter().map(|s| parse_op(s)).collect::<Result<_>>()?;
     let mut strategies: Vec<StrategyChoice> =
@@ -74,10 +129,25 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if !strategies.iter().any(|s| s.name() == "block") {
         strategies.insert(0, parse_strategy("block")?);
     }
+    let poll = args.run.poll_params()?;
+    // Every run of a cell: a strategy and its polling parameters.
+    let mut configs: Vec<(StrategyChoice, PollParams)> = strategies.iter().map(|&s| (s, poll)).collect();
+    if let Some(list) = &args.sweep_interval {
+        for item in split_list("sweep-interval", list)? {
+            let interval_ns = parse_duration_arg("sweep-interval", &item)?;
+            configs.push((StrategyChoice::Fixed(Strategy::FixedPoll), PollParams { interval_ns, ..poll }));
+        }
+    } else if args.plot.is_some() {
+        bail!("--plot draws the interval sweep; give --sweep-interval too");
+    }
+    let cpu_load_workers = match args.load.as_str() {
+        "bm-only" => 0,
+        "cpu-intensive" => online_cpus(),
+        other => bail!("unknown load {other:?}; use bm-only or cpu-intensive"),
+    };
     let pattern = parse_pattern(&args.pattern)?;
     let duration_ns = parse_duration_arg("duration", &args.duration)?;
     let spin_budget_ns = args.run.spin_budget_ns()?;
-    let poll = args.run.poll_params()?;
     let span = args.span.as_deref().map(|s| parse_size_arg("span", s)).transpose()?;
     if args.threads == 0 {
         bail!("--threads must be at least 1");
@@ -98,25 +168,32 @@ pub fn run(args: BenchArgs) -> Result<()> {
             js.span_bytes = Some(span_t);
             js.threads = args.threads;
             js.duration_ns = duration_ns;
-            js.poll = poll;
-            js.strategy = *strategies.iter().find(|s| s.polls()).unwrap_or(&strategies[0]);
-            js.validate(target.as_ref()).map_err(engine_err)?;
+            for &(strategy, poll) in &configs {
+                js.strategy = strategy;
+                js.poll = poll;
+                js.validate(target.as_ref()).map_err(engine_err)?;
+            }
         }
         let profile = resolve_profile(target.as_ref(), None, !strategies.iter().any(|s| s.name().starts_with("smart")))?;
         opened.push((target, profile, span_t));
     }
     let monitor = args.run.monitor()?;
-    let cells = opened.len() * ops.len() * sizes.len() * strategies.len();
+    let cpu_load = (cpu_load_workers > 0).then(|| CpuLoad::start(cpu_load_workers)).transpose().map_err(engine_err)?;
+    let cells = opened.len() * ops.len() * sizes.len() * configs.len();
     let bar = progress_bar(cells as u64, "bench");
     let mut results: Vec<JobResult> = Vec::new();
     'outer: for (target, profile, span_t) in &opened {
         for &op in &ops {
             for &bs in &sizes {
-                for &strategy in &strategies {
+                for &(strategy, poll) in &configs {
                     if interrupted() {
                         break 'outer;
                     }
-                    bar.set_message(format!("{} {} {} {}", target.label(), op.name(), format_size(bs), strategy.name()));
+                    let what = match strategy {
+                        StrategyChoice::Fixed(Strategy::FixedPoll) => format!("poll every {}", format_ns(poll.interval_ns as f64)),
+                        s => s.name().to_string(),
+                    };
+                    bar.set_message(format!("{} {} {} {what}", target.label(), op.name(), format_size(bs)));
                     let mut js = JobSpec::new(op, pattern, bs, strategy);
                     js.span_bytes = Some(*span_t);
                     js.threads = args.threads;
@@ -134,9 +211,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     bar.finish_and_clear();
+    drop(cpu_load);
     monitor.stop();
-    let summary = summarize(&results, interrupted());
+    let summary = summarize(&results, &args.load, interrupted());
+    let sweeps = if args.sweep_interval.is_some() { sweeps(&results) } else { Vec::new() };
+    let checks = hybrid_checks(&results, &args.load);
+    if let (Some(path), false) = (&args.plot, sweeps.is_empty()) {
+        plot_sweeps(path, &sweeps)?;
+    }
     if args.json {
+        for r in &sweeps {
+            emit_json(r)?;
+        }
+        for r in &checks {
+            emit_json(r)?;
+        }
         emit_json(&summary)?;
     } else {
         print!("{}", render(&results, &opened.iter().map(|(t, p, _)| (t.label().to_string(), p.clone())).collect::<Vec<_>>()));
@@ -146,6 +235,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 summary.smart_within_3pct, summary.smart_cells, min
             );
         }
+        print!("{}", render_polling(&sweeps, &checks));
+        if let (Some(path), false) = (&args.plot, sweeps.is_empty()) {
+            println!("plot: {}", path.display());
+        }
         if summary.interrupted {
             println!("(interrupted: the table shows the cells measured so far)");
         }
@@ -153,11 +246,125 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// The interval sweep of every cell that has fixed-interval runs.
+fn sweeps(results: &[JobResult]) -> Vec<SweepRecord> {
+    let mut out: Vec<SweepRecord> = Vec::new();
+    for r in results.iter().filter(|r| r.strategy == "poll") {
+        let Some(interval_ns) = r.polling.as_ref().and_then(|p| p.interval_ns) else { continue };
+        let rec = match out.iter_mut().find(|s| s.target == r.target && s.op == r.op && s.bs_bytes == r.bs_bytes) {
+            Some(rec) => rec,
+            None => {
+                out.push(SweepRecord {
+                    record_type: "interval_sweep",
+                    target: r.target.clone(),
+                    op: r.op,
+                    bs_bytes: r.bs_bytes,
+                    points_ns: Vec::new(),
+                    best_interval_ns: interval_ns,
+                    best_lat_ns_mean: f64::INFINITY,
+                    block_lat_ns_mean: find(results, r, "block").map(|b| b.lat_ns_mean),
+                    spin_lat_ns_mean: find(results, r, "spin").map(|b| b.lat_ns_mean),
+                });
+                out.last_mut().expect("just pushed")
+            }
+        };
+        rec.points_ns.push((interval_ns, r.lat_ns_mean));
+        if r.lat_ns_mean < rec.best_lat_ns_mean {
+            rec.best_lat_ns_mean = r.lat_ns_mean;
+            rec.best_interval_ns = interval_ns;
+        }
+    }
+    for rec in &mut out {
+        rec.points_ns.sort_by_key(|p| p.0);
+    }
+    out
+}
+
+fn hybrid_checks(results: &[JobResult], load: &str) -> Vec<HybridCheck> {
+    results
+        .iter()
+        .filter(|r| r.strategy == "hybrid")
+        .filter_map(|h| {
+            let spin = find(results, h, "spin")?;
+            let cpu = |r: &JobResult| r.cpu_user_pct + r.cpu_sys_pct;
+            Some(HybridCheck {
+                record_type: "hybrid_check",
+                target: h.target.clone(),
+                op: h.op,
+                bs_bytes: h.bs_bytes,
+                load: load.to_string(),
+                iops_vs_spin: h.iops / spin.iops.max(1e-9),
+                cpu_vs_spin: cpu(h) / cpu(spin).max(1e-9),
+                iops_vs_block: find(results, h, "block").map(|b| h.iops / b.iops.max(1e-9)),
+                pred_err_ns_p50: h.polling.as_ref().and_then(|p| p.pred_err_ns_p50),
+                sleeps_per_io: h.polling.as_ref().map_or(0.0, |p| p.sleeps_per_io),
+            })
+        })
+        .collect()
+}
+
+fn render_polling(sweeps: &[SweepRecord], checks: &[HybridCheck]) -> String {
+    let mut out = String::new();
+    for s in sweeps {
+        let reference = |v: Option<f64>| v.map_or("-".to_string(), format_ns);
+        out += &format!(
+            "\nfixed-interval polling, {} {} {}: mean latency by interval (block {}, spin {})\n",
+            s.target,
+            s.op,
+            format_size(s.bs_bytes),
+            reference(s.block_lat_ns_mean),
+            reference(s.spin_lat_ns_mean)
+        );
+        let mut t = Table::new(&["interval", "mean latency", "vs best"]);
+        for &(i, lat) in &s.points_ns {
+            t.row(vec![format_ns(i as f64), format_ns(lat), format!("{:.2}x", lat / s.best_lat_ns_mean)]);
+        }
+        out += &t.render();
+        out += &format!("best fixed interval: {} (mean latency {})\n", format_ns(s.best_interval_ns as f64), format_ns(s.best_lat_ns_mean));
+    }
+    for c in checks {
+        out += &format!(
+            "\nhybrid, {} {} {} ({}): {:.3} x spin's IOPS at {:.2} x spin's CPU; {} x block's IOPS; {:.2} sleeps per I/O; prediction |error| p50 {}\n",
+            c.target,
+            c.op,
+            format_size(c.bs_bytes),
+            c.load,
+            c.iops_vs_spin,
+            c.cpu_vs_spin,
+            c.iops_vs_block.map_or("-".into(), |v| format!("{v:.3}")),
+            c.sleeps_per_io,
+            c.pred_err_ns_p50.map_or("-".into(), |v| format_ns(v as f64)),
+        );
+    }
+    out
+}
+
+/// Latency against the polling interval, block and spin as flat references (Fig. 1).
+fn plot_sweeps(path: &std::path::Path, sweeps: &[SweepRecord]) -> Result<()> {
+    let mut series = Vec::new();
+    for s in sweeps {
+        let cell = if sweeps.len() > 1 { format!(" {} {} {}", s.target, s.op, format_size(s.bs_bytes)) } else { String::new() };
+        let (lo, hi) = (s.points_ns[0].0 as f64 / 1e3, s.points_ns[s.points_ns.len() - 1].0 as f64 / 1e3);
+        series.push(Series { name: format!("fixed-interval polling{cell}"), points: s.points_ns.iter().map(|&(i, l)| (i as f64 / 1e3, l / 1e3)).collect() });
+        for (name, v) in [("block (interrupt-like sleep)", s.block_lat_ns_mean), ("spin (back-to-back polls)", s.spin_lat_ns_mean)] {
+            if let Some(v) = v {
+                series.push(Series { name: format!("{name}{cell}"), points: vec![(lo, v / 1e3), (hi, v / 1e3)] });
+            }
+        }
+    }
+    let title = match sweeps {
+        [one] => format!("Polling interval vs latency: {} {} {}", one.target, one.op, format_size(one.bs_bytes)),
+        _ => "Polling interval vs latency".to_string(),
+    };
+    let chart = LineChart { title: &title, x_label: "poll interval (us)", y_label: "mean latency (us)", log_x: true, log_y: false, markers: Vec::new() };
+    line_chart(path, &chart, &series)
+}
+
 fn find<'a>(results: &'a [JobResult], r: &JobResult, strategy: &str) -> Option<&'a JobResult> {
     results.iter().find(|x| x.target == r.target && x.op == r.op && x.bs_bytes == r.bs_bytes && x.strategy == strategy)
 }
 
-fn summarize(results: &[JobResult], interrupted: bool) -> Summary {
+fn summarize(results: &[JobResult], load: &str, interrupted: bool) -> Summary {
     let mut smart_cells = 0;
     let mut ok = 0;
     let mut min: Option<f64> = None;
@@ -170,11 +377,19 @@ fn summarize(results: &[JobResult], interrupted: bool) -> Summary {
             min = Some(min.map_or(ratio, |m: f64| m.min(ratio)));
         }
     }
-    Summary { record_type: "summary", cells: results.len(), smart_cells, smart_within_3pct: ok, smart_ratio_min: min, interrupted }
+    Summary {
+        record_type: "summary",
+        cells: results.len(),
+        smart_cells,
+        smart_within_3pct: ok,
+        smart_ratio_min: min,
+        load: load.to_string(),
+        interrupted,
+    }
 }
 
 fn render(results: &[JobResult], profiles: &[(String, smartcon_engine::profile::Profile)]) -> String {
-    let mut t = Table::new(&["target", "op", "size", "strategy", "IOPS", "gain", "p50", "p99", "CPU", "csw/IO", "decisions"]);
+    let mut t = Table::new(&["target", "op", "size", "strategy", "IOPS", "gain", "p50", "p99", "CPU", "csw/IO", "decisions / polling"]);
     for r in results {
         let gain = find(results, r, "block").filter(|b| b.iops > 0.0).map(|b| format!("{:.2}x", r.iops / b.iops));
         let csw = if r.ios > 0 { (r.ctx_voluntary + r.ctx_involuntary) as f64 / r.ios as f64 } else { 0.0 };
@@ -189,7 +404,14 @@ fn render(results: &[JobResult], profiles: &[(String, smartcon_engine::profile::
             format_ns(r.lat_ns_p99 as f64),
             format!("{:.0}%", r.cpu_user_pct + r.cpu_sys_pct),
             format!("{csw:.2}"),
-            if r.strategy == "smart" { crate::printers::decisions(r) } else { String::new() },
+            match (&r.polling, r.strategy) {
+                (Some(p), "poll") => format!("every {}", p.interval_ns.map_or("-".into(), |i| format_ns(i as f64))),
+                (Some(p), _) if r.strategy != "smart-hybrid" => {
+                    format!("{:.1} polls, {:.2} sleeps per I/O", p.polls_per_io, p.sleeps_per_io)
+                }
+                _ if r.strategy.starts_with("smart") => crate::printers::decisions(r),
+                _ => String::new(),
+            },
         ]);
     }
     let mut out = t.render();

@@ -74,6 +74,10 @@ pub struct Waited {
 pub trait WaitPolicy: Send {
     /// Waits until the request is complete.
     fn wait(&mut self, req: &Pending, status: &mut dyn Status) -> Result<Waited, Error>;
+    /// Tells the policy, before an I/O, whether the CPUs are busy with other work (the
+    /// System Monitor above the profile's CPU threshold). Policies that would poll for
+    /// long can then give the CPU away instead.
+    fn set_cpu_busy(&mut self, _busy: bool) {}
     /// This thread's measured wake-up overshoot, for policies that sleep and measure it.
     fn overshoot_ns(&self) -> Option<u64> {
         None
