@@ -24,6 +24,7 @@ pub mod wait;
 pub use smartcon_devemu as devemu;
 pub use smartcon_devemu::Op;
 pub mod load;
+pub mod merge;
 pub mod blockdev;
 pub mod workload;
 pub mod postmark;

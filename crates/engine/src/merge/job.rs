@@ -1,0 +1,229 @@
+//! A multi-threaded synchronous job on a [`MergeDevice`], in the manner of the paper's fio
+//! runs (paper 002 Sec. 5: 16 threads, sequential and random, read and write, 4 KiB).
+//!
+//! Each thread issues one request at a time: it picks an offset (sequential within its own
+//! slice of the span, or uniformly random over the span), fills its buffer with the
+//! verification pattern for writes (the application producing its data), calls
+//! [`super::Waiter::io`] and records the latency from the call to its return (the waiter's
+//! view: queueing for a merge, the device, the post-I/O work, the wake-up). CPU time is the
+//! user + system time of the I/O threads (getrusage per thread), so it includes the
+//! leaders' polling and post-I/O work and the waiters' wake-ups, and nothing of other
+//! processes on the machine.
+//!
+//! Non-goals: mixed read/write jobs, think time, queue depth above one per thread.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+
+use serde::Serialize;
+use smartcon_devemu::Op;
+
+use super::{MergeDevice, Polling, WaiterStats, PAGE_BYTES, THREADS_MAX};
+use crate::clock::{now_ns, tighten_timer_slack};
+use crate::error::{Error, ErrorKind};
+use crate::job::{Pattern, DURATION_NS_MAX};
+use crate::stats::{new_histogram, Usage};
+use crate::target::AlignedBuf;
+use crate::verify;
+
+#[derive(Debug, Clone)]
+pub struct MergeJobSpec {
+    pub op: Op,
+    pub pattern: Pattern,
+    pub threads: u32,
+    pub duration_ns: u64,
+    /// Each thread stops after this many I/Os (whichever of this and the duration first).
+    pub ios_per_thread_max: Option<u64>,
+    /// The region I/O goes to, from offset 0.
+    pub span_bytes: u64,
+    /// Write the verification pattern over the span before the run (reads need it).
+    pub prefill: bool,
+    /// Seeds the offsets.
+    pub seed: u64,
+}
+
+/// What a job measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct MergeJobResult {
+    pub ios: u64,
+    pub elapsed_ns: u64,
+    pub iops: f64,
+    pub latency_ns_p50: u64,
+    pub latency_ns_p99: u64,
+    pub latency_ns_mean: f64,
+    /// User + system CPU time of the I/O threads.
+    pub cpu_ns: u64,
+    /// `cpu_ns` over the elapsed time, in % of one CPU.
+    pub cpu_pct: f64,
+    /// Device requests (merged requests with merge on).
+    pub device_requests: u64,
+    pub pages: u64,
+    pub pages_per_request_mean: f64,
+    /// Requests released by post-I/O work; equals `ios` when every waiter was released once.
+    pub releases: u64,
+    pub polls: u64,
+    pub sleeps: u64,
+    pub leader_turns: u64,
+    /// Mean |seen - predicted| of the predicted waits (dynamic polling after sampling).
+    pub prediction_error_ns_mean: Option<f64>,
+    pub interrupted: bool,
+}
+
+/// A tiny seeded generator for offsets (xorshift64*), one per thread.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) as u128 * n as u128) >> 64) as u64
+    }
+}
+
+impl MergeJobSpec {
+    pub fn validate(&self, dev: &MergeDevice) -> Result<(), Error> {
+        let usage = |m: String| Err(Error::new(ErrorKind::Usage, m));
+        let bs = dev.config().bs_bytes;
+        if self.threads == 0 || self.threads as usize > THREADS_MAX {
+            return usage(format!("threads must be 1..={THREADS_MAX}"));
+        }
+        if self.duration_ns == 0 || self.duration_ns > DURATION_NS_MAX {
+            return usage("duration must be more than 0 and at most 24 h".into());
+        }
+        if self.span_bytes > dev.capacity_bytes() || self.span_bytes % PAGE_BYTES != 0 {
+            return usage(format!("span {} must be whole pages within {} ({} bytes)", self.span_bytes, dev.label(), dev.capacity_bytes()));
+        }
+        if self.span_bytes < bs * self.threads as u64 {
+            return usage(format!("span {} is too small for {} thread(s) of {bs}-byte I/O", self.span_bytes, self.threads));
+        }
+        if self.ios_per_thread_max == Some(0) {
+            return usage("I/Os per thread must be more than 0".into());
+        }
+        // The sampling phase only matters to dynamic polling; intervals always.
+        let run_ns = if dev.config().polling == Polling::Dynamic { self.duration_ns } else { u64::MAX };
+        dev.config().poll.validate(run_ns)
+    }
+}
+
+struct ThreadOut {
+    hist: hdrhistogram::Histogram<u64>,
+    ios: u64,
+    end_ns: u64,
+    usage: Usage,
+    stats: WaiterStats,
+    error: Option<Error>,
+}
+
+/// Runs the job; `stop` ends it early (what was measured is returned with `interrupted`).
+/// A verification mismatch ends the job with an error naming the offset.
+pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) -> Result<MergeJobResult, Error> {
+    spec.validate(dev)?;
+    let seed = dev.config().verify_seed;
+    if spec.prefill {
+        if let Some(s) = seed {
+            dev.prefill(spec.span_bytes, s);
+        }
+    }
+    let before = dev.counts();
+    let barrier = Barrier::new(spec.threads as usize + 1);
+    let bs = dev.config().bs_bytes;
+    let slots = spec.span_bytes / bs;
+    let mut start_ns = 0;
+    let outs: Vec<ThreadOut> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..spec.threads)
+            .map(|t| {
+                let barrier = &barrier;
+                std::thread::Builder::new()
+                    .name(format!("smartcon-merge-{t}"))
+                    .spawn_scoped(s, move || {
+                        tighten_timer_slack();
+                        let mut waiter = dev.waiter();
+                        let mut buf = AlignedBuf::new(bs as usize);
+                        let mut hist = new_histogram();
+                        let mut rng = Rng((spec.seed ^ (t as u64 + 1)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+                        let per_thread = slots / spec.threads as u64;
+                        let mut seq_slot = t as u64 * per_thread;
+                        barrier.wait();
+                        let u0 = Usage::of_thread();
+                        let deadline = now_ns() + spec.duration_ns;
+                        let max = spec.ios_per_thread_max.unwrap_or(u64::MAX);
+                        let mut ios = 0u64;
+                        let mut error = None;
+                        while ios < max && !stop.load(Ordering::Relaxed) && now_ns() < deadline {
+                            let slot = match spec.pattern {
+                                Pattern::Seq => {
+                                    let s = seq_slot;
+                                    seq_slot += 1;
+                                    if seq_slot >= (t as u64 + 1) * per_thread {
+                                        seq_slot = t as u64 * per_thread;
+                                    }
+                                    s
+                                }
+                                Pattern::Rand => rng.below(slots),
+                            };
+                            let off = slot * bs;
+                            if spec.op == Op::Write {
+                                verify::fill(buf.as_mut_slice(), off, PAGE_BYTES, seed.unwrap_or(0));
+                            }
+                            let t0 = now_ns();
+                            if let Err(e) = waiter.io(spec.op, buf.as_mut_slice(), off) {
+                                error = Some(e);
+                                break;
+                            }
+                            hist.record((now_ns() - t0).max(1)).expect("latency within the histogram");
+                            ios += 1;
+                        }
+                        let usage = Usage::of_thread().since(&u0);
+                        ThreadOut { hist, ios, end_ns: now_ns(), usage, stats: waiter.stats, error }
+                    })
+                    .expect("spawn I/O thread")
+            })
+            .collect();
+        barrier.wait();
+        start_ns = now_ns();
+        handles.into_iter().map(|h| h.join().expect("I/O thread panicked")).collect()
+    });
+    let mut hist = new_histogram();
+    let mut ios = 0;
+    let mut end_ns = start_ns;
+    let mut cpu_ns = 0;
+    let mut st = WaiterStats::default();
+    for o in &outs {
+        if let Some(e) = &o.error {
+            return Err(Error::new(e.kind, e.message.clone()));
+        }
+        hist.add(&o.hist).expect("same histogram bounds");
+        ios += o.ios;
+        end_ns = end_ns.max(o.end_ns);
+        cpu_ns += o.usage.user_ns + o.usage.sys_ns;
+        st.polls += o.stats.polls;
+        st.sleeps += o.stats.sleeps;
+        st.leader_turns += o.stats.leader_turns;
+        st.predicted_waits += o.stats.predicted_waits;
+        st.prediction_error_ns_sum += o.stats.prediction_error_ns_sum;
+    }
+    let after = dev.counts();
+    let elapsed_ns = (end_ns - start_ns).max(1);
+    let device_requests = after.device_requests - before.device_requests;
+    let pages = after.pages - before.pages;
+    Ok(MergeJobResult {
+        ios,
+        elapsed_ns,
+        iops: ios as f64 * 1e9 / elapsed_ns as f64,
+        latency_ns_p50: hist.value_at_quantile(0.5),
+        latency_ns_p99: hist.value_at_quantile(0.99),
+        latency_ns_mean: hist.mean(),
+        cpu_ns,
+        cpu_pct: cpu_ns as f64 * 100.0 / elapsed_ns as f64,
+        device_requests,
+        pages,
+        pages_per_request_mean: if device_requests > 0 { pages as f64 / device_requests as f64 } else { 0.0 },
+        releases: after.releases - before.releases,
+        polls: st.polls,
+        sleeps: st.sleeps,
+        leader_turns: st.leader_turns,
+        prediction_error_ns_mean: (st.predicted_waits > 0).then(|| st.prediction_error_ns_sum as f64 / st.predicted_waits as f64),
+        interrupted: stop.load(Ordering::Relaxed),
+    })
+}

@@ -1,0 +1,693 @@
+//! Temporal merge, page-unit completion and pipelined post-I/O processing (paper 002,
+//! Sec. 4, Fig. 2) on an emulated device in real time.
+//!
+//! # Temporal merge
+//! Threads issue synchronous requests of one size (`bs_bytes`, whole 4 KiB pages) to one
+//! [`MergeDevice`]. With merge on, a request goes into one shared FIFO queue. A thread that
+//! finds a channel with no merged request in flight becomes that channel's *leader*: it
+//! takes pending requests of one op from the head of the queue, regardless of their
+//! addresses, up to `merge_pages_max` pages, submits them as one device request (the fixed
+//! latency is paid once, then the pages transfer one after another, `devemu::pages`), waits
+//! for it by polling, and runs the post-I/O work of every request in it. The other threads
+//! are parked (futex, `std::thread::park`) until their request is released. A leader serves
+//! batches until its own request is done, and then at most [`LEADER_BATCHES_MAX`] in all;
+//! with requests still pending it hands the channel over to the oldest pending request
+//! whose thread is not leading another channel (that thread is woken to lead), else it
+//! frees the channel. Every decision about leadership is taken under the queue's one lock,
+//! so "requests are pending" always implies "some thread leads", and no request is
+//! stranded.
+//!
+//! A channel counts as busy from the submission of its merged request until its leader has
+//! finished that request's post-I/O work: the next merged request is dispatched from the
+//! completion path, as a polling driver with one outstanding command per channel (the
+//! paper's FIFO command queue) does. That is where serialized post-I/O processing costs
+//! throughput: the device idles while the host finishes it.
+//!
+//! # Post-I/O work (real, per request)
+//! At submission the leader stages each request in a merge buffer from a [`pool::BufferPool`]
+//! and the CPU plays the device's DMA engine (reads: device memory into the buffer; writes:
+//! the waiter's data into the buffer, the buffer into device memory). Then, per request:
+//! reads copy the merge buffer out into the waiter's buffer and verify the pattern there
+//! (`crate::verify`); writes verify the merge buffer the device took; then the buffer goes
+//! back to the pool and the waiter is released (its state set, the thread unparked).
+//!
+//! - serialized: the device has one completion ack for the whole merged request (Fig. 2,
+//!   top); after it, the post-I/O work runs for every request in order;
+//! - pipelined: the device has a page-unit ack register (Fig. 2, bottom); as each ack
+//!   arrives the leader runs the post-I/O work of the requests whose pages are all done,
+//!   while the device transfers the next pages.
+//!
+//! # Polling
+//! `fixed`: a status poll every `interval` ([`crate::wait::fixed`]); `dynamic`: the
+//! `hybrid` policy ([`crate::wait::hybrid`], sampling phase then predicted waits corrected
+//! by alpha). Serialized waits are for the last page of the merged request, given to the
+//! policy as a page with `pages - 1` pages ahead of it on the device, so the predictor's
+//! per-byte-ahead slope learns the page transfer time; pipelined waits are one page each,
+//! the first one from submission (fixed latency + a page) by one policy instance and the
+//! following ones (a page) by another, so neither class mixes the two.
+//!
+//! With merge off each thread submits its own request (queued FCFS on the channels like
+//! `target::emu`), waits for it with the same policy and does its own post-I/O work: the
+//! reference row.
+//!
+//! Non-goals: merging across ops in one device command; more than one merged request in
+//! flight per channel; requests that are not whole pages; real hardware (this is the
+//! emulated device of `target::emu` with a page-level view of its transfers).
+
+pub mod job;
+pub mod pool;
+
+use std::cell::UnsafeCell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::thread::Thread;
+
+use smartcon_devemu::pages::{self, PageTransfer};
+use smartcon_devemu::{units::format_size, ChannelSet, DeviceModel, EmuSpec, Op, RamStore};
+
+use crate::clock::{now_ns, sleep_until_ns, spin_until_ns};
+use crate::decision::{DeviceState, Strategy};
+use crate::error::{Error, ErrorKind};
+use crate::target::AlignedBuf;
+use crate::verify;
+use crate::wait::{self, Pending, PollParams, Status, WaitPolicy, Waited};
+
+use pool::BufferPool;
+
+/// The page of page-unit completion and of the verification pattern.
+pub const PAGE_BYTES: u64 = 4096;
+/// The largest merged request `merge_pages_max` may ask for.
+pub const MERGE_PAGES_MAX: u32 = 256;
+/// A leader serves at most this many merged requests in a row once its own is done, so
+/// one thread does not carry everyone's completion work for long.
+pub const LEADER_BATCHES_MAX: u32 = 8;
+/// The most threads a device queues for (one pending request per thread).
+pub const THREADS_MAX: usize = 256;
+
+const _: () = assert!(PAGE_BYTES as usize == crate::target::buffer::ALIGN_BYTES);
+
+/// How the waiting side polls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polling {
+    /// A poll every `interval` (the paper's baseline; its best interval was 1 us).
+    Fixed,
+    /// Dynamic interval polling (`hybrid`).
+    Dynamic,
+}
+
+impl Polling {
+    pub fn name(self) -> &'static str {
+        match self {
+            Polling::Fixed => "fixed",
+            Polling::Dynamic => "dynamic",
+        }
+    }
+
+    fn strategy(self) -> Strategy {
+        match self {
+            Polling::Fixed => Strategy::FixedPoll,
+            Polling::Dynamic => Strategy::Hybrid,
+        }
+    }
+}
+
+/// The switches the paper compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MergeConfig {
+    /// Temporal merge of pending requests into one device request.
+    pub merge: bool,
+    /// Page-unit ack and post-I/O work as the pages complete (else after the whole request).
+    pub pipelined: bool,
+    /// The largest merged request, in pages.
+    pub merge_pages_max: u32,
+    pub polling: Polling,
+    pub poll: PollParams,
+    /// The size of every request (whole pages).
+    pub bs_bytes: u64,
+    /// Verify the `crate::verify` pattern with this seed in the post-I/O work.
+    pub verify_seed: Option<u64>,
+}
+
+impl MergeConfig {
+    pub fn new(merge: bool, pipelined: bool, polling: Polling) -> MergeConfig {
+        MergeConfig {
+            merge,
+            pipelined,
+            merge_pages_max: 32,
+            polling,
+            poll: PollParams::DEFAULT,
+            bs_bytes: PAGE_BYTES,
+            verify_seed: Some(crate::job::FILL_SEED),
+        }
+    }
+
+    /// A short name: `fixed/serialized`, `dynamic/pipelined`, `no-merge/fixed`.
+    pub fn label(&self) -> String {
+        if self.merge {
+            format!("{}/{}", self.polling.name(), if self.pipelined { "pipelined" } else { "serialized" })
+        } else {
+            format!("no-merge/{}", self.polling.name())
+        }
+    }
+
+    /// Checks what does not depend on the run's duration.
+    pub fn validate(&self) -> Result<(), Error> {
+        let usage = |m: String| Err(Error::new(ErrorKind::Usage, m));
+        if self.merge_pages_max == 0 || self.merge_pages_max > MERGE_PAGES_MAX {
+            return usage(format!("max merge {} is out of range (1 to {MERGE_PAGES_MAX} pages)", self.merge_pages_max));
+        }
+        if self.bs_bytes == 0 || self.bs_bytes % PAGE_BYTES != 0 {
+            return usage(format!("block size {} is not a whole number of 4 KiB pages", self.bs_bytes));
+        }
+        if self.bs_bytes / PAGE_BYTES > self.merge_pages_max as u64 {
+            return usage(format!(
+                "block size {} is larger than the largest merged request ({} pages)",
+                format_size(self.bs_bytes),
+                self.merge_pages_max
+            ));
+        }
+        Ok(())
+    }
+}
+
+const QUEUED: u32 = 0;
+const LEAD: u32 = 1;
+const DONE: u32 = 2;
+
+/// A request while its thread waits in [`Waiter::io`]; it lives on that thread's stack.
+struct Request {
+    op: Op,
+    offset: u64,
+    /// The waiter's buffer (`bs_bytes`). The waiter does not touch it between enqueueing the
+    /// request and seeing `DONE`; only the thread doing the post-I/O work writes it.
+    buf: *mut u8,
+    thread: Thread,
+    state: AtomicU32,
+    /// The channel handed over with `LEAD`.
+    lead_channel: AtomicU32,
+    /// Its thread leads a channel now (changed only under the queue lock).
+    leading: AtomicBool,
+    /// How many times it was released; must end at exactly 1.
+    released: AtomicU32,
+    /// Written by the post-I/O work before `DONE` (Release), read by the waiter after it
+    /// (Acquire).
+    mismatch: UnsafeCell<Option<verify::Mismatch>>,
+}
+
+/// A pointer to a request parked in the queue or carried by a batch.
+#[derive(Clone, Copy)]
+struct ReqPtr(*const Request);
+
+// SAFETY: a Request outlives every ReqPtr to it: its thread stays in `Waiter::io` until the
+// request is DONE, and nothing dereferences a ReqPtr after storing DONE into it.
+unsafe impl Send for ReqPtr {}
+
+impl ReqPtr {
+    /// # Safety
+    /// The request must not be DONE yet (its thread is still waiting in `Waiter::io`).
+    unsafe fn get<'a>(self) -> &'a Request {
+        &*self.0
+    }
+}
+
+struct Queue {
+    pending: VecDeque<ReqPtr>,
+    /// A merged request is in flight (or in its post-I/O work) on the channel.
+    busy: Vec<bool>,
+}
+
+/// Counters of the device side, updated once per device request.
+#[derive(Debug, Default)]
+struct Counters {
+    device_requests: AtomicU64,
+    pages: AtomicU64,
+    releases: AtomicU64,
+}
+
+/// An emulated device with temporal merge and page-unit completion.
+pub struct MergeDevice {
+    label: String,
+    model: DeviceModel,
+    capacity_bytes: u64,
+    store: RamStore,
+    channels: Mutex<ChannelSet>,
+    queue: Mutex<Queue>,
+    pool: BufferPool,
+    config: MergeConfig,
+    counters: Counters,
+}
+
+// SAFETY: the raw pointers in the queue are only dereferenced under the protocol described
+// at ReqPtr; everything else is Sync already.
+unsafe impl Sync for MergeDevice {}
+// SAFETY: as above.
+unsafe impl Send for MergeDevice {}
+
+/// What the device did in a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCounts {
+    pub device_requests: u64,
+    pub pages: u64,
+    pub releases: u64,
+}
+
+impl MergeDevice {
+    pub fn new(spec: &EmuSpec, config: MergeConfig) -> Result<MergeDevice, Error> {
+        config.validate()?;
+        let store = RamStore::new(spec.capacity_bytes as usize).map_err(|e| {
+            Error::new(ErrorKind::Setup, format!("cannot map {} of RAM for {}: {e}", format_size(spec.capacity_bytes), spec.label))
+        })?;
+        let channels = spec.model.channels;
+        let reqs_max = (config.merge_pages_max as u64 / (config.bs_bytes / PAGE_BYTES)).max(1) as usize;
+        Ok(MergeDevice {
+            label: spec.label.clone(),
+            model: spec.model.clone(),
+            capacity_bytes: spec.capacity_bytes,
+            store,
+            channels: Mutex::new(ChannelSet::new(channels)),
+            queue: Mutex::new(Queue { pending: VecDeque::with_capacity(THREADS_MAX), busy: vec![false; channels as usize] }),
+            pool: BufferPool::new(config.bs_bytes as usize, reqs_max * channels as usize + THREADS_MAX),
+            config,
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+
+    pub fn config(&self) -> &MergeConfig {
+        &self.config
+    }
+
+    pub fn model(&self) -> &DeviceModel {
+        &self.model
+    }
+
+    pub fn counts(&self) -> DeviceCounts {
+        DeviceCounts {
+            device_requests: self.counters.device_requests.load(Ordering::Relaxed),
+            pages: self.counters.pages.load(Ordering::Relaxed),
+            releases: self.counters.releases.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Writes the verification pattern with `seed` over `[0, span)`, bypassing the timing
+    /// model (the device was "written before the run").
+    pub fn prefill(&self, span_bytes: u64, seed: u64) {
+        assert!(span_bytes <= self.capacity_bytes && span_bytes % PAGE_BYTES == 0);
+        let mut buf = AlignedBuf::new(PAGE_BYTES as usize);
+        for off in (0..span_bytes).step_by(PAGE_BYTES as usize) {
+            verify::fill(buf.as_mut_slice(), off, PAGE_BYTES, seed);
+            self.store.write(off, buf.as_slice());
+        }
+    }
+
+    /// Reads device memory directly (for checks after a run).
+    pub fn peek(&self, offset: u64, buf: &mut [u8]) {
+        self.store.read(offset, buf);
+    }
+
+    /// A waiting thread's handle; one per thread.
+    pub fn waiter(&self) -> Waiter<'_> {
+        let start = now_ns();
+        let strategy = self.config.polling.strategy();
+        let policy = || wait::policy_for(strategy, self.config.poll, start).expect("a polling strategy");
+        Waiter {
+            dev: self,
+            thread: std::thread::current(),
+            first: policy(),
+            next: policy(),
+            batch: Vec::with_capacity(self.config.merge_pages_max as usize),
+            taken: Vec::with_capacity(self.config.merge_pages_max as usize),
+            stats: WaiterStats::default(),
+        }
+    }
+
+    fn pages_per_request(&self) -> u32 {
+        (self.config.bs_bytes / PAGE_BYTES) as u32
+    }
+}
+
+/// What one thread did besides its own I/O.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaiterStats {
+    /// Merged (or single) device requests this thread submitted and completed.
+    pub device_requests: u64,
+    /// Times this thread became a leader.
+    pub leader_turns: u64,
+    pub polls: u64,
+    pub sleeps: u64,
+    /// Predicted waits and the sum of |seen - predicted| over them (dynamic polling).
+    pub predicted_waits: u64,
+    pub prediction_error_ns_sum: u64,
+}
+
+impl WaiterStats {
+    fn add_waited(&mut self, w: &Waited) {
+        self.polls += w.polls as u64;
+        self.sleeps += w.sleeps as u64;
+        if let Some(p) = w.predicted_done_ns {
+            self.predicted_waits += 1;
+            self.prediction_error_ns_sum += w.seen_ns.abs_diff(p);
+        }
+    }
+}
+
+/// One request of a merged request, with its merge buffer.
+struct Item {
+    req: ReqPtr,
+    buf: AlignedBuf,
+}
+
+/// Where a device request goes.
+#[derive(Clone, Copy)]
+enum Place {
+    /// The leader's channel (merge on).
+    Channel(u32),
+    /// Any channel, FCFS (merge off).
+    Any,
+}
+
+/// A merged request in service, as the waiting thread sees it.
+struct PageStatus<'a> {
+    dev: &'a MergeDevice,
+    channel: u32,
+    transfer: PageTransfer,
+    /// Pages that must be acknowledged for `poll` to say done.
+    want: u32,
+    acked: u32,
+    last_poll_ns: u64,
+}
+
+impl Status for PageStatus<'_> {
+    fn now_ns(&self) -> u64 {
+        now_ns()
+    }
+
+    fn poll(&mut self) -> Result<bool, Error> {
+        let now = now_ns();
+        let cost = self.dev.model.poll_cost_ns;
+        if cost > 0 {
+            // As target::emu: the register read holds the channel, at most half the time.
+            let delay = cost.min(now.saturating_sub(self.last_poll_ns) / 2);
+            self.acked = self.transfer.stall(now, delay);
+            if delay > 0 && self.acked < self.transfer.pages() {
+                self.dev.channels.lock().unwrap().occupy(self.channel, now, delay);
+            }
+            self.last_poll_ns = now;
+            spin_until_ns(now + cost);
+        } else {
+            self.acked = self.transfer.acked(now);
+        }
+        Ok(self.acked >= self.want)
+    }
+
+    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        sleep_until_ns(at_ns);
+        Ok(())
+    }
+
+    fn spin_until(&mut self, at_ns: u64) {
+        spin_until_ns(at_ns);
+    }
+}
+
+/// A thread's handle on a [`MergeDevice`]: its wait policies and its share of the work.
+pub struct Waiter<'d> {
+    dev: &'d MergeDevice,
+    thread: Thread,
+    /// Waits from submission (the whole request, or its first page).
+    first: Box<dyn WaitPolicy>,
+    /// Waits for the next page (pipelined).
+    next: Box<dyn WaitPolicy>,
+    batch: Vec<Item>,
+    /// Requests taken from the queue for the next batch (reused, no allocation per batch).
+    taken: Vec<ReqPtr>,
+    pub stats: WaiterStats,
+}
+
+impl Waiter<'_> {
+    /// One synchronous request of `bs_bytes`: returns when the data is in `buf` (read) or on
+    /// the device (write) and its post-I/O work (verification included) is done.
+    pub fn io(&mut self, op: Op, buf: &mut [u8], offset: u64) -> Result<(), Error> {
+        let dev = self.dev;
+        let bs = dev.config.bs_bytes;
+        if buf.len() as u64 != bs || offset % PAGE_BYTES != 0 || offset + bs > dev.capacity_bytes {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!("request of {} at {offset} does not fit {} (bs {bs}, 4 KiB aligned)", buf.len(), dev.label),
+            ));
+        }
+        let req = Request {
+            op,
+            offset,
+            buf: buf.as_mut_ptr(),
+            thread: self.thread.clone(),
+            state: AtomicU32::new(QUEUED),
+            lead_channel: AtomicU32::new(0),
+            leading: AtomicBool::new(false),
+            released: AtomicU32::new(0),
+            mismatch: UnsafeCell::new(None),
+        };
+        let me = ReqPtr(&req);
+        if !dev.config.merge {
+            let mut item = Item { req: me, buf: dev.pool.take() };
+            self.stage(op, &mut item);
+            self.batch.push(item);
+            self.serve(Place::Any, me);
+        } else {
+            let channel = {
+                let mut q = dev.queue.lock().unwrap();
+                assert!(q.pending.len() < THREADS_MAX, "more pending requests than threads");
+                q.pending.push_back(me);
+                let free = q.busy.iter().position(|b| !b);
+                if let Some(c) = free {
+                    q.busy[c] = true;
+                    req.leading.store(true, Ordering::Relaxed);
+                }
+                free
+            };
+            if let Some(c) = channel {
+                self.lead(c as u32, &req);
+            }
+            // Bounded by the protocol: every queued request is taken by a leader.
+            loop {
+                match req.state.load(Ordering::Acquire) {
+                    DONE => break,
+                    LEAD => {
+                        let c = req.lead_channel.load(Ordering::Relaxed);
+                        self.lead(c, &req);
+                    }
+                    _ => std::thread::park(),
+                }
+            }
+        }
+        let released = req.released.load(Ordering::Relaxed);
+        assert_eq!(released, 1, "a request was released {released} times");
+        // SAFETY: DONE was seen with Acquire; the releasing thread wrote this before it and
+        // no one touches the request any more.
+        let mismatch = unsafe { (*req.mismatch.get()).take() };
+        match mismatch {
+            Some(m) => Err(Error::new(ErrorKind::Verify, m.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Leads channel `c` until its own request is done and the bounded turn is over.
+    fn lead(&mut self, c: u32, me: &Request) {
+        let dev = self.dev;
+        self.stats.leader_turns += 1;
+        let reqs_max = (dev.config.merge_pages_max / dev.pages_per_request()).max(1) as usize;
+        let mut batches = 0u32;
+        loop {
+            let mut wake: Option<Thread> = None;
+            {
+                let mut q = dev.queue.lock().unwrap();
+                let me_done = me.state.load(Ordering::Acquire) == DONE;
+                let stop = q.pending.is_empty() || (me_done && batches >= LEADER_BATCHES_MAX);
+                if stop {
+                    me.leading.store(false, Ordering::Relaxed);
+                    // SAFETY: requests in the queue are not DONE (a request is DONE only
+                    // after it left the queue in a batch).
+                    let heir = q.pending.iter().copied().find(|r| unsafe { !r.get().leading.load(Ordering::Relaxed) });
+                    match heir {
+                        Some(h) => {
+                            // SAFETY: as above; its thread is parked or about to park.
+                            let h = unsafe { h.get() };
+                            h.leading.store(true, Ordering::Relaxed);
+                            h.lead_channel.store(c, Ordering::Relaxed);
+                            // Clone before LEAD: the request may be gone right after it.
+                            wake = Some(h.thread.clone());
+                            h.state.store(LEAD, Ordering::Release);
+                        }
+                        // Nothing pending, or every pending request's thread already leads
+                        // a channel (and will serve it): the channel is free.
+                        None => q.busy[c as usize] = false,
+                    }
+                } else {
+                    // SAFETY: pending requests are not DONE.
+                    let op = unsafe { q.pending.front().unwrap().get().op };
+                    while self.taken.len() < reqs_max && q.pending.front().is_some_and(|r| unsafe { r.get().op } == op) {
+                        self.taken.push(q.pending.pop_front().unwrap());
+                    }
+                }
+                if stop {
+                    drop(q);
+                    if let Some(t) = wake {
+                        t.unpark();
+                    }
+                    return;
+                }
+            }
+            // Staging happens outside the lock: take buffers and do the DMA copies.
+            let mut taken = std::mem::take(&mut self.taken);
+            for r in taken.drain(..) {
+                let mut item = Item { req: r, buf: dev.pool.take() };
+                // SAFETY: taken requests are not DONE until their post-I/O work.
+                self.stage(unsafe { r.get().op }, &mut item);
+                self.batch.push(item);
+            }
+            self.taken = taken;
+            self.serve(Place::Channel(c), ReqPtr(me));
+            batches += 1;
+        }
+    }
+
+    /// Submission's data movement for one request: the CPU plays the device's DMA engine.
+    fn stage(&self, op: Op, item: &mut Item) {
+        // SAFETY: the request is not DONE; its thread waits and does not touch its buffer.
+        let req = unsafe { item.req.get() };
+        let bs = self.dev.config.bs_bytes as usize;
+        match op {
+            Op::Read => self.dev.store.read(req.offset, item.buf.as_mut_slice()),
+            Op::Write => {
+                // SAFETY: as above; `buf` is `bs` bytes owned by the waiting thread.
+                let src = unsafe { std::slice::from_raw_parts(req.buf as *const u8, bs) };
+                item.buf.as_mut_slice().copy_from_slice(src);
+                self.dev.store.write(req.offset, item.buf.as_slice());
+            }
+        }
+    }
+
+    /// Submits `self.batch` as one device request, waits for it and runs its post-I/O work.
+    fn serve(&mut self, place: Place, me: ReqPtr) {
+        let dev = self.dev;
+        let n = self.batch.len();
+        assert!(n >= 1);
+        // SAFETY: batch requests are not DONE until their post-I/O work below.
+        let op = unsafe { self.batch[0].req.get().op };
+        let rp = dev.pages_per_request();
+        let pages = n as u32 * rp;
+        let timing = *dev.model.timing(op);
+        let submit = now_ns();
+        let service = pages::service_ns(&timing, PAGE_BYTES, pages);
+        let (channel, start) = {
+            let mut ch = dev.channels.lock().unwrap();
+            match place {
+                Place::Channel(c) => {
+                    let start = ch.free_at_ns(c).max(submit);
+                    ch.occupy(c, submit, service);
+                    (c, start)
+                }
+                Place::Any => {
+                    let s = ch.schedule(submit, service);
+                    (s.channel, s.start_ns)
+                }
+            }
+        };
+        let mut status = PageStatus {
+            dev,
+            channel,
+            transfer: PageTransfer::new(start, &timing, PAGE_BYTES, pages),
+            want: pages,
+            acked: 0,
+            last_poll_ns: submit,
+        };
+        let expect = "the emulated status never fails";
+        let mut items = std::mem::take(&mut self.batch);
+        if !dev.config.pipelined {
+            // One completion ack for the whole request: the last page, behind the others.
+            let ahead = DeviceState { inflight_count: pages - 1, inflight_bytes: (pages as u64 - 1) * PAGE_BYTES };
+            let pending = Pending { op, bytes: PAGE_BYTES, ahead, submit_ns: submit };
+            let w = self.first.wait(&pending, &mut status).expect(expect);
+            self.stats.add_waited(&w);
+            for item in items.drain(..) {
+                self.post(op, item, me);
+            }
+        } else {
+            let mut done_reqs = 0u32;
+            let mut drain = items.drain(..);
+            let mut seen_ns = submit;
+            while done_reqs < n as u32 {
+                let need = (done_reqs + 1) * rp;
+                if status.acked < need {
+                    status.want = need;
+                    // After post-I/O work the next ack may be there already: look once.
+                    let already = status.acked > 0 && {
+                        self.stats.polls += 1;
+                        status.poll().expect(expect)
+                    };
+                    if !already {
+                        let (policy, from) = if status.acked == 0 { (&mut self.first, submit) } else { (&mut self.next, seen_ns) };
+                        let bytes = (need - status.acked) as u64 * PAGE_BYTES;
+                        let pending = Pending { op, bytes, ahead: DeviceState::default(), submit_ns: from };
+                        let w = policy.wait(&pending, &mut status).expect(expect);
+                        self.stats.add_waited(&w);
+                    }
+                    seen_ns = status.now_ns();
+                }
+                // Everything whose pages are all acknowledged, while the device goes on.
+                let acked = status.acked;
+                while done_reqs < n as u32 && (done_reqs + 1) * rp <= acked {
+                    let item = drain.next().expect("one item per request");
+                    self.post(op, item, me);
+                    done_reqs += 1;
+                }
+            }
+        }
+        self.batch = items;
+        self.stats.device_requests += 1;
+        dev.counters.device_requests.fetch_add(1, Ordering::Relaxed);
+        dev.counters.pages.fetch_add(pages as u64, Ordering::Relaxed);
+        dev.counters.releases.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// The post-I/O work of one request: copy-out, verification, buffer release, wake-up.
+    fn post(&self, op: Op, item: Item, me: ReqPtr) {
+        let dev = self.dev;
+        // SAFETY: the request is not DONE until the store below; its thread waits.
+        let req = unsafe { item.req.get() };
+        let bs = dev.config.bs_bytes as usize;
+        let checked: &[u8] = match op {
+            Op::Read => {
+                // SAFETY: the waiter's buffer of `bs` bytes; its thread does not touch it
+                // until DONE.
+                let dst = unsafe { std::slice::from_raw_parts_mut(req.buf, bs) };
+                dst.copy_from_slice(item.buf.as_slice());
+                dst
+            }
+            Op::Write => item.buf.as_slice(),
+        };
+        if let Some(seed) = dev.config.verify_seed {
+            if let Err(m) = verify::check(checked, req.offset, PAGE_BYTES, seed) {
+                // SAFETY: only the releasing thread writes this, before DONE.
+                unsafe { *req.mismatch.get() = Some(m) };
+            }
+        }
+        dev.pool.give_back(item.buf);
+        req.released.fetch_add(1, Ordering::Relaxed);
+        let is_me = std::ptr::eq(item.req.0, me.0);
+        // Clone before DONE: the request (and its Thread) may be gone right after it.
+        let thread = (!is_me).then(|| req.thread.clone());
+        req.state.store(DONE, Ordering::Release);
+        if let Some(t) = thread {
+            t.unpark();
+        }
+    }
+}

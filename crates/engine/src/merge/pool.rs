@@ -1,0 +1,40 @@
+//! The merge buffers' pool: page-aligned buffers a merged request's pages are staged in
+//! (the driver's DMA-mapped coalescing memory of paper 002 Sec. 4). A buffer is taken at
+//! submission and given back by the post-I/O work of the request it carried, so releasing
+//! buffers is part of what pipelining overlaps with the device.
+//!
+//! Bounded: the pool never holds more than `capacity` buffers; a buffer given back to a full
+//! pool is freed. Taking from an empty pool allocates (the first batches warm it up).
+
+use std::sync::Mutex;
+
+use crate::target::AlignedBuf;
+
+pub struct BufferPool {
+    buf_bytes: usize,
+    capacity: usize,
+    free: Mutex<Vec<AlignedBuf>>,
+}
+
+impl BufferPool {
+    pub fn new(buf_bytes: usize, capacity: usize) -> BufferPool {
+        assert!(buf_bytes > 0 && capacity > 0);
+        BufferPool { buf_bytes, capacity, free: Mutex::new(Vec::with_capacity(capacity)) }
+    }
+
+    pub fn buf_bytes(&self) -> usize {
+        self.buf_bytes
+    }
+
+    pub fn take(&self) -> AlignedBuf {
+        let popped = self.free.lock().unwrap().pop();
+        popped.unwrap_or_else(|| AlignedBuf::new(self.buf_bytes))
+    }
+
+    pub fn give_back(&self, buf: AlignedBuf) {
+        let mut free = self.free.lock().unwrap();
+        if free.len() < self.capacity {
+            free.push(buf);
+        }
+    }
+}
