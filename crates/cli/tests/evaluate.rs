@@ -39,8 +39,12 @@ fn probe_writes_a_profile_that_follows_the_rules() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    // 3 sizes x 2 ops x 3 strategies, then the profile.
-    assert_eq!(recs.iter().filter(|r| r["type"] == "probe_point").count(), 18);
+    // 3 sizes x 2 ops x 3 strategies, the queue probe (1..=4 background reads x block and
+    // spin), then the profile.
+    let points: Vec<&serde_json::Value> = recs.iter().filter(|r| r["type"] == "probe_point").collect();
+    assert_eq!(points.len(), 26);
+    let queue: Vec<u64> = points.iter().filter_map(|r| r["background_ios"].as_u64()).collect();
+    assert_eq!(queue, [1, 1, 2, 2, 3, 3, 4, 4]);
     let prof = recs
         .iter()
         .find(|r| r["type"] == "probe_profile")
@@ -50,7 +54,8 @@ fn probe_writes_a_profile_that_follows_the_rules() {
     let path = PathBuf::from(prof["path"].as_str().unwrap());
     assert!(path.starts_with(&dir), "profile stored under SMARTCON_HOME");
     let stored: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(stored["latencies"].as_array().unwrap().len(), 18);
+    assert_eq!(stored["latencies"].as_array().unwrap().len(), 26);
+    assert!(stored["queue_limit"].as_u64().unwrap() <= 4, "Q is one of the probed queue lengths");
     let threshold = stored["size_threshold_bytes"].as_u64().unwrap();
     assert!(
         [4096, 65536, 524288, 1 << 20].contains(&threshold),

@@ -4,7 +4,8 @@
 //! device, written by the probe (`smartcon probe`) and read by `smart` without being told.
 //! Where no profile was measured, emulated presets get thresholds computed from their model
 //! by the same rules the probe applies to measurements ([`rules`]), and real devices get
-//! the paper's values (64 KiB, Q = 0) with a note on stderr.
+//! the paper's values (64 KiB, Q = 0) with a note on stderr. A probed profile's queue limit
+//! Q comes from [`rules::queue_limit`] on latencies measured with 0..=4 background I/Os.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +26,14 @@ pub struct LatencyPoint {
     pub lat_ns_mean: f64,
     /// CPU time of the I/O thread as a share of one CPU over the measurement, percent.
     pub cpu_pct: f64,
+    /// Background I/Os kept in flight on the same device during the measurement (the queue
+    /// probe of Fig. 7); 0 for the size sweep.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub background_ios: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -182,6 +191,35 @@ pub mod rules {
         }
     }
 
+    /// One point of the queue probe (Fig. 7): mean latency of a small read under block and
+    /// under spin while `background_ios` other I/Os are kept in flight on the same device.
+    #[derive(Debug, Clone, Copy)]
+    pub struct QueuePoint {
+        pub background_ios: u32,
+        pub block_ns: f64,
+        pub spin_ns: f64,
+    }
+
+    /// The queue limit Q of Fig. 7: the largest number of I/Os in flight ahead at which
+    /// spinning still pays (blocking slower by more than [`GAIN_TOLERANCE`]) *and* it pays
+    /// at every smaller number; 0 when it does not pay even with one I/O ahead (or at all:
+    /// then the size rule or the class already blocks). Waiting behind a longer queue makes
+    /// the spinner burn the CPU for the others' service time too, so the gain shrinks as the
+    /// queue grows; where it first stops paying, the rule stops. `points` must be sorted by
+    /// `background_ios` and start at 0; a spinner at k background I/Os has k ahead of it.
+    pub fn queue_limit(points: &[QueuePoint]) -> u32 {
+        assert!(points.first().is_some_and(|p| p.background_ios == 0), "points start at no background I/O");
+        assert!(points.windows(2).all(|w| w[0].background_ios < w[1].background_ios), "points sorted");
+        let mut q = 0;
+        for p in points {
+            if !spin_pays(&SizePoint { bs_bytes: 0, block_ns: p.block_ns, spin_ns: p.spin_ns }) {
+                break;
+            }
+            q = p.background_ios;
+        }
+        q
+    }
+
     /// Table II: the CPU threshold is 100% minus the share of the machine busy-waiting costs.
     /// `spin_cpu_pct_of_one_cpu` is what one spinning I/O thread used of one CPU (about 100).
     pub fn cpu_threshold_pct(spin_cpu_pct_of_one_cpu: f64, cpus: u32) -> u32 {
@@ -219,6 +257,30 @@ mod tests {
         assert_eq!(classify(&disk, 5e3), DeviceClass::Mainstream);
         let ram = pts(&[(4096, 6e3, 1.5e3), (8192, 7e3, 2.5e3)]);
         assert_eq!(classify(&ram, 5e3), DeviceClass::VeryFast);
+    }
+
+    #[test]
+    fn queue_limit_is_the_last_queue_length_where_spinning_pays() {
+        let q = |rows: &[(u32, f64, f64)]| {
+            let p: Vec<QueuePoint> =
+                rows.iter().map(|&(background_ios, block_ns, spin_ns)| QueuePoint { background_ios, block_ns, spin_ns }).collect();
+            queue_limit(&p)
+        };
+        // Recorded on the team VM (shared, load average 4.7): `smartcon probe emu:optane
+        // --sizes 4k --json`, 4 KiB read mean latencies (ns) with k background readers.
+        // Spinning pays at every queue length: Q = 4.
+        assert_eq!(q(&[(0, 34_922.0, 17_114.0), (1, 72_247.0, 29_338.0), (2, 71_960.0, 36_117.0), (3, 64_056.0, 43_915.0), (4, 90_719.0, 37_556.0)]), 4);
+        // The same run on `tmp:256m@/var/tmp` (the virtio disk): spinning did not pay even
+        // with nothing ahead, and at 4 ahead it paid again (noise of a shared machine, or
+        // the readers' completions competing for the CPU): the rule stops at the first
+        // queue length where it does not pay, Q = 0.
+        assert_eq!(q(&[(0, 58_547.0, 64_713.0), (1, 66_452.0, 70_630.0), (2, 68_838.0, 74_856.0), (3, 79_062.0, 80_432.0), (4, 152_698.0, 108_435.0)]), 0);
+        // Made up: a one-queue device whose gain shrinks with the queue and is gone at 2 ahead.
+        assert_eq!(q(&[(0, 60e3, 45e3), (1, 110e3, 100e3), (2, 160e3, 157e3), (3, 210e3, 200e3), (4, 260e3, 250e3)]), 1);
+        // Gone already with one I/O ahead: Q = 0 (spin only on an idle device).
+        assert_eq!(q(&[(0, 60e3, 45e3), (1, 110e3, 109e3), (2, 160e3, 150e3)]), 0);
+        // Spinning never pays: 0 as well (the size rule makes such a device mainstream).
+        assert_eq!(q(&[(0, 60e3, 60e3), (1, 110e3, 110e3)]), 0);
     }
 
     #[test]

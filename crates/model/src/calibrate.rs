@@ -2,9 +2,11 @@
 //! latencies, set against what the evaluation measured.
 //!
 //! Inputs are the files other subcommands write: device profiles from `smartcon probe`
-//! (`profiles/<name>.json`) and evaluation records (`results.jsonl`). They are read with small
+//! (`profiles/<name>.json`) and evaluation records (`results.jsonl`, whose `profile` records
+//! carry the profiles the evaluation used, also those of devices it created and did not
+//! store). They are read with small
 //! structs of their own that ignore unknown fields, so this module depends only on the few
-//! fields it uses. For each emulated device and each (op, pattern, size, load) cell that has
+//! fields it uses. For each device and each (workload, op, pattern, size, load) cell that has
 //! both a `block` result and a `smart` (else `spin`) result, the measured gain is the ratio of
 //! their IOPS and the predicted gain is Eq. 6 with tau_nvram = the device's 4 KiB-class
 //! latency from the profile and tau_ctx = the host's direct switch cost. Non-goal: refitting
@@ -25,6 +27,9 @@ pub struct ProfileLatency {
     pub bs_bytes: u64,
     pub strategy: String,
     pub lat_ns_mean: f64,
+    /// Points of the queue probe (other I/Os in flight) are not the device's own latency.
+    #[serde(default)]
+    pub background_ios: u32,
 }
 
 /// The parts of a probe profile that calibration uses.
@@ -39,6 +44,12 @@ pub struct DeviceProfile {
 #[derive(Debug, Clone, Deserialize)]
 pub struct ResultRecord {
     pub target: String,
+    /// The device behind the target (`blk:vda` for a file on it); profiles are per device.
+    #[serde(default)]
+    pub device: String,
+    /// The evaluation's workload: cells of different workloads can share op, pattern and size.
+    #[serde(default)]
+    pub workload: String,
     pub op: String,
     #[serde(default)]
     pub pattern: String,
@@ -53,6 +64,7 @@ pub struct ResultRecord {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CalibrationRow {
     pub device: String,
+    pub workload: String,
     pub op: String,
     pub pattern: String,
     pub bs_bytes: u64,
@@ -118,6 +130,30 @@ pub fn read_profiles(dir: &Path) -> Result<Vec<DeviceProfile>, Error> {
     paths.iter().map(|p| read_profile(p)).collect()
 }
 
+/// Reads the `profile` records of an evaluation's JSON Lines file (the profiles `smart`
+/// used); other record types are skipped.
+pub fn read_result_profiles(path: &Path) -> Result<Vec<DeviceProfile>, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| bad(path, index + 1, format!("not JSON: {e}")))?;
+        if value.get("type").and_then(|t| t.as_str()) != Some("profile") {
+            continue;
+        }
+        let profile: DeviceProfile = serde_json::from_value(value)
+            .map_err(|e| bad(path, index + 1, format!("not a profile record: {e}")))?;
+        out.push(profile);
+    }
+    Ok(out)
+}
+
 /// Reads the `result` records of a JSON Lines file; other record types are skipped.
 pub fn read_results(path: &Path) -> Result<Vec<ResultRecord>, Error> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
@@ -160,7 +196,7 @@ pub fn device_latency(profile: &DeviceProfile, op: &str, bs_bytes: u64) -> Optio
     profile
         .latencies
         .iter()
-        .filter(|l| l.op == op && rank(&l.strategy) < 3)
+        .filter(|l| l.op == op && rank(&l.strategy) < 3 && l.background_ios == 0)
         .min_by_key(|l| (l.bs_bytes.abs_diff(bs_bytes), rank(&l.strategy)))
         .map(|l| (l.lat_ns_mean, l.strategy.clone()))
 }
@@ -173,13 +209,16 @@ pub fn calibrate(
     results: &[ResultRecord],
 ) -> Result<Vec<CalibrationRow>, Error> {
     model.validate()?;
-    // (target, op, pattern, bs, load) -> strategy -> iops; BTreeMap keeps the output ordered.
-    let mut cells: BTreeMap<(String, String, String, u64, String), BTreeMap<String, f64>> =
-        BTreeMap::new();
+    // (target, device, workload, op, pattern, bs, load) -> strategy -> iops; BTreeMap keeps
+    // the output ordered.
+    type Key = (String, String, String, String, String, u64, String);
+    let mut cells: BTreeMap<Key, BTreeMap<String, f64>> = BTreeMap::new();
     for r in results {
         cells
             .entry((
                 r.target.clone(),
+                r.device.clone(),
+                r.workload.clone(),
                 r.op.clone(),
                 r.pattern.clone(),
                 r.bs_bytes,
@@ -189,8 +228,11 @@ pub fn calibrate(
             .insert(r.strategy.clone(), r.iops);
     }
     let mut rows = Vec::new();
-    for ((target, op, pattern, bs_bytes, load), by_strategy) in cells {
-        let Some(profile) = profiles.iter().find(|p| p.device == target) else {
+    for ((target, device, workload, op, pattern, bs_bytes, load), by_strategy) in cells {
+        let Some(profile) = profiles
+            .iter()
+            .find(|p| p.device == target || (!device.is_empty() && p.device == device))
+        else {
             continue;
         };
         let Some(&block) = by_strategy.get("block") else {
@@ -214,6 +256,7 @@ pub fn calibrate(
         let predicted_ratio = model.project_at(&target, &at).ratio;
         rows.push(CalibrationRow {
             device: target,
+            workload,
             op,
             pattern,
             bs_bytes,

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
+use smartcon_engine::decision::DeviceClass;
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::{run_job, JobSpec, StrategyChoice};
 use smartcon_engine::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadSnapshot};
@@ -97,6 +98,10 @@ pub struct EvaluateArgs {
     /// Allow writing to block devices smartcon did not create.
     #[arg(long)]
     pub destructive: bool,
+    /// Skip the polling study (hybrid, fixed-interval and half-mean polling on emulated
+    /// devices, and the poll-interval sweep; about 10 s).
+    #[arg(long)]
+    pub skip_polling: bool,
 }
 
 /// The matrix after defaults and flags.
@@ -306,6 +311,13 @@ struct ProfileRecord<'a> {
     profile: &'a Profile,
 }
 
+/// The first three fields of /proc/loadavg (1, 5 and 15 minutes).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 fn machine() -> MachineRecord {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
@@ -471,6 +483,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         bail!("no target left to evaluate ({})", notes.join("; "));
     }
     prepare_out_dir(&args.out)?;
+    let loadavg_before = loadavg();
     let started = std::time::Instant::now();
     let monitor = start_monitor(None)?;
     // Targets without measured thresholds get a short probe, so smart runs on this device's.
@@ -706,8 +719,36 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         drop(cpu);
     }
     bar.finish_and_clear();
+    let study = if args.skip_polling || interrupted() {
+        None
+    } else {
+        let study_plan = crate::polling::StudyPlan::for_evaluate(args.tiny, plan.duration_ns);
+        let bar = progress_bar(study_plan.runs() as u64, "polling");
+        let study = crate::polling::run_study(&study_plan, &monitor, |what| {
+            bar.set_message(what.to_string());
+            bar.inc(1);
+        })?;
+        bar.finish_and_clear();
+        for r in &study.runs {
+            writeln!(jsonl, "{}", serde_json::to_string(r)?)?;
+        }
+        for r in &study.sweeps {
+            writeln!(jsonl, "{}", serde_json::to_string(r)?)?;
+        }
+        for r in &study.checks {
+            writeln!(jsonl, "{}", serde_json::to_string(r)?)?;
+        }
+        Some(study)
+    };
     monitor.stop();
+    let classes: Vec<(String, DeviceClass)> =
+        opened.iter().map(|o| (o.target.label().to_string(), o.profile.class)).collect();
+    let criteria = criteria(&cells, &classes);
+    for c in &criteria {
+        writeln!(jsonl, "{}", serde_json::to_string(c)?)?;
+    }
     jsonl.flush()?;
+    let loadavg_after = loadavg();
     let profiles: Vec<(String, Profile)> = opened
         .iter()
         .map(|o| {
@@ -724,14 +765,23 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         &plan,
         &profiles,
         &cells,
+        &criteria,
+        (&loadavg_before, &loadavg_after),
         started.elapsed().as_secs_f64(),
         interrupted(),
         &notes,
     );
+    let summary = match &study {
+        Some(study) => summary + &crate::polling::study_md(study),
+        None => summary,
+    };
     std::fs::write(args.out.join("summary.md"), &summary)?;
-    let plots = write_plots(&args.out, &plan, &cells)?;
+    let mut plots = write_plots(&args.out, &plan, &cells)?;
+    if let Some(study) = &study {
+        plots += crate::polling::study_plots(&args.out, study)?;
+    }
     drop(opened);
-    println!("{}", headline(&cells));
+    println!("{}", headline(&cells, &criteria));
     println!(
         "report: {} (results.jsonl, summary.md, {} plots) in {:.0} s",
         args.out.display(),
@@ -881,14 +931,220 @@ fn smart_check(cells: &[Cell]) -> (usize, usize, Option<(f64, String)>) {
     (n, ok, worst)
 }
 
-fn headline(cells: &[Cell]) -> String {
+fn headline(cells: &[Cell], criteria: &[Criterion]) -> String {
     let (n, ok, worst) = smart_check(cells);
-    match worst {
+    let mut out = match worst {
         Some((r, w)) => {
             format!("smart reached >= 0.95 x the better of block and spin in {ok} of {n} cells (lowest {r:.3}: {w}).")
         }
         None => "no smart cells measured".into(),
+    };
+    let judged: Vec<&Criterion> = criteria.iter().filter(|c| c.met.is_some()).collect();
+    if !judged.is_empty() {
+        out += &format!(
+            "\nnumbers to reach: {} of {} met in this run (see summary.md).",
+            judged.iter().filter(|c| c.met == Some(true)).count(),
+            judged.len()
+        );
     }
+    out
+}
+
+/// One of the issue's "numbers to reach", judged on this run's cells.
+#[derive(Debug, Clone, Serialize)]
+struct Criterion {
+    #[serde(rename = "type")]
+    record_type: &'static str,
+    criterion: String,
+    measured: String,
+    /// `None` when this run has no cell the criterion applies to.
+    met: Option<bool>,
+}
+
+/// A local-disk file: a `tmp:` file or a regular file path (not a device node).
+fn is_local_file(target: &str) -> bool {
+    target.starts_with("tmp:") || (target.starts_with('/') && !target.starts_with("/dev/"))
+}
+
+fn cell_name(c: &Cell) -> String {
+    format!("{} {} {} {}", c.load, c.result.target, c.workload, format_size(c.result.bs_bytes))
+}
+
+/// The decision branch smart took most in a cell, with its share: the usual "why".
+fn main_reason(c: &Cell) -> String {
+    let total: u64 = c.result.decisions.by_reason.values().sum();
+    match c.result.decisions.by_reason.iter().max_by_key(|(_, v)| **v) {
+        Some((k, v)) if total > 0 => format!("{k} {:.0}%", *v as f64 * 100.0 / total as f64),
+        _ => "no decisions".into(),
+    }
+}
+
+fn cpu(c: &Cell) -> f64 {
+    c.result.cpu_user_pct + c.result.cpu_sys_pct
+}
+
+/// The issue's numbers to reach, each with its measured figure and whether it was met.
+/// `classes`: target label -> the class smart used (the context-switch criterion applies
+/// where smart may spin, i.e. not on mainstream devices).
+fn criteria(cells: &[Cell], classes: &[(String, DeviceClass)]) -> Vec<Criterion> {
+    let mut out = Vec::new();
+    let mk = |criterion: &str, measured: String, met: Option<bool>| Criterion {
+        record_type: "criterion",
+        criterion: criterion.to_string(),
+        measured,
+        met,
+    };
+    let smart = |f: &dyn Fn(&Cell) -> bool| -> Vec<&Cell> {
+        cells.iter().filter(|c| c.result.strategy == "smart" && f(c)).collect()
+    };
+    // 1. Local-disk file, 4 KiB random read, bm-only: smart >= 1.3 x block.
+    let v = smart(&|c| {
+        c.load == "bm-only" && c.workload == "iozone-rand-read" && c.result.bs_bytes == 4096 && is_local_file(&c.result.target)
+    });
+    let parts: Vec<String> = v
+        .iter()
+        .map(|c| {
+            let spin = find(cells, c, "spin").and_then(|x| gain(cells, x));
+            format!(
+                "{}: smart {:.2}x, spin {} (smart's decisions: {})",
+                c.result.target,
+                gain(cells, c).unwrap_or(0.0),
+                spin.map(|g| format!("{g:.2}x")).unwrap_or_else(|| "-".into()),
+                main_reason(c)
+            )
+        })
+        .collect();
+    out.push(mk(
+        "local-disk file, 4 KiB random read, bm-only: smart >= 1.3 x block IOPS",
+        if parts.is_empty() { "no such cell in this run".into() } else { parts.join("; ") },
+        (!v.is_empty()).then(|| v.iter().all(|c| gain(cells, c).unwrap_or(0.0) >= 1.3)),
+    ));
+    // 2. Local-disk file, >= 256 KiB, bm-only: within 3% of block, <= 5 points more CPU.
+    let v = smart(&|c| c.load == "bm-only" && c.result.bs_bytes >= 256 << 10 && is_local_file(&c.result.target));
+    let ok = |c: &Cell| {
+        let b = find(cells, c, "block");
+        gain(cells, c).unwrap_or(0.0) >= 0.97 && b.is_some_and(|b| cpu(c) - cpu(b) <= 5.0)
+    };
+    let worst_gain = v.iter().map(|c| (gain(cells, c).unwrap_or(0.0), *c)).min_by(|a, b| a.0.total_cmp(&b.0));
+    let worst_cpu = v
+        .iter()
+        .filter_map(|c| find(cells, c, "block").map(|b| (cpu(c) - cpu(b), *c)))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    out.push(mk(
+        "local-disk file, 256 KiB and above, bm-only: smart within 3% of block and <= 5 points more CPU",
+        match (worst_gain, worst_cpu) {
+            (Some((g, gc)), Some((d, dc))) => format!(
+                "{} of {} cells; lowest smart/block {g:.3} ({}), most extra CPU {d:+.1} points ({})",
+                v.iter().filter(|c| ok(c)).count(),
+                v.len(),
+                cell_name(gc),
+                cell_name(dc)
+            ),
+            _ => "no such cell in this run".into(),
+        },
+        (!v.is_empty()).then(|| v.iter().all(|c| ok(c))),
+    ));
+    // 3. CPU-intensive: smart nowhere more than 3% below block.
+    let v = smart(&|c| c.load == "cpu-intensive");
+    let worst = v.iter().map(|c| (gain(cells, c).unwrap_or(0.0), *c)).min_by(|a, b| a.0.total_cmp(&b.0));
+    out.push(mk(
+        "cpu-intensive: smart nowhere more than 3% below block",
+        match worst {
+            Some((g, c)) => format!(
+                "{} of {} cells >= 0.97x; lowest {g:.3} ({}; smart's decisions: {})",
+                v.iter().filter(|c| gain(cells, c).unwrap_or(0.0) >= 0.97).count(),
+                v.len(),
+                cell_name(c),
+                main_reason(c)
+            ),
+            None => "no such cell in this run".into(),
+        },
+        worst.map(|(g, _)| g >= 0.97),
+    ));
+    // 4. CPU-intensive: the co-running benchmark loses <= 3% of its work against block.
+    let mut targets: Vec<&str> = Vec::new();
+    for c in cells.iter().filter(|c| c.load == "cpu-intensive") {
+        if !targets.contains(&c.result.target.as_str()) {
+            targets.push(&c.result.target);
+        }
+    }
+    let rate = |t: &str, st: &str| {
+        let (w, r) = cells
+            .iter()
+            .filter(|c| c.result.target == t && c.load == "cpu-intensive" && c.result.strategy == st)
+            .filter_map(|c| c.corunner.as_ref())
+            .fold((0u64, 0u64), |a, k| (a.0 + k.work, a.1 + k.real_ns));
+        (r > 0).then(|| w as f64 / r as f64)
+    };
+    let ratios: Vec<(String, f64)> = targets
+        .iter()
+        .filter_map(|t| match (rate(t, "smart"), rate(t, "block")) {
+            (Some(s), Some(b)) if b > 0.0 => Some((t.to_string(), s / b)),
+            _ => None,
+        })
+        .collect();
+    out.push(mk(
+        "cpu-intensive: the co-running CPU benchmark loses <= 3% of its work beside smart against beside block",
+        if ratios.is_empty() {
+            "no such cell in this run".into()
+        } else {
+            "work rate beside smart / beside block: ".to_string()
+                + &ratios.iter().map(|(t, r)| format!("{t} {r:.3}")).collect::<Vec<_>>().join(", ")
+        },
+        (!ratios.is_empty()).then(|| ratios.iter().all(|(_, r)| *r >= 0.97)),
+    ));
+    // 5. Every cell: smart >= 0.95 x the better of block and spin.
+    let (n, ok5, worst) = smart_check(cells);
+    out.push(mk(
+        "every cell: smart >= 0.95 x the better of block and spin",
+        match &worst {
+            Some((r, w)) => format!("{ok5} of {n} cells; lowest {r:.3} ({w})"),
+            None => "no such cell in this run".into(),
+        },
+        worst.as_ref().map(|_| ok5 == n),
+    ));
+    // 6. 4 KiB: smart's context switches <= 1/5 of block's (per I/O), bm-only, where smart
+    // may spin (a mainstream device always blocks, by design).
+    let spinnable = |t: &str| classes.iter().any(|(l, k)| l == t && *k != DeviceClass::Mainstream);
+    let v = smart(&|c| c.load == "bm-only" && c.result.bs_bytes == 4096 && c.tps.is_none() && spinnable(&c.result.target));
+    let csw_ratio = |c: &Cell| {
+        find(cells, c, "block").map(|b| csw_per_io(c) / csw_per_io(b).max(1e-9))
+    };
+    let worst = v.iter().filter_map(|c| csw_ratio(c).map(|r| (r, *c))).max_by(|a, b| a.0.total_cmp(&b.0));
+    out.push(mk(
+        "4 KiB, bm-only, devices smart may spin on: smart's context switches per I/O <= 1/5 of block's",
+        match worst {
+            Some((r, c)) => format!(
+                "{} of {} cells; highest smart/block {r:.3} ({}; smart's decisions: {})",
+                v.iter().filter(|c| csw_ratio(c).is_some_and(|r| r <= 0.2)).count(),
+                v.len(),
+                cell_name(c),
+                main_reason(c)
+            ),
+            None => "no such cell in this run".into(),
+        },
+        worst.map(|(r, _)| r <= 0.2),
+    ));
+    out.push(mk(
+        "two probes of the same target give the same size threshold +- one size step",
+        "not measured by evaluate: run `smartcon probe TARGET` twice (docs/evaluate.md has the figures)".into(),
+        None,
+    ));
+    out
+}
+
+fn criteria_md(criteria: &[Criterion]) -> String {
+    let mut s = String::from("## Numbers to reach (issue 3), measured in this run\n\n| criterion | measured | met? |\n|---|---|---|\n");
+    for c in criteria {
+        let met = match c.met {
+            Some(true) => "pass",
+            Some(false) => "**miss**",
+            None => "n/a",
+        };
+        s += &format!("| {} | {} | {met} |\n", c.criterion, c.measured.replace('|', "/"));
+    }
+    s += "\nA miss names the cell and the decision branch smart took most there: `cpu_busy` in bm-only means other processes used more CPU than the threshold (a shared machine); `mainstream_device` means the profile says spinning never pays on this device; `queue_over_limit` means more I/Os were in flight ahead than Q. The load average before and after the run is in the header.\n\n";
+    s
 }
 
 fn csw_per_io(c: &Cell) -> f64 {
@@ -899,11 +1155,14 @@ fn csw_per_io(c: &Cell) -> f64 {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn summary_md(
     m: &MachineRecord,
     plan: &Plan,
     profiles: &[(String, Profile)],
     cells: &[Cell],
+    criteria: &[Criterion],
+    loadavg: (&str, &str),
     secs: f64,
     interrupted: bool,
     notes: &[String],
@@ -912,6 +1171,10 @@ fn summary_md(
     for n in notes {
         s += &format!("Note: {n}.\n\n");
     }
+    s += &format!(
+        "Load average (/proc/loadavg) before the run: {}; after: {}. This run itself keeps about 1-3 threads busy; more than that means other processes shared the machine.\n\n",
+        loadavg.0, loadavg.1
+    );
     s += &format!(
         "Machine: Linux {}, {}, {} CPUs. {} cells in {:.0} s, {} per cell. Timings are from one run on a machine that may have been shared: read ratios, not absolutes.{}\n\n",
         m.kernel,
@@ -955,6 +1218,7 @@ fn summary_md(
             "**smart >= 0.95 x the better of block and spin in {ok} of {n} cells** (lowest ratio {r:.3}, at {w}).\n\n"
         );
     }
+    s += &criteria_md(criteria);
     s += "## Gain against block (IOPS ratio; Fig. 9, 12, 15)\n\n```\n";
     let others: Vec<&str> = plan
         .strategies

@@ -197,7 +197,10 @@ pub fn run(args: ModelArgs) -> Result<()> {
                 .profiles
                 .clone()
                 .unwrap_or_else(|| common::smartcon_home().join("profiles"));
-            let profiles = calibrate::read_profiles(&dir).map_err(|e| anyhow!("{e}"))?;
+            // The profiles the evaluation used come first (they include devices it created
+            // for the run and did not store), then the stored ones.
+            let mut profiles = calibrate::read_result_profiles(results).map_err(|e| anyhow!("{e}"))?;
+            profiles.extend(calibrate::read_profiles(&dir).map_err(|e| anyhow!("{e}"))?);
             let records = calibrate::read_results(results).map_err(|e| anyhow!("{e}"))?;
             Some((
                 dir,
@@ -359,13 +362,14 @@ pub fn run(args: ModelArgs) -> Result<()> {
             println!("  no device has both a probe profile and block + smart/spin results");
         } else {
             println!(
-                "{:<16} {:<6} {:<6} {:>8} {:<8} {:>12} {:>10} {:>10}",
-                "device", "op", "pattern", "bs", "load", "latency", "predicted", "measured"
+                "{:<16} {:<18} {:<6} {:<6} {:>8} {:<8} {:>12} {:>10} {:>10}",
+                "device", "workload", "op", "pattern", "bs", "load", "latency", "predicted", "measured"
             );
             for r in rows {
                 println!(
-                    "{:<16} {:<6} {:<6} {:>8} {:<8} {:>12} {:>10.3} {:>10.3} ({} vs block)",
+                    "{:<16} {:<18} {:<6} {:<6} {:>8} {:<8} {:>12} {:>10.3} {:>10.3} ({} vs block)",
                     r.device,
+                    r.workload,
                     r.op,
                     r.pattern,
                     r.bs_bytes,

@@ -12,7 +12,11 @@
 //!   host, mainstream when spinning pays at no size, fast otherwise. The wake-up is taken
 //!   from `$SMARTCON_HOME/host.json` (`smartcon ctx`) if present, else measured here as the
 //!   extra latency of blocking over spinning on a 1 us emulated device;
-//! - CPU threshold: 100% minus the share of the machine one spinning I/O thread costs.
+//! - CPU threshold: 100% minus the share of the machine one spinning I/O thread costs;
+//! - queue limit Q (Fig. 7): 4 KiB random reads under block and spin while k = 0..=4
+//!   background readers (blocking, as the IO-intensive load's) keep k I/Os in flight on the
+//!   same device; Q is the largest k at which spinning still gains more than 3% (and at
+//!   every smaller k), by `rules::queue_limit`.
 //!
 //! The profile is written to `$SMARTCON_HOME/profiles/<device>.json`, where `smart` finds
 //! it without being told. Writes go only to targets smartcon owns (emulated devices,
@@ -51,6 +55,10 @@ pub const PROBE_SIZES_BYTES: [u64; 8] = [
 /// Turns each strategy takes per size (the measurement time is split among them).
 pub const PROBE_ROUNDS: usize = 5;
 pub const PROBE_SPAN_BYTES_MAX: u64 = 1 << 30;
+/// The queue probe's largest background (the IO-intensive load's worker count).
+pub const QUEUE_PROBE_BACKGROUND_MAX: u32 = 4;
+/// The queue probe's request size.
+pub const QUEUE_PROBE_BS_BYTES: u64 = 4 << 10;
 
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
@@ -174,7 +182,8 @@ pub fn probe_target(
         js.validate(target).map_err(engine_err)?;
     }
     let (wakeup_ns, wakeup_source) = host_wakeup_ns(monitor)?;
-    let bar = progress_bar((sizes.len() * ops.len() * strategies.len()) as u64, "probe");
+    let queue_steps = QUEUE_PROBE_BACKGROUND_MAX as usize * 2;
+    let bar = progress_bar((sizes.len() * ops.len() * strategies.len() + queue_steps) as u64, "probe");
     let fixed_profile = Profile::paper_default(&device);
     let mut latencies = Vec::new();
     // The strategies of one size take turns in PROBE_ROUNDS rounds, rotated, so slow drift
@@ -224,9 +233,78 @@ pub fn probe_target(
                     strategy: s.name().into(),
                     lat_ns_mean: median(&mut turns[i]),
                     cpu_pct: cpu_sum / time.max(1) as f64,
+                    background_ios: 0,
                 };
                 on_point(&point, ios)?;
                 latencies.push(point);
+                bar.inc(1);
+            }
+        }
+    }
+    // The queue probe (Fig. 7): k background readers keep k I/Os ahead of the measured one.
+    // k = 0 is the size sweep's 4 KiB read point; without it there is nothing to compare to.
+    let bs_q = QUEUE_PROBE_BS_BYTES;
+    let mut notes = Vec::new();
+    let can_probe_queue = sizes.contains(&bs_q)
+        && bs_q % target.block_bytes() == 0
+        && span >= bs_q * (QUEUE_PROBE_BACKGROUND_MAX as u64 + 1);
+    if !can_probe_queue {
+        notes.push("queue limit not measured (needs 4 KiB among the sizes and room for 5 readers): Q = 0".to_string());
+    }
+    if can_probe_queue {
+        for k in 1..=QUEUE_PROBE_BACKGROUND_MAX {
+            if interrupted() {
+                break;
+            }
+            let load = smartcon_engine::load::IoLoad::default();
+            let measured: Result<[LatencyPoint; 2]> = std::thread::scope(|scope| {
+                let result = (|| {
+                    if k > 0 {
+                        load.spawn(scope, target, k, bs_q, span).map_err(engine_err)?;
+                        // Let the readers reach the device before measuring.
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    let pair = [Strategy::Block, Strategy::Spin];
+                    let mut turns: [Vec<f64>; 2] = Default::default();
+                    let mut cpu = [(0.0f64, 0u64); 2];
+                    for round in 0..PROBE_ROUNDS {
+                        for j in 0..2 {
+                            let i = (j + round) % 2;
+                            bar.set_message(format!("queue {k} {}", pair[i].name()));
+                            let mut js = JobSpec::new(Op::Read, Pattern::Rand, bs_q, StrategyChoice::Fixed(pair[i]));
+                            js.span_bytes = Some(span);
+                            js.duration_ns = (duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
+                            js.seed = 101 + round as u64;
+                            let r = run_job(target, &js, &fixed_profile, monitor, interrupt_flag()).map_err(engine_err)?;
+                            if r.ios > 0 {
+                                turns[i].push(r.lat_ns_mean);
+                            }
+                            cpu[i].0 += (r.cpu_user_pct + r.cpu_sys_pct) * r.duration_ns as f64;
+                            cpu[i].1 += r.duration_ns;
+                        }
+                    }
+                    let point = |i: usize, turns: &mut Vec<f64>| -> Result<LatencyPoint> {
+                        if turns.is_empty() {
+                            bail!("{} completed no I/O with {k} background reads in flight", target.label());
+                        }
+                        Ok(LatencyPoint {
+                            op: Op::Read.name().into(),
+                            bs_bytes: bs_q,
+                            strategy: pair[i].name().into(),
+                            lat_ns_mean: median(turns),
+                            cpu_pct: cpu[i].0 / cpu[i].1.max(1) as f64,
+                            background_ios: k,
+                        })
+                    };
+                    let [t0, t1] = &mut turns;
+                    Ok([point(0, t0)?, point(1, t1)?])
+                })();
+                load.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                result
+            });
+            for p in measured? {
+                on_point(&p, 0)?;
+                latencies.push(p);
                 bar.inc(1);
             }
         }
@@ -235,6 +313,7 @@ pub fn probe_target(
     if interrupted() {
         bail!("interrupted: no profile written");
     }
+    let queue_points = queue_points_of(&latencies);
     let points = size_points(&latencies, sizes);
     let spin_cpu = latencies
         .iter()
@@ -250,7 +329,6 @@ pub fn probe_target(
         .filter(|p| p.strategy == "block" && p.bs_bytes == smallest)
         .map(|p| p.cpu_pct / 100.0 * p.lat_ns_mean)
         .fold(0.0, f64::max);
-    let mut notes = Vec::new();
     if !writes {
         notes.push("reads only: pass --destructive to also measure writes (overwrites the target's data)".into());
     }
@@ -261,7 +339,7 @@ pub fn probe_target(
         class: rules::classify(&points, block_cpu_ns),
         size_threshold_bytes: rules::size_threshold_bytes(&points),
         cpu_threshold_pct: rules::cpu_threshold_pct(spin_cpu, profile::online_cpus()),
-        queue_limit: 0,
+        queue_limit: if queue_points.is_empty() { 0 } else { rules::queue_limit(&queue_points) },
         wakeup_ns: Some(wakeup_ns),
         latencies,
     };
@@ -285,12 +363,34 @@ pub fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// The queue probe's points (background I/Os 0..=max, block and spin), sorted; empty when
+/// the probe did not measure them.
+pub fn queue_points_of(latencies: &[LatencyPoint]) -> Vec<rules::QueuePoint> {
+    let mut out = Vec::new();
+    for k in 0..=QUEUE_PROBE_BACKGROUND_MAX {
+        let find = |s: &str| {
+            latencies
+                .iter()
+                .find(|p| p.background_ios == k && p.strategy == s && p.bs_bytes == QUEUE_PROBE_BS_BYTES && p.op == "read")
+                .map(|p| p.lat_ns_mean)
+        };
+        match (find("block"), find("spin")) {
+            (Some(block_ns), Some(spin_ns)) => out.push(rules::QueuePoint { background_ios: k, block_ns, spin_ns }),
+            _ => break,
+        }
+    }
+    if out.len() < 2 {
+        out.clear();
+    }
+    out
+}
+
 /// Per size, the op where spinning gains most (relative to blocking) stands for the size.
 pub fn size_points(latencies: &[LatencyPoint], sizes: &[u64]) -> Vec<rules::SizePoint> {
     let find = |op: &str, bs: u64, s: &str| {
         latencies
             .iter()
-            .find(|p| p.op == op && p.bs_bytes == bs && p.strategy == s)
+            .find(|p| p.op == op && p.bs_bytes == bs && p.strategy == s && p.background_ios == 0)
             .map(|p| p.lat_ns_mean)
     };
     sizes
@@ -419,7 +519,7 @@ pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
             let get = |s: &str| {
                 p.latencies
                     .iter()
-                    .find(|x| x.op == op && x.bs_bytes == bs && x.strategy == s)
+                    .find(|x| x.op == op && x.bs_bytes == bs && x.strategy == s && x.background_ios == 0)
             };
             let (Some(b), Some(sp), Some(sy)) = (get("block"), get("spin"), get("sync")) else {
                 continue;
@@ -457,6 +557,22 @@ pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
         p.cpu_threshold_pct,
         profile::online_cpus()
     );
+    let q = queue_points_of(&p.latencies);
+    if q.is_empty() {
+        out += &format!("queue limit Q   {}   (not measured)\n", p.queue_limit);
+    } else {
+        let row: Vec<String> = q
+            .iter()
+            .map(|x| format!("{}: {:+.0}%", x.background_ios, (x.block_ns - x.spin_ns) / x.block_ns.max(1.0) * 100.0))
+            .collect();
+        out += &format!(
+            "queue limit Q   {}   (largest number of I/Os in flight ahead at which spinning still gains more than {:.0}% on a {} read; gain by I/Os ahead {})\n",
+            p.queue_limit,
+            rules::GAIN_TOLERANCE * 100.0,
+            format_size(QUEUE_PROBE_BS_BYTES),
+            row.join(", ")
+        );
+    }
     out
 }
 
@@ -471,6 +587,7 @@ mod tests {
             strategy: s.into(),
             lat_ns_mean: lat,
             cpu_pct: 0.0,
+            background_ios: 0,
         }
     }
 
