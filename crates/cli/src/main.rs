@@ -10,6 +10,7 @@ mod engine_setup;
 mod printers;
 mod table;
 mod plot;
+mod polling;
 
 use clap::{Parser, Subcommand};
 
@@ -49,6 +50,8 @@ enum Command {
     Cachesim(cmd::cachesim::CachesimArgs),
     /// The elastic-time-slicing study on the trace-driven simulator.
     Ets(cmd::ets::EtsArgs),
+    /// Temporal merge with serialized or pipelined post-I/O work, 16 threads (paper 002, Fig. 4).
+    MergeBench(cmd::merge_bench::MergeBenchArgs),
 }
 
 fn main() {
@@ -66,6 +69,7 @@ fn main() {
         Command::Trace(args) => cmd::trace::run(args),
         Command::Cachesim(args) => cmd::cachesim::run(args),
         Command::Ets(args) => cmd::ets::run(args),
+        Command::MergeBench(args) => cmd::merge_bench::run(args),
     };
     if let Err(error) = result {
         std::process::exit(common::report_error(&error));

@@ -82,3 +82,28 @@ fn bad_polling_input_exits_2() {
     }
     assert!(!std::path::Path::new("x.svg").exists());
 }
+
+#[test]
+fn evaluate_reports_the_polling_study() {
+    let out_dir = scratch("evaluate").join("report");
+    let out = run(&["evaluate", "--tiny", "--loads", "bm-only", "--workloads", "iozone-rand-read", "--sizes", "4k", "--out", out_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(out_dir.join("results.jsonl")).unwrap();
+    let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let study: Vec<_> = recs.iter().filter(|r| r["workload"] == "polling-study").collect();
+    for strategy in ["block", "spin", "hybrid", "poll", "half-mean"] {
+        for load in ["bm-only", "cpu-intensive"] {
+            assert!(study.iter().any(|r| r["strategy"] == strategy && r["load"] == load), "{strategy} under {load}");
+        }
+    }
+    assert!(recs.iter().any(|r| r["type"] == "interval_sweep"));
+    assert_eq!(recs.iter().filter(|r| r["type"] == "hybrid_check").count(), 2, "one check per load");
+    let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    assert!(summary.contains("## Hybrid waiting and polling") && summary.contains("best interval"));
+    for plot in ["polling-interval.svg", "hybrid.svg"] {
+        let svg = std::fs::read_to_string(out_dir.join(plot)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{plot}");
+    }
+    let svg = std::fs::read_to_string(out_dir.join("hybrid.svg")).unwrap();
+    assert!(svg.contains("hybrid IOPS / spin IOPS") && svg.contains("hybrid CPU / spin CPU"));
+}

@@ -25,7 +25,7 @@ use smartcon_engine::profile::online_cpus;
 use smartcon_engine::wait::PollParams;
 
 use crate::common::{emit_json, interrupt_flag, interrupted, progress_bar};
-use crate::plot::{line_chart, LineChart, Series};
+use crate::polling::{hybrid_checks, plot_sweeps, render_polling, sweeps};
 use crate::engine_setup::*;
 use crate::printers::iops;
 use crate::table::Table;
@@ -86,38 +86,6 @@ struct Summary {
     smart_ratio_min: Option<f64>,
     load: String,
     interrupted: bool,
-}
-
-/// The best fixed polling interval of one cell (`--sweep-interval`).
-#[derive(serde::Serialize)]
-struct SweepRecord {
-    #[serde(rename = "type")]
-    record_type: &'static str,
-    target: String,
-    op: &'static str,
-    bs_bytes: u64,
-    /// (interval, mean latency) per interval run.
-    points_ns: Vec<(u64, f64)>,
-    best_interval_ns: u64,
-    best_lat_ns_mean: f64,
-    block_lat_ns_mean: Option<f64>,
-    spin_lat_ns_mean: Option<f64>,
-}
-
-/// Hybrid against spin and block in one cell.
-#[derive(serde::Serialize)]
-struct HybridCheck {
-    #[serde(rename = "type")]
-    record_type: &'static str,
-    target: String,
-    op: &'static str,
-    bs_bytes: u64,
-    load: String,
-    iops_vs_spin: f64,
-    cpu_vs_spin: f64,
-    iops_vs_block: Option<f64>,
-    pred_err_ns_p50: Option<u64>,
-    sleeps_per_io: f64,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -246,121 +214,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// The interval sweep of every cell that has fixed-interval runs.
-fn sweeps(results: &[JobResult]) -> Vec<SweepRecord> {
-    let mut out: Vec<SweepRecord> = Vec::new();
-    for r in results.iter().filter(|r| r.strategy == "poll") {
-        let Some(interval_ns) = r.polling.as_ref().and_then(|p| p.interval_ns) else { continue };
-        let rec = match out.iter_mut().find(|s| s.target == r.target && s.op == r.op && s.bs_bytes == r.bs_bytes) {
-            Some(rec) => rec,
-            None => {
-                out.push(SweepRecord {
-                    record_type: "interval_sweep",
-                    target: r.target.clone(),
-                    op: r.op,
-                    bs_bytes: r.bs_bytes,
-                    points_ns: Vec::new(),
-                    best_interval_ns: interval_ns,
-                    best_lat_ns_mean: f64::INFINITY,
-                    block_lat_ns_mean: find(results, r, "block").map(|b| b.lat_ns_mean),
-                    spin_lat_ns_mean: find(results, r, "spin").map(|b| b.lat_ns_mean),
-                });
-                out.last_mut().expect("just pushed")
-            }
-        };
-        rec.points_ns.push((interval_ns, r.lat_ns_mean));
-        if r.lat_ns_mean < rec.best_lat_ns_mean {
-            rec.best_lat_ns_mean = r.lat_ns_mean;
-            rec.best_interval_ns = interval_ns;
-        }
-    }
-    for rec in &mut out {
-        rec.points_ns.sort_by_key(|p| p.0);
-    }
-    out
-}
-
-fn hybrid_checks(results: &[JobResult], load: &str) -> Vec<HybridCheck> {
-    results
-        .iter()
-        .filter(|r| r.strategy == "hybrid")
-        .filter_map(|h| {
-            let spin = find(results, h, "spin")?;
-            let cpu = |r: &JobResult| r.cpu_user_pct + r.cpu_sys_pct;
-            Some(HybridCheck {
-                record_type: "hybrid_check",
-                target: h.target.clone(),
-                op: h.op,
-                bs_bytes: h.bs_bytes,
-                load: load.to_string(),
-                iops_vs_spin: h.iops / spin.iops.max(1e-9),
-                cpu_vs_spin: cpu(h) / cpu(spin).max(1e-9),
-                iops_vs_block: find(results, h, "block").map(|b| h.iops / b.iops.max(1e-9)),
-                pred_err_ns_p50: h.polling.as_ref().and_then(|p| p.pred_err_ns_p50),
-                sleeps_per_io: h.polling.as_ref().map_or(0.0, |p| p.sleeps_per_io),
-            })
-        })
-        .collect()
-}
-
-fn render_polling(sweeps: &[SweepRecord], checks: &[HybridCheck]) -> String {
-    let mut out = String::new();
-    for s in sweeps {
-        let reference = |v: Option<f64>| v.map_or("-".to_string(), format_ns);
-        out += &format!(
-            "\nfixed-interval polling, {} {} {}: mean latency by interval (block {}, spin {})\n",
-            s.target,
-            s.op,
-            format_size(s.bs_bytes),
-            reference(s.block_lat_ns_mean),
-            reference(s.spin_lat_ns_mean)
-        );
-        let mut t = Table::new(&["interval", "mean latency", "vs best"]);
-        for &(i, lat) in &s.points_ns {
-            t.row(vec![format_ns(i as f64), format_ns(lat), format!("{:.2}x", lat / s.best_lat_ns_mean)]);
-        }
-        out += &t.render();
-        out += &format!("best fixed interval: {} (mean latency {})\n", format_ns(s.best_interval_ns as f64), format_ns(s.best_lat_ns_mean));
-    }
-    for c in checks {
-        out += &format!(
-            "\nhybrid, {} {} {} ({}): {:.3} x spin's IOPS at {:.2} x spin's CPU; {} x block's IOPS; {:.2} sleeps per I/O; prediction |error| p50 {}\n",
-            c.target,
-            c.op,
-            format_size(c.bs_bytes),
-            c.load,
-            c.iops_vs_spin,
-            c.cpu_vs_spin,
-            c.iops_vs_block.map_or("-".into(), |v| format!("{v:.3}")),
-            c.sleeps_per_io,
-            c.pred_err_ns_p50.map_or("-".into(), |v| format_ns(v as f64)),
-        );
-    }
-    out
-}
-
-/// Latency against the polling interval, block and spin as flat references (Fig. 1).
-fn plot_sweeps(path: &std::path::Path, sweeps: &[SweepRecord]) -> Result<()> {
-    let mut series = Vec::new();
-    for s in sweeps {
-        let cell = if sweeps.len() > 1 { format!(" {} {} {}", s.target, s.op, format_size(s.bs_bytes)) } else { String::new() };
-        let (lo, hi) = (s.points_ns[0].0 as f64 / 1e3, s.points_ns[s.points_ns.len() - 1].0 as f64 / 1e3);
-        series.push(Series { name: format!("fixed-interval polling{cell}"), points: s.points_ns.iter().map(|&(i, l)| (i as f64 / 1e3, l / 1e3)).collect() });
-        for (name, v) in [("block (interrupt-like sleep)", s.block_lat_ns_mean), ("spin (back-to-back polls)", s.spin_lat_ns_mean)] {
-            if let Some(v) = v {
-                series.push(Series { name: format!("{name}{cell}"), points: vec![(lo, v / 1e3), (hi, v / 1e3)] });
-            }
-        }
-    }
-    let title = match sweeps {
-        [one] => format!("Polling interval vs latency: {} {} {}", one.target, one.op, format_size(one.bs_bytes)),
-        _ => "Polling interval vs latency".to_string(),
-    };
-    let chart = LineChart { title: &title, x_label: "poll interval (us)", y_label: "mean latency (us)", log_x: true, log_y: false, markers: Vec::new() };
-    line_chart(path, &chart, &series)
-}
-
-fn find<'a>(results: &'a [JobResult], r: &JobResult, strategy: &str) -> Option<&'a JobResult> {
+pub(crate) fn find<'a>(results: &'a [JobResult], r: &JobResult, strategy: &str) -> Option<&'a JobResult> {
     results.iter().find(|x| x.target == r.target && x.op == r.op && x.bs_bytes == r.bs_bytes && x.strategy == strategy)
 }
 
