@@ -75,11 +75,26 @@ impl EmuTarget {
     }
 }
 
+impl EmuTarget {
+    /// Submits a request: places it on the model and moves its data (the CPU plays the
+    /// device's DMA engine). Returns the request in service.
+    fn submit(&self, op: Op, buf: &mut [u8], offset: u64) -> EmuStatus<'_> {
+        let arrival = now_ns();
+        let (channel, done_ns) = self.schedule(op, buf.len() as u64, arrival);
+        match op {
+            Op::Read => self.store.read(offset, buf),
+            Op::Write => self.store.write(offset, buf),
+        }
+        EmuStatus { target: self, channel, done_ns, last_poll_ns: arrival }
+    }
+}
+
 /// A request in service, as a waiting thread sees it.
 struct EmuStatus<'a> {
     target: &'a EmuTarget,
     channel: u32,
     done_ns: u64,
+    /// The last poll's instant; the submission until the first poll.
     last_poll_ns: u64,
 }
 
@@ -184,18 +199,12 @@ impl Target for EmuTarget {
 
 impl Port for EmuPort<'_> {
     fn io(&mut self, op: Op, buf: &mut [u8], offset: u64, strategy: Strategy, spin_budget_ns: u64) -> Result<WaitOutcome, Error> {
-        let t = self.target;
-        let arrival = now_ns();
-        let (channel, done_at) = t.schedule(op, buf.len() as u64, arrival);
-        match op {
-            Op::Read => t.store.read(offset, buf),
-            Op::Write => t.store.write(offset, buf),
-        }
+        let mut status = self.target.submit(op, buf, offset);
+        let arrival = status.last_poll_ns;
         let mut outcome = WaitOutcome::default();
         match strategy {
-            Strategy::Block => self.ring.sleep_until(done_at)?,
+            Strategy::Block => self.ring.sleep_until(status.done_ns)?,
             Strategy::Spin => {
-                let mut status = EmuStatus { target: t, channel, done_ns: done_at, last_poll_ns: arrival };
                 while !status.poll()? {
                     if now_ns() - arrival >= spin_budget_ns {
                         self.ring.sleep_until(status.done_ns)?;
@@ -205,25 +214,18 @@ impl Port for EmuPort<'_> {
                     std::hint::spin_loop();
                 }
             }
-            Strategy::Sync => spin_until_ns(done_at),
+            Strategy::Sync => spin_until_ns(status.done_ns),
             s => {
                 return Err(Error::new(ErrorKind::Usage, format!("{} needs a wait policy (Port::io_polled)", s.name())));
             }
         }
-        outcome.done_ns = done_at;
+        outcome.done_ns = status.done_ns;
         Ok(outcome)
     }
 
     fn io_polled(&mut self, op: Op, buf: &mut [u8], offset: u64, ahead: DeviceState, policy: &mut dyn WaitPolicy) -> Result<WaitOutcome, Error> {
-        let t = self.target;
-        let arrival = now_ns();
-        let (channel, done_at) = t.schedule(op, buf.len() as u64, arrival);
-        match op {
-            Op::Read => t.store.read(offset, buf),
-            Op::Write => t.store.write(offset, buf),
-        }
-        let mut status = EmuStatus { target: t, channel, done_ns: done_at, last_poll_ns: arrival };
-        let req = Pending { op, bytes: buf.len() as u64, ahead, submit_ns: arrival };
+        let mut status = self.target.submit(op, buf, offset);
+        let req = Pending { op, bytes: buf.len() as u64, ahead, submit_ns: status.last_poll_ns };
         let waited = policy.wait(&req, &mut status)?;
         Ok(WaitOutcome { fell_back: false, polled: Some(waited), done_ns: status.done_ns })
     }
