@@ -8,10 +8,11 @@
 //! - size threshold: the smallest size from which spinning is no more than 3% faster than
 //!   blocking at this and every larger size; per size the op where spinning gains most
 //!   counts (a size is "spin territory" if either op still gains);
-//! - class: very fast when a 4 KiB spinning I/O completes in less than one wake-up of this
-//!   host, mainstream when spinning pays at no size, fast otherwise. The wake-up is taken
-//!   from `$SMARTCON_HOME/host.json` (`smartcon ctx`) if present, else measured here as the
-//!   extra latency of blocking over spinning on a 1 us emulated device;
+//! - class: very fast when a 4 KiB I/O completes without sleeping (spinning, or inline with
+//!   `sync`) in less time than the CPU one blocking I/O burns, mainstream when spinning pays
+//!   at no size, fast otherwise (`rules::classify_with_inline`). The host's wake-up is
+//!   reported beside it: from `$SMARTCON_HOME/host.json` (`smartcon ctx`) if present, else
+//!   measured here as the extra latency of blocking over spinning on a 1 us emulated device;
 //! - CPU threshold: 100% minus the share of the machine one spinning I/O thread costs;
 //! - queue limit Q (Fig. 7): 4 KiB random reads under block and spin while k = 0..=4
 //!   background readers (blocking, as the IO-intensive load's) keep k I/Os in flight on the
@@ -317,7 +318,7 @@ pub fn probe_target(
     let points = size_points(&latencies, sizes);
     let spin_cpu = latencies
         .iter()
-        .filter(|p| p.strategy == "spin")
+        .filter(|p| p.strategy == "spin" && p.background_ios == 0)
         .map(|p| p.cpu_pct)
         .fold(0.0, f64::max);
     // The CPU one blocking I/O burns (submit, sleep, wake-up, switch back) at the smallest
@@ -326,9 +327,15 @@ pub fn probe_target(
     let smallest = sizes.iter().copied().min().unwrap_or(4096);
     let block_cpu_ns = latencies
         .iter()
-        .filter(|p| p.strategy == "block" && p.bs_bytes == smallest)
+        .filter(|p| p.strategy == "block" && p.bs_bytes == smallest && p.background_ios == 0)
         .map(|p| p.cpu_pct / 100.0 * p.lat_ns_mean)
         .fold(0.0, f64::max);
+    // The inline path's time at the smallest size (reads): very fast devices complete there.
+    let sync_ns_smallest = latencies
+        .iter()
+        .filter(|p| p.strategy == "sync" && p.bs_bytes == smallest && p.op == "read" && p.background_ios == 0)
+        .map(|p| p.lat_ns_mean)
+        .fold(f64::INFINITY, f64::min);
     if !writes {
         notes.push("reads only: pass --destructive to also measure writes (overwrites the target's data)".into());
     }
@@ -336,7 +343,7 @@ pub fn probe_target(
         version: PROFILE_VERSION,
         device,
         source: "probe".into(),
-        class: rules::classify(&points, block_cpu_ns),
+        class: rules::classify_with_inline(&points, sync_ns_smallest, block_cpu_ns),
         size_threshold_bytes: rules::size_threshold_bytes(&points),
         cpu_threshold_pct: rules::cpu_threshold_pct(spin_cpu, profile::online_cpus()),
         queue_limit: if queue_points.is_empty() { 0 } else { rules::queue_limit(&queue_points) },
@@ -546,7 +553,7 @@ pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
         rules::GAIN_TOLERANCE * 100.0
     );
     out += &format!(
-        "device class    {}   (very fast when a spinning I/O of the smallest size takes less than the CPU one blocking I/O burns: {}; this host's wake-up {} from {})\n",
+        "device class    {}   (very fast when an I/O of the smallest size, spinning or inline (sync), takes less than the CPU one blocking I/O burns: {}; mainstream when spinning pays at no size; this host's wake-up {} from {})\n",
         p.class.name(),
         format_ns(o.block_cpu_ns),
         format_ns(p.wakeup_ns.unwrap_or(0.0)),
