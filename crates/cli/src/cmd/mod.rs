@@ -7,6 +7,7 @@ pub mod devices;
 pub mod ets;
 pub mod evaluate;
 pub mod io;
+pub mod merge_bench;
 pub mod model;
 pub mod probe;
 pub mod trace;

@@ -236,6 +236,8 @@ pub struct MergeDevice {
     pool: BufferPool,
     config: MergeConfig,
     counters: Counters,
+    /// See [`WAIT_BOUND_NS_MIN`].
+    wait_bound_ns: u64,
 }
 
 // SAFETY: the raw pointers in the queue are only dereferenced under the protocol described
@@ -270,6 +272,14 @@ impl MergeDevice {
             pool: BufferPool::new(config.bs_bytes as usize, reqs_max * channels as usize + THREADS_MAX),
             config,
             counters: Counters::default(),
+            wait_bound_ns: WAIT_BOUND_NS_MIN.max(
+                WAIT_BOUND_SERVICES
+                    * [Op::Read, Op::Write]
+                        .iter()
+                        .map(|&op| pages::service_ns(spec.model.timing(op), PAGE_BYTES, config.merge_pages_max))
+                        .max()
+                        .unwrap_or(0),
+            ),
         })
     }
 
@@ -383,6 +393,8 @@ struct PageStatus<'a> {
     want: u32,
     acked: u32,
     last_poll_ns: u64,
+    /// No sleep or clock-only wait goes past this instant (see [`WAIT_BOUND_NS_MIN`]).
+    wait_bound_ns: u64,
 }
 
 impl Status for PageStatus<'_> {
@@ -409,14 +421,25 @@ impl Status for PageStatus<'_> {
     }
 
     fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
-        sleep_until_ns(at_ns);
+        sleep_until_ns(at_ns.min(self.wait_bound_ns));
         Ok(())
     }
 
     fn spin_until(&mut self, at_ns: u64) {
-        spin_until_ns(at_ns);
+        spin_until_ns(at_ns.min(self.wait_bound_ns));
     }
 }
+
+/// A wait that does not look at the device (a sleep, or a spin on the clock) ends at most
+/// this long after the submission, or [`WAIT_BOUND_SERVICES`] times the nominal service of
+/// the largest merged request if that is longer; then the policy polls. A prediction
+/// poisoned by a long preemption (the 2-core development VMs, shared, stall threads for
+/// milliseconds) would otherwise park the leader, and with it every waiter, for as long as
+/// the bad estimate says; with the bound the worst case is one bounded wait and a poll,
+/// and the predictor's early-catch feedback brings the estimate back down. A driver knows
+/// its device's nominal latency from the datasheet; this is no hint about the completion.
+pub const WAIT_BOUND_NS_MIN: u64 = 10_000_000;
+pub const WAIT_BOUND_SERVICES: u64 = 64;
 
 /// A thread's handle on a [`MergeDevice`]: its wait policies and its share of the work.
 pub struct Waiter<'d> {
@@ -608,6 +631,7 @@ impl Waiter<'_> {
             want: pages,
             acked: 0,
             last_poll_ns: submit,
+            wait_bound_ns: submit + dev.wait_bound_ns,
         };
         let expect = "the emulated status never fails";
         let mut items = std::mem::take(&mut self.batch);

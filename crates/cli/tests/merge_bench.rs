@@ -1,0 +1,106 @@
+//! `smartcon merge-bench` end to end: bad input is one line on stderr and exit 2 with
+//! nothing on stdout; a short run writes one "merge_result" per configuration with every
+//! documented field, a "merge_summary" with the pipelined/serialized ratios, and an SVG
+//! when asked. No timing is asserted.
+
+use std::process::{Command, Output};
+
+fn smartcon(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_smartcon")).arg("merge-bench").args(args).output().expect("run smartcon")
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let cases: &[&[&str]] = &[
+        &["--threads", "0"],
+        &["--threads", "100000"],
+        &["--max-merge", "0"],
+        &["--max-merge", "100000"],
+        &["--poll-interval", "0"],
+        &["--poll-interval", "1h"],
+        &["--alpha", "0"],
+        &["--alpha", "10s"],
+        &["--sampling", "2s", "--duration", "1s"],
+        &["--bs", "6k"],
+        &["--bs", "1m"],
+        &["--ops", "trim"],
+        &["--patterns", "zigzag"],
+        &["--target", "/dev/null"],
+        &["--target", "emu:floppy"],
+        &["--duration", "0"],
+    ];
+    for args in cases {
+        let out = smartcon(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("smartcon: error: "), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_short_run_writes_every_record_and_the_plot() {
+    let dir = std::env::temp_dir().join(format!("smartcon-merge-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("merge.svg");
+    let out = smartcon(&[
+        "--target",
+        "emu:optane,channels=1,size=16m",
+        "--threads",
+        "8",
+        "--duration",
+        "80ms",
+        "--sampling",
+        "10ms",
+        "--ops",
+        "read,write",
+        "--patterns",
+        "rand",
+        "--span",
+        "8m",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let recs: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let results: Vec<&serde_json::Value> = recs.iter().filter(|r| r["type"] == "merge_result").collect();
+    // 2 ops x 1 pattern x (reference + 4 combinations).
+    assert_eq!(results.len(), 10);
+    for r in &results {
+        for field in [
+            "target", "op", "pattern", "bs_bytes", "threads", "config", "merge", "pipelined", "polling",
+            "poll_interval_ns", "alpha_ns", "sampling_ns", "max_merge_pages", "ios", "elapsed_ns", "iops",
+            "latency_ns_p50", "latency_ns_p99", "latency_ns_mean", "cpu_ns", "cpu_pct", "device_requests", "pages",
+            "pages_per_request_mean", "releases", "polls", "sleeps", "leader_turns", "prediction_error_ns_mean",
+            "interrupted",
+        ] {
+            assert!(r.get(field).is_some(), "merge_result lacks {field}: {r}");
+        }
+        assert_eq!(r["ios"], r["releases"], "every waiter released once: {r}");
+        assert!(r["iops"].as_f64().unwrap() > 0.0);
+        assert!(r["latency_ns_p50"].as_u64().unwrap() <= r["latency_ns_p99"].as_u64().unwrap());
+    }
+    assert_eq!(results.iter().filter(|r| r["merge"] == false).count(), 2);
+    let summary = recs.iter().find(|r| r["type"] == "merge_summary").expect("a summary record");
+    assert_eq!(summary["ratios"].as_array().unwrap().len(), 4);
+    assert!(summary["read_ratio_mean"].as_f64().unwrap() > 0.0);
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg_text.contains("<svg") && svg_text.contains("fixed/pipelined"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_table_names_the_ratio() {
+    let out = smartcon(&[
+        "--target", "emu:optane,channels=1,size=16m", "--threads", "4", "--duration", "40ms", "--sampling", "5ms",
+        "--ops", "read", "--patterns", "seq", "--span", "4m", "--no-reference",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("fixed/serialized") && text.contains("dynamic/pipelined"), "{text}");
+    assert!(!text.contains("no-merge"));
+    assert!(text.contains("pipelined/serialized IOPS, reads:"), "{text}");
+}
