@@ -28,6 +28,7 @@ fn bad_input_is_one_line_and_exit_2() {
         &["--target", "/dev/null"],
         &["--target", "emu:floppy"],
         &["--duration", "0"],
+        &["--rounds", "0"],
     ];
     for args in cases {
         let out = smartcon(args);
@@ -59,6 +60,8 @@ fn a_short_run_writes_every_record_and_the_plot() {
         "rand",
         "--span",
         "8m",
+        "--rounds",
+        "2",
         "--json",
         "--plot",
         svg.to_str().unwrap(),
@@ -67,11 +70,13 @@ fn a_short_run_writes_every_record_and_the_plot() {
     let recs: Vec<serde_json::Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let results: Vec<&serde_json::Value> = recs.iter().filter(|r| r["type"] == "merge_result").collect();
-    // 2 ops x 1 pattern x (reference + 4 combinations).
-    assert_eq!(results.len(), 10);
+    // 2 ops x 1 pattern x (reference + 4 combinations) x 2 rounds, interleaved.
+    assert_eq!(results.len(), 20);
+    let rounds: Vec<u64> = results.iter().take(10).map(|r| r["round"].as_u64().unwrap()).collect();
+    assert_eq!(rounds, [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]);
     for r in &results {
         for field in [
-            "target", "op", "pattern", "bs_bytes", "threads", "config", "merge", "pipelined", "polling",
+            "target", "op", "pattern", "bs_bytes", "threads", "config", "round", "merge", "pipelined", "polling",
             "poll_interval_ns", "alpha_ns", "sampling_ns", "max_merge_pages", "ios", "elapsed_ns", "iops",
             "latency_ns_p50", "latency_ns_p99", "latency_ns_mean", "cpu_ns", "cpu_pct", "device_requests", "pages",
             "pages_per_request_mean", "releases", "polls", "sleeps", "leader_turns", "prediction_error_ns_mean",
@@ -83,9 +88,10 @@ fn a_short_run_writes_every_record_and_the_plot() {
         assert!(r["iops"].as_f64().unwrap() > 0.0);
         assert!(r["latency_ns_p50"].as_u64().unwrap() <= r["latency_ns_p99"].as_u64().unwrap());
     }
-    assert_eq!(results.iter().filter(|r| r["merge"] == false).count(), 2);
+    assert_eq!(results.iter().filter(|r| r["merge"] == false).count(), 4);
     let summary = recs.iter().find(|r| r["type"] == "merge_summary").expect("a summary record");
     assert_eq!(summary["ratios"].as_array().unwrap().len(), 4);
+    assert_eq!(summary["rounds"], 2);
     assert!(summary["read_ratio_mean"].as_f64().unwrap() > 0.0);
     let svg_text = std::fs::read_to_string(&svg).unwrap();
     assert!(svg_text.contains("<svg") && svg_text.contains("fixed/pipelined"));

@@ -61,6 +61,11 @@ pub struct MergeBenchArgs {
     /// The region I/O goes to (default 64 MiB, or the device if smaller).
     #[arg(long)]
     pub span: Option<String>,
+    /// Runs of every configuration, interleaved (round 1 of every configuration, then round
+    /// 2, ...); the table and the ratios use the sums over the rounds, so a load swing on a
+    /// shared machine hits every configuration alike.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
     /// Leave out the merge-off reference row.
     #[arg(long)]
     pub no_reference: bool,
@@ -85,6 +90,8 @@ struct MergeRecord<'a> {
     bs_bytes: u64,
     threads: u32,
     config: String,
+    /// 0-based round of `--rounds`.
+    round: u32,
     merge: bool,
     pipelined: bool,
     polling: &'static str,
@@ -110,6 +117,8 @@ struct Summary {
     #[serde(rename = "type")]
     record_type: &'static str,
     target: String,
+    rounds: u32,
+    /// From the IOPS summed over the rounds.
     ratios: Vec<Ratio>,
     /// Mean of the ratios per op over patterns and pollings.
     read_ratio_mean: Option<f64>,
@@ -176,16 +185,21 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
         let dev = MergeDevice::new(&spec, *c).map_err(engine_err)?;
         job(Op::Read, Pattern::Rand).validate(&dev).map_err(engine_err)?;
     }
-    let runs = ops.len() * patterns.len() * configs.len();
+    if args.rounds == 0 || args.rounds > ROUNDS_MAX {
+        bail!("--rounds must be 1..={ROUNDS_MAX}");
+    }
+    let runs = ops.len() * patterns.len() * configs.len() * args.rounds as usize;
     let bar = progress_bar(runs as u64, "merge-bench");
     let mut rows: Vec<Row> = Vec::new();
     'outer: for &op in &ops {
         for &pattern in &patterns {
-            for c in &configs {
+            let mut by_config: Vec<Vec<MergeJobResult>> = vec![Vec::new(); configs.len()];
+            let schedule = (0..args.rounds).flat_map(|round| configs.iter().enumerate().map(move |(ci, c)| (round, ci, c)));
+            for (round, ci, c) in schedule {
                 if interrupted() {
-                    break 'outer;
+                    break;
                 }
-                bar.set_message(format!("{} {} {}", pattern.name(), op.name(), c.label()));
+                bar.set_message(format!("{} {} {} (round {})", pattern.name(), op.name(), c.label(), round + 1));
                 let dev = MergeDevice::new(&spec, *c).map_err(engine_err)?;
                 let result = run_merge_job(&dev, &job(op, pattern), interrupt_flag()).map_err(engine_err)?;
                 if args.json {
@@ -197,6 +211,7 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
                         bs_bytes: bs,
                         threads: args.threads,
                         config: c.label(),
+                        round,
                         merge: c.merge,
                         pipelined: c.pipelined,
                         polling: c.polling.name(),
@@ -207,8 +222,16 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
                         result: &result,
                     })?;
                 }
-                rows.push(Row { op, pattern, config: *c, result });
+                by_config[ci].push(result);
                 bar.inc(1);
+            }
+            for (c, results) in configs.iter().zip(&by_config) {
+                if !results.is_empty() {
+                    rows.push(Row { op, pattern, config: *c, result: sum_rounds(results) });
+                }
+            }
+            if interrupted() {
+                break 'outer;
             }
         }
     }
@@ -222,6 +245,7 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
     let summary = Summary {
         record_type: "merge_summary",
         target: args.target.clone(),
+        rounds: args.rounds,
         ratios: ratios.clone(),
         read_ratio_mean: mean(Op::Read),
         write_ratio_mean: mean(Op::Write),
@@ -254,6 +278,45 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// The most `--rounds`.
+pub const ROUNDS_MAX: u32 = 100;
+
+/// One result for the rounds of a configuration: counts and times summed (so IOPS, CPU and
+/// pages per request are over all rounds), latency percentiles the median of the rounds'.
+fn sum_rounds(rounds: &[MergeJobResult]) -> MergeJobResult {
+    let sum = |f: fn(&MergeJobResult) -> u64| rounds.iter().map(f).sum::<u64>();
+    let median = |f: fn(&MergeJobResult) -> u64| {
+        let mut v: Vec<u64> = rounds.iter().map(f).collect();
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let ios = sum(|r| r.ios);
+    let elapsed_ns = sum(|r| r.elapsed_ns).max(1);
+    let cpu_ns = sum(|r| r.cpu_ns);
+    let device_requests = sum(|r| r.device_requests);
+    let pages = sum(|r| r.pages);
+    let errors: Vec<f64> = rounds.iter().filter_map(|r| r.prediction_error_ns_mean).collect();
+    MergeJobResult {
+        ios,
+        elapsed_ns,
+        iops: ios as f64 * 1e9 / elapsed_ns as f64,
+        latency_ns_p50: median(|r| r.latency_ns_p50),
+        latency_ns_p99: median(|r| r.latency_ns_p99),
+        latency_ns_mean: rounds.iter().map(|r| r.latency_ns_mean * r.ios as f64).sum::<f64>() / ios.max(1) as f64,
+        cpu_ns,
+        cpu_pct: cpu_ns as f64 * 100.0 / elapsed_ns as f64,
+        device_requests,
+        pages,
+        pages_per_request_mean: if device_requests > 0 { pages as f64 / device_requests as f64 } else { 0.0 },
+        releases: sum(|r| r.releases),
+        polls: sum(|r| r.polls),
+        sleeps: sum(|r| r.sleeps),
+        leader_turns: sum(|r| r.leader_turns),
+        prediction_error_ns_mean: (!errors.is_empty()).then(|| errors.iter().sum::<f64>() / errors.len() as f64),
+        interrupted: rounds.iter().any(|r| r.interrupted),
+    }
+}
+
 fn ratios(rows: &[Row]) -> Vec<Ratio> {
     let mut out = Vec::new();
     for r in rows.iter().filter(|r| r.config.merge && r.config.pipelined) {
@@ -274,12 +337,13 @@ fn ratios(rows: &[Row]) -> Vec<Ratio> {
 
 fn table(rows: &[Row], args: &MergeBenchArgs, bs: u64) -> String {
     let mut out = format!(
-        "merge-bench on {}: {} threads, {} requests, max merge {} pages, {} per run, poll interval {}, alpha {}\n\n",
+        "merge-bench on {}: {} threads, {} requests, max merge {} pages, {} per run x {} round(s), poll interval {}, alpha {}\n\n",
         args.target,
         args.threads,
         format_size(bs),
         args.max_merge,
         args.duration,
+        args.rounds,
         format_ns(rows.first().map_or(0, |r| r.config.poll.interval_ns) as f64),
         format_ns(rows.first().map_or(0, |r| r.config.poll.alpha_ns) as f64),
     );
