@@ -374,3 +374,31 @@ fn file_part(dir: &Path) -> String {
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
         .collect()
 }
+
+#[test]
+fn strategies_come_from_the_engines_parser_so_hybrid_runs_too() {
+    let dir = scratch("hybrid");
+    let report = dir.join("report");
+    let out = smartcon(
+        &dir,
+        &[
+            "evaluate",
+            "--tiny",
+            "--duration",
+            "20ms",
+            "--loads",
+            "bm-only",
+            "--skip-polling",
+            "--strategies",
+            "block,spin,smart,hybrid",
+            "--out",
+            report.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(report.join("results.jsonl")).unwrap();
+    let hybrid = text.lines().filter(|l| l.contains("\"strategy\":\"hybrid\"")).count();
+    // --tiny: 2 IOZone workloads x 2 sizes + the mail server.
+    assert_eq!(hybrid, 5);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -34,6 +34,7 @@ use smartcon_engine::profile::{self, profile_path, Profile};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
 use smartcon_engine::postmark::{PostmarkCounts, PostmarkSpec};
+use smartcon_engine::wait::PollParams;
 use smartcon_engine::{blockdev, workload};
 
 use crate::common::{interrupt_flag, interrupted, prepare_out_dir, progress_bar};
@@ -647,6 +648,12 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                                 .max(1_000_000);
                                         js.seed = 1 + round as u64;
                                         js.fsync_every = ph.fsync_every;
+                                        // Polling strategies (hybrid...) sample for a share of
+                                        // the turn, however short the turns are.
+                                        js.poll = PollParams {
+                                            sampling_ns: (js.duration_ns / 4).min(PollParams::DEFAULT.sampling_ns),
+                                            ..PollParams::DEFAULT
+                                        };
                                         let x = run_job(o.target.as_ref(), &js, &o.profile, &monitor, interrupt_flag())
                                             .map_err(engine_err)?;
                                         r = Some(match r {
