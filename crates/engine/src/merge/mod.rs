@@ -240,12 +240,6 @@ pub struct MergeDevice {
     wait_bound_ns: u64,
 }
 
-// SAFETY: the raw pointers in the queue are only dereferenced under the protocol described
-// at ReqPtr; everything else is Sync already.
-unsafe impl Sync for MergeDevice {}
-// SAFETY: as above.
-unsafe impl Send for MergeDevice {}
-
 /// What the device did in a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeviceCounts {
