@@ -474,9 +474,7 @@ impl Waiter<'_> {
         };
         let me = ReqPtr(&req);
         if !dev.config.merge {
-            let mut item = Item { req: me, buf: dev.pool.take() };
-            self.stage(op, &mut item);
-            self.batch.push(item);
+            self.batch.push(Item { req: me, buf: dev.pool.take() });
             self.serve(Place::Any, me);
         } else {
             let channel = {
@@ -562,15 +560,10 @@ impl Waiter<'_> {
                     return;
                 }
             }
-            // Staging happens outside the lock: take buffers and do the DMA copies.
-            let mut taken = std::mem::take(&mut self.taken);
-            for r in taken.drain(..) {
-                let mut item = Item { req: r, buf: dev.pool.take() };
-                // SAFETY: taken requests are not DONE until their post-I/O work.
-                self.stage(unsafe { r.get().op }, &mut item);
-                self.batch.push(item);
+            // Merge buffers are taken outside the queue lock.
+            for r in self.taken.drain(..) {
+                self.batch.push(Item { req: r, buf: dev.pool.take() });
             }
-            self.taken = taken;
             self.serve(Place::Channel(c), ReqPtr(me));
             batches += 1;
         }
@@ -629,6 +622,10 @@ impl Waiter<'_> {
         };
         let expect = "the emulated status never fails";
         let mut items = std::mem::take(&mut self.batch);
+        // The DMA copies, after the device started: they are what it does meanwhile.
+        for item in &mut items {
+            self.stage(op, item);
+        }
         if !dev.config.pipelined {
             // One completion ack for the whole request: the last page, behind the others.
             let ahead = DeviceState { inflight_count: pages - 1, inflight_bytes: (pages as u64 - 1) * PAGE_BYTES };
