@@ -192,15 +192,18 @@ impl Drop for Fd {
     }
 }
 
-fn open_fd(path: &Path, flags: libc::c_int) -> Result<Fd, Error> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| Error::new(ErrorKind::Usage, format!("{}: path has a NUL byte", path.display())))?;
+fn open_raw(path: &Path, flags: libc::c_int) -> std::io::Result<Fd> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: a valid NUL-terminated path; the result is checked.
     let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o600) };
     if fd < 0 {
-        return Err(Error::io(ErrorKind::Io, path, std::io::Error::last_os_error()));
+        return Err(std::io::Error::last_os_error());
     }
     Ok(Fd(fd))
+}
+
+fn open_fd(path: &Path, flags: libc::c_int) -> Result<Fd, Error> {
+    open_raw(path, flags).map_err(|e| Error::io(ErrorKind::Io, path, e))
 }
 
 /// The per-thread state of a run: ring, buffer, stats and the pool.
@@ -228,16 +231,16 @@ impl Runner<'_> {
     fn open(&mut self, n: u64, flags: libc::c_int) -> Result<Fd, Error> {
         let path = self.path(n);
         if self.direct {
-            match open_fd(&path, flags | libc::O_DIRECT) {
+            match open_raw(&path, flags | libc::O_DIRECT) {
                 Ok(fd) => return Ok(fd),
-                Err(_) if flags & libc::O_CREAT != 0 => {
-                    // EINVAL on a file system without O_DIRECT: fall back, once for all
-                    // (without O_EXCL: the failed open may have created the file).
-                    let probe = open_fd(&path, flags & !libc::O_EXCL)?;
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && flags & libc::O_CREAT != 0 => {
+                    // A file system without O_DIRECT: fall back, once for all (without
+                    // O_EXCL: the failed open may have created the file).
+                    let fd = open_fd(&path, flags & !libc::O_EXCL)?;
                     self.direct = false;
-                    return Ok(probe);
+                    return Ok(fd);
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(Error::io(ErrorKind::Io, &path, e)),
             }
         }
         open_fd(&path, flags)
