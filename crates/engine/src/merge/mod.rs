@@ -24,8 +24,8 @@
 //! throughput: the device idles while the host finishes it.
 //!
 //! # Post-I/O work (real, per request)
-//! At submission the leader stages each request in a merge buffer from a [`pool::BufferPool`]
-//! and the CPU plays the device's DMA engine (reads: device memory into the buffer; writes:
+//! Right after submission (the device's clock has started) the leader stages each request
+//! in a merge buffer from a [`pool::BufferPool`] and the CPU plays the device's DMA engine (reads: device memory into the buffer; writes:
 //! the waiter's data into the buffer, the buffer into device memory). Then, per request:
 //! reads copy the merge buffer out into the waiter's buffer and verify the pattern there
 //! (`crate::verify`); writes verify the merge buffer the device took; then the buffer goes
