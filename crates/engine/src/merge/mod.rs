@@ -706,3 +706,34 @@ impl Waiter<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smartcon_devemu::parse_spec;
+
+    /// Regression: a prediction far in the future (a poisoned estimate) must not hold the
+    /// leader, and everyone parked behind it, beyond the wait bound. Without the bound these
+    /// calls would not return for years; no duration is asserted.
+    #[test]
+    fn clock_only_waits_end_at_the_wait_bound() {
+        let spec = parse_spec("emu:optane,channels=1,size=16m").unwrap();
+        let dev = MergeDevice::new(&spec, MergeConfig::new(true, false, Polling::Dynamic)).unwrap();
+        assert_eq!(dev.wait_bound_ns, WAIT_BOUND_NS_MIN);
+        let now = now_ns();
+        let timing = *dev.model.timing(Op::Read);
+        let mut status = PageStatus {
+            dev: &dev,
+            channel: 0,
+            transfer: PageTransfer::new(now, &timing, PAGE_BYTES, 1),
+            want: 1,
+            acked: 0,
+            last_poll_ns: now,
+            wait_bound_ns: now + 1_000_000,
+        };
+        status.spin_until(u64::MAX);
+        status.sleep_until(u64::MAX).unwrap();
+        assert!(now_ns() >= now + 1_000_000);
+        assert!(status.poll().unwrap(), "a 10 us request is done after the 1 ms bound");
+    }
+}

@@ -38,3 +38,23 @@ impl BufferPool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_at_most_its_capacity() {
+        let pool = BufferPool::new(4096, 2);
+        let bufs: Vec<AlignedBuf> = (0..5).map(|_| pool.take()).collect();
+        assert!(bufs.iter().all(|b| b.as_slice().len() == 4096));
+        for b in bufs {
+            pool.give_back(b);
+        }
+        assert_eq!(pool.free.lock().unwrap().len(), 2);
+        // Taken again from the pool, then allocated once it is empty.
+        let again: Vec<AlignedBuf> = (0..3).map(|_| pool.take()).collect();
+        assert_eq!(again.len(), 3);
+        assert!(pool.free.lock().unwrap().is_empty());
+    }
+}
