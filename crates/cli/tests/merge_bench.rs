@@ -29,6 +29,7 @@ fn bad_input_is_one_line_and_exit_2() {
         &["--target", "emu:floppy"],
         &["--duration", "0"],
         &["--rounds", "0"],
+        &["--plot", "/nonexistent-smartcon-dir/merge.svg"],
     ];
     for args in cases {
         let out = smartcon(args);

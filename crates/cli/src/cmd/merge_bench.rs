@@ -185,6 +185,12 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
         let dev = MergeDevice::new(&spec, *c).map_err(engine_err)?;
         job(Op::Read, Pattern::Rand).validate(&dev).map_err(engine_err)?;
     }
+    if let Some(path) = &args.plot {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        if !dir.is_dir() {
+            bail!("--plot {}: directory {} does not exist", path.display(), dir.display());
+        }
+    }
     if args.rounds == 0 || args.rounds > ROUNDS_MAX {
         bail!("--rounds must be 1..={ROUNDS_MAX}");
     }
