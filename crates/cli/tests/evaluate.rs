@@ -402,3 +402,41 @@ fn strategies_come_from_the_engines_parser_so_hybrid_runs_too() {
     assert_eq!(hybrid, 5);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn postmark_runs_on_the_loop_ramdisk_with_a_file_system_and_leaves_nothing() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || Command::new("mkfs.ext4").arg("-V").output().is_err() {
+        eprintln!("skipped: loopfs needs root and mkfs.ext4 (e2fsprogs)");
+        return;
+    }
+    let dir = scratch("loopfs");
+    let report = dir.join("report");
+    let out = smartcon(
+        &dir,
+        &[
+            "evaluate", "--tiny", "--targets", "loopfs:32m", "--workloads", "postmark", "--loads", "bm-only",
+            "--strategies", "block,smart", "--skip-polling", "--duration", "20ms", "--out", report.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(report.join("results.jsonl")).unwrap();
+    let pm: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["workload"] == "postmark")
+        .collect();
+    assert_eq!(pm.len(), 2);
+    assert!(pm.iter().all(|r| r["tps"].as_f64().unwrap() > 0.0 && r["postmark"]["direct"] == true));
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let pid_part = format!("smartcon-loopfs-{}-", out_pid(&pm[0]));
+    assert!(!mounts.contains(&pid_part), "file system unmounted");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The process id in the postmark directory's name (`.../smartcon-loopfs-PID-N`).
+fn out_pid(r: &serde_json::Value) -> String {
+    let d = r["postmark"]["dir"].as_str().unwrap();
+    let name = d.rsplit('/').next().unwrap();
+    name.trim_start_matches("smartcon-loopfs-").split('-').next().unwrap().to_string()
+}

@@ -5,7 +5,10 @@
 //!   completes every request from a kernel worker thread, so each I/O involves a context
 //!   switch: the paper's context-switching ramdisk;
 //! - [`ZramDevice`]: a zram device, completed inline in the submitting thread: the very
-//!   fast device.
+//!   fast device;
+//! - [`LoopFs`]: a loop device as above with an ext4 file system made and mounted on it,
+//!   for workloads that need files and directories (postmark, and IOZone on a file as the
+//!   paper ran it on its ramdisk).
 //!
 //! Each value owns exactly the device it created (`losetup --find --show` names it,
 //! zram's `hot_add` returns its id) and removes it in `Drop`, which runs on errors, on
@@ -130,6 +133,79 @@ impl Drop for LoopDevice {
         // Detach by our own device name only, then remove our backing file.
         let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
         let _ = std::fs::remove_file(&self.backing);
+    }
+}
+
+/// A loop ramdisk with a fresh ext4 file system mounted in a temporary directory;
+/// unmounted, the directory removed and the loop device detached on drop.
+#[derive(Debug)]
+pub struct LoopFs {
+    mount: PathBuf,
+    /// Dropped after `Drop::drop` unmounted the file system.
+    device: LoopDevice,
+}
+
+impl LoopFs {
+    pub fn create(size_bytes: u64) -> Result<LoopFs, Error> {
+        if size_bytes < 16 << 20 {
+            return Err(Error::new(ErrorKind::Usage, "a loop file system needs at least 16 MiB"));
+        }
+        let device = LoopDevice::create(size_bytes)?;
+        let setup = |m: String| Error::new(ErrorKind::Setup, m);
+        let out = Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-E", "nodiscard"])
+            .arg(device.path())
+            .output()
+            .map_err(|e| setup(format!("cannot run mkfs.ext4 (Debian package e2fsprogs): {e}")))?;
+        if !out.status.success() {
+            return Err(setup(format!(
+                "mkfs.ext4 {} failed: {}",
+                device.path().display(),
+                String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("").trim()
+            )));
+        }
+        let mount = std::env::temp_dir().join(format!(
+            "smartcon-loopfs-{}-{}",
+            std::process::id(),
+            crate::clock::now_ns() % 1_000_000_007
+        ));
+        std::fs::create_dir(&mount).map_err(|e| Error::io(ErrorKind::Setup, &mount, e))?;
+        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL in paths we made");
+        let (dev_c, mount_c) = (c(device.path()), c(&mount));
+        // SAFETY: valid NUL-terminated strings; no mount data.
+        let rc = unsafe {
+            libc::mount(dev_c.as_ptr(), mount_c.as_ptr(), c"ext4".as_ptr(), 0, std::ptr::null())
+        };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            let _ = std::fs::remove_dir(&mount);
+            return Err(setup(format!("mount {} on {}: {e}", device.path().display(), mount.display())));
+        }
+        Ok(LoopFs { mount, device })
+    }
+
+    /// Where the file system is mounted.
+    pub fn path(&self) -> &Path {
+        &self.mount
+    }
+
+    pub fn device_path(&self) -> &Path {
+        self.device.path()
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        if let Ok(m) = std::ffi::CString::new(self.mount.as_os_str().as_encoded_bytes()) {
+            // SAFETY: a valid NUL-terminated path of a mount we made. A busy file system
+            // (a file still open) is detached lazily so the loop device can go.
+            unsafe {
+                if libc::umount2(m.as_ptr(), 0) != 0 {
+                    libc::umount2(m.as_ptr(), libc::MNT_DETACH);
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&self.mount);
     }
 }
 
@@ -259,6 +335,21 @@ mod tests {
                 assert!(!Path::new(&format!("/sys/block/zram{id}")).exists(), "zram{id} removed");
             }
             Err(e) => eprintln!("zram part skipped: {e}"),
+        }
+        // A file system on a loop ramdisk: mounted while held, nothing left after.
+        if Command::new("mkfs.ext4").arg("-V").output().is_ok() {
+            let (mount, backing) = {
+                let fs = LoopFs::create(32 << 20).expect("loop file system");
+                std::fs::write(fs.path().join("f"), b"x").unwrap();
+                let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+                assert!(mounts.contains(&fs.path().display().to_string()), "mounted");
+                (fs.path().to_path_buf(), fs.device.backing.clone())
+            };
+            let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+            assert!(!mounts.contains(&mount.display().to_string()), "unmounted");
+            assert!(!mount.exists() && !backing.exists() && !loop_attached(&backing));
+        } else {
+            eprintln!("loop file system part skipped: mkfs.ext4 is not installed (e2fsprogs)");
         }
         // Bad sizes are refused before anything is created.
         assert!(LoopDevice::create(1000).is_err());

@@ -363,18 +363,25 @@ struct Opened {
 enum Ramdisk {
     Loop(blockdev::LoopDevice),
     Zram(blockdev::ZramDevice),
+    /// `loopfs:SIZE`: ext4 on a loop ramdisk; the target is a file of half the size in it,
+    /// and postmark runs in its directory.
+    LoopFs(blockdev::LoopFs, u64),
 }
 
 /// `loop:SIZE` and `zram:SIZE` create a device for the run (root only).
 fn ramdisk(text: &str) -> Result<Option<Ramdisk>> {
     let (kind, size) = match text.split_once(':') {
-        Some((k @ ("loop" | "zram"), size)) => (k, parse_size_arg("targets", size)?),
+        Some((k @ ("loop" | "zram" | "loopfs"), size)) => (k, parse_size_arg("targets", size)?),
         _ => return Ok(None),
     };
-    Ok(Some(if kind == "loop" {
-        Ramdisk::Loop(blockdev::LoopDevice::create(size).map_err(engine_err)?)
-    } else {
-        Ramdisk::Zram(blockdev::ZramDevice::create(size).map_err(engine_err)?)
+    Ok(Some(match kind {
+        "loop" => Ramdisk::Loop(blockdev::LoopDevice::create(size).map_err(engine_err)?),
+        "loopfs" => {
+            // Half the device for the IOZone file leaves room for ext4 and postmark's pool.
+            let file_bytes = (size / 2) / 4096 * 4096;
+            Ramdisk::LoopFs(blockdev::LoopFs::create(size).map_err(engine_err)?, file_bytes)
+        }
+        _ => Ramdisk::Zram(blockdev::ZramDevice::create(size).map_err(engine_err)?),
     }))
 }
 
@@ -387,7 +394,7 @@ fn open_targets(
     let writes = plan.workloads.iter().any(|w| workload::writes(w));
     let mut opened = Vec::new();
     for t in &plan.targets {
-        let is_ramdisk = t.starts_with("loop:") || t.starts_with("zram:");
+        let is_ramdisk = t.starts_with("loop:") || t.starts_with("zram:") || t.starts_with("loopfs:");
         if is_ramdisk {
             if let Some(why) = blockdev::unavailable_reason() {
                 let note = format!("skipped target {t}: {why}");
@@ -398,12 +405,16 @@ fn open_targets(
         }
         let (spec, created) = match ramdisk(t)? {
             Some(r) => {
-                let path = match &r {
-                    Ramdisk::Loop(l) => l.path().to_path_buf(),
-                    Ramdisk::Zram(z) => z.path().to_path_buf(),
+                let spec = match &r {
+                    Ramdisk::Loop(l) => TargetSpec::Path(l.path().to_path_buf()),
+                    Ramdisk::Zram(z) => TargetSpec::Path(z.path().to_path_buf()),
+                    Ramdisk::LoopFs(fs, file_bytes) => TargetSpec::Temp {
+                        size_bytes: *file_bytes,
+                        dir: Some(fs.path().to_path_buf()),
+                    },
                 };
                 ramdisks.push(r);
-                (TargetSpec::Path(path), true)
+                (spec, true)
             }
             None => (target::parse_target(t).map_err(engine_err)?, false),
         };
@@ -755,9 +766,15 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         Some(study)
     };
     monitor.stop();
-    let classes: Vec<(String, DeviceClass, u64)> = opened
+    let classes: Vec<TargetInfo> = opened
         .iter()
-        .map(|o| (o.target.label().to_string(), o.profile.class, o.profile.size_threshold_bytes))
+        .map(|o| TargetInfo {
+            label: o.target.label().to_string(),
+            class: o.profile.class,
+            size_threshold_bytes: o.profile.size_threshold_bytes,
+            // A file on the local disk: a file target smartcon did not put on a ramdisk.
+            local_disk: !o.created && o.postmark_dir.is_some(),
+        })
         .collect();
     let criteria = criteria(&cells, &classes);
     for c in &criteria {
@@ -977,9 +994,12 @@ struct Criterion {
     met: Option<bool>,
 }
 
-/// A local-disk file: a `tmp:` file or a regular file path (not a device node).
-fn is_local_file(target: &str) -> bool {
-    target.starts_with("tmp:") || (target.starts_with('/') && !target.starts_with("/dev/"))
+/// What the criteria need to know of a target.
+struct TargetInfo {
+    label: String,
+    class: DeviceClass,
+    size_threshold_bytes: u64,
+    local_disk: bool,
 }
 
 fn cell_name(c: &Cell) -> String {
@@ -1002,7 +1022,8 @@ fn cpu(c: &Cell) -> f64 {
 /// The numbers to reach, each with its measured figure and whether it was met.
 /// `classes`: target label -> the class and size threshold smart used (the context-switch
 /// criterion applies where smart may spin, i.e. not on mainstream devices).
-fn criteria(cells: &[Cell], classes: &[(String, DeviceClass, u64)]) -> Vec<Criterion> {
+fn criteria(cells: &[Cell], classes: &[TargetInfo]) -> Vec<Criterion> {
+    let is_local_file = |t: &str| classes.iter().any(|i| i.label == t && i.local_disk);
     let mut out = Vec::new();
     let mk = |criterion: &str, measured: String, met: Option<bool>| Criterion {
         record_type: "criterion",
@@ -1058,8 +1079,8 @@ fn criteria(cells: &[Cell], classes: &[(String, DeviceClass, u64)]) -> Vec<Crite
                 main_reason(dc),
                 classes
                     .iter()
-                    .find(|(l, _, _)| *l == dc.result.target)
-                    .map(|(_, _, t)| format_size(*t))
+                    .find(|i| i.label == dc.result.target)
+                    .map(|i| format_size(i.size_threshold_bytes))
                     .unwrap_or_else(|| "-".into())
             ),
             _ => "no such cell in this run".into(),
@@ -1136,7 +1157,7 @@ fn criteria(cells: &[Cell], classes: &[(String, DeviceClass, u64)]) -> Vec<Crite
     ));
     // 6. 4 KiB: smart's context switches <= 1/5 of block's (per I/O), bm-only, where smart
     // may spin (a mainstream device always blocks, by design).
-    let spinnable = |t: &str| classes.iter().any(|(l, k, _)| l == t && *k != DeviceClass::Mainstream);
+    let spinnable = |t: &str| classes.iter().any(|i| i.label == t && i.class != DeviceClass::Mainstream);
     let v = smart(&|c| c.load == "bm-only" && c.result.bs_bytes == 4096 && c.tps.is_none() && spinnable(&c.result.target));
     let csw_ratio = |c: &Cell| {
         find(cells, c, "block").map(|b| csw_per_io(c) / csw_per_io(b).max(1e-9))
