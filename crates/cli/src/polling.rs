@@ -1,6 +1,8 @@
 //! Reports of the polling strategies (issue 6), shared by `bench` and `evaluate`: the
 //! interval sweep of fixed-interval polling (paper 002, Fig. 1) and its best interval, the
-//! check of hybrid against spin and block, and the small study `evaluate` runs with them.
+//! check of hybrid against spin and block, and the small study `evaluate` runs with them,
+//! which also runs `merge-bench`'s configurations (temporal merge, serialized or pipelined
+//! post-I/O processing, Fig. 4) on 16 threads.
 
 use anyhow::Result;
 use smartcon_engine::decision::Strategy;
@@ -14,7 +16,12 @@ use smartcon_engine::target::{self, OpenOptions, Target};
 use smartcon_engine::wait::PollParams;
 use smartcon_engine::Op;
 
+use smartcon_engine::devemu::parse_spec;
+use smartcon_engine::merge::job::{run_merge_job, MergeJobSpec};
+use smartcon_engine::merge::{MergeConfig, MergeDevice, Polling};
+
 use crate::cmd::bench::find;
+use crate::cmd::merge_bench::{draw as draw_merge, ratios, MergeRecord, Row};
 use crate::common::{interrupt_flag, interrupted};
 use crate::engine_setup::engine_err;
 use crate::plot::{bar_chart, line_chart, BarChart, LineChart, Series};
@@ -180,6 +187,10 @@ pub struct StudyPlan {
     pub intervals_ns: Vec<u64>,
     pub duration_ns: u64,
     pub poll: PollParams,
+    /// The temporal-merge part: its device, threads and ops (random 4 KiB).
+    pub merge_target: String,
+    pub merge_threads: u32,
+    pub merge_ops: Vec<Op>,
 }
 
 impl StudyPlan {
@@ -201,11 +212,31 @@ impl StudyPlan {
             duration_ns,
             // A sampling phase well inside every run, also the tiny ones.
             poll: PollParams { sampling_ns: (duration_ns / 4).min(PollParams::DEFAULT.sampling_ns), ..PollParams::DEFAULT },
+            merge_target: if tiny { "emu:optane,channels=1,size=16m".into() } else { "emu:optane,channels=1,size=64m".into() },
+            merge_threads: if tiny { 4 } else { 16 },
+            merge_ops: vec![Op::Read, Op::Write],
         }
     }
 
+    /// merge off (the reference), then {fixed, dynamic} x {serialized, pipelined}.
+    fn merge_configs(&self) -> Vec<MergeConfig> {
+        let mut configs = vec![MergeConfig::new(false, false, Polling::Fixed)];
+        for polling in [Polling::Fixed, Polling::Dynamic] {
+            for pipelined in [false, true] {
+                configs.push(MergeConfig::new(true, pipelined, polling));
+            }
+        }
+        for c in &mut configs {
+            c.poll = self.poll;
+        }
+        configs
+    }
+
     pub fn runs(&self) -> usize {
-        self.targets.len() * self.loads.len() * self.strategies.len() + self.intervals_ns.len() + 2
+        self.targets.len() * self.loads.len() * self.strategies.len()
+            + self.intervals_ns.len()
+            + 2
+            + self.merge_ops.len() * self.merge_configs().len()
     }
 }
 
@@ -228,6 +259,44 @@ pub struct Study {
     pub runs: Vec<StudyRun>,
     pub sweeps: Vec<SweepRecord>,
     pub checks: Vec<HybridCheck>,
+    pub merge_target: String,
+    pub merge_threads: u32,
+    pub merge_rows: Vec<Row>,
+    pub merge_configs: Vec<MergeConfig>,
+}
+
+impl Study {
+    /// The merge part as `merge_result` records (docs/merge.md) with `load` and `workload`.
+    pub fn merge_records(&self) -> Vec<serde_json::Value> {
+        self.merge_rows
+            .iter()
+            .map(|r| {
+                let c = &r.config;
+                let rec = MergeRecord {
+                    record_type: "merge_result",
+                    target: &self.merge_target,
+                    op: r.op.name(),
+                    pattern: r.pattern.name(),
+                    bs_bytes: c.bs_bytes,
+                    threads: self.merge_threads,
+                    config: c.label(),
+                    round: 0,
+                    merge: c.merge,
+                    pipelined: c.pipelined,
+                    polling: c.polling.name(),
+                    poll_interval_ns: c.poll.interval_ns,
+                    alpha_ns: c.poll.alpha_ns,
+                    sampling_ns: c.poll.sampling_ns,
+                    max_merge_pages: c.merge_pages_max,
+                    result: &r.result,
+                };
+                let mut v = serde_json::to_value(&rec).expect("a record serializes");
+                v["load"] = "bm-only".into();
+                v["workload"] = "merge-study".into();
+                v
+            })
+            .collect()
+    }
 }
 
 /// Runs the study; `progress` is told what runs next. Stops early (with what it has) when
@@ -283,7 +352,31 @@ pub fn run_study(plan: &StudyPlan, monitor: &SystemMonitor, mut progress: impl F
     }
     let sweeps = sweeps(&sweep_runs);
     runs.extend(sweep_runs.into_iter().map(|result| StudyRun { result, load: "bm-only", workload: "poll-interval-sweep" }));
-    Ok(Study { runs, sweeps, checks })
+    let spec = parse_spec(&plan.merge_target).map_err(anyhow::Error::msg)?;
+    let merge_configs = plan.merge_configs();
+    let mut merge_rows = Vec::new();
+    'merge: for &op in &plan.merge_ops {
+        for c in &merge_configs {
+            if interrupted() {
+                break 'merge;
+            }
+            progress(&format!("merge study: {} {} {}", plan.merge_target, op.name(), c.label()));
+            let dev = MergeDevice::new(&spec, *c).map_err(engine_err)?;
+            let job = MergeJobSpec {
+                op,
+                pattern: Pattern::Rand,
+                threads: plan.merge_threads,
+                duration_ns: plan.duration_ns,
+                ios_per_thread_max: None,
+                span_bytes: dev.capacity_bytes(),
+                prefill: true,
+                seed: 1,
+            };
+            let result = run_merge_job(&dev, &job, interrupt_flag()).map_err(engine_err)?;
+            merge_rows.push(Row { op, pattern: Pattern::Rand, config: *c, result });
+        }
+    }
+    Ok(Study { runs, sweeps, checks, merge_target: plan.merge_target.clone(), merge_threads: plan.merge_threads, merge_rows, merge_configs })
 }
 
 /// The study's part of summary.md: the table, the issue's numbers with pass/miss, and why.
@@ -347,7 +440,34 @@ pub fn study_md(study: &Study) -> String {
             s.spin_lat_ns_mean.map_or("-".into(), format_ns),
         );
     }
-    md += "\nPlots: `polling-interval.svg` (Fig. 1 of the dynamic-interval-polling paper), `hybrid.svg`.\n";
+    if !study.merge_rows.is_empty() {
+        md += &format!(
+            "\nTemporal merge on {} with {} threads, 4 KiB random I/O (docs/merge.md; `smartcon merge-bench` runs more):\n\n",
+            study.merge_target, study.merge_threads
+        );
+        let mut t = Table::new(&["op", "config", "IOPS", "p50", "p99", "CPU", "pages/req"]);
+        for r in &study.merge_rows {
+            t.row(vec![
+                r.op.name().to_string(),
+                r.config.label(),
+                format!("{:.0}", r.result.iops),
+                format_ns(r.result.latency_ns_p50 as f64),
+                format_ns(r.result.latency_ns_p99 as f64),
+                format!("{:.0}%", r.result.cpu_pct),
+                format!("{:.1}", r.result.pages_per_request_mean),
+            ]);
+        }
+        md += &t.render();
+        md += "\n";
+        for ratio in ratios(&study.merge_rows) {
+            let target = if ratio.op == "read" { " (target for reads: >= 1.10)" } else { "" };
+            md += &format!(
+                "- {} {} with {} polling: pipelined post-I/O at {:.2} x serialized IOPS{target}\n",
+                ratio.pattern, ratio.op, ratio.polling, ratio.pipelined_over_serialized_iops
+            );
+        }
+    }
+    md += "\nPlots: `polling-interval.svg` (Fig. 1 of the dynamic-interval-polling paper), `hybrid.svg`, `merge.svg` (Fig. 4).\n";
     md
 }
 
@@ -371,6 +491,10 @@ pub fn study_plots(dir: &std::path::Path, study: &Study) -> Result<usize> {
             reference: Some(1.0),
         };
         bar_chart(&dir.join("hybrid.svg"), &chart)?;
+        n += 1;
+    }
+    if !study.merge_rows.is_empty() {
+        draw_merge(&dir.join("merge.svg"), &study.merge_rows, &study.merge_configs)?;
         n += 1;
     }
     Ok(n)

@@ -100,7 +100,13 @@ fn evaluate_reports_the_polling_study() {
     assert_eq!(recs.iter().filter(|r| r["type"] == "hybrid_check").count(), 2, "one check per load");
     let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
     assert!(summary.contains("## Hybrid waiting and polling") && summary.contains("best interval"));
-    for plot in ["polling-interval.svg", "hybrid.svg"] {
+    let merges: Vec<_> = recs.iter().filter(|r| r["type"] == "merge_result" && r["workload"] == "merge-study").collect();
+    assert_eq!(merges.len(), 10, "read and write x (merge off + 4 merge configurations)");
+    for r in &merges {
+        assert_eq!(r["releases"], r["ios"], "every waiter released once: {r}");
+    }
+    assert!(summary.contains("pipelined post-I/O at"));
+    for plot in ["polling-interval.svg", "hybrid.svg", "merge.svg"] {
         let svg = std::fs::read_to_string(out_dir.join(plot)).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{plot}");
     }

@@ -763,6 +763,9 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         for r in &study.checks {
             writeln!(jsonl, "{}", serde_json::to_string(r)?)?;
         }
+        for r in study.merge_records() {
+            writeln!(jsonl, "{}", serde_json::to_string(&r)?)?;
+        }
         Some(study)
     };
     monitor.stop();

@@ -81,35 +81,35 @@ pub struct MergeBenchArgs {
 
 /// One run (docs/merge.md).
 #[derive(serde::Serialize)]
-struct MergeRecord<'a> {
+pub(crate) struct MergeRecord<'a> {
     #[serde(rename = "type")]
-    record_type: &'static str,
-    target: &'a str,
-    op: &'static str,
-    pattern: &'static str,
-    bs_bytes: u64,
-    threads: u32,
-    config: String,
+    pub(crate) record_type: &'static str,
+    pub(crate) target: &'a str,
+    pub(crate) op: &'static str,
+    pub(crate) pattern: &'static str,
+    pub(crate) bs_bytes: u64,
+    pub(crate) threads: u32,
+    pub(crate) config: String,
     /// 0-based round of `--rounds`.
-    round: u32,
-    merge: bool,
-    pipelined: bool,
-    polling: &'static str,
-    poll_interval_ns: u64,
-    alpha_ns: u64,
-    sampling_ns: u64,
-    max_merge_pages: u32,
+    pub(crate) round: u32,
+    pub(crate) merge: bool,
+    pub(crate) pipelined: bool,
+    pub(crate) polling: &'static str,
+    pub(crate) poll_interval_ns: u64,
+    pub(crate) alpha_ns: u64,
+    pub(crate) sampling_ns: u64,
+    pub(crate) max_merge_pages: u32,
     #[serde(flatten)]
-    result: &'a MergeJobResult,
+    pub(crate) result: &'a MergeJobResult,
 }
 
 /// Pipelined over serialized IOPS of one workload and polling.
 #[derive(serde::Serialize, Clone)]
-struct Ratio {
-    op: &'static str,
-    pattern: &'static str,
-    polling: &'static str,
-    pipelined_over_serialized_iops: f64,
+pub(crate) struct Ratio {
+    pub(crate) op: &'static str,
+    pub(crate) pattern: &'static str,
+    pub(crate) polling: &'static str,
+    pub(crate) pipelined_over_serialized_iops: f64,
 }
 
 #[derive(serde::Serialize)]
@@ -126,11 +126,11 @@ struct Summary {
     interrupted: bool,
 }
 
-struct Row {
-    op: Op,
-    pattern: Pattern,
-    config: MergeConfig,
-    result: MergeJobResult,
+pub(crate) struct Row {
+    pub(crate) op: Op,
+    pub(crate) pattern: Pattern,
+    pub(crate) config: MergeConfig,
+    pub(crate) result: MergeJobResult,
 }
 
 pub fn run(args: MergeBenchArgs) -> Result<()> {
@@ -323,7 +323,7 @@ fn sum_rounds(rounds: &[MergeJobResult]) -> MergeJobResult {
     }
 }
 
-fn ratios(rows: &[Row]) -> Vec<Ratio> {
+pub(crate) fn ratios(rows: &[Row]) -> Vec<Ratio> {
     let mut out = Vec::new();
     for r in rows.iter().filter(|r| r.config.merge && r.config.pipelined) {
         let serialized = rows.iter().find(|s| {
@@ -378,7 +378,7 @@ fn table(rows: &[Row], args: &MergeBenchArgs, bs: u64) -> String {
     out
 }
 
-fn draw(path: &std::path::Path, rows: &[Row], configs: &[MergeConfig]) -> Result<()> {
+pub(crate) fn draw(path: &std::path::Path, rows: &[Row], configs: &[MergeConfig]) -> Result<()> {
     let mut categories: Vec<String> = Vec::new();
     for r in rows {
         let w = format!("{} {}", r.pattern.name(), r.op.name());
