@@ -105,14 +105,14 @@ impl PostmarkSpec {
         if self.files == 0 || self.files > FILES_MAX {
             return usage(format!("postmark file count must be 1..={FILES_MAX}"));
         }
-        if self.block_bytes == 0 || self.block_bytes > FILE_BYTES_MAX || self.block_bytes % 512 != 0 {
+        if self.block_bytes == 0 || self.block_bytes > FILE_BYTES_MAX || !self.block_bytes.is_multiple_of(512) {
             return usage("postmark block size must be a multiple of 512 bytes up to 64 MiB".into());
         }
         if self.size_bytes_min == 0
             || self.size_bytes_min > self.size_bytes_max
             || self.size_bytes_max > FILE_BYTES_MAX
-            || self.size_bytes_min % self.block_bytes != 0
-            || self.size_bytes_max % self.block_bytes != 0
+            || !self.size_bytes_min.is_multiple_of(self.block_bytes)
+            || !self.size_bytes_max.is_multiple_of(self.block_bytes)
         {
             return usage("postmark file sizes must be whole blocks with min <= max <= 64 MiB".into());
         }
@@ -280,9 +280,8 @@ impl Runner<'_> {
     fn wait(&mut self, fd: &Fd, op: Op, offset: u64, strategy: Strategy) -> Result<bool, Error> {
         let len = self.spec.block_bytes as usize;
         let buf = self.buf.as_mut_slice();
-        let res: i64;
         let mut fell_back = false;
-        if strategy == Strategy::Sync {
+        let res: i64 = if strategy == Strategy::Sync {
             // SAFETY: buf is valid for len bytes for the duration of the call.
             let r = unsafe {
                 match op {
@@ -290,7 +289,7 @@ impl Runner<'_> {
                     Op::Write => libc::pwrite(fd.0, buf.as_ptr() as *const libc::c_void, len, offset as libc::off_t),
                 }
             };
-            res = if r < 0 { -(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as i64) } else { r as i64 };
+            if r < 0 { -(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as i64) } else { r as i64 }
         } else {
             let entry = match op {
                 Op::Read => opcode::Read::new(types::Fd(fd.0), buf.as_mut_ptr(), len as u32).offset(offset).build(),
@@ -299,14 +298,14 @@ impl Runner<'_> {
             // SAFETY: `buf` lives in self and is not touched until the completion is reaped
             // below, before this function returns.
             unsafe { self.ring.push(&entry.user_data(3)) };
-            res = if strategy == Strategy::Spin {
+            if strategy == Strategy::Spin {
                 let (r, f) = self.ring.wait_spin(self.spec.spin_budget_ns)?;
                 fell_back = f;
                 r as i64
             } else {
                 self.ring.wait_block()? as i64
-            };
-        }
+            }
+        };
         if res < 0 {
             let e = std::io::Error::from_raw_os_error(-res as i32);
             return Err(Error::new(ErrorKind::Io, format!("postmark {} at offset {offset}: {e}", op.name())));

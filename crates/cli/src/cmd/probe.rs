@@ -247,7 +247,7 @@ pub fn probe_target(
     let bs_q = QUEUE_PROBE_BS_BYTES;
     let mut notes = Vec::new();
     let can_probe_queue = sizes.contains(&bs_q)
-        && bs_q % target.block_bytes() == 0
+        && bs_q.is_multiple_of(target.block_bytes())
         && span >= bs_q * (QUEUE_PROBE_BACKGROUND_MAX as u64 + 1);
     if !can_probe_queue {
         notes.push("queue limit not measured (needs 4 KiB among the sizes and room for 5 readers): Q = 0".to_string());
