@@ -20,7 +20,8 @@
 //! - per op, a slope in ns per byte in flight ahead of the request on the same device, so
 //!   a request queued behind others is predicted later; learned from the errors of requests
 //!   that had a backlog, clamped at zero (a device with free channels serves a backlog in
-//!   parallel and the slope decays to nothing).
+//!   parallel and the slope decays to nothing), and bounded above by what the backlog would
+//!   add on one first-come-first-served channel.
 //!
 //! Non-goals: per-offset or per-thread models; prediction of stalls (they are rare and are
 //! handled by polling at alpha until the request is done).
@@ -133,7 +134,11 @@ impl Predictor {
     /// still being sampled.
     pub fn predict(&self, op: Op, bytes: u64, ahead_bytes: u64) -> Option<u64> {
         let est = self.classes[class_of(op, bytes)].est_ns?;
-        Some(est + (self.ns_per_byte_ahead[op_index(op)] * ahead_bytes as f64) as u64)
+        // A byte ahead delays this request at most as much as one of its own (one channel,
+        // first come first served): a bound that keeps a poisoned slope from putting a
+        // thread to sleep far past its completion.
+        let extra = (self.ns_per_byte_ahead[op_index(op)] * ahead_bytes as f64).min(est as f64 * ahead_bytes as f64 / bytes.max(1) as f64);
+        Some(est + extra as u64)
     }
 
     /// The estimate with nothing ahead (for reports and tests).
@@ -297,6 +302,18 @@ mod tests {
         let with = p.predict(Op::Read, 4096, 3 * 4096).unwrap();
         let without = p.predict(Op::Read, 4096, 0).unwrap();
         assert!(with > without + 20_000, "backlog adds time: {with} vs {without}");
+    }
+
+    #[test]
+    fn a_backlog_adds_at_most_one_channels_worth() {
+        let mut p = sampled(10_000);
+        // A stall seen twice in a row with a backlog teaches a steep slope...
+        for _ in 0..4 {
+            p.feedback(Op::Read, 4096, 4096, Feedback::Late { error_ns: 10_000_000 });
+        }
+        let est = p.estimate_ns(Op::Read, 4096).unwrap();
+        // ...but 3 requests of 4 KiB ahead add at most 3 of this request's own time.
+        assert!(p.predict(Op::Read, 4096, 3 * 4096).unwrap() <= 4 * est);
     }
 
     #[test]
