@@ -393,6 +393,8 @@ fn open_targets(
 ) -> Result<Vec<Opened>> {
     let writes = plan.workloads.iter().any(|w| workload::writes(w));
     let mut opened = Vec::new();
+    // Targets without a file system, where postmark cannot run: one note for all.
+    let mut no_fs: Vec<String> = Vec::new();
     for t in &plan.targets {
         let is_ramdisk = t.starts_with("loop:") || t.starts_with("zram:") || t.starts_with("loopfs:");
         if is_ramdisk {
@@ -471,11 +473,7 @@ fn open_targets(
         };
         let postmark_dir = fs_dir.map(|d| plan.postmark_dir.clone().unwrap_or(d));
         if plan.workloads.iter().any(|w| w == workload::POSTMARK) && postmark_dir.is_none() {
-            let note = format!(
-                "postmark skipped on {t}: it needs a file system (a directory) and this target is a raw or emulated device"
-            );
-            eprintln!("smartcon: note: {note}");
-            notes.push(note);
+            no_fs.push(t.clone());
         }
         opened.push(Opened {
             target,
@@ -485,6 +483,14 @@ fn open_targets(
             name: t.clone(),
             postmark_dir,
         });
+    }
+    if !no_fs.is_empty() {
+        let note = format!(
+            "postmark skipped on {}: it needs a file system (a directory) and these are raw or emulated devices (loopfs:SIZE is the ramdisk with one)",
+            no_fs.join(", ")
+        );
+        eprintln!("smartcon: note: {note}");
+        notes.push(note);
     }
     Ok(opened)
 }
