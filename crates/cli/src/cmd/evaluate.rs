@@ -556,7 +556,25 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         )?;
     }
     let per_load = plan.targets.len() * plan.workloads.len() * plan.sizes.len() * plan.strategies.len();
-    let bar = progress_bar((per_load * plan.loads.len() * plan.rounds as usize) as u64, "evaluate");
+    // Turns in all, as the loop below runs them (personalities have one cell, postmark one
+    // cell of at most POSTMARK_ROUNDS_MAX turns and only where there is a file system).
+    let turns_per_load: usize = opened
+        .iter()
+        .map(|o| {
+            plan.workloads
+                .iter()
+                .map(|w| {
+                    if w == workload::POSTMARK {
+                        o.postmark_dir.is_some() as usize * plan.rounds.min(POSTMARK_ROUNDS_MAX) as usize
+                    } else {
+                        workload::cells(w, &plan.sizes).map_or(0, |c| c.len()) * plan.rounds as usize
+                    }
+                })
+                .sum::<usize>()
+        })
+        .sum::<usize>()
+        * plan.strategies.len();
+    let bar = progress_bar((turns_per_load * plan.loads.len()) as u64, "evaluate");
     let mut cells: Vec<Cell> = Vec::with_capacity(per_load * plan.loads.len());
     'loads: for load in &plan.loads {
         let cpu = if load == "cpu-intensive" {
