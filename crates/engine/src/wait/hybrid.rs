@@ -12,12 +12,13 @@
 //!
 //! The overshoot is a running estimate of the 90th percentile of (woke - asked), tracked by
 //! stochastic approximation (up by 9 steps when a sleep overshot the estimate, down by one
-//! otherwise; a step is 1/32 of the estimate): it wakes the thread early for nine I/Os in
+//! otherwise; a step is 1/64 of the estimate): it wakes the thread early for nine I/Os in
 //! ten, so the completion is rarely missed, and a preemption's 4 ms moves it by one step
 //! rather than poisoning a mean; a sleep far below the estimate closes an eighth of the
 //! gap. Its first value is the first measured sleep. An estimate too high would stop the
-//! thread from sleeping and so from measuring again: after [`EXPLORE_AFTER`] predicted I/Os
-//! without a sleep, the thread sleeps once until just before the prediction to re-measure
+//! thread from sleeping and so from measuring again: after [`EXPLORE_ON_TIME_AFTER`]
+//! predicted I/Os without a sleep, it sleeps once to the usual target if that still lies
+//! ahead (on time, so free), and after [`EXPLORE_AFTER`] until just before the prediction
 //! (on a device faster than the wake-up that costs one late completion in that many). (On the
 //! development VMs the overshoot grows with the sleep: 15 us for short sleeps, 25 us at
 //! 50 us, with a long tail.)
@@ -40,10 +41,14 @@ use crate::error::Error;
 /// The overshoot quantile tracker: a step is this fraction of the estimate (at least
 /// 100 ns); an overshoot above the estimate moves it up by `UP_STEPS` steps, one below it
 /// down by one, which settles where 1 sleep in `UP_STEPS + 1` overshoots it.
-const OVERSHOOT_STEP_FRACTION: u64 = 32;
+const OVERSHOOT_STEP_FRACTION: u64 = 64;
 const OVERSHOOT_UP_STEPS: u64 = 9;
-/// Predicted I/Os without a sleep after which one sleep re-measures the overshoot.
+/// Predicted I/Os without a sleep after which one sleep re-measures the overshoot, waking
+/// just before the prediction (late by the overshoot if the estimate was right).
 pub const EXPLORE_AFTER: u32 = 128;
+/// The same where a sleep to the usual target still wakes in time: it costs no latency, so
+/// it is taken more often.
+pub const EXPLORE_ON_TIME_AFTER: u32 = 16;
 
 pub struct Hybrid {
     params: PollParams,
@@ -117,6 +122,9 @@ impl WaitPolicy for Hybrid {
             // Give the CPU away until the completion is due; the overshoot is paid.
             wake_at = predicted;
             sleep = wake_at > now;
+        } else if !sleep && wake_at > now && self.since_sleep >= EXPLORE_ON_TIME_AFTER {
+            // A sleep that still wakes in time, though it may not pay: it re-measures for free.
+            sleep = true;
         } else if !sleep && self.since_sleep >= EXPLORE_AFTER && predicted > now + 2 * alpha {
             wake_at = predicted - alpha;
             sleep = true;
