@@ -271,25 +271,7 @@ impl Study {
         self.merge_rows
             .iter()
             .map(|r| {
-                let c = &r.config;
-                let rec = MergeRecord {
-                    record_type: "merge_result",
-                    target: &self.merge_target,
-                    op: r.op.name(),
-                    pattern: r.pattern.name(),
-                    bs_bytes: c.bs_bytes,
-                    threads: self.merge_threads,
-                    config: c.label(),
-                    round: 0,
-                    merge: c.merge,
-                    pipelined: c.pipelined,
-                    polling: c.polling.name(),
-                    poll_interval_ns: c.poll.interval_ns,
-                    alpha_ns: c.poll.alpha_ns,
-                    sampling_ns: c.poll.sampling_ns,
-                    max_merge_pages: c.merge_pages_max,
-                    result: &r.result,
-                };
+                let rec = MergeRecord::new(&self.merge_target, r.op, r.pattern, self.merge_threads, &r.config, 0, &r.result);
                 let mut v = serde_json::to_value(&rec).expect("a record serializes");
                 v["load"] = "bm-only".into();
                 v["workload"] = "merge-study".into();

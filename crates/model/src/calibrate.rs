@@ -130,9 +130,9 @@ pub fn read_profiles(dir: &Path) -> Result<Vec<DeviceProfile>, Error> {
     paths.iter().map(|p| read_profile(p)).collect()
 }
 
-/// Reads the `profile` records of an evaluation's JSON Lines file (the profiles `smart`
-/// used); other record types are skipped.
-pub fn read_result_profiles(path: &Path) -> Result<Vec<DeviceProfile>, Error> {
+/// Reads the records of one `type` from a JSON Lines file, skipping the others; `check`
+/// refuses a record that parses but makes no sense.
+fn read_typed<T: serde::de::DeserializeOwned>(path: &Path, kind: &str, check: impl Fn(&T) -> Result<(), String>) -> Result<Vec<T>, Error> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
         path: path.display().to_string(),
         source,
@@ -144,44 +144,31 @@ pub fn read_result_profiles(path: &Path) -> Result<Vec<DeviceProfile>, Error> {
         }
         let value: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| bad(path, index + 1, format!("not JSON: {e}")))?;
-        if value.get("type").and_then(|t| t.as_str()) != Some("profile") {
+        if value.get("type").and_then(|t| t.as_str()) != Some(kind) {
             continue;
         }
-        let profile: DeviceProfile = serde_json::from_value(value)
-            .map_err(|e| bad(path, index + 1, format!("not a profile record: {e}")))?;
-        out.push(profile);
+        let record: T = serde_json::from_value(value)
+            .map_err(|e| bad(path, index + 1, format!("not a {kind} record: {e}")))?;
+        check(&record).map_err(|m| bad(path, index + 1, m))?;
+        out.push(record);
     }
     Ok(out)
 }
 
+/// Reads the `profile` records of an evaluation's JSON Lines file (the profiles `smart`
+/// used); other record types are skipped.
+pub fn read_result_profiles(path: &Path) -> Result<Vec<DeviceProfile>, Error> {
+    read_typed(path, "profile", |_: &DeviceProfile| Ok(()))
+}
+
 /// Reads the `result` records of a JSON Lines file; other record types are skipped.
 pub fn read_results(path: &Path) -> Result<Vec<ResultRecord>, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let mut out = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+    read_typed(path, "result", |r: &ResultRecord| {
+        if !(r.iops >= 0.0) || !r.iops.is_finite() {
+            return Err(format!("iops {} is negative or not finite", r.iops));
         }
-        let value: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| bad(path, index + 1, format!("not JSON: {e}")))?;
-        if value.get("type").and_then(|t| t.as_str()) != Some("result") {
-            continue;
-        }
-        let record: ResultRecord = serde_json::from_value(value)
-            .map_err(|e| bad(path, index + 1, format!("not a result record: {e}")))?;
-        if !(record.iops >= 0.0) || !record.iops.is_finite() {
-            return Err(bad(
-                path,
-                index + 1,
-                format!("iops {} is negative or not finite", record.iops),
-            ));
-        }
-        out.push(record);
-    }
-    Ok(out)
+        Ok(())
+    })
 }
 
 /// The profile latency for (op, bs): the `spin` entry (the device without a switch), else

@@ -103,6 +103,37 @@ pub(crate) struct MergeRecord<'a> {
     pub(crate) result: &'a MergeJobResult,
 }
 
+impl<'a> MergeRecord<'a> {
+    pub(crate) fn new(
+        target: &'a str,
+        op: Op,
+        pattern: Pattern,
+        threads: u32,
+        c: &MergeConfig,
+        round: u32,
+        result: &'a MergeJobResult,
+    ) -> MergeRecord<'a> {
+        MergeRecord {
+            record_type: "merge_result",
+            target,
+            op: op.name(),
+            pattern: pattern.name(),
+            bs_bytes: c.bs_bytes,
+            threads,
+            config: c.label(),
+            round,
+            merge: c.merge,
+            pipelined: c.pipelined,
+            polling: c.polling.name(),
+            poll_interval_ns: c.poll.interval_ns,
+            alpha_ns: c.poll.alpha_ns,
+            sampling_ns: c.poll.sampling_ns,
+            max_merge_pages: c.merge_pages_max,
+            result,
+        }
+    }
+}
+
 /// Pipelined over serialized IOPS of one workload and polling.
 #[derive(serde::Serialize, Clone)]
 pub(crate) struct Ratio {
@@ -209,24 +240,7 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
                 let dev = MergeDevice::new(&spec, *c).map_err(engine_err)?;
                 let result = run_merge_job(&dev, &job(op, pattern), interrupt_flag()).map_err(engine_err)?;
                 if args.json {
-                    emit_json(&MergeRecord {
-                        record_type: "merge_result",
-                        target: &args.target,
-                        op: op.name(),
-                        pattern: pattern.name(),
-                        bs_bytes: bs,
-                        threads: args.threads,
-                        config: c.label(),
-                        round,
-                        merge: c.merge,
-                        pipelined: c.pipelined,
-                        polling: c.polling.name(),
-                        poll_interval_ns: c.poll.interval_ns,
-                        alpha_ns: c.poll.alpha_ns,
-                        sampling_ns: c.poll.sampling_ns,
-                        max_merge_pages: c.merge_pages_max,
-                        result: &result,
-                    })?;
+                    emit_json(&MergeRecord::new(&args.target, op, pattern, args.threads, c, round, &result))?;
                 }
                 by_config[ci].push(result);
                 bar.inc(1);
