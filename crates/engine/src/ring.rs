@@ -3,10 +3,16 @@
 //! - [`Ring::wait_block`]: `io_uring_enter(GETEVENTS, min_complete=1)`; the thread sleeps
 //!   in the kernel and the completion wakes it (a voluntary context switch).
 //! - [`Ring::wait_spin`]: submit without waiting, then read the completion queue's tail in
-//!   user memory with a pause hint. The ring is set up without DEFER_TASKRUN or
-//!   COOP_TASKRUN, so the kernel posts completions by signalling the running task: a
-//!   spinning thread sees its CQE without a syscall. Past the budget it falls back to
-//!   `wait_block`: nothing spins forever.
+//!   user memory with a pause hint. Past the budget it falls back to `wait_block`: nothing
+//!   spins forever.
+//!
+//! The ring is set up with COOP_TASKRUN and TASKRUN_FLAG (Linux 5.19; older kernels get a
+//! plain ring). Without them the kernel posts a completion by interrupting the running
+//! task (an IPI when the device interrupt lands on the other CPU, which in a VM costs tens
+//! of microseconds and made spinning on the local virtio disk slower than sleeping: 0.89x
+//! and 1.02x of block's IOPS in two 2 s runs). With them it only raises a flag in the
+//! shared ring; the spinner sees it and enters the kernel to run the completion (1.12x and
+//! 1.29x in the same runs). A sleeping waiter is woken as before.
 //!
 //! One request is in flight per ring (smartcon's threads are synchronous callers, as in
 //! the paper), so a CQE always belongs to the request just submitted.
@@ -25,7 +31,11 @@ pub struct Ring {
 
 impl Ring {
     pub fn new() -> Result<Ring, Error> {
-        let ring = IoUring::new(8).map_err(|e| {
+        let ring = match IoUring::builder().setup_coop_taskrun().setup_taskrun_flag().build(8) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::new(8),
+            r => r,
+        };
+        let ring = ring.map_err(|e| {
             let hint = match e.raw_os_error() {
                 Some(libc::EPERM) => ": io_uring is disabled or restricted; try sysctl kernel.io_uring_disabled=0",
                 Some(libc::ENOSYS) => ": this kernel has no io_uring (Linux 5.15 or later is needed)",
@@ -81,6 +91,11 @@ impl Ring {
                 if let Some(res) = self.pop() {
                     return Ok((res, false));
                 }
+                if self.ring.submission().taskrun() {
+                    // The completion is queued as task work: entering the kernel runs it.
+                    self.submit()?;
+                    continue;
+                }
                 std::hint::spin_loop();
             }
             if now_ns() - start >= budget_ns {
@@ -100,9 +115,17 @@ impl Ring {
         }
     }
 
-    /// One look at the completion queue (user memory, no syscall).
-    pub fn try_reap(&mut self) -> Option<i32> {
-        self.pop()
+    /// One look at the completion queue (user memory); a syscall only when the kernel has
+    /// flagged a completion waiting to be run (COOP_TASKRUN).
+    pub fn try_reap(&mut self) -> Result<Option<i32>, Error> {
+        if let Some(res) = self.pop() {
+            return Ok(Some(res));
+        }
+        if self.ring.submission().taskrun() {
+            self.submit()?;
+            return Ok(self.pop());
+        }
+        Ok(None)
     }
 
     /// Sleeps until a completion arrives or `at_ns` on CLOCK_MONOTONIC passes, whichever is

@@ -266,7 +266,7 @@ impl Status for RingStatus<'_> {
 
     fn poll(&mut self) -> Result<bool, Error> {
         if self.res.is_none() {
-            self.res = self.ring.try_reap();
+            self.res = self.ring.try_reap()?;
         }
         Ok(self.res.is_some())
     }
