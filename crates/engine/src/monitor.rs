@@ -9,6 +9,14 @@
 //! exactly from their CPU clocks): a spinner must not see its own spinning as load, or it
 //! would stop spinning because it spins. `total` (with our threads) is kept for reports.
 //!
+//! Leaving our threads out has a blind spot: a spinner displaces other work, and what the
+//! others *get* then understates what they *want* (two crunchers beside one spinner on two
+//! CPUs get one CPU between them: 50%, under a 51% threshold, so the spinner keeps
+//! spinning). So the published figure is the larger of the others' utilization and the
+//! CPU pressure (/proc/pressure/cpu "some": the share of time some runnable task waited
+//! for a CPU). A lone spinner makes no pressure; a spinner that pushes others off a CPU
+//! makes it at once. Without PSI (kernels built without it) the utilization alone is used.
+//!
 //! Non-goals: per-CPU or per-cgroup views; a machine-wide share is what the paper uses.
 
 use std::collections::VecDeque;
@@ -28,6 +36,8 @@ struct Sample {
     busy_ns: u64,
     total_ns: u64,
     own_ns: u64,
+    /// Cumulative time some task waited for a CPU (PSI), if the kernel has it.
+    stall_ns: Option<u64>,
 }
 
 struct Shared {
@@ -61,6 +71,26 @@ fn read_proc_stat() -> Option<(u64, u64)> {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     let tick_ns = 1_000_000_000 / hz;
     Some(((total - idle) * tick_ns, total * tick_ns))
+}
+
+/// The cumulative "some" stall time from /proc/pressure/cpu's text, in ns.
+fn parse_cpu_pressure(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    let total_us: u64 = line.split_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()?;
+    Some(total_us * 1_000)
+}
+
+fn read_cpu_pressure() -> Option<u64> {
+    parse_cpu_pressure(&std::fs::read_to_string("/proc/pressure/cpu").ok()?)
+}
+
+/// What other work wants of the CPUs over an interval, in hundredths of a percent: the
+/// larger of their utilization (busy less ours, over all CPUs' time) and the share of
+/// wall time some task waited for a CPU.
+fn others_demand_x100(busy_ns: f64, total_ns: f64, own_ns: f64, stall: Option<(f64, f64)>) -> f64 {
+    let util = ((busy_ns - own_ns).max(0.0) / total_ns * 10_000.0).clamp(0.0, 10_000.0);
+    let pressure = stall.map_or(0.0, |(stall_ns, wall_ns)| (stall_ns / wall_ns * 10_000.0).clamp(0.0, 10_000.0));
+    util.max(pressure)
 }
 
 fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
@@ -170,7 +200,7 @@ fn ticker(shared: Arc<Shared>, window_ns: u64, period_ns: u64) {
     while !shared.stop.load(Ordering::Relaxed) {
         if let Some((busy_ns, total_ns)) = read_proc_stat() {
             let now = crate::clock::now_ns();
-            let s = Sample { at_ns: now, busy_ns, total_ns, own_ns: own_cpu_ns(&shared) };
+            let s = Sample { at_ns: now, busy_ns, total_ns, own_ns: own_cpu_ns(&shared), stall_ns: read_cpu_pressure() };
             samples.push_back(s);
             while samples.len() > samples_max
                 || (samples.len() > 2 && now - samples[1].at_ns >= window_ns)
@@ -181,7 +211,11 @@ fn ticker(shared: Arc<Shared>, window_ns: u64, period_ns: u64) {
                 let total = (s.total_ns - first.total_ns) as f64;
                 let busy = s.busy_ns.saturating_sub(first.busy_ns) as f64;
                 let own = s.own_ns.saturating_sub(first.own_ns) as f64;
-                let others = ((busy - own).max(0.0) / total * 10_000.0).min(10_000.0);
+                let stall = match (first.stall_ns, s.stall_ns) {
+                    (Some(a), Some(b)) if s.at_ns > first.at_ns => Some((b.saturating_sub(a) as f64, (s.at_ns - first.at_ns) as f64)),
+                    _ => None,
+                };
+                let others = others_demand_x100(busy, total, own, stall);
                 let all = (busy / total * 10_000.0).min(10_000.0);
                 shared.others_pct_x100.store(others as u32, Ordering::Relaxed);
                 shared.total_pct_x100.store(all as u32, Ordering::Relaxed);
@@ -225,6 +259,28 @@ mod tests {
         let cpus = crate::profile::online_cpus() as f64;
         assert!(total >= 50.0 / cpus, "total {total} should include the spinner");
         assert!((with_own as f64) < total - 25.0 / cpus, "others {with_own} should exclude the spinner (total {total})");
+    }
+
+    #[test]
+    fn cpu_pressure_is_read_from_the_some_line() {
+        let text = "some avg10=21.83 avg60=51.31 avg300=40.16 total=4165882522\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+        assert_eq!(parse_cpu_pressure(text), Some(4_165_882_522_000));
+        assert_eq!(parse_cpu_pressure("full avg10=0.00 total=5\n"), None);
+        assert_eq!(parse_cpu_pressure("some avg10=1 total=x\n"), None);
+    }
+
+    #[test]
+    fn others_demand_is_the_larger_of_their_utilization_and_the_pressure() {
+        // 2 CPUs over 100 ms: 200 ms of CPU time, all busy, 100 ms of it ours (a spinner).
+        let (busy, total, own) = (200e6, 200e6, 100e6);
+        // Crunchers displaced by the spinner: they got 50%, but some task always waited.
+        assert_eq!(others_demand_x100(busy, total, own, Some((100e6, 100e6))), 10_000.0);
+        // A lone spinner on an idle machine: no pressure, and the others use nothing.
+        assert_eq!(others_demand_x100(100e6, total, own, Some((0.0, 100e6))), 0.0);
+        // Without PSI the utilization alone counts.
+        assert_eq!(others_demand_x100(busy, total, own, None), 5_000.0);
+        // Out-of-range inputs are clamped.
+        assert_eq!(others_demand_x100(busy, total, 0.0, Some((300e6, 100e6))), 10_000.0);
     }
 
     #[test]
