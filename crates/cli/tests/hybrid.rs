@@ -11,7 +11,11 @@ fn scratch(name: &str) -> std::path::PathBuf {
 }
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", scratch("home")).args(args).output().unwrap()
+    // An empty home: no stored profile of the user's steers smart.
+    let home = std::env::temp_dir().join(format!("smartcon-hybrid-test-{}-home-{}", std::process::id(), args.join(" ").len()));
+    let out = Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", &home).args(args).output().unwrap();
+    let _ = std::fs::remove_dir_all(&home);
+    out
 }
 
 fn records(out: &Output) -> Vec<serde_json::Value> {
@@ -21,7 +25,8 @@ fn records(out: &Output) -> Vec<serde_json::Value> {
 
 #[test]
 fn interval_sweep_reports_the_best_interval_and_draws_the_curve() {
-    let svg = scratch("sweep").join("fig1.svg");
+    let dir = scratch("sweep");
+    let svg = dir.join("fig1.svg");
     let out = run(&[
         "bench", "--targets", "emu:optane,poll_cost=200ns,size=16m", "--ops", "read", "--sizes", "4k",
         "--strategies", "block,spin,hybrid", "--sweep-interval", "500ns,2us,8us", "--duration", "80ms",
@@ -45,6 +50,7 @@ fn interval_sweep_reports_the_best_interval_and_draws_the_curve() {
     for series in ["fixed-interval polling", "block (interrupt-like sleep)", "spin (back-to-back polls)", "poll interval (us)"] {
         assert!(text.contains(series), "missing {series:?} in the plot");
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -85,7 +91,8 @@ fn bad_polling_input_exits_2() {
 
 #[test]
 fn evaluate_reports_the_polling_study() {
-    let out_dir = scratch("evaluate").join("report");
+    let dir = scratch("evaluate");
+    let out_dir = dir.join("report");
     let out = run(&["evaluate", "--tiny", "--loads", "bm-only", "--workloads", "iozone-rand-read", "--sizes", "4k", "--out", out_dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(out_dir.join("results.jsonl")).unwrap();
@@ -112,4 +119,5 @@ fn evaluate_reports_the_polling_study() {
     }
     let svg = std::fs::read_to_string(out_dir.join("hybrid.svg")).unwrap();
     assert!(svg.contains("hybrid IOPS / spin IOPS") && svg.contains("hybrid CPU / spin CPU"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -65,6 +65,8 @@ fn bad_input_exits_2_with_one_line_naming_the_problem_and_writes_nothing() {
     }
     // The temporary file of the refused tmp: run was removed again.
     assert!(leftovers(&dir).is_empty(), "left behind: {:?}", leftovers(&dir));
+    // Nothing of the test is left in the temp dir (a failed test keeps it for a look).
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -81,6 +83,8 @@ fn permission_denied_is_a_setup_error() {
     let out = run(&["io", "--target", f.to_str().unwrap(), "--duration", "100ms"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+    // Nothing of the test is left in the temp dir (a failed test keeps it for a look).
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 const RESULT_FIELDS: &[&str] = &[
@@ -139,6 +143,8 @@ fn verify_through_the_cli_on_a_temporary_file_and_the_file_is_removed() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("matched"));
     }
     assert!(leftovers(&dir).is_empty());
+    // Nothing of the test is left in the temp dir (a failed test keeps it for a look).
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -176,6 +182,8 @@ fn ctrl_c_stops_cleanly_prints_what_was_measured_and_removes_the_temp_file() {
     assert_eq!(v["interrupted"], true);
     assert!(v["duration_ns"].as_u64().unwrap() < 30_000_000_000);
     assert!(leftovers(&dir).is_empty(), "temp file left: {:?}", leftovers(&dir));
+    // Nothing of the test is left in the temp dir (a failed test keeps it for a look).
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -204,4 +212,6 @@ fn writing_to_a_block_device_the_tool_did_not_create_is_refused() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--destructive"));
     assert!(untouched.unwrap(), "the refused run changed the device");
     assert!(allowed.status.success(), "{}", String::from_utf8_lossy(&allowed.stderr));
+    // Nothing of the test is left in the temp dir (a failed test keeps it for a look).
+    let _ = std::fs::remove_dir_all(&dir);
 }
