@@ -85,7 +85,7 @@ pub fn parse_pattern(text: &str) -> Result<Pattern> {
 
 pub fn parse_strategy(text: &str) -> Result<StrategyChoice> {
     StrategyChoice::parse(text)
-        .with_context(|| format!("unknown strategy {text:?}; use one of {}", StrategyChoice::NAMES.join(", ")))
+        .with_context(|| format!("unknown strategy {text:?}; use one of {}", StrategyChoice::names().join(", ")))
 }
 
 pub fn parse_size_arg(what: &str, text: &str) -> Result<u64> {

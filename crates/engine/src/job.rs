@@ -58,8 +58,10 @@ pub enum StrategyChoice {
 }
 
 impl StrategyChoice {
-    /// Every name `parse` takes, in the order help texts list them.
-    pub const NAMES: [&'static str; 8] = ["block", "spin", "sync", "smart", "hybrid", "smart-hybrid", "poll", "half-mean"];
+    /// Every name `parse` takes: the fixed strategies, then the two decisions.
+    pub fn names() -> Vec<&'static str> {
+        Strategy::ALL.iter().map(|s| s.name()).chain(["smart", "smart-hybrid"]).collect()
+    }
 
     pub fn name(self) -> &'static str {
         match self {

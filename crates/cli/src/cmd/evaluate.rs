@@ -1507,6 +1507,12 @@ fn file_name(text: &str) -> String {
         .collect()
 }
 
+/// A line chart over the request size (KiB, log scale), as Fig. 8 and 9 are drawn.
+fn size_chart(path: &Path, title: &str, y_label: &str, series: &[Series]) -> Result<()> {
+    let chart = LineChart { title, x_label: "request size (KiB)", y_label, log_x: true, log_y: false, markers: vec![] };
+    line_chart(path, &chart, series)
+}
+
 fn write_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
     let mut n = 0;
     let strategies: Vec<&str> = plan.strategies.iter().map(|s| s.name()).collect();
@@ -1539,18 +1545,7 @@ fn write_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
             .collect();
         if !series.is_empty() {
             let title = format!("CPU of the I/O thread, {t}, {first_wl}, no load");
-            line_chart(
-                &dir.join(format!("fig8-cpu-{tf}.svg")),
-                &LineChart {
-                    title: &title,
-                    x_label: "request size (KiB)",
-                    y_label: "CPU (% of one CPU)",
-                    log_x: true,
-                    log_y: false,
-                    markers: vec![],
-                },
-                &series,
-            )?;
+            size_chart(&dir.join(format!("fig8-cpu-{tf}.svg")), &title, "CPU (% of one CPU)", &series)?;
             n += 1;
         }
         // Fig. 9/12/15: gain by size, one plot per load.
@@ -1569,18 +1564,7 @@ fn write_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
                 .collect();
             if !series.is_empty() {
                 let title = format!("IOPS gain against block, {t}, {first_wl}, load {l}");
-                line_chart(
-                    &dir.join(format!("fig9-gain-{tf}-{l}.svg")),
-                    &LineChart {
-                        title: &title,
-                        x_label: "request size (KiB)",
-                        y_label: "IOPS / block's IOPS",
-                        log_x: true,
-                        log_y: false,
-                        markers: vec![],
-                    },
-                    &series,
-                )?;
+                size_chart(&dir.join(format!("fig9-gain-{tf}-{l}.svg")), &title, "IOPS / block's IOPS", &series)?;
                 n += 1;
             }
         }
