@@ -121,6 +121,13 @@ pub struct JobSpec {
     pub fsync_every: u32,
     /// The polling strategies' parameters (interval, alpha, sampling phase).
     pub poll: PollParams,
+    /// The CPUs the I/O threads are pinned to (`None`: wherever the scheduler puts them;
+    /// see [`crate::placement`] for why a comparison pins them).
+    pub cpus: Option<Vec<usize>>,
+    /// I/Os each thread does before its measurement starts (fio's ramp): the first I/Os
+    /// on a fresh ring and thread pay one-time costs (page faults, a migration to the
+    /// pinned CPU, the kernel's first-use paths) that a short turn would count in full.
+    pub warmup_ios: u32,
 }
 
 impl JobSpec {
@@ -140,6 +147,8 @@ impl JobSpec {
             spin_budget_ns: SPIN_BUDGET_NS_DEFAULT,
             fsync_every: 0,
             poll: PollParams::DEFAULT,
+            cpus: None,
+            warmup_ios: 0,
         }
     }
 
@@ -321,7 +330,8 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
     let spec = shared.spec;
     let _registration = shared.monitor.register_current_thread();
     tighten_timer_slack();
-    let port = shared.target.open_port();
+    let pinned = spec.cpus.as_deref().map_or(Ok(()), crate::placement::pin_current_thread);
+    let port = pinned.and_then(|()| shared.target.open_port());
     let mut buf = AlignedBuf::new(spec.bs_bytes as usize);
     let mut stats = ThreadStats::new();
     // Every thread reaches the barrier, also when its setup failed, so no one waits forever.
@@ -337,7 +347,8 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
     let unit = verify::unit_bytes(bs);
     let inflight = shared.target.inflight();
     stats.begin();
-    let end_ns = stats.start_ns + spec.duration_ns;
+    let mut end_ns = stats.start_ns + spec.duration_ns;
+    let mut warm_left = spec.warmup_ios;
     // The polling policy of this thread (its predictor learns this thread's I/O).
     let mut policy = match spec.strategy {
         StrategyChoice::Fixed(s) => wait::policy_for(s, spec.poll, stats.start_ns),
@@ -389,9 +400,12 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
         inflight.leave(bs);
         let outcome = outcome?;
         let t1 = now_ns();
-        stats.record(t1 - t0, bs, strategy, reason, outcome.fell_back);
-        if let Some(w) = &outcome.polled {
-            stats.record_polled(w, outcome.done_ns);
+        let warming = warm_left > 0;
+        if !warming {
+            stats.record(t1 - t0, bs, strategy, reason, outcome.fell_back);
+            if let Some(w) = &outcome.polled {
+                stats.record_polled(w, outcome.done_ns);
+            }
         }
         if spec.verify {
             match (&shared.written, spec.op) {
@@ -400,6 +414,15 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
                     .map_err(|m| Error::new(ErrorKind::Verify, m.to_string()))?,
                 _ => {}
             }
+        }
+        if warming {
+            warm_left -= 1;
+            if warm_left == 0 {
+                // The measurement starts now: time, CPU and context switches.
+                stats.begin();
+                end_ns = stats.start_ns + spec.duration_ns;
+            }
+            continue;
         }
         if spec.fsync_every > 0 && stats.ios % spec.fsync_every as u64 == 0 {
             // A flush waits on the device's cache, far beyond any spin threshold: smart and

@@ -28,3 +28,4 @@ pub mod merge;
 pub mod blockdev;
 pub mod workload;
 pub mod postmark;
+pub mod placement;

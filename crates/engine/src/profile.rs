@@ -50,6 +50,10 @@ pub struct Profile {
     /// The host wake-up cost the class rule compared against, if measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wakeup_ns: Option<f64>,
+    /// The CPUs the probe's I/O thread was pinned to (a CPU list, `any` when unpinned;
+    /// absent in profiles written before placement was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_cpus: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub latencies: Vec<LatencyPoint>,
 }
@@ -76,6 +80,7 @@ impl Profile {
             cpu_threshold_pct: rules::cpu_threshold_pct(100.0, online_cpus()),
             queue_limit: 0,
             wakeup_ns: None,
+            io_cpus: None,
             latencies: Vec::new(),
         }
     }

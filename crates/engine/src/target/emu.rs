@@ -183,6 +183,7 @@ impl Target for EmuTarget {
             // request wait behind others (Fig. 7's queue length, read off the model).
             queue_limit: self.spec.model.channels.saturating_sub(1),
             wakeup_ns: Some(ASSUMED_WAKEUP_NS),
+            io_cpus: None,
             latencies: Vec::new(),
         })
     }
