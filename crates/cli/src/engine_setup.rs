@@ -8,6 +8,7 @@ use smartcon_engine::devemu::units;
 use smartcon_engine::error::Error as EngineError;
 use smartcon_engine::job::{Pattern, StrategyChoice};
 use smartcon_engine::monitor::{self, SystemMonitor};
+use smartcon_engine::placement::Placement;
 use smartcon_engine::profile::{profile_path, Profile};
 use smartcon_engine::target::Target;
 use smartcon_engine::wait::PollParams;
@@ -36,6 +37,10 @@ pub struct RunFlags {
     /// `hybrid`: how long each thread samples response times before predicting them.
     #[arg(long, default_value = "20ms")]
     pub sampling: String,
+    /// Where the I/O threads run: any (the scheduler decides), irq (the CPUs that take the
+    /// device's completion interrupts), away (the other CPUs) or a CPU list such as 1.
+    #[arg(long, default_value = "any")]
+    pub io_cpus: String,
 }
 
 impl RunFlags {
@@ -56,6 +61,20 @@ impl RunFlags {
     pub fn monitor(&self) -> Result<SystemMonitor> {
         start_monitor(self.cpu_window.as_deref())
     }
+
+    pub fn placement(&self) -> Result<Placement> {
+        Placement::parse(&self.io_cpus).map_err(|e| anyhow::anyhow!(e.message))
+    }
+}
+
+/// The CPU set for a target's I/O threads; a placement that cannot be honoured on it
+/// (no completion interrupt to follow) says so once and leaves the threads unpinned.
+pub fn io_cpus_for(placement: &Placement, target: &dyn Target) -> Option<Vec<usize>> {
+    let (cpus, why) = placement.resolve(&target.device_id());
+    if let Some(why) = why {
+        eprintln!("smartcon: note: {why}");
+    }
+    cpus
 }
 
 /// Engine errors become CLI errors: run failures exit 1, the rest exit 2.

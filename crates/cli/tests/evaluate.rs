@@ -63,6 +63,10 @@ fn probe_writes_a_profile_that_follows_the_rules() {
     );
     assert!(stored["cpu_threshold_pct"].as_u64().unwrap() <= 100);
     assert!(stored["wakeup_ns"].as_f64().unwrap() > 0.0);
+    // The placement it was measured at: an emulated device has no completion interrupt,
+    // so the default `irq` leaves the thread unpinned and says so.
+    assert_eq!(stored["io_cpus"], "any");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no completion interrupt"));
     // smart picks the stored profile up without being told.
     let io = smartcon(
         &dir,
@@ -210,6 +214,9 @@ fn bad_input_exits_2_and_writes_nothing() {
             "--out",
             report.to_str().unwrap(),
         ],
+        // A placement that is neither a word nor a CPU of this machine.
+        vec!["evaluate", "--tiny", "--io-cpus", "fast", "--out", report.to_str().unwrap()],
+        vec!["evaluate", "--tiny", "--io-cpus", "1000", "--out", report.to_str().unwrap()],
     ];
     for args in cases {
         let out = smartcon(&dir, &args);
@@ -439,4 +446,42 @@ fn out_pid(r: &serde_json::Value) -> String {
     let d = r["postmark"]["dir"].as_str().unwrap();
     let name = d.rsplit('/').next().unwrap();
     name.trim_start_matches("smartcon-loopfs-").split('-').next().unwrap().to_string()
+}
+
+/// A stored profile measured with the I/O thread on other CPUs does not describe a run
+/// pinned elsewhere: evaluate probes again for itself and leaves the stored one as it was.
+#[test]
+fn a_profile_from_another_placement_is_probed_again_and_kept() {
+    let dir = scratch("placement");
+    let tmp = format!("tmp:16m@{}", dir.display());
+    let probe = smartcon(
+        &dir,
+        &["probe", &tmp, "--duration", "12ms", "--sizes", "4k,64k", "--io-cpus", "0", "--json"],
+    );
+    assert!(probe.status.success(), "{}", String::from_utf8_lossy(&probe.stderr));
+    let recs: Vec<serde_json::Value> = String::from_utf8(probe.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let prof = recs.iter().find(|r| r["type"] == "probe_profile").expect("profile record");
+    assert_eq!(prof["io_cpus"], "0", "the probe records where it measured");
+    let path = PathBuf::from(prof["path"].as_str().unwrap());
+    let before = std::fs::read_to_string(&path).unwrap();
+    // `--io-cpus any`: whatever this machine's disk is, "any" differs from "0".
+    let report = dir.join("report");
+    let out = smartcon(
+        &dir,
+        &[
+            "evaluate", "--tiny", "--targets", &tmp, "--workloads", "iozone-rand-read", "--loads", "bm-only",
+            "--io-cpus", "any", "--out", report.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("its stored profile was measured with the I/O thread on CPUs 0"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), before, "the stored profile is kept");
+    let summary = std::fs::read_to_string(report.join("summary.md")).unwrap();
+    assert!(summary.contains("I/O threads on CPUs"), "the summary names the placement");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

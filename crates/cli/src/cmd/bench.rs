@@ -122,6 +122,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     // Open (and validate) every target before measuring anything.
     let writes = ops.contains(&Op::Write);
+    let placement = args.run.placement()?;
     let mut opened = Vec::new();
     for t in &targets {
         let spec = target::parse_target(t).map_err(engine_err)?;
@@ -143,14 +144,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
         }
         let profile = resolve_profile(target.as_ref(), None, !strategies.iter().any(|s| s.name().starts_with("smart")))?;
-        opened.push((target, profile, span_t));
+        let cpus = io_cpus_for(&placement, target.as_ref());
+        opened.push((target, profile, span_t, cpus));
     }
     let monitor = args.run.monitor()?;
     let cpu_load = (cpu_load_workers > 0).then(|| CpuLoad::start(cpu_load_workers)).transpose().map_err(engine_err)?;
     let cells = opened.len() * ops.len() * sizes.len() * configs.len();
     let bar = progress_bar(cells as u64, "bench");
     let mut results: Vec<JobResult> = Vec::new();
-    'outer: for (target, profile, span_t) in &opened {
+    'outer: for (target, profile, span_t, cpus) in &opened {
         for &op in &ops {
             for &bs in &sizes {
                 for &(strategy, poll) in &configs {
@@ -168,6 +170,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     js.duration_ns = duration_ns;
                     js.spin_budget_ns = spin_budget_ns;
                     js.poll = poll;
+                    js.cpus = cpus.clone();
                     let r = run_job(target.as_ref(), &js, profile, &monitor, interrupt_flag()).map_err(engine_err)?;
                     if args.json {
                         emit_json(&r)?;
@@ -196,7 +199,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         emit_json(&summary)?;
     } else {
-        print!("{}", render(&results, &opened.iter().map(|(t, p, _)| (t.label().to_string(), p.clone())).collect::<Vec<_>>()));
+        print!("{}", render(&results, &opened.iter().map(|(t, p, _, _)| (t.label().to_string(), p.clone())).collect::<Vec<_>>()));
         if let Some(min) = summary.smart_ratio_min {
             println!(
                 "\nsmart reached >= 0.97 x the better of block and spin in {} of {} cells (lowest ratio {:.3}).",

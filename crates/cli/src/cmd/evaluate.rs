@@ -33,11 +33,12 @@ use smartcon_engine::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadSnap
 use smartcon_engine::profile::{self, profile_path, Profile};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
+use smartcon_engine::placement::{format_cpu_list, Placement};
 use smartcon_engine::postmark::{PostmarkCounts, PostmarkSpec};
 use smartcon_engine::wait::PollParams;
 use smartcon_engine::{blockdev, workload};
 
-use crate::common::{interrupt_flag, interrupted, prepare_out_dir, progress_bar};
+use crate::common::{interrupt_flag, interrupted, prepare_out_dir, progress_bar, turn_order};
 use crate::engine_setup::*;
 use crate::plot::{bar_chart, line_chart, BarChart, LineChart, Series};
 use crate::table::Table;
@@ -48,6 +49,8 @@ pub const LOADS: [&str; 3] = ["bm-only", "cpu-intensive", "io-intensive"];
 pub const SETTLE_NS: u64 = 250_000_000;
 /// Turns of a postmark cell at most: each turn builds and removes a pool of files.
 pub const POSTMARK_ROUNDS_MAX: u32 = 3;
+/// Unmeasured I/Os at the start of every turn (see `JobSpec::warmup_ios`).
+pub const WARMUP_IOS: u32 = 8;
 /// Cells in one evaluation at most (a mistake beyond that, not a study).
 pub const CELLS_MAX: usize = 20_000;
 
@@ -86,7 +89,8 @@ pub struct EvaluateArgs {
     #[arg(long, default_value_t = 4)]
     pub io_workers: u32,
     /// Turns per cell: each strategy's time is split into this many pieces, interleaved
-    /// with the other strategies in rotated order (default 9; 1 with --tiny).
+    /// with the other strategies in a balanced order (default: 8 under a load, 2 without;
+    /// 1 with --tiny).
     #[arg(long)]
     pub rounds: Option<u32>,
     /// The report directory (must not exist or be empty).
@@ -101,6 +105,11 @@ pub struct EvaluateArgs {
     /// Allow writing to block devices smartcon did not create.
     #[arg(long)]
     pub destructive: bool,
+    /// Where the I/O threads run, for every strategy alike: irq (the CPUs that take the
+    /// device's completion interrupts; unpinned where there is none), away, any (the
+    /// scheduler decides), or a CPU list. See docs/evaluate.md for why it is pinned.
+    #[arg(long, default_value = "irq")]
+    pub io_cpus: String,
     /// Skip the polling study (hybrid, fixed-interval and half-mean polling on emulated
     /// devices, and the poll-interval sweep; about 10 s).
     #[arg(long)]
@@ -119,10 +128,15 @@ struct Plan {
     cpu_workers: u32,
     io_workers: u32,
     probe_ns: u64,
-    /// Each cell's time is split into this many turns, strategies interleaved.
+    /// Each cell's time is split into this many turns, strategies interleaved (under a
+    /// load; see `rounds_bm_only`).
     rounds: u32,
+    /// The same without a load, where there is no co-runner's luck to average and every
+    /// switch between strategies costs a transition (see `Plan::rounds_for`).
+    rounds_bm_only: u32,
     postmark_dir: Option<PathBuf>,
     postmark_files: u32,
+    placement: Placement,
 }
 
 fn plan(args: &EvaluateArgs) -> Result<Plan> {
@@ -227,11 +241,47 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
         },
         // Nine short turns rather than three long ones, so the CPU-intensive load's
         // scheduling luck averages out within a cell (one run each, smart/block under that
-        // load: lowest 0.918 with 3 rounds, 0.962 with 9; docs/evaluate.md).
-        rounds: args.rounds.unwrap_or(if args.tiny { 1 } else { 9 }).clamp(1, 100),
+        // load: lowest 0.918 with 3 rounds, 0.962 with 9; docs/evaluate.md). Eight, a
+        // multiple of the default four strategies, completes the balanced order twice.
+        rounds: args.rounds.unwrap_or(if args.tiny { 1 } else { 8 }).clamp(1, 100),
+        // Without a load, two turns: a spinner that starts right after a blocking turn runs
+        // about 12% slower for its first tens of milliseconds (the host raises the vCPU's
+        // clock as its utilization climbs; docs/evaluate.md), so short turns would measure
+        // that transition rather than spinning.
+        rounds_bm_only: args.rounds.unwrap_or(if args.tiny { 1 } else { 2 }).clamp(1, 100),
         postmark_dir: args.postmark_dir.clone(),
         postmark_files: if args.tiny { 50 } else { smartcon_engine::postmark::PostmarkSpec::default().files },
+        placement: Placement::parse(&args.io_cpus).map_err(|e| anyhow::anyhow!(e.message))?,
     })
+}
+
+/// Runs `f` on a thread of its own pinned to `cpus` (postmark does its I/O on the calling
+/// thread, and this one must stay unpinned).
+fn on_cpus<T: Send>(
+    cpus: Option<&[usize]>,
+    f: impl FnOnce() -> Result<T, smartcon_engine::error::Error> + Send,
+) -> Result<T, smartcon_engine::error::Error> {
+    let Some(cpus) = cpus else { return f() };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            smartcon_engine::placement::pin_current_thread(cpus)?;
+            f()
+        })
+        .join()
+        .expect("postmark thread panicked")
+    })
+}
+
+impl Plan {
+    /// Turns per cell under `load`.
+    fn rounds_for(&self, load: &str, is_postmark: bool) -> u32 {
+        let r = if load == "bm-only" { self.rounds_bm_only } else { self.rounds };
+        if is_postmark {
+            r.min(POSTMARK_ROUNDS_MAX)
+        } else {
+            r
+        }
+    }
 }
 
 /// Splits a target list on commas, keeping `emu:PRESET,key=value` options with their preset.
@@ -357,6 +407,8 @@ struct Opened {
     /// Where postmark runs for this target: a directory on the same file system, or
     /// `None` when the target has none (emulated and raw block devices).
     postmark_dir: Option<PathBuf>,
+    /// The CPUs this target's I/O threads are pinned to (`None`: unpinned).
+    cpus: Option<Vec<usize>>,
 }
 
 /// A block device created for the run; dropping it removes the device.
@@ -466,6 +518,12 @@ fn open_targets(
             }
         }
         let profile = resolve_profile(target.as_ref(), None, true)?;
+        let (cpus, why) = plan.placement.resolve(&target.device_id());
+        if let Some(why) = why {
+            if plan.placement != Placement::Any {
+                eprintln!("smartcon: note: {why}");
+            }
+        }
         let fs_dir = match &spec {
             TargetSpec::Temp { dir, .. } => Some(dir.clone().unwrap_or_else(std::env::temp_dir)),
             TargetSpec::Path(p) if !created && p.is_file() => p.parent().map(Path::to_path_buf),
@@ -482,6 +540,7 @@ fn open_targets(
             created,
             name: t.clone(),
             postmark_dir,
+            cpus,
         });
     }
     if !no_fs.is_empty() {
@@ -512,23 +571,32 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     // Targets without measured thresholds get a short probe, so smart runs on this device's.
     if plan.strategies.iter().any(|s| s.name() == "smart") {
         for o in opened.iter_mut() {
-            if o.profile.source == "paper-default" || o.created {
+            // A stored profile measured with the I/O thread placed elsewhere does not
+            // describe this run's placement: probe again, for this run only.
+            let here = o.cpus.as_deref().map_or_else(|| "any".to_string(), format_cpu_list);
+            let elsewhere = o.profile.source == "probe" && o.profile.io_cpus.as_deref() != Some(here.as_str());
+            if o.profile.source == "paper-default" || o.created || elsewhere {
                 eprintln!(
                     "smartcon: probing {} ({}) ...",
                     o.target.label(),
                     if o.created {
-                        "created for this run"
+                        "created for this run".to_string()
+                    } else if elsewhere {
+                        format!(
+                            "its stored profile was measured with the I/O thread on CPUs {}, this run pins it to {here}; the stored profile is kept",
+                            o.profile.io_cpus.as_deref().unwrap_or("any")
+                        )
                     } else {
-                        "no stored profile"
+                        "no stored profile".to_string()
                     }
                 );
                 let sizes = super::probe::PROBE_SIZES_BYTES.to_vec();
                 let writes = plan.workloads.iter().any(|w| workload::writes(w));
                 let outcome =
-                    super::probe::probe_target(o.target.as_ref(), writes, &sizes, plan.probe_ns, &monitor, |_, _| {
+                    super::probe::probe_target(o.target.as_ref(), writes, &sizes, plan.probe_ns, &monitor, o.cpus.as_deref(), |_, _| {
                         Ok(())
                     })?;
-                if !o.created {
+                if !o.created && !elsewhere {
                     outcome
                         .profile
                         .save(&profile_path(&outcome.profile.device))
@@ -558,23 +626,26 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     let per_load = plan.targets.len() * plan.workloads.len() * plan.sizes.len() * plan.strategies.len();
     // Turns in all, as the loop below runs them (personalities have one cell, postmark one
     // cell of at most POSTMARK_ROUNDS_MAX turns and only where there is a file system).
-    let turns_per_load: usize = opened
+    let turns: usize = plan
+        .loads
         .iter()
-        .map(|o| {
+        .flat_map(|load| opened.iter().map(move |o| (load, o)))
+        .map(|(load, o)| {
             plan.workloads
                 .iter()
                 .map(|w| {
+                    let rounds = plan.rounds_for(load, w == workload::POSTMARK) as usize;
                     if w == workload::POSTMARK {
-                        o.postmark_dir.is_some() as usize * plan.rounds.min(POSTMARK_ROUNDS_MAX) as usize
+                        o.postmark_dir.is_some() as usize * rounds
                     } else {
-                        workload::cells(w, &plan.sizes).map_or(0, |c| c.len()) * plan.rounds as usize
+                        workload::cells(w, &plan.sizes).map_or(0, |c| c.len()) * rounds
                     }
                 })
                 .sum::<usize>()
         })
         .sum::<usize>()
         * plan.strategies.len();
-    let bar = progress_bar((turns_per_load * plan.loads.len()) as u64, "evaluate");
+    let bar = progress_bar(turns as u64, "evaluate");
     let mut cells: Vec<Cell> = Vec::with_capacity(per_load * plan.loads.len());
     'loads: for load in &plan.loads {
         let cpu = if load == "cpu-intensive" {
@@ -621,19 +692,21 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                         };
                         for cellplan in cellplans {
                             let bs = cellplan.bs_bytes;
-                            // Strategies take turns in rounds, each round in a rotated
-                            // order, so drift of a shared machine hits them alike.
+                            // Strategies take turns in rounds, in a balanced order (each
+                            // leads and follows each other alike), so drift of a shared
+                            // machine and what one turn leaves behind hit them alike.
                             let n = plan.strategies.len();
                             type Turns = (JobResult, Option<Corunner>, Option<PostmarkCounts>);
                             let mut merged: Vec<Option<Turns>> = vec![None; n];
                             // Postmark builds its file pool every turn: at most 3 turns.
-                            let rounds = if is_postmark { plan.rounds.min(POSTMARK_ROUNDS_MAX) } else { plan.rounds };
+                            let rounds = plan.rounds_for(load, is_postmark);
                             for round in 0..rounds {
+                                let order = turn_order(n, round as usize);
                                 for k in 0..n {
                                     if interrupted() {
                                         break;
                                     }
-                                    let i = (k + round as usize) % n;
+                                    let i = order[k];
                                     let strategy = plan.strategies[i];
                                     bar.set_message(format!(
                                         "{load} {} {w} {} {} ({}/{})",
@@ -662,14 +735,16 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                             seed: 1 + round as u64,
                                             ..pm_base.clone()
                                         };
-                                        let x = smartcon_engine::postmark::run(
-                                            dir,
-                                            &spec,
-                                            o.target.as_ref(),
-                                            &o.profile,
-                                            &monitor,
-                                            interrupt_flag(),
-                                        )
+                                        let x = on_cpus(o.cpus.as_deref(), || {
+                                            smartcon_engine::postmark::run(
+                                                dir,
+                                                &spec,
+                                                o.target.as_ref(),
+                                                &o.profile,
+                                                &monitor,
+                                                interrupt_flag(),
+                                            )
+                                        })
                                         .map_err(engine_err)?;
                                         r = Some(x.job);
                                         counts = Some(x.counts);
@@ -683,6 +758,8 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                                 .max(1_000_000);
                                         js.seed = 1 + round as u64;
                                         js.fsync_every = ph.fsync_every;
+                                        js.cpus = o.cpus.clone();
+                                        js.warmup_ios = WARMUP_IOS;
                                         // Polling strategies (hybrid...) sample for a share of
                                         // the turn, however short the turns are.
                                         js.poll = PollParams {
@@ -809,7 +886,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     }
     jsonl.flush()?;
     let loadavg_after = loadavg();
-    let profiles: Vec<(String, Profile)> = opened
+    let profiles: Vec<(String, Profile, String)> = opened
         .iter()
         .map(|o| {
             let label = if o.created {
@@ -817,7 +894,8 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
             } else {
                 o.target.label().to_string()
             };
-            (label, o.profile.clone())
+            let cpus = o.cpus.as_deref().map_or_else(|| "any".to_string(), format_cpu_list);
+            (label, o.profile.clone(), cpus)
         })
         .collect();
     let summary = summary_md(
@@ -1238,7 +1316,7 @@ fn csw_per_io(c: &Cell) -> f64 {
 fn summary_md(
     m: &MachineRecord,
     plan: &Plan,
-    profiles: &[(String, Profile)],
+    profiles: &[(String, Profile, String)],
     cells: &[Cell],
     criteria: &[Criterion],
     loadavg: (&str, &str),
@@ -1277,8 +1355,9 @@ fn summary_md(
         "size threshold",
         "CPU threshold",
         "Q",
+        "I/O threads on CPUs",
     ]);
-    for (label, p) in profiles {
+    for (label, p, cpus) in profiles {
         t.row(vec![
             label.clone(),
             p.device.clone(),
@@ -1287,10 +1366,15 @@ fn summary_md(
             format_size(p.size_threshold_bytes),
             format!("{}%", p.cpu_threshold_pct),
             p.queue_limit.to_string(),
+            cpus.clone(),
         ]);
     }
     s += &t.render();
     s += "```\n\n";
+    s += &format!(
+        "I/O threads are pinned per target for every strategy alike (--io-cpus {}): `irq` puts them on the CPUs that take the device's completion interrupts; `any` means unpinned (devices without such an interrupt: emulated, loop, zram).\n\n",
+        plan.placement.name()
+    );
     let (n, ok, worst) = smart_check(cells);
     if let Some((r, w)) = worst {
         s += &format!(

@@ -70,6 +70,7 @@ pub fn run(args: IoArgs) -> Result<()> {
         eprintln!("smartcon: warning: {w}");
     }
     spec.validate(target.as_ref()).map_err(engine_err)?;
+    spec.cpus = io_cpus_for(&args.run.placement()?, target.as_ref());
     let profile = resolve_profile(target.as_ref(), args.profile.as_deref(), !spec.strategy.name().starts_with("smart"))?;
     let monitor = args.run.monitor()?;
     let result = run_job(target.as_ref(), &spec, &profile, &monitor, interrupt_flag());

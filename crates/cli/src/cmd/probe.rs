@@ -32,11 +32,12 @@ use smartcon_engine::decision::Strategy;
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
+use smartcon_engine::placement::{format_cpu_list, Placement};
 use smartcon_engine::profile::{self, profile_path, rules, LatencyPoint, Profile, PROFILE_VERSION};
 use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
 use smartcon_engine::Op;
 
-use crate::common::{emit_json, interrupt_flag, interrupted, progress_bar};
+use crate::common::{emit_json, interrupt_flag, interrupted, progress_bar, turn_order};
 use crate::engine_setup::*;
 use crate::table::Table;
 
@@ -51,10 +52,11 @@ pub const PROBE_SIZES_BYTES: [u64; 8] = [
     256 << 10,
     512 << 10,
 ];
+/// Turns each strategy takes per size (the measurement time is split among them): twice
+/// through the balanced order of three strategies.
+pub const PROBE_ROUNDS: usize = 6;
 /// The largest region probed on a big device: enough to defeat device caches on random
 /// reads, small enough that a `tmp:` target does not need a long fill.
-/// Turns each strategy takes per size (the measurement time is split among them).
-pub const PROBE_ROUNDS: usize = 5;
 pub const PROBE_SPAN_BYTES_MAX: u64 = 1 << 30;
 /// The queue probe's largest background (the IO-intensive load's worker count).
 pub const QUEUE_PROBE_BACKGROUND_MAX: u32 = 4;
@@ -83,6 +85,11 @@ pub struct ProbeArgs {
     /// JSON Lines: one "probe_point" per measurement and one "probe_profile".
     #[arg(long)]
     pub json: bool,
+    /// Where the measuring I/O thread runs: irq (the CPUs that take the device's completion
+    /// interrupts; unpinned where there is none), away, any, or a CPU list. Pinned, block
+    /// and spin are compared on the same CPU; see docs/evaluate.md.
+    #[arg(long, default_value = "irq")]
+    pub io_cpus: String,
 }
 
 #[derive(Serialize)]
@@ -167,6 +174,7 @@ pub fn probe_target(
     sizes: &[u64],
     duration_ns: u64,
     monitor: &SystemMonitor,
+    cpus: Option<&[usize]>,
     mut on_point: impl FnMut(&LatencyPoint, u64) -> Result<()>,
 ) -> Result<ProbeOutcome> {
     let device = target.device_id();
@@ -187,7 +195,7 @@ pub fn probe_target(
     let bar = progress_bar((sizes.len() * ops.len() * strategies.len() + queue_steps) as u64, "probe");
     let fixed_profile = Profile::paper_default(&device);
     let mut latencies = Vec::new();
-    // The strategies of one size take turns in PROBE_ROUNDS rounds, rotated, so slow drift
+    // The strategies of one size take turns in PROBE_ROUNDS rounds, balanced, so slow drift
     // of a shared machine weighs on them alike. A point's latency is the median of its
     // turns' mean latencies: one turn hit by another process's burst does not move it.
     'outer: for &op in &ops {
@@ -200,11 +208,12 @@ pub fn probe_target(
                     if interrupted() {
                         break 'outer;
                     }
-                    let i = (k + round) % strategies.len();
+                    let i = turn_order(strategies.len(), round)[k];
                     let s = strategies[i];
                     bar.set_message(format!("{} {} {}", op.name(), format_size(bs), s.name()));
                     let mut js = JobSpec::new(op, Pattern::Rand, bs, StrategyChoice::Fixed(s));
                     js.span_bytes = Some(span);
+                    js.cpus = cpus.map(<[usize]>::to_vec);
                     js.duration_ns = (duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
                     js.seed = 1 + round as u64;
                     let r = run_job(target, &js, &fixed_profile, monitor, interrupt_flag()).map_err(engine_err)?;
@@ -274,6 +283,7 @@ pub fn probe_target(
                             bar.set_message(format!("queue {k} {}", pair[i].name()));
                             let mut js = JobSpec::new(Op::Read, Pattern::Rand, bs_q, StrategyChoice::Fixed(pair[i]));
                             js.span_bytes = Some(span);
+                            js.cpus = cpus.map(<[usize]>::to_vec);
                             js.duration_ns = (duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
                             js.seed = 101 + round as u64;
                             let r = run_job(target, &js, &fixed_profile, monitor, interrupt_flag()).map_err(engine_err)?;
@@ -348,6 +358,7 @@ pub fn probe_target(
         cpu_threshold_pct: rules::cpu_threshold_pct(spin_cpu, profile::online_cpus()),
         queue_limit: if queue_points.is_empty() { 0 } else { rules::queue_limit(&queue_points) },
         wakeup_ns: Some(wakeup_ns),
+        io_cpus: Some(cpus.map_or_else(|| "any".to_string(), format_cpu_list)),
         latencies,
     };
     Ok(ProbeOutcome {
@@ -455,10 +466,12 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             );
         }
     }
+    let placement = Placement::parse(&args.io_cpus).map_err(|e| anyhow::anyhow!(e.message))?;
+    let cpus = io_cpus_for(&placement, target.as_ref());
     let monitor = start_monitor(None)?;
     let json = args.json;
     let device = target.device_id();
-    let outcome = probe_target(target.as_ref(), writes, &sizes, duration_ns, &monitor, |p, ios| {
+    let outcome = probe_target(target.as_ref(), writes, &sizes, duration_ns, &monitor, cpus.as_deref(), |p, ios| {
         if json {
             emit_json(&PointRecord {
                 record_type: "probe_point",
