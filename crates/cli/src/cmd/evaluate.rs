@@ -1272,11 +1272,21 @@ fn criteria(cells: &[Cell], classes: &[TargetInfo]) -> Vec<Criterion> {
         "4 KiB, bm-only, devices smart may spin on: smart's context switches per I/O <= 1/5 of block's",
         match worst {
             Some((r, c)) => format!(
-                "{} of {} cells; highest smart/block {r:.3} ({}; smart's decisions: {})",
+                "{} of {} cells; highest smart/block {r:.3} ({}; smart's decisions: {}; its switches: {} voluntary, {} involuntary{})",
                 v.iter().filter(|c| csw_ratio(c).is_some_and(|r| r <= 0.2)).count(),
                 v.len(),
                 cell_name(c),
-                main_reason(c)
+                main_reason(c),
+                c.result.ctx_voluntary,
+                c.result.ctx_involuntary,
+                // A spinner switched out involuntarily about once per I/O is preempted by
+                // work the kernel does for the I/O on its CPU (on the local disk: the direct
+                // I/O write completion, a kworker; docs/evaluate.md).
+                if c.result.ctx_involuntary * 2 > c.result.ios {
+                    ", i.e. the spinner was preempted about once per I/O (see \"Where the I/O threads run\" in docs/evaluate.md)"
+                } else {
+                    ""
+                }
             ),
             None => "no such cell in this run".into(),
         },
