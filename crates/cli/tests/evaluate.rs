@@ -255,7 +255,8 @@ fn compare_fio_puts_fio_beside_smartcon() {
         return;
     }
     let tmp = format!("tmp:8m@{}", dir.display());
-    let out = smartcon(&dir, &["compare-fio", &tmp, "--duration", "100ms", "--json"]);
+    // Both tools pinned to CPU 0 (fio through --cpus_allowed).
+    let out = smartcon(&dir, &["compare-fio", &tmp, "--duration", "100ms", "--io-cpus", "0", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()

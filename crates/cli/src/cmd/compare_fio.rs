@@ -18,6 +18,7 @@ use clap::Args;
 use serde::Serialize;
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::{run_job, JobSpec, Pattern};
+use smartcon_engine::placement::{format_cpu_list, Placement};
 use smartcon_engine::target::{self, OpenOptions, TargetSpec};
 use smartcon_engine::Op;
 
@@ -51,6 +52,10 @@ pub struct CompareFioArgs {
     /// JSON Lines: one "compare_fio" record per run.
     #[arg(long)]
     pub json: bool,
+    /// Where both tools' I/O threads run: any, irq (the CPUs that take the device's
+    /// completion interrupts), away, or a CPU list; fio gets it as --cpus_allowed.
+    #[arg(long, default_value = "any")]
+    pub io_cpus: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -102,14 +107,28 @@ fn make_temp(size_bytes: u64, dir: Option<&Path>) -> Result<TempFile> {
     Ok(guard)
 }
 
-fn fio_row(path: &Path, engine: &str, op: Op, pattern: Pattern, bs: u64, span: u64, duration_ns: u64) -> Result<Row> {
+#[allow(clippy::too_many_arguments)]
+fn fio_row(
+    path: &Path,
+    engine: &str,
+    op: Op,
+    pattern: Pattern,
+    bs: u64,
+    span: u64,
+    duration_ns: u64,
+    cpus: Option<&[usize]>,
+) -> Result<Row> {
     let rw = match (op, pattern) {
         (Op::Read, Pattern::Rand) => "randread",
         (Op::Read, Pattern::Seq) => "read",
         (Op::Write, Pattern::Rand) => "randwrite",
         (Op::Write, Pattern::Seq) => "write",
     };
-    let out = Command::new("fio")
+    let mut fio = Command::new("fio");
+    if let Some(c) = cpus {
+        fio.arg(format!("--cpus_allowed={}", format_cpu_list(c)));
+    }
+    let out = fio
         .arg(format!("--name=smartcon-{engine}"))
         .arg(format!("--filename={}", path.display()))
         .arg(format!("--rw={rw}"))
@@ -202,6 +221,7 @@ pub fn run(args: CompareFioArgs) -> Result<()> {
     js.span_bytes = Some(span);
     js.duration_ns = duration_ns;
     js.validate(target.as_ref()).map_err(engine_err)?;
+    js.cpus = io_cpus_for(&Placement::parse(&args.io_cpus).map_err(|e| anyhow::anyhow!(e.message))?, target.as_ref());
     let profile = resolve_profile(target.as_ref(), None, false)?;
     let monitor = start_monitor(None)?;
     let mut rows = Vec::new();
@@ -209,7 +229,7 @@ pub fn run(args: CompareFioArgs) -> Result<()> {
         if interrupted() {
             break;
         }
-        rows.push(fio_row(&path, engine, op, pattern, bs, span, duration_ns)?);
+        rows.push(fio_row(&path, engine, op, pattern, bs, span, duration_ns, js.cpus.as_deref())?);
     }
     for s in ["block", "spin", "smart"] {
         if interrupted() {
