@@ -1107,6 +1107,26 @@ struct TargetInfo {
     local_disk: bool,
 }
 
+/// The spread of smart/block over cells where both waited the same way: how far two turns
+/// of the same thing differ here, the yardstick for a 3% criterion.
+fn noise_note(ratios: &[f64]) -> String {
+    if ratios.len() < 3 {
+        return String::new();
+    }
+    let n = ratios.len() as f64;
+    let mean = ratios.iter().sum::<f64>() / n;
+    let sd = (ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    let verdict = match (mean >= 0.985, 2.0 * sd > 0.03) {
+        (true, true) => ": no systematic loss, and a spread from cell to cell that a 3% bound cannot hold",
+        (true, false) => ": no systematic loss",
+        (false, _) => ": lower on average, which turn-to-turn noise does not explain",
+    };
+    format!(
+        ". Over all {} cells where smart blocked on every I/O, smart/block averages {mean:.3} (standard deviation {sd:.3}){verdict}",
+        ratios.len()
+    )
+}
+
 fn cell_name(c: &Cell) -> String {
     format!("{} {} {} {}", c.load, c.result.target, c.workload, format_size(c.result.bs_bytes))
 }
@@ -1206,13 +1226,14 @@ fn criteria(cells: &[Cell], classes: &[TargetInfo]) -> Vec<Criterion> {
         "cpu-intensive: smart nowhere more than 3% below block",
         match worst {
             Some((g, c)) => format!(
-                "{} of {} cells >= 0.97x; lowest {g:.3} ({}; smart's decisions: {}); of the {} cells below, smart blocked on every I/O in {} (so it waited as block did and the gap is turn-to-turn noise)",
+                "{} of {} cells >= 0.97x; lowest {g:.3} ({}; smart's decisions: {}); of the {} cells below, smart blocked on every I/O in {} (so it waited as block did and the gap is turn-to-turn noise){}",
                 v.iter().filter(|c| gain(cells, c).unwrap_or(0.0) >= 0.97).count(),
                 v.len(),
                 cell_name(c),
                 main_reason(c),
                 misses.len(),
-                misses.iter().filter(|c| blocked_all(c)).count()
+                misses.iter().filter(|c| blocked_all(c)).count(),
+                noise_note(&v.iter().filter(|c| blocked_all(c)).filter_map(|c| gain(cells, c)).collect::<Vec<_>>())
             ),
             None => "no such cell in this run".into(),
         },
@@ -1774,4 +1795,20 @@ fn write_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
         n += 1;
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::noise_note;
+
+    #[test]
+    fn the_noise_note_tells_spread_from_loss() {
+        assert_eq!(noise_note(&[1.0, 0.9]), "", "too few cells to say anything");
+        let steady = noise_note(&[1.0, 1.0, 1.0]);
+        assert!(steady.ends_with("no systematic loss"), "{steady}");
+        let spread = noise_note(&[0.9, 1.1, 1.0, 0.95, 1.05]);
+        assert!(spread.contains("averages 1.000") && spread.contains("cannot hold"), "{spread}");
+        let low = noise_note(&[0.9, 0.92, 0.91]);
+        assert!(low.contains("lower on average"), "{low}");
+    }
 }
