@@ -184,23 +184,51 @@ fn irq_names(text: &str) -> Vec<(u32, String)> {
 
 /// Restricts the calling thread to `cpus`.
 pub fn pin_current_thread(cpus: &[usize]) -> Result<(), Error> {
-    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET write within it for ids below
-    // CPU_SETSIZE (checked), and sched_setaffinity reads it.
+    if let Some(c) = cpus.iter().find(|&&c| c >= libc::CPU_SETSIZE as usize) {
+        return Err(Error::new(ErrorKind::Usage, format!("CPU {c} is beyond the CPU set size")));
+    }
+    let set = cpu_set(cpus);
+    // SAFETY: sched_setaffinity reads a valid cpu_set_t of the size given.
     unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        for &c in cpus {
-            if c >= libc::CPU_SETSIZE as usize {
-                return Err(Error::new(ErrorKind::Usage, format!("CPU {c} is beyond the CPU set size")));
-            }
-            libc::CPU_SET(c, &mut set);
-        }
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             let e = std::io::Error::last_os_error();
             return Err(Error::new(ErrorKind::Usage, format!("cannot pin the I/O thread to CPUs {}: {e}", format_cpu_list(cpus))));
         }
     }
     Ok(())
+}
+
+/// The CPUs the calling thread may run on.
+pub fn current_affinity() -> Option<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data that sched_getaffinity fills; CPU_ISSET reads within
+    // it for ids below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        Some((0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect())
+    }
+}
+
+/// For a thread pinned to part of the machine: (its CPUs, the other online CPUs). `None`
+/// when it may run on every online CPU.
+pub fn pinned_split() -> Option<(Vec<usize>, Vec<usize>)> {
+    let mine = current_affinity()?;
+    let others: Vec<usize> = online_cpu_ids().into_iter().filter(|c| !mine.contains(c)).collect();
+    (!others.is_empty()).then_some((mine, others))
+}
+
+/// Builds a cpu_set_t from a list (ids at or beyond CPU_SETSIZE are skipped).
+pub fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it for ids below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(c, &mut set);
+        }
+        set
+    }
 }
 
 /// The CPU the calling thread is on now.

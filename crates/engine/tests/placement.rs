@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
-use smartcon_engine::placement::{current_cpu, online_cpu_ids, pin_current_thread, Placement};
+use smartcon_engine::placement::{current_cpu, online_cpu_ids, pin_current_thread, pinned_split, Placement};
 use smartcon_engine::target::{self, OpenOptions};
 use smartcon_engine::Op;
 
@@ -60,4 +60,28 @@ fn a_cpu_outside_the_machine_is_refused() {
         .expect_err("CPU 1000 does not exist here");
     assert!(err.message.contains("cannot pin"), "{}", err.message);
     assert!(Placement::parse("4000").is_err(), "and the CLI's parser refuses it first");
+}
+
+/// A pinned thread knows the CPUs left for io_uring's workers while it spins (`Ring`
+/// moves them there); an unpinned one has none to offer.
+#[test]
+fn a_pinned_thread_splits_the_machine_into_its_cpus_and_the_others() {
+    let online = online_cpu_ids();
+    if online.len() < 2 {
+        eprintln!("skipped: one CPU, nothing to split");
+        return;
+    }
+    if smartcon_engine::placement::current_affinity().is_some_and(|mine| mine != online) {
+        eprintln!("skipped: the test itself runs pinned (taskset?), so nothing here is unpinned");
+        return;
+    }
+    assert_eq!(std::thread::spawn(pinned_split).join().unwrap(), None, "unpinned");
+    let first = online[0];
+    let split = std::thread::spawn(move || {
+        pin_current_thread(&[first]).unwrap();
+        pinned_split()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(split, Some((vec![first], online[1..].to_vec())));
 }

@@ -11,6 +11,9 @@
 //!   four I/O workers on the same target on the mainstream path. Neither is registered with
 //!   the System Monitor, so `smart` sees them as load. Each cell records what the co-runner
 //!   did during the cell (work rate, user/sys CPU, iowait), which is Table VI;
+//! - every strategy's I/O threads run on the same CPUs: by default those that take the
+//!   device's completion interrupts (`--io-cpus`; `smartcon_engine::placement`), and the
+//!   strategies take turns in a balanced order (`common::turn_order`);
 //! - after a load starts, the run waits for more than one System Monitor window before
 //!   measuring, so `smart` sees the load it is measured under;
 //! - targets that lack a stored profile and are not emulated get a short probe first (and
@@ -239,10 +242,11 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
         } else {
             150_000_000
         },
-        // Nine short turns rather than three long ones, so the CPU-intensive load's
-        // scheduling luck averages out within a cell (one run each, smart/block under that
-        // load: lowest 0.918 with 3 rounds, 0.962 with 9; docs/evaluate.md). Eight, a
-        // multiple of the default four strategies, completes the balanced order twice.
+        // Under a load, eight short turns rather than three long ones, so the co-runner's
+        // scheduling luck averages out within a cell (one run each, smart/block under the
+        // CPU-intensive load: lowest 0.918 with 3 rounds, 0.962 with 9; docs/evaluate.md).
+        // Eight, a multiple of the default four strategies, completes the balanced order
+        // twice.
         rounds: args.rounds.unwrap_or(if args.tiny { 1 } else { 8 }).clamp(1, 100),
         // Without a load, two turns: a spinner that starts right after a blocking turn runs
         // about 12% slower for its first tens of milliseconds (the host raises the vCPU's
@@ -520,9 +524,7 @@ fn open_targets(
         let profile = resolve_profile(target.as_ref(), None, true)?;
         let (cpus, why) = plan.placement.resolve(&target.device_id());
         if let Some(why) = why {
-            if plan.placement != Placement::Any {
-                eprintln!("smartcon: note: {why}");
-            }
+            eprintln!("smartcon: note: {why}");
         }
         let fs_dir = match &spec {
             TargetSpec::Temp { dir, .. } => Some(dir.clone().unwrap_or_else(std::env::temp_dir)),
