@@ -48,6 +48,13 @@ impl Pattern {
     }
 }
 
+/// The warm-up (`JobSpec::warmup_ios`) of every turn of the interleaved comparisons (probe,
+/// evaluate). A fresh thread and ring pay for their first I/O: in 20 ms runs of `smartcon
+/// io` on the local disk the slowest I/O took 0.9-2.2 ms blocking and 0.33-0.46 ms
+/// spinning, against 50-60 us typical, so in a 25 ms turn that one I/O alone would move
+/// the turn's mean by several percent, against block.
+pub const TURN_WARMUP_IOS: u32 = 8;
+
 /// A fixed strategy or the SmartCon decision per I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StrategyChoice {

@@ -31,7 +31,7 @@ use clap::Args;
 use serde::Serialize;
 use smartcon_engine::decision::DeviceClass;
 use smartcon_engine::devemu::units::{format_ns, format_size};
-use smartcon_engine::job::{run_job, JobSpec, StrategyChoice};
+use smartcon_engine::job::{run_job, JobSpec, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadSnapshot};
 use smartcon_engine::profile::{self, profile_path, Profile};
 use smartcon_engine::stats::JobResult;
@@ -52,8 +52,6 @@ pub const LOADS: [&str; 3] = ["bm-only", "cpu-intensive", "io-intensive"];
 pub const SETTLE_NS: u64 = 250_000_000;
 /// Turns of a postmark cell at most: each turn builds and removes a pool of files.
 pub const POSTMARK_ROUNDS_MAX: u32 = 3;
-/// Unmeasured I/Os at the start of every turn (see `JobSpec::warmup_ios`).
-pub const WARMUP_IOS: u32 = 8;
 /// Cells in one evaluation at most (a mistake beyond that, not a study).
 pub const CELLS_MAX: usize = 20_000;
 
@@ -761,7 +759,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                         js.seed = 1 + round as u64;
                                         js.fsync_every = ph.fsync_every;
                                         js.cpus = o.cpus.clone();
-                                        js.warmup_ios = WARMUP_IOS;
+                                        js.warmup_ios = TURN_WARMUP_IOS;
                                         // Polling strategies (hybrid...) sample for a share of
                                         // the turn, however short the turns are.
                                         js.poll = PollParams {

@@ -30,7 +30,7 @@ use clap::Args;
 use serde::Serialize;
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::devemu::units::{format_ns, format_size};
-use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
+use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::placement::{format_cpu_list, Placement};
 use smartcon_engine::profile::{self, profile_path, rules, LatencyPoint, Profile, PROFILE_VERSION};
@@ -214,6 +214,7 @@ pub fn probe_target(
                     let mut js = JobSpec::new(op, Pattern::Rand, bs, StrategyChoice::Fixed(s));
                     js.span_bytes = Some(span);
                     js.cpus = cpus.map(<[usize]>::to_vec);
+                    js.warmup_ios = TURN_WARMUP_IOS;
                     js.duration_ns = (duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
                     js.seed = 1 + round as u64;
                     let r = run_job(target, &js, &fixed_profile, monitor, interrupt_flag()).map_err(engine_err)?;
@@ -284,6 +285,7 @@ pub fn probe_target(
                             let mut js = JobSpec::new(Op::Read, Pattern::Rand, bs_q, StrategyChoice::Fixed(pair[i]));
                             js.span_bytes = Some(span);
                             js.cpus = cpus.map(<[usize]>::to_vec);
+                            js.warmup_ios = TURN_WARMUP_IOS;
                             js.duration_ns = (duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
                             js.seed = 101 + round as u64;
                             let r = run_job(target, &js, &fixed_profile, monitor, interrupt_flag()).map_err(engine_err)?;
