@@ -34,6 +34,7 @@ use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMU
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::placement::{format_cpu_list, Placement};
 use smartcon_engine::profile::{self, profile_path, rules, LatencyPoint, Profile, PROFILE_VERSION};
+use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
 use smartcon_engine::Op;
 
@@ -194,6 +195,16 @@ pub fn probe_target(
     let queue_steps = QUEUE_PROBE_BACKGROUND_MAX as usize * 2;
     let bar = progress_bar((sizes.len() * ops.len() * strategies.len() + queue_steps) as u64, "probe");
     let fixed_profile = Profile::paper_default(&device);
+    // One turn: a fixed strategy for its share of the measurement, placed and warmed up.
+    let run_turn = |op: Op, bs: u64, s: Strategy, seed: u64| -> Result<JobResult> {
+        let mut js = JobSpec::new(op, Pattern::Rand, bs, StrategyChoice::Fixed(s));
+        js.span_bytes = Some(span);
+        js.cpus = cpus.map(<[usize]>::to_vec);
+        js.warmup_ios = TURN_WARMUP_IOS;
+        js.duration_ns = (duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
+        js.seed = seed;
+        run_job(target, &js, &fixed_profile, monitor, interrupt_flag()).map_err(engine_err)
+    };
     let mut latencies = Vec::new();
     // The strategies of one size take turns in PROBE_ROUNDS rounds, balanced, so slow drift
     // of a shared machine weighs on them alike. A point's latency is the median of its
@@ -211,13 +222,7 @@ pub fn probe_target(
                     let i = turn_order(strategies.len(), round)[k];
                     let s = strategies[i];
                     bar.set_message(format!("{} {} {}", op.name(), format_size(bs), s.name()));
-                    let mut js = JobSpec::new(op, Pattern::Rand, bs, StrategyChoice::Fixed(s));
-                    js.span_bytes = Some(span);
-                    js.cpus = cpus.map(<[usize]>::to_vec);
-                    js.warmup_ios = TURN_WARMUP_IOS;
-                    js.duration_ns = (duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
-                    js.seed = 1 + round as u64;
-                    let r = run_job(target, &js, &fixed_profile, monitor, interrupt_flag()).map_err(engine_err)?;
+                    let r = run_turn(op, bs, s, 1 + round as u64)?;
                     let a = &mut acc[i];
                     a.0 += r.ios;
                     a.1 += r.lat_ns_mean * r.ios as f64;
@@ -282,13 +287,7 @@ pub fn probe_target(
                         for j in 0..2 {
                             let i = (j + round) % 2;
                             bar.set_message(format!("queue {k} {}", pair[i].name()));
-                            let mut js = JobSpec::new(Op::Read, Pattern::Rand, bs_q, StrategyChoice::Fixed(pair[i]));
-                            js.span_bytes = Some(span);
-                            js.cpus = cpus.map(<[usize]>::to_vec);
-                            js.warmup_ios = TURN_WARMUP_IOS;
-                            js.duration_ns = (duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
-                            js.seed = 101 + round as u64;
-                            let r = run_job(target, &js, &fixed_profile, monitor, interrupt_flag()).map_err(engine_err)?;
+                            let r = run_turn(Op::Read, bs_q, pair[i], 101 + round as u64)?;
                             if r.ios > 0 {
                                 turns[i].push(r.lat_ns_mean);
                             }
