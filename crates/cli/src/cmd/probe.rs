@@ -594,6 +594,10 @@ pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
             row.join(", ")
         );
     }
+    out += &match p.io_cpus.as_deref() {
+        Some("any") | None => "I/O thread      unpinned   (the scheduler placed it; --io-cpus to pin)\n".to_string(),
+        Some(cpus) => format!("I/O thread      CPUs {cpus}   (pinned for every strategy alike; stored in the profile)\n"),
+    };
     out
 }
 
@@ -626,5 +630,20 @@ mod tests {
         assert_eq!(p[0].spin_ns, 10e3);
         assert_eq!(p[1].spin_ns, 29.9e3);
         assert_eq!(rules::size_threshold_bytes(&p), 8192);
+    }
+
+    #[test]
+    fn the_table_says_where_the_thread_ran() {
+        let mut profile = Profile::paper_default("blk:vda");
+        profile.latencies = vec![lp("read", 4096, "block", 20e3), lp("read", 4096, "spin", 10e3), lp("read", 4096, "sync", 20e3)];
+        let outcome = |cpus: Option<&str>| ProbeOutcome {
+            profile: Profile { io_cpus: cpus.map(str::to_string), ..profile.clone() },
+            wakeup_source: "test".into(),
+            block_cpu_ns: 5e3,
+            notes: Vec::new(),
+        };
+        assert!(render("t", &outcome(Some("1")), &[4096]).contains("I/O thread      CPUs 1   (pinned"));
+        assert!(render("t", &outcome(Some("any")), &[4096]).contains("I/O thread      unpinned"));
+        assert!(render("t", &outcome(None), &[4096]).contains("I/O thread      unpinned"));
     }
 }
