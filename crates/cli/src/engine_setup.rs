@@ -63,8 +63,13 @@ impl RunFlags {
     }
 
     pub fn placement(&self) -> Result<Placement> {
-        Placement::parse(&self.io_cpus).map_err(|e| anyhow::anyhow!(e.message))
+        parse_placement(&self.io_cpus)
     }
+}
+
+/// `--io-cpus`: any, irq, away or a CPU list; a bad one is a one-line usage error.
+pub fn parse_placement(text: &str) -> Result<Placement> {
+    Placement::parse(text).map_err(|e| anyhow::anyhow!(e.message))
 }
 
 /// The CPU set for a target's I/O threads; a placement that cannot be honoured on it

@@ -18,7 +18,7 @@ use clap::Args;
 use serde::Serialize;
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::{run_job, JobSpec, Pattern};
-use smartcon_engine::placement::{format_cpu_list, Placement};
+use smartcon_engine::placement::format_cpu_list;
 use smartcon_engine::target::{self, OpenOptions, TargetSpec};
 use smartcon_engine::Op;
 
@@ -221,7 +221,7 @@ pub fn run(args: CompareFioArgs) -> Result<()> {
     js.span_bytes = Some(span);
     js.duration_ns = duration_ns;
     js.validate(target.as_ref()).map_err(engine_err)?;
-    js.cpus = io_cpus_for(&Placement::parse(&args.io_cpus).map_err(|e| anyhow::anyhow!(e.message))?, target.as_ref());
+    js.cpus = io_cpus_for(&parse_placement(&args.io_cpus)?, target.as_ref());
     let profile = resolve_profile(target.as_ref(), None, false)?;
     let monitor = start_monitor(None)?;
     let mut rows = Vec::new();

@@ -253,7 +253,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
         rounds_bm_only: args.rounds.unwrap_or(if args.tiny { 1 } else { 2 }).clamp(1, 100),
         postmark_dir: args.postmark_dir.clone(),
         postmark_files: if args.tiny { 50 } else { smartcon_engine::postmark::PostmarkSpec::default().files },
-        placement: Placement::parse(&args.io_cpus).map_err(|e| anyhow::anyhow!(e.message))?,
+        placement: parse_placement(&args.io_cpus)?,
     })
 }
 

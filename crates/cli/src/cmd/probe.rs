@@ -32,7 +32,7 @@ use smartcon_engine::decision::Strategy;
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
-use smartcon_engine::placement::{format_cpu_list, Placement};
+use smartcon_engine::placement::format_cpu_list;
 use smartcon_engine::profile::{self, profile_path, rules, LatencyPoint, Profile, PROFILE_VERSION};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
@@ -467,7 +467,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             );
         }
     }
-    let placement = Placement::parse(&args.io_cpus).map_err(|e| anyhow::anyhow!(e.message))?;
+    let placement = parse_placement(&args.io_cpus)?;
     let cpus = io_cpus_for(&placement, target.as_ref());
     let monitor = start_monitor(None)?;
     let json = args.json;
