@@ -13,10 +13,7 @@ use smartcon_cachesim::synth::{Synth, SynthKind};
 use smartcon_cachesim::trace::Record;
 
 fn records() -> Vec<Record> {
-    let n: usize = std::env::var("SMARTCON_BENCH_RECORDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000_000);
+    let n: usize = std::env::var("SMARTCON_BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000_000);
     // A mix: hot/cold random data over 4 MiB reaches every level.
     Synth::new(SynthKind::HotCold, 4 << 20, 42).unwrap().take(n).collect()
 }
@@ -46,11 +43,7 @@ fn benches(c: &mut Criterion) {
     bench_policy::<Lru>(c, "table_ii_lru", table_ii, &trace);
     bench_policy::<Drrip>(c, "table_ii_drrip", table_ii, &trace);
     bench_policy::<Ship>(c, "table_ii_ship", table_ii, &trace);
-    let cachegrind = HierarchyConfig {
-        l2: None,
-        mode: Mode::Cachegrind,
-        ..table_ii
-    };
+    let cachegrind = HierarchyConfig { l2: None, mode: Mode::Cachegrind, ..table_ii };
     bench_policy::<Lru>(c, "cachegrind_like_lru", cachegrind, &trace);
 }
 

@@ -83,12 +83,7 @@ impl<P: ReplacementPolicy> Cache<P> {
         if let Some(way) = row.iter().position(|&t| t == tag) {
             self.stats.hits += 1;
             self.policy.on_hit(set, way, pc);
-            return Outcome {
-                hit: true,
-                set,
-                way,
-                evicted_block: None,
-            };
+            return Outcome { hit: true, set, way, evicted_block: None };
         }
         self.stats.misses += 1;
         let (way, evicted_block) = match row.iter().position(|&t| t == 0) {
@@ -102,12 +97,7 @@ impl<P: ReplacementPolicy> Cache<P> {
         };
         self.tags[base + way] = tag;
         self.policy.on_fill(set, way, pc);
-        Outcome {
-            hit: false,
-            set,
-            way,
-            evicted_block,
-        }
+        Outcome { hit: false, set, way, evicted_block }
     }
 
     /// Whether `block` is present, without touching replacement state or counts.
@@ -134,10 +124,7 @@ mod tests {
     use crate::policy::{Drrip, LeaderKind, Lru, Ship, PSEL_MAX};
 
     fn hits<P: ReplacementPolicy>(cache: &mut Cache<P>, blocks: &[u64]) -> String {
-        blocks
-            .iter()
-            .map(|&b| if cache.access(b, 0x400000).hit { 'H' } else { 'M' })
-            .collect()
+        blocks.iter().map(|&b| if cache.access(b, 0x400000).hit { 'H' } else { 'M' }).collect()
     }
 
     /// One set of two ways: blocks are multiples of nothing in particular, all map to set 0.
@@ -150,14 +137,7 @@ mod tests {
         let mut c: Cache<Lru> = Cache::new(one_set(2));
         // A B A C B A: C evicts B (LRU), B evicts A, A evicts C.
         assert_eq!(hits(&mut c, &[1, 2, 1, 3, 2, 1, 2]), "MMHMMMH");
-        assert_eq!(
-            c.stats,
-            CacheStats {
-                accesses: 7,
-                hits: 2,
-                misses: 5
-            }
-        );
+        assert_eq!(c.stats, CacheStats { accesses: 7, hits: 2, misses: 5 });
         let mut c: Cache<Lru> = Cache::new(one_set(4));
         // Cyclic scan of 5 blocks over 4 ways: LRU misses every time.
         assert_eq!(hits(&mut c, &[1, 2, 3, 4, 5, 1, 2, 3, 4, 5]), "MMMMMMMMMM");
@@ -221,11 +201,7 @@ mod tests {
         assert!(psel_max_seen > psel_start, "SRRIP leader misses must move PSEL");
         assert_eq!(d.policy().psel(), PSEL_MAX, "BRRIP wins the duel on a thrashing scan");
         assert_eq!(l.stats.hits, 0);
-        assert!(
-            d.stats.hits * 4 > d.stats.accesses,
-            "DRRIP keeps part of the scan: {:?}",
-            d.stats
-        );
+        assert!(d.stats.hits * 4 > d.stats.accesses, "DRRIP keeps part of the scan: {:?}", d.stats);
         // Misses in BRRIP leaders move PSEL the other way.
         let mut p = Drrip::new(&g);
         let brrip_set = (0..g.sets()).find(|&s| p.leader_kind(s) == LeaderKind::Brrip).unwrap();

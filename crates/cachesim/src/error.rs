@@ -31,10 +31,7 @@ pub struct Error {
 
 impl Error {
     pub fn new(kind: ErrorKind, detail: impl Into<String>) -> Self {
-        Error {
-            kind,
-            detail: detail.into(),
-        }
+        Error { kind, detail: detail.into() }
     }
 }
 

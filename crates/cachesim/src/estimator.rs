@@ -61,10 +61,7 @@ impl AtdEstimator {
         if ways > 64 || sampled < 2 {
             return Err(Error::new(
                 ErrorKind::Parameter,
-                format!(
-                    "cannot sample 1/{} of {sets} sets into two halves",
-                    1u64 << sample_shift
-                ),
+                format!("cannot sample 1/{} of {sets} sets into two halves", 1u64 << sample_shift),
             ));
         }
         Ok(AtdEstimator {
@@ -101,16 +98,8 @@ impl AtdEstimator {
     pub fn estimate(&self) -> Estimate {
         let [a, b] = self.counts;
         let sum = a + b;
-        let divergence = if sum == 0 {
-            0.0
-        } else {
-            a.abs_diff(b) as f64 / sum as f64
-        };
-        Estimate {
-            half_counts: self.counts,
-            cs_misses: sum << self.sample_shift,
-            divergence,
-        }
+        let divergence = if sum == 0 { 0.0 } else { a.abs_diff(b) as f64 / sum as f64 };
+        Estimate { half_counts: self.counts, cs_misses: sum << self.sample_shift, divergence }
     }
 }
 
@@ -124,12 +113,7 @@ pub struct GroundTruth {
 
 impl GroundTruth {
     pub fn new(sets: usize, ways: u32) -> Self {
-        GroundTruth {
-            ways: ways as usize,
-            stamps: vec![0; sets * ways as usize],
-            schedule: 0,
-            cs_misses: 0,
-        }
+        GroundTruth { ways: ways as usize, stamps: vec![0; sets * ways as usize], schedule: 0, cs_misses: 0 }
     }
 
     pub fn switch_in(&mut self) {

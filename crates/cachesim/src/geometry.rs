@@ -46,11 +46,7 @@ impl Geometry {
                 "cache of {size_bytes} bytes, {ways} ways, {line_bytes}-byte lines has {sets} sets, not a power of two"
             ));
         }
-        Ok(Geometry {
-            size_bytes,
-            ways,
-            line_bytes,
-        })
+        Ok(Geometry { size_bytes, ways, line_bytes })
     }
 
     pub fn sets(&self) -> usize {
@@ -74,11 +70,7 @@ impl Geometry {
 
 impl std::fmt::Display for Geometry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} B, {}-way, {} B lines",
-            self.size_bytes, self.ways, self.line_bytes
-        )
+        write!(f, "{} B, {}-way, {} B lines", self.size_bytes, self.ways, self.line_bytes)
     }
 }
 
@@ -90,10 +82,7 @@ mod tests {
     fn rejects_bad_geometries_with_a_reason() {
         assert_eq!(Geometry::new(32768, 0, 64).unwrap_err().kind, ErrorKind::Geometry);
         assert!(Geometry::new(3000, 2, 64).unwrap_err().detail.contains("divide"));
-        assert!(Geometry::new(3 << 20, 16, 64)
-            .unwrap_err()
-            .detail
-            .contains("power of two"));
+        assert!(Geometry::new(3 << 20, 16, 64).unwrap_err().detail.contains("power of two"));
         assert!(Geometry::new(32768, 3, 64).unwrap_err().detail.contains("divide"));
         assert!(Geometry::new(32768, 65, 64).unwrap_err().detail.contains("64-way"));
         assert_eq!(Geometry::new(3 << 20, 12, 64).unwrap().sets(), 4096);

@@ -37,11 +37,7 @@ pub struct Timing {
 
 impl Default for Timing {
     fn default() -> Self {
-        Timing {
-            l2_hit_cycles: 10,
-            llc_hit_cycles: 24,
-            memory_cycles: 400,
-        }
+        Timing { l2_hit_cycles: 10, llc_hit_cycles: 24, memory_cycles: 400 }
     }
 }
 
@@ -83,16 +79,10 @@ impl HierarchyConfig {
         let line = self.llc.line_bytes;
         let all = [Some(self.l1i), Some(self.l1d), self.l2];
         if all.iter().flatten().any(|g| g.line_bytes != line) {
-            return Err(Error::new(
-                ErrorKind::Geometry,
-                "every level must use the same line size",
-            ));
+            return Err(Error::new(ErrorKind::Geometry, "every level must use the same line size"));
         }
         if self.mode == Mode::Cachegrind && self.l2.is_some() {
-            return Err(Error::new(
-                ErrorKind::Geometry,
-                "the cachegrind-like mode has no L2 (I1, D1 and LL only)",
-            ));
+            return Err(Error::new(ErrorKind::Geometry, "the cachegrind-like mode has no L2 (I1, D1 and LL only)"));
         }
         Ok(())
     }
@@ -247,11 +237,7 @@ impl<P: ReplacementPolicy, O: LlcObserver> Hierarchy<P, O> {
         }
         let hit = !straddle_is_miss(&mut self.llc, first, last, pc);
         self.observer.on_llc_access(first, pc, hit);
-        self.cycles += if hit {
-            self.config.timing.llc_hit_cycles
-        } else {
-            self.config.timing.memory_cycles
-        };
+        self.cycles += if hit { self.config.timing.llc_hit_cycles } else { self.config.timing.memory_cycles };
     }
 
     /// Invalidates the LLC only: the paper's context switch (Sec. II, Sec. IV: "effects other
@@ -295,31 +281,10 @@ mod tests {
         assert_eq!(h.cycles(), 412);
         let s = h.stats();
         assert_eq!((s.instructions, s.records), (2, 3));
-        assert_eq!(
-            s.l1i,
-            CacheStats {
-                accesses: 2,
-                hits: 1,
-                misses: 1
-            }
-        );
+        assert_eq!(s.l1i, CacheStats { accesses: 2, hits: 1, misses: 1 });
         assert_eq!(s.l1d.misses, 1);
-        assert_eq!(
-            s.l2.unwrap(),
-            CacheStats {
-                accesses: 2,
-                hits: 1,
-                misses: 1
-            }
-        );
-        assert_eq!(
-            s.llc,
-            CacheStats {
-                accesses: 1,
-                hits: 0,
-                misses: 1
-            }
-        );
+        assert_eq!(s.l2.unwrap(), CacheStats { accesses: 2, hits: 1, misses: 1 });
+        assert_eq!(s.llc, CacheStats { accesses: 1, hits: 0, misses: 1 });
         assert!((s.ipc() - 2.0 / 412.0).abs() < 1e-12);
     }
 
@@ -332,32 +297,13 @@ mod tests {
         // 8 bytes at 0x103c straddle lines 0x40 and 0x41: one access, one miss at D1 and LL.
         h.access(&Record::data(0, 0x103c, AccessKind::Read, 8));
         let s = h.stats();
-        assert_eq!(
-            s.l1d,
-            CacheStats {
-                accesses: 1,
-                hits: 0,
-                misses: 1
-            }
-        );
-        assert_eq!(
-            s.llc,
-            CacheStats {
-                accesses: 1,
-                hits: 0,
-                misses: 1
-            }
-        );
+        assert_eq!(s.l1d, CacheStats { accesses: 1, hits: 0, misses: 1 });
+        assert_eq!(s.llc, CacheStats { accesses: 1, hits: 0, misses: 1 });
         // Both lines are now present: hits.
         h.access(&Record::data(0, 0x1040, AccessKind::Write, 4));
         h.access(&Record::data(0, 0x1000, AccessKind::Modify, 4));
         assert_eq!(h.stats().l1d.misses, 1);
         assert_eq!(h.stats().l1d.accesses, 3);
-        assert!(HierarchyConfig {
-            mode: Mode::Cachegrind,
-            ..HierarchyConfig::table_ii()
-        }
-        .validate()
-        .is_err());
+        assert!(HierarchyConfig { mode: Mode::Cachegrind, ..HierarchyConfig::table_ii() }.validate().is_err());
     }
 }

@@ -64,11 +64,7 @@ impl EtsTable {
     }
 
     pub fn slice_for(&self, cs_misses: u64) -> u64 {
-        self.groups
-            .iter()
-            .find(|(upper, _)| cs_misses <= *upper)
-            .map(|g| g.1)
-            .unwrap_or(BASE_SLICE_CYCLES)
+        self.groups.iter().find(|(upper, _)| cs_misses <= *upper).map(|g| g.1).unwrap_or(BASE_SLICE_CYCLES)
     }
 }
 
@@ -99,18 +95,10 @@ impl TaskSpec {
             )
         })?;
         let working_set_bytes = parse_size(size_text).ok_or_else(|| {
-            Error::new(
-                ErrorKind::Parameter,
-                format!("cannot read {size_text:?} in {text:?} as a size"),
-            )
+            Error::new(ErrorKind::Parameter, format!("cannot read {size_text:?} in {text:?} as a size"))
         })?;
         Synth::new(kind, working_set_bytes, seed)?;
-        Ok(TaskSpec {
-            name: text.to_string(),
-            kind,
-            working_set_bytes,
-            seed,
-        })
+        Ok(TaskSpec { name: text.to_string(), kind, working_set_bytes, seed })
     }
 
     /// The default suite of eight task types, from no reuse to heavy LLC reuse.
@@ -128,12 +116,7 @@ impl TaskSpec {
         ]
         .into_iter()
         .enumerate()
-        .map(|(i, (name, kind, ws))| TaskSpec {
-            name: name.into(),
-            kind,
-            working_set_bytes: ws,
-            seed: 1 + i as u64,
-        })
+        .map(|(i, (name, kind, ws))| TaskSpec { name: name.into(), kind, working_set_bytes: ws, seed: 1 + i as u64 })
         .collect()
     }
 }
@@ -415,26 +398,9 @@ mod tests {
             table: EtsTable::table_i(),
             sample_shift: 4,
         };
-        let heavy = TaskSpec {
-            name: "loop:1m".into(),
-            kind: SynthKind::Loop,
-            working_set_bytes: 1 << 20,
-            seed: 1,
-        };
-        let light = TaskSpec {
-            name: "loop:64k".into(),
-            kind: SynthKind::Loop,
-            working_set_bytes: 64 << 10,
-            seed: 2,
-        };
-        let uts = run_task(
-            &heavy,
-            &config(SliceMode::Uniform {
-                slice_cycles: BASE_SLICE_CYCLES,
-            }),
-            &stop,
-        )
-        .unwrap();
+        let heavy = TaskSpec { name: "loop:1m".into(), kind: SynthKind::Loop, working_set_bytes: 1 << 20, seed: 1 };
+        let light = TaskSpec { name: "loop:64k".into(), kind: SynthKind::Loop, working_set_bytes: 64 << 10, seed: 2 };
+        let uts = run_task(&heavy, &config(SliceMode::Uniform { slice_cycles: BASE_SLICE_CYCLES }), &stop).unwrap();
         let ets = run_task(&heavy, &config(SliceMode::Elastic), &stop).unwrap();
         // 1 MiB = 16384 lines reused every pass: well above 10,500 CS misses -> 10 ms slices.
         assert!(uts.schedules[1].cs_misses_exact > 10_500, "{:?}", uts.schedules[1]);
@@ -459,18 +425,12 @@ mod tests {
             hierarchy,
             policy: PolicyKind::Drrip,
             instructions: 6_000_000,
-            mode: SliceMode::Uniform {
-                slice_cycles: BASE_SLICE_CYCLES,
-            },
+            mode: SliceMode::Uniform { slice_cycles: BASE_SLICE_CYCLES },
             table: EtsTable::table_i(),
             sample_shift: 4,
         };
-        let task = TaskSpec {
-            name: "loop:1536k".into(),
-            kind: SynthKind::Loop,
-            working_set_bytes: 1536 << 10,
-            seed: 5,
-        };
+        let task =
+            TaskSpec { name: "loop:1536k".into(), kind: SynthKind::Loop, working_set_bytes: 1536 << 10, seed: 5 };
         let run = run_task(&task, &config, &stop).unwrap();
         assert!(run.cs_misses_exact() > 10_000);
         let err = run.estimation_error().unwrap();

@@ -39,13 +39,8 @@ pub enum SynthKind {
 }
 
 impl SynthKind {
-    pub const ALL: [SynthKind; 5] = [
-        SynthKind::Stream,
-        SynthKind::Loop,
-        SynthKind::Random,
-        SynthKind::Phased,
-        SynthKind::HotCold,
-    ];
+    pub const ALL: [SynthKind; 5] =
+        [SynthKind::Stream, SynthKind::Loop, SynthKind::Random, SynthKind::Phased, SynthKind::HotCold];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -184,21 +179,14 @@ impl Iterator for Synth {
         }
         self.since_data += 1;
         if self.since_data < FETCHES_PER_DATA {
-            let component = if self.kind == SynthKind::Phased && (self.data_index / self.slots) % 4 >= 2 {
-                1
-            } else {
-                0
-            };
+            let component =
+                if self.kind == SynthKind::Phased && (self.data_index / self.slots) % 4 >= 2 { 1 } else { 0 };
             return Some(Record::fetch(self.pc(component), 4));
         }
         self.since_data = 0;
         let (addr, component) = self.next_data();
         let pc = self.pc(component);
-        let kind = if self.rng.below(4) == 0 {
-            AccessKind::Write
-        } else {
-            AccessKind::Read
-        };
+        let kind = if self.rng.below(4) == 0 { AccessKind::Write } else { AccessKind::Read };
         self.pending = Some(Record::data(pc, addr, kind, ACCESS_BYTES as u8));
         Some(Record::fetch(pc, 4))
     }
@@ -215,12 +203,7 @@ mod tests {
     use std::collections::HashSet;
 
     fn data_lines(kind: SynthKind, ws: u64, n: usize) -> HashSet<u64> {
-        Synth::new(kind, ws, 7)
-            .unwrap()
-            .filter(|r| r.kind.is_data())
-            .take(n)
-            .map(|r| r.addr >> 6)
-            .collect()
+        Synth::new(kind, ws, 7).unwrap().filter(|r| r.kind.is_data()).take(n).map(|r| r.addr >> 6).collect()
     }
 
     #[test]
@@ -233,9 +216,7 @@ mod tests {
         let s = Synth::new(SynthKind::Loop, ws, 1).unwrap();
         let first: Vec<Record> = s.take(8).collect();
         assert_eq!(first.iter().filter(|r| r.kind.is_data()).count(), 2);
-        assert!(first
-            .iter()
-            .all(|r| r.kind == AccessKind::Fetch || r.pc == first[2].pc || r.pc == first[6].pc));
+        assert!(first.iter().all(|r| r.kind == AccessKind::Fetch || r.pc == first[2].pc || r.pc == first[6].pc));
         assert_eq!(records_for(2), 8);
         // Same seed, same stream.
         let a: Vec<Record> = Synth::new(SynthKind::HotCold, ws, 3).unwrap().take(1000).collect();

@@ -65,21 +65,11 @@ pub struct Record {
 
 impl Record {
     pub fn fetch(pc: u64, size_bytes: u8) -> Self {
-        Record {
-            pc,
-            addr: pc,
-            kind: AccessKind::Fetch,
-            size_bytes,
-        }
+        Record { pc, addr: pc, kind: AccessKind::Fetch, size_bytes }
     }
 
     pub fn data(pc: u64, addr: u64, kind: AccessKind, size_bytes: u8) -> Self {
-        Record {
-            pc,
-            addr,
-            kind,
-            size_bytes,
-        }
+        Record { pc, addr, kind, size_bytes }
     }
 }
 
@@ -168,10 +158,7 @@ impl TraceWriter {
     /// Writes the header and flushes; returns the record count.
     pub fn finish(mut self) -> Result<u64> {
         self.out.flush()?;
-        let mut file = self
-            .out
-            .into_inner()
-            .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
+        let mut file = self.out.into_inner().map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
         file.seek(SeekFrom::Start(0))?;
         let mut header = Vec::with_capacity(HEADER_BYTES as usize);
         header.extend_from_slice(MAGIC);
@@ -179,8 +166,7 @@ impl TraceWriter {
         header.extend_from_slice(&self.body_bytes.to_le_bytes());
         header.extend_from_slice(&self.checksum.to_le_bytes());
         file.write_all(&header)?;
-        file.sync_all()
-            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot sync {}: {e}", self.path.display())))?;
+        file.sync_all().map_err(|e| Error::new(ErrorKind::Io, format!("cannot sync {}: {e}", self.path.display())))?;
         Ok(self.count)
     }
 }
@@ -228,9 +214,7 @@ impl TraceReader {
             return Err(corrupt("unfinished trace (its writer never wrote the header)".into()));
         }
         if &header[..8] != MAGIC {
-            return Err(corrupt(
-                "not a smartcon trace (bad magic; lackey text needs `smartcon trace convert`)".into(),
-            ));
+            return Err(corrupt("not a smartcon trace (bad magic; lackey text needs `smartcon trace convert`)".into()));
         }
         let word = |i: usize| u64::from_le_bytes(header[i..i + 8].try_into().expect("8 bytes"));
         let (expected_count, body_bytes, expected_checksum) = (word(8), word(16), word(24));
@@ -245,10 +229,7 @@ impl TraceReader {
             ));
         }
         if actual_body > body_bytes {
-            return Err(corrupt(format!(
-                "{} bytes after the last record",
-                actual_body - body_bytes
-            )));
+            return Err(corrupt(format!("{} bytes after the last record", actual_body - body_bytes)));
         }
         Ok(TraceReader {
             input,
@@ -290,11 +271,7 @@ impl TraceReader {
     fn corrupt(&self, what: &str) -> Error {
         Error::new(
             ErrorKind::TraceCorrupt,
-            format!(
-                "{}: corrupt trace at body byte {}: {what}",
-                self.path.display(),
-                self.consumed + self.pos as u64
-            ),
+            format!("{}: corrupt trace at body byte {}: {what}", self.path.display(), self.consumed + self.pos as u64),
         )
     }
 
@@ -354,12 +331,7 @@ impl TraceReader {
         } else {
             self.last_pc
         };
-        let r = Record {
-            pc: self.last_pc,
-            addr,
-            kind,
-            size_bytes,
-        };
+        let r = Record { pc: self.last_pc, addr, kind, size_bytes };
         self.count += 1;
         self.checksum = checksum_step(self.checksum, &r);
         Ok(Some(r))
@@ -376,11 +348,7 @@ impl TraceReader {
         if self.checksum != self.expected_checksum {
             return Err(Error::new(
                 ErrorKind::TraceCorrupt,
-                format!(
-                    "{}: corrupt trace: checksum mismatch over {} records",
-                    self.path.display(),
-                    self.count
-                ),
+                format!("{}: corrupt trace: checksum mismatch over {} records", self.path.display(), self.count),
             ));
         }
         Ok(())
@@ -474,12 +442,7 @@ pub fn convert_lackey_file(input: &Path, output: &Path) -> Result<LackeyStats> {
     let file =
         File::open(input).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", input.display())))?;
     let mut writer = TraceWriter::create(output)?;
-    let result = convert_lackey(
-        BufReader::with_capacity(1 << 20, file),
-        true,
-        |r| writer.push(r),
-        |_| {},
-    );
+    let result = convert_lackey(BufReader::with_capacity(1 << 20, file), true, |r| writer.push(r), |_| {});
     match result {
         Ok(stats) if stats.records > 0 => {
             writer.finish()?;
@@ -488,10 +451,7 @@ pub fn convert_lackey_file(input: &Path, output: &Path) -> Result<LackeyStats> {
         Ok(_) => {
             drop(writer);
             let _ = std::fs::remove_file(output);
-            Err(Error::new(
-                ErrorKind::Lackey,
-                format!("{} holds no lackey trace lines", input.display()),
-            ))
+            Err(Error::new(ErrorKind::Lackey, format!("{} holds no lackey trace lines", input.display())))
         }
         Err(e) => {
             drop(writer);
@@ -575,13 +535,7 @@ mod tests {
         let (input, output) = (tmp("lk.txt"), tmp("lk.sct"));
         std::fs::write(&input, text).unwrap();
         let stats = convert_lackey_file(&input, &output).unwrap();
-        assert_eq!(
-            stats,
-            LackeyStats {
-                records: 5,
-                other_lines: 2
-            }
-        );
+        assert_eq!(stats, LackeyStats { records: 5, other_lines: 2 });
         let got = TraceReader::read_all(&output).unwrap();
         assert_eq!(
             got,

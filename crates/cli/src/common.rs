@@ -99,14 +99,10 @@ pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<()> {
             anyhow::bail!("{} exists and is not a directory", dir.display());
         }
         if std::fs::read_dir(dir)?.next().is_some() {
-            anyhow::bail!(
-                "{} exists and is not empty; choose another --out or remove it",
-                dir.display()
-            );
+            anyhow::bail!("{} exists and is not empty; choose another --out or remove it", dir.display());
         }
     }
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     Ok(())
 }
 

@@ -143,7 +143,9 @@ pub fn split_targets(text: &str) -> Result<Vec<String>> {
     let mut out: Vec<String> = Vec::new();
     for item in split_list("targets", text)? {
         match out.last_mut() {
-            Some(last) if last.starts_with("emu:") && item.contains('=') && !item.contains(':') && !item.contains('/') => {
+            Some(last)
+                if last.starts_with("emu:") && item.contains('=') && !item.contains(':') && !item.contains('/') =>
+            {
                 last.push(',');
                 last.push_str(&item);
             }
@@ -167,7 +169,9 @@ pub fn resolve_profile(target: &dyn Target, explicit: Option<&Path>, quiet: bool
     }
     let stored = profile_path(&device);
     if stored.exists() {
-        let p = Profile::load(&stored).map_err(engine_err).with_context(|| "the stored profile is unreadable; re-run smartcon probe or remove it")?;
+        let p = Profile::load(&stored)
+            .map_err(engine_err)
+            .with_context(|| "the stored profile is unreadable; re-run smartcon probe or remove it")?;
         if p.device == device {
             return Ok(p);
         }

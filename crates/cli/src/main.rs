@@ -7,10 +7,10 @@
 mod cmd;
 mod common;
 mod engine_setup;
-mod printers;
-mod table;
 mod plot;
 mod polling;
+mod printers;
+mod table;
 
 use clap::{Parser, Subcommand};
 

@@ -72,11 +72,7 @@ pub fn line_chart(path: &Path, chart: &LineChart<'_>, series: &[Series]) -> Resu
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let mut builder = ChartBuilder::on(&root);
-    builder
-        .caption(chart.title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(48)
-        .y_label_area_size(72);
+    builder.caption(chart.title, ("sans-serif", 22)).margin(16).x_label_area_size(48).y_label_area_size(72);
     // The four scale combinations are four different types in plotters.
     macro_rules! draw {
         ($xr:expr, $yr:expr) => {{
@@ -105,14 +101,9 @@ pub fn line_chart(path: &Path, chart: &LineChart<'_>, series: &[Series]) -> Resu
             }
             for (x, label) in &chart.markers {
                 let style = ShapeStyle::from(&BLACK.mix(0.6)).stroke_width(1);
-                c.draw_series(std::iter::once(PathElement::new(vec![(*x, y0), (*x, y1)], style)))
+                c.draw_series(std::iter::once(PathElement::new(vec![(*x, y0), (*x, y1)], style))).map_err(err)?;
+                c.draw_series(std::iter::once(Text::new(label.clone(), (*x, y1), ("sans-serif", 13).into_font())))
                     .map_err(err)?;
-                c.draw_series(std::iter::once(Text::new(
-                    label.clone(),
-                    (*x, y1),
-                    ("sans-serif", 13).into_font(),
-                )))
-                .map_err(err)?;
             }
             c.configure_series_labels()
                 .background_style(WHITE.mix(0.85))
@@ -148,7 +139,8 @@ pub struct BarChart<'a> {
 pub fn bar_chart(path: &Path, chart: &BarChart<'_>) -> Result<()> {
     let groups = chart.categories.len().max(1);
     let bars = chart.series.len().max(1);
-    let mut high = chart.series.iter().flat_map(|s| s.1.iter().copied()).filter(|v| v.is_finite()).fold(0.0f64, f64::max);
+    let mut high =
+        chart.series.iter().flat_map(|s| s.1.iter().copied()).filter(|v| v.is_finite()).fold(0.0f64, f64::max);
     if let Some(r) = chart.reference {
         high = high.max(r);
     }

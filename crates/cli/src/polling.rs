@@ -59,7 +59,6 @@ pub struct HybridCheck {
     pub sleeps_per_io: f64,
 }
 
-
 /// The interval sweep of every cell that has fixed-interval runs.
 pub fn sweeps(results: &[JobResult]) -> Vec<SweepRecord> {
     let mut out: Vec<SweepRecord> = Vec::new();
@@ -134,7 +133,11 @@ pub fn render_polling(sweeps: &[SweepRecord], checks: &[HybridCheck]) -> String 
             t.row(vec![format_ns(i as f64), format_ns(lat), format!("{:.2}x", lat / s.best_lat_ns_mean)]);
         }
         out += &t.render();
-        out += &format!("best fixed interval: {} (mean latency {})\n", format_ns(s.best_interval_ns as f64), format_ns(s.best_lat_ns_mean));
+        out += &format!(
+            "best fixed interval: {} (mean latency {})\n",
+            format_ns(s.best_interval_ns as f64),
+            format_ns(s.best_lat_ns_mean)
+        );
     }
     for c in checks {
         out += &format!(
@@ -157,10 +160,19 @@ pub fn render_polling(sweeps: &[SweepRecord], checks: &[HybridCheck]) -> String 
 pub fn plot_sweeps(path: &std::path::Path, sweeps: &[SweepRecord]) -> Result<()> {
     let mut series = Vec::new();
     for s in sweeps {
-        let cell = if sweeps.len() > 1 { format!(" {} {} {}", s.target, s.op, format_size(s.bs_bytes)) } else { String::new() };
+        let cell = if sweeps.len() > 1 {
+            format!(" {} {} {}", s.target, s.op, format_size(s.bs_bytes))
+        } else {
+            String::new()
+        };
         let (lo, hi) = (s.points_ns[0].0 as f64 / 1e3, s.points_ns[s.points_ns.len() - 1].0 as f64 / 1e3);
-        series.push(Series { name: format!("fixed-interval polling{cell}"), points: s.points_ns.iter().map(|&(i, l)| (i as f64 / 1e3, l / 1e3)).collect() });
-        for (name, v) in [("block (interrupt-like sleep)", s.block_lat_ns_mean), ("spin (back-to-back polls)", s.spin_lat_ns_mean)] {
+        series.push(Series {
+            name: format!("fixed-interval polling{cell}"),
+            points: s.points_ns.iter().map(|&(i, l)| (i as f64 / 1e3, l / 1e3)).collect(),
+        });
+        for (name, v) in
+            [("block (interrupt-like sleep)", s.block_lat_ns_mean), ("spin (back-to-back polls)", s.spin_lat_ns_mean)]
+        {
             if let Some(v) = v {
                 series.push(Series { name: format!("{name}{cell}"), points: vec![(lo, v / 1e3), (hi, v / 1e3)] });
             }
@@ -170,10 +182,16 @@ pub fn plot_sweeps(path: &std::path::Path, sweeps: &[SweepRecord]) -> Result<()>
         [one] => format!("Polling interval vs latency: {} {} {}", one.target, one.op, format_size(one.bs_bytes)),
         _ => "Polling interval vs latency".to_string(),
     };
-    let chart = LineChart { title: &title, x_label: "poll interval (us)", y_label: "mean latency (us)", log_x: true, log_y: false, markers: Vec::new() };
+    let chart = LineChart {
+        title: &title,
+        x_label: "poll interval (us)",
+        y_label: "mean latency (us)",
+        log_x: true,
+        log_y: false,
+        markers: Vec::new(),
+    };
     line_chart(path, &chart, &series)
 }
-
 
 /// What `evaluate` measures of the polling strategies: per target and load, block, spin and
 /// the polling strategies on 4 KiB random reads with one thread, and the interval sweep on
@@ -200,7 +218,10 @@ impl StudyPlan {
         let (targets, intervals_ns): (Vec<String>, Vec<u64>) = if tiny {
             (vec!["emu:optane,size=16m".into()], vec![500, 2_000])
         } else {
-            (vec!["emu:optane,size=64m".into(), "emu:nvme,size=64m".into()], vec![250, 500, 1_000, 2_000, 4_000, 8_000, 16_000])
+            (
+                vec!["emu:optane,size=64m".into(), "emu:nvme,size=64m".into()],
+                vec![250, 500, 1_000, 2_000, 4_000, 8_000, 16_000],
+            )
         };
         let sweep_target = format!("emu:optane,size=16m,poll_cost={SWEEP_POLL_COST_NS}ns");
         StudyPlan {
@@ -211,8 +232,15 @@ impl StudyPlan {
             intervals_ns,
             duration_ns,
             // A sampling phase well inside every run, also the tiny ones.
-            poll: PollParams { sampling_ns: (duration_ns / 4).min(PollParams::DEFAULT.sampling_ns), ..PollParams::DEFAULT },
-            merge_target: if tiny { "emu:optane,channels=1,size=16m".into() } else { "emu:optane,channels=1,size=64m".into() },
+            poll: PollParams {
+                sampling_ns: (duration_ns / 4).min(PollParams::DEFAULT.sampling_ns),
+                ..PollParams::DEFAULT
+            },
+            merge_target: if tiny {
+                "emu:optane,channels=1,size=16m".into()
+            } else {
+                "emu:optane,channels=1,size=64m".into()
+            },
             merge_threads: if tiny { 4 } else { 16 },
             merge_ops: vec![Op::Read, Op::Write],
         }
@@ -271,7 +299,8 @@ impl Study {
         self.merge_rows
             .iter()
             .map(|r| {
-                let rec = MergeRecord::new(&self.merge_target, r.op, r.pattern, self.merge_threads, &r.config, 0, &r.result);
+                let rec =
+                    MergeRecord::new(&self.merge_target, r.op, r.pattern, self.merge_threads, &r.config, 0, &r.result);
                 let mut v = serde_json::to_value(&rec).expect("a record serializes");
                 v["load"] = "bm-only".into();
                 v["workload"] = "merge-study".into();
@@ -285,14 +314,16 @@ impl Study {
 /// the run is interrupted.
 pub fn run_study(plan: &StudyPlan, monitor: &SystemMonitor, mut progress: impl FnMut(&str)) -> Result<Study> {
     let mut runs = Vec::new();
-    let one = |target: &dyn Target, profile: &Profile, strategy: StrategyChoice, poll: PollParams| -> Result<JobResult> {
-        let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, strategy);
-        js.duration_ns = plan.duration_ns;
-        js.poll = poll;
-        run_job(target, &js, profile, monitor, interrupt_flag()).map_err(engine_err)
-    };
+    let one =
+        |target: &dyn Target, profile: &Profile, strategy: StrategyChoice, poll: PollParams| -> Result<JobResult> {
+            let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, strategy);
+            js.duration_ns = plan.duration_ns;
+            js.poll = poll;
+            run_job(target, &js, profile, monitor, interrupt_flag()).map_err(engine_err)
+        };
     let open = |t: &str| -> Result<(Box<dyn Target>, Profile)> {
-        let target = target::open(&target::parse_target(t).map_err(engine_err)?, OpenOptions::default()).map_err(engine_err)?;
+        let target =
+            target::open(&target::parse_target(t).map_err(engine_err)?, OpenOptions::default()).map_err(engine_err)?;
         let profile = target.builtin_profile().unwrap_or_else(|| Profile::paper_default(&target.device_id()));
         Ok((target, profile))
     };
@@ -311,20 +342,33 @@ pub fn run_study(plan: &StudyPlan, monitor: &SystemMonitor, mut progress: impl F
                     break 'loads;
                 }
                 progress(&format!("polling study: {t} {load} {}", s.name()));
-                runs.push(StudyRun { result: one(target.as_ref(), &profile, s, plan.poll)?, load, workload: "polling-study" });
+                runs.push(StudyRun {
+                    result: one(target.as_ref(), &profile, s, plan.poll)?,
+                    load,
+                    workload: "polling-study",
+                });
             }
         }
         drop(cpu);
     }
     let (target, profile) = open(&plan.sweep_target)?;
     let mut sweep_runs = Vec::new();
-    let configs = [StrategyChoice::parse("block"), StrategyChoice::parse("spin")].into_iter().flatten().map(|s| (s, plan.poll));
-    let polls = plan.intervals_ns.iter().map(|&i| (StrategyChoice::Fixed(Strategy::FixedPoll), PollParams { interval_ns: i, ..plan.poll }));
+    let configs =
+        [StrategyChoice::parse("block"), StrategyChoice::parse("spin")].into_iter().flatten().map(|s| (s, plan.poll));
+    let polls = plan
+        .intervals_ns
+        .iter()
+        .map(|&i| (StrategyChoice::Fixed(Strategy::FixedPoll), PollParams { interval_ns: i, ..plan.poll }));
     for (s, poll) in configs.chain(polls) {
         if interrupted() {
             break;
         }
-        progress(&format!("polling study: {} {} every {}", plan.sweep_target, s.name(), format_ns(poll.interval_ns as f64)));
+        progress(&format!(
+            "polling study: {} {} every {}",
+            plan.sweep_target,
+            s.name(),
+            format_ns(poll.interval_ns as f64)
+        ));
         sweep_runs.push(one(target.as_ref(), &profile, s, poll)?);
     }
     let mut checks = Vec::new();
@@ -333,7 +377,11 @@ pub fn run_study(plan: &StudyPlan, monitor: &SystemMonitor, mut progress: impl F
         checks.extend(hybrid_checks(&of_load, load));
     }
     let sweeps = sweeps(&sweep_runs);
-    runs.extend(sweep_runs.into_iter().map(|result| StudyRun { result, load: "bm-only", workload: "poll-interval-sweep" }));
+    runs.extend(sweep_runs.into_iter().map(|result| StudyRun {
+        result,
+        load: "bm-only",
+        workload: "poll-interval-sweep",
+    }));
     let spec = parse_spec(&plan.merge_target).map_err(anyhow::Error::msg)?;
     let merge_configs = plan.merge_configs();
     let mut merge_rows = Vec::new();
@@ -358,7 +406,15 @@ pub fn run_study(plan: &StudyPlan, monitor: &SystemMonitor, mut progress: impl F
             merge_rows.push(Row { op, pattern: Pattern::Rand, config: *c, result });
         }
     }
-    Ok(Study { runs, sweeps, checks, merge_target: plan.merge_target.clone(), merge_threads: plan.merge_threads, merge_rows, merge_configs })
+    Ok(Study {
+        runs,
+        sweeps,
+        checks,
+        merge_target: plan.merge_target.clone(),
+        merge_threads: plan.merge_threads,
+        merge_rows,
+        merge_configs,
+    })
 }
 
 /// The study's part of summary.md: the table, the issue's numbers with pass/miss, and why.
@@ -368,10 +424,30 @@ pub fn study_md(study: &Study) -> String {
            (sampling phase, then sleep until the predicted completion less the measured wake-up overshoot, \
            then polls every alpha); `poll` = fixed interval; `half-mean` = Linux's removed hybrid polling. \
            CPU = the I/O thread's user+sys time, % of one CPU. See docs/hybrid.md.\n\n";
-    let mut t = Table::new(&["target", "load", "strategy", "IOPS", "vs spin", "vs block", "CPU", "polls/IO", "sleeps/IO", "|pred err| p50"]);
+    let mut t = Table::new(&[
+        "target",
+        "load",
+        "strategy",
+        "IOPS",
+        "vs spin",
+        "vs block",
+        "CPU",
+        "polls/IO",
+        "sleeps/IO",
+        "|pred err| p50",
+    ]);
     for r in study.runs.iter().filter(|r| r.workload == "polling-study") {
-        let of_load: Vec<JobResult> = study.runs.iter().filter(|x| x.load == r.load && x.workload == r.workload).map(|x| x.result.clone()).collect();
-        let ratio = |s: &str| find(&of_load, &r.result, s).filter(|b| b.iops > 0.0).map_or("-".into(), |b| format!("{:.2}x", r.result.iops / b.iops));
+        let of_load: Vec<JobResult> = study
+            .runs
+            .iter()
+            .filter(|x| x.load == r.load && x.workload == r.workload)
+            .map(|x| x.result.clone())
+            .collect();
+        let ratio = |s: &str| {
+            find(&of_load, &r.result, s)
+                .filter(|b| b.iops > 0.0)
+                .map_or("-".into(), |b| format!("{:.2}x", r.result.iops / b.iops))
+        };
         let p = r.result.polling.as_ref();
         t.row(vec![
             r.result.target.clone(),
@@ -405,10 +481,17 @@ pub fn study_md(study: &Study) -> String {
                 }
             );
             if let Some(e) = c.pred_err_ns_p50 {
-                md += &format!("- {cell}: median |predicted - actual completion| {} (target < 1 us): **{}**\n", format_ns(e as f64), if e < 1_000 { "pass" } else { "miss" });
+                md += &format!(
+                    "- {cell}: median |predicted - actual completion| {} (target < 1 us): **{}**\n",
+                    format_ns(e as f64),
+                    if e < 1_000 { "pass" } else { "miss" }
+                );
             }
         } else if let Some(b) = c.iops_vs_block {
-            md += &format!("- {cell}: hybrid at {b:.3} x block's IOPS (target >= 0.97): **{}**\n", if b >= 0.97 { "pass" } else { "miss" });
+            md += &format!(
+                "- {cell}: hybrid at {b:.3} x block's IOPS (target >= 0.97): **{}**\n",
+                if b >= 0.97 { "pass" } else { "miss" }
+            );
         }
     }
     for s in &study.sweeps {
@@ -468,7 +551,10 @@ pub fn study_plots(dir: &std::path::Path, study: &Study) -> Result<usize> {
             series: vec![
                 ("hybrid IOPS / spin IOPS".into(), study.checks.iter().map(|c| c.iops_vs_spin).collect()),
                 ("hybrid CPU / spin CPU".into(), study.checks.iter().map(|c| c.cpu_vs_spin).collect()),
-                ("hybrid IOPS / block IOPS".into(), study.checks.iter().map(|c| c.iops_vs_block.unwrap_or(f64::NAN)).collect()),
+                (
+                    "hybrid IOPS / block IOPS".into(),
+                    study.checks.iter().map(|c| c.iops_vs_block.unwrap_or(f64::NAN)).collect(),
+                ),
             ],
             reference: Some(1.0),
         };

@@ -47,7 +47,12 @@ pub fn job_report(r: &JobResult) -> String {
         format_ns(r.duration_ns as f64),
         if r.interrupted { " (interrupted)" } else { "" }
     );
-    s += &format!("  I/Os        {}   IOPS {}   bandwidth {}\n", thousands(r.ios as f64), iops(r.iops), mb_per_s(r.bw_bytes_per_s));
+    s += &format!(
+        "  I/Os        {}   IOPS {}   bandwidth {}\n",
+        thousands(r.ios as f64),
+        iops(r.iops),
+        mb_per_s(r.bw_bytes_per_s)
+    );
     s += &format!(
         "  latency     mean {}  p50 {}  p99 {}  p99.9 {}  max {}",
         format_ns(r.lat_ns_mean),
@@ -60,7 +65,10 @@ pub fn job_report(r: &JobResult) -> String {
         s += &format!("   (device model: {})", format_ns(m as f64));
     }
     s += "\n";
-    s += &format!("  CPU         user {:.1}%  sys {:.1}%  (of one CPU, I/O threads only)\n", r.cpu_user_pct, r.cpu_sys_pct);
+    s += &format!(
+        "  CPU         user {:.1}%  sys {:.1}%  (of one CPU, I/O threads only)\n",
+        r.cpu_user_pct, r.cpu_sys_pct
+    );
     s += &format!("  ctx switch  voluntary {}  involuntary {}\n", r.ctx_voluntary, r.ctx_involuntary);
     s += &format!("  decisions   {}", decisions(r));
     if r.spin_fallbacks > 0 {
@@ -73,7 +81,12 @@ pub fn job_report(r: &JobResult) -> String {
     if let Some(p) = &r.polling {
         s += &format!("  polling     {:.1} polls and {:.2} sleeps per I/O", p.polls_per_io, p.sleeps_per_io);
         if let (Some(p50), Some(p90)) = (p.pred_err_ns_p50, p.pred_err_ns_p90) {
-            s += &format!("; predicted {} I/Os, |error| p50 {} p90 {}", thousands(p.predicted_ios as f64), format_ns(p50 as f64), format_ns(p90 as f64));
+            s += &format!(
+                "; predicted {} I/Os, |error| p50 {} p90 {}",
+                thousands(p.predicted_ios as f64),
+                format_ns(p50 as f64),
+                format_ns(p90 as f64)
+            );
         }
         if let Some(o) = p.overshoot_ns {
             s += &format!("; wake-up overshoot {}", format_ns(o as f64));

@@ -32,21 +32,16 @@ fn calibrate_runs_on_a_real_probe_and_evaluation() {
     );
     let results = report.join("results.jsonl");
     let out = smartcon(&home, &["model", "--calibrate", "--results", results.to_str().unwrap(), "--json"]);
-    let recs: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let recs: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let rows: Vec<&serde_json::Value> = recs.iter().filter(|r| r["type"] == "calibration").collect();
     // --tiny: iozone-rand-read and iozone-seq-write at 4k and 64k (the mail server's mixed
     // op has no probed latency), bm-only.
     // Other studies evaluate adds (e.g. the polling study) may add rows of their own.
     let rows: Vec<&serde_json::Value> =
         rows.into_iter().filter(|r| r["workload"].as_str().unwrap().starts_with("iozone-")).collect();
-    let mut cells: Vec<(String, u64)> = rows
-        .iter()
-        .map(|r| (r["workload"].as_str().unwrap().to_string(), r["bs_bytes"].as_u64().unwrap()))
-        .collect();
+    let mut cells: Vec<(String, u64)> =
+        rows.iter().map(|r| (r["workload"].as_str().unwrap().to_string(), r["bs_bytes"].as_u64().unwrap())).collect();
     cells.sort();
     assert_eq!(
         cells,
@@ -57,10 +52,9 @@ fn calibrate_runs_on_a_real_probe_and_evaluation() {
             ("iozone-seq-write".to_string(), 65536)
         ]
     );
-    let profile: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(home.join("profiles/emu_optane_size_16m.json")).unwrap(),
-    )
-    .unwrap();
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(home.join("profiles/emu_optane_size_16m.json")).unwrap())
+            .unwrap();
     for r in rows {
         assert_eq!(r["device"], target);
         assert_eq!(r["measured_strategy"], "smart");
@@ -77,7 +71,10 @@ fn calibrate_runs_on_a_real_probe_and_evaluation() {
             .unwrap()
             .iter()
             .find(|l| {
-                l["op"] == r["op"] && l["bs_bytes"] == r["bs_bytes"] && l["strategy"] == "spin" && l.get("background_ios").is_none()
+                l["op"] == r["op"]
+                    && l["bs_bytes"] == r["bs_bytes"]
+                    && l["strategy"] == "spin"
+                    && l.get("background_ios").is_none()
             })
             .expect("probed point");
         assert_eq!(r["latency_strategy"], "spin");

@@ -9,9 +9,7 @@ fn smartcon() -> Command {
 }
 
 fn positive(v: &serde_json::Value, field: &str) -> f64 {
-    let x = v[field]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{field} missing in {v}"));
+    let x = v[field].as_f64().unwrap_or_else(|| panic!("{field} missing in {v}"));
     assert!(x.is_finite() && x > 0.0, "{field} = {x} in {v}");
     x
 }
@@ -20,21 +18,10 @@ fn positive(v: &serde_json::Value, field: &str) -> f64 {
 fn ctx_quick_then_model_reads_the_host_profile() {
     let home = std::env::temp_dir().join(format!("smartcon-ctx-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&home);
-    let out = smartcon()
-        .args(["ctx", "--quick", "--json"])
-        .env("SMARTCON_HOME", &home)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ctx failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let records: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let out = smartcon().args(["ctx", "--quick", "--json"]).env("SMARTCON_HOME", &home).output().unwrap();
+    assert!(out.status.success(), "ctx failed: {}", String::from_utf8_lossy(&out.stderr));
+    let records: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let of = |t: &'static str| records.iter().filter(move |r| r["type"] == t);
     assert!(of("ctx_direct").count() >= 2);
     for r in of("ctx_direct") {
@@ -42,9 +29,7 @@ fn ctx_quick_then_model_reads_the_host_profile() {
         let net = r["us_per_switch"].as_f64().unwrap();
         assert!(net.is_finite() && net >= 0.0 && net <= r["us_per_switch_raw"].as_f64().unwrap());
     }
-    let two = of("ctx_direct")
-        .find(|r| r["procs"] == 2)
-        .expect("two-process ring");
+    let two = of("ctx_direct").find(|r| r["procs"] == 2).expect("two-process ring");
     positive(two, "us_per_switch");
     assert!(of("ctx_indirect").count() >= 3);
     for r in of("ctx_indirect") {
@@ -65,16 +50,8 @@ fn ctx_quick_then_model_reads_the_host_profile() {
     }
     assert!(home.join("host.json").exists());
 
-    let out = smartcon()
-        .args(["model", "--calibrate", "--json"])
-        .env("SMARTCON_HOME", &home)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "model failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = smartcon().args(["model", "--calibrate", "--json"]).env("SMARTCON_HOME", &home).output().unwrap();
+    assert!(out.status.success(), "model failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let projections: Vec<serde_json::Value> = text
         .lines()
@@ -102,30 +79,14 @@ fn bad_input_exits_2_and_writes_nothing() {
         vec!["model", "--calibrate"],
         vec!["model", "--dram", "900"],
     ] {
-        let out = smartcon()
-            .args(&args)
-            .env("SMARTCON_HOME", &home)
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("error"),
-            "{args:?}"
-        );
+        let out = smartcon().args(&args).env("SMARTCON_HOME", &home).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("error"), "{args:?}");
     }
     assert!(!home.exists(), "bad input wrote {}", home.display());
     std::fs::create_dir_all(&home).unwrap();
     std::fs::write(home.join("host.json"), "{\"version\": 1}").unwrap();
-    let out = smartcon()
-        .args(["model", "--calibrate"])
-        .env("SMARTCON_HOME", &home)
-        .output()
-        .unwrap();
+    let out = smartcon().args(["model", "--calibrate"]).env("SMARTCON_HOME", &home).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&home);
 }

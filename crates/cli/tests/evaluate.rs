@@ -14,28 +14,13 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn smartcon(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_smartcon"))
-        .env("SMARTCON_HOME", home)
-        .args(args)
-        .output()
-        .expect("run smartcon")
+    Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", home).args(args).output().expect("run smartcon")
 }
 
 #[test]
 fn probe_writes_a_profile_that_follows_the_rules() {
     let dir = scratch("probe");
-    let out = smartcon(
-        &dir,
-        &[
-            "probe",
-            "emu:nvme,size=16m",
-            "--duration",
-            "20ms",
-            "--sizes",
-            "4k,64k,512k",
-            "--json",
-        ],
-    );
+    let out = smartcon(&dir, &["probe", "emu:nvme,size=16m", "--duration", "20ms", "--sizes", "4k,64k,512k", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -45,10 +30,7 @@ fn probe_writes_a_profile_that_follows_the_rules() {
     assert_eq!(points.len(), 26);
     let queue: Vec<u64> = points.iter().filter_map(|r| r["background_ios"].as_u64()).collect();
     assert_eq!(queue, [1, 1, 2, 2, 3, 3, 4, 4]);
-    let prof = recs
-        .iter()
-        .find(|r| r["type"] == "probe_profile")
-        .expect("profile record");
+    let prof = recs.iter().find(|r| r["type"] == "probe_profile").expect("profile record");
     assert_eq!(prof["source"], "probe");
     assert_eq!(prof["device"], "emu:nvme,size=16m");
     let path = PathBuf::from(prof["path"].as_str().unwrap());
@@ -68,10 +50,7 @@ fn probe_writes_a_profile_that_follows_the_rules() {
     assert_eq!(stored["io_cpus"], "any");
     assert!(String::from_utf8_lossy(&out.stderr).contains("no completion interrupt"));
     // smart picks the stored profile up without being told.
-    let io = smartcon(
-        &dir,
-        &["io", "--target", "emu:nvme,size=16m", "--duration", "20ms", "--json"],
-    );
+    let io = smartcon(&dir, &["io", "--target", "emu:nvme,size=16m", "--duration", "20ms", "--json"]);
     assert!(io.status.success());
     let r: serde_json::Value = serde_json::from_str(String::from_utf8(io.stdout).unwrap().trim()).unwrap();
     assert_eq!(r["profile_source"], "probe");
@@ -82,23 +61,10 @@ fn probe_writes_a_profile_that_follows_the_rules() {
 fn evaluate_tiny_writes_the_whole_report() {
     let dir = scratch("tiny");
     let report = dir.join("report");
-    let out = smartcon(
-        &dir,
-        &[
-            "evaluate",
-            "--tiny",
-            "--duration",
-            "20ms",
-            "--out",
-            report.to_str().unwrap(),
-        ],
-    );
+    let out = smartcon(&dir, &["evaluate", "--tiny", "--duration", "20ms", "--out", report.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(report.join("results.jsonl")).unwrap();
-    let recs: Vec<serde_json::Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("record parses"))
-        .collect();
+    let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("record parses")).collect();
     assert!(recs.iter().all(|r| r["type"].is_string()), "every record has a type");
     assert_eq!(recs.iter().filter(|r| r["type"] == "machine").count(), 1);
     assert_eq!(recs.iter().filter(|r| r["type"] == "profile").count(), 1);
@@ -130,36 +96,22 @@ fn evaluate_tiny_writes_the_whole_report() {
         }
     }
     let summary = std::fs::read_to_string(report.join("summary.md")).unwrap();
-    for heading in [
-        "Profiles used by smart",
-        "Gain against block",
-        "Context switches per I/O",
-        "Table VI",
-    ] {
+    for heading in ["Profiles used by smart", "Gain against block", "Context switches per I/O", "Table VI"] {
         assert!(summary.contains(heading), "summary lacks {heading}");
     }
     let t = "emu_optane_size_16m";
     let svgs = [
         (format!("fig8-cpu-{t}.svg"), vec!["block", "spin", "sync", "smart"]),
-        (
-            format!("fig9-gain-{t}-bm-only.svg"),
-            vec!["spin / block", "smart / block"],
-        ),
+        (format!("fig9-gain-{t}-bm-only.svg"), vec!["spin / block", "smart / block"]),
         (format!("fig9-gain-{t}-cpu-intensive.svg"), vec!["smart / block"]),
         (format!("fig9-gain-{t}-io-intensive.svg"), vec!["smart / block"]),
         (format!("fig10-csw-{t}.svg"), vec!["block", "smart"]),
-        (
-            format!("fig11-workloads-{t}.svg"),
-            vec!["iozone-rand-read", "mailserver", "smart"],
-        ),
+        (format!("fig11-workloads-{t}.svg"), vec!["iozone-rand-read", "mailserver", "smart"]),
         ("table6-corunner.svg".to_string(), vec!["beside block", "beside smart"]),
     ];
     for (name, series) in svgs {
         let svg = std::fs::read_to_string(report.join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(
-            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
-            "{name} is not SVG"
-        );
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{name} is not SVG");
         for s in series {
             assert!(svg.contains(s), "{name} lacks series {s}");
         }
@@ -190,42 +142,16 @@ fn bad_input_exits_2_and_writes_nothing() {
             report.to_str().unwrap(),
         ],
         // A directory where a file is needed.
-        vec![
-            "evaluate",
-            "--tiny",
-            "--targets",
-            dir.to_str().unwrap(),
-            "--out",
-            report.to_str().unwrap(),
-        ],
-        vec![
-            "evaluate",
-            "--tiny",
-            "--loads",
-            "gaming",
-            "--out",
-            report.to_str().unwrap(),
-        ],
-        vec![
-            "evaluate",
-            "--tiny",
-            "--workloads",
-            "iozone-fly",
-            "--out",
-            report.to_str().unwrap(),
-        ],
+        vec!["evaluate", "--tiny", "--targets", dir.to_str().unwrap(), "--out", report.to_str().unwrap()],
+        vec!["evaluate", "--tiny", "--loads", "gaming", "--out", report.to_str().unwrap()],
+        vec!["evaluate", "--tiny", "--workloads", "iozone-fly", "--out", report.to_str().unwrap()],
         // A placement that is neither a word nor a CPU of this machine.
         vec!["evaluate", "--tiny", "--io-cpus", "fast", "--out", report.to_str().unwrap()],
         vec!["evaluate", "--tiny", "--io-cpus", "1000", "--out", report.to_str().unwrap()],
     ];
     for args in cases {
         let out = smartcon(&dir, &args);
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.lines().count(), 1, "one line: {err}");
         assert!(!report.exists(), "{args:?} wrote the report directory");
@@ -237,10 +163,7 @@ fn bad_input_exits_2_and_writes_nothing() {
     let out = smartcon(&dir, &["evaluate", "--tiny", "--out", report.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("profile"));
-    assert_eq!(
-        std::fs::read_to_string(profiles.join("emu_optane_size_16m.json")).unwrap(),
-        "not json"
-    );
+    assert_eq!(std::fs::read_to_string(profiles.join("emu_optane_size_16m.json")).unwrap(), "not json");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -258,35 +181,18 @@ fn compare_fio_puts_fio_beside_smartcon() {
     // Both tools pinned to CPU 0 (fio through --cpus_allowed).
     let out = smartcon(&dir, &["compare-fio", &tmp, "--duration", "100ms", "--io-cpus", "0", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let methods: Vec<(String, String)> = rows
         .iter()
-        .map(|r| {
-            (
-                r["tool"].as_str().unwrap().to_string(),
-                r["method"].as_str().unwrap().to_string(),
-            )
-        })
+        .map(|r| (r["tool"].as_str().unwrap().to_string(), r["method"].as_str().unwrap().to_string()))
         .collect();
-    for (tool, method) in [
-        ("fio", "psync"),
-        ("fio", "io_uring"),
-        ("smartcon", "block"),
-        ("smartcon", "spin"),
-        ("smartcon", "smart"),
-    ] {
-        assert!(
-            methods.contains(&(tool.to_string(), method.to_string())),
-            "missing {tool} {method}"
-        );
+    for (tool, method) in
+        [("fio", "psync"), ("fio", "io_uring"), ("smartcon", "block"), ("smartcon", "spin"), ("smartcon", "smart")]
+    {
+        assert!(methods.contains(&(tool.to_string(), method.to_string())), "missing {tool} {method}");
     }
-    assert!(rows
-        .iter()
-        .all(|r| r["type"] == "compare_fio" && r["iops"].as_f64().unwrap() > 0.0));
+    assert!(rows.iter().all(|r| r["type"] == "compare_fio" && r["iops"].as_f64().unwrap() > 0.0));
     // The temporary file is gone.
     let left: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -376,11 +282,7 @@ fn postmark_and_the_mail_servers_fsync_run_on_a_file_system() {
 
 /// The plot-file form of a directory path (as evaluate names per-target files).
 fn file_part(dir: &Path) -> String {
-    dir.display()
-        .to_string()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
-        .collect()
+    dir.display().to_string().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
 }
 
 #[test]
@@ -423,8 +325,21 @@ fn postmark_runs_on_the_loop_ramdisk_with_a_file_system_and_leaves_nothing() {
     let out = smartcon(
         &dir,
         &[
-            "evaluate", "--tiny", "--targets", "loopfs:32m", "--workloads", "postmark", "--loads", "bm-only",
-            "--strategies", "block,smart", "--skip-polling", "--duration", "20ms", "--out", report.to_str().unwrap(),
+            "evaluate",
+            "--tiny",
+            "--targets",
+            "loopfs:32m",
+            "--workloads",
+            "postmark",
+            "--loads",
+            "bm-only",
+            "--strategies",
+            "block,smart",
+            "--skip-polling",
+            "--duration",
+            "20ms",
+            "--out",
+            report.to_str().unwrap(),
         ],
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -455,16 +370,10 @@ fn out_pid(r: &serde_json::Value) -> String {
 fn a_profile_from_another_placement_is_probed_again_and_kept() {
     let dir = scratch("placement");
     let tmp = format!("tmp:16m@{}", dir.display());
-    let probe = smartcon(
-        &dir,
-        &["probe", &tmp, "--duration", "12ms", "--sizes", "4k,64k", "--io-cpus", "0", "--json"],
-    );
+    let probe = smartcon(&dir, &["probe", &tmp, "--duration", "12ms", "--sizes", "4k,64k", "--io-cpus", "0", "--json"]);
     assert!(probe.status.success(), "{}", String::from_utf8_lossy(&probe.stderr));
-    let recs: Vec<serde_json::Value> = String::from_utf8(probe.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let recs: Vec<serde_json::Value> =
+        String::from_utf8(probe.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let prof = recs.iter().find(|r| r["type"] == "probe_profile").expect("profile record");
     assert_eq!(prof["io_cpus"], "0", "the probe records where it measured");
     let path = PathBuf::from(prof["path"].as_str().unwrap());
@@ -474,8 +383,18 @@ fn a_profile_from_another_placement_is_probed_again_and_kept() {
     let out = smartcon(
         &dir,
         &[
-            "evaluate", "--tiny", "--targets", &tmp, "--workloads", "iozone-rand-read", "--loads", "bm-only",
-            "--io-cpus", "any", "--out", report.to_str().unwrap(),
+            "evaluate",
+            "--tiny",
+            "--targets",
+            &tmp,
+            "--workloads",
+            "iozone-rand-read",
+            "--loads",
+            "bm-only",
+            "--io-cpus",
+            "any",
+            "--out",
+            report.to_str().unwrap(),
         ],
     );
     let err = String::from_utf8_lossy(&out.stderr);

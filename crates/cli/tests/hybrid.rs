@@ -12,7 +12,8 @@ fn scratch(name: &str) -> std::path::PathBuf {
 
 fn run(args: &[&str]) -> Output {
     // An empty home: no stored profile of the user's steers smart.
-    let home = std::env::temp_dir().join(format!("smartcon-hybrid-test-{}-home-{}", std::process::id(), args.join(" ").len()));
+    let home =
+        std::env::temp_dir().join(format!("smartcon-hybrid-test-{}-home-{}", std::process::id(), args.join(" ").len()));
     let out = Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", &home).args(args).output().unwrap();
     let _ = std::fs::remove_dir_all(&home);
     out
@@ -28,9 +29,24 @@ fn interval_sweep_reports_the_best_interval_and_draws_the_curve() {
     let dir = scratch("sweep");
     let svg = dir.join("fig1.svg");
     let out = run(&[
-        "bench", "--targets", "emu:optane,poll_cost=200ns,size=16m", "--ops", "read", "--sizes", "4k",
-        "--strategies", "block,spin,hybrid", "--sweep-interval", "500ns,2us,8us", "--duration", "80ms",
-        "--sampling", "10ms", "--json", "--plot", svg.to_str().unwrap(),
+        "bench",
+        "--targets",
+        "emu:optane,poll_cost=200ns,size=16m",
+        "--ops",
+        "read",
+        "--sizes",
+        "4k",
+        "--strategies",
+        "block,spin,hybrid",
+        "--sweep-interval",
+        "500ns,2us,8us",
+        "--duration",
+        "80ms",
+        "--sampling",
+        "10ms",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
     ]);
     let recs = records(&out);
     let polls: Vec<_> = recs.iter().filter(|r| r["type"] == "result" && r["strategy"] == "poll").collect();
@@ -40,14 +56,17 @@ fn interval_sweep_reports_the_best_interval_and_draws_the_curve() {
     let best = sweep["best_interval_ns"].as_u64().unwrap();
     assert!(intervals.contains(&best));
     // The best is the one with the lowest mean latency among the poll runs.
-    let lowest = polls.iter().min_by(|a, b| a["lat_ns_mean"].as_f64().partial_cmp(&b["lat_ns_mean"].as_f64()).unwrap()).unwrap();
+    let lowest =
+        polls.iter().min_by(|a, b| a["lat_ns_mean"].as_f64().partial_cmp(&b["lat_ns_mean"].as_f64()).unwrap()).unwrap();
     assert_eq!(lowest["polling"]["interval_ns"].as_u64(), Some(best));
     assert!(sweep["block_lat_ns_mean"].as_f64().unwrap() > 0.0 && sweep["spin_lat_ns_mean"].as_f64().unwrap() > 0.0);
     let check = recs.iter().find(|r| r["type"] == "hybrid_check").expect("a hybrid_check record");
     assert!(check["iops_vs_spin"].as_f64().unwrap() > 0.0);
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
-    for series in ["fixed-interval polling", "block (interrupt-like sleep)", "spin (back-to-back polls)", "poll interval (us)"] {
+    for series in
+        ["fixed-interval polling", "block (interrupt-like sleep)", "spin (back-to-back polls)", "poll interval (us)"]
+    {
         assert!(text.contains(series), "missing {series:?} in the plot");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -56,7 +75,18 @@ fn interval_sweep_reports_the_best_interval_and_draws_the_curve() {
 #[test]
 fn hybrid_records_carry_the_prediction_after_sampling() {
     for strategy in ["hybrid", "poll", "half-mean"] {
-        let out = run(&["io", "--target", "emu:nvme,size=16m", "--strategy", strategy, "--duration", "150ms", "--sampling", "20ms", "--json"]);
+        let out = run(&[
+            "io",
+            "--target",
+            "emu:nvme,size=16m",
+            "--strategy",
+            strategy,
+            "--duration",
+            "150ms",
+            "--sampling",
+            "20ms",
+            "--json",
+        ]);
         let r = &records(&out)[0];
         let p = &r["polling"];
         assert_eq!(p["ios"].as_u64(), r["ios"].as_u64(), "{strategy}: every I/O polled");
@@ -93,7 +123,18 @@ fn bad_polling_input_exits_2() {
 fn evaluate_reports_the_polling_study() {
     let dir = scratch("evaluate");
     let out_dir = dir.join("report");
-    let out = run(&["evaluate", "--tiny", "--loads", "bm-only", "--workloads", "iozone-rand-read", "--sizes", "4k", "--out", out_dir.to_str().unwrap()]);
+    let out = run(&[
+        "evaluate",
+        "--tiny",
+        "--loads",
+        "bm-only",
+        "--workloads",
+        "iozone-rand-read",
+        "--sizes",
+        "4k",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(out_dir.join("results.jsonl")).unwrap();
     let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -107,7 +148,8 @@ fn evaluate_reports_the_polling_study() {
     assert_eq!(recs.iter().filter(|r| r["type"] == "hybrid_check").count(), 2, "one check per load");
     let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
     assert!(summary.contains("## Hybrid waiting and polling") && summary.contains("best interval"));
-    let merges: Vec<_> = recs.iter().filter(|r| r["type"] == "merge_result" && r["workload"] == "merge-study").collect();
+    let merges: Vec<_> =
+        recs.iter().filter(|r| r["type"] == "merge_result" && r["workload"] == "merge-study").collect();
     assert_eq!(merges.len(), 10, "read and write x (merge off + 4 merge configurations)");
     for r in &merges {
         assert_eq!(r["releases"], r["ios"], "every waiter released once: {r}");

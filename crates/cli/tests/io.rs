@@ -52,7 +52,10 @@ fn bad_input_exits_2_with_one_line_naming_the_problem_and_writes_nothing() {
         (vec!["io", "--target", "emu:nvme", "--strategy", "hybrid", "--alpha", "1s"], "alpha"),
         (vec!["io", "--target", "emu:nvme", "--strategy", "poll", "--poll-interval", "0"], "--poll-interval"),
         (vec!["io", "--target", "emu:nvme", "--strategy", "poll", "--poll-interval", "20s"], "poll interval"),
-        (vec!["io", "--target", "emu:nvme", "--strategy", "hybrid", "--sampling", "3s", "--duration", "1s"], "sampling phase"),
+        (
+            vec!["io", "--target", "emu:nvme", "--strategy", "hybrid", "--sampling", "3s", "--duration", "1s"],
+            "sampling phase",
+        ),
         (vec!["bench", "--strategies", "hybrid", "--sampling", "1s", "--duration", "300ms"], "sampling phase"),
     ];
     for (args, needle) in cases {
@@ -88,15 +91,43 @@ fn permission_denied_is_a_setup_error() {
 }
 
 const RESULT_FIELDS: &[&str] = &[
-    "type", "target", "op", "pattern", "bs_bytes", "strategy", "threads", "ios", "iops", "bw_bytes_per_s",
-    "lat_ns_mean", "lat_ns_p50", "lat_ns_p99", "lat_ns_p999", "lat_ns_max", "cpu_user_pct", "cpu_sys_pct",
-    "ctx_voluntary", "ctx_involuntary", "decisions",
+    "type",
+    "target",
+    "op",
+    "pattern",
+    "bs_bytes",
+    "strategy",
+    "threads",
+    "ios",
+    "iops",
+    "bw_bytes_per_s",
+    "lat_ns_mean",
+    "lat_ns_p50",
+    "lat_ns_p99",
+    "lat_ns_p999",
+    "lat_ns_max",
+    "cpu_user_pct",
+    "cpu_sys_pct",
+    "ctx_voluntary",
+    "ctx_involuntary",
+    "decisions",
 ];
 
 #[test]
 fn json_records_parse_and_carry_every_field() {
     for strategy in ["block", "spin", "sync", "smart"] {
-        let out = run(&["io", "--target", "emu:optane,size=16m", "--strategy", strategy, "--duration", "100ms", "--threads", "2", "--json"]);
+        let out = run(&[
+            "io",
+            "--target",
+            "emu:optane,size=16m",
+            "--strategy",
+            strategy,
+            "--duration",
+            "100ms",
+            "--threads",
+            "2",
+            "--json",
+        ]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let text = String::from_utf8(out.stdout).unwrap();
         let lines: Vec<&str> = text.lines().collect();
@@ -112,7 +143,8 @@ fn json_records_parse_and_carry_every_field() {
         let counted: u64 = by_strategy.values().map(|n| n.as_u64().unwrap()).sum();
         assert_eq!(counted, v["ios"].as_u64().unwrap(), "every I/O is counted by strategy");
         if strategy == "smart" {
-            let reasons: u64 = v["decisions"]["by_reason"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
+            let reasons: u64 =
+                v["decisions"]["by_reason"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
             assert_eq!(reasons, counted, "every smart decision has a reason");
         } else {
             assert_eq!(by_strategy.keys().collect::<Vec<_>>(), vec![strategy]);
@@ -138,7 +170,20 @@ fn verify_through_the_cli_on_a_temporary_file_and_the_file_is_removed() {
     let dir = scratch("verify");
     let target = format!("tmp:8m@{}", dir.display());
     for op in ["write", "read"] {
-        let out = run(&["io", "--target", &target, "--op", op, "--bs", "16k", "--threads", "3", "--duration", "150ms", "--verify"]);
+        let out = run(&[
+            "io",
+            "--target",
+            &target,
+            "--op",
+            op,
+            "--bs",
+            "16k",
+            "--threads",
+            "3",
+            "--duration",
+            "150ms",
+            "--verify",
+        ]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(String::from_utf8_lossy(&out.stdout).contains("matched"));
     }

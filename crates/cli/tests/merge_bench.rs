@@ -77,10 +77,36 @@ fn a_short_run_writes_every_record_and_the_plot() {
     assert_eq!(rounds, [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]);
     for r in &results {
         for field in [
-            "target", "op", "pattern", "bs_bytes", "threads", "config", "round", "merge", "pipelined", "polling",
-            "poll_interval_ns", "alpha_ns", "sampling_ns", "max_merge_pages", "ios", "elapsed_ns", "iops",
-            "latency_ns_p50", "latency_ns_p99", "latency_ns_mean", "cpu_ns", "cpu_pct", "device_requests", "pages",
-            "pages_per_request_mean", "releases", "polls", "sleeps", "leader_turns", "prediction_error_ns_mean",
+            "target",
+            "op",
+            "pattern",
+            "bs_bytes",
+            "threads",
+            "config",
+            "round",
+            "merge",
+            "pipelined",
+            "polling",
+            "poll_interval_ns",
+            "alpha_ns",
+            "sampling_ns",
+            "max_merge_pages",
+            "ios",
+            "elapsed_ns",
+            "iops",
+            "latency_ns_p50",
+            "latency_ns_p99",
+            "latency_ns_mean",
+            "cpu_ns",
+            "cpu_pct",
+            "device_requests",
+            "pages",
+            "pages_per_request_mean",
+            "releases",
+            "polls",
+            "sleeps",
+            "leader_turns",
+            "prediction_error_ns_mean",
             "interrupted",
         ] {
             assert!(r.get(field).is_some(), "merge_result lacks {field}: {r}");
@@ -102,8 +128,21 @@ fn a_short_run_writes_every_record_and_the_plot() {
 #[test]
 fn the_table_names_the_ratio() {
     let out = smartcon(&[
-        "--target", "emu:optane,channels=1,size=16m", "--threads", "4", "--duration", "40ms", "--sampling", "5ms",
-        "--ops", "read", "--patterns", "seq", "--span", "4m", "--no-reference",
+        "--target",
+        "emu:optane,channels=1,size=16m",
+        "--threads",
+        "4",
+        "--duration",
+        "40ms",
+        "--sampling",
+        "5ms",
+        "--ops",
+        "read",
+        "--patterns",
+        "seq",
+        "--span",
+        "4m",
+        "--no-reference",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();

@@ -10,13 +10,9 @@ pub fn allowed_cpus() -> Result<Vec<usize>, Error> {
     // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: we pass the size of the set we own; pid 0 is the calling thread.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
-        return Err(Error::Os {
-            what: "sched_getaffinity",
-            source: std::io::Error::last_os_error(),
-        });
+        return Err(Error::Os { what: "sched_getaffinity", source: std::io::Error::last_os_error() });
     }
     let cpus = (0..libc::CPU_SETSIZE as usize)
         // SAFETY: i is below CPU_SETSIZE, the set's capacity.
@@ -37,10 +33,7 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), Error> {
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
     };
     if rc != 0 {
-        return Err(Error::Os {
-            what: "sched_setaffinity",
-            source: std::io::Error::last_os_error(),
-        });
+        return Err(Error::Os { what: "sched_setaffinity", source: std::io::Error::last_os_error() });
     }
     Ok(())
 }
@@ -56,14 +49,9 @@ impl AffinityGuard {
         // SAFETY: zeroed cpu_set_t is valid; we pass its true size.
         let mut saved: libc::cpu_set_t = unsafe { std::mem::zeroed() };
         // SAFETY: as above; pid 0 is the calling thread.
-        let rc = unsafe {
-            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut saved)
-        };
+        let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut saved) };
         if rc != 0 {
-            return Err(Error::Os {
-                what: "sched_getaffinity",
-                source: std::io::Error::last_os_error(),
-            });
+            return Err(Error::Os { what: "sched_getaffinity", source: std::io::Error::last_os_error() });
         }
         pin_current_thread(cpu)?;
         Ok(AffinityGuard { saved })

@@ -34,12 +34,10 @@ pub fn read_cache_sizes() -> CacheSizes {
     for index in 0..16 {
         let dir = base.join(format!("index{index}"));
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
-        let (Some(level), Some(kind), Some(size)) = (read("level"), read("type"), read("size"))
-        else {
+        let (Some(level), Some(kind), Some(size)) = (read("level"), read("type"), read("size")) else {
             continue;
         };
-        let (Ok(level), Some(bytes)) = (level.trim().parse::<u32>(), parse_sysfs_size(&size))
-        else {
+        let (Ok(level), Some(bytes)) = (level.trim().parse::<u32>(), parse_sysfs_size(&size)) else {
             continue;
         };
         if kind.trim() == "Instruction" {

@@ -38,15 +38,9 @@ pub const ARRAY_BYTES_MAX: u64 = 1 << 30;
 #[derive(Debug)]
 pub enum Error {
     BadInput(String),
-    Os {
-        what: &'static str,
-        source: std::io::Error,
-    },
+    Os { what: &'static str, source: std::io::Error },
     Interrupted,
-    Profile {
-        path: String,
-        message: String,
-    },
+    Profile { path: String, message: String },
 }
 
 impl std::fmt::Display for Error {
@@ -88,17 +82,9 @@ impl Plan {
         } else {
             (0..10).map(|i| (32u64 << 10) << i).collect()
         };
-        for extra in [
-            cache.l2_bytes,
-            cache.llc_bytes,
-            if quick {
-                None
-            } else {
-                cache.llc_bytes.map(|b| 2 * b)
-            },
-        ]
-        .into_iter()
-        .flatten()
+        for extra in [cache.l2_bytes, cache.llc_bytes, if quick { None } else { cache.llc_bytes.map(|b| 2 * b) }]
+            .into_iter()
+            .flatten()
         {
             if extra <= ARRAY_BYTES_MAX {
                 sizes.push(extra);
@@ -111,24 +97,12 @@ impl Plan {
 
     pub fn new(quick: bool, cache: &CacheSizes, cpus: &[usize]) -> Plan {
         let budget = if quick {
-            Budget {
-                batches: 3,
-                batch_ns: 30_000_000,
-                hops_per_batch_max: 200_000,
-            }
+            Budget { batches: 3, batch_ns: 30_000_000, hops_per_batch_max: 200_000 }
         } else {
-            Budget {
-                batches: 5,
-                batch_ns: 100_000_000,
-                hops_per_batch_max: 2_000_000,
-            }
+            Budget { batches: 5, batch_ns: 100_000_000, hops_per_batch_max: 2_000_000 }
         };
         Plan {
-            direct_procs: if quick {
-                vec![2, 4, 8]
-            } else {
-                vec![2, 4, 8, 16, 20]
-            },
+            direct_procs: if quick { vec![2, 4, 8] } else { vec![2, 4, 8, 16, 20] },
             indirect_procs: 2,
             array_sizes_bytes: Plan::default_array_sizes(cache, quick),
             budget,
@@ -143,24 +117,15 @@ impl Plan {
         if self.direct_procs.is_empty() {
             return Err(Error::BadInput("no ring sizes to measure".into()));
         }
-        for &p in self
-            .direct_procs
-            .iter()
-            .chain(std::iter::once(&self.indirect_procs))
-        {
+        for &p in self.direct_procs.iter().chain(std::iter::once(&self.indirect_procs)) {
             if p < 2 || p > ring::RING_PROCS_MAX {
-                return Err(Error::BadInput(format!(
-                    "ring of {p} processes: expected 2..={}",
-                    ring::RING_PROCS_MAX
-                )));
+                return Err(Error::BadInput(format!("ring of {p} processes: expected 2..={}", ring::RING_PROCS_MAX)));
             }
         }
         let memory_bytes = physical_memory_bytes();
         for &s in &self.array_sizes_bytes {
             if s < 4 {
-                return Err(Error::BadInput(format!(
-                    "array size {s} bytes: expected at least 4"
-                )));
+                return Err(Error::BadInput(format!("array size {s} bytes: expected at least 4")));
             }
             let total = s.saturating_mul(self.indirect_procs as u64 + 1);
             if s > ARRAY_BYTES_MAX || memory_bytes.is_some_and(|m| total > m / 2) {
@@ -171,13 +136,8 @@ impl Plan {
                 )));
             }
         }
-        if self.budget.batches == 0
-            || self.budget.batch_ns == 0
-            || self.budget.hops_per_batch_max == 0
-        {
-            return Err(Error::BadInput(
-                "measurement budget must be positive".into(),
-            ));
+        if self.budget.batches == 0 || self.budget.batch_ns == 0 || self.budget.hops_per_batch_max == 0 {
+            return Err(Error::BadInput("measurement budget must be positive".into()));
         }
         Ok(())
     }
@@ -186,12 +146,7 @@ impl Plan {
 /// Physical memory from sysconf, None when unknown.
 pub fn physical_memory_bytes() -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
     (pages > 0 && page > 0).then(|| pages as u64 * page as u64)
 }
 
@@ -243,10 +198,7 @@ pub struct HostProfile {
 impl HostProfile {
     /// The two-process direct cost with the pipe work subtracted: the model's tau_ctx.
     pub fn ctx_direct_ns(&self) -> Option<f64> {
-        self.direct
-            .iter()
-            .min_by_key(|p| p.procs)
-            .map(|p| p.us_per_switch * 1e3)
+        self.direct.iter().min_by_key(|p| p.procs).map(|p| p.us_per_switch * 1e3)
     }
 
     /// The CPU time a sleeping waiter costs: switching out (direct) and back in with the
@@ -266,10 +218,7 @@ impl HostProfile {
 
     /// Reads and checks a profile file.
     pub fn read(path: &std::path::Path) -> Result<HostProfile, Error> {
-        let bad = |message: String| Error::Profile {
-            path: path.display().to_string(),
-            message,
-        };
+        let bad = |message: String| Error::Profile { path: path.display().to_string(), message };
         let text = std::fs::read_to_string(path).map_err(|e| {
             bad(if e.kind() == std::io::ErrorKind::NotFound {
                 "not found; run `smartcon ctx` first to measure this host".to_string()
@@ -277,22 +226,16 @@ impl HostProfile {
                 e.to_string()
             })
         })?;
-        let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
         match value.get("version").and_then(|v| v.as_u64()) {
             Some(v) if v == HOST_PROFILE_VERSION as u64 => {}
             Some(v) => return Err(bad(format!("version {v}, expected {HOST_PROFILE_VERSION}"))),
             None => return Err(bad("no \"version\" field".into())),
         }
-        let profile: HostProfile =
-            serde_json::from_value(value).map_err(|e| bad(format!("malformed: {e}")))?;
-        let direct = profile
-            .ctx_direct_ns()
-            .ok_or_else(|| bad("no direct context-switch measurement".into()))?;
+        let profile: HostProfile = serde_json::from_value(value).map_err(|e| bad(format!("malformed: {e}")))?;
+        let direct = profile.ctx_direct_ns().ok_or_else(|| bad("no direct context-switch measurement".into()))?;
         if !(direct.is_finite() && direct > 0.0) {
-            return Err(bad(format!(
-                "direct cost {direct} ns is not a positive number"
-            )));
+            return Err(bad(format!("direct cost {direct} ns is not a positive number")));
         }
         Ok(profile)
     }
@@ -326,11 +269,7 @@ pub fn step_count(plan: &Plan) -> u64 {
 
 /// Runs the whole plan. Everything on one CPU runs pinned to `plan.cpu` and the caller's
 /// affinity is restored afterwards.
-pub fn measure(
-    plan: &Plan,
-    stop: &AtomicBool,
-    progress: &mut dyn Progress,
-) -> Result<HostProfile, Error> {
+pub fn measure(plan: &Plan, stop: &AtomicBool, progress: &mut dyn Progress) -> Result<HostProfile, Error> {
     plan.validate()?;
     let cache = cache::read_cache_sizes();
     let to_us = |ns: f64| ns / 1e3;
@@ -358,9 +297,7 @@ pub fn measure(
             let mut skipped = None;
             for _ in 0..PERF_RUNS {
                 match perfbench::perf_sched_pipe(plan.cpu, plan.perf_loops, stop)? {
-                    perfbench::PerfOutcome::UsPerSwitch(us) => {
-                        best = Some(best.map_or(us, |b| b.min(us)))
-                    }
+                    perfbench::PerfOutcome::UsPerSwitch(us) => best = Some(best.map_or(us, |b| b.min(us))),
                     perfbench::PerfOutcome::Skipped(why) => {
                         skipped = Some(why);
                         break;
@@ -374,8 +311,7 @@ pub fn measure(
             progress.step(&format!("hot single process, {} KiB", bytes >> 10));
             let hot_ns = ring::ring_ns_per_hop(1, bytes as usize, plan.budget, stop)?;
             progress.step(&format!("indirect, {} KiB", bytes >> 10));
-            let raw_ns =
-                ring::ring_ns_per_hop(plan.indirect_procs, bytes as usize, plan.budget, stop)?;
+            let raw_ns = ring::ring_ns_per_hop(plan.indirect_procs, bytes as usize, plan.budget, stop)?;
             // The hot time again after the ring, and the smaller of the two: a neighbour's
             // burst during one of them only ever adds time.
             let hot_ns = hot_ns.min(ring::ring_ns_per_hop(1, bytes as usize, plan.budget, stop)?);

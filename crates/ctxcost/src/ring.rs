@@ -52,15 +52,9 @@ fn make_pipe() -> Result<Pipe, Error> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: fds has room for the two descriptors pipe writes.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(Error::Os {
-            what: "pipe",
-            source: std::io::Error::last_os_error(),
-        });
+        return Err(Error::Os { what: "pipe", source: std::io::Error::last_os_error() });
     }
-    Ok(Pipe {
-        read: fds[0],
-        write: fds[1],
-    })
+    Ok(Pipe { read: fds[0], write: fds[1] })
 }
 
 fn close(fd: RawFd) {
@@ -81,10 +75,7 @@ impl Array {
     fn new(bytes: usize) -> Result<Array, Error> {
         let len = bytes / 4;
         if len == 0 {
-            return Ok(Array {
-                ptr: std::ptr::null_mut(),
-                len: 0,
-            });
+            return Ok(Array { ptr: std::ptr::null_mut(), len: 0 });
         }
         // SAFETY: a fresh anonymous private mapping; the result is checked before use.
         let ptr = unsafe {
@@ -98,10 +89,7 @@ impl Array {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(Error::Os {
-                what: "mmap",
-                source: std::io::Error::last_os_error(),
-            });
+            return Err(Error::Os { what: "mmap", source: std::io::Error::last_os_error() });
         }
         let ptr = ptr as *mut u32;
         for i in 0..len {
@@ -198,11 +186,7 @@ impl Drop for Children {
 /// ends and delay the other ring's end-of-file.
 fn close_other_fds(keep_a: RawFd, keep_b: RawFd) {
     let (low, high) = (keep_a.min(keep_b) as u32, keep_a.max(keep_b) as u32);
-    let ranges = [
-        (3u32, low.wrapping_sub(1)),
-        (low + 1, high.wrapping_sub(1)),
-        (high + 1, u32::MAX),
-    ];
+    let ranges = [(3u32, low.wrapping_sub(1)), (low + 1, high.wrapping_sub(1)), (high + 1, u32::MAX)];
     for (first, last) in ranges {
         if first > last || first < 3 {
             continue;
@@ -250,16 +234,9 @@ fn child_main(read_fd: RawFd, write_fd: RawFd, array_bytes: usize) -> ! {
 /// one context switch) in a ring of `procs` processes on the current CPU mask. The caller
 /// pins first. `procs` = 1 is the single-process overhead: one process writing to and
 /// reading from its own pipe.
-pub fn ring_ns_per_hop(
-    procs: usize,
-    array_bytes: usize,
-    budget: Budget,
-    stop: &AtomicBool,
-) -> Result<f64, Error> {
+pub fn ring_ns_per_hop(procs: usize, array_bytes: usize, budget: Budget, stop: &AtomicBool) -> Result<f64, Error> {
     if procs == 0 || procs > RING_PROCS_MAX {
-        return Err(Error::BadInput(format!(
-            "ring of {procs} processes: expected 1..={RING_PROCS_MAX}"
-        )));
+        return Err(Error::BadInput(format!("ring of {procs} processes: expected 1..={RING_PROCS_MAX}")));
     }
     let mut pipes = Vec::with_capacity(procs);
     let close_all = |pipes: &mut Vec<Pipe>| {
@@ -286,19 +263,14 @@ pub fn ring_ns_per_hop(
             return Err(e);
         }
     };
-    let mut children = Children {
-        pids: Vec::with_capacity(procs),
-    };
+    let mut children = Children { pids: Vec::with_capacity(procs) };
     for i in 1..procs {
         // SAFETY: fork; the child only runs child_main, which uses async-signal-safe calls.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             let source = std::io::Error::last_os_error();
             close_all(&mut pipes);
-            return Err(Error::Os {
-                what: "fork",
-                source,
-            });
+            return Err(Error::Os { what: "fork", source });
         }
         if pid == 0 {
             let (read_fd, write_fd) = (pipes[i].read, pipes[(i + 1) % procs].write);
@@ -344,10 +316,7 @@ fn drive(
     let round = || -> Result<(), Error> {
         sum_array(array.as_slice());
         if write_token(write_fd) != 1 || read_token(read_fd) != 1 {
-            return Err(Error::Os {
-                what: "token ring pipe",
-                source: std::io::Error::last_os_error(),
-            });
+            return Err(Error::Os { what: "token ring pipe", source: std::io::Error::last_os_error() });
         }
         Ok(())
     };
@@ -355,8 +324,7 @@ fn drive(
     let warm_start = Instant::now();
     let mut warm_rounds = 0u64;
     while warm_rounds < 3
-        || (warm_start.elapsed().as_nanos() < (budget.batch_ns / 4) as u128
-            && warm_rounds < budget.hops_per_batch_max)
+        || (warm_start.elapsed().as_nanos() < (budget.batch_ns / 4) as u128 && warm_rounds < budget.hops_per_batch_max)
     {
         round()?;
         warm_rounds += 1;
@@ -385,11 +353,7 @@ mod tests {
 
     #[test]
     fn ring_of_three_runs_and_reaps_its_children() {
-        let budget = Budget {
-            batches: 2,
-            batch_ns: 2_000_000,
-            hops_per_batch_max: 10_000,
-        };
+        let budget = Budget { batches: 2, batch_ns: 2_000_000, hops_per_batch_max: 10_000 };
         let stop = AtomicBool::new(false);
         let ns = ring_ns_per_hop(3, 64 << 10, budget, &stop).unwrap();
         assert!(ns.is_finite() && ns > 0.0);
@@ -397,16 +361,9 @@ mod tests {
 
     #[test]
     fn a_stopped_ring_returns_interrupted_and_reaps() {
-        let budget = Budget {
-            batches: 2,
-            batch_ns: 1_000_000,
-            hops_per_batch_max: 1000,
-        };
+        let budget = Budget { batches: 2, batch_ns: 1_000_000, hops_per_batch_max: 1000 };
         let stop = AtomicBool::new(true);
-        assert!(matches!(
-            ring_ns_per_hop(4, 0, budget, &stop),
-            Err(Error::Interrupted)
-        ));
+        assert!(matches!(ring_ns_per_hop(4, 0, budget, &stop), Err(Error::Interrupted)));
         assert!(ring_ns_per_hop(0, 0, budget, &stop).is_err());
     }
 }

@@ -19,10 +19,7 @@ fn pipe() -> Result<[RawFd; 2], Error> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: fds has room for the two descriptors.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(Error::Os {
-            what: "pipe",
-            source: std::io::Error::last_os_error(),
-        });
+        return Err(Error::Os { what: "pipe", source: std::io::Error::last_os_error() });
     }
     Ok(fds)
 }
@@ -48,12 +45,7 @@ fn xfer(fd: RawFd, write: bool) -> bool {
 }
 
 /// Nanoseconds per one-way wake-up between a thread on `cpu_a` and one on `cpu_b`.
-pub fn pingpong_ns(
-    cpu_a: usize,
-    cpu_b: usize,
-    budget: Budget,
-    stop: &AtomicBool,
-) -> Result<f64, Error> {
+pub fn pingpong_ns(cpu_a: usize, cpu_b: usize, budget: Budget, stop: &AtomicBool) -> Result<f64, Error> {
     let ab = pipe()?;
     let ba = match pipe() {
         Ok(p) => p,
@@ -81,25 +73,20 @@ pub fn pingpong_ns(
             pin_current_thread(cpu_a)?;
             let round = || -> Result<(), Error> {
                 if !xfer(ab[1], true) || !xfer(ba[0], false) {
-                    return Err(Error::Os {
-                        what: "ping-pong pipe",
-                        source: std::io::Error::last_os_error(),
-                    });
+                    return Err(Error::Os { what: "ping-pong pipe", source: std::io::Error::last_os_error() });
                 }
                 Ok(())
             };
             let warm = Instant::now();
             let mut n = 0u64;
-            while n < 3
-                || (warm.elapsed().as_nanos() < (budget.batch_ns / 4) as u128
-                    && n < budget.hops_per_batch_max)
+            while n < 3 || (warm.elapsed().as_nanos() < (budget.batch_ns / 4) as u128 && n < budget.hops_per_batch_max)
             {
                 round()?;
                 n += 1;
             }
             let per_round = warm.elapsed().as_nanos() as f64 / n as f64;
-            let rounds = ((budget.batch_ns as f64 / per_round.max(1.0)) as u64)
-                .clamp(2, budget.hops_per_batch_max.max(2));
+            let rounds =
+                ((budget.batch_ns as f64 / per_round.max(1.0)) as u64).clamp(2, budget.hops_per_batch_max.max(2));
             let mut best = f64::INFINITY;
             for _ in 0..budget.batches.max(1) {
                 if stop.load(Ordering::Relaxed) {
@@ -113,9 +100,7 @@ pub fn pingpong_ns(
             }
             Ok(best)
         });
-        let measured = driver
-            .join()
-            .unwrap_or(Err(Error::BadInput("ping-pong thread panicked".into())));
+        let measured = driver.join().unwrap_or(Err(Error::BadInput("ping-pong thread panicked".into())));
         // Closing the driver's write end ends the echo thread with EOF.
         // SAFETY: both threads are done with ab[1] (the driver has returned).
         unsafe { libc::close(ab[1]) };

@@ -126,9 +126,8 @@ pub struct EmuSpec {
 /// `read_bw`, `write_bw` (bytes per second, with size suffixes: `2g` = 2 GiB/s),
 /// `channels`, `size` (capacity), `poll_cost` (time a status poll holds a channel).
 pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
-    let rest = text
-        .strip_prefix("emu:")
-        .ok_or_else(|| format!("{text:?} is not an emulated device (expected emu:PRESET)"))?;
+    let rest =
+        text.strip_prefix("emu:").ok_or_else(|| format!("{text:?} is not an emulated device (expected emu:PRESET)"))?;
     let mut parts = rest.split(',');
     let name = parts.next().unwrap_or("");
     let base = preset(name).ok_or_else(|| {
@@ -138,9 +137,7 @@ pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
     let mut model = base.model.clone();
     let mut capacity_bytes = base.capacity_bytes;
     for part in parts {
-        let (key, value) = part
-            .split_once('=')
-            .ok_or_else(|| format!("{part:?} in {text:?} is not key=value"))?;
+        let (key, value) = part.split_once('=').ok_or_else(|| format!("{part:?} in {text:?} is not key=value"))?;
         let dur = || parse_duration_ns(value).map_err(|e| format!("{key}: {e}"));
         let bw = || -> Result<u64, String> {
             let v = parse_size(value).map_err(|e| format!("{key}: {e} (bytes per second)"))?;

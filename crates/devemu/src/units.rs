@@ -23,9 +23,7 @@ impl std::error::Error for ParseError {}
 
 fn split_number(text: &str) -> Option<(f64, &str)> {
     let t = text.trim();
-    let end = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let end = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     if end == 0 {
         return None;
     }

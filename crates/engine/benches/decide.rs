@@ -3,7 +3,8 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use smartcon_engine::decision::*;
 
 fn bench(c: &mut Criterion) {
-    let t = Thresholds { class: DeviceClass::Fast, size_threshold_bytes: 64 << 10, cpu_threshold_pct: 50, queue_limit: 0 };
+    let t =
+        Thresholds { class: DeviceClass::Fast, size_threshold_bytes: 64 << 10, cpu_threshold_pct: 50, queue_limit: 0 };
     let mut i = 0u64;
     c.bench_function("decide (fast device, all four checks)", |b| {
         b.iter(|| {

@@ -38,10 +38,7 @@ pub fn unavailable_reason() -> Option<String> {
 
 fn check_size(size_bytes: u64) -> Result<(), Error> {
     if !(1 << 20..=DEVICE_BYTES_MAX).contains(&size_bytes) || !size_bytes.is_multiple_of(4096) {
-        return Err(Error::new(
-            ErrorKind::Usage,
-            "device size must be a multiple of 4 KiB between 1 MiB and 8 GiB",
-        ));
+        return Err(Error::new(ErrorKind::Usage, "device size must be a multiple of 4 KiB between 1 MiB and 8 GiB"));
     }
     if let Some(r) = unavailable_reason() {
         return Err(Error::new(ErrorKind::Setup, r));
@@ -66,11 +63,8 @@ impl LoopDevice {
                 "/dev/shm (tmpfs) is missing; the loop ramdisk needs a tmpfs file",
             ));
         }
-        let backing = dir.join(format!(
-            "smartcon-loop-{}-{}.img",
-            std::process::id(),
-            crate::clock::now_ns() % 1_000_000_007
-        ));
+        let backing =
+            dir.join(format!("smartcon-loop-{}-{}.img", std::process::id(), crate::clock::now_ns() % 1_000_000_007));
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -87,9 +81,7 @@ impl LoopDevice {
         while written < size_bytes {
             let n = chunk.len().min((size_bytes - written) as usize);
             use std::io::Write;
-            (&file)
-                .write_all(&chunk[..n])
-                .map_err(|e| cleanup(Error::io(ErrorKind::Setup, &backing, e)))?;
+            (&file).write_all(&chunk[..n]).map_err(|e| cleanup(Error::io(ErrorKind::Setup, &backing, e)))?;
             written += n as u64;
         }
         drop(file);
@@ -97,19 +89,11 @@ impl LoopDevice {
             .args(["--find", "--show"])
             .arg(&backing)
             .output()
-            .map_err(|e| {
-                cleanup(Error::new(
-                    ErrorKind::Setup,
-                    format!("cannot run losetup (util-linux): {e}"),
-                ))
-            })?;
+            .map_err(|e| cleanup(Error::new(ErrorKind::Setup, format!("cannot run losetup (util-linux): {e}"))))?;
         if !out.status.success() {
             return Err(cleanup(Error::new(
                 ErrorKind::Setup,
-                format!(
-                    "losetup --find --show failed: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ),
+                format!("losetup --find --show failed: {}", String::from_utf8_lossy(&out.stderr).trim()),
             )));
         }
         let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -173,9 +157,7 @@ impl LoopFs {
         let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL in paths we made");
         let (dev_c, mount_c) = (c(device.path()), c(&mount));
         // SAFETY: valid NUL-terminated strings; no mount data.
-        let rc = unsafe {
-            libc::mount(dev_c.as_ptr(), mount_c.as_ptr(), c"ext4".as_ptr(), 0, std::ptr::null())
-        };
+        let rc = unsafe { libc::mount(dev_c.as_ptr(), mount_c.as_ptr(), c"ext4".as_ptr(), 0, std::ptr::null()) };
         if rc != 0 {
             let e = std::io::Error::last_os_error();
             let _ = std::fs::remove_dir(&mount);
@@ -232,19 +214,13 @@ impl ZramDevice {
             .map_err(|e| {
                 Error::new(
                     ErrorKind::Setup,
-                    format!(
-                        "zram is unavailable ({}: {e}); load it with modprobe zram",
-                        control.display()
-                    ),
+                    format!("zram is unavailable ({}: {e}); load it with modprobe zram", control.display()),
                 )
             })?
             .trim()
             .parse()
             .map_err(|_| Error::new(ErrorKind::Setup, "zram hot_add returned no device id"))?;
-        let dev = ZramDevice {
-            id,
-            device: PathBuf::from(format!("/dev/zram{id}")),
-        };
+        let dev = ZramDevice { id, device: PathBuf::from(format!("/dev/zram{id}")) };
         // From here on `dev` owns the device: an error drops it, which removes it.
         write_sys(&format!("/sys/block/zram{id}/disksize"), &size_bytes.to_string())?;
         // udev may need a moment to create the node; bounded wait.
@@ -255,10 +231,7 @@ impl ZramDevice {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         if !dev.device.exists() {
-            return Err(Error::new(
-                ErrorKind::Setup,
-                format!("{} did not appear", dev.device.display()),
-            ));
+            return Err(Error::new(ErrorKind::Setup, format!("{} did not appear", dev.device.display())));
         }
         Ok(dev)
     }
@@ -284,10 +257,7 @@ mod tests {
     use super::*;
 
     fn loop_attached(backing: &Path) -> bool {
-        let out = Command::new("losetup")
-            .arg("-a")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).to_string());
+        let out = Command::new("losetup").arg("-a").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string());
         out.map(|s| s.contains(&backing.display().to_string())).unwrap_or(false)
     }
 
@@ -304,11 +274,7 @@ mod tests {
         // Normal life: created, usable as a target, removed.
         let (dev, backing) = {
             let l = LoopDevice::create(4 << 20).expect("loop device");
-            let opts = crate::target::OpenOptions {
-                write: true,
-                destructive: false,
-                created_by_tool: true,
-            };
+            let opts = crate::target::OpenOptions { write: true, destructive: false, created_by_tool: true };
             let t = crate::target::open(&crate::target::TargetSpec::Path(l.path().to_path_buf()), opts).unwrap();
             assert_eq!(t.capacity_bytes(), 4 << 20);
             drop(t);

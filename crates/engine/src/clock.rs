@@ -28,7 +28,10 @@ pub fn tighten_timer_slack() {
 /// Sleeps until `at_ns` on CLOCK_MONOTONIC (a kernel hrtimer; with the tightened slack it
 /// fires on time, and the thread runs again after the host's wake-up overshoot).
 pub fn sleep_until_ns(at_ns: u64) {
-    let ts = libc::timespec { tv_sec: (at_ns / 1_000_000_000) as libc::time_t, tv_nsec: (at_ns % 1_000_000_000) as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: (at_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (at_ns % 1_000_000_000) as libc::c_long,
+    };
     // SAFETY: a valid timespec; EINTR (a signal such as Ctrl-C) just ends the sleep early,
     // which every caller tolerates because it re-reads the clock.
     unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };

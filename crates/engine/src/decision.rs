@@ -224,7 +224,11 @@ mod tests {
             (4096, 1, 60 << 10, 0, Block, SizeAtThreshold), // backlog counts toward the size
         ];
         for &(bytes, count, ahead, cpu, s, r) in table {
-            assert_eq!(d(bytes, count, ahead, cpu, &FAST), (s, r), "bytes={bytes} count={count} ahead={ahead} cpu={cpu}");
+            assert_eq!(
+                d(bytes, count, ahead, cpu, &FAST),
+                (s, r),
+                "bytes={bytes} count={count} ahead={ahead} cpu={cpu}"
+            );
         }
         let q1 = Thresholds { queue_limit: 1, ..FAST };
         assert_eq!(d(4096, 1, 4096, 0, &q1), (Spin, CpuAvailable));

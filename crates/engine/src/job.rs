@@ -279,13 +279,15 @@ pub fn run_job(
         barrier: Barrier::new(spec.threads as usize),
     };
     let results: Vec<Result<ThreadStats, Error>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..spec.threads).map(|t| {
-            let shared = &shared;
-            std::thread::Builder::new()
-                .name(format!("smartcon-io-{t}"))
-                .spawn_scoped(s, move || worker(shared, t))
-                .expect("spawn I/O thread")
-        }).collect();
+        let handles: Vec<_> = (0..spec.threads)
+            .map(|t| {
+                let shared = &shared;
+                std::thread::Builder::new()
+                    .name(format!("smartcon-io-{t}"))
+                    .spawn_scoped(s, move || worker(shared, t))
+                    .expect("spawn I/O thread")
+            })
+            .collect();
         handles.into_iter().map(|h| h.join().expect("I/O thread panicked")).collect()
     });
     let mut stats = Vec::with_capacity(results.len());
@@ -328,7 +330,8 @@ fn read_back(shared: &Shared<'_>, written: &WrittenMap) -> Result<(), Error> {
         }
         let off = slot * spec.bs_bytes;
         port.io(Op::Read, buf.as_mut_slice(), off, strategy, spec.spin_budget_ns)?;
-        verify::check(buf.as_slice(), off, unit, spec.seed).map_err(|m| Error::new(ErrorKind::Verify, m.to_string()))?;
+        verify::check(buf.as_slice(), off, unit, spec.seed)
+            .map_err(|m| Error::new(ErrorKind::Verify, m.to_string()))?;
     }
     Ok(())
 }

@@ -23,9 +23,9 @@ pub mod wait;
 
 pub use smartcon_devemu as devemu;
 pub use smartcon_devemu::Op;
+pub mod blockdev;
 pub mod load;
 pub mod merge;
-pub mod blockdev;
-pub mod workload;
-pub mod postmark;
 pub mod placement;
+pub mod postmark;
+pub mod workload;

@@ -111,10 +111,7 @@ impl CpuLoad {
     /// drop, so an interrupted run leaves nothing behind.
     pub fn start(workers: u32) -> Result<CpuLoad, Error> {
         if workers == 0 || workers > CPU_WORKERS_MAX {
-            return Err(Error::new(
-                ErrorKind::Usage,
-                format!("CPU load workers must be 1..={CPU_WORKERS_MAX}"),
-            ));
+            return Err(Error::new(ErrorKind::Usage, format!("CPU load workers must be 1..={CPU_WORKERS_MAX}")));
         }
         let map_bytes = (workers as usize * std::mem::size_of::<AtomicU64>()).max(4096);
         // SAFETY: an anonymous shared mapping; the result is checked before use.
@@ -135,11 +132,8 @@ impl CpuLoad {
             ));
         }
         // Zero-filled anonymous memory is a valid array of AtomicU64 zeros.
-        let mut load = CpuLoad {
-            pids: Vec::with_capacity(workers as usize),
-            counters: ptr as *mut AtomicU64,
-            map_bytes,
-        };
+        let mut load =
+            CpuLoad { pids: Vec::with_capacity(workers as usize), counters: ptr as *mut AtomicU64, map_bytes };
         let parent = std::process::id() as libc::pid_t;
         for index in 0..workers as usize {
             // SAFETY: the child only runs `child_main`, which does arithmetic and atomics on
@@ -166,10 +160,7 @@ impl CpuLoad {
     }
 
     pub fn snapshot(&self) -> LoadSnapshot {
-        let mut s = LoadSnapshot {
-            at_ns: now_ns(),
-            ..Default::default()
-        };
+        let mut s = LoadSnapshot { at_ns: now_ns(), ..Default::default() };
         for (i, &pid) in self.pids.iter().enumerate() {
             // SAFETY: i < workers, inside the mapping, which lives until drop.
             s.work += unsafe { &*self.counters.add(i) }.load(Ordering::Relaxed);
@@ -222,22 +213,13 @@ pub struct IoLoad {
 
 impl Default for IoLoad {
     fn default() -> Self {
-        IoLoad {
-            done: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
-            errors: AtomicU64::new(0),
-        }
+        IoLoad { done: AtomicU64::new(0), stop: AtomicBool::new(false), errors: AtomicU64::new(0) }
     }
 }
 
 impl IoLoad {
     pub fn snapshot(&self) -> LoadSnapshot {
-        LoadSnapshot {
-            at_ns: now_ns(),
-            work: self.done.load(Ordering::Relaxed),
-            user_ns: 0,
-            sys_ns: 0,
-        }
+        LoadSnapshot { at_ns: now_ns(), work: self.done.load(Ordering::Relaxed), user_ns: 0, sys_ns: 0 }
     }
 
     /// Spawns `workers` threads in `scope` doing `bs_bytes` random reads on `target` until
@@ -251,17 +233,11 @@ impl IoLoad {
         span_bytes: u64,
     ) -> Result<(), Error> {
         if workers == 0 || workers > IO_WORKERS_MAX {
-            return Err(Error::new(
-                ErrorKind::Usage,
-                format!("I/O load workers must be 1..={IO_WORKERS_MAX}"),
-            ));
+            return Err(Error::new(ErrorKind::Usage, format!("I/O load workers must be 1..={IO_WORKERS_MAX}")));
         }
         let slots = span_bytes / bs_bytes;
         if slots == 0 || !bs_bytes.is_multiple_of(target.block_bytes()) {
-            return Err(Error::new(
-                ErrorKind::Usage,
-                "the I/O load's request size does not fit the target",
-            ));
+            return Err(Error::new(ErrorKind::Usage, "the I/O load's request size does not fit the target"));
         }
         for w in 0..workers {
             std::thread::Builder::new()
@@ -284,13 +260,7 @@ impl IoLoad {
             x = crunch(x, 1);
             let slot = ((x as u128 * slots as u128) >> 64) as u64;
             let _ahead = inflight.enter(bs);
-            let r = port.io(
-                Op::Read,
-                buf.as_mut_slice(),
-                slot * bs,
-                Strategy::Block,
-                SPIN_BUDGET_NS_DEFAULT,
-            );
+            let r = port.io(Op::Read, buf.as_mut_slice(), slot * bs, Strategy::Block, SPIN_BUDGET_NS_DEFAULT);
             inflight.leave(bs);
             if r.is_err() {
                 // A failing device ends this worker; the count shows it.
@@ -305,13 +275,7 @@ impl IoLoad {
 /// Machine-wide iowait and total time from /proc/stat, in ns (tick resolution).
 pub fn proc_stat_iowait_total_ns() -> Option<(u64, u64)> {
     let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let fields: Vec<u64> = text
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|f| f.parse().ok())
-        .collect();
+    let fields: Vec<u64> = text.lines().next()?.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
     if fields.len() < 5 {
         return None;
     }

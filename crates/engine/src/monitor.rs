@@ -209,11 +209,10 @@ fn ticker(shared: Arc<Shared>, window_ns: u64, period_ns: u64) {
     while !shared.stop.load(Ordering::Relaxed) {
         if let Some((busy_ns, total_ns)) = read_proc_stat() {
             let now = crate::clock::now_ns();
-            let s = Sample { at_ns: now, busy_ns, total_ns, own_ns: own_cpu_ns(&shared), stall_ns: read_cpu_pressure() };
+            let s =
+                Sample { at_ns: now, busy_ns, total_ns, own_ns: own_cpu_ns(&shared), stall_ns: read_cpu_pressure() };
             samples.push_back(s);
-            while samples.len() > samples_max
-                || (samples.len() > 2 && now - samples[1].at_ns >= window_ns)
-            {
+            while samples.len() > samples_max || (samples.len() > 2 && now - samples[1].at_ns >= window_ns) {
                 samples.pop_front();
             }
             if let Some(first) = samples.front().filter(|f| f.total_ns < s.total_ns) {
@@ -221,7 +220,9 @@ fn ticker(shared: Arc<Shared>, window_ns: u64, period_ns: u64) {
                 let busy = s.busy_ns.saturating_sub(first.busy_ns) as f64;
                 let own = s.own_ns.saturating_sub(first.own_ns) as f64;
                 let stall = match (first.stall_ns, s.stall_ns) {
-                    (Some(a), Some(b)) if s.at_ns > first.at_ns => Some((b.saturating_sub(a) as f64, (s.at_ns - first.at_ns) as f64)),
+                    (Some(a), Some(b)) if s.at_ns > first.at_ns => {
+                        Some((b.saturating_sub(a) as f64, (s.at_ns - first.at_ns) as f64))
+                    }
                     _ => None,
                 };
                 let others = others_demand_x100(busy, total, own, stall);

@@ -37,7 +37,12 @@ pub enum Placement {
 impl Placement {
     /// `any`, `irq`, `away` or a CPU list (`1`, `0,2`, `0-3`).
     pub fn parse(text: &str) -> Result<Placement, Error> {
-        let bad = |why: &str| Error::new(ErrorKind::Usage, format!("bad CPU placement {text:?}: {why}; use any, irq, away or a CPU list such as 0,2-3"));
+        let bad = |why: &str| {
+            Error::new(
+                ErrorKind::Usage,
+                format!("bad CPU placement {text:?}: {why}; use any, irq, away or a CPU list such as 0,2-3"),
+            )
+        };
         match text.trim() {
             "any" => Ok(Placement::Any),
             "irq" => Ok(Placement::Irq),
@@ -192,7 +197,10 @@ pub fn pin_current_thread(cpus: &[usize]) -> Result<(), Error> {
     unsafe {
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             let e = std::io::Error::last_os_error();
-            return Err(Error::new(ErrorKind::Usage, format!("cannot pin the I/O thread to CPUs {}: {e}", format_cpu_list(cpus))));
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!("cannot pin the I/O thread to CPUs {}: {e}", format_cpu_list(cpus)),
+            ));
         }
     }
     Ok(())

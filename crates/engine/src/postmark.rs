@@ -289,7 +289,11 @@ impl Runner<'_> {
                     Op::Write => libc::pwrite(fd.0, buf.as_ptr() as *const libc::c_void, len, offset as libc::off_t),
                 }
             };
-            if r < 0 { -(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as i64) } else { r as i64 }
+            if r < 0 {
+                -(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as i64)
+            } else {
+                r as i64
+            }
         } else {
             let entry = match op {
                 Op::Read => opcode::Read::new(types::Fd(fd.0), buf.as_mut_ptr(), len as u32).offset(offset).build(),
@@ -455,7 +459,8 @@ pub fn run(
     let mut js = JobSpec::new(Op::Read, Pattern::Rand, spec.block_bytes, spec.strategy);
     js.duration_ns = spec.duration_ns;
     js.seed = spec.seed;
-    let mut job = JobResult::from_threads(target, &js, profile, std::slice::from_ref(&r.stats), stop.load(Ordering::Relaxed));
+    let mut job =
+        JobResult::from_threads(target, &js, profile, std::slice::from_ref(&r.stats), stop.load(Ordering::Relaxed));
     job.op = "mixed";
     job.pattern = "postmark";
     job.model_service_ns = None;
@@ -526,7 +531,11 @@ mod tests {
         // The same seed does the same work under every strategy.
         assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:?}");
         // Without a pool to delete from, biases of 0% create still work; 100% create never deletes.
-        let spec = PostmarkSpec { create_bias_pct: 100, read_bias_pct: 0, ..small(StrategyChoice::parse("block").unwrap(), 3) };
+        let spec = PostmarkSpec {
+            create_bias_pct: 100,
+            read_bias_pct: 0,
+            ..small(StrategyChoice::parse("block").unwrap(), 3)
+        };
         let r = run(&dir, &spec, t.as_ref(), &Profile::paper_default("x"), &monitor, &stop).unwrap();
         assert_eq!((r.counts.creates, r.counts.deletes, r.counts.reads), (200, 0, 0));
         std::fs::remove_dir_all(&dir).unwrap();

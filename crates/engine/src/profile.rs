@@ -94,7 +94,11 @@ impl Profile {
         if profile.version != PROFILE_VERSION {
             return Err(Error::new(
                 ErrorKind::Profile,
-                format!("{} has profile version {}, this smartcon reads {PROFILE_VERSION}; re-run smartcon probe", path.display(), profile.version),
+                format!(
+                    "{} has profile version {}, this smartcon reads {PROFILE_VERSION}; re-run smartcon probe",
+                    path.display(),
+                    profile.version
+                ),
             ));
         }
         if profile.cpu_threshold_pct > 100 || profile.size_threshold_bytes == 0 {
@@ -260,7 +264,13 @@ mod tests {
     #[test]
     fn threshold_is_where_the_gain_becomes_negligible() {
         // Gains: 50%, 20%, 5%, 2%, 1% -> negligible (<= 3%) from 256k on.
-        let p = pts(&[(4096, 20e3, 10e3), (16384, 25e3, 20e3), (65536, 40e3, 38e3), (262144, 100e3, 98e3), (524288, 200e3, 198e3)]);
+        let p = pts(&[
+            (4096, 20e3, 10e3),
+            (16384, 25e3, 20e3),
+            (65536, 40e3, 38e3),
+            (262144, 100e3, 98e3),
+            (524288, 200e3, 198e3),
+        ]);
         assert_eq!(size_threshold_bytes(&p), 262144);
         assert_eq!(classify(&p, 5e3), DeviceClass::Fast);
         // A gain that comes back at a larger size moves the threshold past it.
@@ -282,21 +292,44 @@ mod tests {
     #[test]
     fn queue_limit_is_the_last_queue_length_where_spinning_pays() {
         let q = |rows: &[(u32, f64, f64)]| {
-            let p: Vec<QueuePoint> =
-                rows.iter().map(|&(background_ios, block_ns, spin_ns)| QueuePoint { background_ios, block_ns, spin_ns }).collect();
+            let p: Vec<QueuePoint> = rows
+                .iter()
+                .map(|&(background_ios, block_ns, spin_ns)| QueuePoint { background_ios, block_ns, spin_ns })
+                .collect();
             queue_limit(&p)
         };
         // Recorded on the team VM (shared, load average 4.7): `smartcon probe emu:optane
         // --sizes 4k --json`, 4 KiB read mean latencies (ns) with k background readers.
         // Spinning pays at every queue length: Q = 4.
-        assert_eq!(q(&[(0, 34_922.0, 17_114.0), (1, 72_247.0, 29_338.0), (2, 71_960.0, 36_117.0), (3, 64_056.0, 43_915.0), (4, 90_719.0, 37_556.0)]), 4);
+        assert_eq!(
+            q(&[
+                (0, 34_922.0, 17_114.0),
+                (1, 72_247.0, 29_338.0),
+                (2, 71_960.0, 36_117.0),
+                (3, 64_056.0, 43_915.0),
+                (4, 90_719.0, 37_556.0)
+            ]),
+            4
+        );
         // The same run on `tmp:256m@/var/tmp` (the virtio disk): spinning did not pay even
         // with nothing ahead, and at 4 ahead it paid again (noise of a shared machine, or
         // the readers' completions competing for the CPU): the rule stops at the first
         // queue length where it does not pay, Q = 0.
-        assert_eq!(q(&[(0, 58_547.0, 64_713.0), (1, 66_452.0, 70_630.0), (2, 68_838.0, 74_856.0), (3, 79_062.0, 80_432.0), (4, 152_698.0, 108_435.0)]), 0);
+        assert_eq!(
+            q(&[
+                (0, 58_547.0, 64_713.0),
+                (1, 66_452.0, 70_630.0),
+                (2, 68_838.0, 74_856.0),
+                (3, 79_062.0, 80_432.0),
+                (4, 152_698.0, 108_435.0)
+            ]),
+            0
+        );
         // Made up: a one-queue device whose gain shrinks with the queue and is gone at 2 ahead.
-        assert_eq!(q(&[(0, 60e3, 45e3), (1, 110e3, 100e3), (2, 160e3, 157e3), (3, 210e3, 200e3), (4, 260e3, 250e3)]), 1);
+        assert_eq!(
+            q(&[(0, 60e3, 45e3), (1, 110e3, 100e3), (2, 160e3, 157e3), (3, 210e3, 200e3), (4, 260e3, 250e3)]),
+            1
+        );
         // Gone already with one I/O ahead: Q = 0 (spin only on an idle device).
         assert_eq!(q(&[(0, 60e3, 45e3), (1, 110e3, 109e3), (2, 160e3, 150e3)]), 0);
         // Spinning never pays: 0 as well (the size rule makes such a device mainstream).

@@ -196,7 +196,10 @@ impl Ring {
         unsafe { self.push(&entry) };
         let res = self.wait_block()?;
         if res != -libc::ETIME && res < 0 {
-            return Err(Error::new(ErrorKind::Io, format!("timeout failed: {}", std::io::Error::from_raw_os_error(-res))));
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!("timeout failed: {}", std::io::Error::from_raw_os_error(-res)),
+            ));
         }
         Ok(())
     }

@@ -68,27 +68,14 @@ pub struct CellPlan {
 const MIB: u64 = 1 << 20;
 
 fn one(op: Op, pattern: Pattern, bs_bytes: u64, threads: u32) -> Phase {
-    Phase {
-        op,
-        pattern,
-        bs_bytes,
-        threads,
-        share_pct: 100,
-        fsync_every: 0,
-    }
+    Phase { op, pattern, bs_bytes, threads, share_pct: 100, fsync_every: 0 }
 }
 
 /// The cells of a workload; IOZone-like ones take the record sizes, personalities have their
 /// own. `None` for an unknown name.
 pub fn cells(name: &str, sizes: &[u64]) -> Option<Vec<CellPlan>> {
     let iozone = |op, pattern| {
-        sizes
-            .iter()
-            .map(|&bs| CellPlan {
-                bs_bytes: bs,
-                phases: vec![one(op, pattern, bs, 1)],
-            })
-            .collect()
+        sizes.iter().map(|&bs| CellPlan { bs_bytes: bs, phases: vec![one(op, pattern, bs, 1)] }).collect()
     };
     Some(match name {
         "iozone-rand-read" => iozone(Op::Read, Pattern::Rand),
@@ -106,14 +93,7 @@ pub fn cells(name: &str, sizes: &[u64]) -> Option<Vec<CellPlan>> {
                     share_pct: 50,
                     fsync_every: 0,
                 },
-                Phase {
-                    op: Op::Read,
-                    pattern: Pattern::Seq,
-                    bs_bytes: MIB,
-                    threads: 2,
-                    share_pct: 50,
-                    fsync_every: 0,
-                },
+                Phase { op: Op::Read, pattern: Pattern::Seq, bs_bytes: MIB, threads: 2, share_pct: 50, fsync_every: 0 },
             ],
         }],
         "mailserver" => vec![CellPlan {
@@ -138,14 +118,8 @@ pub fn cells(name: &str, sizes: &[u64]) -> Option<Vec<CellPlan>> {
                 },
             ],
         }],
-        "multistreamread" => vec![CellPlan {
-            bs_bytes: MIB,
-            phases: vec![one(Op::Read, Pattern::Seq, MIB, 4)],
-        }],
-        "singlestreamread" => vec![CellPlan {
-            bs_bytes: MIB,
-            phases: vec![one(Op::Read, Pattern::Seq, MIB, 1)],
-        }],
+        "multistreamread" => vec![CellPlan { bs_bytes: MIB, phases: vec![one(Op::Read, Pattern::Seq, MIB, 4)] }],
+        "singlestreamread" => vec![CellPlan { bs_bytes: MIB, phases: vec![one(Op::Read, Pattern::Seq, MIB, 1)] }],
         _ => return None,
     })
 }

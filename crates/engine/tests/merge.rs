@@ -177,7 +177,11 @@ fn multi_page_requests_merge_and_complete_page_by_page() {
 fn a_job_accounts_for_every_io_and_a_bad_pattern_is_a_verify_error() {
     let c = MergeConfig::new(true, true, Polling::Dynamic);
     let spec = parse_spec("emu:optane,channels=1,size=64m").unwrap();
-    let dev = MergeDevice::new(&spec, MergeConfig { poll: PollParams { sampling_ns: 1_000_000, ..PollParams::DEFAULT }, ..c }).unwrap();
+    let dev = MergeDevice::new(
+        &spec,
+        MergeConfig { poll: PollParams { sampling_ns: 1_000_000, ..PollParams::DEFAULT }, ..c },
+    )
+    .unwrap();
     let mut job = MergeJobSpec {
         op: Op::Write,
         pattern: Pattern::Seq,

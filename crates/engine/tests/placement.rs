@@ -35,7 +35,9 @@ fn warmup_ios_are_done_but_not_counted() {
     let profile = t.builtin_profile().unwrap();
     let monitor = SystemMonitor::fixed(0);
     let stop = AtomicBool::new(false);
-    for strategy in [StrategyChoice::Fixed(Strategy::Block), StrategyChoice::Fixed(Strategy::Spin), StrategyChoice::Smart] {
+    for strategy in
+        [StrategyChoice::Fixed(Strategy::Block), StrategyChoice::Fixed(Strategy::Spin), StrategyChoice::Smart]
+    {
         let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, strategy);
         js.duration_ns = 10_000_000_000;
         js.ios_max = Some(50);
@@ -56,8 +58,9 @@ fn a_cpu_outside_the_machine_is_refused() {
     let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(Strategy::Block));
     js.duration_ns = 10_000_000;
     js.cpus = Some(vec![1000]);
-    let err = run_job(t.as_ref(), &js, &t.builtin_profile().unwrap(), &SystemMonitor::fixed(0), &AtomicBool::new(false))
-        .expect_err("CPU 1000 does not exist here");
+    let err =
+        run_job(t.as_ref(), &js, &t.builtin_profile().unwrap(), &SystemMonitor::fixed(0), &AtomicBool::new(false))
+            .expect_err("CPU 1000 does not exist here");
     assert!(err.message.contains("cannot pin"), "{}", err.message);
     assert!(Placement::parse("4000").is_err(), "and the CLI's parser refuses it first");
 }

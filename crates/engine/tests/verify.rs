@@ -29,7 +29,8 @@ fn targets() -> Vec<Box<dyn Target>> {
     vec![
         target::open(&target::parse_target("emu:optane,size=8m").unwrap(), OpenOptions::default()).unwrap(),
         target::open(&target::parse_target("emu:nvram,size=8m").unwrap(), OpenOptions::default()).unwrap(),
-        target::open(&target::parse_target(&format!("tmp:8m@{}", dir.display())).unwrap(), OpenOptions::default()).unwrap(),
+        target::open(&target::parse_target(&format!("tmp:8m@{}", dir.display())).unwrap(), OpenOptions::default())
+            .unwrap(),
     ]
 }
 
@@ -113,7 +114,11 @@ fn misdirected_data_is_named_as_such() {
 fn fsync_every_flushes_each_threads_nth_write_and_refuses_reads() {
     let monitor = SystemMonitor::fixed(0);
     let stop = AtomicBool::new(false);
-    let t = target::open(&target::parse_target(&format!("tmp:4m@{}", std::env::temp_dir().display())).unwrap(), OpenOptions::default()).unwrap();
+    let t = target::open(
+        &target::parse_target(&format!("tmp:4m@{}", std::env::temp_dir().display())).unwrap(),
+        OpenOptions::default(),
+    )
+    .unwrap();
     let profile = Profile::paper_default(&t.device_id());
     for strategy in strategies() {
         let mut s = JobSpec::new(Op::Write, Pattern::Rand, 4096, strategy);

@@ -80,30 +80,21 @@ pub struct CalibrationRow {
 }
 
 fn bad(path: &Path, line_number: usize, message: impl Into<String>) -> Error {
-    Error::Input {
-        path: path.display().to_string(),
-        line_number,
-        message: message.into(),
-    }
+    Error::Input { path: path.display().to_string(), line_number, message: message.into() }
 }
 
 /// Reads one probe profile.
 pub fn read_profile(path: &Path) -> Result<DeviceProfile, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let profile: DeviceProfile = serde_json::from_str(&text)
-        .map_err(|e| bad(path, 0, format!("not a device profile: {e}")))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    let profile: DeviceProfile =
+        serde_json::from_str(&text).map_err(|e| bad(path, 0, format!("not a device profile: {e}")))?;
     for l in &profile.latencies {
         if !(l.lat_ns_mean >= 0.0) || !l.lat_ns_mean.is_finite() {
             return Err(bad(
                 path,
                 0,
-                format!(
-                    "negative or non-finite lat_ns_mean {} for {} {}",
-                    l.lat_ns_mean, l.op, l.bs_bytes
-                ),
+                format!("negative or non-finite lat_ns_mean {} for {} {}", l.lat_ns_mean, l.op, l.bs_bytes),
             ));
         }
     }
@@ -115,12 +106,7 @@ pub fn read_profiles(dir: &Path) -> Result<Vec<DeviceProfile>, Error> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(Error::Io {
-                path: dir.display().to_string(),
-                source,
-            })
-        }
+        Err(source) => return Err(Error::Io { path: dir.display().to_string(), source }),
     };
     let mut paths: Vec<_> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -132,23 +118,25 @@ pub fn read_profiles(dir: &Path) -> Result<Vec<DeviceProfile>, Error> {
 
 /// Reads the records of one `type` from a JSON Lines file, skipping the others; `check`
 /// refuses a record that parses but makes no sense.
-fn read_typed<T: serde::de::DeserializeOwned>(path: &Path, kind: &str, check: impl Fn(&T) -> Result<(), String>) -> Result<Vec<T>, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
+fn read_typed<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    kind: &str,
+    check: impl Fn(&T) -> Result<(), String>,
+) -> Result<Vec<T>, Error> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
     let mut out = Vec::new();
     for (index, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let value: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| bad(path, index + 1, format!("not JSON: {e}")))?;
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| bad(path, index + 1, format!("not JSON: {e}")))?;
         if value.get("type").and_then(|t| t.as_str()) != Some(kind) {
             continue;
         }
-        let record: T = serde_json::from_value(value)
-            .map_err(|e| bad(path, index + 1, format!("not a {kind} record: {e}")))?;
+        let record: T =
+            serde_json::from_value(value).map_err(|e| bad(path, index + 1, format!("not a {kind} record: {e}")))?;
         check(&record).map_err(|m| bad(path, index + 1, m))?;
         out.push(record);
     }
@@ -216,9 +204,7 @@ pub fn calibrate(
     }
     let mut rows = Vec::new();
     for ((target, device, workload, op, pattern, bs_bytes, load), by_strategy) in cells {
-        let Some(profile) = profiles
-            .iter()
-            .find(|p| p.device == target || (!device.is_empty() && p.device == device))
+        let Some(profile) = profiles.iter().find(|p| p.device == target || (!device.is_empty() && p.device == device))
         else {
             continue;
         };
@@ -233,13 +219,10 @@ pub fn calibrate(
         if block <= 0.0 {
             continue;
         }
-        let Some((device_latency_ns, latency_strategy)) = device_latency(profile, &op, bs_bytes)
-        else {
+        let Some((device_latency_ns, latency_strategy)) = device_latency(profile, &op, bs_bytes) else {
             continue;
         };
-        let at = model.latencies(DeviceLatency::PerPageNs {
-            ns: device_latency_ns,
-        })?;
+        let at = model.latencies(DeviceLatency::PerPageNs { ns: device_latency_ns })?;
         let predicted_ratio = model.project_at(&target, &at).ratio;
         rows.push(CalibrationRow {
             device: target,
@@ -263,8 +246,7 @@ mod tests {
     use super::*;
 
     fn fixture_dir(tag: &str) -> std::path::PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("smartcon-model-cal-{tag}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("smartcon-model-cal-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("profiles")).unwrap();
         dir
@@ -294,11 +276,7 @@ mod tests {
         let profiles = read_profiles(&dir.join("profiles")).unwrap();
         let results = read_results(&dir.join("results.jsonl")).unwrap();
         assert_eq!(results.len(), 3);
-        let model = Model {
-            clock_ghz: 2.0,
-            ..Model::default()
-        }
-        .with_tau_ctx_cycles(4000.0);
+        let model = Model { clock_ghz: 2.0, ..Model::default() }.with_tau_ctx_cycles(4000.0);
         let rows = calibrate(&model, &profiles, &results).unwrap();
         assert_eq!(rows.len(), 1, "{rows:?}");
         let row = &rows[0];
@@ -306,10 +284,7 @@ mod tests {
         assert_eq!(row.latency_strategy, "spin");
         assert_eq!(row.device_latency_ns, 10000.0);
         assert!((row.measured_ratio - 1.3).abs() < 1e-12);
-        let at = crate::Latencies {
-            tau_mem0_cycles: 74.4,
-            tau_nvram_cycles: 20000.0,
-        };
+        let at = crate::Latencies { tau_mem0_cycles: 74.4, tau_nvram_cycles: 20000.0 };
         let expected = model.project_at("x", &at).ratio;
         assert!((row.predicted_ratio - expected).abs() < 1e-12);
         let _ = std::fs::remove_dir_all(&dir);
@@ -318,20 +293,11 @@ mod tests {
     #[test]
     fn malformed_results_name_the_line() {
         let dir = fixture_dir("bad");
-        std::fs::write(
-            dir.join("results.jsonl"),
-            "{\"type\":\"result\",\"target\":\"x\"}\n",
-        )
-        .unwrap();
-        let e = read_results(&dir.join("results.jsonl"))
-            .unwrap_err()
-            .to_string();
+        std::fs::write(dir.join("results.jsonl"), "{\"type\":\"result\",\"target\":\"x\"}\n").unwrap();
+        let e = read_results(&dir.join("results.jsonl")).unwrap_err().to_string();
         assert!(e.contains(":1:"), "{e}");
         std::fs::write(dir.join("profiles/broken.json"), "{").unwrap();
-        assert!(read_profiles(&dir.join("profiles"))
-            .unwrap_err()
-            .to_string()
-            .contains("broken.json"));
+        assert!(read_profiles(&dir.join("profiles")).unwrap_err().to_string().contains("broken.json"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -28,45 +28,19 @@ pub use params::{Latencies, SystemParams, MAINSTREAM, SMARTCON};
 /// What went wrong, with the name of the offending value or file.
 #[derive(Debug)]
 pub enum Error {
-    OutOfRange {
-        name: &'static str,
-        value: f64,
-        expected: &'static str,
-    },
-    Input {
-        path: String,
-        line_number: usize,
-        message: String,
-    },
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    OutOfRange { name: &'static str, value: f64, expected: &'static str },
+    Input { path: String, line_number: usize, message: String },
+    Io { path: String, source: std::io::Error },
 }
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Error::OutOfRange {
-                name,
-                value,
-                expected,
-            } => {
-                write!(
-                    f,
-                    "model parameter {name} = {value} is out of range: expected {expected}"
-                )
+            Error::OutOfRange { name, value, expected } => {
+                write!(f, "model parameter {name} = {value} is out of range: expected {expected}")
             }
-            Error::Input {
-                path,
-                line_number: 0,
-                message,
-            } => write!(f, "{path}: {message}"),
-            Error::Input {
-                path,
-                line_number,
-                message,
-            } => {
+            Error::Input { path, line_number: 0, message } => write!(f, "{path}: {message}"),
+            Error::Input { path, line_number, message } => {
                 write!(f, "{path}:{line_number}: {message}")
             }
             Error::Io { path, source } => write!(f, "cannot read {path}: {source}"),
@@ -112,11 +86,7 @@ pub struct Interpretation {
 
 impl Default for Interpretation {
     fn default() -> Self {
-        Interpretation {
-            p_mem: PMemReading::Percent,
-            ratio: RatioForm::Eq6,
-            accesses_per_page: 64.0,
-        }
+        Interpretation { p_mem: PMemReading::Percent, ratio: RatioForm::Eq6, accesses_per_page: 64.0 }
     }
 }
 
@@ -136,43 +106,20 @@ impl Interpretation {
             PMemReading::Percent => PMemReading::Literal,
             PMemReading::Literal => PMemReading::Percent,
         };
-        out.push((
-            "p_mem read the other way",
-            Interpretation {
-                p_mem: flipped_p_mem,
-                ..*self
-            },
-        ));
+        out.push(("p_mem read the other way", Interpretation { p_mem: flipped_p_mem, ..*self }));
         for (label, form) in [
             ("ratio: Eq. 6 as printed", RatioForm::Eq6),
             ("ratio without U", RatioForm::CpiPathLength),
             ("ratio with U inverted", RatioForm::Eq6UtilizationInverted),
         ] {
             if form != self.ratio {
-                out.push((
-                    label,
-                    Interpretation {
-                        ratio: form,
-                        ..*self
-                    },
-                ));
+                out.push((label, Interpretation { ratio: form, ..*self }));
             }
         }
-        let other_accesses = if self.accesses_per_page == 64.0 {
-            1.0
-        } else {
-            64.0
-        };
+        let other_accesses = if self.accesses_per_page == 64.0 { 1.0 } else { 64.0 };
         out.push((
-            if other_accesses == 1.0 {
-                "1 device access per page"
-            } else {
-                "64 device accesses per page"
-            },
-            Interpretation {
-                accesses_per_page: other_accesses,
-                ..*self
-            },
+            if other_accesses == 1.0 { "1 device access per page" } else { "64 device accesses per page" },
+            Interpretation { accesses_per_page: other_accesses, ..*self },
         ));
         out
     }
@@ -197,24 +144,11 @@ pub fn cpi(system: &SystemParams, at: &Latencies, interp: &Interpretation) -> Cp
     let tau_mem_cycles = at.tau_mem0_cycles + interp.p_mem(system.p_mem_as_printed) * tau_io_cycles; // Eq. 3
     let tau_tlb_cycles = system.tau_tlb0_cycles + system.p_tlb * at.tau_mem0_cycles; // Eq. 5
     let cpi = cpi_base + system.p_l2 * tau_mem_cycles + tau_tlb_cycles; // Eq. 1
-    CpiBreakdown {
-        tau_cache_cycles,
-        cpi_base,
-        tau_io_cycles,
-        tau_mem_cycles,
-        tau_tlb_cycles,
-        cpi,
-    }
+    CpiBreakdown { tau_cache_cycles, cpi_base, tau_io_cycles, tau_mem_cycles, tau_tlb_cycles, cpi }
 }
 
 /// Eq. 6: the performance of `j` (SmartCon) relative to `i` (Mainstream); > 1 means j wins.
-pub fn ratio(
-    cpi_i: f64,
-    system_i: &SystemParams,
-    cpi_j: f64,
-    system_j: &SystemParams,
-    form: RatioForm,
-) -> f64 {
+pub fn ratio(cpi_i: f64, system_i: &SystemParams, cpi_j: f64, system_j: &SystemParams, form: RatioForm) -> f64 {
     let (l_i, l_j) = (system_i.path_length_norm, system_j.path_length_norm);
     let (u_i, u_j) = (system_i.cpu_utilization, system_j.cpu_utilization);
     match form {
@@ -249,18 +183,10 @@ pub struct Device {
 pub fn paper_devices() -> Vec<Device> {
     let mut devices: Vec<Device> = params::DRAM_CLOCKS
         .iter()
-        .map(|(name, m0)| Device {
-            name: name.to_string(),
-            latency: DeviceLatency::Dram {
-                tau_mem0_cycles: *m0,
-            },
-        })
+        .map(|(name, m0)| Device { name: name.to_string(), latency: DeviceLatency::Dram { tau_mem0_cycles: *m0 } })
         .collect();
     for (name, ns) in [("pcram", 70.0), ("fram", 68.0), ("mram", 35.0)] {
-        devices.push(Device {
-            name: name.to_string(),
-            latency: DeviceLatency::PerLineNs { ns },
-        });
+        devices.push(Device { name: name.to_string(), latency: DeviceLatency::PerLineNs { ns } });
     }
     devices
 }
@@ -305,16 +231,9 @@ impl Model {
     pub fn validate(&self) -> Result<(), Error> {
         self.smartcon.validate()?;
         self.mainstream.validate()?;
-        for (name, value) in [
-            ("clock_ghz", self.clock_ghz),
-            ("accesses_per_page", self.interp.accesses_per_page),
-        ] {
+        for (name, value) in [("clock_ghz", self.clock_ghz), ("accesses_per_page", self.interp.accesses_per_page)] {
             if !(value > 0.0) || !value.is_finite() {
-                return Err(Error::OutOfRange {
-                    name,
-                    value,
-                    expected: "a finite value > 0",
-                });
+                return Err(Error::OutOfRange { name, value, expected: "a finite value > 0" });
             }
         }
         if !(self.tau_mem0_cycles >= 0.0) || !self.tau_mem0_cycles.is_finite() {
@@ -347,14 +266,12 @@ impl Model {
     /// The memory and device latency in cycles for a device under this model.
     pub fn latencies(&self, latency: DeviceLatency) -> Result<Latencies, Error> {
         let at = match latency {
-            DeviceLatency::Dram { tau_mem0_cycles } => Latencies {
-                tau_mem0_cycles,
-                tau_nvram_cycles: tau_mem0_cycles * self.interp.accesses_per_page,
-            },
+            DeviceLatency::Dram { tau_mem0_cycles } => {
+                Latencies { tau_mem0_cycles, tau_nvram_cycles: tau_mem0_cycles * self.interp.accesses_per_page }
+            }
             DeviceLatency::PerLineNs { ns } => Latencies {
                 tau_mem0_cycles: self.tau_mem0_cycles,
-                tau_nvram_cycles: params::ns_to_cycles(ns, self.clock_ghz)
-                    * self.interp.accesses_per_page,
+                tau_nvram_cycles: params::ns_to_cycles(ns, self.clock_ghz) * self.interp.accesses_per_page,
             },
             DeviceLatency::PerPageNs { ns } => Latencies {
                 tau_mem0_cycles: self.tau_mem0_cycles,
@@ -375,13 +292,7 @@ impl Model {
     pub fn project_at(&self, name: &str, at: &Latencies) -> Projection {
         let smartcon = cpi(&self.smartcon, at, &self.interp);
         let mainstream = cpi(&self.mainstream, at, &self.interp);
-        let ratio = ratio(
-            mainstream.cpi,
-            &self.mainstream,
-            smartcon.cpi,
-            &self.smartcon,
-            self.interp.ratio,
-        );
+        let ratio = ratio(mainstream.cpi, &self.mainstream, smartcon.cpi, &self.smartcon, self.interp.ratio);
         Projection {
             device: name.to_string(),
             tau_mem0_cycles: at.tau_mem0_cycles,
@@ -397,12 +308,7 @@ impl Model {
     /// ratio grows with tau_ctx because Mainstream switches more often (P_ctx) and misses L2
     /// more often, so bisection finds the single crossing.
     pub fn tau_ctx_for_ratio(&self, target: f64, at: &Latencies) -> Option<f64> {
-        let ratio_at = |tau: f64| {
-            self.clone()
-                .with_tau_ctx_cycles(tau)
-                .project_at("", at)
-                .ratio
-        };
+        let ratio_at = |tau: f64| self.clone().with_tau_ctx_cycles(tau).project_at("", at).ratio;
         let (mut low, mut high) = (0.0f64, 1e12f64);
         if ratio_at(low) >= target {
             return Some(0.0);
@@ -444,11 +350,7 @@ mod tests {
     #[test]
     fn smartcon_column_at_ddr533_matches_hand_arithmetic() {
         let model = Model::default();
-        let at = model
-            .latencies(DeviceLatency::Dram {
-                tau_mem0_cycles: 111.88,
-            })
-            .unwrap();
+        let at = model.latencies(DeviceLatency::Dram { tau_mem0_cycles: 111.88 }).unwrap();
         assert_eq!(at.tau_nvram_cycles, 7160.32);
         let b = cpi(&SMARTCON, &at, &model.interp);
         assert!(close(b.tau_cache_cycles, 4.61, 1e-12));
@@ -468,39 +370,22 @@ mod tests {
     fn mainstream_column_and_ratio_at_ddr533_match_hand_arithmetic() {
         let model = Model::default();
         let p = model
-            .project(&Device {
-                name: "ddr533".into(),
-                latency: DeviceLatency::Dram {
-                    tau_mem0_cycles: 111.88,
-                },
-            })
+            .project(&Device { name: "ddr533".into(), latency: DeviceLatency::Dram { tau_mem0_cycles: 111.88 } })
             .unwrap();
         assert!(close(p.mainstream.cpi_base, 7.416, 1e-12));
         assert!(close(p.mainstream.tau_io_cycles, 7171.89664, 1e-12));
         assert!(close(p.mainstream.tau_mem_cycles, 223.761587584, 1e-9));
         assert!(close(p.mainstream.tau_tlb_cycles, 16.88004, 1e-12));
-        assert!(
-            close(p.mainstream.cpi, 24.3685387544, 1e-9),
-            "cpi {}",
-            p.mainstream.cpi
-        );
+        assert!(close(p.mainstream.cpi, 24.3685387544, 1e-9), "cpi {}", p.mainstream.cpi);
         let by_hand = 24.3685387544 * 1.14 * 0.329 / (21.5401518578 * 0.357);
-        assert!(
-            close(p.ratio, by_hand, 1e-9),
-            "ratio {} vs {}",
-            p.ratio,
-            by_hand
-        );
+        assert!(close(p.ratio, by_hand, 1e-9), "ratio {} vs {}", p.ratio, by_hand);
         assert!(p.ratio > 1.18 && p.ratio < 1.20);
     }
 
     #[test]
     fn literal_p_mem_multiplies_the_io_term_by_one_hundred() {
         let mut model = Model::default();
-        let at = Latencies {
-            tau_mem0_cycles: 111.88,
-            tau_nvram_cycles: 7160.32,
-        };
+        let at = Latencies { tau_mem0_cycles: 111.88, tau_nvram_cycles: 7160.32 };
         let percent = cpi(&SMARTCON, &at, &model.interp);
         model.interp.p_mem = PMemReading::Literal;
         let literal = cpi(&SMARTCON, &at, &model.interp);
@@ -524,14 +409,10 @@ mod tests {
     #[test]
     fn per_line_devices_take_64_accesses_per_page_at_the_paper_clock() {
         let model = Model::default();
-        let at = model
-            .latencies(DeviceLatency::PerLineNs { ns: 70.0 })
-            .unwrap();
+        let at = model.latencies(DeviceLatency::PerLineNs { ns: 70.0 }).unwrap();
         assert!(close(at.tau_nvram_cycles, 70.0 * 1.86 * 64.0, 1e-12));
         assert_eq!(at.tau_mem0_cycles, 74.4);
-        let page = model
-            .latencies(DeviceLatency::PerPageNs { ns: 70.0 })
-            .unwrap();
+        let page = model.latencies(DeviceLatency::PerPageNs { ns: 70.0 }).unwrap();
         assert!(close(page.tau_nvram_cycles, 70.0 * 1.86, 1e-12));
     }
 
@@ -543,36 +424,20 @@ mod tests {
         assert!(e.contains("p_l1"), "{e}");
         let mut model = Model::default();
         model.mainstream.tau_l2_cycles = -1.0;
-        assert!(model
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("tau_l2_cycles"));
+        assert!(model.validate().unwrap_err().to_string().contains("tau_l2_cycles"));
         let model = Model::default();
-        assert!(model
-            .latencies(DeviceLatency::PerPageNs { ns: -5.0 })
-            .is_err());
+        assert!(model.latencies(DeviceLatency::PerPageNs { ns: -5.0 }).is_err());
         assert!(Model::default().validate().is_ok());
     }
 
     #[test]
     fn solved_tau_ctx_reproduces_the_target_ratio() {
         let model = Model::default();
-        let at = model
-            .latencies(DeviceLatency::PerLineNs { ns: 70.0 })
-            .unwrap();
+        let at = model.latencies(DeviceLatency::PerLineNs { ns: 70.0 }).unwrap();
         let tau = model.tau_ctx_for_ratio(1.8, &at).expect("reachable");
-        let r = model
-            .clone()
-            .with_tau_ctx_cycles(tau)
-            .project_at("x", &at)
-            .ratio;
+        let r = model.clone().with_tau_ctx_cycles(tau).project_at("x", &at).ratio;
         assert!(close(r, 1.8, 1e-6), "{r}");
-        let below = model
-            .clone()
-            .with_tau_ctx_cycles(tau * 0.9)
-            .project_at("x", &at)
-            .ratio;
+        let below = model.clone().with_tau_ctx_cycles(tau * 0.9).project_at("x", &at).ratio;
         assert!(below < 1.8);
     }
 }

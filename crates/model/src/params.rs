@@ -75,41 +75,28 @@ pub const MAINSTREAM: SystemParams = SystemParams {
 };
 
 /// The three DRAM clocks of Table III with their tau_mem0 in cycles.
-pub const DRAM_CLOCKS: [(&str, f64); 3] =
-    [("ddr533", 111.88), ("ddr800", 74.4), ("ddr1067", 55.94)];
+pub const DRAM_CLOCKS: [(&str, f64); 3] = [("ddr533", 111.88), ("ddr800", 74.4), ("ddr1067", 55.94)];
 
 /// tau_mem0 of the paper's platform memory (DDR2 800, Table V), used under NVRAM devices.
 pub const DRAM_DEFAULT_TAU_MEM0_CYCLES: f64 = 74.4;
 
 fn check_probability(name: &'static str, value: f64) -> Result<(), Error> {
     if !(0.0..=1.0).contains(&value) || !value.is_finite() {
-        return Err(Error::OutOfRange {
-            name,
-            value,
-            expected: "a probability in 0..=1",
-        });
+        return Err(Error::OutOfRange { name, value, expected: "a probability in 0..=1" });
     }
     Ok(())
 }
 
 fn check_nonnegative(name: &'static str, value: f64) -> Result<(), Error> {
     if !(value >= 0.0) || !value.is_finite() {
-        return Err(Error::OutOfRange {
-            name,
-            value,
-            expected: "a finite value >= 0",
-        });
+        return Err(Error::OutOfRange { name, value, expected: "a finite value >= 0" });
     }
     Ok(())
 }
 
 fn check_positive(name: &'static str, value: f64) -> Result<(), Error> {
     if !(value > 0.0) || !value.is_finite() {
-        return Err(Error::OutOfRange {
-            name,
-            value,
-            expected: "a finite value > 0",
-        });
+        return Err(Error::OutOfRange { name, value, expected: "a finite value > 0" });
     }
     Ok(())
 }

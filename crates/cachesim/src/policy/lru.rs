@@ -15,11 +15,7 @@ pub struct Lru {
 
 impl ReplacementPolicy for Lru {
     fn new(geometry: &Geometry) -> Self {
-        Lru {
-            ways: geometry.ways as usize,
-            stamps: vec![0; geometry.lines()],
-            clock: 0,
-        }
+        Lru { ways: geometry.ways as usize, stamps: vec![0; geometry.lines()], clock: 0 }
     }
 
     fn name(&self) -> &'static str {

@@ -59,9 +59,7 @@ impl PolicyKind {
     }
 
     pub fn parse(text: &str) -> Option<Self> {
-        PolicyKind::ALL
-            .into_iter()
-            .find(|p| p.name() == text.to_ascii_lowercase())
+        PolicyKind::ALL.into_iter().find(|p| p.name() == text.to_ascii_lowercase())
     }
 }
 

@@ -85,11 +85,7 @@ impl ReplacementPolicy for Ship {
         let sig = signature(pc);
         self.signature[i] = sig;
         self.reused[i] = false;
-        self.rrpv[i] = if self.shct[sig as usize] == 0 {
-            RRPV_MAX
-        } else {
-            RRPV_LONG
-        };
+        self.rrpv[i] = if self.shct[sig as usize] == 0 { RRPV_MAX } else { RRPV_LONG };
     }
 
     fn on_flush(&mut self) {

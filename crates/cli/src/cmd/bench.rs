@@ -25,8 +25,8 @@ use smartcon_engine::profile::online_cpus;
 use smartcon_engine::wait::PollParams;
 
 use crate::common::{emit_json, interrupt_flag, interrupted, progress_bar};
-use crate::polling::{hybrid_checks, plot_sweeps, render_polling, sweeps};
 use crate::engine_setup::*;
+use crate::polling::{hybrid_checks, plot_sweeps, render_polling, sweeps};
 use crate::printers::iops;
 use crate::table::Table;
 
@@ -90,7 +90,8 @@ struct Summary {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let targets = split_targets(&args.targets)?;
-    let sizes: Vec<u64> = split_list("sizes", &args.sizes)?.iter().map(|s| parse_size_arg("sizes", s)).collect::<Result<_>>()?;
+    let sizes: Vec<u64> =
+        split_list("sizes", &args.sizes)?.iter().map(|s| parse_size_arg("sizes", s)).collect::<Result<_>>()?;
     let ops: Vec<Op> = split_list("ops", &args.ops)?.iter().map(|s| parse_op(s)).collect::<Result<_>>()?;
     let mut strategies: Vec<StrategyChoice> =
         split_list("strategies", &args.strategies)?.iter().map(|s| parse_strategy(s)).collect::<Result<_>>()?;
@@ -143,7 +144,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 js.validate(target.as_ref()).map_err(engine_err)?;
             }
         }
-        let profile = resolve_profile(target.as_ref(), None, !strategies.iter().any(|s| s.name().starts_with("smart")))?;
+        let profile =
+            resolve_profile(target.as_ref(), None, !strategies.iter().any(|s| s.name().starts_with("smart")))?;
         let cpus = io_cpus_for(&placement, target.as_ref());
         opened.push((target, profile, span_t, cpus));
     }
@@ -160,7 +162,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
                         break 'outer;
                     }
                     let what = match strategy {
-                        StrategyChoice::Fixed(Strategy::FixedPoll) => format!("poll every {}", format_ns(poll.interval_ns as f64)),
+                        StrategyChoice::Fixed(Strategy::FixedPoll) => {
+                            format!("poll every {}", format_ns(poll.interval_ns as f64))
+                        }
                         s => s.name().to_string(),
                     };
                     bar.set_message(format!("{} {} {} {what}", target.label(), op.name(), format_size(bs)));
@@ -199,7 +203,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         emit_json(&summary)?;
     } else {
-        print!("{}", render(&results, &opened.iter().map(|(t, p, _, _)| (t.label().to_string(), p.clone())).collect::<Vec<_>>()));
+        print!(
+            "{}",
+            render(&results, &opened.iter().map(|(t, p, _, _)| (t.label().to_string(), p.clone())).collect::<Vec<_>>())
+        );
         if let Some(min) = summary.smart_ratio_min {
             println!(
                 "\nsmart reached >= 0.97 x the better of block and spin in {} of {} cells (lowest ratio {:.3}).",
@@ -246,7 +253,19 @@ fn summarize(results: &[JobResult], load: &str, interrupted: bool) -> Summary {
 }
 
 fn render(results: &[JobResult], profiles: &[(String, smartcon_engine::profile::Profile)]) -> String {
-    let mut t = Table::new(&["target", "op", "size", "strategy", "IOPS", "gain", "p50", "p99", "CPU", "csw/IO", "decisions / polling"]);
+    let mut t = Table::new(&[
+        "target",
+        "op",
+        "size",
+        "strategy",
+        "IOPS",
+        "gain",
+        "p50",
+        "p99",
+        "CPU",
+        "csw/IO",
+        "decisions / polling",
+    ]);
     for r in results {
         let gain = find(results, r, "block").filter(|b| b.iops > 0.0).map(|b| format!("{:.2}x", r.iops / b.iops));
         let csw = if r.ios > 0 { (r.ctx_voluntary + r.ctx_involuntary) as f64 / r.ios as f64 } else { 0.0 };

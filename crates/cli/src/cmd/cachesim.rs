@@ -84,14 +84,10 @@ pub(crate) struct CachesimRecord {
 
 /// Parses `SIZE,WAYS` with the common line size.
 pub(crate) fn parse_geometry(flag: &str, text: &str, line_bytes: u32) -> Result<Geometry> {
-    let (size, ways) = text
-        .split_once(',')
-        .with_context(|| format!("{flag} {text:?}: expected SIZE,WAYS such as 32k,2"))?;
+    let (size, ways) =
+        text.split_once(',').with_context(|| format!("{flag} {text:?}: expected SIZE,WAYS such as 32k,2"))?;
     let size = parse_size(size).with_context(|| format!("{flag} {text:?}"))?;
-    let ways: u32 = ways
-        .trim()
-        .parse()
-        .with_context(|| format!("{flag} {text:?}: ways must be a whole number"))?;
+    let ways: u32 = ways.trim().parse().with_context(|| format!("{flag} {text:?}: ways must be a whole number"))?;
     Geometry::new(size, ways, line_bytes).with_context(|| format!("{flag} {text:?}"))
 }
 
@@ -139,11 +135,7 @@ pub(crate) fn record(
     CachesimRecord {
         r#type: "cachesim",
         trace: trace.display().to_string(),
-        mode: if config.mode == Mode::Cachegrind {
-            "cachegrind"
-        } else {
-            "table_ii"
-        },
+        mode: if config.mode == Mode::Cachegrind { "cachegrind" } else { "table_ii" },
         policy: policy.name(),
         line_bytes: config.llc.line_bytes,
         l1i_size_bytes: config.l1i.size_bytes,
@@ -185,11 +177,7 @@ pub fn run(args: CachesimArgs) -> Result<()> {
         l2,
         llc: parse_geometry("--ll", &args.ll, line)?,
         timing: Default::default(),
-        mode: if args.cachegrind {
-            Mode::Cachegrind
-        } else {
-            Mode::TableII
-        },
+        mode: if args.cachegrind { Mode::Cachegrind } else { Mode::TableII },
     };
     config.validate()?;
     let start = std::time::Instant::now();
@@ -225,16 +213,8 @@ pub fn run(args: CachesimArgs) -> Result<()> {
         row("L2", &g, &c);
     }
     row("LL", &config.llc, &stats.llc);
-    println!(
-        "cycles {} at 4 GHz = {:.3} ms, IPC {:.4}",
-        stats.cycles,
-        stats.cycles as f64 / 4e6,
-        stats.ipc()
-    );
-    println!(
-        "simulated {:.1} M accesses/s (wall clock, including trace decoding)",
-        rec.accesses_per_second / 1e6
-    );
+    println!("cycles {} at 4 GHz = {:.3} ms, IPC {:.4}", stats.cycles, stats.cycles as f64 / 4e6, stats.ipc());
+    println!("simulated {:.1} M accesses/s (wall clock, including trace decoding)", rec.accesses_per_second / 1e6);
     Ok(())
 }
 

@@ -94,9 +94,7 @@ fn make_temp(size_bytes: u64, dir: Option<&Path>) -> Result<TempFile> {
         .create_new(true)
         .open(&path)
         .with_context(|| format!("create {}", path.display()))?;
-    let chunk: Vec<u8> = (0..1 << 20)
-        .map(|i: u32| (i.wrapping_mul(2654435761) >> 24) as u8)
-        .collect();
+    let chunk: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
     let mut left = size_bytes;
     while left > 0 {
         let n = left.min(chunk.len() as u64) as usize;
@@ -135,22 +133,12 @@ fn fio_row(
         .arg(format!("--bs={bs}"))
         .arg(format!("--size={span}"))
         .arg(format!("--ioengine={engine}"))
-        .args([
-            "--iodepth=1",
-            "--direct=1",
-            "--numjobs=1",
-            "--time_based",
-            "--randrepeat=0",
-            "--output-format=json",
-        ])
+        .args(["--iodepth=1", "--direct=1", "--numjobs=1", "--time_based", "--randrepeat=0", "--output-format=json"])
         .arg(format!("--runtime={}ms", (duration_ns / 1_000_000).max(1)))
         .output()
         .context("cannot run fio; install it (Debian: apt-get install fio)")?;
     if !out.status.success() {
-        bail!(
-            "fio --ioengine={engine} failed: {}",
-            String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("")
-        );
+        bail!("fio --ioengine={engine} failed: {}", String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or(""));
     }
     // fio may print notes before the JSON document.
     let text = String::from_utf8_lossy(&out.stdout);
@@ -185,11 +173,7 @@ pub fn run(args: CompareFioArgs) -> Result<()> {
         TargetSpec::Emu(_) => bail!("fio cannot drive an emulated device; give a file, a block device or tmp:SIZE"),
         TargetSpec::Path(p) => {
             if p.is_dir() {
-                bail!(
-                    "{} is a directory; give a file or a block device, or tmp:SIZE@{}",
-                    p.display(),
-                    p.display()
-                );
+                bail!("{} is a directory; give a file or a block device, or tmp:SIZE@{}", p.display(), p.display());
             }
             (p.clone(), None, false)
         }
@@ -204,11 +188,8 @@ pub fn run(args: CompareFioArgs) -> Result<()> {
             path.display()
         );
     }
-    let options = OpenOptions {
-        write: op == Op::Write,
-        destructive: args.destructive || owned,
-        created_by_tool: false,
-    };
+    let options =
+        OpenOptions { write: op == Op::Write, destructive: args.destructive || owned, created_by_tool: false };
     let target = target::open(&TargetSpec::Path(path.clone()), options).map_err(engine_err)?;
     for w in target.warnings() {
         eprintln!("smartcon: warning: {w}");
@@ -266,32 +247,14 @@ pub fn run(args: CompareFioArgs) -> Result<()> {
         format_ns(duration_ns as f64),
         format_size(span)
     );
-    let base = rows
-        .iter()
-        .find(|r| r.tool == "fio" && r.method == "io_uring")
-        .map(|r| r.iops)
-        .unwrap_or(0.0);
-    let mut t = Table::new(&[
-        "tool",
-        "method",
-        "IOPS",
-        "vs fio io_uring",
-        "mean",
-        "p50",
-        "p99",
-        "CPU",
-        "ctx switches",
-    ]);
+    let base = rows.iter().find(|r| r.tool == "fio" && r.method == "io_uring").map(|r| r.iops).unwrap_or(0.0);
+    let mut t = Table::new(&["tool", "method", "IOPS", "vs fio io_uring", "mean", "p50", "p99", "CPU", "ctx switches"]);
     for r in &rows {
         t.row(vec![
             r.tool.into(),
             r.method.clone(),
             iops(r.iops),
-            if base > 0.0 {
-                format!("{:.2}x", r.iops / base)
-            } else {
-                "-".into()
-            },
+            if base > 0.0 { format!("{:.2}x", r.iops / base) } else { "-".into() },
             format_ns(r.lat_ns_mean),
             format_ns(r.lat_ns_p50),
             format_ns(r.lat_ns_p99),

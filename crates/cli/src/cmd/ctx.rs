@@ -109,15 +109,11 @@ fn positive(name: &str, value: i64) -> Result<usize> {
 }
 
 pub fn run(args: CtxArgs) -> Result<()> {
-    let cpus =
-        smartcon_ctxcost::affinity::allowed_cpus().context("reading the CPU affinity mask")?;
+    let cpus = smartcon_ctxcost::affinity::allowed_cpus().context("reading the CPU affinity mask")?;
     let cache = smartcon_ctxcost::cache::read_cache_sizes();
     let mut plan = Plan::new(args.quick, &cache, &cpus);
     if let Some(procs) = &args.procs {
-        plan.direct_procs = procs
-            .iter()
-            .map(|&p| positive("--procs", p))
-            .collect::<Result<_>>()?;
+        plan.direct_procs = procs.iter().map(|&p| positive("--procs", p)).collect::<Result<_>>()?;
     }
     plan.indirect_procs = positive("--indirect-procs", args.indirect_procs)?;
     if let Some(sizes) = &args.sizes {
@@ -178,10 +174,7 @@ pub fn run(args: CtxArgs) -> Result<()> {
         Ok(p) => p,
         Err(smartcon_ctxcost::Error::Interrupted) => {
             bar.finish_and_clear();
-            return Err(common::RunFailure(
-                "interrupted; nothing written (all ring processes reaped)".into(),
-            )
-            .into());
+            return Err(common::RunFailure("interrupted; nothing written (all ring processes reaped)".into()).into());
         }
         Err(e) => {
             bar.finish_and_clear();
@@ -192,11 +185,7 @@ pub fn run(args: CtxArgs) -> Result<()> {
     let elapsed_s = started.elapsed().as_secs_f64();
 
     let direct_us = profile.ctx_direct_ns().unwrap_or(0.0) / 1e3;
-    let raw2 = profile
-        .direct
-        .iter()
-        .find(|p| p.procs == 2)
-        .map(|p| p.us_per_switch_raw);
+    let raw2 = profile.direct.iter().find(|p| p.procs == 2).map(|p| p.us_per_switch_raw);
     let raw_over_perf = match (raw2, profile.perf_sched_pipe_us_per_switch) {
         (Some(r), Some(p)) if p > 0.0 => Some(r / p),
         _ => None,
@@ -205,21 +194,16 @@ pub fn run(args: CtxArgs) -> Result<()> {
     let mut replaced = false;
     if let Some(path) = &profile_path {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         }
         replaced = path.exists();
         let text = serde_json::to_string_pretty(&profile)?;
         // Write then rename, so a reader never sees half a profile.
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, text + "\n")
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::write(&tmp, text + "\n").with_context(|| format!("cannot write {}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
         if replaced {
-            eprintln!(
-                "smartcon: host profile written to {} (replaced the previous one)",
-                path.display()
-            );
+            eprintln!("smartcon: host profile written to {} (replaced the previous one)", path.display());
         } else {
             eprintln!("smartcon: host profile written to {}", path.display());
         }
@@ -229,9 +213,8 @@ pub fn run(args: CtxArgs) -> Result<()> {
         eprintln!("smartcon: plot written to {}", plot_path.display());
     }
 
-    let per_kib = |p: &smartcon_ctxcost::IndirectPoint| {
-        (p.us_per_switch - direct_us).max(0.0) / (p.array_bytes as f64 / 1024.0)
-    };
+    let per_kib =
+        |p: &smartcon_ctxcost::IndirectPoint| (p.us_per_switch - direct_us).max(0.0) / (p.array_bytes as f64 / 1024.0);
     if args.json {
         for p in &profile.direct {
             common::emit_json(&DirectRecord {
@@ -277,41 +260,21 @@ pub fn run(args: CtxArgs) -> Result<()> {
         elapsed_s,
         if args.quick { ", quick" } else { "" }
     );
-    println!(
-        "single-process pipe work subtracted: {:.2} us",
-        profile.pipe_overhead_us
-    );
+    println!("single-process pipe work subtracted: {:.2} us", profile.pipe_overhead_us);
     println!();
     println!("direct cost (lat_ctx ring, 0-byte arrays)");
-    println!(
-        "{:>6}  {:>14}  {:>14}",
-        "procs", "us/switch", "raw us/switch"
-    );
+    println!("{:>6}  {:>14}  {:>14}", "procs", "us/switch", "raw us/switch");
     for p in &profile.direct {
-        println!(
-            "{:>6}  {:>14.2}  {:>14.2}",
-            p.procs, p.us_per_switch, p.us_per_switch_raw
-        );
+        println!("{:>6}  {:>14.2}  {:>14.2}", p.procs, p.us_per_switch, p.us_per_switch_raw);
     }
     println!();
     println!(
         "indirect cost ({} processes; L2 {}, LLC {})",
         plan.indirect_procs,
-        profile
-            .cache
-            .l2_bytes
-            .map(format_size)
-            .unwrap_or("?".into()),
-        profile
-            .cache
-            .llc_bytes
-            .map(format_size)
-            .unwrap_or("?".into())
+        profile.cache.l2_bytes.map(format_size).unwrap_or("?".into()),
+        profile.cache.llc_bytes.map(format_size).unwrap_or("?".into())
     );
-    println!(
-        "{:>8}  {:>14}  {:>14}  {:>12}  {:>14}",
-        "array", "us/switch", "raw us/switch", "hot us", "us/KiB refill"
-    );
+    println!("{:>8}  {:>14}  {:>14}  {:>12}  {:>14}", "array", "us/switch", "raw us/switch", "hot us", "us/KiB refill");
     for p in &profile.indirect {
         let mark = if Some(p.array_bytes) == profile.cache.l2_bytes {
             "  <- L2"
@@ -333,11 +296,9 @@ pub fn run(args: CtxArgs) -> Result<()> {
     println!("wake-up latency (thread ping-pong, one way, pipe work included)");
     println!("  same CPU:  {:>10.2} us", profile.wakeup_same_cpu_us);
     match profile.wakeup_cross_cpu_us {
-        Some(us) => println!(
-            "  cross CPU: {us:>10.2} us   (CPU {} -> {})",
-            profile.cpu,
-            profile.cross_cpu.unwrap_or(0)
-        ),
+        Some(us) => {
+            println!("  cross CPU: {us:>10.2} us   (CPU {} -> {})", profile.cpu, profile.cross_cpu.unwrap_or(0))
+        }
         None => println!("  cross CPU: not measured (only one CPU allowed)"),
     }
     println!();
@@ -360,27 +321,15 @@ fn draw(path: &std::path::Path, profile: &HostProfile) -> Result<()> {
     let series = vec![
         plot::Series {
             name: "per switch, hot single-process time subtracted".into(),
-            points: profile
-                .indirect
-                .iter()
-                .map(|p| (kib(p.array_bytes), p.us_per_switch))
-                .collect(),
+            points: profile.indirect.iter().map(|p| (kib(p.array_bytes), p.us_per_switch)).collect(),
         },
         plot::Series {
             name: "per switch, raw ring time".into(),
-            points: profile
-                .indirect
-                .iter()
-                .map(|p| (kib(p.array_bytes), p.us_per_switch_raw))
-                .collect(),
+            points: profile.indirect.iter().map(|p| (kib(p.array_bytes), p.us_per_switch_raw)).collect(),
         },
         plot::Series {
             name: "hot single process (pipe + sum)".into(),
-            points: profile
-                .indirect
-                .iter()
-                .map(|p| (kib(p.array_bytes), p.us_hot))
-                .collect(),
+            points: profile.indirect.iter().map(|p| (kib(p.array_bytes), p.us_hot)).collect(),
         },
     ];
     let mut markers = Vec::new();

@@ -36,7 +36,17 @@ struct DeviceRecord {
 }
 
 pub fn run(args: DevicesArgs) -> Result<()> {
-    let mut table = Table::new(&["preset", "4k read", "4k write", "read bw", "write bw", "channels", "class", "size threshold", "what it is"]);
+    let mut table = Table::new(&[
+        "preset",
+        "4k read",
+        "4k write",
+        "read bw",
+        "write bw",
+        "channels",
+        "class",
+        "size threshold",
+        "what it is",
+    ]);
     for p in PRESETS {
         let spec = smartcon_engine::devemu::parse_spec(&format!("emu:{}", p.name)).expect("preset parses");
         let t = EmuTarget::new(spec)?;
@@ -68,7 +78,11 @@ pub fn run(args: DevicesArgs) -> Result<()> {
                 m.channels.to_string(),
                 prof.class.name().to_string(),
                 // The size threshold only matters to a device decided per I/O.
-                if prof.class == smartcon_engine::decision::DeviceClass::Fast { format_size(prof.size_threshold_bytes) } else { "-".into() },
+                if prof.class == smartcon_engine::decision::DeviceClass::Fast {
+                    format_size(prof.size_threshold_bytes)
+                } else {
+                    "-".into()
+                },
                 p.summary.to_string(),
             ]);
         }
@@ -80,8 +94,12 @@ pub fn run(args: DevicesArgs) -> Result<()> {
             println!("  emu:{:<9} {}", p.name, p.source);
         }
         println!("\nOverride any parameter: emu:PRESET,key=value,... with keys lat, read_lat, write_lat, bw, read_bw,");
-        println!("write_bw, channels, size, poll_cost (e.g. emu:nvme,channels=1,read_lat=50us). Thresholds are computed");
-        println!("from the model assuming a 20 us wake-up and 5 us of CPU per blocking I/O; `smartcon probe` measures them.");
+        println!(
+            "write_bw, channels, size, poll_cost (e.g. emu:nvme,channels=1,read_lat=50us). Thresholds are computed"
+        );
+        println!(
+            "from the model assuming a 20 us wake-up and 5 us of CPU per blocking I/O; `smartcon probe` measures them."
+        );
     }
     Ok(())
 }

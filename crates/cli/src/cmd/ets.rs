@@ -218,39 +218,25 @@ fn study(a: StudyArgs) -> Result<()> {
     if let Some(dir) = &a.out {
         common::prepare_out_dir(dir)?;
     }
-    let threads = a
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
 
     let base = RunConfig {
         hierarchy,
         policy,
         instructions,
-        mode: SliceMode::Uniform {
-            slice_cycles: BASE_SLICE_CYCLES,
-        },
+        mode: SliceMode::Uniform { slice_cycles: BASE_SLICE_CYCLES },
         table: EtsTable::table_i(),
         sample_shift: a.sample_shift,
     };
     let modes = [
-        SliceMode::Uniform {
-            slice_cycles: BASE_SLICE_CYCLES,
-        },
-        SliceMode::Uniform {
-            slice_cycles: 4 * BASE_SLICE_CYCLES,
-        },
+        SliceMode::Uniform { slice_cycles: BASE_SLICE_CYCLES },
+        SliceMode::Uniform { slice_cycles: 4 * BASE_SLICE_CYCLES },
         SliceMode::Elastic,
     ];
     let mut jobs = Vec::new();
     for t in &tasks {
         for m in modes {
-            jobs.push((
-                t.clone(),
-                RunConfig {
-                    mode: m,
-                    ..base.clone()
-                },
-            ));
+            jobs.push((t.clone(), RunConfig { mode: m, ..base.clone() }));
         }
     }
     let sweep_sizes: [u64; 3] = [1 << 20, 2 << 20, 4 << 20];
@@ -264,12 +250,7 @@ fn study(a: StudyArgs) -> Result<()> {
                     sweep_keys.push((t.name.clone(), p, size));
                     jobs.push((
                         t.clone(),
-                        RunConfig {
-                            hierarchy: h,
-                            policy: p,
-                            instructions: sweep_instructions,
-                            ..base.clone()
-                        },
+                        RunConfig { hierarchy: h, policy: p, instructions: sweep_instructions, ..base.clone() },
                     ));
                 }
             }
@@ -287,11 +268,7 @@ fn study(a: StudyArgs) -> Result<()> {
         let (co, own) = round_robin_latencies(slices, n, BASE_SLICE_CYCLES);
         let (m, s) = mean_std(&co);
         let (om, _) = mean_std(&own);
-        (
-            cycles_to_ns(m as u64) as f64,
-            cycles_to_ns(s as u64) as f64,
-            cycles_to_ns(om as u64) as f64,
-        )
+        (cycles_to_ns(m as u64) as f64, cycles_to_ns(s as u64) as f64, cycles_to_ns(om as u64) as f64)
     };
     let mut task_records = Vec::new();
     for (i, t) in tasks.iter().enumerate() {
@@ -299,17 +276,8 @@ fn study(a: StudyArgs) -> Result<()> {
         let slices: Vec<u64> = ets.schedules.iter().map(|s| s.cycles).collect();
         let (co_mean, co_std, own_mean) = latency(&slices);
         let (u25, _, _) = latency(&uts25.schedules.iter().map(|s| s.cycles).collect::<Vec<_>>());
-        let count = |k: u64| {
-            ets.schedules
-                .iter()
-                .filter(|s| s.slice_cycles == k * BASE_SLICE_CYCLES)
-                .count()
-        };
-        let different = ets
-            .schedules
-            .windows(2)
-            .filter(|w| w[0].slice_cycles != w[1].slice_cycles)
-            .count();
+        let count = |k: u64| ets.schedules.iter().filter(|s| s.slice_cycles == k * BASE_SLICE_CYCLES).count();
+        let different = ets.schedules.windows(2).filter(|w| w[0].slice_cycles != w[1].slice_cycles).count();
         task_records.push(TaskRecord {
             r#type: "ets_task",
             task: t.name.clone(),
@@ -344,30 +312,23 @@ fn study(a: StudyArgs) -> Result<()> {
     let sweep_records: Vec<SweepRecord> = sweep_keys
         .iter()
         .zip(&runs[3 * n..])
-        .map(
-            |((task, p, size), r): (&(String, PolicyKind, u64), &TaskRun)| SweepRecord {
-                r#type: "ets_sweep",
-                task: task.clone(),
-                policy: p.name(),
-                llc_size_bytes: *size,
-                instructions: r.instructions,
-                schedules: r.schedules.len(),
-                ipc: r.ipc(),
-                cs_misses_exact: r.cs_misses_exact(),
-                cs_misses_estimated: r.cs_misses_estimated(),
-                cs_misses_excess: r.schedules.iter().map(|s| s.cs_misses_excess).sum(),
-                cs_misses_exact_per_schedule: r.cs_misses_exact() as f64 / r.schedules.len().max(1) as f64,
-                estimation_error_pct: r.estimation_error().map(|e| 100.0 * e),
-            },
-        )
+        .map(|((task, p, size), r): (&(String, PolicyKind, u64), &TaskRun)| SweepRecord {
+            r#type: "ets_sweep",
+            task: task.clone(),
+            policy: p.name(),
+            llc_size_bytes: *size,
+            instructions: r.instructions,
+            schedules: r.schedules.len(),
+            ipc: r.ipc(),
+            cs_misses_exact: r.cs_misses_exact(),
+            cs_misses_estimated: r.cs_misses_estimated(),
+            cs_misses_excess: r.schedules.iter().map(|s| s.cs_misses_excess).sum(),
+            cs_misses_exact_per_schedule: r.cs_misses_exact() as f64 / r.schedules.len().max(1) as f64,
+            estimation_error_pct: r.estimation_error().map(|e| 100.0 * e),
+        })
         .collect();
     let sweep_error = |p: PolicyKind| {
-        mean(
-            sweep_records
-                .iter()
-                .filter(|r| r.policy == p.name())
-                .filter_map(|r| r.estimation_error_pct),
-        )
+        mean(sweep_records.iter().filter(|r| r.policy == p.name()).filter_map(|r| r.estimation_error_pct))
     };
     let ratios: Vec<f64> = task_records.iter().map(|r| r.ipc_ets / r.ipc_uts_10).collect();
     let summary = SummaryRecord {
@@ -377,10 +338,7 @@ fn study(a: StudyArgs) -> Result<()> {
         llc_size_bytes: llc_size,
         instructions,
         ets_over_uts_10_geomean: (ratios.iter().map(|r| r.ln()).sum::<f64>() / n as f64).exp(),
-        ets_vs_uts_10_pct_worst: task_records
-            .iter()
-            .map(|r| r.ets_vs_uts_10_pct)
-            .fold(f64::INFINITY, f64::min),
+        ets_vs_uts_10_pct_worst: task_records.iter().map(|r| r.ets_vs_uts_10_pct).fold(f64::INFINITY, f64::min),
         tasks_within_4pct_of_uts_10: task_records.iter().filter(|r| r.ets_vs_uts_10_pct >= -4.0).count(),
         cosched_latency_ns_mean_ets: mean(task_records.iter().map(|r| r.cosched_latency_ns_mean_ets)).unwrap_or(0.0),
         cosched_latency_ns_mean_uts_2_5: mean(task_records.iter().map(|r| r.cosched_latency_ns_mean_uts_2_5))
@@ -516,9 +474,8 @@ fn print_tables(tasks: &[TaskRecord], sweep: &[SweepRecord], s: &SummaryRecord, 
             print!("{:<12}", t.task);
             for p in PolicyKind::ALL {
                 for size in &sizes {
-                    let r = sweep
-                        .iter()
-                        .find(|r| r.task == t.task && r.policy == p.name() && r.llc_size_bytes == *size);
+                    let r =
+                        sweep.iter().find(|r| r.task == t.task && r.policy == p.name() && r.llc_size_bytes == *size);
                     match r {
                         Some(r) => print!(
                             " {:>17}",
@@ -586,10 +543,7 @@ fn write_outputs(dir: &Path, tasks: &[TaskRecord], sweep: &[SweepRecord], s: &Su
         },
     )?;
     let share = |f: fn(&TaskRecord) -> usize| -> Vec<f64> {
-        tasks
-            .iter()
-            .map(|r| 100.0 * f(r) as f64 / r.schedules_ets.max(1) as f64)
-            .collect()
+        tasks.iter().map(|r| 100.0 * f(r) as f64 / r.schedules_ets.max(1) as f64).collect()
     };
     plot::bar_chart(
         &dir.join("fig6b_slices.svg"),
@@ -613,32 +567,17 @@ fn write_outputs(dir: &Path, tasks: &[TaskRecord], sweep: &[SweepRecord], s: &Su
             y_label: "latency (ms)",
             categories: names.clone(),
             series: vec![
-                (
-                    "UTS-2.5".into(),
-                    tasks.iter().map(|r| ms(r.cosched_latency_ns_mean_uts_2_5)).collect(),
-                ),
-                (
-                    "ETS mean".into(),
-                    tasks.iter().map(|r| ms(r.cosched_latency_ns_mean_ets)).collect(),
-                ),
-                (
-                    "ETS std".into(),
-                    tasks.iter().map(|r| ms(r.cosched_latency_ns_std_ets)).collect(),
-                ),
-                (
-                    "UTS-10".into(),
-                    tasks.iter().map(|r| ms(r.cosched_latency_ns_mean_uts_10)).collect(),
-                ),
+                ("UTS-2.5".into(), tasks.iter().map(|r| ms(r.cosched_latency_ns_mean_uts_2_5)).collect()),
+                ("ETS mean".into(), tasks.iter().map(|r| ms(r.cosched_latency_ns_mean_ets)).collect()),
+                ("ETS std".into(), tasks.iter().map(|r| ms(r.cosched_latency_ns_std_ets)).collect()),
+                ("UTS-10".into(), tasks.iter().map(|r| ms(r.cosched_latency_ns_mean_uts_10)).collect()),
             ],
             reference: None,
         },
     )?;
     let mut error_series = vec![(
         format!("{} {} (main run)", s.policy, format_size(s.llc_size_bytes)),
-        tasks
-            .iter()
-            .map(|r| r.estimation_error_pct.unwrap_or(f64::NAN))
-            .collect::<Vec<f64>>(),
+        tasks.iter().map(|r| r.estimation_error_pct.unwrap_or(f64::NAN)).collect::<Vec<f64>>(),
     )];
     if !sweep.is_empty() {
         for p in PolicyKind::ALL {
@@ -738,14 +677,8 @@ fn crosscheck(a: CrosscheckArgs) -> Result<()> {
     let l1 = parse_geometry("--l1", &a.l1, line)?;
     let ll = parse_geometry("--ll", &a.ll, line)?;
     valgrind_version()?;
-    let config = HierarchyConfig {
-        l1i: l1,
-        l1d: l1,
-        l2: None,
-        llc: ll,
-        timing: Default::default(),
-        mode: Mode::Cachegrind,
-    };
+    let config =
+        HierarchyConfig { l1i: l1, l1d: l1, l2: None, llc: ll, timing: Default::default(), mode: Mode::Cachegrind };
     config.validate()?;
     let dir = TempDir(std::env::temp_dir().join(format!("smartcon-crosscheck-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).with_context(|| format!("cannot create {}", dir.0.display()))?;
@@ -769,11 +702,10 @@ fn crosscheck(a: CrosscheckArgs) -> Result<()> {
         .context("cannot start valgrind")?;
     if !output.status.success() {
         let text = String::from_utf8_lossy(&output.stderr);
-        let last = text.lines().rev().find(|l| {
-            !l.trim_start_matches(|c: char| c == '=' || c.is_ascii_digit())
-                .trim()
-                .is_empty()
-        });
+        let last = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim_start_matches(|c: char| c == '=' || c.is_ascii_digit()).trim().is_empty());
         bail!("cachegrind failed ({}): {}", output.status, last.unwrap_or(""));
     }
     let cg = parse_cachegrind(&cg_out)?;
@@ -798,10 +730,7 @@ fn crosscheck(a: CrosscheckArgs) -> Result<()> {
     if a.json {
         return common::emit_json(&rec);
     }
-    println!(
-        "{} (I1/D1 {}, LL {}; sizes,ways,line in bytes)",
-        rec.program, rec.i1, rec.ll
-    );
+    println!("{} (I1/D1 {}, LL {}; sizes,ways,line in bytes)", rec.program, rec.i1, rec.ll);
     println!("{:<14} {:>14} {:>14} {:>9}", "", "smartcon", "cachegrind", "diff");
     let row = |name: &str, ours: u64, theirs: u64| {
         let diff = 100.0 * (ours as f64 - theirs as f64) / theirs.max(1) as f64;
@@ -817,14 +746,10 @@ fn crosscheck(a: CrosscheckArgs) -> Result<()> {
 /// Reads cachegrind's `events:` and `summary:` lines into (event, count) pairs.
 fn parse_cachegrind(path: &Path) -> Result<Vec<(String, u64)>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cachegrind wrote no {}", path.display()))?;
-    let events = text
-        .lines()
-        .find_map(|l| l.strip_prefix("events:"))
-        .context("cachegrind output has no events line")?;
-    let summary = text
-        .lines()
-        .find_map(|l| l.strip_prefix("summary:"))
-        .context("cachegrind output has no summary line")?;
+    let events =
+        text.lines().find_map(|l| l.strip_prefix("events:")).context("cachegrind output has no events line")?;
+    let summary =
+        text.lines().find_map(|l| l.strip_prefix("summary:")).context("cachegrind output has no summary line")?;
     let values: Vec<u64> = summary.split_whitespace().map(|v| v.parse().unwrap_or(0)).collect();
     Ok(events.split_whitespace().map(String::from).zip(values).collect())
 }

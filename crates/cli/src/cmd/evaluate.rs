@@ -33,11 +33,11 @@ use smartcon_engine::decision::DeviceClass;
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::{run_job, JobSpec, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadSnapshot};
+use smartcon_engine::placement::{format_cpu_list, Placement};
+use smartcon_engine::postmark::{PostmarkCounts, PostmarkSpec};
 use smartcon_engine::profile::{self, profile_path, Profile};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
-use smartcon_engine::placement::{format_cpu_list, Placement};
-use smartcon_engine::postmark::{PostmarkCounts, PostmarkSpec};
 use smartcon_engine::wait::PollParams;
 use smartcon_engine::{blockdev, workload};
 
@@ -142,21 +142,9 @@ struct Plan {
 
 fn plan(args: &EvaluateArgs) -> Result<Plan> {
     let (targets, workloads, sizes, duration, file_size) = if args.tiny {
-        (
-            "emu:optane,size=16m",
-            "iozone-rand-read,iozone-seq-write,mailserver",
-            "4k,64k",
-            "40ms",
-            "16m",
-        )
+        ("emu:optane,size=16m", "iozone-rand-read,iozone-seq-write,mailserver", "4k,64k", "40ms", "16m")
     } else if args.quick {
-        (
-            "emu:optane,tmp:{FILE}@/var/tmp,zram:{FILE}",
-            "iozone-rand-read",
-            "4k,64k,256k",
-            "500ms",
-            "64m",
-        )
+        ("emu:optane,tmp:{FILE}@/var/tmp,zram:{FILE}", "iozone-rand-read", "4k,64k,256k", "500ms", "64m")
     } else {
         (
             "emu:optane,emu:nvme,tmp:{FILE}@/var/tmp,loop:{FILE},zram:{FILE}",
@@ -168,14 +156,8 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
     };
     let file_size = args.file_size.clone().unwrap_or_else(|| file_size.to_string());
     parse_size_arg("file-size", &file_size)?;
-    let targets = args
-        .targets
-        .clone()
-        .unwrap_or_else(|| targets.replace("{FILE}", &file_size));
-    let loads = split_list(
-        "loads",
-        args.loads.as_deref().unwrap_or("bm-only,cpu-intensive,io-intensive"),
-    )?;
+    let targets = args.targets.clone().unwrap_or_else(|| targets.replace("{FILE}", &file_size));
+    let loads = split_list("loads", args.loads.as_deref().unwrap_or("bm-only,cpu-intensive,io-intensive"))?;
     for l in &loads {
         if !LOADS.contains(&l.as_str()) {
             bail!("unknown load {l:?}; use {}", LOADS.join(", "));
@@ -193,10 +175,8 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
         .collect::<Result<_>>()?;
     sizes.sort_unstable();
     sizes.dedup();
-    let mut strategies: Vec<StrategyChoice> = split_list("strategies", &args.strategies)?
-        .iter()
-        .map(|s| parse_strategy(s))
-        .collect::<Result<_>>()?;
+    let mut strategies: Vec<StrategyChoice> =
+        split_list("strategies", &args.strategies)?.iter().map(|s| parse_strategy(s)).collect::<Result<_>>()?;
     if !strategies.iter().any(|s| s.name() == "block") {
         strategies.insert(0, parse_strategy("block")?);
     }
@@ -205,9 +185,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
     if duration_ns > 600_000_000_000 {
         bail!("--duration must be at most 10 min per cell");
     }
-    let cpu_workers = args
-        .cpu_workers
-        .unwrap_or(if args.tiny { 1 } else { profile::online_cpus() });
+    let cpu_workers = args.cpu_workers.unwrap_or(if args.tiny { 1 } else { profile::online_cpus() });
     if cpu_workers == 0 || cpu_workers > smartcon_engine::load::CPU_WORKERS_MAX {
         bail!("--cpu-workers must be 1..={}", smartcon_engine::load::CPU_WORKERS_MAX);
     }
@@ -230,16 +208,8 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
         strategies,
         duration_ns,
         cpu_workers,
-        io_workers: if args.tiny {
-            args.io_workers.min(2)
-        } else {
-            args.io_workers
-        },
-        probe_ns: if args.quick || args.tiny {
-            60_000_000
-        } else {
-            150_000_000
-        },
+        io_workers: if args.tiny { args.io_workers.min(2) } else { args.io_workers },
+        probe_ns: if args.quick || args.tiny { 60_000_000 } else { 150_000_000 },
         // Under a load, eight short turns rather than three long ones, so the co-runner's
         // scheduling luck averages out within a cell (one run each, smart/block under the
         // CPU-intensive load: lowest 0.918 with 3 rounds, 0.962 with 9; docs/evaluate.md).
@@ -464,10 +434,9 @@ fn open_targets(
                 let spec = match &r {
                     Ramdisk::Loop(l) => TargetSpec::Path(l.path().to_path_buf()),
                     Ramdisk::Zram(z) => TargetSpec::Path(z.path().to_path_buf()),
-                    Ramdisk::LoopFs(fs, file_bytes) => TargetSpec::Temp {
-                        size_bytes: *file_bytes,
-                        dir: Some(fs.path().to_path_buf()),
-                    },
+                    Ramdisk::LoopFs(fs, file_bytes) => {
+                        TargetSpec::Temp { size_bytes: *file_bytes, dir: Some(fs.path().to_path_buf()) }
+                    }
                 };
                 ramdisks.push(r);
                 (spec, true)
@@ -483,14 +452,8 @@ fn open_targets(
                 );
             }
         }
-        let options = OpenOptions {
-            write: writes,
-            destructive,
-            created_by_tool: created,
-        };
-        let target = target::open(&spec, options)
-            .map_err(engine_err)
-            .with_context(|| format!("target {t}"))?;
+        let options = OpenOptions { write: writes, destructive, created_by_tool: created };
+        let target = target::open(&spec, options).map_err(engine_err).with_context(|| format!("target {t}"))?;
         for w in target.warnings() {
             eprintln!("smartcon: warning: {w}");
         }
@@ -533,15 +496,7 @@ fn open_targets(
         if plan.workloads.iter().any(|w| w == workload::POSTMARK) && postmark_dir.is_none() {
             no_fs.push(t.clone());
         }
-        opened.push(Opened {
-            target,
-            profile,
-            span,
-            created,
-            name: t.clone(),
-            postmark_dir,
-            cpus,
-        });
+        opened.push(Opened { target, profile, span, created, name: t.clone(), postmark_dir, cpus });
     }
     if !no_fs.is_empty() {
         let note = format!(
@@ -592,15 +547,17 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                 );
                 let sizes = super::probe::PROBE_SIZES_BYTES.to_vec();
                 let writes = plan.workloads.iter().any(|w| workload::writes(w));
-                let outcome =
-                    super::probe::probe_target(o.target.as_ref(), writes, &sizes, plan.probe_ns, &monitor, o.cpus.as_deref(), |_, _| {
-                        Ok(())
-                    })?;
+                let outcome = super::probe::probe_target(
+                    o.target.as_ref(),
+                    writes,
+                    &sizes,
+                    plan.probe_ns,
+                    &monitor,
+                    o.cpus.as_deref(),
+                    |_, _| Ok(()),
+                )?;
                 if !o.created && !elsewhere {
-                    outcome
-                        .profile
-                        .save(&profile_path(&outcome.profile.device))
-                        .map_err(engine_err)?;
+                    outcome.profile.save(&profile_path(&outcome.profile.device)).map_err(engine_err)?;
                 }
                 o.profile = outcome.profile;
             }
@@ -648,11 +605,8 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     let bar = progress_bar(turns as u64, "evaluate");
     let mut cells: Vec<Cell> = Vec::with_capacity(per_load * plan.loads.len());
     'loads: for load in &plan.loads {
-        let cpu = if load == "cpu-intensive" {
-            Some(CpuLoad::start(plan.cpu_workers).map_err(engine_err)?)
-        } else {
-            None
-        };
+        let cpu =
+            if load == "cpu-intensive" { Some(CpuLoad::start(plan.cpu_workers).map_err(engine_err)?) } else { None };
         for o in &opened {
             if interrupted() {
                 break 'loads;
@@ -661,32 +615,20 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
             let outcome: Result<()> = std::thread::scope(|s| {
                 let result = (|| {
                     if load == "io-intensive" {
-                        io.spawn(
-                            s,
-                            o.target.as_ref(),
-                            plan.io_workers,
-                            o.target.block_bytes().max(4096),
-                            o.span,
-                        )
-                        .map_err(engine_err)?;
+                        io.spawn(s, o.target.as_ref(), plan.io_workers, o.target.block_bytes().max(4096), o.span)
+                            .map_err(engine_err)?;
                     }
                     if load != "bm-only" {
                         std::thread::sleep(std::time::Duration::from_nanos(SETTLE_NS));
                     }
                     for w in &plan.workloads {
                         let is_postmark = w == workload::POSTMARK;
-                        let pm_base = PostmarkSpec {
-                            files: plan.postmark_files,
-                            ..PostmarkSpec::default()
-                        };
+                        let pm_base = PostmarkSpec { files: plan.postmark_files, ..PostmarkSpec::default() };
                         let cellplans = if is_postmark {
                             if o.postmark_dir.is_none() {
                                 continue;
                             }
-                            vec![workload::CellPlan {
-                                bs_bytes: pm_base.block_bytes,
-                                phases: Vec::new(),
-                            }]
+                            vec![workload::CellPlan { bs_bytes: pm_base.block_bytes, phases: Vec::new() }]
                         } else {
                             workload::cells(w, &plan.sizes).expect("workloads are validated in plan()")
                         };
@@ -753,9 +695,8 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                         let mut js = JobSpec::new(ph.op, ph.pattern, ph.bs_bytes, strategy);
                                         js.threads = ph.threads;
                                         js.span_bytes = Some(o.span);
-                                        js.duration_ns =
-                                            (plan.duration_ns * ph.share_pct as u64 / 100 / rounds as u64)
-                                                .max(1_000_000);
+                                        js.duration_ns = (plan.duration_ns * ph.share_pct as u64 / 100 / rounds as u64)
+                                            .max(1_000_000);
                                         js.seed = 1 + round as u64;
                                         js.fsync_every = ph.fsync_every;
                                         js.cpus = o.cpus.clone();
@@ -786,11 +727,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                             };
                                             Some(Corunner {
                                                 kind: if cpu.is_some() { "cpu" } else { "io" },
-                                                workers: if cpu.is_some() {
-                                                    plan.cpu_workers
-                                                } else {
-                                                    plan.io_workers
-                                                },
+                                                workers: if cpu.is_some() { plan.cpu_workers } else { plan.io_workers },
                                                 real_ns: d.real_ns,
                                                 work: d.work,
                                                 work_per_s: d.work_per_s,
@@ -889,11 +826,8 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     let profiles: Vec<(String, Profile, String)> = opened
         .iter()
         .map(|o| {
-            let label = if o.created {
-                format!("{} ({})", o.target.label(), o.name)
-            } else {
-                o.target.label().to_string()
-            };
+            let label =
+                if o.created { format!("{} ({})", o.target.label(), o.name) } else { o.target.label().to_string() };
             let cpus = o.cpus.as_deref().map_or_else(|| "any".to_string(), format_cpu_list);
             (label, o.profile.clone(), cpus)
         })
@@ -1033,20 +967,14 @@ fn find<'a>(cells: &'a [Cell], c: &Cell, strategy: &str) -> Option<&'a Cell> {
 }
 
 fn gain(cells: &[Cell], c: &Cell) -> Option<f64> {
-    find(cells, c, "block")
-        .filter(|b| perf(b) > 0.0)
-        .map(|b| perf(c) / perf(b))
+    find(cells, c, "block").filter(|b| perf(b) > 0.0).map(|b| perf(c) / perf(b))
 }
 
 /// smart against the better of block and spin in every cell: (cells, cells >= 0.95, min ratio, worst cell).
 fn smart_check(cells: &[Cell]) -> (usize, usize, Option<(f64, String)>) {
     let (mut n, mut ok, mut worst): (usize, usize, Option<(f64, String)>) = (0, 0, None);
     for c in cells.iter().filter(|c| c.result.strategy == "smart") {
-        let best = ["block", "spin"]
-            .iter()
-            .filter_map(|s| find(cells, c, s))
-            .map(perf)
-            .fold(0.0, f64::max);
+        let best = ["block", "spin"].iter().filter_map(|s| find(cells, c, s)).map(perf).fold(0.0, f64::max);
         if best <= 0.0 {
             continue;
         }
@@ -1056,13 +984,7 @@ fn smart_check(cells: &[Cell]) -> (usize, usize, Option<(f64, String)>) {
         if worst.as_ref().is_none_or(|w| ratio < w.0) {
             worst = Some((
                 ratio,
-                format!(
-                    "{} {} {} {}",
-                    c.load,
-                    c.result.target,
-                    c.workload,
-                    format_size(c.result.bs_bytes)
-                ),
+                format!("{} {} {} {}", c.load, c.result.target, c.workload, format_size(c.result.bs_bytes)),
             ));
         }
     }
@@ -1164,7 +1086,10 @@ fn criteria(cells: &[Cell], classes: &[TargetInfo]) -> Vec<Criterion> {
     };
     // 1. Local-disk file, 4 KiB random read, bm-only: smart >= 1.3 x block.
     let v = smart(&|c| {
-        c.load == "bm-only" && c.workload == "iozone-rand-read" && c.result.bs_bytes == 4096 && is_local_file(&c.result.target)
+        c.load == "bm-only"
+            && c.workload == "iozone-rand-read"
+            && c.result.bs_bytes == 4096
+            && is_local_file(&c.result.target)
     });
     let parts: Vec<String> = v
         .iter()
@@ -1287,10 +1212,9 @@ fn criteria(cells: &[Cell], classes: &[TargetInfo]) -> Vec<Criterion> {
     // 6. 4 KiB: smart's context switches <= 1/5 of block's (per I/O), bm-only, where smart
     // may spin (a mainstream device always blocks, by design).
     let spinnable = |t: &str| classes.iter().any(|i| i.label == t && i.class != DeviceClass::Mainstream);
-    let v = smart(&|c| c.load == "bm-only" && c.result.bs_bytes == 4096 && c.tps.is_none() && spinnable(&c.result.target));
-    let csw_ratio = |c: &Cell| {
-        find(cells, c, "block").map(|b| csw_per_io(c) / csw_per_io(b).max(1e-9))
-    };
+    let v =
+        smart(&|c| c.load == "bm-only" && c.result.bs_bytes == 4096 && c.tps.is_none() && spinnable(&c.result.target));
+    let csw_ratio = |c: &Cell| find(cells, c, "block").map(|b| csw_per_io(c) / csw_per_io(b).max(1e-9));
     let worst = v.iter().filter_map(|c| csw_ratio(c).map(|r| (r, *c))).max_by(|a, b| a.0.total_cmp(&b.0));
     out.push(mk(
         "4 KiB, bm-only, devices smart may spin on: smart's context switches per I/O <= 1/5 of block's",
@@ -1325,7 +1249,9 @@ fn criteria(cells: &[Cell], classes: &[TargetInfo]) -> Vec<Criterion> {
 }
 
 fn criteria_md(criteria: &[Criterion]) -> String {
-    let mut s = String::from("## Numbers to reach (issue 3), measured in this run\n\n| criterion | measured | met? |\n|---|---|---|\n");
+    let mut s = String::from(
+        "## Numbers to reach (issue 3), measured in this run\n\n| criterion | measured | met? |\n|---|---|---|\n",
+    );
     for c in criteria {
         let met = match c.met {
             Some(true) => "pass",
@@ -1417,12 +1343,7 @@ fn summary_md(
     }
     s += &criteria_md(criteria);
     s += "## Gain against block (IOPS ratio; Fig. 9, 12, 15)\n\n```\n";
-    let others: Vec<&str> = plan
-        .strategies
-        .iter()
-        .map(|s| s.name())
-        .filter(|n| *n != "block")
-        .collect();
+    let others: Vec<&str> = plan.strategies.iter().map(|s| s.name()).filter(|n| *n != "block").collect();
     let mut header = vec!["target".to_string(), "workload".into(), "size".into()];
     for l in &plan.loads {
         for o in &others {
@@ -1433,11 +1354,7 @@ fn summary_md(
     let mut t = Table::new(&hdr);
     for tl in &plan.targets_labels(cells) {
         for w in &plan.workloads {
-            for bs in workload::cells(w, &plan.sizes)
-                .unwrap_or_default()
-                .iter()
-                .map(|c| c.bs_bytes)
-            {
+            for bs in workload::cells(w, &plan.sizes).unwrap_or_default().iter().map(|c| c.bs_bytes) {
                 let mut row = vec![tl.clone(), w.clone(), format_size(bs)];
                 for l in &plan.loads {
                     for o in &others {
@@ -1449,9 +1366,7 @@ fn summary_md(
                                 && c.result.strategy == *o
                         });
                         row.push(
-                            c.and_then(|c| gain(cells, c))
-                                .map(|g| format!("{g:.2}x"))
-                                .unwrap_or_else(|| "-".into()),
+                            c.and_then(|c| gain(cells, c)).map(|g| format!("{g:.2}x")).unwrap_or_else(|| "-".into()),
                         );
                     }
                 }
@@ -1492,10 +1407,17 @@ fn summary_md(
         for c in cells.iter().filter(|c| c.tps.is_some() && c.result.strategy == "block") {
             let mut row = vec![c.load.clone(), c.result.target.clone()];
             for st in &strategies {
-                row.push(find(cells, c, st).and_then(|x| x.tps).map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into()));
+                row.push(
+                    find(cells, c, st).and_then(|x| x.tps).map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into()),
+                );
             }
             for st in strategies.iter().filter(|s| **s != "block") {
-                row.push(find(cells, c, st).and_then(|x| gain(cells, x)).map(|g| format!("{g:.2}x")).unwrap_or_else(|| "-".into()));
+                row.push(
+                    find(cells, c, st)
+                        .and_then(|x| gain(cells, x))
+                        .map(|g| format!("{g:.2}x"))
+                        .unwrap_or_else(|| "-".into()),
+                );
             }
             row.push(format!("{:.2}", csw_per_io(c)));
             row.push(find(cells, c, "smart").map(|x| format!("{:.2}", csw_per_io(x))).unwrap_or_else(|| "-".into()));
@@ -1516,24 +1438,12 @@ fn summary_md(
     let hdr: Vec<&str> = header.iter().map(|x| x.as_str()).collect();
     let mut t = Table::new(&hdr);
     for c in cells.iter().filter(|c| c.result.strategy == "block") {
-        let mut row = vec![
-            c.load.clone(),
-            c.result.target.clone(),
-            c.workload.clone(),
-            format_size(c.result.bs_bytes),
-        ];
+        let mut row = vec![c.load.clone(), c.result.target.clone(), c.workload.clone(), format_size(c.result.bs_bytes)];
         let by: Vec<Option<&Cell>> = strategies.iter().map(|st| find(cells, c, st)).collect();
         for x in &by {
             row.push(
-                x.map(|x| {
-                    format!(
-                        "{:.2} ({}+{})",
-                        csw_per_io(x),
-                        x.result.ctx_voluntary,
-                        x.result.ctx_involuntary
-                    )
-                })
-                .unwrap_or_else(|| "-".into()),
+                x.map(|x| format!("{:.2} ({}+{})", csw_per_io(x), x.result.ctx_voluntary, x.result.ctx_involuntary))
+                    .unwrap_or_else(|| "-".into()),
             );
         }
         for x in &by {
@@ -1548,22 +1458,12 @@ fn summary_md(
     s += "```\n\n";
     s += "## Side effect on the co-running CPU benchmark (Table VI)\n\n";
     s += "Summed over every cell of the cpu-intensive load per target and strategy: the crunchers' work (batches), its rate against the rate beside block, their user and system CPU time, the wall time, and the machine's iowait.\n\n```\n";
-    let mut t = Table::new(&[
-        "target",
-        "strategy",
-        "work",
-        "rate vs block",
-        "real",
-        "user",
-        "sys",
-        "iowait",
-    ]);
+    let mut t = Table::new(&["target", "strategy", "work", "rate vs block", "real", "user", "sys", "iowait"]);
     for tl in &plan.targets_labels(cells) {
         let agg = |st: &str| {
             let mut a = (0u64, 0u64, 0u64, 0u64, 0.0f64, 0usize);
-            for c in cells
-                .iter()
-                .filter(|c| &c.result.target == tl && c.load == "cpu-intensive" && c.result.strategy == st)
+            for c in
+                cells.iter().filter(|c| &c.result.target == tl && c.load == "cpu-intensive" && c.result.strategy == st)
             {
                 if let Some(k) = &c.corunner {
                     a.0 += k.work;
@@ -1588,11 +1488,7 @@ fn summary_md(
                 tl.clone(),
                 st.to_string(),
                 a.0.to_string(),
-                if brate > 0.0 {
-                    format!("{:.3}x", rate / brate)
-                } else {
-                    "-".into()
-                },
+                if brate > 0.0 { format!("{:.3}x", rate / brate) } else { "-".into() },
                 format_ns(a.1 as f64),
                 format_ns(a.2 as f64),
                 format_ns(a.3 as f64),
@@ -1620,9 +1516,7 @@ impl Plan {
 }
 
 fn file_name(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
-        .collect()
+    text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
 }
 
 /// A line chart over the request size (KiB, log scale), as Fig. 8 and 9 are drawn.
@@ -1651,12 +1545,7 @@ fn write_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
                 name: st.to_string(),
                 points: pick(t, "bm-only", &first_wl, st)
                     .iter()
-                    .map(|c| {
-                        (
-                            c.result.bs_bytes as f64 / 1024.0,
-                            c.result.cpu_user_pct + c.result.cpu_sys_pct,
-                        )
-                    })
+                    .map(|c| (c.result.bs_bytes as f64 / 1024.0, c.result.cpu_user_pct + c.result.cpu_sys_pct))
                     .collect(),
             })
             .filter(|s| !s.points.is_empty())
@@ -1728,11 +1617,8 @@ fn write_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
                     .workloads
                     .iter()
                     .map(|w| {
-                        let g: Vec<f64> = pick(t, l0, w, st)
-                            .iter()
-                            .filter_map(|c| gain(cells, c))
-                            .filter(|g| *g > 0.0)
-                            .collect();
+                        let g: Vec<f64> =
+                            pick(t, l0, w, st).iter().filter_map(|c| gain(cells, c)).filter(|g| *g > 0.0).collect();
                         if g.is_empty() {
                             f64::NAN
                         } else {

@@ -54,7 +54,12 @@ pub struct IoArgs {
 
 pub fn run(args: IoArgs) -> Result<()> {
     let op = parse_op(&args.op)?;
-    let mut spec = JobSpec::new(op, parse_pattern(&args.pattern)?, parse_size_arg("bs", &args.bs)?, parse_strategy(&args.strategy)?);
+    let mut spec = JobSpec::new(
+        op,
+        parse_pattern(&args.pattern)?,
+        parse_size_arg("bs", &args.bs)?,
+        parse_strategy(&args.strategy)?,
+    );
     spec.span_bytes = args.span.as_deref().map(|s| parse_size_arg("span", s)).transpose()?;
     spec.threads = args.threads;
     spec.duration_ns = parse_duration_arg("duration", &args.duration)?;
@@ -64,14 +69,19 @@ pub fn run(args: IoArgs) -> Result<()> {
     spec.poll = args.run.poll_params()?;
     let tspec = target::parse_target(&args.target).map_err(engine_err)?;
     // --verify writes its pattern first, so it needs write access like a write job.
-    let options = OpenOptions { write: op == Op::Write || args.verify, destructive: args.run.destructive, created_by_tool: false };
+    let options = OpenOptions {
+        write: op == Op::Write || args.verify,
+        destructive: args.run.destructive,
+        created_by_tool: false,
+    };
     let target = target::open(&tspec, options).map_err(engine_err)?;
     for w in target.warnings() {
         eprintln!("smartcon: warning: {w}");
     }
     spec.validate(target.as_ref()).map_err(engine_err)?;
     spec.cpus = io_cpus_for(&args.run.placement()?, target.as_ref());
-    let profile = resolve_profile(target.as_ref(), args.profile.as_deref(), !spec.strategy.name().starts_with("smart"))?;
+    let profile =
+        resolve_profile(target.as_ref(), args.profile.as_deref(), !spec.strategy.name().starts_with("smart"))?;
     let monitor = args.run.monitor()?;
     let result = run_job(target.as_ref(), &spec, &profile, &monitor, interrupt_flag());
     monitor.stop();

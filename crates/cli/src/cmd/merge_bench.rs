@@ -179,7 +179,8 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
         bail!("--max-merge must be 1..={MERGE_PAGES_MAX} pages");
     }
     let ops: Vec<Op> = split_list("ops", &args.ops)?.iter().map(|s| parse_op(s)).collect::<Result<_>>()?;
-    let patterns: Vec<Pattern> = split_list("patterns", &args.patterns)?.iter().map(|s| parse_pattern(s)).collect::<Result<_>>()?;
+    let patterns: Vec<Pattern> =
+        split_list("patterns", &args.patterns)?.iter().map(|s| parse_pattern(s)).collect::<Result<_>>()?;
     let bs = parse_size_arg("bs", &args.bs)?;
     let duration_ns = parse_duration_arg("duration", &args.duration)?;
     let poll = args.run.poll_params()?;
@@ -231,7 +232,8 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
     'outer: for &op in &ops {
         for &pattern in &patterns {
             let mut by_config: Vec<Vec<MergeJobResult>> = vec![Vec::new(); configs.len()];
-            let schedule = (0..args.rounds).flat_map(|round| configs.iter().enumerate().map(move |(ci, c)| (round, ci, c)));
+            let schedule =
+                (0..args.rounds).flat_map(|round| configs.iter().enumerate().map(move |(ci, c)| (round, ci, c)));
             for (round, ci, c) in schedule {
                 if interrupted() {
                     break;
@@ -341,7 +343,11 @@ pub(crate) fn ratios(rows: &[Row]) -> Vec<Ratio> {
     let mut out = Vec::new();
     for r in rows.iter().filter(|r| r.config.merge && r.config.pipelined) {
         let serialized = rows.iter().find(|s| {
-            s.op == r.op && s.pattern == r.pattern && s.config.merge && !s.config.pipelined && s.config.polling == r.config.polling
+            s.op == r.op
+                && s.pattern == r.pattern
+                && s.config.merge
+                && !s.config.pipelined
+                && s.config.polling == r.config.polling
         });
         if let Some(s) = serialized {
             out.push(Ratio {
@@ -367,11 +373,18 @@ fn table(rows: &[Row], args: &MergeBenchArgs, bs: u64) -> String {
         format_ns(rows.first().map_or(0, |r| r.config.poll.interval_ns) as f64),
         format_ns(rows.first().map_or(0, |r| r.config.poll.alpha_ns) as f64),
     );
-    let mut t = Table::new(&["workload", "config", "IOPS", "p50", "p99", "CPU %", "pages/req", "polls/IO", "vs serialized"]);
+    let mut t =
+        Table::new(&["workload", "config", "IOPS", "p50", "p99", "CPU %", "pages/req", "polls/IO", "vs serialized"]);
     for r in rows {
         let vs = if r.config.merge && r.config.pipelined {
             rows.iter()
-                .find(|s| s.op == r.op && s.pattern == r.pattern && s.config.merge && !s.config.pipelined && s.config.polling == r.config.polling)
+                .find(|s| {
+                    s.op == r.op
+                        && s.pattern == r.pattern
+                        && s.config.merge
+                        && !s.config.pipelined
+                        && s.config.polling == r.config.polling
+                })
                 .map_or("-".to_string(), |s| format!("{:.2}x", r.result.iops / s.result.iops.max(1e-9)))
         } else {
             "-".to_string()

@@ -13,9 +13,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use smartcon_ctxcost::HostProfile;
 use smartcon_devemu::units::{format_ns, parse_duration_ns};
-use smartcon_model::{
-    calibrate, paper_devices, Device, DeviceLatency, Interpretation, Model, PMemReading, RatioForm,
-};
+use smartcon_model::{calibrate, paper_devices, Device, DeviceLatency, Interpretation, Model, PMemReading, RatioForm};
 
 use crate::common;
 use crate::plot;
@@ -106,9 +104,8 @@ struct GapRecord<'a> {
 }
 
 fn parse_device(text: &str) -> Result<Device> {
-    let (name, latency) = text
-        .split_once('=')
-        .ok_or_else(|| anyhow!("--device {text:?}: expected NAME=LATENCY, e.g. optane=10us"))?;
+    let (name, latency) =
+        text.split_once('=').ok_or_else(|| anyhow!("--device {text:?}: expected NAME=LATENCY, e.g. optane=10us"))?;
     if name.trim().is_empty() {
         bail!("--device {text:?}: the name is empty");
     }
@@ -116,24 +113,16 @@ fn parse_device(text: &str) -> Result<Device> {
         bail!("--device {text:?}: a latency cannot be negative");
     }
     let ns = parse_duration_ns(latency).map_err(|e| anyhow!("--device {text:?}: {e}"))?;
-    Ok(Device {
-        name: name.trim().to_string(),
-        latency: DeviceLatency::PerPageNs { ns: ns as f64 },
-    })
+    Ok(Device { name: name.trim().to_string(), latency: DeviceLatency::PerPageNs { ns: ns as f64 } })
 }
 
 fn load_host(args: &ModelArgs) -> Result<Option<HostProfile>> {
     let explicit = args.host_profile.is_some();
-    let path = args
-        .host_profile
-        .clone()
-        .unwrap_or_else(|| common::smartcon_home().join("host.json"));
+    let path = args.host_profile.clone().unwrap_or_else(|| common::smartcon_home().join("host.json"));
     if !explicit && !args.calibrate && !path.exists() {
         return Ok(None);
     }
-    HostProfile::read(&path)
-        .map(Some)
-        .map_err(|e| anyhow!("{e}"))
+    HostProfile::read(&path).map(Some).map_err(|e| anyhow!("{e}"))
 }
 
 pub fn run(args: ModelArgs) -> Result<()> {
@@ -146,11 +135,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
     let mut model = Model {
         tau_mem0_cycles: tau_mem0,
         interp: Interpretation {
-            p_mem: if args.p_mem_literal {
-                PMemReading::Literal
-            } else {
-                PMemReading::Percent
-            },
+            p_mem: if args.p_mem_literal { PMemReading::Literal } else { PMemReading::Percent },
             ratio: match args.ratio {
                 RatioArg::Eq6 => RatioForm::Eq6,
                 RatioArg::NoU => RatioForm::CpiPathLength,
@@ -163,23 +148,13 @@ pub fn run(args: ModelArgs) -> Result<()> {
     if let Some(tau) = args.tau_ctx_cycles {
         model = model.with_tau_ctx_cycles(tau);
     }
-    let extra: Vec<Device> = args
-        .devices
-        .iter()
-        .map(|d| parse_device(d))
-        .collect::<Result<_>>()?;
+    let extra: Vec<Device> = args.devices.iter().map(|d| parse_device(d)).collect::<Result<_>>()?;
     let host = load_host(&args)?;
     if args.calibrate {
-        let host = host
-            .as_ref()
-            .expect("load_host returns the profile when calibrating");
+        let host = host.as_ref().expect("load_host returns the profile when calibrating");
         let clock = host.clock_ghz.unwrap_or(model.clock_ghz);
         let tau_ctx = host.ctx_direct_ns().expect("checked by HostProfile::read") * clock;
-        model = Model {
-            clock_ghz: clock,
-            ..model
-        }
-        .with_tau_ctx_cycles(tau_ctx);
+        model = Model { clock_ghz: clock, ..model }.with_tau_ctx_cycles(tau_ctx);
     }
     model.validate().map_err(|e| anyhow!("{e}"))?;
     if args.results.is_some() && !args.calibrate {
@@ -193,39 +168,27 @@ pub fn run(args: ModelArgs) -> Result<()> {
     // Read calibration inputs before printing anything, so a malformed file writes nothing.
     let calibration = match (&args.results, args.calibrate) {
         (Some(results), true) => {
-            let dir = args
-                .profiles
-                .clone()
-                .unwrap_or_else(|| common::smartcon_home().join("profiles"));
+            let dir = args.profiles.clone().unwrap_or_else(|| common::smartcon_home().join("profiles"));
             // The profiles the evaluation used come first (they include devices it created
             // for the run and did not store), then the stored ones.
             let mut profiles = calibrate::read_result_profiles(results).map_err(|e| anyhow!("{e}"))?;
             profiles.extend(calibrate::read_profiles(&dir).map_err(|e| anyhow!("{e}"))?);
             let records = calibrate::read_results(results).map_err(|e| anyhow!("{e}"))?;
-            Some((
-                dir,
-                calibrate::calibrate(&model, &profiles, &records).map_err(|e| anyhow!("{e}"))?,
-            ))
+            Some((dir, calibrate::calibrate(&model, &profiles, &records).map_err(|e| anyhow!("{e}"))?))
         }
         _ => None,
     };
 
     let mut devices = paper_devices();
     devices.extend(extra);
-    let projections: Vec<_> = devices
-        .iter()
-        .map(|d| model.project(d))
-        .collect::<Result<_, _>>()
-        .map_err(|e| anyhow!("{e}"))?;
+    let projections: Vec<_> =
+        devices.iter().map(|d| model.project(d)).collect::<Result<_, _>>().map_err(|e| anyhow!("{e}"))?;
 
     // The effect of each alternative reading, at every device.
     let alternatives = model.interp.alternatives();
     let mut alt_rows = Vec::new();
     for (label, interp) in &alternatives {
-        let alt = Model {
-            interp: *interp,
-            ..model.clone()
-        };
+        let alt = Model { interp: *interp, ..model.clone() };
         let ratios: Vec<f64> = devices
             .iter()
             .map(|d| alt.project(d).map(|p| p.ratio))
@@ -404,9 +367,7 @@ fn draw(path: &std::path::Path, model: &Model, host: Option<&HostProfile>) -> Re
     // 10 ns to 1 ms, 10 points per decade: a bounded sweep.
     for i in 0..=50 {
         let ns = 10f64 * 10f64.powf(i as f64 / 10.0);
-        let at = model
-            .latencies(DeviceLatency::PerPageNs { ns })
-            .map_err(|e| anyhow!("{e}"))?;
+        let at = model.latencies(DeviceLatency::PerPageNs { ns }).map_err(|e| anyhow!("{e}"))?;
         let p = model.project_at("", &at);
         cpi_sc.push((ns, p.smartcon.cpi));
         cpi_ms.push((ns, p.mainstream.cpi));
@@ -430,18 +391,9 @@ fn draw(path: &std::path::Path, model: &Model, host: Option<&HostProfile>) -> Re
         markers,
     };
     let series = vec![
-        plot::Series {
-            name: "CPI SmartCon".into(),
-            points: cpi_sc,
-        },
-        plot::Series {
-            name: "CPI Mainstream".into(),
-            points: cpi_ms,
-        },
-        plot::Series {
-            name: "ratio SmartCon / Mainstream".into(),
-            points: ratio,
-        },
+        plot::Series { name: "CPI SmartCon".into(), points: cpi_sc },
+        plot::Series { name: "CPI Mainstream".into(), points: cpi_ms },
+        plot::Series { name: "ratio SmartCon / Mainstream".into(), points: ratio },
     ];
     plot::line_chart(path, &chart, &series).context("drawing the model plot")
 }

@@ -43,16 +43,8 @@ use crate::engine_setup::*;
 use crate::table::Table;
 
 /// The probe's sizes (Sec. 4.1: 4 KiB to 512 KiB).
-pub const PROBE_SIZES_BYTES: [u64; 8] = [
-    4 << 10,
-    8 << 10,
-    16 << 10,
-    32 << 10,
-    64 << 10,
-    128 << 10,
-    256 << 10,
-    512 << 10,
-];
+pub const PROBE_SIZES_BYTES: [u64; 8] =
+    [4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10];
 /// Turns each strategy takes per size (the measurement time is split among them): twice
 /// through the balanced order of three strategies.
 pub const PROBE_ROUNDS: usize = 6;
@@ -136,11 +128,8 @@ pub fn host_wakeup_ns(monitor: &SystemMonitor) -> Result<(f64, String)> {
     }
     // The extra latency of sleeping over spinning on a 1 us device is one timer wake-up
     // and context switch of this host, as the I/O path pays it.
-    let t = target::open(
-        &target::parse_target("emu:nvram,size=16m").map_err(engine_err)?,
-        OpenOptions::default(),
-    )
-    .map_err(engine_err)?;
+    let t = target::open(&target::parse_target("emu:nvram,size=16m").map_err(engine_err)?, OpenOptions::default())
+        .map_err(engine_err)?;
     // Three short pairs, median latencies (p50) and the median of the three differences:
     // a burst of another process lands in one pair at most.
     let mut diffs = Vec::with_capacity(3);
@@ -151,16 +140,11 @@ pub fn host_wakeup_ns(monitor: &SystemMonitor) -> Result<(f64, String)> {
             js.duration_ns = 50_000_000;
             js.seed = 1 + pair;
             let p = Profile::paper_default(&t.device_id());
-            lat[i] = run_job(t.as_ref(), &js, &p, monitor, interrupt_flag())
-                .map_err(engine_err)?
-                .lat_ns_p50 as f64;
+            lat[i] = run_job(t.as_ref(), &js, &p, monitor, interrupt_flag()).map_err(engine_err)?.lat_ns_p50 as f64;
         }
         diffs.push(lat[0] - lat[1]);
     }
-    Ok((
-        median(&mut diffs).max(500.0),
-        "measured: median block minus spin p50 latency on emu:nvram, 4 KiB".into(),
-    ))
+    Ok((median(&mut diffs).max(500.0), "measured: median block minus spin p50 latency on emu:nvram, 4 KiB".into()))
 }
 
 /// Whether the probe may write to this target.
@@ -180,11 +164,7 @@ pub fn probe_target(
 ) -> Result<ProbeOutcome> {
     let device = target.device_id();
     let span = target.capacity_bytes().min(PROBE_SPAN_BYTES_MAX) / target.block_bytes() * target.block_bytes();
-    let ops: Vec<Op> = if writes {
-        vec![Op::Read, Op::Write]
-    } else {
-        vec![Op::Read]
-    };
+    let ops: Vec<Op> = if writes { vec![Op::Read, Op::Write] } else { vec![Op::Read] };
     let strategies = [Strategy::Block, Strategy::Spin, Strategy::Sync];
     for &bs in sizes {
         let mut js = JobSpec::new(Op::Read, Pattern::Rand, bs, StrategyChoice::Fixed(Strategy::Block));
@@ -362,12 +342,7 @@ pub fn probe_target(
         io_cpus: Some(cpus.map_or_else(|| "any".to_string(), format_cpu_list)),
         latencies,
     };
-    Ok(ProbeOutcome {
-        profile,
-        wakeup_source,
-        block_cpu_ns,
-        notes,
-    })
+    Ok(ProbeOutcome { profile, wakeup_source, block_cpu_ns, notes })
 }
 
 /// The median of a non-empty list (the mean of the middle two for an even count).
@@ -390,7 +365,9 @@ pub fn queue_points_of(latencies: &[LatencyPoint]) -> Vec<rules::QueuePoint> {
         let find = |s: &str| {
             latencies
                 .iter()
-                .find(|p| p.background_ios == k && p.strategy == s && p.bs_bytes == QUEUE_PROBE_BS_BYTES && p.op == "read")
+                .find(|p| {
+                    p.background_ios == k && p.strategy == s && p.bs_bytes == QUEUE_PROBE_BS_BYTES && p.op == "read"
+                })
                 .map(|p| p.lat_ns_mean)
         };
         match (find("block"), find("spin")) {
@@ -418,11 +395,7 @@ pub fn size_points(latencies: &[LatencyPoint], sizes: &[u64]) -> Vec<rules::Size
             let mut best: Option<rules::SizePoint> = None;
             for op in ["read", "write"] {
                 if let (Some(block_ns), Some(spin_ns)) = (find(op, bs, "block"), find(op, bs, "spin")) {
-                    let p = rules::SizePoint {
-                        bs_bytes: bs,
-                        block_ns,
-                        spin_ns,
-                    };
+                    let p = rules::SizePoint { bs_bytes: bs, block_ns, spin_ns };
                     let gain = |q: &rules::SizePoint| (q.block_ns - q.spin_ns) / q.block_ns.max(1.0);
                     if best.as_ref().is_none_or(|b| gain(&p) > gain(b)) {
                         best = Some(p);
@@ -440,31 +413,21 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         bail!("--duration must be at most 60s per measurement");
     }
     let mut sizes: Vec<u64> = match &args.sizes {
-        Some(s) => split_list("sizes", s)?
-            .iter()
-            .map(|x| parse_size_arg("sizes", x))
-            .collect::<Result<_>>()?,
+        Some(s) => split_list("sizes", s)?.iter().map(|x| parse_size_arg("sizes", x)).collect::<Result<_>>()?,
         None => PROBE_SIZES_BYTES.to_vec(),
     };
     sizes.sort_unstable();
     sizes.dedup();
     let tspec = target::parse_target(&args.target).map_err(engine_err)?;
     let writes = may_write(&tspec, args.destructive);
-    let options = OpenOptions {
-        write: writes,
-        destructive: args.destructive,
-        created_by_tool: false,
-    };
+    let options = OpenOptions { write: writes, destructive: args.destructive, created_by_tool: false };
     let target = target::open(&tspec, options).map_err(engine_err)?;
     for w in target.warnings() {
         eprintln!("smartcon: warning: {w}");
     }
     if let Some(out) = &args.out {
         if out.is_dir() {
-            bail!(
-                "--out {} is a directory; give a file name for the profile",
-                out.display()
-            );
+            bail!("--out {} is a directory; give a file name for the profile", out.display());
         }
     }
     let placement = parse_placement(&args.io_cpus)?;
@@ -474,12 +437,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     let device = target.device_id();
     let outcome = probe_target(target.as_ref(), writes, &sizes, duration_ns, &monitor, cpus.as_deref(), |p, ios| {
         if json {
-            emit_json(&PointRecord {
-                record_type: "probe_point",
-                device: &device,
-                point: p,
-                ios,
-            })?;
+            emit_json(&PointRecord { record_type: "probe_point", device: &device, point: p, ios })?;
         }
         Ok(())
     });
@@ -488,11 +446,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     let path = if args.no_save {
         None
     } else {
-        Some(
-            args.out
-                .clone()
-                .unwrap_or_else(|| profile_path(&outcome.profile.device)),
-        )
+        Some(args.out.clone().unwrap_or_else(|| profile_path(&outcome.profile.device)))
     };
     if let Some(p) = &path {
         outcome.profile.save(p).map_err(engine_err)?;
@@ -524,23 +478,11 @@ pub fn run(args: ProbeArgs) -> Result<()> {
 /// The human table: per op and size, latency and CPU per strategy and spin's gain.
 pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
     let p = &o.profile;
-    let mut t = Table::new(&[
-        "op",
-        "size",
-        "block",
-        "spin",
-        "sync",
-        "spin gain",
-        "CPU block",
-        "CPU spin",
-        "CPU sync",
-    ]);
+    let mut t = Table::new(&["op", "size", "block", "spin", "sync", "spin gain", "CPU block", "CPU spin", "CPU sync"]);
     for op in ["read", "write"] {
         for &bs in sizes {
             let get = |s: &str| {
-                p.latencies
-                    .iter()
-                    .find(|x| x.op == op && x.bs_bytes == bs && x.strategy == s && x.background_ios == 0)
+                p.latencies.iter().find(|x| x.op == op && x.bs_bytes == bs && x.strategy == s && x.background_ios == 0)
             };
             let (Some(b), Some(sp), Some(sy)) = (get("block"), get("spin"), get("sync")) else {
                 continue;
@@ -596,7 +538,9 @@ pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
     }
     out += &match p.io_cpus.as_deref() {
         Some("any") | None => "I/O thread      unpinned   (the scheduler placed it; --io-cpus to pin)\n".to_string(),
-        Some(cpus) => format!("I/O thread      CPUs {cpus}   (pinned for every strategy alike; stored in the profile)\n"),
+        Some(cpus) => {
+            format!("I/O thread      CPUs {cpus}   (pinned for every strategy alike; stored in the profile)\n")
+        }
     };
     out
 }
@@ -635,7 +579,8 @@ mod tests {
     #[test]
     fn the_table_says_where_the_thread_ran() {
         let mut profile = Profile::paper_default("blk:vda");
-        profile.latencies = vec![lp("read", 4096, "block", 20e3), lp("read", 4096, "spin", 10e3), lp("read", 4096, "sync", 20e3)];
+        profile.latencies =
+            vec![lp("read", 4096, "block", 20e3), lp("read", 4096, "spin", 10e3), lp("read", 4096, "sync", 20e3)];
         let outcome = |cpus: Option<&str>| ProbeOutcome {
             profile: Profile { io_cpus: cpus.map(str::to_string), ..profile.clone() },
             wakeup_source: "test".into(),

@@ -121,12 +121,8 @@ pub fn run(args: TraceArgs) -> Result<()> {
             describe("convert", &a.out, a.json)
         }
         TraceCommand::Synth(a) => {
-            let kind = SynthKind::parse(&a.kind).with_context(|| {
-                format!(
-                    "unknown --kind {:?}: use stream, loop, random, phased or hotcold",
-                    a.kind
-                )
-            })?;
+            let kind = SynthKind::parse(&a.kind)
+                .with_context(|| format!("unknown --kind {:?}: use stream, loop, random, phased or hotcold", a.kind))?;
             let ws = parse_size(&a.working_set).context("--working-set")?;
             if a.accesses == 0 {
                 bail!("--accesses must be at least 1");
@@ -181,11 +177,7 @@ fn describe(action: &str, path: &Path, json: bool) -> Result<()> {
         "  records       {:>14}  (instruction fetches {}, reads {}, writes {}, modifies {})",
         record.records, record.fetches, record.reads, record.writes, record.modifies
     );
-    println!(
-        "  file size     {:>14}  ({:.2} bytes/record)",
-        format_size(size_bytes),
-        record.bytes_per_record
-    );
+    println!("  file size     {:>14}  ({:.2} bytes/record)", format_size(size_bytes), record.bytes_per_record);
     Ok(())
 }
 
@@ -207,9 +199,7 @@ const CAPTURE_NOTES_MAX: usize = 12;
 /// Captures `program` under lackey into `out` (written under a temporary name first).
 pub(crate) fn capture(program: &[String], out: &Path) -> Result<u64> {
     valgrind_version()?;
-    let Some((exe, rest)) = program.split_first() else {
-        bail!("no program given after --")
-    };
+    let Some((exe, rest)) = program.split_first() else { bail!("no program given after --") };
     let tmp = out.with_extension(format!("partial-{}", std::process::id()));
     let result = capture_into(exe, rest, &tmp);
     match result {
@@ -262,10 +252,7 @@ fn capture_into(exe: &str, args: &[String], tmp: &Path) -> Result<u64> {
     let notes_thread = std::thread::spawn(move || {
         let mut notes: VecDeque<String> = VecDeque::new();
         for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-            let line = line
-                .trim_start_matches(|c: char| c == '=' || c.is_ascii_digit())
-                .trim()
-                .to_string();
+            let line = line.trim_start_matches(|c: char| c == '=' || c.is_ascii_digit()).trim().to_string();
             if !line.is_empty() {
                 if notes.len() == CAPTURE_NOTES_MAX {
                     notes.pop_front();

@@ -93,10 +93,18 @@ impl MergeJobSpec {
             return usage("duration must be more than 0 and at most 24 h".into());
         }
         if self.span_bytes > dev.capacity_bytes() || self.span_bytes % PAGE_BYTES != 0 {
-            return usage(format!("span {} must be whole pages within {} ({} bytes)", self.span_bytes, dev.label(), dev.capacity_bytes()));
+            return usage(format!(
+                "span {} must be whole pages within {} ({} bytes)",
+                self.span_bytes,
+                dev.label(),
+                dev.capacity_bytes()
+            ));
         }
         if self.span_bytes < bs * self.threads as u64 {
-            return usage(format!("span {} is too small for {} thread(s) of {bs}-byte I/O", self.span_bytes, self.threads));
+            return usage(format!(
+                "span {} is too small for {} thread(s) of {bs}-byte I/O",
+                self.span_bytes, self.threads
+            ));
         }
         if self.ios_per_thread_max == Some(0) {
             return usage("I/Os per thread must be more than 0".into());
@@ -227,7 +235,8 @@ pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) 
         polls: st.polls,
         sleeps: st.sleeps,
         leader_turns: st.leader_turns,
-        prediction_error_ns_mean: (st.predicted_waits > 0).then(|| st.prediction_error_ns_sum as f64 / st.predicted_waits as f64),
+        prediction_error_ns_mean: (st.predicted_waits > 0)
+            .then(|| st.prediction_error_ns_sum as f64 / st.predicted_waits as f64),
         interrupted: stop.load(Ordering::Relaxed),
     })
 }

@@ -252,7 +252,10 @@ impl MergeDevice {
     pub fn new(spec: &EmuSpec, config: MergeConfig) -> Result<MergeDevice, Error> {
         config.validate()?;
         let store = RamStore::new(spec.capacity_bytes as usize).map_err(|e| {
-            Error::new(ErrorKind::Setup, format!("cannot map {} of RAM for {}: {e}", format_size(spec.capacity_bytes), spec.label))
+            Error::new(
+                ErrorKind::Setup,
+                format!("cannot map {} of RAM for {}: {e}", format_size(spec.capacity_bytes), spec.label),
+            )
         })?;
         let channels = spec.model.channels;
         let reqs_max = (config.merge_pages_max as u64 / (config.bs_bytes / PAGE_BYTES)).max(1) as usize;
@@ -262,7 +265,10 @@ impl MergeDevice {
             capacity_bytes: spec.capacity_bytes,
             store,
             channels: Mutex::new(ChannelSet::new(channels)),
-            queue: Mutex::new(Queue { pending: VecDeque::with_capacity(THREADS_MAX), busy: vec![false; channels as usize] }),
+            queue: Mutex::new(Queue {
+                pending: VecDeque::with_capacity(THREADS_MAX),
+                busy: vec![false; channels as usize],
+            }),
             pool: BufferPool::new(config.bs_bytes as usize, reqs_max * channels as usize + THREADS_MAX),
             config,
             counters: Counters::default(),
@@ -548,7 +554,8 @@ impl Waiter<'_> {
                 } else {
                     // SAFETY: pending requests are not DONE.
                     let op = unsafe { q.pending.front().unwrap().get().op };
-                    while self.taken.len() < reqs_max && q.pending.front().is_some_and(|r| unsafe { r.get().op } == op) {
+                    while self.taken.len() < reqs_max && q.pending.front().is_some_and(|r| unsafe { r.get().op } == op)
+                    {
                         self.taken.push(q.pending.pop_front().unwrap());
                     }
                 }
@@ -649,7 +656,8 @@ impl Waiter<'_> {
                         status.poll().expect(expect)
                     };
                     if !already {
-                        let (policy, from) = if status.acked == 0 { (&mut self.first, submit) } else { (&mut self.next, seen_ns) };
+                        let (policy, from) =
+                            if status.acked == 0 { (&mut self.first, submit) } else { (&mut self.next, seen_ns) };
                         let bytes = (need - status.acked) as u64 * PAGE_BYTES;
                         let pending = Pending { op, bytes, ahead: DeviceState::default(), submit_ns: from };
                         let w = policy.wait(&pending, &mut status).expect(expect);

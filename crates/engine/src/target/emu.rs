@@ -33,10 +33,10 @@ use smartcon_devemu::{units::format_size, ChannelSet, EmuSpec, Op, RamStore};
 use super::{InFlight, Port, Target, WaitOutcome};
 use crate::clock::{now_ns, sleep_until_ns, spin_until_ns};
 use crate::decision::{DeviceState, Strategy};
-use crate::wait::{Pending, Status, WaitPolicy};
 use crate::error::{Error, ErrorKind};
 use crate::profile::{self, rules, Profile, PROFILE_VERSION};
 use crate::ring::Ring;
+use crate::wait::{Pending, Status, WaitPolicy};
 
 /// The latency a sleeping waiter adds, assumed when computing built-in thresholds from a
 /// model: `block` minus `spin` p50 on `emu:optane` 4 KiB reads measured 18 us on the 2-core
@@ -51,7 +51,8 @@ pub const ASSUMED_WAKEUP_NS: f64 = 20_000.0;
 pub const ASSUMED_BLOCK_CPU_NS: f64 = 5_000.0;
 
 /// Sizes the built-in rules look at (the probe's range, Sec. 4.1, and one step more).
-pub const RULE_SIZES_BYTES: [u64; 9] = [4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20];
+pub const RULE_SIZES_BYTES: [u64; 9] =
+    [4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20];
 
 pub struct EmuTarget {
     spec: EmuSpec,
@@ -62,9 +63,18 @@ pub struct EmuTarget {
 
 impl EmuTarget {
     pub fn new(spec: EmuSpec) -> Result<EmuTarget, Error> {
-        let store = RamStore::new(spec.capacity_bytes as usize)
-            .map_err(|e| Error::new(ErrorKind::Setup, format!("cannot map {} of RAM for {}: {e}", format_size(spec.capacity_bytes), spec.label)))?;
-        Ok(EmuTarget { channels: Mutex::new(ChannelSet::new(spec.model.channels)), spec, store, inflight: InFlight::default() })
+        let store = RamStore::new(spec.capacity_bytes as usize).map_err(|e| {
+            Error::new(
+                ErrorKind::Setup,
+                format!("cannot map {} of RAM for {}: {e}", format_size(spec.capacity_bytes), spec.label),
+            )
+        })?;
+        Ok(EmuTarget {
+            channels: Mutex::new(ChannelSet::new(spec.model.channels)),
+            spec,
+            store,
+            inflight: InFlight::default(),
+        })
     }
 
     /// Places a request on the model; returns its channel and completion instant.
@@ -168,7 +178,8 @@ impl Target for EmuTarget {
         let points: Vec<rules::SizePoint> = RULE_SIZES_BYTES
             .iter()
             .map(|&bs| {
-                let service = self.spec.model.service_ns(Op::Read, bs).min(self.spec.model.service_ns(Op::Write, bs)) as f64;
+                let service =
+                    self.spec.model.service_ns(Op::Read, bs).min(self.spec.model.service_ns(Op::Write, bs)) as f64;
                 rules::SizePoint { bs_bytes: bs, block_ns: service + ASSUMED_WAKEUP_NS, spin_ns: service }
             })
             .collect();
@@ -199,7 +210,14 @@ impl Target for EmuTarget {
 }
 
 impl Port for EmuPort<'_> {
-    fn io(&mut self, op: Op, buf: &mut [u8], offset: u64, strategy: Strategy, spin_budget_ns: u64) -> Result<WaitOutcome, Error> {
+    fn io(
+        &mut self,
+        op: Op,
+        buf: &mut [u8],
+        offset: u64,
+        strategy: Strategy,
+        spin_budget_ns: u64,
+    ) -> Result<WaitOutcome, Error> {
         let mut status = self.target.submit(op, buf, offset);
         let arrival = status.last_poll_ns;
         let mut outcome = WaitOutcome::default();
@@ -217,14 +235,24 @@ impl Port for EmuPort<'_> {
             }
             Strategy::Sync => spin_until_ns(status.done_ns),
             s => {
-                return Err(Error::new(ErrorKind::Usage, format!("{} needs a wait policy (Port::io_polled)", s.name())));
+                return Err(Error::new(
+                    ErrorKind::Usage,
+                    format!("{} needs a wait policy (Port::io_polled)", s.name()),
+                ));
             }
         }
         outcome.done_ns = status.done_ns;
         Ok(outcome)
     }
 
-    fn io_polled(&mut self, op: Op, buf: &mut [u8], offset: u64, ahead: DeviceState, policy: &mut dyn WaitPolicy) -> Result<WaitOutcome, Error> {
+    fn io_polled(
+        &mut self,
+        op: Op,
+        buf: &mut [u8],
+        offset: u64,
+        ahead: DeviceState,
+        policy: &mut dyn WaitPolicy,
+    ) -> Result<WaitOutcome, Error> {
         let mut status = self.target.submit(op, buf, offset);
         let req = Pending { op, bytes: buf.len() as u64, ahead, submit_ns: status.last_poll_ns };
         let waited = policy.wait(&req, &mut status)?;

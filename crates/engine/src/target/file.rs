@@ -16,9 +16,9 @@ use smartcon_devemu::{units::format_size, Op};
 use super::{AlignedBuf, InFlight, Port, Target, WaitOutcome};
 use crate::clock::{now_ns, spin_until_ns};
 use crate::decision::{DeviceState, Strategy};
-use crate::wait::{Pending, Status, WaitPolicy};
 use crate::error::{Error, ErrorKind};
 use crate::ring::Ring;
+use crate::wait::{Pending, Status, WaitPolicy};
 
 pub struct FileTarget {
     path: PathBuf,
@@ -70,10 +70,16 @@ impl FileTarget {
         let ft = meta.file_type();
         let is_block = ft.is_block_device();
         if meta.is_dir() {
-            return Err(Error::new(ErrorKind::Target, format!("{} is a directory; give a file or a block device", path.display())));
+            return Err(Error::new(
+                ErrorKind::Target,
+                format!("{} is a directory; give a file or a block device", path.display()),
+            ));
         }
         if !is_block && !ft.is_file() {
-            return Err(Error::new(ErrorKind::Target, format!("{} is neither a regular file nor a block device", path.display())));
+            return Err(Error::new(
+                ErrorKind::Target,
+                format!("{} is neither a regular file nor a block device", path.display()),
+            ));
         }
         if is_block && options.write && !options.destructive && !options.created_by_tool {
             return Err(Error::new(
@@ -135,10 +141,14 @@ impl FileTarget {
     pub fn temporary(size_bytes: u64, dir: Option<&Path>) -> Result<FileTarget, Error> {
         let dir = dir.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
         if !dir.is_dir() {
-            return Err(Error::new(ErrorKind::Target, format!("{} is not a directory for the temporary file", dir.display())));
+            return Err(Error::new(
+                ErrorKind::Target,
+                format!("{} is not a directory for the temporary file", dir.display()),
+            ));
         }
         let path = dir.join(format!("smartcon-{}-{}.tmp", std::process::id(), crate::clock::now_ns() % 1_000_000_007));
-        let fd = open_fd(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL).map_err(|e| Error::io(ErrorKind::Target, &path, e))?;
+        let fd = open_fd(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL)
+            .map_err(|e| Error::io(ErrorKind::Target, &path, e))?;
         // From here on the file exists: remove it on any failure.
         let cleanup = |e: Error| {
             // SAFETY: fd is ours.
@@ -153,10 +163,14 @@ impl FileTarget {
             let len = chunk.min((size_bytes - off) as usize);
             crate::verify::fill(&mut buf.as_mut_slice()[..len], off, 4096, crate::job::FILL_SEED);
             // SAFETY: buf holds len bytes.
-            let n = unsafe { libc::pwrite(fd, buf.as_slice().as_ptr() as *const libc::c_void, len, off as libc::off_t) };
+            let n =
+                unsafe { libc::pwrite(fd, buf.as_slice().as_ptr() as *const libc::c_void, len, off as libc::off_t) };
             if n != len as isize {
                 let e = std::io::Error::last_os_error();
-                return Err(cleanup(Error::new(ErrorKind::Target, format!("cannot fill {} ({} needed): {e}", path.display(), format_size(size_bytes)))));
+                return Err(cleanup(Error::new(
+                    ErrorKind::Target,
+                    format!("cannot fill {} ({} needed): {e}", path.display(), format_size(size_bytes)),
+                )));
             }
             off += len as u64;
         }
@@ -248,7 +262,10 @@ fn check_result(res: isize, want: usize, op: Op, offset: u64) -> Result<(), Erro
         return Err(Error::new(ErrorKind::Io, format!("{} at offset {offset}: {e}", op.name())));
     }
     if res as usize != want {
-        return Err(Error::new(ErrorKind::Io, format!("short {} at offset {offset}: {res} of {want} bytes", op.name())));
+        return Err(Error::new(
+            ErrorKind::Io,
+            format!("short {} at offset {offset}: {res} of {want} bytes", op.name()),
+        ));
     }
     Ok(())
 }
@@ -284,7 +301,14 @@ impl Status for RingStatus<'_> {
 }
 
 impl Port for FilePort {
-    fn io(&mut self, op: Op, buf: &mut [u8], offset: u64, strategy: Strategy, spin_budget_ns: u64) -> Result<WaitOutcome, Error> {
+    fn io(
+        &mut self,
+        op: Op,
+        buf: &mut [u8],
+        offset: u64,
+        strategy: Strategy,
+        spin_budget_ns: u64,
+    ) -> Result<WaitOutcome, Error> {
         let len = buf.len();
         if strategy == Strategy::Sync {
             // SAFETY: buf is valid for len bytes for the duration of the call.
@@ -294,7 +318,11 @@ impl Port for FilePort {
                     Op::Write => libc::pwrite(self.fd, buf.as_ptr() as *const libc::c_void, len, offset as libc::off_t),
                 }
             };
-            let res = if res < 0 { -(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as isize) } else { res };
+            let res = if res < 0 {
+                -(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as isize)
+            } else {
+                res
+            };
             check_result(res, len, op, offset)?;
             return Ok(WaitOutcome::default());
         }
@@ -312,14 +340,24 @@ impl Port for FilePort {
                 // Not reachable through the job (polling strategies go to io_polled), but a
                 // request is in flight: reap it before the buffer goes away.
                 self.ring.wait_block()?;
-                return Err(Error::new(ErrorKind::Usage, format!("{} needs a wait policy (Port::io_polled)", strategy.name())));
+                return Err(Error::new(
+                    ErrorKind::Usage,
+                    format!("{} needs a wait policy (Port::io_polled)", strategy.name()),
+                ));
             }
         };
         check_result(res as isize, len, op, offset)?;
         Ok(WaitOutcome { fell_back, ..Default::default() })
     }
 
-    fn io_polled(&mut self, op: Op, buf: &mut [u8], offset: u64, ahead: DeviceState, policy: &mut dyn WaitPolicy) -> Result<WaitOutcome, Error> {
+    fn io_polled(
+        &mut self,
+        op: Op,
+        buf: &mut [u8],
+        offset: u64,
+        ahead: DeviceState,
+        policy: &mut dyn WaitPolicy,
+    ) -> Result<WaitOutcome, Error> {
         let len = buf.len();
         let fd = types::Fd(self.fd);
         let entry = match op {

@@ -46,9 +46,13 @@ pub fn parse_target(text: &str) -> Result<TargetSpec, Error> {
             Some((s, d)) => (s, Some(PathBuf::from(d))),
             None => (rest, None),
         };
-        let size_bytes = units::parse_size(size).map_err(|e| Error::new(ErrorKind::Usage, format!("tmp target: {e}")))?;
+        let size_bytes =
+            units::parse_size(size).map_err(|e| Error::new(ErrorKind::Usage, format!("tmp target: {e}")))?;
         if size_bytes < 1 << 20 || size_bytes > TEMP_BYTES_MAX || size_bytes % 4096 != 0 {
-            return Err(Error::new(ErrorKind::Usage, "tmp target size must be a multiple of 4 KiB between 1 MiB and 64 GiB"));
+            return Err(Error::new(
+                ErrorKind::Usage,
+                "tmp target size must be a multiple of 4 KiB between 1 MiB and 64 GiB",
+            ));
         }
         return Ok(TargetSpec::Temp { size_bytes, dir });
     }
@@ -107,12 +111,24 @@ pub struct WaitOutcome {
 pub trait Port {
     /// Performs one I/O of `len` bytes at `offset` into or out of `buf`, waiting as
     /// `strategy` says. Returns when the data is in place (read) or on the device (write).
-    fn io(&mut self, op: Op, buf: &mut [u8], offset: u64, strategy: Strategy, spin_budget_ns: u64)
-        -> Result<WaitOutcome, Error>;
+    fn io(
+        &mut self,
+        op: Op,
+        buf: &mut [u8],
+        offset: u64,
+        strategy: Strategy,
+        spin_budget_ns: u64,
+    ) -> Result<WaitOutcome, Error>;
 
     /// Performs one I/O like [`Port::io`], waiting as the polling `policy` says.
-    fn io_polled(&mut self, op: Op, buf: &mut [u8], offset: u64, ahead: DeviceState, policy: &mut dyn WaitPolicy)
-        -> Result<WaitOutcome, Error>;
+    fn io_polled(
+        &mut self,
+        op: Op,
+        buf: &mut [u8],
+        offset: u64,
+        ahead: DeviceState,
+        policy: &mut dyn WaitPolicy,
+    ) -> Result<WaitOutcome, Error>;
 
     /// Flushes what was written to stable storage, waiting as `strategy` says. Emulated
     /// devices model no volatile cache, so for them this is free.

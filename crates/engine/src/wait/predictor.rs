@@ -137,7 +137,8 @@ impl Predictor {
         // A byte ahead delays this request at most as much as one of its own (one channel,
         // first come first served): a bound that keeps a poisoned slope from putting a
         // thread to sleep far past its completion.
-        let extra = (self.ns_per_byte_ahead[op_index(op)] * ahead_bytes as f64).min(est as f64 * ahead_bytes as f64 / bytes.max(1) as f64);
+        let extra = (self.ns_per_byte_ahead[op_index(op)] * ahead_bytes as f64)
+            .min(est as f64 * ahead_bytes as f64 / bytes.max(1) as f64);
         Some(est + extra as u64)
     }
 
