@@ -24,4 +24,16 @@ if [ ${#want[@]} -gt 0 ]; then
     fi
 fi
 
+# The habits that keep the tree readable gate the tests: formatting, then clippy with
+# warnings as errors over every target (tests, benches, examples included).
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null; then
+        rustup component add rustfmt clippy >/dev/null 2>&1 || true
+    fi
+fi
+echo "scripts/test.sh: cargo fmt --check"
+cargo fmt --all -- --check
+echo "scripts/test.sh: cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --release -- -D warnings
+
 cargo test --workspace --release "$@"

@@ -35,7 +35,7 @@ impl Geometry {
             return bad(format!("{ways} ways is above the 64-way maximum"));
         }
         let way_bytes = u64::from(ways) * u64::from(line_bytes);
-        if size_bytes == 0 || size_bytes < way_bytes || size_bytes % way_bytes != 0 {
+        if size_bytes == 0 || size_bytes < way_bytes || !size_bytes.is_multiple_of(way_bytes) {
             return bad(format!(
                 "cache size {size_bytes} bytes does not divide into sets of {ways} ways x {line_bytes}-byte lines"
             ));

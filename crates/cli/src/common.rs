@@ -121,7 +121,7 @@ pub fn smartcon_home() -> std::path::PathBuf {
 pub fn turn_order(n: usize, round: usize) -> Vec<usize> {
     let base = (0..n).map(|j| match j {
         0 => 0,
-        j if j % 2 == 1 => (j + 1) / 2,
+        j if j % 2 == 1 => j.div_ceil(2),
         j => n - j / 2,
     });
     let mut row: Vec<usize> = base.map(|x| (x + round) % n.max(1)).collect();
@@ -155,10 +155,10 @@ mod tests {
             }
             let want = (cycle / n) as u32;
             assert!(first.iter().all(|&f| f == want), "n={n}: leaders {first:?}");
-            for a in 0..n {
-                for b in 0..n {
+            for (a, row) in pairs.iter().enumerate() {
+                for (b, &count) in row.iter().enumerate() {
                     if a != b {
-                        assert_eq!(pairs[a][b], if n % 2 == 0 { 1 } else { 2 }, "n={n}: pair {a}->{b}");
+                        assert_eq!(count, if n % 2 == 0 { 1 } else { 2 }, "n={n}: pair {a}->{b}");
                     }
                 }
             }

@@ -118,7 +118,7 @@ impl Plan {
             return Err(Error::BadInput("no ring sizes to measure".into()));
         }
         for &p in self.direct_procs.iter().chain(std::iter::once(&self.indirect_procs)) {
-            if p < 2 || p > ring::RING_PROCS_MAX {
+            if !(2..=ring::RING_PROCS_MAX).contains(&p) {
                 return Err(Error::BadInput(format!("ring of {p} processes: expected 2..={}", ring::RING_PROCS_MAX)));
             }
         }

@@ -90,7 +90,7 @@ pub const CHANNELS_MAX: u32 = 1024;
 
 impl ChannelSet {
     pub fn new(channels: u32) -> Self {
-        assert!(channels >= 1 && channels <= CHANNELS_MAX, "channels out of range: {channels}");
+        assert!((1..=CHANNELS_MAX).contains(&channels), "channels out of range: {channels}");
         ChannelSet { free_at_ns: vec![0; channels as usize] }
     }
 

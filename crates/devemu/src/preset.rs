@@ -170,7 +170,7 @@ pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
             }
             "size" => {
                 let v = parse_size(value).map_err(|e| format!("size: {e}"))?;
-                if v < 1 << 20 || v > CAPACITY_BYTES_MAX || v % 4096 != 0 {
+                if !(1 << 20..=CAPACITY_BYTES_MAX).contains(&v) || v % 4096 != 0 {
                     return Err(format!(
                         "size must be a multiple of 4 KiB between 1 MiB and {} GiB",
                         CAPACITY_BYTES_MAX >> 30

@@ -166,7 +166,7 @@ impl JobSpec {
         if self.bs_bytes == 0 || self.bs_bytes > BS_BYTES_MAX {
             return usage(format!("block size {} is out of range (1 byte to 64 MiB)", self.bs_bytes));
         }
-        if self.bs_bytes % block != 0 {
+        if !self.bs_bytes.is_multiple_of(block) {
             return usage(format!(
                 "block size {} is not a multiple of {}'s logical block size {block} (O_DIRECT needs aligned sizes and offsets)",
                 self.bs_bytes,
@@ -178,7 +178,7 @@ impl JobSpec {
         if span > capacity {
             return usage(format!("span {span} is larger than {} ({capacity} bytes)", target.label()));
         }
-        if span % block != 0 {
+        if !span.is_multiple_of(block) {
             return usage(format!("span {span} is not a multiple of the logical block size {block}"));
         }
         if span < self.bs_bytes * self.threads as u64 {
@@ -434,7 +434,7 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
             }
             continue;
         }
-        if spec.fsync_every > 0 && stats.ios % spec.fsync_every as u64 == 0 {
+        if spec.fsync_every > 0 && stats.ios.is_multiple_of(spec.fsync_every as u64) {
             // A flush waits on the device's cache, far beyond any spin threshold: smart and
             // the polling strategies block for it.
             port.fsync(spec.strategy.simple(), spec.spin_budget_ns)?;

@@ -126,7 +126,7 @@ impl SystemMonitor {
     /// A monitor that never ticks and reports a fixed utilization (for tests and the
     /// simulator).
     pub fn fixed(others_pct: u32) -> SystemMonitor {
-        let m = SystemMonitor {
+        SystemMonitor {
             shared: Arc::new(Shared {
                 others_pct_x100: AtomicU32::new(others_pct * 100),
                 others_util_pct_x100: AtomicU32::new(others_pct * 100),
@@ -136,8 +136,7 @@ impl SystemMonitor {
                 retired_own_ns: AtomicU64::new(0),
             }),
             ticker: Arc::new(Mutex::new(None)),
-        };
-        m
+        }
     }
 
     /// Others' CPU utilization in whole percent: one atomic load.

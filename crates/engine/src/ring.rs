@@ -174,7 +174,7 @@ impl Ring {
     /// first; the completion, if any, stays queued for [`Ring::try_reap`].
     pub fn wait_until(&mut self, at_ns: u64) -> Result<(), Error> {
         let now = now_ns();
-        if at_ns <= now || self.ring.completion().len() > 0 {
+        if at_ns <= now || !self.ring.completion().is_empty() {
             return Ok(());
         }
         let rel = at_ns - now;

@@ -267,11 +267,11 @@ impl JobResult {
             usage.sys_ns += t.usage.sys_ns;
             usage.voluntary += t.usage.voluntary;
             usage.involuntary += t.usage.involuntary;
-            for i in 0..Strategy::COUNT {
-                by_strategy[i] += t.by_strategy[i];
+            for (sum, n) in by_strategy.iter_mut().zip(&t.by_strategy) {
+                *sum += n;
             }
-            for i in 0..6 {
-                by_reason[i] += t.by_reason[i];
+            for (sum, n) in by_reason.iter_mut().zip(&t.by_reason) {
+                *sum += n;
             }
         }
         for s in Strategy::ALL {

@@ -10,7 +10,7 @@ pub const MAGIC: u64 = 0x534d_4152_5443_4f4e; // "SMARTCON"
 
 /// The unit a request of `bs` bytes is checked in.
 pub fn unit_bytes(bs: u64) -> u64 {
-    if bs % 4096 == 0 {
+    if bs.is_multiple_of(4096) {
         4096
     } else {
         512
@@ -35,20 +35,20 @@ fn checksum(words: &[u64]) -> u64 {
 }
 
 fn words_mut(buf: &mut [u8]) -> &mut [u64] {
-    assert!(buf.as_ptr() as usize % 8 == 0 && buf.len() % 8 == 0);
+    assert!((buf.as_ptr() as usize).is_multiple_of(8) && buf.len().is_multiple_of(8));
     // SAFETY: alignment and length checked; u64 has no invalid bit patterns.
     unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut u64, buf.len() / 8) }
 }
 
 fn words(buf: &[u8]) -> &[u64] {
-    assert!(buf.as_ptr() as usize % 8 == 0 && buf.len() % 8 == 0);
+    assert!((buf.as_ptr() as usize).is_multiple_of(8) && buf.len().is_multiple_of(8));
     // SAFETY: as in words_mut.
     unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u64, buf.len() / 8) }
 }
 
 /// Fills `buf`, which will be written at device offset `offset`, with the pattern.
 pub fn fill(buf: &mut [u8], offset: u64, unit: u64, seed: u64) {
-    assert!(buf.len() as u64 % unit == 0);
+    assert!((buf.len() as u64).is_multiple_of(unit));
     for (i, chunk) in buf.chunks_mut(unit as usize).enumerate() {
         let at = offset + i as u64 * unit;
         let w = words_mut(chunk);

@@ -90,7 +90,7 @@ pub fn read_profile(path: &Path) -> Result<DeviceProfile, Error> {
     let profile: DeviceProfile =
         serde_json::from_str(&text).map_err(|e| bad(path, 0, format!("not a device profile: {e}")))?;
     for l in &profile.latencies {
-        if !(l.lat_ns_mean >= 0.0) || !l.lat_ns_mean.is_finite() {
+        if !l.lat_ns_mean.is_finite() || l.lat_ns_mean < 0.0 {
             return Err(bad(
                 path,
                 0,
@@ -152,7 +152,7 @@ pub fn read_result_profiles(path: &Path) -> Result<Vec<DeviceProfile>, Error> {
 /// Reads the `result` records of a JSON Lines file; other record types are skipped.
 pub fn read_results(path: &Path) -> Result<Vec<ResultRecord>, Error> {
     read_typed(path, "result", |r: &ResultRecord| {
-        if !(r.iops >= 0.0) || !r.iops.is_finite() {
+        if !r.iops.is_finite() || r.iops < 0.0 {
             return Err(format!("iops {} is negative or not finite", r.iops));
         }
         Ok(())

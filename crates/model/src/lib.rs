@@ -232,11 +232,11 @@ impl Model {
         self.smartcon.validate()?;
         self.mainstream.validate()?;
         for (name, value) in [("clock_ghz", self.clock_ghz), ("accesses_per_page", self.interp.accesses_per_page)] {
-            if !(value > 0.0) || !value.is_finite() {
+            if !value.is_finite() || value <= 0.0 {
                 return Err(Error::OutOfRange { name, value, expected: "a finite value > 0" });
             }
         }
-        if !(self.tau_mem0_cycles >= 0.0) || !self.tau_mem0_cycles.is_finite() {
+        if !self.tau_mem0_cycles.is_finite() || self.tau_mem0_cycles < 0.0 {
             return Err(Error::OutOfRange {
                 name: "tau_mem0_cycles",
                 value: self.tau_mem0_cycles,

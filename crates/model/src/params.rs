@@ -88,14 +88,14 @@ fn check_probability(name: &'static str, value: f64) -> Result<(), Error> {
 }
 
 fn check_nonnegative(name: &'static str, value: f64) -> Result<(), Error> {
-    if !(value >= 0.0) || !value.is_finite() {
+    if !value.is_finite() || value < 0.0 {
         return Err(Error::OutOfRange { name, value, expected: "a finite value >= 0" });
     }
     Ok(())
 }
 
 fn check_positive(name: &'static str, value: f64) -> Result<(), Error> {
-    if !(value > 0.0) || !value.is_finite() {
+    if !value.is_finite() || value <= 0.0 {
         return Err(Error::OutOfRange { name, value, expected: "a finite value > 0" });
     }
     Ok(())

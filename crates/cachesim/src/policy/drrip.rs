@@ -59,7 +59,7 @@ impl Drrip {
 
     fn brrip_insert(&mut self) -> u8 {
         self.brrip_fills = self.brrip_fills.wrapping_add(1);
-        if self.brrip_fills % BRRIP_LONG_PERIOD == 0 {
+        if self.brrip_fills.is_multiple_of(BRRIP_LONG_PERIOD) {
             RRPV_LONG
         } else {
             RRPV_MAX
@@ -73,8 +73,7 @@ impl ReplacementPolicy for Drrip {
         let mut leader = vec![LeaderKind::Follower; sets];
         // Duelling needs at least two sets per constituency; a smaller cache is pure SRRIP.
         let leaders = LEADERS_PER_POLICY_MAX.min(sets / 2);
-        if leaders > 0 {
-            let stride = sets / leaders;
+        if let Some(stride) = sets.checked_div(leaders) {
             for c in 0..leaders {
                 leader[c * stride] = LeaderKind::Srrip;
                 leader[c * stride + stride / 2] = LeaderKind::Brrip;

@@ -112,7 +112,7 @@ pub(crate) fn simulate(config: HierarchyConfig, policy: PolicyKind, trace: &Path
         while let Some(r) = reader.next_record()? {
             h.access(&r);
             n += 1;
-            if n % (1 << 22) == 0 && common::interrupted() {
+            if n.is_multiple_of(1 << 22) && common::interrupted() {
                 bail!("interrupted after {n} records; no results printed");
             }
         }

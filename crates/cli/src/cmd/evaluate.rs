@@ -644,11 +644,10 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                             let rounds = plan.rounds_for(load, is_postmark);
                             for round in 0..rounds {
                                 let order = turn_order(n, round as usize);
-                                for k in 0..n {
+                                for &i in &order {
                                     if interrupted() {
                                         break;
                                     }
-                                    let i = order[k];
                                     let strategy = plan.strategies[i];
                                     bar.set_message(format!(
                                         "{load} {} {w} {} {} ({}/{})",

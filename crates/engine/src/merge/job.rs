@@ -92,7 +92,7 @@ impl MergeJobSpec {
         if self.duration_ns == 0 || self.duration_ns > DURATION_NS_MAX {
             return usage("duration must be more than 0 and at most 24 h".into());
         }
-        if self.span_bytes > dev.capacity_bytes() || self.span_bytes % PAGE_BYTES != 0 {
+        if self.span_bytes > dev.capacity_bytes() || !self.span_bytes.is_multiple_of(PAGE_BYTES) {
             return usage(format!(
                 "span {} must be whole pages within {} ({} bytes)",
                 self.span_bytes,

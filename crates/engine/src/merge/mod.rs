@@ -157,7 +157,7 @@ impl MergeConfig {
         if self.merge_pages_max == 0 || self.merge_pages_max > MERGE_PAGES_MAX {
             return usage(format!("max merge {} is out of range (1 to {MERGE_PAGES_MAX} pages)", self.merge_pages_max));
         }
-        if self.bs_bytes == 0 || self.bs_bytes % PAGE_BYTES != 0 {
+        if self.bs_bytes == 0 || !self.bs_bytes.is_multiple_of(PAGE_BYTES) {
             return usage(format!("block size {} is not a whole number of 4 KiB pages", self.bs_bytes));
         }
         if self.bs_bytes / PAGE_BYTES > self.merge_pages_max as u64 {
@@ -310,7 +310,7 @@ impl MergeDevice {
     /// Writes the verification pattern with `seed` over `[0, span)`, bypassing the timing
     /// model (the device was "written before the run").
     pub fn prefill(&self, span_bytes: u64, seed: u64) {
-        assert!(span_bytes <= self.capacity_bytes && span_bytes % PAGE_BYTES == 0);
+        assert!(span_bytes <= self.capacity_bytes && span_bytes.is_multiple_of(PAGE_BYTES));
         let mut buf = AlignedBuf::new(PAGE_BYTES as usize);
         for off in (0..span_bytes).step_by(PAGE_BYTES as usize) {
             verify::fill(buf.as_mut_slice(), off, PAGE_BYTES, seed);
@@ -461,7 +461,7 @@ impl Waiter<'_> {
     pub fn io(&mut self, op: Op, buf: &mut [u8], offset: u64) -> Result<(), Error> {
         let dev = self.dev;
         let bs = dev.config.bs_bytes;
-        if buf.len() as u64 != bs || offset % PAGE_BYTES != 0 || offset + bs > dev.capacity_bytes {
+        if buf.len() as u64 != bs || !offset.is_multiple_of(PAGE_BYTES) || offset + bs > dev.capacity_bytes {
             return Err(Error::new(
                 ErrorKind::Usage,
                 format!("request of {} at {offset} does not fit {} (bs {bs}, 4 KiB aligned)", buf.len(), dev.label),

@@ -181,9 +181,8 @@ impl FileTarget {
             libc::close(fd);
         }
         let options = super::OpenOptions { write: true, ..Default::default() };
-        let mut t = FileTarget::open(&path, options).map_err(|e| {
+        let mut t = FileTarget::open(&path, options).inspect_err(|_e| {
             let _ = std::fs::remove_file(&path);
-            e
         })?;
         t.remove_on_drop = true;
         t.label = format!("tmp:{}@{}", format_size(size_bytes), dir.display());

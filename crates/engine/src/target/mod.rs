@@ -48,7 +48,7 @@ pub fn parse_target(text: &str) -> Result<TargetSpec, Error> {
         };
         let size_bytes =
             units::parse_size(size).map_err(|e| Error::new(ErrorKind::Usage, format!("tmp target: {e}")))?;
-        if size_bytes < 1 << 20 || size_bytes > TEMP_BYTES_MAX || size_bytes % 4096 != 0 {
+        if !(1 << 20..=TEMP_BYTES_MAX).contains(&size_bytes) || size_bytes % 4096 != 0 {
             return Err(Error::new(
                 ErrorKind::Usage,
                 "tmp target size must be a multiple of 4 KiB between 1 MiB and 64 GiB",

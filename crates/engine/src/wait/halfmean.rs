@@ -46,8 +46,8 @@ impl HalfMean {
             return;
         }
         for b in &mut self.buckets {
-            if b.count > 0 {
-                b.mean_ns = Some(b.sum_ns / b.count);
+            if let Some(mean) = b.sum_ns.checked_div(b.count) {
+                b.mean_ns = Some(mean);
             }
             b.sum_ns = 0;
             b.count = 0;
