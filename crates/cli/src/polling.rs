@@ -8,17 +8,17 @@ use anyhow::Result;
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
-use smartcon_engine::load::CpuLoad;
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::{online_cpus, Profile};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target};
 use smartcon_engine::wait::PollParams;
 use smartcon_engine::Op;
+use smartcon_workloads::load::CpuLoad;
 
 use smartcon_engine::devemu::parse_spec;
-use smartcon_engine::merge::job::{run_merge_job, MergeJobSpec};
-use smartcon_engine::merge::{MergeConfig, MergeDevice, Polling};
+use smartcon_workloads::merge::job::{run_merge_job, MergeJobSpec};
+use smartcon_workloads::merge::{MergeConfig, MergeDevice, Polling};
 
 use crate::cmd::bench::find;
 use crate::cmd::merge_bench::{draw as draw_merge, ratios, MergeRecord, Row};

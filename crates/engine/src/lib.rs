@@ -23,9 +23,4 @@ pub mod wait;
 
 pub use smartcon_devemu as devemu;
 pub use smartcon_devemu::Op;
-pub mod blockdev;
-pub mod load;
-pub mod merge;
 pub mod placement;
-pub mod postmark;
-pub mod workload;

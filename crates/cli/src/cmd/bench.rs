@@ -20,9 +20,9 @@ use smartcon_engine::target::{self, OpenOptions};
 use smartcon_engine::Op;
 
 use smartcon_engine::decision::Strategy;
-use smartcon_engine::load::CpuLoad;
 use smartcon_engine::profile::online_cpus;
 use smartcon_engine::wait::PollParams;
+use smartcon_workloads::load::CpuLoad;
 
 use crate::common::{emit_json, interrupt_flag, interrupted, progress_bar};
 use crate::engine_setup::*;

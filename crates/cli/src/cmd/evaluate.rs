@@ -7,7 +7,7 @@
 //! - the loop order is load -> target -> workload -> size -> strategy, so the strategies of
 //!   one cell run back to back under the same load and the gains are ratios taken within
 //!   one run of a shared machine;
-//! - loads come from `smartcon_engine::load`: forked number crunchers (one per CPU) or
+//! - loads come from `smartcon_workloads::load`: forked number crunchers (one per CPU) or
 //!   four I/O workers on the same target on the mainstream path. Neither is registered with
 //!   the System Monitor, so `smart` sees them as load. Each cell records what the co-runner
 //!   did during the cell (work rate, user/sys CPU, iowait), which is Table VI;
@@ -32,14 +32,14 @@ use serde::Serialize;
 use smartcon_engine::decision::DeviceClass;
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::{run_job, JobSpec, StrategyChoice, TURN_WARMUP_IOS};
-use smartcon_engine::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadSnapshot};
 use smartcon_engine::placement::{format_cpu_list, Placement};
-use smartcon_engine::postmark::{PostmarkCounts, PostmarkSpec};
 use smartcon_engine::profile::{self, profile_path, Profile};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
 use smartcon_engine::wait::PollParams;
-use smartcon_engine::{blockdev, workload};
+use smartcon_workloads::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadSnapshot};
+use smartcon_workloads::postmark::{PostmarkCounts, PostmarkSpec};
+use smartcon_workloads::{blockdev, workload};
 
 use crate::common::{interrupt_flag, interrupted, prepare_out_dir, progress_bar, turn_order};
 use crate::engine_setup::*;
@@ -186,14 +186,14 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
         bail!("--duration must be at most 10 min per cell");
     }
     let cpu_workers = args.cpu_workers.unwrap_or(if args.tiny { 1 } else { profile::online_cpus() });
-    if cpu_workers == 0 || cpu_workers > smartcon_engine::load::CPU_WORKERS_MAX {
-        bail!("--cpu-workers must be 1..={}", smartcon_engine::load::CPU_WORKERS_MAX);
+    if cpu_workers == 0 || cpu_workers > smartcon_workloads::load::CPU_WORKERS_MAX {
+        bail!("--cpu-workers must be 1..={}", smartcon_workloads::load::CPU_WORKERS_MAX);
     }
-    if args.io_workers == 0 || args.io_workers > smartcon_engine::load::IO_WORKERS_MAX {
-        bail!("--io-workers must be 1..={}", smartcon_engine::load::IO_WORKERS_MAX);
+    if args.io_workers == 0 || args.io_workers > smartcon_workloads::load::IO_WORKERS_MAX {
+        bail!("--io-workers must be 1..={}", smartcon_workloads::load::IO_WORKERS_MAX);
     }
     if let Some(d) = &args.postmark_dir {
-        smartcon_engine::postmark::check_dir(d).map_err(engine_err).context("--postmark-dir")?;
+        smartcon_workloads::postmark::check_dir(d).map_err(engine_err).context("--postmark-dir")?;
     }
     let targets = split_targets(&targets)?;
     let cells = targets.len() * loads.len() * workloads.len() * sizes.len() * strategies.len();
@@ -222,7 +222,7 @@ fn plan(args: &EvaluateArgs) -> Result<Plan> {
         // that transition rather than spinning.
         rounds_bm_only: args.rounds.unwrap_or(if args.tiny { 1 } else { 2 }).clamp(1, 100),
         postmark_dir: args.postmark_dir.clone(),
-        postmark_files: if args.tiny { 50 } else { smartcon_engine::postmark::PostmarkSpec::default().files },
+        postmark_files: if args.tiny { 50 } else { smartcon_workloads::postmark::PostmarkSpec::default().files },
         placement: parse_placement(&args.io_cpus)?,
     })
 }
@@ -677,7 +677,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
                                             ..pm_base.clone()
                                         };
                                         let x = on_cpus(o.cpus.as_deref(), || {
-                                            smartcon_engine::postmark::run(
+                                            smartcon_workloads::postmark::run(
                                                 dir,
                                                 &spec,
                                                 o.target.as_ref(),

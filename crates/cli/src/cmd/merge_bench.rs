@@ -1,5 +1,5 @@
 //! `smartcon merge-bench`: paper 002's fio runs (Sec. 5, Fig. 4) on an emulated device with
-//! temporal merge and page-unit completion (`smartcon_engine::merge`).
+//! temporal merge and page-unit completion (`smartcon_workloads::merge`).
 //!
 //! For every workload (pattern x op, 16 synchronous threads of 4 KiB by default) it runs
 //! {fixed, dynamic} polling x {serialized, pipelined} post-I/O work with merge on, and merge
@@ -23,9 +23,9 @@ use clap::Args;
 use smartcon_engine::devemu::parse_spec;
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::Pattern;
-use smartcon_engine::merge::job::{run_merge_job, MergeJobResult, MergeJobSpec};
-use smartcon_engine::merge::{MergeConfig, MergeDevice, Polling, MERGE_PAGES_MAX, THREADS_MAX};
 use smartcon_engine::Op;
+use smartcon_workloads::merge::job::{run_merge_job, MergeJobResult, MergeJobSpec};
+use smartcon_workloads::merge::{MergeConfig, MergeDevice, Polling, MERGE_PAGES_MAX, THREADS_MAX};
 
 use crate::common::{emit_json, interrupt_flag, interrupted, progress_bar};
 use crate::engine_setup::*;

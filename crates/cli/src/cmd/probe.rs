@@ -252,7 +252,7 @@ pub fn probe_target(
             if interrupted() {
                 break;
             }
-            let load = smartcon_engine::load::IoLoad::default();
+            let load = smartcon_workloads::load::IoLoad::default();
             let measured: Result<[LatencyPoint; 2]> = std::thread::scope(|scope| {
                 let result = (|| {
                     if k > 0 {

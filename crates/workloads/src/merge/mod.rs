@@ -28,7 +28,7 @@
 //! in a merge buffer from a [`pool::BufferPool`] and the CPU plays the device's DMA engine (reads: device memory into the buffer; writes:
 //! the waiter's data into the buffer, the buffer into device memory). Then, per request:
 //! reads copy the merge buffer out into the waiter's buffer and verify the pattern there
-//! (`crate::verify`); writes verify the merge buffer the device took; then the buffer goes
+//! (`smartcon_engine::verify`); writes verify the merge buffer the device took; then the buffer goes
 //! back to the pool and the waiter is released (its state set, the thread unparked).
 //!
 //! - serialized: the device has one completion ack for the whole merged request (Fig. 2,
@@ -38,8 +38,8 @@
 //!   while the device transfers the next pages.
 //!
 //! # Polling
-//! `fixed`: a status poll every `interval` ([`crate::wait::fixed`]); `dynamic`: the
-//! `hybrid` policy ([`crate::wait::hybrid`], sampling phase then predicted waits corrected
+//! `fixed`: a status poll every `interval` ([`smartcon_engine::wait::fixed`]); `dynamic`: the
+//! `hybrid` policy ([`smartcon_engine::wait::hybrid`], sampling phase then predicted waits corrected
 //! by alpha). Serialized waits are for the last page of the merged request, given to the
 //! policy as a page with `pages - 1` pages ahead of it on the device, so the predictor's
 //! per-byte-ahead slope learns the page transfer time; pipelined waits are one page each,
@@ -66,12 +66,12 @@ use std::thread::Thread;
 use smartcon_devemu::pages::{self, PageTransfer};
 use smartcon_devemu::{units::format_size, ChannelSet, DeviceModel, EmuSpec, Op, RamStore};
 
-use crate::clock::{now_ns, sleep_until_ns, spin_until_ns};
-use crate::decision::{DeviceState, Strategy};
-use crate::error::{Error, ErrorKind};
-use crate::target::AlignedBuf;
-use crate::verify;
-use crate::wait::{self, Pending, PollParams, Status, WaitPolicy, Waited};
+use smartcon_engine::clock::{now_ns, sleep_until_ns, spin_until_ns};
+use smartcon_engine::decision::{DeviceState, Strategy};
+use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::target::AlignedBuf;
+use smartcon_engine::verify;
+use smartcon_engine::wait::{self, Pending, PollParams, Status, WaitPolicy, Waited};
 
 use pool::BufferPool;
 
@@ -85,7 +85,7 @@ pub const LEADER_BATCHES_MAX: u32 = 8;
 /// The most threads a device queues for (one pending request per thread).
 pub const THREADS_MAX: usize = 256;
 
-const _: () = assert!(PAGE_BYTES as usize == crate::target::buffer::ALIGN_BYTES);
+const _: () = assert!(PAGE_BYTES as usize == smartcon_engine::target::buffer::ALIGN_BYTES);
 
 /// How the waiting side polls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +125,7 @@ pub struct MergeConfig {
     pub poll: PollParams,
     /// The size of every request (whole pages).
     pub bs_bytes: u64,
-    /// Verify the `crate::verify` pattern with this seed in the post-I/O work.
+    /// Verify the `smartcon_engine::verify` pattern with this seed in the post-I/O work.
     pub verify_seed: Option<u64>,
 }
 
@@ -138,7 +138,7 @@ impl MergeConfig {
             polling,
             poll: PollParams::DEFAULT,
             bs_bytes: PAGE_BYTES,
-            verify_seed: Some(crate::job::FILL_SEED),
+            verify_seed: Some(smartcon_engine::job::FILL_SEED),
         }
     }
 

@@ -43,15 +43,15 @@ use io_uring::{opcode, types};
 use serde::Serialize;
 use smartcon_devemu::Op;
 
-use crate::clock::{now_ns, tighten_timer_slack};
-use crate::decision::{decide, Request, Strategy, SystemState};
-use crate::error::{Error, ErrorKind};
-use crate::job::{JobSpec, Pattern, StrategyChoice, SPIN_BUDGET_NS_DEFAULT};
-use crate::monitor::SystemMonitor;
-use crate::profile::Profile;
-use crate::ring::Ring;
-use crate::stats::{JobResult, ThreadStats};
-use crate::target::{AlignedBuf, Target};
+use smartcon_engine::clock::{now_ns, tighten_timer_slack};
+use smartcon_engine::decision::{decide, Request, Strategy, SystemState};
+use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::job::{JobSpec, Pattern, StrategyChoice, SPIN_BUDGET_NS_DEFAULT};
+use smartcon_engine::monitor::SystemMonitor;
+use smartcon_engine::profile::Profile;
+use smartcon_engine::ring::Ring;
+use smartcon_engine::stats::{JobResult, ThreadStats};
+use smartcon_engine::target::{AlignedBuf, Target};
 
 /// Limits: beyond these the input is a mistake, not a workload.
 pub const FILES_MAX: u32 = 100_000;
@@ -119,7 +119,7 @@ impl PostmarkSpec {
         if self.transactions_max == 0 || self.transactions_max > TRANSACTIONS_MAX {
             return usage(format!("postmark transactions must be 1..={TRANSACTIONS_MAX}"));
         }
-        if self.duration_ns == 0 || self.duration_ns > crate::job::DURATION_NS_MAX {
+        if self.duration_ns == 0 || self.duration_ns > smartcon_engine::job::DURATION_NS_MAX {
             return usage("duration must be more than 0 and at most 24 h".into());
         }
         if self.read_bias_pct > 100 || self.create_bias_pct > 100 {
@@ -210,7 +210,7 @@ fn open_fd(path: &Path, flags: libc::c_int) -> Result<Fd, Error> {
 struct Runner<'a> {
     spec: &'a PostmarkSpec,
     target: &'a dyn Target,
-    thresholds: crate::decision::Thresholds,
+    thresholds: smartcon_engine::decision::Thresholds,
     monitor: &'a SystemMonitor,
     dir: PathBuf,
     ring: Ring,
@@ -401,7 +401,7 @@ pub fn run(
         pool: Vec::with_capacity(spec.files as usize),
         next_file: 0,
     };
-    crate::verify::fill(r.buf.as_mut_slice(), 0, spec.block_bytes, crate::job::FILL_SEED);
+    smartcon_engine::verify::fill(r.buf.as_mut_slice(), 0, spec.block_bytes, smartcon_engine::job::FILL_SEED);
     // The pool, untimed (Postmark times it apart from the transactions).
     for _ in 0..spec.files {
         if stop.load(Ordering::Relaxed) {
@@ -484,7 +484,7 @@ pub fn check_dir(dir: &Path) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::{open, parse_target, OpenOptions};
+    use smartcon_engine::target::{open, parse_target, OpenOptions};
 
     fn small(strategy: StrategyChoice, seed: u64) -> PostmarkSpec {
         PostmarkSpec {

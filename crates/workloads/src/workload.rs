@@ -23,7 +23,7 @@
 
 use smartcon_devemu::Op;
 
-use crate::job::Pattern;
+use smartcon_engine::job::Pattern;
 
 /// The workload names, in report order.
 pub const NAMES: [&str; 8] = [

@@ -19,12 +19,12 @@ use serde::Serialize;
 use smartcon_devemu::Op;
 
 use super::{MergeDevice, Polling, WaiterStats, PAGE_BYTES, THREADS_MAX};
-use crate::clock::{now_ns, tighten_timer_slack};
-use crate::error::{Error, ErrorKind};
-use crate::job::{Pattern, DURATION_NS_MAX};
-use crate::stats::{new_histogram, Usage};
-use crate::target::AlignedBuf;
-use crate::verify;
+use smartcon_engine::clock::{now_ns, tighten_timer_slack};
+use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::job::{Pattern, DURATION_NS_MAX};
+use smartcon_engine::stats::{new_histogram, Usage};
+use smartcon_engine::target::AlignedBuf;
+use smartcon_engine::verify;
 
 #[derive(Debug, Clone)]
 pub struct MergeJobSpec {

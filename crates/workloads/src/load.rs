@@ -17,11 +17,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use smartcon_devemu::Op;
 
-use crate::clock::now_ns;
-use crate::decision::Strategy;
-use crate::error::{Error, ErrorKind};
-use crate::job::SPIN_BUDGET_NS_DEFAULT;
-use crate::target::{AlignedBuf, Target};
+use smartcon_engine::clock::now_ns;
+use smartcon_engine::decision::Strategy;
+use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::job::SPIN_BUDGET_NS_DEFAULT;
+use smartcon_engine::target::{AlignedBuf, Target};
 
 /// Limits: more crunchers than this is a mistake, not a load.
 pub const CPU_WORKERS_MAX: u32 = 256;
@@ -320,8 +320,8 @@ mod tests {
 
     #[test]
     fn io_load_counts_ios_on_an_emulated_device() {
-        let spec = crate::target::parse_target("emu:nvram,size=8m").unwrap();
-        let target = crate::target::open(&spec, Default::default()).unwrap();
+        let spec = smartcon_engine::target::parse_target("emu:nvram,size=8m").unwrap();
+        let target = smartcon_engine::target::open(&spec, Default::default()).unwrap();
         let load = IoLoad::default();
         std::thread::scope(|s| {
             load.spawn(s, target.as_ref(), 2, 4096, 8 << 20).unwrap();

@@ -22,7 +22,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::error::{Error, ErrorKind};
+use smartcon_engine::error::{Error, ErrorKind};
 
 /// The largest device created (RAM-backed: it must fit in memory comfortably).
 pub const DEVICE_BYTES_MAX: u64 = 8 << 30;
@@ -63,8 +63,11 @@ impl LoopDevice {
                 "/dev/shm (tmpfs) is missing; the loop ramdisk needs a tmpfs file",
             ));
         }
-        let backing =
-            dir.join(format!("smartcon-loop-{}-{}.img", std::process::id(), crate::clock::now_ns() % 1_000_000_007));
+        let backing = dir.join(format!(
+            "smartcon-loop-{}-{}.img",
+            std::process::id(),
+            smartcon_engine::clock::now_ns() % 1_000_000_007
+        ));
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -151,7 +154,7 @@ impl LoopFs {
         let mount = std::env::temp_dir().join(format!(
             "smartcon-loopfs-{}-{}",
             std::process::id(),
-            crate::clock::now_ns() % 1_000_000_007
+            smartcon_engine::clock::now_ns() % 1_000_000_007
         ));
         std::fs::create_dir(&mount).map_err(|e| Error::io(ErrorKind::Setup, &mount, e))?;
         let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL in paths we made");
@@ -274,8 +277,10 @@ mod tests {
         // Normal life: created, usable as a target, removed.
         let (dev, backing) = {
             let l = LoopDevice::create(4 << 20).expect("loop device");
-            let opts = crate::target::OpenOptions { write: true, destructive: false, created_by_tool: true };
-            let t = crate::target::open(&crate::target::TargetSpec::Path(l.path().to_path_buf()), opts).unwrap();
+            let opts = smartcon_engine::target::OpenOptions { write: true, destructive: false, created_by_tool: true };
+            let t =
+                smartcon_engine::target::open(&smartcon_engine::target::TargetSpec::Path(l.path().to_path_buf()), opts)
+                    .unwrap();
             assert_eq!(t.capacity_bytes(), 4 << 20);
             drop(t);
             (l.path().to_path_buf(), l.backing.clone())

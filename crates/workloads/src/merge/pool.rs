@@ -8,7 +8,7 @@
 
 use std::sync::Mutex;
 
-use crate::target::AlignedBuf;
+use smartcon_engine::target::AlignedBuf;
 
 pub struct BufferPool {
     buf_bytes: usize,
