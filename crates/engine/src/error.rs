@@ -20,26 +20,41 @@ pub enum ErrorKind {
     Io,
     /// Data read back is not what was written.
     Verify,
+    /// A thread of the run panicked (a bug): the run stopped instead of hanging.
+    Internal,
 }
 
 #[derive(Debug)]
 pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
+    /// The errno of the failed system call or I/O, where there was one: what the C ABI and
+    /// the interposition library hand back to their callers.
+    pub errno: Option<i32>,
 }
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
-        Error { kind, message: message.into() }
+        Error { kind, message: message.into(), errno: None }
+    }
+
+    /// An error that carries the errno of the call that failed.
+    pub fn os(kind: ErrorKind, errno: i32, message: impl Into<String>) -> Error {
+        Error { kind, message: message.into(), errno: Some(errno) }
+    }
+
+    /// The errno of the failed call, if the error came from one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        self.errno
     }
 
     pub fn io(kind: ErrorKind, path: &Path, e: std::io::Error) -> Error {
-        Error::new(kind, format!("{}: {e}", path.display()))
+        Error { kind, message: format!("{}: {e}", path.display()), errno: e.raw_os_error() }
     }
 
     /// A run failure rather than a usage or setup error.
     pub fn is_run_failure(&self) -> bool {
-        matches!(self.kind, ErrorKind::Io | ErrorKind::Verify)
+        matches!(self.kind, ErrorKind::Io | ErrorKind::Verify | ErrorKind::Internal)
     }
 }
 

@@ -17,6 +17,7 @@ pub mod monitor;
 pub mod profile;
 pub mod ring;
 pub mod stats;
+pub mod stop;
 pub mod target;
 pub mod verify;
 pub mod wait;
