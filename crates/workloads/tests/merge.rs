@@ -230,3 +230,71 @@ fn bad_configurations_are_usage_errors() {
     let e = run_merge_job(&dev, &job, &AtomicBool::new(false)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Usage);
 }
+
+/// Issue 11: requests live on their waiters' stacks and leaders reach them by pointer, so a
+/// panic in a leader's post-I/O work must not unwind (which would free its own queued
+/// request while others still use it, and strand the waiters of its batch): the process
+/// aborts. The panicking run happens in a child process (this test binary re-executed with
+/// an environment variable) and the parent asserts that it died by SIGABRT with the
+/// injected panic's message and the guard's, not by exiting, hanging or another signal.
+#[test]
+fn a_panic_while_other_threads_hold_the_request_aborts_the_process() {
+    const CHILD_ENV: &str = "SMARTCON_MERGE_PANIC_CHILD";
+    const NAME: &str = "a_panic_while_other_threads_hold_the_request_aborts_the_process";
+    if std::env::var_os(CHILD_ENV).is_some() {
+        // Two channels, so two leaders share the queue: the panicking leader's own request
+        // may be in the other leader's hands.
+        let spec = parse_spec("emu:optane,channels=2,size=64m").unwrap();
+        let mut c = MergeConfig::new(true, true, Polling::Fixed);
+        c.verify_seed = Some(SEED);
+        let mut dev = MergeDevice::new(&spec, c).unwrap();
+        dev.inject_panic_at_release(THREADS * 20);
+        dev.prefill(SPAN_PAGES * PAGE_BYTES, SEED);
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let dev = &dev;
+                s.spawn(move || {
+                    let mut w = dev.waiter();
+                    let mut buf = AlignedBuf::new(PAGE_BYTES as usize);
+                    for i in 0..IOS_PER_THREAD {
+                        let off = ((t * IOS_PER_THREAD + i) % SPAN_PAGES) * PAGE_BYTES;
+                        w.io(Op::Read, buf.as_mut_slice(), off).unwrap();
+                    }
+                });
+            }
+        });
+        // Reaching this line means the panic unwound (or never happened): the parent sees
+        // a normal exit and fails.
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
+    // A liveness bound, not a timing assertion: without the guard the run may hang with
+    // waiters parked forever, and the test must end.
+    let mut status = None;
+    for _ in 0..2400 {
+        if let Some(s) = child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let Some(status) = status else {
+        child.kill().unwrap();
+        child.wait().unwrap();
+        panic!("the child hung after the injected panic (waiters stranded) instead of aborting");
+    };
+    let stderr = reader.join().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "child ended by {status:?}, stderr:\n{stderr}");
+    assert!(stderr.contains("injected fault"), "{stderr}");
+    assert!(stderr.contains("aborting rather than freeing memory"), "{stderr}");
+}

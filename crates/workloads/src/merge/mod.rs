@@ -50,6 +50,20 @@
 //! `target::emu`), waits for it with the same policy and does its own post-I/O work: the
 //! reference row.
 //!
+//! # Shared requests and unwinding
+//! A request lives on its waiting thread's stack and other threads reach it, and the
+//! waiter's buffer, by raw pointer ([`ReqPtr`]) from the moment it is queued until it is
+//! DONE. A panic on the waiting thread in that window (it may be leading: `lead`, `serve`,
+//! `post` run there) would unwind the frame and free both while a queue entry or another
+//! leader's batch still points at them. So that window runs under an [`AbortOnUnwind`]
+//! guard: a panic there aborts the process instead of unwinding into freed memory (the
+//! panic message is printed first). Heap-owned requests (`Arc` slots) were not chosen: the
+//! waiter's buffer is borrowed (`&mut [u8]`), so owning the request alone would not stop a
+//! leader copying into a freed buffer, owning the buffer too would add a copy per request
+//! on the measured path, and recovering instead (handing a dead leader's batch and channel
+//! on) is a second leadership protocol with its own failure modes. The guard costs nothing
+//! on the normal path (it is forgotten, never dropped).
+//!
 //! Non-goals: merging across ops in one device command; more than one merged request in
 //! flight per channel; requests that are not whole pages; real hardware (this is the
 //! emulated device of `target::emu` with a page-level view of its transfers).
@@ -175,6 +189,27 @@ const QUEUED: u32 = 0;
 const LEAD: u32 = 1;
 const DONE: u32 = 2;
 
+/// Aborts the process if dropped: it is dropped only by unwinding out of the region in
+/// which other threads may hold a [`ReqPtr`] to a request on this thread's stack (the
+/// normal path ends the region with [`AbortOnUnwind::disarm`]).
+struct AbortOnUnwind;
+
+impl AbortOnUnwind {
+    fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        eprintln!(
+            "smartcon merge: a thread panicked while other threads could still reach its queued request; \
+             aborting rather than freeing memory they use"
+        );
+        std::process::abort();
+    }
+}
+
 /// A request while its thread waits in [`Waiter::io`]; it lives on that thread's stack.
 struct Request {
     op: Op,
@@ -200,7 +235,9 @@ struct Request {
 struct ReqPtr(*const Request);
 
 // SAFETY: a Request outlives every ReqPtr to it: its thread stays in `Waiter::io` until the
-// request is DONE, and nothing dereferences a ReqPtr after storing DONE into it.
+// request is DONE, and nothing dereferences a ReqPtr after storing DONE into it. A panic on
+// that thread before then aborts the process (`AbortOnUnwind`), so the frame is never
+// unwound while a ReqPtr to it exists.
 unsafe impl Send for ReqPtr {}
 
 impl ReqPtr {
@@ -238,6 +275,9 @@ pub struct MergeDevice {
     counters: Counters,
     /// See [`WAIT_BOUND_NS_MIN`].
     wait_bound_ns: u64,
+    /// Test hook: the post-I/O work of the n-th released request (from 1) panics.
+    fault_panic_at_release: Option<u64>,
+    fault_releases: AtomicU64,
 }
 
 /// What the device did in a run.
@@ -280,6 +320,8 @@ impl MergeDevice {
                         .max()
                         .unwrap_or(0),
             ),
+            fault_panic_at_release: None,
+            fault_releases: AtomicU64::new(0),
         })
     }
 
@@ -337,6 +379,15 @@ impl MergeDevice {
             taken: Vec::with_capacity(self.config.merge_pages_max as usize),
             stats: WaiterStats::default(),
         }
+    }
+
+    /// Fault injection for tests: the post-I/O work of the `n`-th request released from now
+    /// on (counted from 1) panics, while its waiter is parked and reachable only by pointer.
+    /// Costs one predictable branch per request when unset.
+    #[doc(hidden)]
+    pub fn inject_panic_at_release(&mut self, n: u64) {
+        self.fault_panic_at_release = Some(n);
+        self.fault_releases.store(0, Ordering::Relaxed);
     }
 
     fn pages_per_request(&self) -> u32 {
@@ -479,13 +530,25 @@ impl Waiter<'_> {
             mismatch: UnsafeCell::new(None),
         };
         let me = ReqPtr(&req);
+        // From here until the request is DONE and this thread's leadership is over, other
+        // threads (or this thread's own batch, which a caught panic would leave behind) may
+        // hold `me`: no unwinding out of this region.
+        let guard = AbortOnUnwind;
         if !dev.config.merge {
             self.batch.push(Item { req: me, buf: dev.pool.take() });
             self.serve(Place::Any, me);
         } else {
             let channel = {
                 let mut q = dev.queue.lock().unwrap();
-                assert!(q.pending.len() < THREADS_MAX, "more pending requests than threads");
+                if q.pending.len() >= THREADS_MAX {
+                    // Nothing points at `req` yet: returning is safe.
+                    drop(q);
+                    guard.disarm();
+                    return Err(Error::new(
+                        ErrorKind::Usage,
+                        format!("more than {THREADS_MAX} threads wait on {} at once", dev.label),
+                    ));
+                }
                 q.pending.push_back(me);
                 let free = q.busy.iter().position(|b| !b);
                 if let Some(c) = free {
@@ -510,7 +573,9 @@ impl Waiter<'_> {
             }
         }
         let released = req.released.load(Ordering::Relaxed);
+        // A broken protocol may have left a pointer behind: still inside the guard.
         assert_eq!(released, 1, "a request was released {released} times");
+        guard.disarm();
         // SAFETY: DONE was seen with Acquire; the releasing thread wrote this before it and
         // no one touches the request any more.
         let mismatch = unsafe { (*req.mismatch.get()).take() };
@@ -704,6 +769,11 @@ impl Waiter<'_> {
             }
         }
         dev.pool.give_back(item.buf);
+        if let Some(n) = dev.fault_panic_at_release {
+            if dev.fault_releases.fetch_add(1, Ordering::Relaxed) + 1 == n {
+                panic!("injected fault: the post-I/O work of release {n} panics");
+            }
+        }
         req.released.fetch_add(1, Ordering::Relaxed);
         let is_me = std::ptr::eq(item.req.0, me.0);
         // Clone before DONE: the request (and its Thread) may be gone right after it.
