@@ -283,6 +283,11 @@ impl TraceReader {
                 return Err(self.corrupt("record cut in the middle"));
             };
             self.pos += 1;
+            // The tenth byte holds bit 63 only: more would be silently dropped, and a
+            // changed byte would decode to the same value (a corruption nothing catches).
+            if i == 9 && b > 1 {
+                return Err(self.corrupt("varint overflows 64 bits"));
+            }
             v |= u64::from(b & 0x7f) << (7 * i);
             if b < 0x80 {
                 return Ok(v);
@@ -357,7 +362,9 @@ impl TraceReader {
     /// Reads every record into memory (tests and small traces).
     pub fn read_all(path: &Path) -> Result<Vec<Record>> {
         let mut r = TraceReader::open(path)?;
-        let mut out = Vec::with_capacity(r.expected_count.min(1 << 24) as usize);
+        // A record takes at least 2 bytes: a corrupt count does not reserve memory the body
+        // cannot fill.
+        let mut out = Vec::with_capacity(r.expected_count.min(r.body_bytes / 2).min(1 << 24) as usize);
         while let Some(rec) = r.next_record()? {
             out.push(rec);
         }
@@ -456,7 +463,11 @@ pub fn convert_lackey_file(input: &Path, output: &Path) -> Result<LackeyStats> {
         Err(e) => {
             drop(writer);
             let _ = std::fs::remove_file(output);
-            Err(e)
+            // The converter knows lines, not files: name the file its line numbers are in.
+            Err(match e.kind {
+                ErrorKind::Lackey => Error::new(e.kind, format!("{}: {}", input.display(), e.detail)),
+                _ => e,
+            })
         }
     }
 }
