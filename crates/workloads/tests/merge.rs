@@ -298,3 +298,35 @@ fn a_panic_while_other_threads_hold_the_request_aborts_the_process() {
     assert!(stderr.contains("injected fault"), "{stderr}");
     assert!(stderr.contains("aborting rather than freeing memory"), "{stderr}");
 }
+
+/// Regression: a `Waiter` is `Send`, and one made on another thread than the one calling
+/// `io` used to address its wake-ups to the thread that made it, so a parked waiter was
+/// never woken and the run hung. Waiters made here are moved to their I/O threads; a hang
+/// fails the test after a generous liveness bound instead of blocking the suite.
+#[test]
+fn a_waiter_moved_to_another_thread_is_still_woken() {
+    let spec = parse_spec("emu:optane,channels=1,size=64m").unwrap();
+    let mut c = MergeConfig::new(true, false, Polling::Fixed);
+    c.verify_seed = Some(SEED);
+    // Leaked so the I/O threads need not be scoped: a hung thread must not block this one.
+    let dev: &'static MergeDevice = Box::leak(Box::new(MergeDevice::new(&spec, c).unwrap()));
+    dev.prefill(SPAN_PAGES * PAGE_BYTES, SEED);
+    let (done, finished) = std::sync::mpsc::channel();
+    for t in 0..8u64 {
+        let mut w = dev.waiter();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut buf = AlignedBuf::new(PAGE_BYTES as usize);
+            for i in 0..100 {
+                w.io(Op::Read, buf.as_mut_slice(), ((t * 100 + i) % SPAN_PAGES) * PAGE_BYTES).unwrap();
+            }
+            done.send(()).unwrap();
+        });
+    }
+    for n in 0..8 {
+        finished
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("{n} of 8 threads finished; the others were never woken"));
+    }
+    assert_eq!(dev.counts().releases, 800);
+}

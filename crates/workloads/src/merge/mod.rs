@@ -372,7 +372,6 @@ impl MergeDevice {
         let policy = || wait::policy_for(strategy, self.config.poll, start).expect("a polling strategy");
         Waiter {
             dev: self,
-            thread: std::thread::current(),
             first: policy(),
             next: policy(),
             batch: Vec::with_capacity(self.config.merge_pages_max as usize),
@@ -495,7 +494,6 @@ pub const WAIT_BOUND_SERVICES: u64 = 64;
 /// A thread's handle on a [`MergeDevice`]: its wait policies and its share of the work.
 pub struct Waiter<'d> {
     dev: &'d MergeDevice,
-    thread: Thread,
     /// Waits from submission (the whole request, or its first page).
     first: Box<dyn WaitPolicy>,
     /// Waits for the next page (pipelined).
@@ -522,7 +520,9 @@ impl Waiter<'_> {
             op,
             offset,
             buf: buf.as_mut_ptr(),
-            thread: self.thread.clone(),
+            // The thread that parks below, taken per call: a Waiter is Send, and one made on
+            // another thread would otherwise have its wake-ups sent there.
+            thread: std::thread::current(),
             state: AtomicU32::new(QUEUED),
             lead_channel: AtomicU32::new(0),
             leading: AtomicBool::new(false),
