@@ -52,10 +52,10 @@
 //!
 //! # Shared requests and unwinding
 //! A request lives on its waiting thread's stack and other threads reach it, and the
-//! waiter's buffer, by raw pointer ([`ReqPtr`]) from the moment it is queued until it is
+//! waiter's buffer, by raw pointer (`ReqPtr`) from the moment it is queued until it is
 //! DONE. A panic on the waiting thread in that window (it may be leading: `lead`, `serve`,
 //! `post` run there) would unwind the frame and free both while a queue entry or another
-//! leader's batch still points at them. So that window runs under an [`AbortOnUnwind`]
+//! leader's batch still points at them. So that window runs under an `AbortOnUnwind`
 //! guard: a panic there aborts the process instead of unwinding into freed memory (the
 //! panic message is printed first). Heap-owned requests (`Arc` slots) were not chosen: the
 //! waiter's buffer is borrowed (`&mut [u8]`), so owning the request alone would not stop a
