@@ -13,6 +13,13 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// A CPU this process may run on (its affinity mask: taskset or a cgroup cpuset), for tests
+/// that pin; pinning outside the mask fails with EINVAL (issue 11).
+fn allowed_cpu() -> String {
+    let cpus = smartcon_engine::placement::current_affinity().unwrap_or_default();
+    cpus.first().copied().unwrap_or(0).to_string()
+}
+
 fn smartcon(home: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", home).args(args).output().expect("run smartcon")
 }
@@ -178,8 +185,9 @@ fn compare_fio_puts_fio_beside_smartcon() {
         return;
     }
     let tmp = format!("tmp:8m@{}", dir.display());
-    // Both tools pinned to CPU 0 (fio through --cpus_allowed).
-    let out = smartcon(&dir, &["compare-fio", &tmp, "--duration", "100ms", "--io-cpus", "0", "--json"]);
+    // Both tools pinned to one CPU (fio through --cpus_allowed).
+    let cpu = allowed_cpu();
+    let out = smartcon(&dir, &["compare-fio", &tmp, "--duration", "100ms", "--io-cpus", &cpu, "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows: Vec<serde_json::Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -370,15 +378,17 @@ fn out_pid(r: &serde_json::Value) -> String {
 fn a_profile_from_another_placement_is_probed_again_and_kept() {
     let dir = scratch("placement");
     let tmp = format!("tmp:16m@{}", dir.display());
-    let probe = smartcon(&dir, &["probe", &tmp, "--duration", "12ms", "--sizes", "4k,64k", "--io-cpus", "0", "--json"]);
+    let cpu = allowed_cpu();
+    let probe =
+        smartcon(&dir, &["probe", &tmp, "--duration", "12ms", "--sizes", "4k,64k", "--io-cpus", &cpu, "--json"]);
     assert!(probe.status.success(), "{}", String::from_utf8_lossy(&probe.stderr));
     let recs: Vec<serde_json::Value> =
         String::from_utf8(probe.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let prof = recs.iter().find(|r| r["type"] == "probe_profile").expect("profile record");
-    assert_eq!(prof["io_cpus"], "0", "the probe records where it measured");
+    assert_eq!(prof["io_cpus"], cpu.as_str(), "the probe records where it measured");
     let path = PathBuf::from(prof["path"].as_str().unwrap());
     let before = std::fs::read_to_string(&path).unwrap();
-    // `--io-cpus any`: whatever this machine's disk is, "any" differs from "0".
+    // `--io-cpus any`: whatever this machine's disk is, "any" differs from one CPU.
     let report = dir.join("report");
     let out = smartcon(
         &dir,
@@ -399,7 +409,7 @@ fn a_profile_from_another_placement_is_probed_again_and_kept() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("its stored profile was measured with the I/O thread on CPUs 0"), "{err}");
+    assert!(err.contains(&format!("its stored profile was measured with the I/O thread on CPUs {cpu}")), "{err}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), before, "the stored profile is kept");
     let summary = std::fs::read_to_string(report.join("summary.md")).unwrap();
     assert!(summary.contains("I/O threads on CPUs"), "the summary names the placement");
