@@ -1,26 +1,33 @@
 //! A job: N threads doing synchronous I/O on one target for a duration, each I/O waited
 //! for by a fixed strategy or by the SmartCon decision, every I/O measured.
 //!
-//! The per-I/O path is: pick an offset, enter the in-flight counters (which return the
-//! backlog ahead), decide (one atomic load of the System Monitor), submit and wait, leave
-//! the counters, record the latency. No allocation and no syscall beyond the I/O's own;
-//! the only shared writes are the target's in-flight counters (and, on emulated devices,
-//! the channel lock a device queue would take). `--verify` adds the pattern check.
+//! The per-I/O path is: pick an offset, then one [`SmartTargetPort`] call, which enters
+//! the in-flight counters (which return the backlog ahead), decides (one atomic load of the
+//! System Monitor), submits and waits, leaves the counters and records the latency. No
+//! allocation and no syscall beyond the I/O's own; the only shared writes are the target's
+//! in-flight counters (and, on emulated devices, the channel lock a device queue would
+//! take). `--verify` adds the pattern check.
+//!
+//! A worker that panics sets the run's halt flag through a guard while it unwinds, so the
+//! others stop at their next I/O, and its join turns into an [`ErrorKind::Internal`]
+//! error: the run ends with an error instead of hanging or taking the caller down.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use smartcon_devemu::Op;
 
 use crate::clock::{now_ns, tighten_timer_slack};
-use crate::decision::{decide, Request, Strategy, SystemState, Thresholds};
+use crate::decision::Strategy;
 use crate::error::{Error, ErrorKind};
 use crate::monitor::SystemMonitor;
 use crate::profile::Profile;
+use crate::smartport::{SmartPortOptions, SmartTargetPort};
 use crate::stats::{JobResult, ThreadStats};
-use crate::target::{AlignedBuf, Target};
+use crate::stop::{join, StopOnPanic};
+use crate::target::{check_whole, AlignedBuf, Target};
 use crate::verify;
-use crate::wait::{self, PollParams};
+use crate::wait::PollParams;
 
 /// The seed of the pattern temporary files and `--verify` prefills are written with.
 pub const FILL_SEED: u64 = 0x5eed_f111;
@@ -97,7 +104,7 @@ impl StrategyChoice {
 
     /// The strategy for waits outside the measured I/O (prefill, read-back, fsync): the
     /// fixed strategy where it is a simple one, else block.
-    fn simple(self) -> Strategy {
+    pub fn simple(self) -> Strategy {
         match self {
             StrategyChoice::Fixed(s) if !s.is_polling() => s,
             _ => Strategy::Block,
@@ -243,18 +250,54 @@ impl WrittenMap {
 struct Shared<'a> {
     target: &'a dyn Target,
     spec: &'a JobSpec,
-    thresholds: Thresholds,
+    profile: &'a Profile,
     monitor: &'a SystemMonitor,
+    /// The caller's stop (Ctrl-C).
     stop: &'a AtomicBool,
+    /// This run's own stop: set by a worker that failed or panicked (never the caller's
+    /// flag, which outlives the run).
+    halt: AtomicBool,
     span: u64,
     written: Option<WrittenMap>,
     /// Only with `ios_max`: an unbounded job must not share a counter on every I/O.
     ios_left: Option<AtomicU64>,
-    barrier: Barrier,
+    /// Workers that finished their setup (the start line; see [`Shared::start_line`]).
+    ready: AtomicU32,
+}
+
+/// How long a worker waits between two looks at the start line.
+const START_LINE_POLL_NS: u64 = 50_000;
+
+impl Shared<'_> {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || self.halt.load(Ordering::Relaxed)
+    }
+
+    /// Waits until every worker finished its setup, so the measurements start together.
+    /// Unlike a `Barrier` it gives up when the run halts: a worker that panicked or failed
+    /// before arriving must not leave the others waiting forever.
+    fn start_line(&self) {
+        self.ready.fetch_add(1, Ordering::SeqCst);
+        while self.ready.load(Ordering::SeqCst) < self.spec.threads && !self.stopped() {
+            std::thread::sleep(std::time::Duration::from_nanos(START_LINE_POLL_NS));
+        }
+    }
+
+    fn port_options(&self) -> SmartPortOptions {
+        SmartPortOptions {
+            strategy: self.spec.strategy,
+            spin_budget_ns: self.spec.spin_budget_ns,
+            poll: self.spec.poll,
+            profile: Some(self.profile.clone()),
+            monitor: Some(Arc::new(self.monitor.clone())),
+            inflight: None,
+        }
+    }
 }
 
 /// Runs a job. `stop` ends it early (Ctrl-C); what was measured until then is returned
-/// with `interrupted` set.
+/// with `interrupted` set. A worker that fails ends the run with its error; one that
+/// panics ends it with an [`ErrorKind::Internal`] error.
 pub fn run_job(
     target: &dyn Target,
     spec: &JobSpec,
@@ -270,29 +313,49 @@ pub fn run_job(
     let shared = Shared {
         target,
         spec,
-        thresholds: profile.thresholds(),
+        profile,
         monitor,
         stop,
+        halt: AtomicBool::new(false),
         span,
         written: (spec.verify && spec.op == Op::Write).then(|| WrittenMap::new(slots)),
         ios_left: spec.ios_max.map(AtomicU64::new),
-        barrier: Barrier::new(spec.threads as usize),
+        ready: AtomicU32::new(0),
     };
     let results: Vec<Result<ThreadStats, Error>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..spec.threads)
-            .map(|t| {
-                let shared = &shared;
-                std::thread::Builder::new()
-                    .name(format!("smartcon-io-{t}"))
-                    .spawn_scoped(s, move || worker(shared, t))
-                    .expect("spawn I/O thread")
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("I/O thread panicked")).collect()
+        let mut handles = Vec::with_capacity(spec.threads as usize);
+        let mut spawn_error = None;
+        for t in 0..spec.threads {
+            let shared = &shared;
+            match std::thread::Builder::new().name(format!("smartcon-io-{t}")).spawn_scoped(s, move || worker(shared, t))
+            {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    shared.halt.store(true, Ordering::SeqCst);
+                    spawn_error = Some(Error::new(ErrorKind::Setup, format!("cannot start I/O thread {t}: {e}")));
+                    break;
+                }
+            }
+        }
+        let mut results: Vec<_> = handles.into_iter().map(|h| join(h, "I/O").and_then(|r| r)).collect();
+        results.extend(spawn_error.map(Err));
+        results
     });
     let mut stats = Vec::with_capacity(results.len());
+    // The first error in thread order, but a panic (Internal) over the errors it caused.
+    let mut failed: Option<Error> = None;
     for r in results {
-        stats.push(r?);
+        match r {
+            Ok(t) => stats.push(t),
+            Err(e) => {
+                if failed.as_ref().is_none_or(|f| f.kind != ErrorKind::Internal && e.kind == ErrorKind::Internal) {
+                    failed = Some(e);
+                }
+            }
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     if let Some(written) = &shared.written {
         read_back(&shared, written)?;
@@ -337,15 +400,27 @@ fn read_back(shared: &Shared<'_>, written: &WrittenMap) -> Result<(), Error> {
 }
 
 fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
+    // Unwinding from here on stops the other workers at their next I/O.
+    let _halt_on_panic = StopOnPanic(&shared.halt);
+    let result = measure(shared, index);
+    if result.is_err() {
+        shared.halt.store(true, Ordering::SeqCst);
+    }
+    result
+}
+
+fn measure(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
     let spec = shared.spec;
     let _registration = shared.monitor.register_current_thread();
     tighten_timer_slack();
     let pinned = spec.cpus.as_deref().map_or(Ok(()), crate::placement::pin_current_thread);
-    let port = pinned.and_then(|()| shared.target.open_port());
+    let port = pinned.and_then(|()| SmartTargetPort::on_target(shared.target, shared.port_options()));
     let mut buf = AlignedBuf::new(spec.bs_bytes as usize);
-    let mut stats = ThreadStats::new();
-    // Every thread reaches the barrier, also when its setup failed, so no one waits forever.
-    shared.barrier.wait();
+    if port.is_err() {
+        shared.halt.store(true, Ordering::SeqCst);
+    }
+    // Every thread reaches the start line, also when its setup failed, so no one waits.
+    shared.start_line();
     let mut port = port?;
     let bs = spec.bs_bytes;
     let slots = shared.span / bs;
@@ -355,18 +430,11 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
     let mut next = 0u64;
     let mut rng = Rng::new(spec.seed ^ ((index as u64 + 1) << 32));
     let unit = verify::unit_bytes(bs);
-    let inflight = shared.target.inflight();
-    stats.begin();
-    let mut end_ns = stats.start_ns + spec.duration_ns;
+    port.reset_counters();
+    let mut end_ns = port.counters().start_ns + spec.duration_ns;
     let mut warm_left = spec.warmup_ios;
-    // The polling policy of this thread (its predictor learns this thread's I/O).
-    let mut policy = match spec.strategy {
-        StrategyChoice::Fixed(s) => wait::policy_for(s, spec.poll, stats.start_ns),
-        StrategyChoice::Smart => None,
-        StrategyChoice::SmartHybrid => wait::policy_for(Strategy::Hybrid, spec.poll, stats.start_ns),
-    };
     loop {
-        if shared.stop.load(Ordering::Relaxed) {
+        if shared.stopped() {
             break;
         }
         if let Some(left) = &shared.ios_left {
@@ -386,37 +454,11 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
         if spec.verify && spec.op == Op::Write {
             verify::fill(buf.as_mut_slice(), offset, unit, spec.seed);
         }
-        let t0 = now_ns();
-        let ahead = inflight.enter(bs);
-        let (strategy, reason) = match spec.strategy {
-            StrategyChoice::Fixed(s) => (s, None),
-            StrategyChoice::Smart | StrategyChoice::SmartHybrid => {
-                let system = SystemState { cpu_utilization_pct: shared.monitor.cpu_utilization_pct() };
-                let d = decide(Request { bytes: bs }, ahead, system, &shared.thresholds);
-                let s = match (spec.strategy, d.strategy) {
-                    (StrategyChoice::SmartHybrid, Strategy::Spin) => Strategy::Hybrid,
-                    (_, s) => s,
-                };
-                (s, Some(d.reason))
-            }
+        let moved = match spec.op {
+            Op::Read => port.read_at(buf.as_mut_slice(), offset)?,
+            Op::Write => port.write_at(buf.as_slice(), offset)?,
         };
-        let outcome = match (&mut policy, strategy.is_polling()) {
-            (Some(p), true) => {
-                p.set_cpu_busy(shared.monitor.cpu_utilization_pct() > shared.thresholds.cpu_threshold_pct);
-                port.io_polled(spec.op, buf.as_mut_slice(), offset, ahead, p.as_mut())
-            }
-            _ => port.io(spec.op, buf.as_mut_slice(), offset, strategy, spec.spin_budget_ns),
-        };
-        inflight.leave(bs);
-        let outcome = outcome?;
-        let t1 = now_ns();
-        let warming = warm_left > 0;
-        if !warming {
-            stats.record(t1 - t0, bs, strategy, reason, outcome.fell_back);
-            if let Some(w) = &outcome.polled {
-                stats.record_polled(w, outcome.done_ns);
-            }
-        }
+        check_whole(moved, bs as usize, spec.op, offset)?;
         if spec.verify {
             match (&shared.written, spec.op) {
                 (Some(w), Op::Write) => w.set(slot),
@@ -425,26 +467,21 @@ fn worker(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
                 _ => {}
             }
         }
-        if warming {
+        if warm_left > 0 {
             warm_left -= 1;
             if warm_left == 0 {
-                // The measurement starts now: time, CPU and context switches.
-                stats.begin();
-                end_ns = stats.start_ns + spec.duration_ns;
+                // The measurement starts now: time, CPU, context switches and counts.
+                port.reset_counters();
+                end_ns = port.counters().start_ns + spec.duration_ns;
             }
             continue;
         }
-        if spec.fsync_every > 0 && stats.ios.is_multiple_of(spec.fsync_every as u64) {
-            // A flush waits on the device's cache, far beyond any spin threshold: smart and
-            // the polling strategies block for it.
-            port.fsync(spec.strategy.simple(), spec.spin_budget_ns)?;
-            stats.fsyncs += 1;
+        if spec.fsync_every > 0 && port.counters().ios.is_multiple_of(spec.fsync_every as u64) {
+            port.fsync()?;
         }
-        if t1 >= end_ns {
+        if now_ns() >= end_ns {
             break;
         }
     }
-    stats.end();
-    stats.overshoot_ns = policy.as_ref().and_then(|p| p.overshoot_ns());
-    Ok(stats)
+    Ok(port.finish())
 }

@@ -3,6 +3,7 @@
 //! Layers, bottom up: [`ring`] (one io_uring per thread, block or spin on it), [`target`]
 //! (files and block devices on the ring, emulated devices on a model and a kernel timer),
 //! [`decision`] (the pure SmartCon Decision Module), [`monitor`] (the System Monitor),
+//! [`smartport`] ("decide, then wait" per I/O: the one glue every caller goes through),
 //! [`profile`] (per-device thresholds, the Device Monitor's output), [`job`] (threads doing
 //! I/O for a duration) and [`stats`] (histograms, CPU, context switches, decisions).
 //!
@@ -16,6 +17,7 @@ pub mod job;
 pub mod monitor;
 pub mod profile;
 pub mod ring;
+pub mod smartport;
 pub mod stats;
 pub mod stop;
 pub mod target;

@@ -21,7 +21,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -103,9 +103,34 @@ fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
 }
 
 impl SystemMonitor {
+    /// The process-wide monitor (default window), started on first use and shared by
+    /// every port that was not given one: one ticker thread per process, however many
+    /// ports and threads.
+    pub fn shared() -> Result<Arc<SystemMonitor>, crate::error::Error> {
+        static SHARED: OnceLock<Arc<SystemMonitor>> = OnceLock::new();
+        if let Some(m) = SHARED.get() {
+            return Ok(m.clone());
+        }
+        let m = Arc::new(SystemMonitor::try_start(WINDOW_NS_DEFAULT)?);
+        // Two first users racing: the loser's monitor stops when its last handle drops.
+        let winner = SHARED.get_or_init(|| m.clone()).clone();
+        if !Arc::ptr_eq(&winner, &m) {
+            m.stop();
+        }
+        Ok(winner)
+    }
+
     /// Starts the ticker. `window_ns` must lie in [WINDOW_NS_MIN, WINDOW_NS_MAX].
     pub fn start(window_ns: u64) -> SystemMonitor {
-        assert!((WINDOW_NS_MIN..=WINDOW_NS_MAX).contains(&window_ns), "window out of range");
+        SystemMonitor::try_start(window_ns).expect("start the system monitor")
+    }
+
+    /// Starts the ticker; an error if the window is out of range or the thread cannot start.
+    pub fn try_start(window_ns: u64) -> Result<SystemMonitor, crate::error::Error> {
+        use crate::error::{Error, ErrorKind};
+        if !(WINDOW_NS_MIN..=WINDOW_NS_MAX).contains(&window_ns) {
+            return Err(Error::new(ErrorKind::Usage, format!("monitor window {window_ns} ns is out of range")));
+        }
         let shared = Arc::new(Shared {
             others_pct_x100: AtomicU32::new(0),
             others_util_pct_x100: AtomicU32::new(0),
@@ -119,8 +144,8 @@ impl SystemMonitor {
         let handle = std::thread::Builder::new()
             .name("smartcon-sysmon".into())
             .spawn(move || ticker(inner, window_ns, period_ns))
-            .expect("spawn system monitor");
-        SystemMonitor { shared, ticker: Arc::new(Mutex::new(Some(handle))) }
+            .map_err(|e| Error::new(ErrorKind::Setup, format!("cannot start the system monitor's thread: {e}")))?;
+        Ok(SystemMonitor { shared, ticker: Arc::new(Mutex::new(Some(handle))) })
     }
 
     /// A monitor that never ticks and reports a fixed utilization (for tests and the

@@ -16,19 +16,50 @@
 //!
 //! One request is in flight per ring (smartcon's threads are synchronous callers, as in
 //! the paper), so a CQE always belongs to the request just submitted.
+//!
+//! Soundness: a request's buffer belongs to the kernel from submission until its
+//! completion is reaped. The ring counts what it has queued and not yet reaped
+//! ([`Ring::in_flight`]). The one safe operation, [`Ring::submit_and_wait`] (and its
+//! wrappers [`Ring::read_at`], [`Ring::write_at`], [`Ring::fsync`]), reaps the completion
+//! before it returns on every path: normally by waiting as asked; on an error of
+//! `io_uring_enter`, a failed wait policy or a panic while waiting, a guard's `Drop`
+//! cancels the request (`IORING_OP_ASYNC_CANCEL`) and waits until everything queued is
+//! reaped, ignoring EINTR. `Ring`'s own `Drop` does the same for anything still in flight.
+//! If the kernel refuses to let us wait for `DRAIN_FAILURES_MAX` attempts in a row, the
+//! process aborts: returning would hand a buffer back to the caller while the kernel may
+//! still write into it, and that is the one thing this layer must never do.
+//!
+//! Non-goals: more than one request in flight per ring; registered buffers or files.
+
+use std::os::fd::RawFd;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use crate::clock::now_ns;
+use crate::clock::{now_ns, spin_until_ns};
 use crate::error::{Error, ErrorKind};
+use crate::wait::{Pending, Status, WaitPolicy, Waited};
 
 /// How many spins between two clock reads while busy-waiting.
 const SPINS_PER_CLOCK_READ: u32 = 32;
+
+/// The user data of every request queued through [`Ring::push`]: one request is in flight
+/// at a time, so a cancel by this tag finds exactly it.
+const REQUEST_TAG: u64 = 1;
+/// The user data of our own cancel requests, whose completions are not a request's result.
+const CANCEL_TAG: u64 = u64::MAX;
+/// Failed `io_uring_enter` calls in a row while draining before the process aborts (one
+/// millisecond apart: about ten seconds of a kernel that refuses to let us wait).
+const DRAIN_FAILURES_MAX: u32 = 10_000;
+/// Entries in the submission queue: one request and one cancel need two.
+const RING_ENTRIES: u32 = 8;
 
 pub struct Ring {
     ring: IoUring,
     /// For a thread pinned to part of the machine: where io_uring's worker threads run.
     helpers: Option<Helpers>,
+    /// Entries queued (submitted or not) whose completion has not been reaped yet: while
+    /// this is above zero the kernel may still use a buffer an entry points to.
+    in_flight: u32,
 }
 
 /// Requests io_uring cannot issue without blocking (a write that extends a file) go to its
@@ -48,10 +79,56 @@ struct Helpers {
     is_away: bool,
 }
 
+/// How to wait for one request on the ring.
+pub enum RingWait<'p> {
+    /// Sleep in `io_uring_enter` until the completion wakes the thread.
+    Block,
+    /// Busy-wait on the completion queue for up to `budget_ns`, then sleep.
+    Spin { budget_ns: u64 },
+    /// Look at the instants the policy chooses (crate::wait).
+    Poll { policy: &'p mut dyn WaitPolicy, pending: Pending },
+}
+
+/// What came back for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The CQE's result: bytes moved, or a negated errno.
+    pub result: i32,
+    /// The spin budget ran out and the thread went to sleep.
+    pub fell_back: bool,
+    /// For a polling wait: what the policy did.
+    pub polled: Option<Waited>,
+}
+
+impl Completion {
+    /// The result as a byte count, or the errno the kernel set.
+    pub fn bytes(&self) -> Result<usize, i32> {
+        if self.result < 0 {
+            Err(-self.result)
+        } else {
+            Ok(self.result as usize)
+        }
+    }
+}
+
+fn enter_error(e: std::io::Error) -> Error {
+    Error::os(ErrorKind::Io, e.raw_os_error().unwrap_or(libc::EIO), format!("io_uring_enter: {e}"))
+}
+
+/// Cancels and reaps whatever is still in flight when it drops: the error and panic paths
+/// of [`Ring::submit_and_wait`].
+struct Reaper<'r>(&'r mut Ring);
+
+impl Drop for Reaper<'_> {
+    fn drop(&mut self) {
+        self.0.cancel_and_drain();
+    }
+}
+
 impl Ring {
     pub fn new() -> Result<Ring, Error> {
-        let ring = match IoUring::builder().setup_coop_taskrun().setup_taskrun_flag().build(8) {
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::new(8),
+        let ring = match IoUring::builder().setup_coop_taskrun().setup_taskrun_flag().build(RING_ENTRIES) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::new(RING_ENTRIES),
             r => r,
         };
         let ring = ring.map_err(|e| {
@@ -61,14 +138,19 @@ impl Ring {
                 Some(libc::ENOMEM) => ": not enough locked memory for the ring; raise ulimit -l",
                 _ => "",
             };
-            Error::new(ErrorKind::Setup, format!("cannot set up io_uring: {e}{hint}"))
+            Error::os(ErrorKind::Setup, e.raw_os_error().unwrap_or(libc::EIO), format!("cannot set up io_uring: {e}{hint}"))
         })?;
         let helpers = crate::placement::pinned_split().map(|(mine, others)| Helpers {
             near: crate::placement::cpu_set(&mine),
             away: crate::placement::cpu_set(&others),
             is_away: false,
         });
-        Ok(Ring { ring, helpers })
+        Ok(Ring { ring, helpers, in_flight: 0 })
+    }
+
+    /// Entries queued whose completion has not been reaped yet (0 between operations).
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
     }
 
     /// Moves io_uring's workers near this thread (a sleep) or away from it (a spin). Best
@@ -83,22 +165,48 @@ impl Ring {
         }
     }
 
-    /// Queues one request.
+    /// Queues one request (its user data is replaced by the ring's own tag). The low
+    /// layer: prefer [`Ring::submit_and_wait`], which also reaps.
     ///
     /// # Safety
-    /// Any buffer the entry points to must stay valid until its completion is reaped.
-    pub unsafe fn push(&mut self, entry: &squeue::Entry) {
-        // SAFETY: the caller keeps the buffers alive; the queue has room because at most
-        // one request is ever in flight on this ring.
-        unsafe { self.ring.submission().push(entry).expect("submission queue has room") };
+    /// Any buffer the entry points to must stay valid until its completion is reaped: by
+    /// one of this ring's waits, or at the latest by [`Ring::cancel_and_drain`], which the
+    /// ring's `Drop` runs. A caller that lets the ring drop while the request is in flight
+    /// must therefore keep the buffer alive until after the ring is gone.
+    pub unsafe fn push(&mut self, entry: &squeue::Entry) -> Result<(), Error> {
+        if self.in_flight > 0 {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "io_uring: a request is already in flight on this ring (one at a time)",
+            ));
+        }
+        let entry = entry.clone().user_data(REQUEST_TAG);
+        // SAFETY: the caller keeps the buffers alive until the completion is reaped.
+        unsafe { self.ring.submission().push(&entry) }
+            .map_err(|_| Error::new(ErrorKind::Internal, "io_uring: the submission queue is full"))?;
+        self.in_flight += 1;
+        Ok(())
     }
 
+    /// Reaps one completion of any kind.
+    fn pop_any(&mut self) -> Option<(u64, i32)> {
+        let cqe = self.ring.completion().next()?;
+        self.in_flight = self.in_flight.saturating_sub(1);
+        Some((cqe.user_data(), cqe.result()))
+    }
+
+    /// Reaps the request's completion, skipping those of our cancels.
     fn pop(&mut self) -> Option<i32> {
-        self.ring.completion().next().map(|cqe| cqe.result())
+        while let Some((tag, res)) = self.pop_any() {
+            if tag != CANCEL_TAG {
+                return Some(res);
+            }
+        }
+        None
     }
 
     /// Submits what is queued and sleeps until one completion arrives.
-    pub fn wait_block(&mut self) -> Result<i32, Error> {
+    fn wait_block(&mut self) -> Result<i32, Error> {
         self.helpers_away(false);
         self.sleep_for_completion()
     }
@@ -112,21 +220,15 @@ impl Ring {
                 Ok(_) => {}
                 // A signal (Ctrl-C) interrupted the wait; the request is still in flight.
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(Error::new(ErrorKind::Io, format!("io_uring_enter: {e}"))),
+                Err(e) => return Err(enter_error(e)),
             }
         }
     }
 
     /// Submits what is queued and busy-waits for the completion, up to `budget_ns`.
-    pub fn wait_spin(&mut self, budget_ns: u64) -> Result<(i32, bool), Error> {
+    fn wait_spin(&mut self, budget_ns: u64) -> Result<(i32, bool), Error> {
         self.helpers_away(true);
-        loop {
-            match self.ring.submit() {
-                Ok(_) => break,
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => return Err(Error::new(ErrorKind::Io, format!("io_uring_enter: {e}"))),
-            }
-        }
+        self.submit()?;
         let start = now_ns();
         loop {
             for _ in 0..SPINS_PER_CLOCK_READ {
@@ -152,14 +254,14 @@ impl Ring {
             match self.ring.submit() {
                 Ok(_) => return Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => return Err(Error::new(ErrorKind::Io, format!("io_uring_enter: {e}"))),
+                Err(e) => return Err(enter_error(e)),
             }
         }
     }
 
     /// One look at the completion queue (user memory); a syscall only when the kernel has
     /// flagged a completion waiting to be run (COOP_TASKRUN).
-    pub fn try_reap(&mut self) -> Result<Option<i32>, Error> {
+    fn try_reap(&mut self) -> Result<Option<i32>, Error> {
         if let Some(res) = self.pop() {
             return Ok(Some(res));
         }
@@ -172,7 +274,7 @@ impl Ring {
 
     /// Sleeps until a completion arrives or `at_ns` on CLOCK_MONOTONIC passes, whichever is
     /// first; the completion, if any, stays queued for [`Ring::try_reap`].
-    pub fn wait_until(&mut self, at_ns: u64) -> Result<(), Error> {
+    fn wait_until(&mut self, at_ns: u64) -> Result<(), Error> {
         let now = now_ns();
         if at_ns <= now || !self.ring.completion().is_empty() {
             return Ok(());
@@ -183,24 +285,168 @@ impl Ring {
         match self.ring.submitter().submit_with_args(1, &args) {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR)) => Ok(()),
-            Err(e) => Err(Error::new(ErrorKind::Io, format!("io_uring_enter: {e}"))),
+            Err(e) => Err(enter_error(e)),
         }
+    }
+
+    /// Waits for the queued request as `wait` says. On Ok the completion is reaped.
+    fn wait_for(&mut self, wait: RingWait<'_>) -> Result<Completion, Error> {
+        match wait {
+            RingWait::Block => Ok(Completion { result: self.wait_block()?, fell_back: false, polled: None }),
+            RingWait::Spin { budget_ns } => {
+                let (result, fell_back) = self.wait_spin(budget_ns)?;
+                Ok(Completion { result, fell_back, polled: None })
+            }
+            RingWait::Poll { policy, pending } => {
+                self.submit()?;
+                let mut status = RingStatus { ring: self, res: None };
+                let waited = policy.wait(&pending, &mut status)?;
+                let result = match status.res {
+                    Some(res) => res,
+                    // The policy returned without seeing it: the buffer is the kernel's
+                    // until the completion is reaped.
+                    None => self.wait_block()?,
+                };
+                Ok(Completion { result, fell_back: false, polled: Some(waited) })
+            }
+        }
+    }
+
+    /// Queues one request and waits for it as `wait` says; the completion is reaped before
+    /// this returns on every path (Ok, Err, or a panic unwinding through it), so nothing
+    /// the entry points to is used by the kernel afterwards.
+    ///
+    /// # Safety
+    /// Any buffer the entry points to must be valid for the whole call (for reads, valid
+    /// for writes by the kernel) and not accessed by anyone else meanwhile.
+    pub unsafe fn submit_and_wait(&mut self, entry: &squeue::Entry, wait: RingWait<'_>) -> Result<Completion, Error> {
+        // SAFETY: the caller keeps the buffers valid for this call, and the call does not
+        // return or unwind before the completion is reaped (the reaper below).
+        unsafe { self.push(entry)? };
+        let reaper = Reaper(self);
+        let done = reaper.0.wait_for(wait);
+        // Normally nothing is left and this does nothing; after an error it cancels and
+        // reaps. A panic inside wait_for drops the reaper while unwinding, to the same end.
+        drop(reaper);
+        done
+    }
+
+    /// Reads into `buf` at `offset` of `fd`. The completion's result is the byte count or
+    /// a negated errno, as the kernel gave it.
+    pub fn read_at(&mut self, fd: RawFd, buf: &mut [u8], offset: u64, wait: RingWait<'_>) -> Result<Completion, Error> {
+        let len = u32::try_from(buf.len())
+            .map_err(|_| Error::os(ErrorKind::Usage, libc::EINVAL, "one I/O moves at most 4 GiB"))?;
+        let entry = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), len).offset(offset).build();
+        // SAFETY: `buf` is borrowed mutably for the whole call, which reaps before it ends.
+        unsafe { self.submit_and_wait(&entry, wait) }
+    }
+
+    /// Writes `buf` at `offset` of `fd`; the result as for [`Ring::read_at`].
+    pub fn write_at(&mut self, fd: RawFd, buf: &[u8], offset: u64, wait: RingWait<'_>) -> Result<Completion, Error> {
+        let len = u32::try_from(buf.len())
+            .map_err(|_| Error::os(ErrorKind::Usage, libc::EINVAL, "one I/O moves at most 4 GiB"))?;
+        let entry = opcode::Write::new(types::Fd(fd), buf.as_ptr(), len).offset(offset).build();
+        // SAFETY: `buf` is borrowed for the whole call, which reaps before it ends.
+        unsafe { self.submit_and_wait(&entry, wait) }
+    }
+
+    /// Flushes `fd` to stable storage.
+    pub fn fsync(&mut self, fd: RawFd, wait: RingWait<'_>) -> Result<Completion, Error> {
+        let entry = opcode::Fsync::new(types::Fd(fd)).build();
+        // SAFETY: the entry points to no memory.
+        unsafe { self.submit_and_wait(&entry, wait) }
     }
 
     /// Sleeps on a kernel timer until `at_ns` on CLOCK_MONOTONIC. The timer's expiry wakes
     /// the thread the way a device interrupt would.
     pub fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
         let ts = types::Timespec::new().sec(at_ns / 1_000_000_000).nsec((at_ns % 1_000_000_000) as u32);
-        let entry = opcode::Timeout::new(&ts).flags(types::TimeoutFlags::ABS).build().user_data(0x7173);
-        // SAFETY: `ts` lives until wait_block returns, which reaps the timeout's completion.
-        unsafe { self.push(&entry) };
-        let res = self.wait_block()?;
-        if res != -libc::ETIME && res < 0 {
-            return Err(Error::new(
+        let entry = opcode::Timeout::new(&ts).flags(types::TimeoutFlags::ABS).build();
+        // SAFETY: `ts` lives until the end of this function, and submit_and_wait reaps the
+        // timeout's completion before it returns.
+        let done = unsafe { self.submit_and_wait(&entry, RingWait::Block)? };
+        if done.result != -libc::ETIME && done.result < 0 {
+            return Err(Error::os(
                 ErrorKind::Io,
-                format!("timeout failed: {}", std::io::Error::from_raw_os_error(-res)),
+                -done.result,
+                format!("timeout failed: {}", std::io::Error::from_raw_os_error(-done.result)),
             ));
         }
         Ok(())
+    }
+
+    /// Cancels what is in flight and waits until every queued entry's completion is
+    /// reaped. Never fails: EINTR is retried, other errors of `io_uring_enter` are retried
+    /// a millisecond apart, and after `DRAIN_FAILURES_MAX` of them the process aborts
+    /// rather than let a buffer go that the kernel may still write (see the module header).
+    pub fn cancel_and_drain(&mut self) {
+        while self.in_flight > 0 && self.pop_any().is_some() {}
+        if self.in_flight == 0 {
+            return;
+        }
+        let cancel = opcode::AsyncCancel::new(REQUEST_TAG).build().user_data(CANCEL_TAG);
+        // SAFETY: a cancel points to no memory. Without room (impossible with one request
+        // on an 8-entry queue) we still wait for the request to end on its own.
+        if unsafe { self.ring.submission().push(&cancel) }.is_ok() {
+            self.in_flight += 1;
+        }
+        let mut failures = 0u32;
+        while self.in_flight > 0 {
+            if self.pop_any().is_some() {
+                continue;
+            }
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => failures = 0,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => {
+                    failures += 1;
+                    if failures >= DRAIN_FAILURES_MAX {
+                        eprintln!(
+                            "smartcon: cannot reap an io_uring request whose buffer the kernel may still use ({e}); aborting"
+                        );
+                        std::process::abort();
+                    }
+                    // A syscall's return also runs pending task work, which may post it.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // Closing the ring's fd does not wait for its requests; reap them here.
+        self.cancel_and_drain();
+    }
+}
+
+/// An io_uring request in flight: a poll is a look at the completion queue.
+struct RingStatus<'a> {
+    ring: &'a mut Ring,
+    res: Option<i32>,
+}
+
+impl Status for RingStatus<'_> {
+    fn now_ns(&self) -> u64 {
+        now_ns()
+    }
+
+    fn poll(&mut self) -> Result<bool, Error> {
+        if self.res.is_none() {
+            self.res = self.ring.try_reap()?;
+        }
+        Ok(self.res.is_some())
+    }
+
+    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        if self.res.is_none() {
+            self.ring.wait_until(at_ns)?;
+        }
+        Ok(())
+    }
+
+    fn spin_until(&mut self, at_ns: u64) {
+        spin_until_ns(at_ns);
     }
 }

@@ -121,6 +121,35 @@ impl ThreadStats {
         self.spin_fallbacks += fell_back as u64;
     }
 
+    /// Adds another thread's (or port's) counts to these: the threads of one process.
+    pub fn merge(&mut self, other: &ThreadStats) {
+        // Both histograms have the bounds of new_histogram, so adding cannot fail.
+        let _ = self.hist.add(&other.hist);
+        self.ios += other.ios;
+        self.bytes += other.bytes;
+        for (a, b) in self.by_strategy.iter_mut().zip(other.by_strategy) {
+            *a += b;
+        }
+        for (a, b) in self.by_reason.iter_mut().zip(other.by_reason) {
+            *a += b;
+        }
+        self.spin_fallbacks += other.spin_fallbacks;
+        self.fsyncs += other.fsyncs;
+        self.polled_ios += other.polled_ios;
+        self.polls += other.polls;
+        self.sleeps += other.sleeps;
+        if let Some(h) = &other.pred_err {
+            let _ = self.pred_err.get_or_insert_with(new_histogram).add(h);
+        }
+        self.overshoot_ns = self.overshoot_ns.or(other.overshoot_ns);
+        self.start_ns = if self.ios == other.ios { other.start_ns } else { self.start_ns.min(other.start_ns) };
+        self.end_ns = self.end_ns.max(other.end_ns);
+        self.usage.user_ns += other.usage.user_ns;
+        self.usage.sys_ns += other.usage.sys_ns;
+        self.usage.voluntary += other.usage.voluntary;
+        self.usage.involuntary += other.usage.involuntary;
+    }
+
     /// What a polling wait did; `done_ns` is the device's completion instant.
     pub fn record_polled(&mut self, waited: &Waited, done_ns: u64) {
         self.polled_ios += 1;

@@ -7,12 +7,15 @@
 //!
 //! How the wait strategy applies (our interpretation; the paper's kernel decides inside the
 //! block layer, which only data requests reach):
-//! - file data moves through one io_uring per thread, one request at a time, in chunks of
-//!   the read/write block size, and each chunk is waited for as the strategy says (`block`
-//!   sleeps in `io_uring_enter`, `spin` polls the completion queue with the spin budget,
-//!   `sync` is a plain pread/pwrite, `smart` runs the Decision Module per chunk against the
-//!   device's in-flight counters and the System Monitor, exactly as a job does). Any other
-//!   strategy (one this file does not know yet) waits as `block`;
+//! - file data moves through one [`SmartTargetPort`] (one io_uring), one request at a time,
+//!   in chunks of the read/write block size, and each chunk is waited for as the strategy
+//!   says, by the same glue a job uses: `block` sleeps in `io_uring_enter`, `spin` polls
+//!   the completion queue with the spin budget, `sync` is a plain pread/pwrite, `hybrid`,
+//!   `poll` and `half-mean` poll at their policy's instants (with `poll`'s parameters;
+//!   a run shorter than hybrid's sampling phase stays in it, polling at the fixed
+//!   interval), `smart` and `smart-hybrid` run the Decision Module per chunk against the
+//!   device's in-flight counters and the System Monitor. The record carries the name of
+//!   the strategy that ran and counts each chunk under the wait it got;
 //! - creating, opening, closing and deleting files are metadata system calls, always
 //!   synchronous: no strategy applies to them, and their time counts in the transaction;
 //! - files are opened with O_DIRECT so reads and appends reach the device (the point of the
@@ -39,19 +42,20 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use io_uring::{opcode, types};
+use std::sync::Arc;
+
 use serde::Serialize;
 use smartcon_devemu::Op;
 
 use smartcon_engine::clock::{now_ns, tighten_timer_slack};
-use smartcon_engine::decision::{decide, Request, Strategy, SystemState};
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::{JobSpec, Pattern, StrategyChoice, SPIN_BUDGET_NS_DEFAULT};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::Profile;
-use smartcon_engine::ring::Ring;
+use smartcon_engine::smartport::{SmartPortOptions, SmartTargetPort};
 use smartcon_engine::stats::{JobResult, ThreadStats};
-use smartcon_engine::target::{AlignedBuf, Target};
+use smartcon_engine::target::{check_whole, AlignedBuf, Target};
+use smartcon_engine::wait::PollParams;
 
 /// Limits: beyond these the input is a mistake, not a workload.
 pub const FILES_MAX: u32 = 100_000;
@@ -79,6 +83,8 @@ pub struct PostmarkSpec {
     pub strategy: StrategyChoice,
     pub seed: u64,
     pub spin_budget_ns: u64,
+    /// The polling strategies' parameters (`hybrid`, `poll`, `half-mean`, `smart-hybrid`).
+    pub poll: PollParams,
 }
 
 impl Default for PostmarkSpec {
@@ -95,6 +101,7 @@ impl Default for PostmarkSpec {
             strategy: StrategyChoice::Smart,
             seed: 1,
             spin_budget_ns: SPIN_BUDGET_NS_DEFAULT,
+            poll: PollParams::DEFAULT,
         }
     }
 }
@@ -124,6 +131,14 @@ impl PostmarkSpec {
         }
         if self.read_bias_pct > 100 || self.create_bias_pct > 100 {
             return usage("postmark biases are percentages (0..=100)".into());
+        }
+        if self.spin_budget_ns == 0 || self.spin_budget_ns > smartcon_engine::smartport::SPIN_BUDGET_NS_MAX {
+            return usage("spin budget must be more than 0 and at most 10 s".into());
+        }
+        if self.strategy.polls() {
+            // Ranges only: a cell shorter than hybrid's sampling phase polls at the
+            // sampling interval throughout, which is how hybrid starts (module header).
+            self.poll.validate(smartcon_engine::job::DURATION_NS_MAX)?;
         }
         Ok(())
     }
@@ -206,16 +221,16 @@ fn open_fd(path: &Path, flags: libc::c_int) -> Result<Fd, Error> {
     open_raw(path, flags).map_err(|e| Error::io(ErrorKind::Io, path, e))
 }
 
-/// The per-thread state of a run: ring, buffer, stats and the pool.
+/// The per-thread state of a run: port, buffer and the pool.
 struct Runner<'a> {
     spec: &'a PostmarkSpec,
     target: &'a dyn Target,
-    thresholds: smartcon_engine::decision::Thresholds,
+    profile: &'a Profile,
     monitor: &'a SystemMonitor,
     dir: PathBuf,
-    ring: Ring,
+    /// Opened on the first file (a port needs a descriptor), then moved from file to file.
+    port: Option<SmartTargetPort<'a>>,
     buf: AlignedBuf,
-    stats: ThreadStats,
     rng: Rng,
     direct: bool,
     /// Pool: (file number, size in bytes). Bounded by FILES_MAX plus creations.
@@ -252,83 +267,49 @@ impl Runner<'_> {
         (lo + self.rng.below(hi - lo + 1)) * b
     }
 
-    /// One data I/O of one block, waited for as the strategy says; recorded when `timed`.
-    fn io(&mut self, fd: &Fd, op: Op, offset: u64, timed: bool) -> Result<(), Error> {
-        let len = self.spec.block_bytes as usize;
-        let t0 = now_ns();
-        let target = self.target;
-        let inflight = target.inflight();
-        let ahead = inflight.enter(len as u64);
-        let (strategy, reason) = match self.spec.strategy {
-            StrategyChoice::Fixed(s) => (s, None),
-            // smart (and any smart variant): the Decision Module per chunk.
-            _ => {
-                let system = SystemState { cpu_utilization_pct: self.monitor.cpu_utilization_pct() };
-                let d = decide(Request { bytes: len as u64 }, ahead, system, &self.thresholds);
-                (d.strategy, Some(d.reason))
+    /// Moves the port to `fd` (opens it on the first file).
+    fn port_on(&mut self, fd: &Fd) -> Result<(), Error> {
+        match &mut self.port {
+            Some(port) => port.set_fd(fd.0)?,
+            None => {
+                let options = SmartPortOptions {
+                    strategy: self.spec.strategy,
+                    spin_budget_ns: self.spec.spin_budget_ns,
+                    poll: self.spec.poll,
+                    profile: Some(self.profile.clone()),
+                    monitor: Some(Arc::new(self.monitor.clone())),
+                    inflight: None,
+                };
+                self.port = Some(SmartTargetPort::open_on(fd.0, self.target.inflight(), options)?);
             }
-        };
-        let outcome = self.wait(fd, op, offset, strategy);
-        inflight.leave(len as u64);
-        let fell_back = outcome?;
-        if timed {
-            self.stats.record(now_ns() - t0, len as u64, strategy, reason, fell_back);
         }
         Ok(())
     }
 
-    fn wait(&mut self, fd: &Fd, op: Op, offset: u64, strategy: Strategy) -> Result<bool, Error> {
+    /// One data I/O of one block, decided and waited for by the port (which counts it).
+    fn io(&mut self, fd: &Fd, op: Op, offset: u64) -> Result<(), Error> {
         let len = self.spec.block_bytes as usize;
-        let buf = self.buf.as_mut_slice();
-        let mut fell_back = false;
-        let res: i64 = if strategy == Strategy::Sync {
-            // SAFETY: buf is valid for len bytes for the duration of the call.
-            let r = unsafe {
-                match op {
-                    Op::Read => libc::pread(fd.0, buf.as_mut_ptr() as *mut libc::c_void, len, offset as libc::off_t),
-                    Op::Write => libc::pwrite(fd.0, buf.as_ptr() as *const libc::c_void, len, offset as libc::off_t),
-                }
-            };
-            if r < 0 {
-                -(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as i64)
-            } else {
-                r as i64
-            }
-        } else {
-            let entry = match op {
-                Op::Read => opcode::Read::new(types::Fd(fd.0), buf.as_mut_ptr(), len as u32).offset(offset).build(),
-                Op::Write => opcode::Write::new(types::Fd(fd.0), buf.as_ptr(), len as u32).offset(offset).build(),
-            };
-            // SAFETY: `buf` lives in self and is not touched until the completion is reaped
-            // below, before this function returns.
-            unsafe { self.ring.push(&entry.user_data(3)) };
-            if strategy == Strategy::Spin {
-                let (r, f) = self.ring.wait_spin(self.spec.spin_budget_ns)?;
-                fell_back = f;
-                r as i64
-            } else {
-                self.ring.wait_block()? as i64
-            }
+        self.port_on(fd)?;
+        let Runner { port: Some(port), buf, .. } = self else {
+            return Err(Error::new(ErrorKind::Internal, "postmark: the port did not open"));
         };
-        if res < 0 {
-            let e = std::io::Error::from_raw_os_error(-res as i32);
-            return Err(Error::new(ErrorKind::Io, format!("postmark {} at offset {offset}: {e}", op.name())));
-        }
-        if res as usize != len {
-            return Err(Error::new(ErrorKind::Io, format!("postmark: short {} ({res} of {len} bytes)", op.name())));
-        }
-        Ok(fell_back)
+        let moved = match op {
+            Op::Read => port.read_at(&mut buf.as_mut_slice()[..len], offset),
+            Op::Write => port.write_at(&buf.as_slice()[..len], offset),
+        };
+        let moved = moved.map_err(|e| Error { message: format!("postmark: {}", e.message), ..e })?;
+        check_whole(moved, len, op, offset)
     }
 
     /// Creates a file of a random size, written block by block.
-    fn create(&mut self, timed: bool) -> Result<(), Error> {
+    fn create(&mut self) -> Result<(), Error> {
         let n = self.next_file;
         self.next_file += 1;
         let size = self.random_size();
         let fd = self.open(n, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL)?;
         let mut off = 0;
         while off < size {
-            self.io(&fd, Op::Write, off, timed)?;
+            self.io(&fd, Op::Write, off)?;
             off += self.spec.block_bytes;
         }
         self.pool.push((n, size));
@@ -350,7 +331,7 @@ impl Runner<'_> {
         let fd = self.open(n, libc::O_RDONLY)?;
         let mut off = 0;
         while off < size {
-            self.io(&fd, Op::Read, off, true)?;
+            self.io(&fd, Op::Read, off)?;
             off += self.spec.block_bytes;
         }
         Ok(())
@@ -361,7 +342,7 @@ impl Runner<'_> {
         let fd = self.open(n, libc::O_WRONLY)?;
         let mut off = size;
         while off < size + bytes {
-            self.io(&fd, Op::Write, off, true)?;
+            self.io(&fd, Op::Write, off)?;
             off += self.spec.block_bytes;
         }
         self.pool[i].1 = size + bytes;
@@ -390,12 +371,11 @@ pub fn run(
     let mut r = Runner {
         spec,
         target,
-        thresholds: profile.thresholds(),
+        profile,
         monitor,
         dir: scratch.0.clone(),
-        ring: Ring::new()?,
+        port: None,
         buf: AlignedBuf::new(spec.block_bytes as usize),
-        stats: ThreadStats::new(),
         rng: Rng::new(spec.seed),
         direct: true,
         pool: Vec::with_capacity(spec.files as usize),
@@ -407,7 +387,7 @@ pub fn run(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        r.create(false)?;
+        r.create()?;
     }
     let files_start = r.pool.len() as u32;
     let mut counts = PostmarkCounts {
@@ -422,12 +402,19 @@ pub fn run(
         direct: true,
     };
     let growth_max = spec.size_bytes_max * GROWTH_FACTOR_MAX;
-    r.stats.begin();
-    let end_ns = r.stats.start_ns + spec.duration_ns;
+    // The measurement starts now: the pool's I/O is not counted (Postmark times it apart).
+    let start_ns = match &mut r.port {
+        Some(port) => {
+            port.reset_counters();
+            port.counters().start_ns
+        }
+        None => now_ns(),
+    };
+    let end_ns = start_ns + spec.duration_ns;
     while counts.transactions < spec.transactions_max && !stop.load(Ordering::Relaxed) {
         // Create or delete.
         if r.rng.percent(spec.create_bias_pct) || r.pool.is_empty() {
-            r.create(true)?;
+            r.create()?;
             counts.creates += 1;
         } else {
             r.delete()?;
@@ -451,16 +438,26 @@ pub fn run(
             break;
         }
     }
-    r.stats.end();
+    let stats = match &mut r.port {
+        Some(port) => port.finish(),
+        None => {
+            // No file was ever opened (stopped before the first): an empty record.
+            let mut s = ThreadStats::new();
+            s.begin();
+            s.end();
+            s
+        }
+    };
     counts.files_end = r.pool.len() as u32;
     counts.direct = r.direct;
-    let wall_ns = r.stats.end_ns.saturating_sub(r.stats.start_ns).max(1);
+    let wall_ns = stats.end_ns.saturating_sub(stats.start_ns).max(1);
     counts.tps = counts.transactions as f64 * 1e9 / wall_ns as f64;
     let mut js = JobSpec::new(Op::Read, Pattern::Rand, spec.block_bytes, spec.strategy);
     js.duration_ns = spec.duration_ns;
     js.seed = spec.seed;
-    let mut job =
-        JobResult::from_threads(target, &js, profile, std::slice::from_ref(&r.stats), stop.load(Ordering::Relaxed));
+    js.spin_budget_ns = spec.spin_budget_ns;
+    js.poll = spec.poll;
+    let mut job = JobResult::from_threads(target, &js, profile, std::slice::from_ref(&stats), stop.load(Ordering::Relaxed));
     job.op = "mixed";
     job.pattern = "postmark";
     job.model_service_ns = None;

@@ -30,13 +30,12 @@ use std::sync::Mutex;
 
 use smartcon_devemu::{units::format_size, ChannelSet, EmuSpec, Op, RamStore};
 
-use super::{InFlight, Port, Target, WaitOutcome};
+use super::{InFlight, IoBuf, Port, PortWait, Target, WaitOutcome};
 use crate::clock::{now_ns, sleep_until_ns, spin_until_ns};
-use crate::decision::{DeviceState, Strategy};
 use crate::error::{Error, ErrorKind};
 use crate::profile::{self, rules, Profile, PROFILE_VERSION};
 use crate::ring::Ring;
-use crate::wait::{Pending, Status, WaitPolicy};
+use crate::wait::{Pending, Status};
 
 /// The latency a sleeping waiter adds, assumed when computing built-in thresholds from a
 /// model: `block` minus `spin` p50 on `emu:optane` 4 KiB reads measured 18 us on the 2-core
@@ -87,15 +86,20 @@ impl EmuTarget {
 
 impl EmuTarget {
     /// Submits a request: places it on the model and moves its data (the CPU plays the
-    /// device's DMA engine). Returns the request in service.
-    fn submit(&self, op: Op, buf: &mut [u8], offset: u64) -> EmuStatus<'_> {
+    /// device's DMA engine). Returns the request in service and the bytes moved: a request
+    /// that runs past the end is cut there (a short transfer), one that starts past it
+    /// moves nothing, as a file's would.
+    fn submit(&self, buf: IoBuf<'_>, offset: u64) -> (EmuStatus<'_>, usize) {
         let arrival = now_ns();
-        let (channel, done_ns) = self.schedule(op, buf.len() as u64, arrival);
-        match op {
-            Op::Read => self.store.read(offset, buf),
-            Op::Write => self.store.write(offset, buf),
+        let bytes = self.spec.capacity_bytes.saturating_sub(offset).min(buf.len() as u64) as usize;
+        let (channel, done_ns) = self.schedule(buf.op(), bytes as u64, arrival);
+        if bytes > 0 {
+            match buf {
+                IoBuf::Read(b) => self.store.read(offset, &mut b[..bytes]),
+                IoBuf::Write(b) => self.store.write(offset, &b[..bytes]),
+            }
         }
-        EmuStatus { target: self, channel, done_ns, last_poll_ns: arrival }
+        (EmuStatus { target: self, channel, done_ns, last_poll_ns: arrival }, bytes)
     }
 }
 
@@ -164,7 +168,7 @@ impl Target for EmuTarget {
         512
     }
 
-    fn open_port(&self) -> Result<Box<dyn Port + '_>, Error> {
+    fn open_port(&self) -> Result<Box<dyn Port + Send + '_>, Error> {
         Ok(Box::new(EmuPort { target: self, ring: Ring::new()? }))
     }
 
@@ -210,22 +214,16 @@ impl Target for EmuTarget {
 }
 
 impl Port for EmuPort<'_> {
-    fn io(
-        &mut self,
-        op: Op,
-        buf: &mut [u8],
-        offset: u64,
-        strategy: Strategy,
-        spin_budget_ns: u64,
-    ) -> Result<WaitOutcome, Error> {
-        let mut status = self.target.submit(op, buf, offset);
+    fn transfer(&mut self, buf: IoBuf<'_>, offset: u64, wait: PortWait<'_>) -> Result<WaitOutcome, Error> {
+        let op = buf.op();
+        let (mut status, bytes) = self.target.submit(buf, offset);
         let arrival = status.last_poll_ns;
-        let mut outcome = WaitOutcome::default();
-        match strategy {
-            Strategy::Block => self.ring.sleep_until(status.done_ns)?,
-            Strategy::Spin => {
+        let mut outcome = WaitOutcome { bytes, ..Default::default() };
+        match wait {
+            PortWait::Block => self.ring.sleep_until(status.done_ns)?,
+            PortWait::Spin { budget_ns } => {
                 while !status.poll()? {
-                    if now_ns() - arrival >= spin_budget_ns {
+                    if now_ns() - arrival >= budget_ns {
                         self.ring.sleep_until(status.done_ns)?;
                         outcome.fell_back = true;
                         break;
@@ -233,29 +231,13 @@ impl Port for EmuPort<'_> {
                     std::hint::spin_loop();
                 }
             }
-            Strategy::Sync => spin_until_ns(status.done_ns),
-            s => {
-                return Err(Error::new(
-                    ErrorKind::Usage,
-                    format!("{} needs a wait policy (Port::io_polled)", s.name()),
-                ));
+            PortWait::Sync => spin_until_ns(status.done_ns),
+            PortWait::Poll { policy, ahead } => {
+                let req = Pending { op, bytes: bytes as u64, ahead, submit_ns: arrival };
+                outcome.polled = Some(policy.wait(&req, &mut status)?);
             }
         }
         outcome.done_ns = status.done_ns;
         Ok(outcome)
-    }
-
-    fn io_polled(
-        &mut self,
-        op: Op,
-        buf: &mut [u8],
-        offset: u64,
-        ahead: DeviceState,
-        policy: &mut dyn WaitPolicy,
-    ) -> Result<WaitOutcome, Error> {
-        let mut status = self.target.submit(op, buf, offset);
-        let req = Pending { op, bytes: buf.len() as u64, ahead, submit_ns: status.last_poll_ns };
-        let waited = policy.wait(&req, &mut status)?;
-        Ok(WaitOutcome { fell_back: false, polled: Some(waited), done_ns: status.done_ns })
     }
 }

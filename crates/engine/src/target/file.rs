@@ -7,18 +7,17 @@
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use io_uring::{opcode, types};
-use smartcon_devemu::{units::format_size, Op};
+use smartcon_devemu::units::format_size;
 
-use super::{AlignedBuf, InFlight, Port, Target, WaitOutcome};
-use crate::clock::{now_ns, spin_until_ns};
-use crate::decision::{DeviceState, Strategy};
+use super::{io_error, AlignedBuf, InFlight, IoBuf, Port, PortWait, Target, WaitOutcome};
+use crate::clock::now_ns;
+use crate::decision::Strategy;
 use crate::error::{Error, ErrorKind};
-use crate::ring::Ring;
-use crate::wait::{Pending, Status, WaitPolicy};
+use crate::ring::{Ring, RingWait};
+use crate::wait::Pending;
 
 pub struct FileTarget {
     path: PathBuf,
@@ -29,6 +28,8 @@ pub struct FileTarget {
     device_id: String,
     warnings: Vec<String>,
     inflight: InFlight,
+    /// Opened with O_DIRECT (false where the file system refused it).
+    direct: bool,
     /// Removed on drop (temporary files smartcon created).
     remove_on_drop: bool,
 }
@@ -61,6 +62,64 @@ fn open_fd(path: &Path, flags: libc::c_int) -> std::io::Result<libc::c_int> {
     } else {
         Ok(fd)
     }
+}
+
+/// What an open descriptor is on: the device (as profiles name it), its logical block
+/// size and the capacity, found the same way for a target smartcon opens and for a
+/// descriptor an application hands to a SmartPort.
+pub(crate) struct FdInfo {
+    pub device_id: String,
+    pub block_bytes: u64,
+    pub capacity_bytes: u64,
+    pub is_block: bool,
+    /// The descriptor's status flags say O_DIRECT.
+    pub direct: bool,
+}
+
+/// Describes `fd`: a regular file (the device of its file system) or a block device.
+pub(crate) fn describe_fd(fd: libc::c_int) -> Result<FdInfo, Error> {
+    // SAFETY: an all-zero stat is valid; fstat fills it or fails, which is checked.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out pointer; a bad fd makes fstat fail with EBADF.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::os(ErrorKind::Target, e.raw_os_error().unwrap_or(libc::EBADF), format!("fd {fd}: {e}")));
+    }
+    // SAFETY: F_GETFL takes no argument; the result is checked.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::os(ErrorKind::Target, e.raw_os_error().unwrap_or(libc::EBADF), format!("fd {fd}: {e}")));
+    }
+    let kind = st.st_mode & libc::S_IFMT;
+    let is_block = kind == libc::S_IFBLK;
+    if !is_block && kind != libc::S_IFREG {
+        return Err(Error::os(
+            ErrorKind::Target,
+            libc::ESPIPE,
+            format!("fd {fd} is neither a regular file nor a block device (a pipe, socket or directory)"),
+        ));
+    }
+    let (capacity_bytes, block_bytes, dev) = if is_block {
+        let mut size: u64 = 0;
+        let mut ssz: libc::c_int = 0;
+        // SAFETY: BLKGETSIZE64 writes a u64 and BLKSSZGET an int into valid locals.
+        let ok = unsafe {
+            libc::ioctl(fd, 0x8008_1272 /* BLKGETSIZE64 */, &mut size) == 0
+                && libc::ioctl(fd, 0x1268 /* BLKSSZGET */, &mut ssz) == 0
+        };
+        if !ok {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::os(ErrorKind::Target, e.raw_os_error().unwrap_or(libc::EIO), format!("fd {fd}: {e}")));
+        }
+        (size, ssz.max(512) as u64, st.st_rdev)
+    } else {
+        let (ma, mi) = dev_major_minor(st.st_dev);
+        (st.st_size as u64, sysfs_logical_block(ma, mi).unwrap_or(512), st.st_dev)
+    };
+    let (ma, mi) = dev_major_minor(dev);
+    let device_id = format!("blk:{}", sysfs_block_name(ma, mi).unwrap_or_else(|| format!("{ma}-{mi}")));
+    Ok(FdInfo { device_id, block_bytes, capacity_bytes, is_block, direct: flags & libc::O_DIRECT != 0 })
 }
 
 impl FileTarget {
@@ -100,36 +159,22 @@ impl FileTarget {
             }
             Err(e) => return Err(Error::io(ErrorKind::Target, path, e)),
         };
-        let (capacity_bytes, block_bytes, dev) = if is_block {
-            let mut size: u64 = 0;
-            let mut ssz: libc::c_int = 0;
-            // SAFETY: BLKGETSIZE64 writes a u64 and BLKSSZGET an int into valid locals.
-            let ok = unsafe {
-                libc::ioctl(fd, 0x8008_1272 /* BLKGETSIZE64 */, &mut size) == 0
-                    && libc::ioctl(fd, 0x1268 /* BLKSSZGET */, &mut ssz) == 0
-            };
-            if !ok {
-                let e = std::io::Error::last_os_error();
-                // SAFETY: fd is ours.
-                unsafe { libc::close(fd) };
-                return Err(Error::io(ErrorKind::Target, path, e));
-            }
-            (size, ssz.max(512) as u64, meta.rdev())
-        } else {
-            let (ma, mi) = dev_major_minor(meta.dev());
-            (meta.len(), sysfs_logical_block(ma, mi).unwrap_or(512), meta.dev())
-        };
-        let (ma, mi) = dev_major_minor(dev);
-        let device_id = format!("blk:{}", sysfs_block_name(ma, mi).unwrap_or_else(|| format!("{ma}-{mi}")));
+        let info = describe_fd(fd).map_err(|e| {
+            // SAFETY: fd is ours and not used after this.
+            unsafe { libc::close(fd) };
+            Error { message: format!("{}: {}", path.display(), e.message), ..e }
+        })?;
+        let direct = info.direct;
         Ok(FileTarget {
             path: path.to_path_buf(),
             label: path.display().to_string(),
             fd,
-            capacity_bytes,
-            block_bytes,
-            device_id,
+            capacity_bytes: info.capacity_bytes,
+            block_bytes: info.block_bytes,
+            device_id: info.device_id,
             warnings,
             inflight: InFlight::default(),
+            direct,
             remove_on_drop: false,
         })
     }
@@ -221,8 +266,12 @@ impl Target for FileTarget {
         self.block_bytes
     }
 
-    fn open_port(&self) -> Result<Box<dyn Port + '_>, Error> {
-        Ok(Box::new(FilePort { fd: self.fd, ring: Ring::new()? }))
+    fn open_port(&self) -> Result<Box<dyn Port + Send + '_>, Error> {
+        Ok(Box::new(FilePort::new(self.fd)?))
+    }
+
+    fn direct(&self) -> bool {
+        self.direct
     }
 
     fn inflight(&self) -> &InFlight {
@@ -250,163 +299,82 @@ impl Target for FileTarget {
     }
 }
 
-struct FilePort {
+/// A port on a descriptor: the target's, or one an application owns (a SmartPort). It
+/// never closes the descriptor.
+pub(crate) struct FilePort {
     fd: libc::c_int,
     ring: Ring,
 }
 
-fn check_result(res: isize, want: usize, op: Op, offset: u64) -> Result<(), Error> {
+impl FilePort {
+    pub(crate) fn new(fd: libc::c_int) -> Result<FilePort, Error> {
+        Ok(FilePort { fd, ring: Ring::new()? })
+    }
+
+    /// Points the port at another descriptor (the ring and nothing else stays).
+    pub(crate) fn set_fd(&mut self, fd: libc::c_int) {
+        self.fd = fd;
+    }
+}
+
+/// A plain positional syscall: the result, or the errno it set.
+fn sync_transfer(fd: libc::c_int, buf: IoBuf<'_>, offset: u64) -> Result<usize, i32> {
+    let Ok(off) = libc::off_t::try_from(offset) else { return Err(libc::EINVAL) };
+    // SAFETY: the buffer is valid for its length for the duration of the call.
+    let res = unsafe {
+        match buf {
+            IoBuf::Read(b) => libc::pread(fd, b.as_mut_ptr() as *mut libc::c_void, b.len(), off),
+            IoBuf::Write(b) => libc::pwrite(fd, b.as_ptr() as *const libc::c_void, b.len(), off),
+        }
+    };
     if res < 0 {
-        let e = std::io::Error::from_raw_os_error(-res as i32);
-        return Err(Error::new(ErrorKind::Io, format!("{} at offset {offset}: {e}", op.name())));
-    }
-    if res as usize != want {
-        return Err(Error::new(
-            ErrorKind::Io,
-            format!("short {} at offset {offset}: {res} of {want} bytes", op.name()),
-        ));
-    }
-    Ok(())
-}
-
-/// An io_uring request in flight: a poll is a look at the completion queue.
-struct RingStatus<'a> {
-    ring: &'a mut Ring,
-    res: Option<i32>,
-}
-
-impl Status for RingStatus<'_> {
-    fn now_ns(&self) -> u64 {
-        now_ns()
-    }
-
-    fn poll(&mut self) -> Result<bool, Error> {
-        if self.res.is_none() {
-            self.res = self.ring.try_reap()?;
-        }
-        Ok(self.res.is_some())
-    }
-
-    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
-        if self.res.is_none() {
-            self.ring.wait_until(at_ns)?;
-        }
-        Ok(())
-    }
-
-    fn spin_until(&mut self, at_ns: u64) {
-        spin_until_ns(at_ns);
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+    } else {
+        Ok(res as usize)
     }
 }
 
 impl Port for FilePort {
-    fn io(
-        &mut self,
-        op: Op,
-        buf: &mut [u8],
-        offset: u64,
-        strategy: Strategy,
-        spin_budget_ns: u64,
-    ) -> Result<WaitOutcome, Error> {
-        let len = buf.len();
-        if strategy == Strategy::Sync {
-            // SAFETY: buf is valid for len bytes for the duration of the call.
-            let res = unsafe {
-                match op {
-                    Op::Read => libc::pread(self.fd, buf.as_mut_ptr() as *mut libc::c_void, len, offset as libc::off_t),
-                    Op::Write => libc::pwrite(self.fd, buf.as_ptr() as *const libc::c_void, len, offset as libc::off_t),
-                }
-            };
-            let res = if res < 0 {
-                -(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as isize)
-            } else {
-                res
-            };
-            check_result(res, len, op, offset)?;
-            return Ok(WaitOutcome::default());
-        }
-        let fd = types::Fd(self.fd);
-        let entry = match op {
-            Op::Read => opcode::Read::new(fd, buf.as_mut_ptr(), len as u32).offset(offset).build(),
-            Op::Write => opcode::Write::new(fd, buf.as_ptr(), len as u32).offset(offset).build(),
-        };
-        // SAFETY: `buf` outlives this call, and the call reaps the completion before return.
-        unsafe { self.ring.push(&entry.user_data(1)) };
-        let (res, fell_back) = match strategy {
-            Strategy::Block => (self.ring.wait_block()?, false),
-            Strategy::Spin => self.ring.wait_spin(spin_budget_ns)?,
-            _ => {
-                // Not reachable through the job (polling strategies go to io_polled), but a
-                // request is in flight: reap it before the buffer goes away.
-                self.ring.wait_block()?;
-                return Err(Error::new(
-                    ErrorKind::Usage,
-                    format!("{} needs a wait policy (Port::io_polled)", strategy.name()),
-                ));
+    fn transfer(&mut self, buf: IoBuf<'_>, offset: u64, wait: PortWait<'_>) -> Result<WaitOutcome, Error> {
+        let op = buf.op();
+        let ring_wait = match wait {
+            PortWait::Sync => {
+                let bytes = sync_transfer(self.fd, buf, offset).map_err(|errno| io_error(errno, op, offset))?;
+                return Ok(WaitOutcome { bytes, ..Default::default() });
+            }
+            PortWait::Block => RingWait::Block,
+            PortWait::Spin { budget_ns } => RingWait::Spin { budget_ns },
+            PortWait::Poll { policy, ahead } => {
+                let pending = Pending { op, bytes: buf.len() as u64, ahead, submit_ns: now_ns() };
+                RingWait::Poll { policy, pending }
             }
         };
-        check_result(res as isize, len, op, offset)?;
-        Ok(WaitOutcome { fell_back, ..Default::default() })
-    }
-
-    fn io_polled(
-        &mut self,
-        op: Op,
-        buf: &mut [u8],
-        offset: u64,
-        ahead: DeviceState,
-        policy: &mut dyn WaitPolicy,
-    ) -> Result<WaitOutcome, Error> {
-        let len = buf.len();
-        let fd = types::Fd(self.fd);
-        let entry = match op {
-            Op::Read => opcode::Read::new(fd, buf.as_mut_ptr(), len as u32).offset(offset).build(),
-            Op::Write => opcode::Write::new(fd, buf.as_ptr(), len as u32).offset(offset).build(),
+        let done = match buf {
+            IoBuf::Read(b) => self.ring.read_at(self.fd, b, offset, ring_wait)?,
+            IoBuf::Write(b) => self.ring.write_at(self.fd, b, offset, ring_wait)?,
         };
-        let submit_ns = now_ns();
-        // SAFETY: `buf` outlives this call, which reaps the completion before returning,
-        // also when the policy fails (below).
-        unsafe { self.ring.push(&entry.user_data(1)) };
-        if let Err(e) = self.ring.submit() {
-            let _ = self.ring.wait_block();
-            return Err(e);
-        }
-        let mut status = RingStatus { ring: &mut self.ring, res: None };
-        let req = Pending { op, bytes: len as u64, ahead, submit_ns };
-        let waited = policy.wait(&req, &mut status);
-        let seen = status.res;
-        let (waited, res) = match (waited, seen) {
-            (Ok(w), Some(res)) => (w, res),
-            (w, _) => {
-                // Failed (or returned without seeing it): the buffer is the kernel's until
-                // the completion is reaped.
-                let reaped = self.ring.wait_block();
-                (w?, reaped?)
-            }
-        };
-        check_result(res as isize, len, op, offset)?;
-        Ok(WaitOutcome { fell_back: false, polled: Some(waited), done_ns: waited.seen_ns })
+        let bytes = done.bytes().map_err(|errno| io_error(errno, op, offset))?;
+        let done_ns = done.polled.map_or(0, |w| w.seen_ns);
+        Ok(WaitOutcome { bytes, fell_back: done.fell_back, polled: done.polled, done_ns })
     }
 
     fn fsync(&mut self, strategy: Strategy, spin_budget_ns: u64) -> Result<WaitOutcome, Error> {
-        let fail = |e: std::io::Error| Error::new(ErrorKind::Io, format!("fsync: {e}"));
-        if strategy == Strategy::Sync {
-            // SAFETY: fd is open for the port's lifetime.
-            if unsafe { libc::fsync(self.fd) } != 0 {
-                return Err(fail(std::io::Error::last_os_error()));
-            }
-            return Ok(WaitOutcome::default());
-        }
-        let entry = opcode::Fsync::new(types::Fd(self.fd)).build().user_data(2);
-        // SAFETY: the entry points to no memory; its completion is reaped below.
-        unsafe { self.ring.push(&entry) };
-        let (res, fell_back) = match strategy {
-            Strategy::Spin => self.ring.wait_spin(spin_budget_ns)?,
-            _ => (self.ring.wait_block()?, false),
+        let fail = |errno: i32| {
+            Error::os(ErrorKind::Io, errno, format!("fsync: {}", std::io::Error::from_raw_os_error(errno)))
         };
-        if res < 0 {
-            return Err(fail(std::io::Error::from_raw_os_error(-res)));
-        }
-        Ok(WaitOutcome { fell_back, ..Default::default() })
+        let wait = match strategy {
+            Strategy::Sync => {
+                // SAFETY: fd is open for the port's lifetime.
+                if unsafe { libc::fsync(self.fd) } != 0 {
+                    return Err(fail(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)));
+                }
+                return Ok(WaitOutcome::default());
+            }
+            Strategy::Spin => RingWait::Spin { budget_ns: spin_budget_ns },
+            _ => RingWait::Block,
+        };
+        let done = self.ring.fsync(self.fd, wait)?;
+        done.bytes().map_err(fail)?;
+        Ok(WaitOutcome { fell_back: done.fell_back, ..Default::default() })
     }
 }

@@ -95,9 +95,73 @@ impl InFlight {
     }
 }
 
+/// The buffer of one I/O: where a read puts its data, or what a write sends.
+pub enum IoBuf<'b> {
+    Read(&'b mut [u8]),
+    Write(&'b [u8]),
+}
+
+impl IoBuf<'_> {
+    #[inline]
+    pub fn op(&self) -> Op {
+        match self {
+            IoBuf::Read(_) => Op::Read,
+            IoBuf::Write(_) => Op::Write,
+        }
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        match self {
+            IoBuf::Read(b) => b.len(),
+            IoBuf::Write(b) => b.len(),
+        }
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The buffer's address, for alignment checks.
+    #[inline]
+    pub fn addr(&self) -> usize {
+        match self {
+            IoBuf::Read(b) => b.as_ptr() as usize,
+            IoBuf::Write(b) => b.as_ptr() as usize,
+        }
+    }
+}
+
+/// How a port waits for one I/O: the strategy, made concrete.
+pub enum PortWait<'p> {
+    /// Sleep until the completion wakes the thread.
+    Block,
+    /// Busy-wait up to `budget_ns`, then sleep.
+    Spin { budget_ns: u64 },
+    /// A plain positional syscall; programmed I/O on emulated devices.
+    Sync,
+    /// Poll at the instants the policy chooses.
+    Poll { policy: &'p mut dyn WaitPolicy, ahead: DeviceState },
+}
+
+impl<'p> PortWait<'p> {
+    /// The wait of a strategy that needs no policy; `None` for the polling ones.
+    pub fn simple(strategy: Strategy, spin_budget_ns: u64) -> Option<PortWait<'p>> {
+        match strategy {
+            Strategy::Block => Some(PortWait::Block),
+            Strategy::Spin => Some(PortWait::Spin { budget_ns: spin_budget_ns }),
+            Strategy::Sync => Some(PortWait::Sync),
+            Strategy::Hybrid | Strategy::FixedPoll | Strategy::HalfMean => None,
+        }
+    }
+}
+
 /// What happened while waiting.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WaitOutcome {
+    /// Bytes moved: fewer than asked is a short transfer (end of file), not an error.
+    pub bytes: usize,
     /// The spin budget ran out and the thread went to sleep.
     pub fell_back: bool,
     /// For the polling strategies: what the policy did.
@@ -107,10 +171,17 @@ pub struct WaitOutcome {
     pub done_ns: u64,
 }
 
-/// One thread's handle on a target.
+/// One thread's handle on a target: it moves data and waits as told. Deciding how to
+/// wait, and counting, is [`crate::smartport`]'s job, so it exists once.
 pub trait Port {
-    /// Performs one I/O of `len` bytes at `offset` into or out of `buf`, waiting as
-    /// `strategy` says. Returns when the data is in place (read) or on the device (write).
+    /// Performs one I/O at `offset`, waiting as `wait` says. Returns when the data is in
+    /// place (read) or on the device (write), with the bytes moved (a short count at the
+    /// end of the target is not an error). A failed I/O is an error carrying its errno.
+    fn transfer(&mut self, buf: IoBuf<'_>, offset: u64, wait: PortWait<'_>) -> Result<WaitOutcome, Error>;
+
+    /// One whole I/O of `buf.len()` bytes, waited for by a strategy that needs no policy:
+    /// the form for maintenance I/O (prefill, read-back, background load). A short
+    /// transfer is an error here.
     fn io(
         &mut self,
         op: Op,
@@ -118,23 +189,43 @@ pub trait Port {
         offset: u64,
         strategy: Strategy,
         spin_budget_ns: u64,
-    ) -> Result<WaitOutcome, Error>;
-
-    /// Performs one I/O like [`Port::io`], waiting as the polling `policy` says.
-    fn io_polled(
-        &mut self,
-        op: Op,
-        buf: &mut [u8],
-        offset: u64,
-        ahead: DeviceState,
-        policy: &mut dyn WaitPolicy,
-    ) -> Result<WaitOutcome, Error>;
+    ) -> Result<WaitOutcome, Error> {
+        let wait = PortWait::simple(strategy, spin_budget_ns).ok_or_else(|| {
+            Error::new(ErrorKind::Usage, format!("{} needs a wait policy (a SmartPort)", strategy.name()))
+        })?;
+        let want = buf.len();
+        let io_buf = match op {
+            Op::Read => IoBuf::Read(buf),
+            Op::Write => IoBuf::Write(buf),
+        };
+        let outcome = self.transfer(io_buf, offset, wait)?;
+        check_whole(outcome.bytes, want, op, offset)?;
+        Ok(outcome)
+    }
 
     /// Flushes what was written to stable storage, waiting as `strategy` says. Emulated
     /// devices model no volatile cache, so for them this is free.
     fn fsync(&mut self, _strategy: Strategy, _spin_budget_ns: u64) -> Result<WaitOutcome, Error> {
         Ok(WaitOutcome::default())
     }
+}
+
+/// A transfer that must be whole: fewer bytes is an I/O error (EIO).
+pub fn check_whole(got: usize, want: usize, op: Op, offset: u64) -> Result<(), Error> {
+    if got != want {
+        return Err(Error::os(
+            ErrorKind::Io,
+            libc::EIO,
+            format!("short {} at offset {offset}: {got} of {want} bytes", op.name()),
+        ));
+    }
+    Ok(())
+}
+
+/// The error of a failed I/O, with the errno the kernel gave.
+pub fn io_error(errno: i32, op: Op, offset: u64) -> Error {
+    let e = std::io::Error::from_raw_os_error(errno);
+    Error::os(ErrorKind::Io, errno, format!("{} at offset {offset}: {e}", op.name()))
 }
 
 /// A target shared by the threads of a job.
@@ -146,7 +237,12 @@ pub trait Target: Send + Sync {
     fn capacity_bytes(&self) -> u64;
     /// Sizes and offsets must be multiples of this (the logical block size under O_DIRECT).
     fn block_bytes(&self) -> u64;
-    fn open_port(&self) -> Result<Box<dyn Port + '_>, Error>;
+    fn open_port(&self) -> Result<Box<dyn Port + Send + '_>, Error>;
+    /// Whether I/O bypasses the page cache (O_DIRECT): then buffers, sizes and offsets
+    /// must be multiples of [`Target::block_bytes`].
+    fn direct(&self) -> bool {
+        false
+    }
     fn inflight(&self) -> &InFlight;
     /// Thresholds computed from the model, for emulated devices.
     fn builtin_profile(&self) -> Option<Profile> {

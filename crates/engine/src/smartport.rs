@@ -1,0 +1,632 @@
+//! SmartPort: "decide, then wait" for one thread's I/O, in one place.
+//!
+//! A port is what an application (or smartcon's own job runner, Postmark, the
+//! interposition library and the C ABI) does I/O through. For every `read_at` /
+//! `write_at` it enters the device's in-flight counters (which return the backlog ahead),
+//! asks the Decision Module how to wait (one atomic load of the System Monitor, no
+//! syscall), hands the I/O to the port below with that wait (io_uring for descriptors, the
+//! device model for emulated targets), leaves the counters (also on error and panic, by a
+//! guard) and counts what it did: I/Os, bytes, strategy and reason, latency.
+//!
+//! Ports on a descriptor the caller owns ([`SmartPort::open`]) find the device as a
+//! [`crate::target::file::FileTarget`] does (`blk:NAME` through /sys/dev/block), its
+//! logical block size, and whether the descriptor is O_DIRECT; on an O_DIRECT descriptor
+//! a misaligned buffer, length or offset is refused with `EINVAL` before any I/O, because
+//! the kernel would refuse it anyway, with no word on what was wrong. The thresholds are
+//! the device's stored profile, else the paper's defaults (and [`SmartPort::notes`] says
+//! so). Ports of one device share its in-flight counters through a process-wide registry,
+//! so threads of one process see each other's backlog as the paper's block layer would.
+//!
+//! Non-goals: more than one request in flight per port (callers are synchronous), vectored
+//! I/O, closing the caller's descriptor (the port never does).
+//!
+//! ```
+//! use std::io::Write;
+//! use std::os::fd::AsRawFd;
+//! use smartcon_engine::decision::Strategy;
+//! use smartcon_engine::smartport::{SmartPort, SmartPortOptions, StrategyChoice};
+//!
+//! let path = std::env::temp_dir().join(format!("smartport-doc-{}", std::process::id()));
+//! std::fs::File::create(&path)?.write_all(&[7u8; 10_000])?;
+//! let file = std::fs::File::open(&path)?; // buffered: any alignment will do
+//! let options = SmartPortOptions { strategy: StrategyChoice::Fixed(Strategy::Block), ..Default::default() };
+//! let mut port = SmartPort::open(file.as_raw_fd(), options)?;
+//! let mut buf = vec![0u8; 4096];
+//! let mut offset = 0;
+//! loop {
+//!     let n = port.read_at(&mut buf, offset)?;
+//!     if n == 0 {
+//!         break;
+//!     }
+//!     assert!(buf[..n].iter().all(|&b| b == 7));
+//!     offset += n as u64;
+//! }
+//! assert_eq!(offset, 10_000); // the last read was short: 10_000 - 2 * 4096 bytes
+//! assert_eq!(port.counters().ios, 4); // three reads with data, one at the end
+//! assert_eq!(port.counters().by_strategy[Strategy::Block.index()], 4);
+//! drop(port);
+//! std::fs::remove_file(&path)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::clock::now_ns;
+use crate::decision::{decide, DeviceState, Reason, Request, Strategy, SystemState, Thresholds};
+use crate::error::{Error, ErrorKind};
+use crate::monitor::{SystemMonitor, ThreadRegistration};
+use crate::profile::{profile_path, Profile};
+use crate::target::file::{describe_fd, FilePort};
+use crate::target::{InFlight, IoBuf, Port, PortWait, Target};
+use crate::wait::{self, PollParams, WaitPolicy};
+
+pub use crate::job::StrategyChoice;
+
+/// What a port counts: the per-thread statistics of a job (I/Os, bytes, by strategy
+/// indexed by [`Strategy::index`], by reason indexed by [`Reason::index`], the latency
+/// histogram, spin fallbacks, polling). [`PortCounters::merge`] adds two together.
+pub type PortCounters = crate::stats::ThreadStats;
+
+/// The largest spin budget a port takes.
+pub const SPIN_BUDGET_NS_MAX: u64 = 10_000_000_000;
+
+/// How a port waits and what it decides with.
+#[derive(Clone)]
+pub struct SmartPortOptions {
+    pub strategy: StrategyChoice,
+    pub spin_budget_ns: u64,
+    pub poll: PollParams,
+    /// Thresholds; `None` = the stored profile of the device under `$SMARTCON_HOME`, else
+    /// (for emulated targets) the model's, else the paper's defaults, with a note.
+    pub profile: Option<Profile>,
+    /// The System Monitor `smart` reads; `None` = the process-wide one
+    /// ([`SystemMonitor::shared`]).
+    pub monitor: Option<Arc<SystemMonitor>>,
+    /// The device's in-flight counters; `None` = the target's own, or for a descriptor the
+    /// process-wide entry of its device.
+    pub inflight: Option<Arc<InFlight>>,
+}
+
+impl Default for SmartPortOptions {
+    fn default() -> Self {
+        SmartPortOptions {
+            strategy: StrategyChoice::Smart,
+            spin_budget_ns: crate::job::SPIN_BUDGET_NS_DEFAULT,
+            poll: PollParams::DEFAULT,
+            profile: None,
+            monitor: None,
+            inflight: None,
+        }
+    }
+}
+
+impl SmartPortOptions {
+    fn validate(&self) -> Result<(), Error> {
+        if self.spin_budget_ns == 0 || self.spin_budget_ns > SPIN_BUDGET_NS_MAX {
+            return Err(Error::os(
+                ErrorKind::Usage,
+                libc::EINVAL,
+                "spin budget must be more than 0 and at most 10 s",
+            ));
+        }
+        if self.strategy.polls() {
+            self.poll.validate(crate::job::DURATION_NS_MAX).map_err(|e| Error { errno: Some(libc::EINVAL), ..e })?;
+        }
+        Ok(())
+    }
+}
+
+/// The device's in-flight counters: a target's own, or a shared entry.
+enum Counters<'t> {
+    Borrowed(&'t InFlight),
+    Shared(Arc<InFlight>),
+}
+
+impl Deref for Counters<'_> {
+    type Target = InFlight;
+
+    #[inline]
+    fn deref(&self) -> &InFlight {
+        match self {
+            Counters::Borrowed(c) => c,
+            Counters::Shared(c) => c,
+        }
+    }
+}
+
+/// The in-flight counters of `device_id`, shared by every port of this process on it.
+fn shared_inflight(device_id: &str) -> Arc<InFlight> {
+    static REGISTRY: OnceLock<Mutex<HashMap<String, Arc<InFlight>>>> = OnceLock::new();
+    let registry = REGISTRY.get_or_init(Default::default);
+    // A panic elsewhere while holding the lock leaves the map intact: keep using it.
+    let mut map = registry.lock().unwrap_or_else(|p| p.into_inner());
+    map.entry(device_id.to_string()).or_default().clone()
+}
+
+/// Leaves the in-flight counters when dropped, also when the I/O fails or panics.
+struct Entered<'c> {
+    inflight: &'c InFlight,
+    bytes: u64,
+}
+
+impl Drop for Entered<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.inflight.leave(self.bytes);
+    }
+}
+
+/// Where the I/O goes.
+enum Backend<'t> {
+    /// A descriptor: the caller's, or one a workload opened (it can be changed).
+    Fd(FilePort),
+    /// A target's port (an emulated device, or a file smartcon opened).
+    Target(Box<dyn Port + Send + 't>),
+}
+
+/// A port whose device counters may be borrowed from a target (`'t`). Applications use
+/// [`SmartPort`], the same type owning everything.
+pub struct SmartTargetPort<'t> {
+    backend: Backend<'t>,
+    inflight: Counters<'t>,
+    device_id: String,
+    block_bytes: u64,
+    /// Check alignment before each I/O (O_DIRECT).
+    direct: bool,
+    strategy: StrategyChoice,
+    spin_budget_ns: u64,
+    thresholds: Thresholds,
+    profile_source: String,
+    monitor: Arc<SystemMonitor>,
+    /// The polling policy of this port (its predictor learns this thread's I/O); present
+    /// whenever the strategy may poll.
+    policy: Option<Box<dyn WaitPolicy>>,
+    counters: PortCounters,
+    notes: Vec<String>,
+    /// Ports on a caller's descriptor leave their thread's CPU time out of the System
+    /// Monitor's figure, as the job's threads do (a spinner must not see itself as load).
+    _registration: Option<ThreadRegistration>,
+}
+
+/// One thread's port: `Send`, not `Sync`. Owns its io_uring; never closes the descriptor.
+pub type SmartPort = SmartTargetPort<'static>;
+
+/// The thresholds to use and a note when they are not a measured profile.
+fn resolve_profile(device_id: &str, given: Option<Profile>, builtin: Option<Profile>) -> Result<(Profile, Option<String>), Error> {
+    if let Some(p) = given {
+        return Ok((p, None));
+    }
+    let path = profile_path(device_id);
+    if path.exists() {
+        return Ok((Profile::load(&path)?, None));
+    }
+    if let Some(p) = builtin {
+        return Ok((p, None));
+    }
+    let note = format!(
+        "no profile for {device_id} at {}: using the paper's thresholds (64 KiB, queue limit 0); run `smartcon probe` on the device to measure its own",
+        path.display()
+    );
+    Ok((Profile::paper_default(device_id), Some(note)))
+}
+
+impl SmartPort {
+    /// Opens a port on a descriptor the caller owns (a regular file or a block device).
+    pub fn open(fd: RawFd, options: SmartPortOptions) -> Result<SmartPort, Error> {
+        let inflight = options.inflight.clone();
+        SmartTargetPort::open_fd(fd, inflight.map(Counters::Shared), options)
+    }
+}
+
+impl<'t> SmartTargetPort<'t> {
+    /// A port on a target (the job runner): I/O through the target's own port, against
+    /// its in-flight counters unless the options name others.
+    pub fn on_target(target: &'t dyn Target, options: SmartPortOptions) -> Result<SmartTargetPort<'t>, Error> {
+        options.validate()?;
+        let device_id = target.device_id();
+        let (profile, note) = resolve_profile(&device_id, options.profile.clone(), target.builtin_profile())?;
+        let inflight = match options.inflight.clone() {
+            Some(c) => Counters::Shared(c),
+            None => Counters::Borrowed(target.inflight()),
+        };
+        let mut port = SmartTargetPort::assemble(
+            Backend::Target(target.open_port()?),
+            inflight,
+            device_id,
+            target.block_bytes(),
+            target.direct(),
+            &profile,
+            &options,
+        )?;
+        port.notes.extend(note);
+        port.notes.extend(target.warnings());
+        Ok(port)
+    }
+
+    /// A port on a descriptor whose device counters are `inflight` (a workload that opens
+    /// files on a target's file system and shares the target's counters).
+    pub fn open_on(fd: RawFd, inflight: &'t InFlight, options: SmartPortOptions) -> Result<SmartTargetPort<'t>, Error> {
+        SmartTargetPort::open_fd(fd, Some(Counters::Borrowed(inflight)), options)
+    }
+
+    fn open_fd(fd: RawFd, inflight: Option<Counters<'t>>, options: SmartPortOptions) -> Result<SmartTargetPort<'t>, Error> {
+        options.validate()?;
+        if fd < 0 {
+            return Err(Error::os(ErrorKind::Usage, libc::EBADF, format!("fd {fd} is not a file descriptor")));
+        }
+        let info = describe_fd(fd)?;
+        let (profile, note) = resolve_profile(&info.device_id, options.profile.clone(), None)?;
+        let inflight = inflight.unwrap_or_else(|| Counters::Shared(shared_inflight(&info.device_id)));
+        let backend = Backend::Fd(FilePort::new(fd)?);
+        let mut port =
+            SmartTargetPort::assemble(backend, inflight, info.device_id, info.block_bytes, info.direct, &profile, &options)?;
+        port.notes.extend(note);
+        if !info.direct && !info.is_block {
+            port.notes.push(format!(
+                "fd {fd} is not open with O_DIRECT: reads the page cache holds never reach {}, and the decision is made for the device",
+                port.device_id
+            ));
+        }
+        port._registration = Some(port.monitor.register_current_thread());
+        Ok(port)
+    }
+
+    fn assemble(
+        backend: Backend<'t>,
+        inflight: Counters<'t>,
+        device_id: String,
+        block_bytes: u64,
+        direct: bool,
+        profile: &Profile,
+        options: &SmartPortOptions,
+    ) -> Result<SmartTargetPort<'t>, Error> {
+        let monitor = match &options.monitor {
+            Some(m) => m.clone(),
+            None => SystemMonitor::shared()?,
+        };
+        let mut counters = PortCounters::new();
+        counters.begin();
+        let policy = match options.strategy {
+            StrategyChoice::Fixed(s) => wait::policy_for(s, options.poll, counters.start_ns),
+            StrategyChoice::Smart => None,
+            StrategyChoice::SmartHybrid => wait::policy_for(Strategy::Hybrid, options.poll, counters.start_ns),
+        };
+        Ok(SmartTargetPort {
+            backend,
+            inflight,
+            device_id,
+            block_bytes: block_bytes.max(1),
+            direct,
+            strategy: options.strategy,
+            spin_budget_ns: options.spin_budget_ns,
+            thresholds: profile.thresholds(),
+            profile_source: profile.source.clone(),
+            monitor,
+            policy,
+            counters,
+            notes: Vec::new(),
+            _registration: None,
+        })
+    }
+
+    /// Moves the port to another descriptor on the same device (a workload that opens and
+    /// closes files), keeping its ring, policy and counters.
+    pub fn set_fd(&mut self, fd: RawFd) -> Result<(), Error> {
+        let Backend::Fd(port) = &mut self.backend else {
+            return Err(Error::new(ErrorKind::Usage, "a port on a target cannot move to a descriptor"));
+        };
+        let info = describe_fd(fd)?;
+        if info.device_id != self.device_id {
+            return Err(Error::os(
+                ErrorKind::Usage,
+                libc::EXDEV,
+                format!("fd {fd} is on {}, this port is on {}; open a port there", info.device_id, self.device_id),
+            ));
+        }
+        port.set_fd(fd);
+        self.direct = info.direct;
+        self.block_bytes = info.block_bytes.max(1);
+        Ok(())
+    }
+
+    /// One positional read, waited for as the decision says. `Ok(n)` with `n <
+    /// buf.len()` is a short read (end of file). A failed read is an error whose
+    /// [`Error::raw_os_error`] is the errno pread(2) would have set.
+    pub fn read_at(&mut self, buf: &mut [u8], offset: u64) -> Result<usize, Error> {
+        self.transfer(IoBuf::Read(buf), offset)
+    }
+
+    /// One positional write, as [`SmartTargetPort::read_at`].
+    pub fn write_at(&mut self, buf: &[u8], offset: u64) -> Result<usize, Error> {
+        self.transfer(IoBuf::Write(buf), offset)
+    }
+
+    /// The decision for a request of `bytes` with `ahead` in flight before it: the
+    /// strategy to wait with and, for the SmartCon choices, why.
+    #[inline]
+    fn choose(&self, bytes: u64, ahead: DeviceState) -> (Strategy, Option<Reason>) {
+        match self.strategy {
+            StrategyChoice::Fixed(s) => (s, None),
+            StrategyChoice::Smart | StrategyChoice::SmartHybrid => {
+                let system = SystemState { cpu_utilization_pct: self.monitor.cpu_utilization_pct() };
+                let d = decide(Request { bytes }, ahead, system, &self.thresholds);
+                let s = match (self.strategy, d.strategy) {
+                    (StrategyChoice::SmartHybrid, Strategy::Spin) => Strategy::Hybrid,
+                    (_, s) => s,
+                };
+                (s, Some(d.reason))
+            }
+        }
+    }
+
+    fn check_aligned(&self, buf: &IoBuf<'_>, offset: u64) -> Result<(), Error> {
+        let b = self.block_bytes;
+        let what = if !(buf.addr() as u64).is_multiple_of(b) {
+            format!("the buffer's address {:#x}", buf.addr())
+        } else if !(buf.len() as u64).is_multiple_of(b) {
+            format!("the length {}", buf.len())
+        } else if !offset.is_multiple_of(b) {
+            format!("the offset {offset}")
+        } else {
+            return Ok(());
+        };
+        Err(Error::os(
+            ErrorKind::Usage,
+            libc::EINVAL,
+            format!(
+                "{what} is not a multiple of {}'s logical block size ({b} bytes), which O_DIRECT needs; use an aligned buffer (smartcon_engine::target::AlignedBuf) and block-sized lengths and offsets",
+                self.device_id
+            ),
+        ))
+    }
+
+    /// One I/O: decide, wait that way, count. No allocation and no syscall beyond the
+    /// I/O's own.
+    pub fn transfer(&mut self, buf: IoBuf<'_>, offset: u64) -> Result<usize, Error> {
+        if self.direct {
+            self.check_aligned(&buf, offset)?;
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let bytes = buf.len() as u64;
+        let t0 = now_ns();
+        let entered = Entered { inflight: &self.inflight, bytes };
+        let ahead = entered.inflight.enter(bytes);
+        let (strategy, reason) = self.choose(bytes, ahead);
+        let wait: PortWait<'_> = match PortWait::simple(strategy, self.spin_budget_ns) {
+            Some(w) => w,
+            None => {
+                let Some(policy) = self.policy.as_deref_mut() else {
+                    return Err(Error::new(
+                        ErrorKind::Internal,
+                        format!("{} was chosen but the port has no polling policy", strategy.name()),
+                    ));
+                };
+                policy.set_cpu_busy(self.monitor.cpu_utilization_pct() > self.thresholds.cpu_threshold_pct);
+                PortWait::Poll { policy, ahead }
+            }
+        };
+        let outcome = match &mut self.backend {
+            Backend::Fd(port) => port.transfer(buf, offset, wait),
+            Backend::Target(port) => port.transfer(buf, offset, wait),
+        };
+        drop(entered);
+        let outcome = outcome?;
+        self.counters.record(now_ns() - t0, outcome.bytes as u64, strategy, reason, outcome.fell_back);
+        if let Some(w) = &outcome.polled {
+            self.counters.record_polled(w, outcome.done_ns);
+        }
+        Ok(outcome.bytes)
+    }
+
+    /// Flushes what was written to stable storage. A flush waits on the device's cache,
+    /// far beyond any spin threshold: smart and the polling strategies block for it.
+    pub fn fsync(&mut self) -> Result<(), Error> {
+        let strategy = self.strategy.simple();
+        match &mut self.backend {
+            Backend::Fd(port) => port.fsync(strategy, self.spin_budget_ns)?,
+            Backend::Target(port) => port.fsync(strategy, self.spin_budget_ns)?,
+        };
+        self.counters.fsyncs += 1;
+        Ok(())
+    }
+
+    /// What the port did since it opened (or since [`SmartTargetPort::reset_counters`]).
+    pub fn counters(&self) -> &PortCounters {
+        &self.counters
+    }
+
+    /// Starts counting afresh from now (after a warm-up).
+    pub fn reset_counters(&mut self) {
+        self.counters = PortCounters::new();
+        self.counters.begin();
+    }
+
+    /// Ends the count (time, CPU, context switches of the calling thread, the policy's
+    /// wake-up overshoot) and hands it over; the port counts afresh afterwards.
+    pub fn finish(&mut self) -> PortCounters {
+        let mut done = std::mem::take(&mut self.counters);
+        done.end();
+        done.overshoot_ns = self.policy.as_ref().and_then(|p| p.overshoot_ns());
+        self.counters.begin();
+        done
+    }
+
+    pub fn device_id(&self) -> &str {
+        &self.device_id
+    }
+
+    /// The logical block size O_DIRECT I/O must be aligned to.
+    pub fn block_bytes(&self) -> u64 {
+        self.block_bytes
+    }
+
+    /// Whether the descriptor is O_DIRECT (alignment is checked).
+    pub fn direct(&self) -> bool {
+        self.direct
+    }
+
+    pub fn strategy(&self) -> StrategyChoice {
+        self.strategy
+    }
+
+    /// Where the thresholds came from: `probe`, `builtin-model`, `paper-default`.
+    pub fn profile_source(&self) -> &str {
+        &self.profile_source
+    }
+
+    /// Lines the user should see once (no profile: the paper's defaults; a buffered fd).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::AlignedBuf;
+    use std::os::fd::AsRawFd;
+
+    fn temp_file(name: &str, bytes: usize) -> (std::path::PathBuf, std::fs::File) {
+        let path = std::env::temp_dir().join(format!("smartport-{name}-{}", std::process::id()));
+        let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        (path, f)
+    }
+
+    fn fixed(s: Strategy) -> SmartPortOptions {
+        SmartPortOptions {
+            strategy: StrategyChoice::Fixed(s),
+            monitor: Some(Arc::new(SystemMonitor::fixed(0))),
+            profile: Some(Profile::paper_default("test")),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_strategy_reads_the_data_and_is_counted_under_its_name() {
+        let (path, f) = temp_file("all", 3 * 4096 + 100);
+        for s in Strategy::ALL {
+            let mut port = SmartPort::open(f.as_raw_fd(), fixed(s)).unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut off = 0u64;
+            loop {
+                let n = port.read_at(&mut buf, off).unwrap();
+                if n == 0 {
+                    break;
+                }
+                assert!(buf[..n].iter().enumerate().all(|(i, &b)| b == ((off as usize + i) % 251) as u8), "{s:?}");
+                off += n as u64;
+            }
+            assert_eq!(off, 3 * 4096 + 100, "{s:?}: the short read at the end is Ok(100)");
+            let c = port.counters();
+            assert_eq!((c.ios, c.bytes, c.by_strategy[s.index()]), (5, 3 * 4096 + 100, 5), "{s:?}");
+            assert_eq!(c.polled_ios > 0, s.is_polling(), "{s:?} polls exactly when it is a polling strategy");
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn writes_land_and_smart_records_its_reasons() {
+        let (path, f) = temp_file("write", 8192);
+        let options = SmartPortOptions {
+            monitor: Some(Arc::new(SystemMonitor::fixed(0))),
+            profile: Some(Profile::paper_default("test")),
+            ..Default::default()
+        };
+        let mut port = SmartPort::open(f.as_raw_fd(), options).unwrap();
+        assert_eq!(port.write_at(&[9u8; 4096], 4096).unwrap(), 4096);
+        port.fsync().unwrap();
+        let mut buf = [0u8; 8192];
+        assert_eq!(port.read_at(&mut buf, 0).unwrap(), 8192);
+        assert!(buf[4096..].iter().all(|&b| b == 9));
+        let c = port.counters();
+        assert_eq!((c.ios, c.fsyncs), (2, 1));
+        // Idle CPU, nothing ahead, 4 KiB and 8 KiB under 64 KiB: spin, because the CPU is available.
+        assert_eq!(c.by_strategy[Strategy::Spin.index()], 2);
+        assert_eq!(c.by_reason[Reason::CpuAvailable.index()], 2);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_failed_read_carries_the_errno_pread_would_set() {
+        let (path, _) = temp_file("ebadf", 4096);
+        let wo = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        for s in [Strategy::Block, Strategy::Spin, Strategy::Sync, Strategy::Hybrid] {
+            let mut port = SmartPort::open(wo.as_raw_fd(), fixed(s)).unwrap();
+            let e = port.read_at(&mut [0u8; 512], 0).unwrap_err();
+            assert_eq!((e.kind, e.raw_os_error()), (ErrorKind::Io, Some(libc::EBADF)), "{s:?}: {e}");
+            // The port is still usable.
+            assert_eq!(port.write_at(&[1u8; 512], 0).unwrap(), 512);
+        }
+        let e = SmartPort::open(-1, fixed(Strategy::Block)).err().unwrap();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+        let (r, _w) = std::io::pipe().unwrap();
+        let e = SmartPort::open(r.as_raw_fd(), fixed(Strategy::Block)).err().unwrap();
+        assert_eq!((e.kind, e.raw_os_error()), (ErrorKind::Target, Some(libc::ESPIPE)));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn misaligned_direct_io_is_a_usage_error_naming_what_is_off() {
+        let (path, _) = temp_file("direct", 8192);
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a valid path; the result is checked and the fd closed below.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECT | libc::O_CLOEXEC) };
+        if fd < 0 {
+            eprintln!("skipped: the temp directory's file system refuses O_DIRECT");
+            std::fs::remove_file(&path).unwrap();
+            return;
+        }
+        let mut port = SmartPort::open(fd, fixed(Strategy::Block)).unwrap();
+        assert!(port.direct());
+        let b = port.block_bytes() as usize;
+        let mut buf = AlignedBuf::new(2 * 4096);
+        let s = buf.as_mut_slice();
+        for (range, offset, what) in
+            [(1..1 + b, 0u64, "address"), (0..b + 1, 0, "length"), (0..b, 1, "offset")]
+        {
+            let e = port.read_at(&mut s[range], offset).unwrap_err();
+            assert_eq!((e.kind, e.raw_os_error()), (ErrorKind::Usage, Some(libc::EINVAL)));
+            assert!(e.message.contains(what) && e.message.contains("O_DIRECT"), "{e}");
+        }
+        assert_eq!(port.counters().ios, 0, "no I/O was issued");
+        assert_eq!(port.read_at(&mut s[..b], b as u64).unwrap(), b);
+        drop(port);
+        // SAFETY: ours, closed once.
+        unsafe { libc::close(fd) };
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn ports_of_one_device_share_its_counters_and_a_missing_profile_is_noted() {
+        let (path, f) = temp_file("notes", 4096);
+        let info = describe_fd(f.as_raw_fd()).unwrap();
+        let a = shared_inflight(&info.device_id);
+        let b = shared_inflight(&info.device_id);
+        assert!(Arc::ptr_eq(&a, &b));
+        // With no stored profile, the paper's defaults and a note.
+        let (p, note) = resolve_profile(&info.device_id, None, None).unwrap();
+        if !profile_path(&info.device_id).exists() {
+            assert_eq!(p.source, "paper-default");
+            assert!(note.unwrap().contains("smartcon probe"));
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn bad_options_are_usage_errors() {
+        let (path, f) = temp_file("opts", 4096);
+        let o = SmartPortOptions { spin_budget_ns: 0, ..fixed(Strategy::Spin) };
+        assert_eq!(SmartPort::open(f.as_raw_fd(), o).err().unwrap().kind, ErrorKind::Usage);
+        let mut o = fixed(Strategy::FixedPoll);
+        o.poll.interval_ns = 0;
+        assert_eq!(SmartPort::open(f.as_raw_fd(), o).err().unwrap().kind, ErrorKind::Usage);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
