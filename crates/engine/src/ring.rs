@@ -450,3 +450,115 @@ impl Status for RingStatus<'_> {
         spin_until_ns(at_ns);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+    use crate::decision::DeviceState;
+    use smartcon_devemu::Op;
+
+    /// A wait policy that fails (or panics) at once, leaving its request in flight.
+    struct Broken {
+        panics: bool,
+    }
+
+    impl WaitPolicy for Broken {
+        fn wait(&mut self, _req: &Pending, _status: &mut dyn Status) -> Result<Waited, Error> {
+            if self.panics {
+                panic!("policy bug");
+            }
+            Err(Error::new(ErrorKind::Io, "the policy failed"))
+        }
+    }
+
+    fn pending() -> Pending {
+        Pending { op: Op::Read, bytes: 8, ahead: DeviceState { inflight_count: 0, inflight_bytes: 0 }, submit_ns: 0 }
+    }
+
+    /// The pipe still holds what is written after the failed wait: the read that never got
+    /// data was cancelled, not left to consume it later into a buffer that is gone.
+    fn assert_cancelled(ring: &mut Ring, tx: &mut std::io::PipeWriter, rx: &std::io::PipeReader) {
+        assert_eq!(ring.in_flight(), 0);
+        tx.write_all(b"late").unwrap();
+        let mut buf = [0u8; 8];
+        let done = ring.read_at(rx.as_raw_fd(), &mut buf, 0, RingWait::Block).unwrap();
+        assert_eq!(done.bytes(), Ok(4), "the ring is reusable and the data was left in the pipe");
+        assert_eq!(&buf[..4], b"late");
+        assert_eq!(ring.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_failing_policy_cancels_its_read_and_leaves_the_ring_reusable() {
+        let (rx, mut tx) = std::io::pipe().unwrap();
+        let mut ring = Ring::new().unwrap();
+        let mut buf = [0u8; 8];
+        let mut policy = Broken { panics: false };
+        let wait = RingWait::Poll { policy: &mut policy, pending: pending() };
+        let e = ring.read_at(rx.as_raw_fd(), &mut buf, 0, wait).unwrap_err();
+        assert!(e.message.contains("policy failed"), "{e}");
+        assert_cancelled(&mut ring, &mut tx, &rx);
+    }
+
+    #[test]
+    fn a_panicking_policy_cancels_and_reaps_while_unwinding() {
+        let (rx, mut tx) = std::io::pipe().unwrap();
+        let mut ring = Ring::new().unwrap();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut buf = [0u8; 8];
+            let mut policy = Broken { panics: true };
+            let wait = RingWait::Poll { policy: &mut policy, pending: pending() };
+            let _ = ring.read_at(rx.as_raw_fd(), &mut buf, 0, wait);
+        }));
+        assert!(panicked.is_err());
+        assert_cancelled(&mut ring, &mut tx, &rx);
+    }
+
+    #[test]
+    fn a_read_the_kernel_fails_comes_back_with_its_errno() {
+        let (_rx, mut tx) = std::io::pipe().unwrap();
+        let (rx2, _tx2) = std::io::pipe().unwrap();
+        let mut ring = Ring::new().unwrap();
+        let mut buf = [0u8; 8];
+        for wait in [RingWait::Block, RingWait::Spin { budget_ns: 1_000_000 }] {
+            // Reading the write end of a pipe: EBADF from the kernel, in the completion.
+            let done = ring.read_at(tx.as_raw_fd(), &mut buf, 0, wait).unwrap();
+            assert_eq!(done.bytes(), Err(libc::EBADF));
+            assert_eq!(ring.in_flight(), 0);
+        }
+        tx.write_all(b"x").unwrap();
+        let _ = rx2;
+    }
+
+    #[test]
+    fn drop_cancels_and_reaps_a_request_in_flight() {
+        let (mut rx, mut tx) = std::io::pipe().unwrap();
+        // The buffer outlives the ring, as push's contract asks.
+        let mut buf = Box::new([0u8; 8]);
+        let mut ring = Ring::new().unwrap();
+        let entry = opcode::Read::new(types::Fd(rx.as_raw_fd()), buf.as_mut_ptr(), 8).offset(0).build();
+        // SAFETY: `buf` lives until the end of the test, after the ring is dropped.
+        unsafe { ring.push(&entry).unwrap() };
+        ring.submit().unwrap();
+        assert_eq!(ring.in_flight(), 1);
+        // A second request while one is in flight is refused, not queued.
+        // SAFETY: refused before anything is queued.
+        assert_eq!(unsafe { ring.push(&entry) }.unwrap_err().kind, ErrorKind::Internal);
+        // What Drop runs: afterwards nothing is in flight (closing the ring alone would
+        // leave the kernel to cancel it later, asynchronously).
+        ring.cancel_and_drain();
+        assert_eq!(ring.in_flight(), 0);
+        // And Drop with a request in flight returns rather than hangs.
+        // SAFETY: as above, `buf` outlives the ring.
+        unsafe { ring.push(&entry).unwrap() };
+        ring.submit().unwrap();
+        drop(ring);
+        tx.write_all(b"after").unwrap();
+        let mut got = [0u8; 5];
+        rx.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"after", "the cancelled read did not take the data");
+        assert_eq!(*buf, [0u8; 8], "nothing was written into the buffer");
+    }
+}

@@ -508,7 +508,7 @@ mod tests {
         let monitor = SystemMonitor::fixed(0);
         let stop = AtomicBool::new(false);
         let mut seen = Vec::new();
-        for s in ["block", "spin", "sync", "smart"] {
+        for s in StrategyChoice::names() {
             let spec = small(StrategyChoice::parse(s).unwrap(), 7);
             let p = Profile::paper_default("x");
             let r = run(&dir, &spec, t.as_ref(), &p, &monitor, &stop).unwrap();
@@ -522,6 +522,13 @@ mod tests {
             assert!(c.tps > 0.0);
             // Every transaction moves at least one block through the engine.
             assert!(r.job.ios >= 200 && r.job.strategy == s && r.job.pattern == "postmark");
+            // Each strategy really waits its way: the polling ones poll (smart-hybrid where
+            // it would spin: an idle CPU and one I/O at a time), the others do not.
+            let choice = StrategyChoice::parse(s).unwrap();
+            assert_eq!(r.job.polling.is_some(), choice.polls(), "{s}: {:?}", r.job.polling);
+            if let StrategyChoice::Fixed(f) = choice {
+                assert_eq!(r.job.decisions.by_strategy.get(f.name()), Some(&r.job.ios), "{s}");
+            }
             seen.push((c.creates, c.deletes, c.reads, c.appends, r.job.ios));
             assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "scratch removed after {s}");
         }
