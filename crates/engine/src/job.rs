@@ -327,7 +327,9 @@ pub fn run_job(
         let mut spawn_error = None;
         for t in 0..spec.threads {
             let shared = &shared;
-            match std::thread::Builder::new().name(format!("smartcon-io-{t}")).spawn_scoped(s, move || worker(shared, t))
+            match std::thread::Builder::new()
+                .name(format!("smartcon-io-{t}"))
+                .spawn_scoped(s, move || worker(shared, t))
             {
                 Ok(h) => handles.push(h),
                 Err(e) => {

@@ -138,7 +138,11 @@ impl Ring {
                 Some(libc::ENOMEM) => ": not enough locked memory for the ring; raise ulimit -l",
                 _ => "",
             };
-            Error::os(ErrorKind::Setup, e.raw_os_error().unwrap_or(libc::EIO), format!("cannot set up io_uring: {e}{hint}"))
+            Error::os(
+                ErrorKind::Setup,
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!("cannot set up io_uring: {e}{hint}"),
+            )
         })?;
         let helpers = crate::placement::pinned_split().map(|(mine, others)| Helpers {
             near: crate::placement::cpu_set(&mine),

@@ -106,11 +106,7 @@ impl Default for SmartPortOptions {
 impl SmartPortOptions {
     fn validate(&self) -> Result<(), Error> {
         if self.spin_budget_ns == 0 || self.spin_budget_ns > SPIN_BUDGET_NS_MAX {
-            return Err(Error::os(
-                ErrorKind::Usage,
-                libc::EINVAL,
-                "spin budget must be more than 0 and at most 10 s",
-            ));
+            return Err(Error::os(ErrorKind::Usage, libc::EINVAL, "spin budget must be more than 0 and at most 10 s"));
         }
         if self.strategy.polls() {
             self.poll.validate(crate::job::DURATION_NS_MAX).map_err(|e| Error { errno: Some(libc::EINVAL), ..e })?;
@@ -162,7 +158,7 @@ impl Drop for Entered<'_> {
 /// Where the I/O goes.
 enum Backend<'t> {
     /// A descriptor: the caller's, or one a workload opened (it can be changed).
-    Fd(FilePort),
+    Fd(Box<FilePort>),
     /// A target's port (an emulated device, or a file smartcon opened).
     Target(Box<dyn Port + Send + 't>),
 }
@@ -195,7 +191,11 @@ pub struct SmartTargetPort<'t> {
 pub type SmartPort = SmartTargetPort<'static>;
 
 /// The thresholds to use and a note when they are not a measured profile.
-fn resolve_profile(device_id: &str, given: Option<Profile>, builtin: Option<Profile>) -> Result<(Profile, Option<String>), Error> {
+fn resolve_profile(
+    device_id: &str,
+    given: Option<Profile>,
+    builtin: Option<Profile>,
+) -> Result<(Profile, Option<String>), Error> {
     if let Some(p) = given {
         return Ok((p, None));
     }
@@ -252,7 +252,11 @@ impl<'t> SmartTargetPort<'t> {
         SmartTargetPort::open_fd(fd, Some(Counters::Borrowed(inflight)), options)
     }
 
-    fn open_fd(fd: RawFd, inflight: Option<Counters<'t>>, options: SmartPortOptions) -> Result<SmartTargetPort<'t>, Error> {
+    fn open_fd(
+        fd: RawFd,
+        inflight: Option<Counters<'t>>,
+        options: SmartPortOptions,
+    ) -> Result<SmartTargetPort<'t>, Error> {
         options.validate()?;
         if fd < 0 {
             return Err(Error::os(ErrorKind::Usage, libc::EBADF, format!("fd {fd} is not a file descriptor")));
@@ -260,9 +264,16 @@ impl<'t> SmartTargetPort<'t> {
         let info = describe_fd(fd)?;
         let (profile, note) = resolve_profile(&info.device_id, options.profile.clone(), None)?;
         let inflight = inflight.unwrap_or_else(|| Counters::Shared(shared_inflight(&info.device_id)));
-        let backend = Backend::Fd(FilePort::new(fd)?);
-        let mut port =
-            SmartTargetPort::assemble(backend, inflight, info.device_id, info.block_bytes, info.direct, &profile, &options)?;
+        let backend = Backend::Fd(Box::new(FilePort::new(fd)?));
+        let mut port = SmartTargetPort::assemble(
+            backend,
+            inflight,
+            info.device_id,
+            info.block_bytes,
+            info.direct,
+            &profile,
+            &options,
+        )?;
         port.notes.extend(note);
         if !info.direct && !info.is_block {
             port.notes.push(format!(
@@ -537,6 +548,8 @@ mod tests {
         let options = SmartPortOptions {
             monitor: Some(Arc::new(SystemMonitor::fixed(0))),
             profile: Some(Profile::paper_default("test")),
+            // Its own counters: other tests' I/O on the same device would count as a queue.
+            inflight: Some(Arc::new(InFlight::default())),
             ..Default::default()
         };
         let mut port = SmartPort::open(f.as_raw_fd(), options).unwrap();
@@ -588,9 +601,7 @@ mod tests {
         let b = port.block_bytes() as usize;
         let mut buf = AlignedBuf::new(2 * 4096);
         let s = buf.as_mut_slice();
-        for (range, offset, what) in
-            [(1..1 + b, 0u64, "address"), (0..b + 1, 0, "length"), (0..b, 1, "offset")]
-        {
+        for (range, offset, what) in [(1..1 + b, 0u64, "address"), (0..b + 1, 0, "length"), (0..b, 1, "offset")] {
             let e = port.read_at(&mut s[range], offset).unwrap_err();
             assert_eq!((e.kind, e.raw_os_error()), (ErrorKind::Usage, Some(libc::EINVAL)));
             assert!(e.message.contains(what) && e.message.contains("O_DIRECT"), "{e}");

@@ -457,7 +457,8 @@ pub fn run(
     js.seed = spec.seed;
     js.spin_budget_ns = spec.spin_budget_ns;
     js.poll = spec.poll;
-    let mut job = JobResult::from_threads(target, &js, profile, std::slice::from_ref(&stats), stop.load(Ordering::Relaxed));
+    let mut job =
+        JobResult::from_threads(target, &js, profile, std::slice::from_ref(&stats), stop.load(Ordering::Relaxed));
     job.op = "mixed";
     job.pattern = "postmark";
     job.model_service_ns = None;
