@@ -20,34 +20,7 @@
 //! Non-goals: more than one request in flight per port (callers are synchronous), vectored
 //! I/O, closing the caller's descriptor (the port never does).
 //!
-//! ```
-//! use std::io::Write;
-//! use std::os::fd::AsRawFd;
-//! use smartcon_engine::decision::Strategy;
-//! use smartcon_engine::smartport::{SmartPort, SmartPortOptions, StrategyChoice};
-//!
-//! let path = std::env::temp_dir().join(format!("smartport-doc-{}", std::process::id()));
-//! std::fs::File::create(&path)?.write_all(&[7u8; 10_000])?;
-//! let file = std::fs::File::open(&path)?; // buffered: any alignment will do
-//! let options = SmartPortOptions { strategy: StrategyChoice::Fixed(Strategy::Block), ..Default::default() };
-//! let mut port = SmartPort::open(file.as_raw_fd(), options)?;
-//! let mut buf = vec![0u8; 4096];
-//! let mut offset = 0;
-//! loop {
-//!     let n = port.read_at(&mut buf, offset)?;
-//!     if n == 0 {
-//!         break;
-//!     }
-//!     assert!(buf[..n].iter().all(|&b| b == 7));
-//!     offset += n as u64;
-//! }
-//! assert_eq!(offset, 10_000); // the last read was short: 10_000 - 2 * 4096 bytes
-//! assert_eq!(port.counters().ios, 4); // three reads with data, one at the end
-//! assert_eq!(port.counters().by_strategy[Strategy::Block.index()], 4);
-//! drop(port);
-//! std::fs::remove_file(&path)?;
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! See [`SmartPort`] for an example that runs.
 
 use std::collections::HashMap;
 use std::ops::Deref;
@@ -188,7 +161,44 @@ pub struct SmartTargetPort<'t> {
 }
 
 /// One thread's port: `Send`, not `Sync`. Owns its io_uring; never closes the descriptor.
+///
+/// Reading a file to its end, each read waited for by blocking:
+///
+/// ```
+/// use std::io::Write;
+/// use std::os::fd::AsRawFd;
+/// use smartcon_engine::decision::Strategy;
+/// use smartcon_engine::smartport::{SmartPort, SmartPortOptions, StrategyChoice};
+///
+/// let path = std::env::temp_dir().join(format!("smartport-doc-{}", std::process::id()));
+/// std::fs::File::create(&path)?.write_all(&[7u8; 10_000])?;
+/// let file = std::fs::File::open(&path)?; // buffered: any alignment will do
+/// let options = SmartPortOptions { strategy: StrategyChoice::Fixed(Strategy::Block), ..Default::default() };
+/// let mut port = SmartPort::open(file.as_raw_fd(), options)?;
+/// let mut buf = vec![0u8; 4096];
+/// let mut offset = 0;
+/// loop {
+///     let n = port.read_at(&mut buf, offset)?;
+///     if n == 0 {
+///         break;
+///     }
+///     assert!(buf[..n].iter().all(|&b| b == 7));
+///     offset += n as u64;
+/// }
+/// assert_eq!(offset, 10_000); // the last read was short: 10_000 - 2 * 4096 bytes
+/// assert_eq!(port.counters().ios, 4); // three reads with data, one at the end
+/// assert_eq!(port.counters().by_strategy[Strategy::Block.index()], 4);
+/// drop(port);
+/// std::fs::remove_file(&path)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub type SmartPort = SmartTargetPort<'static>;
+
+// A port moves between threads (the C ABI hands it around); it is not shared.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<SmartPort>();
+};
 
 /// The thresholds to use and a note when they are not a measured profile.
 fn resolve_profile(
