@@ -405,7 +405,10 @@ impl Ring {
                 Err(e) => {
                     failures += 1;
                     if failures >= DRAIN_FAILURES_MAX {
-                        eprintln!(
+                        // Not eprintln: it panics when stderr is gone, and this must not panic.
+                        use std::io::Write;
+                        let _ = writeln!(
+                            std::io::stderr(),
                             "smartcon: cannot reap an io_uring request whose buffer the kernel may still use ({e}); aborting"
                         );
                         std::process::abort();

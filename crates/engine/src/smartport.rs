@@ -22,6 +22,7 @@
 //!
 //! See [`SmartPort`] for an example that runs.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::os::fd::RawFd;
@@ -155,9 +156,25 @@ pub struct SmartTargetPort<'t> {
     policy: Option<Box<dyn WaitPolicy>>,
     counters: PortCounters,
     notes: Vec<String>,
-    /// Ports on a caller's descriptor leave their thread's CPU time out of the System
-    /// Monitor's figure, as the job's threads do (a spinner must not see itself as load).
-    _registration: Option<ThreadRegistration>,
+}
+
+thread_local! {
+    /// This thread's registration with the process-wide monitor, held until it exits.
+    static SHARED_REGISTRATION: RefCell<Option<ThreadRegistration>> = const { RefCell::new(None) };
+}
+
+/// Leaves the calling thread's CPU time out of the process-wide monitor's figure, once
+/// per thread however many ports it opens, as the job's threads are left out of theirs:
+/// a spinner must not see its own spinning as load. A caller that passes its own monitor
+/// registers its threads itself.
+fn register_with_shared(monitor: &SystemMonitor) {
+    let _ = SHARED_REGISTRATION.try_with(|r| {
+        if let Ok(mut r) = r.try_borrow_mut() {
+            if r.is_none() {
+                *r = Some(monitor.register_current_thread());
+            }
+        }
+    });
 }
 
 /// One thread's port: `Send`, not `Sync`. Owns its io_uring; never closes the descriptor.
@@ -291,7 +308,6 @@ impl<'t> SmartTargetPort<'t> {
                 port.device_id
             ));
         }
-        port._registration = Some(port.monitor.register_current_thread());
         Ok(port)
     }
 
@@ -306,7 +322,11 @@ impl<'t> SmartTargetPort<'t> {
     ) -> Result<SmartTargetPort<'t>, Error> {
         let monitor = match &options.monitor {
             Some(m) => m.clone(),
-            None => SystemMonitor::shared()?,
+            None => {
+                let m = SystemMonitor::shared()?;
+                register_with_shared(&m);
+                m
+            }
         };
         let mut counters = PortCounters::new();
         counters.begin();
@@ -329,7 +349,6 @@ impl<'t> SmartTargetPort<'t> {
             policy,
             counters,
             notes: Vec::new(),
-            _registration: None,
         })
     }
 
