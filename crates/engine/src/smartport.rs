@@ -660,6 +660,32 @@ mod tests {
     }
 
     #[test]
+    fn an_emulated_target_goes_through_the_same_glue_with_every_choice() {
+        let spec = crate::target::parse_target("emu:optane,size=1m").unwrap();
+        let target = crate::target::open(&spec, crate::target::OpenOptions::default()).unwrap();
+        for name in StrategyChoice::names() {
+            let choice = StrategyChoice::parse(name).unwrap();
+            let options = SmartPortOptions { strategy: choice, ..fixed(Strategy::Block) };
+            let mut port = SmartTargetPort::on_target(target.as_ref(), options).unwrap();
+            let mut buf = vec![0u8; 4096];
+            assert_eq!(port.write_at(&[5u8; 4096], 8192).unwrap(), 4096, "{name}");
+            assert_eq!(port.read_at(&mut buf, 8192).unwrap(), 4096, "{name}");
+            assert!(buf.iter().all(|&b| b == 5), "{name}");
+            // Past the end of the device: a short read, then nothing.
+            assert_eq!(port.read_at(&mut buf, (1 << 20) - 512).unwrap(), 512, "{name}");
+            assert_eq!(port.read_at(&mut buf, 1 << 20).unwrap(), 0, "{name}");
+            let c = port.finish();
+            assert_eq!(c.ios, 4, "{name}");
+            assert_eq!(c.polled_ios > 0, choice.polls(), "{name}: polls exactly when its choice polls");
+            if let StrategyChoice::Fixed(f) = choice {
+                assert_eq!(c.by_strategy[f.index()], 4, "{name}");
+            } else {
+                assert_eq!(c.by_reason.iter().sum::<u64>(), 4, "{name}: every I/O was decided");
+            }
+        }
+    }
+
+    #[test]
     fn bad_options_are_usage_errors() {
         let (path, f) = temp_file("opts", 4096);
         let o = SmartPortOptions { spin_budget_ns: 0, ..fixed(Strategy::Spin) };
