@@ -1,10 +1,12 @@
-//! The raw ring layer: one io_uring per I/O thread, and the two ways of waiting on it.
+//! The ring layer: one io_uring per I/O thread, and the ways of waiting on it.
 //!
-//! - [`Ring::wait_block`]: `io_uring_enter(GETEVENTS, min_complete=1)`; the thread sleeps
+//! - [`RingWait::Block`]: `io_uring_enter(GETEVENTS, min_complete=1)`; the thread sleeps
 //!   in the kernel and the completion wakes it (a voluntary context switch).
-//! - [`Ring::wait_spin`]: submit without waiting, then read the completion queue's tail in
-//!   user memory with a pause hint. Past the budget it falls back to `wait_block`: nothing
+//! - [`RingWait::Spin`]: submit without waiting, then read the completion queue's tail in
+//!   user memory with a pause hint. Past the budget it falls back to blocking: nothing
 //!   spins forever.
+//! - [`RingWait::Poll`]: a policy of crate::wait looks at the completion queue at the
+//!   instants it chooses and sleeps in between.
 //!
 //! The ring is set up with COOP_TASKRUN and TASKRUN_FLAG (Linux 5.19; older kernels get a
 //! plain ring). Without them the kernel posts a completion by interrupting the running
