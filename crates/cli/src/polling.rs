@@ -1,119 +1,24 @@
-//! Reports of the polling strategies (issue 6), shared by `bench` and `evaluate`: the
-//! interval sweep of fixed-interval polling (paper 002, Fig. 1) and its best interval, the
-//! check of hybrid against spin and block, and the small study `evaluate` runs with them,
-//! which also runs `merge-bench`'s configurations (temporal merge, serialized or pipelined
-//! post-I/O processing, Fig. 4) on 16 threads.
+//! Rendering of the polling study (`smartcon_study::polling`), shared by `bench` and
+//! `evaluate`: the interval sweep's table and plot (paper 002, Fig. 1), the hybrid checks,
+//! and the study's part of summary.md with its plots. The measuring and every number are in
+//! the study crate; this file only turns them into text and SVG.
 
 use anyhow::Result;
-use smartcon_engine::decision::Strategy;
 use smartcon_engine::devemu::units::{format_ns, format_size};
-use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
-use smartcon_engine::profile::{online_cpus, Profile};
-use smartcon_engine::stats::JobResult;
-use smartcon_engine::target::{self, OpenOptions, Target};
-use smartcon_engine::wait::PollParams;
-use smartcon_engine::Op;
-use smartcon_workloads::load::CpuLoad;
+use smartcon_study::merge_bench::ratios;
+use smartcon_study::polling::{find, LOAD_BM_ONLY, SWEEP_POLL_COST_NS, WORKLOAD_POLLING};
+pub use smartcon_study::polling::{hybrid_checks, sweeps, HybridCheck, Study, StudyPlan, SweepRecord};
 
-use smartcon_engine::devemu::parse_spec;
-use smartcon_workloads::merge::job::{run_merge_job, MergeJobSpec};
-use smartcon_workloads::merge::{MergeConfig, MergeDevice, Polling};
-
-use crate::cmd::bench::find;
-use crate::cmd::merge_bench::{draw as draw_merge, ratios, MergeRecord, Row};
-use crate::common::{interrupt_flag, interrupted};
+use crate::cmd::merge_bench::draw as draw_merge;
+use crate::common::interrupt_flag;
 use crate::engine_setup::engine_err;
 use crate::plot::{bar_chart, line_chart, BarChart, LineChart, Series};
 use crate::table::Table;
 
-/// The best fixed polling interval of one cell (`--sweep-interval`).
-#[derive(serde::Serialize)]
-pub struct SweepRecord {
-    #[serde(rename = "type")]
-    pub record_type: &'static str,
-    pub target: String,
-    pub op: &'static str,
-    pub bs_bytes: u64,
-    /// (interval, mean latency) per interval run.
-    pub points_ns: Vec<(u64, f64)>,
-    pub best_interval_ns: u64,
-    pub best_lat_ns_mean: f64,
-    pub block_lat_ns_mean: Option<f64>,
-    pub spin_lat_ns_mean: Option<f64>,
-}
-
-/// Hybrid against spin and block in one cell.
-#[derive(serde::Serialize)]
-pub struct HybridCheck {
-    #[serde(rename = "type")]
-    pub record_type: &'static str,
-    pub target: String,
-    pub op: &'static str,
-    pub bs_bytes: u64,
-    pub load: String,
-    pub iops_vs_spin: f64,
-    pub cpu_vs_spin: f64,
-    pub iops_vs_block: Option<f64>,
-    pred_err_ns_p50: Option<u64>,
-    pub sleeps_per_io: f64,
-}
-
-/// The interval sweep of every cell that has fixed-interval runs.
-pub fn sweeps(results: &[JobResult]) -> Vec<SweepRecord> {
-    let mut out: Vec<SweepRecord> = Vec::new();
-    for r in results.iter().filter(|r| r.strategy == "poll") {
-        let Some(interval_ns) = r.polling.as_ref().and_then(|p| p.interval_ns) else { continue };
-        let rec = match out.iter_mut().find(|s| s.target == r.target && s.op == r.op && s.bs_bytes == r.bs_bytes) {
-            Some(rec) => rec,
-            None => {
-                out.push(SweepRecord {
-                    record_type: "interval_sweep",
-                    target: r.target.clone(),
-                    op: r.op,
-                    bs_bytes: r.bs_bytes,
-                    points_ns: Vec::new(),
-                    best_interval_ns: interval_ns,
-                    best_lat_ns_mean: f64::INFINITY,
-                    block_lat_ns_mean: find(results, r, "block").map(|b| b.lat_ns_mean),
-                    spin_lat_ns_mean: find(results, r, "spin").map(|b| b.lat_ns_mean),
-                });
-                out.last_mut().expect("just pushed")
-            }
-        };
-        rec.points_ns.push((interval_ns, r.lat_ns_mean));
-        if r.lat_ns_mean < rec.best_lat_ns_mean {
-            rec.best_lat_ns_mean = r.lat_ns_mean;
-            rec.best_interval_ns = interval_ns;
-        }
-    }
-    for rec in &mut out {
-        rec.points_ns.sort_by_key(|p| p.0);
-    }
-    out
-}
-
-pub fn hybrid_checks(results: &[JobResult], load: &str) -> Vec<HybridCheck> {
-    results
-        .iter()
-        .filter(|r| r.strategy == "hybrid")
-        .filter_map(|h| {
-            let spin = find(results, h, "spin")?;
-            let cpu = |r: &JobResult| r.cpu_user_pct + r.cpu_sys_pct;
-            Some(HybridCheck {
-                record_type: "hybrid_check",
-                target: h.target.clone(),
-                op: h.op,
-                bs_bytes: h.bs_bytes,
-                load: load.to_string(),
-                iops_vs_spin: h.iops / spin.iops.max(1e-9),
-                cpu_vs_spin: cpu(h) / cpu(spin).max(1e-9),
-                iops_vs_block: find(results, h, "block").map(|b| h.iops / b.iops.max(1e-9)),
-                pred_err_ns_p50: h.polling.as_ref().and_then(|p| p.pred_err_ns_p50),
-                sleeps_per_io: h.polling.as_ref().map_or(0.0, |p| p.sleeps_per_io),
-            })
-        })
-        .collect()
+/// Runs the study with the CLI's interrupt flag; `progress` is told what runs next.
+pub fn run_study(plan: &StudyPlan, monitor: &SystemMonitor, progress: impl FnMut(&str)) -> Result<Study> {
+    smartcon_study::polling::run_study(plan, monitor, interrupt_flag(), progress).map_err(engine_err)
 }
 
 pub fn render_polling(sweeps: &[SweepRecord], checks: &[HybridCheck]) -> String {
@@ -193,230 +98,6 @@ pub fn plot_sweeps(path: &std::path::Path, sweeps: &[SweepRecord]) -> Result<()>
     line_chart(path, &chart, &series)
 }
 
-/// What `evaluate` measures of the polling strategies: per target and load, block, spin and
-/// the polling strategies on 4 KiB random reads with one thread, and the interval sweep on
-/// a device whose status polls cost channel time.
-#[derive(Debug, Clone)]
-pub struct StudyPlan {
-    pub targets: Vec<String>,
-    pub loads: Vec<&'static str>,
-    pub strategies: Vec<StrategyChoice>,
-    pub sweep_target: String,
-    pub intervals_ns: Vec<u64>,
-    pub duration_ns: u64,
-    pub poll: PollParams,
-    /// The temporal-merge part: its device, threads and ops (random 4 KiB).
-    pub merge_target: String,
-    pub merge_threads: u32,
-    pub merge_ops: Vec<Op>,
-}
-
-impl StudyPlan {
-    /// The study for `evaluate`'s default, `--quick` and `--tiny` matrices.
-    pub fn for_evaluate(tiny: bool, duration_ns: u64) -> StudyPlan {
-        let names = ["block", "spin", "hybrid", "poll", "half-mean"];
-        let (targets, intervals_ns): (Vec<String>, Vec<u64>) = if tiny {
-            (vec!["emu:optane,size=16m".into()], vec![500, 2_000])
-        } else {
-            (
-                vec!["emu:optane,size=64m".into(), "emu:nvme,size=64m".into()],
-                vec![250, 500, 1_000, 2_000, 4_000, 8_000, 16_000],
-            )
-        };
-        let sweep_target = format!("emu:optane,size=16m,poll_cost={SWEEP_POLL_COST_NS}ns");
-        StudyPlan {
-            targets,
-            loads: vec!["bm-only", "cpu-intensive"],
-            strategies: names.iter().map(|n| StrategyChoice::parse(n).expect("known strategy")).collect(),
-            sweep_target,
-            intervals_ns,
-            duration_ns,
-            // A sampling phase well inside every run, also the tiny ones.
-            poll: PollParams {
-                sampling_ns: (duration_ns / 4).min(PollParams::DEFAULT.sampling_ns),
-                ..PollParams::DEFAULT
-            },
-            merge_target: if tiny {
-                "emu:optane,channels=1,size=16m".into()
-            } else {
-                "emu:optane,channels=1,size=64m".into()
-            },
-            merge_threads: if tiny { 4 } else { 16 },
-            merge_ops: vec![Op::Read, Op::Write],
-        }
-    }
-
-    /// merge off (the reference), then {fixed, dynamic} x {serialized, pipelined}.
-    fn merge_configs(&self) -> Vec<MergeConfig> {
-        let mut configs = vec![MergeConfig::new(false, false, Polling::Fixed)];
-        for polling in [Polling::Fixed, Polling::Dynamic] {
-            for pipelined in [false, true] {
-                configs.push(MergeConfig::new(true, pipelined, polling));
-            }
-        }
-        for c in &mut configs {
-            c.poll = self.poll;
-        }
-        configs
-    }
-
-    pub fn runs(&self) -> usize {
-        self.targets.len() * self.loads.len() * self.strategies.len()
-            + self.intervals_ns.len()
-            + 2
-            + self.merge_ops.len() * self.merge_configs().len()
-    }
-}
-
-/// The channel time of one status poll in the sweep's device: a PCIe register read of the
-/// paper's DRAM SSD takes on the order of a few hundred ns.
-pub const SWEEP_POLL_COST_NS: u64 = 200;
-/// How long a load runs before a run is measured: more than the System Monitor's window.
-const SETTLE_NS: u64 = 250_000_000;
-
-/// One run of the study.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct StudyRun {
-    #[serde(flatten)]
-    pub result: JobResult,
-    pub load: &'static str,
-    pub workload: &'static str,
-}
-
-pub struct Study {
-    pub runs: Vec<StudyRun>,
-    pub sweeps: Vec<SweepRecord>,
-    pub checks: Vec<HybridCheck>,
-    pub merge_target: String,
-    pub merge_threads: u32,
-    pub merge_rows: Vec<Row>,
-    pub merge_configs: Vec<MergeConfig>,
-}
-
-impl Study {
-    /// The merge part as `merge_result` records (docs/merge.md) with `load` and `workload`.
-    pub fn merge_records(&self) -> Vec<serde_json::Value> {
-        self.merge_rows
-            .iter()
-            .map(|r| {
-                let rec =
-                    MergeRecord::new(&self.merge_target, r.op, r.pattern, self.merge_threads, &r.config, 0, &r.result);
-                let mut v = serde_json::to_value(&rec).expect("a record serializes");
-                v["load"] = "bm-only".into();
-                v["workload"] = "merge-study".into();
-                v
-            })
-            .collect()
-    }
-}
-
-/// Runs the study; `progress` is told what runs next. Stops early (with what it has) when
-/// the run is interrupted.
-pub fn run_study(plan: &StudyPlan, monitor: &SystemMonitor, mut progress: impl FnMut(&str)) -> Result<Study> {
-    let mut runs = Vec::new();
-    let one =
-        |target: &dyn Target, profile: &Profile, strategy: StrategyChoice, poll: PollParams| -> Result<JobResult> {
-            let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, strategy);
-            js.duration_ns = plan.duration_ns;
-            js.poll = poll;
-            run_job(target, &js, profile, monitor, interrupt_flag()).map_err(engine_err)
-        };
-    let open = |t: &str| -> Result<(Box<dyn Target>, Profile)> {
-        let target =
-            target::open(&target::parse_target(t).map_err(engine_err)?, OpenOptions::default()).map_err(engine_err)?;
-        let profile = target.builtin_profile().unwrap_or_else(|| Profile::paper_default(&target.device_id()));
-        Ok((target, profile))
-    };
-    'loads: for &load in &plan.loads {
-        let cpu = if load == "cpu-intensive" {
-            let l = CpuLoad::start(online_cpus()).map_err(engine_err)?;
-            std::thread::sleep(std::time::Duration::from_nanos(SETTLE_NS));
-            Some(l)
-        } else {
-            None
-        };
-        for t in &plan.targets {
-            let (target, profile) = open(t)?;
-            for &s in &plan.strategies {
-                if interrupted() {
-                    break 'loads;
-                }
-                progress(&format!("polling study: {t} {load} {}", s.name()));
-                runs.push(StudyRun {
-                    result: one(target.as_ref(), &profile, s, plan.poll)?,
-                    load,
-                    workload: "polling-study",
-                });
-            }
-        }
-        drop(cpu);
-    }
-    let (target, profile) = open(&plan.sweep_target)?;
-    let mut sweep_runs = Vec::new();
-    let configs =
-        [StrategyChoice::parse("block"), StrategyChoice::parse("spin")].into_iter().flatten().map(|s| (s, plan.poll));
-    let polls = plan
-        .intervals_ns
-        .iter()
-        .map(|&i| (StrategyChoice::Fixed(Strategy::FixedPoll), PollParams { interval_ns: i, ..plan.poll }));
-    for (s, poll) in configs.chain(polls) {
-        if interrupted() {
-            break;
-        }
-        progress(&format!(
-            "polling study: {} {} every {}",
-            plan.sweep_target,
-            s.name(),
-            format_ns(poll.interval_ns as f64)
-        ));
-        sweep_runs.push(one(target.as_ref(), &profile, s, poll)?);
-    }
-    let mut checks = Vec::new();
-    for load in &plan.loads {
-        let of_load: Vec<JobResult> = runs.iter().filter(|r| r.load == *load).map(|r| r.result.clone()).collect();
-        checks.extend(hybrid_checks(&of_load, load));
-    }
-    let sweeps = sweeps(&sweep_runs);
-    runs.extend(sweep_runs.into_iter().map(|result| StudyRun {
-        result,
-        load: "bm-only",
-        workload: "poll-interval-sweep",
-    }));
-    let spec = parse_spec(&plan.merge_target).map_err(anyhow::Error::msg)?;
-    let merge_configs = plan.merge_configs();
-    let mut merge_rows = Vec::new();
-    'merge: for &op in &plan.merge_ops {
-        for c in &merge_configs {
-            if interrupted() {
-                break 'merge;
-            }
-            progress(&format!("merge study: {} {} {}", plan.merge_target, op.name(), c.label()));
-            let dev = MergeDevice::new(&spec, *c).map_err(engine_err)?;
-            let job = MergeJobSpec {
-                op,
-                pattern: Pattern::Rand,
-                threads: plan.merge_threads,
-                duration_ns: plan.duration_ns,
-                ios_per_thread_max: None,
-                span_bytes: dev.capacity_bytes(),
-                prefill: true,
-                seed: 1,
-            };
-            let result = run_merge_job(&dev, &job, interrupt_flag()).map_err(engine_err)?;
-            merge_rows.push(Row { op, pattern: Pattern::Rand, config: *c, result });
-        }
-    }
-    Ok(Study {
-        runs,
-        sweeps,
-        checks,
-        merge_target: plan.merge_target.clone(),
-        merge_threads: plan.merge_threads,
-        merge_rows,
-        merge_configs,
-    })
-}
-
 /// The study's part of summary.md: the table, the issue's numbers with pass/miss, and why.
 pub fn study_md(study: &Study) -> String {
     let mut md = String::from("\n## Hybrid waiting and polling (issue 6)\n\n");
@@ -436,13 +117,8 @@ pub fn study_md(study: &Study) -> String {
         "sleeps/IO",
         "|pred err| p50",
     ]);
-    for r in study.runs.iter().filter(|r| r.workload == "polling-study") {
-        let of_load: Vec<JobResult> = study
-            .runs
-            .iter()
-            .filter(|x| x.load == r.load && x.workload == r.workload)
-            .map(|x| x.result.clone())
-            .collect();
+    for r in study.runs.iter().filter(|r| r.workload == WORKLOAD_POLLING) {
+        let of_load = study.results_of(r.load, r.workload);
         let ratio = |s: &str| {
             find(&of_load, &r.result, s)
                 .filter(|b| b.iops > 0.0)
@@ -466,7 +142,7 @@ pub fn study_md(study: &Study) -> String {
     md += "\nThe issue's numbers:\n\n";
     for c in &study.checks {
         let cell = format!("{} ({})", c.target, c.load);
-        if c.load == "bm-only" {
+        if c.load == LOAD_BM_ONLY {
             let pass = c.iops_vs_spin >= 0.95 && c.cpu_vs_spin <= 0.5;
             md += &format!(
                 "- {cell}: hybrid at {:.3} x spin's IOPS with {:.2} x spin's CPU (target >= 0.95 at <= 0.50): **{}**{}\n",

@@ -150,3 +150,14 @@ fn the_table_names_the_ratio() {
     assert!(!text.contains("no-merge"));
     assert!(text.contains("pipelined/serialized IOPS, reads:"), "{text}");
 }
+
+/// merge-bench accepted the engine's `--io-cpus`, `--spin-budget`, `--cpu-window` and
+/// `--destructive` and ignored them; a flag the merge device cannot honour is not offered.
+#[test]
+fn flags_the_merge_device_cannot_honour_are_refused() {
+    for flag in [&["--io-cpus", "1"][..], &["--spin-budget", "1ms"], &["--cpu-window", "100ms"], &["--destructive"]] {
+        let out = smartcon(flag);
+        assert_eq!(out.status.code(), Some(2), "{flag:?} was accepted");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected argument"), "{flag:?}");
+    }
+}

@@ -4,3 +4,6 @@
 //!
 //! Non-goals: argument parsing and rendering (the `smartcon` binary), the I/O core
 //! (`smartcon-engine`), and the loads and workloads themselves (`smartcon-workloads`).
+
+pub mod merge_bench;
+pub mod polling;

@@ -1,33 +1,26 @@
 //! `smartcon merge-bench`: paper 002's fio runs (Sec. 5, Fig. 4) on an emulated device with
-//! temporal merge and page-unit completion (`smartcon_workloads::merge`).
-//!
-//! For every workload (pattern x op, 16 synchronous threads of 4 KiB by default) it runs
-//! {fixed, dynamic} polling x {serialized, pipelined} post-I/O work with merge on, and merge
-//! off with fixed polling as the reference row; each run on a fresh device, the runs of one
-//! workload back to back so a shared machine's drift hits them alike. It reports IOPS,
-//! latency p50/p99, the I/O threads' CPU (user + sys, % of one CPU) and the average pages
-//! per device request, and the pipelined/serialized IOPS ratio per op.
+//! temporal merge and page-unit completion. The study itself (configurations, rounds, sums,
+//! ratios, records) is `smartcon_study::merge_bench`; this file parses flags, streams the
+//! records and renders the table and the plot. See docs/merge.md.
 //!
 //! The default target is `emu:optane,channels=1`: one channel, so while a merged request is
 //! in flight every other thread's request waits in the merge queue and the next merged
-//! request carries them (with Optane's 7 channels, 16 threads on a 2-core host rarely
-//! queue, nothing merges and there is no post-I/O work to pipeline). Optane's 10 us per 4
-//! KiB is the paper's SCM class (its PCM-emulating DRAM SSD).
-//!
-//! Non-goals: real devices (none here acknowledges per page); mixed read/write jobs.
+//! request carries them. Only the flags the study honours are offered: the polling
+//! parameters, not the engine's `--io-cpus`, `--spin-budget`, `--cpu-window` or
+//! `--destructive` (the merge device has its own threads, no System Monitor, and is never a
+//! real block device).
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use smartcon_engine::devemu::parse_spec;
 use smartcon_engine::devemu::units::{format_ns, format_size};
-use smartcon_engine::job::Pattern;
+use smartcon_engine::wait::PollParams;
 use smartcon_engine::Op;
-use smartcon_workloads::merge::job::{run_merge_job, MergeJobResult, MergeJobSpec};
-use smartcon_workloads::merge::{MergeConfig, MergeDevice, Polling, MERGE_PAGES_MAX, THREADS_MAX};
+use smartcon_study::merge_bench::{ratio_mean, serialized_of, summary, MergePlan, MergeProgress, MergeRecord, Row};
+use smartcon_workloads::merge::MergeConfig;
 
-use crate::common::{emit_json, interrupt_flag, interrupted, progress_bar};
+use crate::common::{emit_json, interrupt_flag, progress_bar};
 use crate::engine_setup::*;
 use crate::plot;
 use crate::printers::iops;
@@ -76,289 +69,97 @@ pub struct MergeBenchArgs {
     #[arg(long)]
     pub plot: Option<PathBuf>,
     #[command(flatten)]
-    pub run: RunFlags,
+    pub poll: PollFlags,
 }
 
-/// One run (docs/merge.md).
-#[derive(serde::Serialize)]
-pub(crate) struct MergeRecord<'a> {
-    #[serde(rename = "type")]
-    pub(crate) record_type: &'static str,
-    pub(crate) target: &'a str,
-    pub(crate) op: &'static str,
-    pub(crate) pattern: &'static str,
-    pub(crate) bs_bytes: u64,
-    pub(crate) threads: u32,
-    pub(crate) config: String,
-    /// 0-based round of `--rounds`.
-    pub(crate) round: u32,
-    pub(crate) merge: bool,
-    pub(crate) pipelined: bool,
-    pub(crate) polling: &'static str,
-    pub(crate) poll_interval_ns: u64,
-    pub(crate) alpha_ns: u64,
-    pub(crate) sampling_ns: u64,
-    pub(crate) max_merge_pages: u32,
-    #[serde(flatten)]
-    pub(crate) result: &'a MergeJobResult,
+/// The polling parameters of every configuration (the engine's `RunFlags` minus what the
+/// merge device cannot honour).
+#[derive(Args, Debug)]
+pub struct PollFlags {
+    /// Fixed polling: time between two status polls; dynamic: its sampling phase's interval.
+    #[arg(long, default_value = "1us")]
+    pub poll_interval: String,
+    /// Dynamic polling: poll interval after the predicted completion, and its correction step.
+    #[arg(long, default_value = "100ns")]
+    pub alpha: String,
+    /// Dynamic polling: how long each thread samples response times before predicting them.
+    #[arg(long, default_value = "20ms")]
+    pub sampling: String,
 }
 
-impl<'a> MergeRecord<'a> {
-    pub(crate) fn new(
-        target: &'a str,
-        op: Op,
-        pattern: Pattern,
-        threads: u32,
-        c: &MergeConfig,
-        round: u32,
-        result: &'a MergeJobResult,
-    ) -> MergeRecord<'a> {
-        MergeRecord {
-            record_type: "merge_result",
-            target,
-            op: op.name(),
-            pattern: pattern.name(),
-            bs_bytes: c.bs_bytes,
-            threads,
-            config: c.label(),
-            round,
-            merge: c.merge,
-            pipelined: c.pipelined,
-            polling: c.polling.name(),
-            poll_interval_ns: c.poll.interval_ns,
-            alpha_ns: c.poll.alpha_ns,
-            sampling_ns: c.poll.sampling_ns,
-            max_merge_pages: c.merge_pages_max,
-            result,
-        }
+impl PollFlags {
+    fn params(&self) -> Result<PollParams> {
+        Ok(PollParams {
+            interval_ns: parse_duration_arg("poll-interval", &self.poll_interval)?,
+            alpha_ns: parse_duration_arg("alpha", &self.alpha)?,
+            sampling_ns: parse_duration_arg("sampling", &self.sampling)?,
+        })
     }
-}
-
-/// Pipelined over serialized IOPS of one workload and polling.
-#[derive(serde::Serialize, Clone)]
-pub(crate) struct Ratio {
-    pub(crate) op: &'static str,
-    pub(crate) pattern: &'static str,
-    pub(crate) polling: &'static str,
-    pub(crate) pipelined_over_serialized_iops: f64,
-}
-
-#[derive(serde::Serialize)]
-struct Summary {
-    #[serde(rename = "type")]
-    record_type: &'static str,
-    target: String,
-    rounds: u32,
-    /// From the IOPS summed over the rounds.
-    ratios: Vec<Ratio>,
-    /// Mean of the ratios per op over patterns and pollings.
-    read_ratio_mean: Option<f64>,
-    write_ratio_mean: Option<f64>,
-    interrupted: bool,
-}
-
-pub(crate) struct Row {
-    pub(crate) op: Op,
-    pub(crate) pattern: Pattern,
-    pub(crate) config: MergeConfig,
-    pub(crate) result: MergeJobResult,
 }
 
 pub fn run(args: MergeBenchArgs) -> Result<()> {
-    if !args.target.starts_with("emu:") {
-        bail!(
-            "merge-bench needs an emulated device (emu:PRESET[,...]), not {:?}: page-unit completion is a device feature no real target here has",
-            args.target
-        );
-    }
-    let spec = parse_spec(&args.target).map_err(|e| anyhow::anyhow!(e))?;
-    if args.threads == 0 || args.threads as usize > THREADS_MAX {
-        bail!("--threads must be 1..={THREADS_MAX}");
-    }
-    if args.max_merge == 0 || args.max_merge > MERGE_PAGES_MAX {
-        bail!("--max-merge must be 1..={MERGE_PAGES_MAX} pages");
-    }
-    let ops: Vec<Op> = split_list("ops", &args.ops)?.iter().map(|s| parse_op(s)).collect::<Result<_>>()?;
-    let patterns: Vec<Pattern> =
-        split_list("patterns", &args.patterns)?.iter().map(|s| parse_pattern(s)).collect::<Result<_>>()?;
-    let bs = parse_size_arg("bs", &args.bs)?;
-    let duration_ns = parse_duration_arg("duration", &args.duration)?;
-    let poll = args.run.poll_params()?;
-    let span = match &args.span {
-        Some(s) => parse_size_arg("span", s)?,
-        None => (64u64 << 20).min(spec.capacity_bytes),
-    };
-    let mut configs = Vec::new();
-    if !args.no_reference {
-        configs.push(MergeConfig::new(false, false, Polling::Fixed));
-    }
-    for polling in [Polling::Fixed, Polling::Dynamic] {
-        for pipelined in [false, true] {
-            configs.push(MergeConfig::new(true, pipelined, polling));
-        }
-    }
-    for c in &mut configs {
-        c.merge_pages_max = args.max_merge;
-        c.bs_bytes = bs;
-        c.poll = poll;
-    }
-    // Check every configuration before measuring anything.
-    let job = |op, pattern| MergeJobSpec {
-        op,
-        pattern,
+    let plan = MergePlan {
+        target: args.target.clone(),
         threads: args.threads,
-        duration_ns,
-        ios_per_thread_max: None,
-        span_bytes: span,
-        prefill: true,
-        seed: 1,
+        duration_ns: parse_duration_arg("duration", &args.duration)?,
+        ops: split_list("ops", &args.ops)?.iter().map(|s| parse_op(s)).collect::<Result<_>>()?,
+        patterns: split_list("patterns", &args.patterns)?.iter().map(|s| parse_pattern(s)).collect::<Result<_>>()?,
+        bs_bytes: parse_size_arg("bs", &args.bs)?,
+        merge_pages_max: args.max_merge,
+        span_bytes: args.span.as_deref().map(|s| parse_size_arg("span", s)).transpose()?,
+        rounds: args.rounds,
+        reference: !args.no_reference,
+        poll: args.poll.params()?,
     };
-    for c in &configs {
-        let dev = MergeDevice::new(&spec, *c).map_err(engine_err)?;
-        job(Op::Read, Pattern::Rand).validate(&dev).map_err(engine_err)?;
-    }
+    plan.validate().map_err(engine_err)?;
     if let Some(path) = &args.plot {
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
         if !dir.is_dir() {
             bail!("--plot {}: directory {} does not exist", path.display(), dir.display());
         }
     }
-    if args.rounds == 0 || args.rounds > ROUNDS_MAX {
-        bail!("--rounds must be 1..={ROUNDS_MAX}");
-    }
-    let runs = ops.len() * patterns.len() * configs.len() * args.rounds as usize;
-    let bar = progress_bar(runs as u64, "merge-bench");
-    let mut rows: Vec<Row> = Vec::new();
-    'outer: for &op in &ops {
-        for &pattern in &patterns {
-            let mut by_config: Vec<Vec<MergeJobResult>> = vec![Vec::new(); configs.len()];
-            let schedule =
-                (0..args.rounds).flat_map(|round| configs.iter().enumerate().map(move |(ci, c)| (round, ci, c)));
-            for (round, ci, c) in schedule {
-                if interrupted() {
-                    break;
-                }
-                bar.set_message(format!("{} {} {} (round {})", pattern.name(), op.name(), c.label(), round + 1));
-                let dev = MergeDevice::new(&spec, *c).map_err(engine_err)?;
-                let result = run_merge_job(&dev, &job(op, pattern), interrupt_flag()).map_err(engine_err)?;
-                if args.json {
-                    emit_json(&MergeRecord::new(&args.target, op, pattern, args.threads, c, round, &result))?;
-                }
-                by_config[ci].push(result);
-                bar.inc(1);
-            }
-            for (c, results) in configs.iter().zip(&by_config) {
-                if !results.is_empty() {
-                    rows.push(Row { op, pattern, config: *c, result: sum_rounds(results) });
-                }
-            }
-            if interrupted() {
-                break 'outer;
-            }
+    let bar = progress_bar(plan.runs() as u64, "merge-bench");
+    let mut emitted: Result<()> = Ok(());
+    let outcome = smartcon_study::merge_bench::run(&plan, interrupt_flag(), &mut |p| match p {
+        MergeProgress::Starting { op, pattern, config, round } => {
+            bar.set_message(format!("{} {} {} (round {})", pattern.name(), op.name(), config.label(), round + 1))
         }
-    }
+        MergeProgress::Finished { op, pattern, config, round, result } => {
+            if args.json && emitted.is_ok() {
+                emitted = emit_json(&MergeRecord::new(&args.target, op, pattern, args.threads, config, round, result));
+            }
+            bar.inc(1);
+        }
+    })
+    .map_err(engine_err)?;
+    emitted?;
     bar.finish_and_clear();
-    let ratios = ratios(&rows);
-    let mean = |op: Op| {
-        let v: Vec<f64> =
-            ratios.iter().filter(|r| r.op == op.name()).map(|r| r.pipelined_over_serialized_iops).collect();
-        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-    };
-    let summary = Summary {
-        record_type: "merge_summary",
-        target: args.target.clone(),
-        rounds: args.rounds,
-        ratios: ratios.clone(),
-        read_ratio_mean: mean(Op::Read),
-        write_ratio_mean: mean(Op::Write),
-        interrupted: interrupted(),
-    };
+    let summary = summary(&args.target, args.rounds, &outcome);
     if let Some(path) = &args.plot {
-        draw(path, &rows, &configs)?;
+        draw(path, &outcome.rows, &outcome.configs)?;
     }
     if args.json {
-        emit_json(&summary)?;
-        return Ok(());
+        return emit_json(&summary);
     }
-    print!("{}", table(&rows, &args, bs));
+    print!("{}", table(&outcome.rows, &args, plan.bs_bytes));
     for op in [Op::Read, Op::Write] {
-        let of_op: Vec<String> = ratios
+        let of_op: Vec<String> = summary
+            .ratios
             .iter()
             .filter(|r| r.op == op.name())
             .map(|r| format!("{} {} {:.2}x", r.pattern, r.polling, r.pipelined_over_serialized_iops))
             .collect();
-        if let Some(m) = mean(op) {
+        if let Some(m) = ratio_mean(&summary.ratios, op) {
             println!("pipelined/serialized IOPS, {}s: {:.2}x mean ({})", op.name(), m, of_op.join(", "));
         }
     }
     if let Some(path) = &args.plot {
         println!("plot: {}", path.display());
     }
-    if interrupted() {
+    if outcome.interrupted {
         println!("interrupted: the table shows the runs finished before Ctrl-C");
     }
     Ok(())
-}
-
-/// The most `--rounds`.
-pub const ROUNDS_MAX: u32 = 100;
-
-/// One result for the rounds of a configuration: counts and times summed (so IOPS, CPU and
-/// pages per request are over all rounds), latency percentiles the median of the rounds'.
-fn sum_rounds(rounds: &[MergeJobResult]) -> MergeJobResult {
-    let sum = |f: fn(&MergeJobResult) -> u64| rounds.iter().map(f).sum::<u64>();
-    let median = |f: fn(&MergeJobResult) -> u64| {
-        let mut v: Vec<u64> = rounds.iter().map(f).collect();
-        v.sort_unstable();
-        v[v.len() / 2]
-    };
-    let ios = sum(|r| r.ios);
-    let elapsed_ns = sum(|r| r.elapsed_ns).max(1);
-    let cpu_ns = sum(|r| r.cpu_ns);
-    let device_requests = sum(|r| r.device_requests);
-    let pages = sum(|r| r.pages);
-    let errors: Vec<f64> = rounds.iter().filter_map(|r| r.prediction_error_ns_mean).collect();
-    MergeJobResult {
-        ios,
-        elapsed_ns,
-        iops: ios as f64 * 1e9 / elapsed_ns as f64,
-        latency_ns_p50: median(|r| r.latency_ns_p50),
-        latency_ns_p99: median(|r| r.latency_ns_p99),
-        latency_ns_mean: rounds.iter().map(|r| r.latency_ns_mean * r.ios as f64).sum::<f64>() / ios.max(1) as f64,
-        cpu_ns,
-        cpu_pct: cpu_ns as f64 * 100.0 / elapsed_ns as f64,
-        device_requests,
-        pages,
-        pages_per_request_mean: if device_requests > 0 { pages as f64 / device_requests as f64 } else { 0.0 },
-        releases: sum(|r| r.releases),
-        polls: sum(|r| r.polls),
-        sleeps: sum(|r| r.sleeps),
-        leader_turns: sum(|r| r.leader_turns),
-        prediction_error_ns_mean: (!errors.is_empty()).then(|| errors.iter().sum::<f64>() / errors.len() as f64),
-        interrupted: rounds.iter().any(|r| r.interrupted),
-    }
-}
-
-pub(crate) fn ratios(rows: &[Row]) -> Vec<Ratio> {
-    let mut out = Vec::new();
-    for r in rows.iter().filter(|r| r.config.merge && r.config.pipelined) {
-        let serialized = rows.iter().find(|s| {
-            s.op == r.op
-                && s.pattern == r.pattern
-                && s.config.merge
-                && !s.config.pipelined
-                && s.config.polling == r.config.polling
-        });
-        if let Some(s) = serialized {
-            out.push(Ratio {
-                op: r.op.name(),
-                pattern: r.pattern.name(),
-                polling: r.config.polling.name(),
-                pipelined_over_serialized_iops: r.result.iops / s.result.iops.max(1e-9),
-            });
-        }
-    }
-    out
 }
 
 fn table(rows: &[Row], args: &MergeBenchArgs, bs: u64) -> String {
@@ -377,14 +178,7 @@ fn table(rows: &[Row], args: &MergeBenchArgs, bs: u64) -> String {
         Table::new(&["workload", "config", "IOPS", "p50", "p99", "CPU %", "pages/req", "polls/IO", "vs serialized"]);
     for r in rows {
         let vs = if r.config.merge && r.config.pipelined {
-            rows.iter()
-                .find(|s| {
-                    s.op == r.op
-                        && s.pattern == r.pattern
-                        && s.config.merge
-                        && !s.config.pipelined
-                        && s.config.polling == r.config.polling
-                })
+            serialized_of(rows, r)
                 .map_or("-".to_string(), |s| format!("{:.2}x", r.result.iops / s.result.iops.max(1e-9)))
         } else {
             "-".to_string()
