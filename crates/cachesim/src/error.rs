@@ -20,6 +20,8 @@ pub enum ErrorKind {
     Io,
     /// A bad parameter for a generator, a scheduler or an estimator.
     Parameter,
+    /// The caller's stop flag ended a run whose partial result would be wrong.
+    Interrupted,
 }
 
 /// An error with the detail a person needs to fix the input.

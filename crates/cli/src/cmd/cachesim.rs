@@ -1,5 +1,6 @@
 //! `smartcon cachesim`: run a trace through a cache hierarchy and print per-level counts
-//! and IPC.
+//! and IPC. The simulation and its record are `smartcon_cachesim::study`; this file parses
+//! the geometry flags and prints.
 //!
 //! Geometries are `SIZE,WAYS` with one line size for every level (`--line`). The default
 //! machine is Table II of the ETS paper; `--cachegrind` models what valgrind's cachegrind
@@ -7,14 +8,13 @@
 //! can be compared (see `smartcon ets crosscheck`). The whole trace is verified before
 //! anything is printed: a truncated or corrupt trace is an error, never a shorter result.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
 use smartcon_cachesim::geometry::Geometry;
-use smartcon_cachesim::hierarchy::{Hierarchy, HierarchyConfig, HierarchyStats, Mode};
-use smartcon_cachesim::policy::{Drrip, Lru, PolicyKind, ReplacementPolicy, Ship};
-use smartcon_cachesim::trace::TraceReader;
+use smartcon_cachesim::hierarchy::{HierarchyConfig, Mode};
+use smartcon_cachesim::policy::PolicyKind;
+use smartcon_cachesim::study::{simulate, CachesimRecord};
 use smartcon_devemu::units::{format_size, parse_size};
 
 use crate::common;
@@ -51,37 +51,6 @@ pub struct CachesimArgs {
     json: bool,
 }
 
-/// The JSON record of one simulation.
-#[derive(Serialize)]
-pub(crate) struct CachesimRecord {
-    pub r#type: &'static str,
-    pub trace: String,
-    pub mode: &'static str,
-    pub policy: &'static str,
-    pub line_bytes: u32,
-    pub l1i_size_bytes: u64,
-    pub l1d_size_bytes: u64,
-    pub l2_size_bytes: Option<u64>,
-    pub ll_size_bytes: u64,
-    pub ll_ways: u32,
-    pub records: u64,
-    pub instructions: u64,
-    pub cycles: u64,
-    pub ipc: f64,
-    pub l1i_accesses: u64,
-    pub l1i_misses: u64,
-    pub l1d_accesses: u64,
-    pub l1d_misses: u64,
-    pub l2_accesses: Option<u64>,
-    pub l2_misses: Option<u64>,
-    pub ll_accesses: u64,
-    pub ll_hits: u64,
-    pub ll_misses: u64,
-    /// Wall-clock time of the simulation, including reading the trace.
-    pub wall_ns: u64,
-    pub accesses_per_second: f64,
-}
-
 /// Parses `SIZE,WAYS` with the common line size.
 pub(crate) fn parse_geometry(flag: &str, text: &str, line_bytes: u32) -> Result<Geometry> {
     let (size, ways) =
@@ -101,64 +70,6 @@ pub(crate) fn parse_line(text: &str) -> Result<u32> {
 
 pub(crate) fn parse_policy(text: &str) -> Result<PolicyKind> {
     PolicyKind::parse(text).with_context(|| format!("unknown --policy {text:?}: use lru, drrip or ship"))
-}
-
-/// Simulates the whole trace; any trace error aborts before results exist.
-pub(crate) fn simulate(config: HierarchyConfig, policy: PolicyKind, trace: &Path) -> Result<HierarchyStats> {
-    fn with<P: ReplacementPolicy>(config: HierarchyConfig, trace: &Path) -> Result<HierarchyStats> {
-        let mut h: Hierarchy<P> = Hierarchy::new(config)?;
-        let mut reader = TraceReader::open(trace)?;
-        let mut n = 0u64;
-        while let Some(r) = reader.next_record()? {
-            h.access(&r);
-            n += 1;
-            if n.is_multiple_of(1 << 22) && common::interrupted() {
-                bail!("interrupted after {n} records; no results printed");
-            }
-        }
-        Ok(h.stats())
-    }
-    match policy {
-        PolicyKind::Lru => with::<Lru>(config, trace),
-        PolicyKind::Drrip => with::<Drrip>(config, trace),
-        PolicyKind::Ship => with::<Ship>(config, trace),
-    }
-}
-
-pub(crate) fn record(
-    trace: &Path,
-    config: &HierarchyConfig,
-    policy: PolicyKind,
-    s: &HierarchyStats,
-    wall_ns: u64,
-) -> CachesimRecord {
-    CachesimRecord {
-        r#type: "cachesim",
-        trace: trace.display().to_string(),
-        mode: if config.mode == Mode::Cachegrind { "cachegrind" } else { "table_ii" },
-        policy: policy.name(),
-        line_bytes: config.llc.line_bytes,
-        l1i_size_bytes: config.l1i.size_bytes,
-        l1d_size_bytes: config.l1d.size_bytes,
-        l2_size_bytes: config.l2.map(|g| g.size_bytes),
-        ll_size_bytes: config.llc.size_bytes,
-        ll_ways: config.llc.ways,
-        records: s.records,
-        instructions: s.instructions,
-        cycles: s.cycles,
-        ipc: s.ipc(),
-        l1i_accesses: s.l1i.accesses,
-        l1i_misses: s.l1i.misses,
-        l1d_accesses: s.l1d.accesses,
-        l1d_misses: s.l1d.misses,
-        l2_accesses: s.l2.map(|c| c.accesses),
-        l2_misses: s.l2.map(|c| c.misses),
-        ll_accesses: s.llc.accesses,
-        ll_hits: s.llc.hits,
-        ll_misses: s.llc.misses,
-        wall_ns,
-        accesses_per_second: s.records as f64 / (wall_ns.max(1) as f64 * 1e-9),
-    }
 }
 
 pub fn run(args: CachesimArgs) -> Result<()> {
@@ -181,9 +92,9 @@ pub fn run(args: CachesimArgs) -> Result<()> {
     };
     config.validate()?;
     let start = std::time::Instant::now();
-    let stats = simulate(config, policy, &args.trace)?;
+    let stats = simulate(config, policy, &args.trace, common::interrupt_flag())?;
     let wall_ns = start.elapsed().as_nanos() as u64;
-    let rec = record(&args.trace, &config, policy, &stats, wall_ns);
+    let rec = CachesimRecord::new(&args.trace, &config, policy, &stats, wall_ns);
     if args.json {
         return common::emit_json(&rec);
     }
@@ -221,35 +132,13 @@ pub fn run(args: CachesimArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use smartcon_cachesim::synth::{Synth, SynthKind};
-    use smartcon_cachesim::trace::TraceWriter;
 
     #[test]
-    fn simulates_a_trace_and_refuses_a_truncated_one() {
-        let dir = std::env::temp_dir().join(format!("smartcon-cachesim-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("loop.sct");
-        let mut w = TraceWriter::create(&path).unwrap();
-        // 512 KiB loop, four passes: misses L2, fits the LLC: only compulsory LL misses.
-        for r in Synth::new(SynthKind::Loop, 512 << 10, 1).unwrap().take(4 * 4 * 65536) {
-            w.push(&r).unwrap();
-        }
-        w.finish().unwrap();
-        let config = HierarchyConfig::table_ii();
-        let s = simulate(config, PolicyKind::Lru, &path).unwrap();
-        assert_eq!(s.llc.misses, 8192 + 16, "512 KiB of data lines plus 1 KiB of code");
-        assert_eq!(s.l1d.misses, 4 * 8192);
-        let rec = record(&path, &config, PolicyKind::Lru, &s, 1);
-        let json = serde_json::to_value(&rec).unwrap();
-        assert_eq!(json["type"], "cachesim");
-        assert_eq!(json["ll_misses"], 8208);
-        let bytes = std::fs::read(&path).unwrap();
-        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
-        let e = simulate(config, PolicyKind::Lru, &path).unwrap_err();
-        assert!(e.to_string().contains("truncated"), "{e}");
+    fn geometries_are_size_comma_ways() {
         assert!(parse_geometry("--ll", "3m,16", 64).is_err());
         assert!(parse_geometry("--ll", "2m", 64).is_err());
         assert!(parse_geometry("--ll", "3m,12", 64).is_ok());
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(parse_line("48").is_err());
+        assert_eq!(parse_line("64").unwrap(), 64);
     }
 }

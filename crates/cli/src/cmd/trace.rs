@@ -14,9 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
 use smartcon_cachesim::synth::{records_for, Synth, SynthKind};
-use smartcon_cachesim::trace::{convert_lackey, convert_lackey_file, TraceReader, TraceWriter};
+use smartcon_cachesim::trace::{convert_lackey, convert_lackey_file, TraceWriter};
 use smartcon_devemu::units::{format_size, parse_size};
 
 use crate::common;
@@ -93,21 +92,6 @@ struct InfoArgs {
     json: bool,
 }
 
-/// The record every trace subcommand prints.
-#[derive(Serialize)]
-struct TraceRecord<'a> {
-    r#type: &'static str,
-    action: &'a str,
-    path: String,
-    records: u64,
-    fetches: u64,
-    reads: u64,
-    writes: u64,
-    modifies: u64,
-    size_bytes: u64,
-    bytes_per_record: f64,
-}
-
 pub fn run(args: TraceArgs) -> Result<()> {
     match args.command {
         TraceCommand::Capture(a) => {
@@ -149,26 +133,7 @@ fn refuse_existing(path: &Path) -> Result<()> {
 
 /// Reads the whole trace (verifying it) and prints what it holds.
 fn describe(action: &str, path: &Path, json: bool) -> Result<()> {
-    use smartcon_cachesim::trace::AccessKind;
-    let mut reader = TraceReader::open(path)?;
-    let mut counts = [0u64; 4];
-    while let Some(r) = reader.next_record()? {
-        counts[r.kind as usize] += 1;
-    }
-    let records = counts.iter().sum::<u64>();
-    let size_bytes = std::fs::metadata(path)?.len();
-    let record = TraceRecord {
-        r#type: "trace",
-        action,
-        path: path.display().to_string(),
-        records,
-        fetches: counts[AccessKind::Fetch as usize],
-        reads: counts[AccessKind::Read as usize],
-        writes: counts[AccessKind::Write as usize],
-        modifies: counts[AccessKind::Modify as usize],
-        size_bytes,
-        bytes_per_record: size_bytes as f64 / records.max(1) as f64,
-    };
+    let record = smartcon_cachesim::study::describe(action, path)?;
     if json {
         return common::emit_json(&record);
     }
@@ -177,7 +142,7 @@ fn describe(action: &str, path: &Path, json: bool) -> Result<()> {
         "  records       {:>14}  (instruction fetches {}, reads {}, writes {}, modifies {})",
         record.records, record.fetches, record.reads, record.writes, record.modifies
     );
-    println!("  file size     {:>14}  ({:.2} bytes/record)", format_size(size_bytes), record.bytes_per_record);
+    println!("  file size     {:>14}  ({:.2} bytes/record)", format_size(record.size_bytes), record.bytes_per_record);
     Ok(())
 }
 
