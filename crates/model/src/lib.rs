@@ -20,6 +20,7 @@
 
 pub mod calibrate;
 pub mod params;
+pub mod report;
 
 use serde::Serialize;
 

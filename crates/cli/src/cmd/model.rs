@@ -10,9 +10,9 @@
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde::Serialize;
 use smartcon_ctxcost::HostProfile;
 use smartcon_devemu::units::{format_ns, parse_duration_ns};
+use smartcon_model::report::{self, Report};
 use smartcon_model::{calibrate, paper_devices, Device, DeviceLatency, Interpretation, Model, PMemReading, RatioForm};
 
 use crate::common;
@@ -73,36 +73,6 @@ pub struct ModelArgs {
     json: bool,
 }
 
-#[derive(Serialize)]
-struct ProjectionRecord<'a> {
-    r#type: &'static str,
-    device: &'a str,
-    latency: DeviceLatency,
-    tau_mem0_cycles: f64,
-    tau_nvram_cycles: f64,
-    cpi_smartcon: f64,
-    cpi_mainstream: f64,
-    ratio: f64,
-}
-
-#[derive(Serialize)]
-struct InterpretationRecord<'a> {
-    r#type: &'static str,
-    reading: &'a str,
-    device: &'a str,
-    ratio: f64,
-    ratio_default: f64,
-}
-
-#[derive(Serialize)]
-struct GapRecord<'a> {
-    r#type: &'static str,
-    device: &'a str,
-    ratio: f64,
-    paper_ratio: f64,
-    tau_ctx_cycles_for_paper_ratio: Option<f64>,
-}
-
 fn parse_device(text: &str) -> Result<Device> {
     let (name, latency) =
         text.split_once('=').ok_or_else(|| anyhow!("--device {text:?}: expected NAME=LATENCY, e.g. optane=10us"))?;
@@ -126,11 +96,8 @@ fn load_host(args: &ModelArgs) -> Result<Option<HostProfile>> {
 }
 
 pub fn run(args: ModelArgs) -> Result<()> {
-    let tau_mem0 = match args.dram {
-        533 => 111.88,
-        800 => 74.4,
-        1067 => 55.94,
-        other => bail!("--dram {other}: expected 533, 800 or 1067 (the Table III rows)"),
+    let Some(tau_mem0) = report::dram_tau_mem0_cycles(args.dram) else {
+        bail!("--dram {}: expected 533, 800 or 1067 (the Table III rows)", args.dram);
     };
     let mut model = Model {
         tau_mem0_cycles: tau_mem0,
@@ -178,83 +145,44 @@ pub fn run(args: ModelArgs) -> Result<()> {
         }
         _ => None,
     };
-
     let mut devices = paper_devices();
     devices.extend(extra);
-    let projections: Vec<_> =
-        devices.iter().map(|d| model.project(d)).collect::<Result<_, _>>().map_err(|e| anyhow!("{e}"))?;
-
-    // The effect of each alternative reading, at every device.
-    let alternatives = model.interp.alternatives();
-    let mut alt_rows = Vec::new();
-    for (label, interp) in &alternatives {
-        let alt = Model { interp: *interp, ..model.clone() };
-        let ratios: Vec<f64> = devices
-            .iter()
-            .map(|d| alt.project(d).map(|p| p.ratio))
-            .collect::<Result<_, _>>()
-            .map_err(|e| anyhow!("{e}"))?;
-        alt_rows.push((*label, ratios));
-    }
-    // What the paper quotes: Table IV 1.24/1.23/1.24 for the DDR clocks, Fig. 18 "80%".
-    let paper_ratio = |name: &str| match name {
-        "ddr533" | "ddr1067" => Some(1.24),
-        "ddr800" => Some(1.23),
-        "pcram" | "fram" | "mram" => Some(1.8),
-        _ => None,
-    };
-
+    let report = Report::new(&model, &devices).map_err(|e| anyhow!("{e}"))?;
     if let Some(plot_path) = &args.plot {
         draw(plot_path, &model, host.as_ref())?;
         eprintln!("smartcon: plot written to {}", plot_path.display());
     }
-
     if args.json {
-        for (d, p) in devices.iter().zip(&projections) {
-            common::emit_json(&ProjectionRecord {
-                r#type: "projection",
-                device: &d.name,
-                latency: d.latency,
-                tau_mem0_cycles: p.tau_mem0_cycles,
-                tau_nvram_cycles: p.tau_nvram_cycles,
-                cpi_smartcon: p.smartcon.cpi,
-                cpi_mainstream: p.mainstream.cpi,
-                ratio: p.ratio,
-            })?;
-        }
-        for (label, ratios) in &alt_rows {
-            for ((d, r), p) in devices.iter().zip(ratios).zip(&projections) {
-                common::emit_json(&InterpretationRecord {
-                    r#type: "interpretation",
-                    reading: label,
-                    device: &d.name,
-                    ratio: *r,
-                    ratio_default: p.ratio,
-                })?;
-            }
-        }
-        for (d, p) in devices.iter().zip(&projections) {
-            if let Some(paper) = paper_ratio(&d.name) {
-                let at = model.latencies(d.latency).map_err(|e| anyhow!("{e}"))?;
-                common::emit_json(&GapRecord {
-                    r#type: "paper_gap",
-                    device: &d.name,
-                    ratio: p.ratio,
-                    paper_ratio: paper,
-                    tau_ctx_cycles_for_paper_ratio: model.tau_ctx_for_ratio(paper, &at),
-                })?;
-            }
-        }
-        if let Some((_, rows)) = &calibration {
-            for row in rows {
-                let mut v = serde_json::to_value(row)?;
-                v["type"] = "calibration".into();
-                common::emit_json(&v)?;
-            }
+        report.projection_records().iter().try_for_each(common::emit_json)?;
+        report.interpretation_records().iter().try_for_each(common::emit_json)?;
+        report.gaps.iter().try_for_each(common::emit_json)?;
+        for row in calibration.iter().flat_map(|(_, rows)| rows) {
+            let mut v = serde_json::to_value(row)?;
+            v["type"] = "calibration".into();
+            common::emit_json(&v)?;
         }
         return Ok(());
     }
+    print_report(&args, &model, &report);
+    if let Some((dir, rows)) = &calibration {
+        print_calibration(dir, rows);
+    }
+    if let Some(h) = &host {
+        if let Some(cost) = h.sleep_cost_ns() {
+            println!();
+            println!(
+                "this host: a sleep costs {} of CPU (direct switch {} + refill); cross-CPU wake-up {}. The model has no term for the CPU a spinner burns, so it never says when spinning stops paying; this host's break-even device latency is about {}.",
+                format_ns(cost),
+                format_ns(h.ctx_direct_ns().unwrap_or(0.0)),
+                h.wakeup_cross_cpu_us.map(|u| format_ns(u * 1e3)).unwrap_or("not measured".into()),
+                format_ns(cost)
+            );
+        }
+    }
+    Ok(())
+}
 
+fn print_report(args: &ModelArgs, model: &Model, report: &Report) {
     println!(
         "SmartCon CPI model (Eq. 1-6, Table III){}: clock {:.2} GHz, tau_ctx {:.0} cycles, P_mem {}, ratio {}, {} accesses/page, DRAM under NVRAM DDR{}",
         if args.calibrate { ", calibrated to this host" } else { "" },
@@ -270,7 +198,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
         "{:<10} {:>14} {:>12} {:>10} {:>10} {:>8} {:>8}",
         "device", "tau_nvram cyc", "per page", "CPI smart", "CPI main", "ratio", "gain"
     );
-    for p in &projections {
+    for p in &report.projections {
         println!(
             "{:<10} {:>14.0} {:>12} {:>10.3} {:>10.3} {:>8.3} {:>7.1}%",
             p.device,
@@ -285,16 +213,16 @@ pub fn run(args: ModelArgs) -> Result<()> {
     println!();
     println!("effect of the other readings (ratio per device)");
     print!("{:<30}", "reading");
-    for d in &devices {
+    for d in report.devices() {
         print!(" {:>8}", d.name.chars().take(8).collect::<String>());
     }
     println!();
     print!("{:<30}", "default (as above)");
-    for p in &projections {
+    for p in &report.projections {
         print!(" {:>8.3}", p.ratio);
     }
     println!();
-    for (label, ratios) in &alt_rows {
+    for (label, ratios) in &report.alternatives {
         print!("{label:<30}");
         for r in ratios {
             print!(" {r:>8.3}");
@@ -303,61 +231,46 @@ pub fn run(args: ModelArgs) -> Result<()> {
     }
     println!();
     println!("against the paper (Table IV model column; Fig. 18 text: ~80% gain)");
-    for (d, p) in devices.iter().zip(&projections) {
-        let Some(paper) = paper_ratio(&d.name) else {
-            continue;
-        };
-        let at = model.latencies(d.latency).map_err(|e| anyhow!("{e}"))?;
-        let needed = model.tau_ctx_for_ratio(paper, &at);
+    for g in &report.gaps {
         println!(
             "  {:<8} equations {:.3}, paper {:.2} ({:+.1} points); tau_ctx that would give the paper's figure: {}",
-            d.name,
-            p.ratio,
-            paper,
-            (p.ratio - paper) * 100.0,
-            needed.map(|c| format!("{c:.0} cycles ({})", format_ns(c / model.clock_ghz))).unwrap_or("none".into())
+            g.device,
+            g.ratio,
+            g.paper_ratio,
+            (g.ratio - g.paper_ratio) * 100.0,
+            g.tau_ctx_cycles_for_paper_ratio
+                .map(|c| format!("{c:.0} cycles ({})", format_ns(c / model.clock_ghz)))
+                .unwrap_or("none".into())
         );
     }
-    if let Some((dir, rows)) = &calibration {
-        println!();
-        println!("calibration (profiles in {})", dir.display());
-        if rows.is_empty() {
-            println!("  no device has both a probe profile and block + smart/spin results");
-        } else {
-            println!(
-                "{:<16} {:<18} {:<6} {:<6} {:>8} {:<8} {:>12} {:>10} {:>10}",
-                "device", "workload", "op", "pattern", "bs", "load", "latency", "predicted", "measured"
-            );
-            for r in rows {
-                println!(
-                    "{:<16} {:<18} {:<6} {:<6} {:>8} {:<8} {:>12} {:>10.3} {:>10.3} ({} vs block)",
-                    r.device,
-                    r.workload,
-                    r.op,
-                    r.pattern,
-                    r.bs_bytes,
-                    r.load,
-                    format_ns(r.device_latency_ns),
-                    r.predicted_ratio,
-                    r.measured_ratio,
-                    r.measured_strategy
-                );
-            }
-        }
+}
+
+fn print_calibration(dir: &std::path::Path, rows: &[calibrate::CalibrationRow]) {
+    println!();
+    println!("calibration (profiles in {})", dir.display());
+    if rows.is_empty() {
+        println!("  no device has both a probe profile and block + smart/spin results");
+        return;
     }
-    if let Some(h) = &host {
-        if let Some(cost) = h.sleep_cost_ns() {
-            println!();
-            println!(
-                "this host: a sleep costs {} of CPU (direct switch {} + refill); cross-CPU wake-up {}. The model has no term for the CPU a spinner burns, so it never says when spinning stops paying; this host's break-even device latency is about {}.",
-                format_ns(cost),
-                format_ns(h.ctx_direct_ns().unwrap_or(0.0)),
-                h.wakeup_cross_cpu_us.map(|u| format_ns(u * 1e3)).unwrap_or("not measured".into()),
-                format_ns(cost)
-            );
-        }
+    println!(
+        "{:<16} {:<18} {:<6} {:<6} {:>8} {:<8} {:>12} {:>10} {:>10}",
+        "device", "workload", "op", "pattern", "bs", "load", "latency", "predicted", "measured"
+    );
+    for r in rows {
+        println!(
+            "{:<16} {:<18} {:<6} {:<6} {:>8} {:<8} {:>12} {:>10.3} {:>10.3} ({} vs block)",
+            r.device,
+            r.workload,
+            r.op,
+            r.pattern,
+            r.bs_bytes,
+            r.load,
+            format_ns(r.device_latency_ns),
+            r.predicted_ratio,
+            r.measured_ratio,
+            r.measured_strategy
+        );
     }
-    Ok(())
 }
 
 fn draw(path: &std::path::Path, model: &Model, host: Option<&HostProfile>) -> Result<()> {
