@@ -16,6 +16,7 @@
 pub mod affinity;
 pub mod cache;
 pub mod perfbench;
+pub mod report;
 pub mod ring;
 pub mod wakeup;
 

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use smartcon_ctxcost::report::AGREEMENT_RANGE;
 use smartcon_ctxcost::{HostProfile, Plan};
 use smartcon_devemu::units::{format_size, parse_size};
 
@@ -56,42 +57,6 @@ pub struct CtxArgs {
     /// Do not write a host profile.
     #[arg(long)]
     no_save: bool,
-}
-
-#[derive(Serialize)]
-struct DirectRecord {
-    r#type: &'static str,
-    procs: usize,
-    us_per_switch: f64,
-    us_per_switch_raw: f64,
-}
-
-#[derive(Serialize)]
-struct IndirectRecord {
-    r#type: &'static str,
-    array_bytes: u64,
-    us_per_switch: f64,
-    us_per_switch_raw: f64,
-    us_hot: f64,
-    /// (us_per_switch - direct) / (array_bytes / 1024): refill cost per KiB.
-    us_per_kib_refilled: f64,
-}
-
-#[derive(Serialize)]
-struct WakeupRecord {
-    r#type: &'static str,
-    same_cpu_us: f64,
-    cross_cpu_us: Option<f64>,
-}
-
-#[derive(Serialize)]
-struct PerfRecord {
-    r#type: &'static str,
-    perf_us_per_switch: Option<f64>,
-    raw_two_process_us_per_switch: f64,
-    /// raw / perf; within 0.75..1.25 means the two methods agree within 25%.
-    raw_over_perf: Option<f64>,
-    skipped: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -184,24 +149,9 @@ pub fn run(args: CtxArgs) -> Result<()> {
     bar.finish_and_clear();
     let elapsed_s = started.elapsed().as_secs_f64();
 
-    let direct_us = profile.ctx_direct_ns().unwrap_or(0.0) / 1e3;
-    let raw2 = profile.direct.iter().find(|p| p.procs == 2).map(|p| p.us_per_switch_raw);
-    let raw_over_perf = match (raw2, profile.perf_sched_pipe_us_per_switch) {
-        (Some(r), Some(p)) if p > 0.0 => Some(r / p),
-        _ => None,
-    };
-
     let mut replaced = false;
     if let Some(path) = &profile_path {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        }
-        replaced = path.exists();
-        let text = serde_json::to_string_pretty(&profile)?;
-        // Write then rename, so a reader never sees half a profile.
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, text + "\n").with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+        replaced = profile.write(path).with_context(|| format!("cannot write {}", path.display()))?;
         if replaced {
             eprintln!("smartcon: host profile written to {} (replaced the previous one)", path.display());
         } else {
@@ -212,54 +162,20 @@ pub fn run(args: CtxArgs) -> Result<()> {
         draw(plot_path, &profile)?;
         eprintln!("smartcon: plot written to {}", plot_path.display());
     }
-
-    let per_kib =
-        |p: &smartcon_ctxcost::IndirectPoint| (p.us_per_switch - direct_us).max(0.0) / (p.array_bytes as f64 / 1024.0);
     if args.json {
-        for p in &profile.direct {
-            common::emit_json(&DirectRecord {
-                r#type: "ctx_direct",
-                procs: p.procs,
-                us_per_switch: p.us_per_switch,
-                us_per_switch_raw: p.us_per_switch_raw,
-            })?;
-        }
-        for p in &profile.indirect {
-            common::emit_json(&IndirectRecord {
-                r#type: "ctx_indirect",
-                array_bytes: p.array_bytes,
-                us_per_switch: p.us_per_switch,
-                us_per_switch_raw: p.us_per_switch_raw,
-                us_hot: p.us_hot,
-                us_per_kib_refilled: per_kib(p),
-            })?;
-        }
-        common::emit_json(&WakeupRecord {
-            r#type: "wakeup",
-            same_cpu_us: profile.wakeup_same_cpu_us,
-            cross_cpu_us: profile.wakeup_cross_cpu_us,
-        })?;
-        common::emit_json(&PerfRecord {
-            r#type: "perf_sched_pipe",
-            perf_us_per_switch: profile.perf_sched_pipe_us_per_switch,
-            raw_two_process_us_per_switch: raw2.unwrap_or(f64::NAN),
-            raw_over_perf,
-            skipped: profile.perf_skipped_reason.clone(),
-        })?;
-        common::emit_json(&ProfileRecord {
-            r#type: "host_profile",
-            path: profile_path.map(|p| p.display().to_string()),
-            replaced,
-        })?;
-        return Ok(());
+        profile.direct_records().iter().try_for_each(common::emit_json)?;
+        profile.indirect_records().iter().try_for_each(common::emit_json)?;
+        common::emit_json(&profile.wakeup_record())?;
+        common::emit_json(&profile.perf_record())?;
+        let path = profile_path.map(|p| p.display().to_string());
+        return common::emit_json(&ProfileRecord { r#type: "host_profile", path, replaced });
     }
+    print_profile(&profile, &plan, elapsed_s, args.quick);
+    Ok(())
+}
 
-    println!(
-        "Context-switch cost on CPU {} ({:.1} s{})",
-        profile.cpu,
-        elapsed_s,
-        if args.quick { ", quick" } else { "" }
-    );
+fn print_profile(profile: &HostProfile, plan: &Plan, elapsed_s: f64, quick: bool) {
+    println!("Context-switch cost on CPU {} ({:.1} s{})", profile.cpu, elapsed_s, if quick { ", quick" } else { "" });
     println!("single-process pipe work subtracted: {:.2} us", profile.pipe_overhead_us);
     println!();
     println!("direct cost (lat_ctx ring, 0-byte arrays)");
@@ -289,7 +205,7 @@ pub fn run(args: CtxArgs) -> Result<()> {
             p.us_per_switch,
             p.us_per_switch_raw,
             p.us_hot,
-            per_kib(p)
+            profile.us_per_kib_refilled(p)
         );
     }
     println!();
@@ -302,18 +218,17 @@ pub fn run(args: CtxArgs) -> Result<()> {
         None => println!("  cross CPU: not measured (only one CPU allowed)"),
     }
     println!();
-    match (profile.perf_sched_pipe_us_per_switch, raw2) {
+    match (profile.perf_sched_pipe_us_per_switch, profile.raw_two_process_us()) {
         (Some(perf), Some(raw)) => println!(
             "perf bench sched pipe (pinned): {perf:.2} us/switch; ring raw 2-process: {raw:.2} us/switch; raw/perf = {:.2} ({})",
             raw / perf,
-            if (0.75..=1.25).contains(&(raw / perf)) { "agree within 25%" } else { "differ by more than 25%" }
+            if AGREEMENT_RANGE.contains(&(raw / perf)) { "agree within 25%" } else { "differ by more than 25%" }
         ),
         _ => println!("perf bench sched pipe: {}", profile.perf_skipped_reason.as_deref().unwrap_or("no 2-process ring to compare")),
     }
     if let Some(cost) = profile.sleep_cost_ns() {
         println!("sleep cost (switch out + back with an L2-sized refill): {:.2} us: devices faster than this are better waited for by spinning", cost / 1e3);
     }
-    Ok(())
 }
 
 fn draw(path: &std::path::Path, profile: &HostProfile) -> Result<()> {
