@@ -20,6 +20,8 @@ pub enum ErrorKind {
     Io,
     /// A bad parameter for a generator, a scheduler or an estimator.
     Parameter,
+    /// An external tool (valgrind) is missing, failed, or wrote nothing usable.
+    Tool,
     /// The caller's stop flag ended a run whose partial result would be wrong.
     Interrupted,
 }

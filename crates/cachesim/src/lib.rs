@@ -9,10 +9,11 @@
 //! ETS study and its metrics; [`study`] simulates a whole trace, describes one and compares
 //! with cachegrind.
 //!
-//! The library knows nothing of the CLI, prints nothing, spawns no processes (valgrind
-//! capture lives in the binary) and has no randomness that is not seeded.
+//! The library knows nothing of the CLI, prints nothing, spawns processes only in
+//! [`capture`] (valgrind) and has no randomness that is not seeded.
 
 pub mod cache;
+pub mod capture;
 pub mod error;
 pub mod estimator;
 pub mod ets;

@@ -15,19 +15,18 @@
 //! counts side by side. Temporary files live in one directory that is always removed.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use smartcon_cachesim::capture::{capture, run_cachegrind, valgrind_version};
 use smartcon_cachesim::ets::{self, EtsPlan, SummaryRecord, SweepRecord, TaskRecord};
 use smartcon_cachesim::hierarchy::{HierarchyConfig, Mode};
 use smartcon_cachesim::policy::PolicyKind;
 use smartcon_cachesim::sched::TaskSpec;
-use smartcon_cachesim::study::{cachegrind_geometry, parse_cachegrind, simulate, CrosscheckRecord};
+use smartcon_cachesim::study::{simulate, CrosscheckRecord};
 use smartcon_cachesim::ErrorKind;
 use smartcon_devemu::units::{format_size, parse_size};
 
 use crate::cmd::cachesim::{parse_geometry, parse_line, parse_policy};
-use crate::cmd::trace::{capture, valgrind_version};
 use crate::common;
 use crate::plot;
 
@@ -479,31 +478,8 @@ fn crosscheck(a: CrosscheckArgs) -> Result<()> {
     let trace = dir.0.join("trace.sct");
     capture(&a.program, &trace)?;
     let ours = simulate(config, PolicyKind::Lru, &trace, common::interrupt_flag())?;
-    let cg_out = dir.0.join("cachegrind.out");
-    let geom = cachegrind_geometry;
-    let output = Command::new("valgrind")
-        .arg("--tool=cachegrind")
-        .arg("--cache-sim=yes")
-        .arg(format!("--I1={}", geom(&l1)))
-        .arg(format!("--D1={}", geom(&l1)))
-        .arg(format!("--LL={}", geom(&ll)))
-        .arg(format!("--cachegrind-out-file={}", cg_out.display()))
-        .args(&a.program)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .context("cannot start valgrind")?;
-    if !output.status.success() {
-        let text = String::from_utf8_lossy(&output.stderr);
-        let last = text
-            .lines()
-            .rev()
-            .find(|l| !l.trim_start_matches(|c: char| c == '=' || c.is_ascii_digit()).trim().is_empty());
-        bail!("cachegrind failed ({}): {}", output.status, last.unwrap_or(""));
-    }
-    let text = std::fs::read_to_string(&cg_out).with_context(|| format!("cachegrind wrote no {}", cg_out.display()))?;
-    let rec = CrosscheckRecord::new(&a.program.join(" "), &l1, &ll, &ours, &parse_cachegrind(&text)?);
+    let cg = run_cachegrind(&a.program, &l1, &ll, &dir.0.join("cachegrind.out"))?;
+    let rec = CrosscheckRecord::new(&a.program.join(" "), &l1, &ll, &ours, &cg);
     if a.json {
         return common::emit_json(&rec);
     }
