@@ -113,6 +113,39 @@ impl Plan {
         }
     }
 
+    /// Runs everything on `cpu` (one of `allowed`), the cross-CPU wake-up on `cross_cpu` or
+    /// else on the first other allowed CPU.
+    pub fn pin(&mut self, cpu: Option<usize>, cross_cpu: Option<usize>, allowed: &[usize]) -> Result<(), Error> {
+        if let Some(cpu) = cpu {
+            if !allowed.contains(&cpu) {
+                return Err(Error::BadInput(format!("--cpu {cpu} is not in this process's CPU set {allowed:?}")));
+            }
+            self.cpu = cpu;
+            self.cross_cpu = allowed.iter().copied().find(|&c| c != cpu);
+        }
+        if let Some(other) = cross_cpu {
+            if !allowed.contains(&other) || other == self.cpu {
+                return Err(Error::BadInput(format!(
+                    "--cross-cpu {other} must be another CPU of this process's set {allowed:?}"
+                )));
+            }
+            self.cross_cpu = Some(other);
+        }
+        Ok(())
+    }
+
+    /// Sets the indirect cost's array sizes, ascending and without duplicates; an empty
+    /// array has nothing to sum.
+    pub fn set_array_sizes(&mut self, mut sizes_bytes: Vec<u64>) -> Result<(), Error> {
+        if sizes_bytes.contains(&0) {
+            return Err(Error::BadInput("--sizes: an array of 0 bytes has nothing to sum".into()));
+        }
+        sizes_bytes.sort_unstable();
+        sizes_bytes.dedup();
+        self.array_sizes_bytes = sizes_bytes;
+        Ok(())
+    }
+
     /// Bad plans are refused before anything runs.
     pub fn validate(&self) -> Result<(), Error> {
         if self.direct_procs.is_empty() {
@@ -352,4 +385,34 @@ pub fn measure(plan: &Plan, stop: &AtomicBool, progress: &mut dyn Progress) -> R
         perf_sched_pipe_us_per_switch: perf,
         perf_skipped_reason,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_pins_to_allowed_cpus_only() {
+        let allowed = [2, 5, 7];
+        let mut plan = Plan::new(true, &CacheSizes::default(), &allowed);
+        assert_eq!((plan.cpu, plan.cross_cpu), (2, Some(5)));
+        plan.pin(Some(5), None, &allowed).unwrap();
+        assert_eq!((plan.cpu, plan.cross_cpu), (5, Some(2)));
+        plan.pin(None, Some(7), &allowed).unwrap();
+        assert_eq!((plan.cpu, plan.cross_cpu), (5, Some(7)));
+        assert!(plan.pin(Some(3), None, &allowed).is_err());
+        assert!(plan.pin(None, Some(5), &allowed).is_err(), "the cross CPU must be another one");
+        let mut one = Plan::new(true, &CacheSizes::default(), &[4]);
+        one.pin(Some(4), None, &[4]).unwrap();
+        assert_eq!(one.cross_cpu, None);
+    }
+
+    #[test]
+    fn array_sizes_are_sorted_deduplicated_and_never_empty() {
+        let mut plan = Plan::new(true, &CacheSizes::default(), &[0]);
+        plan.set_array_sizes(vec![1 << 20, 32 << 10, 1 << 20]).unwrap();
+        assert_eq!(plan.array_sizes_bytes, vec![32 << 10, 1 << 20]);
+        assert!(plan.set_array_sizes(vec![4096, 0]).is_err());
+        assert_eq!(plan.array_sizes_bytes, vec![32 << 10, 1 << 20], "a refused list changes nothing");
+    }
 }

@@ -82,31 +82,10 @@ pub fn run(args: CtxArgs) -> Result<()> {
     }
     plan.indirect_procs = positive("--indirect-procs", args.indirect_procs)?;
     if let Some(sizes) = &args.sizes {
-        let mut parsed = Vec::with_capacity(sizes.len());
-        for s in sizes {
-            let bytes = parse_size(s).map_err(|e| anyhow::anyhow!("--sizes: {e}"))?;
-            if bytes == 0 {
-                bail!("--sizes: an array of 0 bytes has nothing to sum");
-            }
-            parsed.push(bytes);
-        }
-        parsed.sort_unstable();
-        parsed.dedup();
-        plan.array_sizes_bytes = parsed;
+        let parsed = sizes.iter().map(|s| parse_size(s).map_err(|e| anyhow::anyhow!("--sizes: {e}")));
+        plan.set_array_sizes(parsed.collect::<Result<_>>()?).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    if let Some(cpu) = args.cpu {
-        if !cpus.contains(&cpu) {
-            bail!("--cpu {cpu} is not in this process's CPU set {cpus:?}");
-        }
-        plan.cpu = cpu;
-        plan.cross_cpu = cpus.iter().copied().find(|&c| c != cpu);
-    }
-    if let Some(other) = args.cross_cpu {
-        if !cpus.contains(&other) || other == plan.cpu {
-            bail!("--cross-cpu {other} must be another CPU of this process's set {cpus:?}");
-        }
-        plan.cross_cpu = Some(other);
-    }
+    plan.pin(args.cpu, args.cross_cpu, &cpus).map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.no_perf {
         plan.perf_loops = 0;
     }
