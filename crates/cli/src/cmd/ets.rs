@@ -176,22 +176,7 @@ fn print_tables(tasks: &[TaskRecord], sweep: &[SweepRecord], s: &SummaryRecord, 
     );
     println!();
     println!("IPC normalised to UTS-2.5 (Fig. 6a) and the slices ETS gave (Fig. 6b)");
-    println!(
-        "{:<12} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} | {:>6} {:>6} {:>6} {:>6} {:>7} {:>6}",
-        "task",
-        "IPC 2.5",
-        "IPC 10",
-        "IPC ETS",
-        "10/2.5",
-        "ETS/2.5",
-        "ETS-10",
-        "2.5ms",
-        "5ms",
-        "7.5ms",
-        "10ms",
-        "ignored",
-        "diff%"
-    );
+    println!("task          IPC 2.5   IPC 10  IPC ETS    10/2.5   ETS/2.5    ETS-10 |  2.5ms    5ms  7.5ms   10ms ignored  diff%");
     for r in tasks {
         println!(
             "{:<12} {:>8.4} {:>8.4} {:>8.4} {:>9.3} {:>9.3} {:>8.2}% | {:>6} {:>6} {:>6} {:>6} {:>7} {:>5.0}%",
@@ -212,20 +197,7 @@ fn print_tables(tasks: &[TaskRecord], sweep: &[SweepRecord], s: &SummaryRecord, 
     }
     println!();
     println!("Latency between consecutive schedules of a co-runner, ms (Fig. 8), and CS-miss estimation (Fig. 9, UTS-2.5 run)");
-    println!(
-        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>10} {:>12} {:>12} {:>12} {:>8}",
-        "task",
-        "UTS-2.5",
-        "UTS-10",
-        "ETS mean",
-        "ETS std",
-        "ETS own",
-        "schedules",
-        "CS exact",
-        "CS estimate",
-        "CS excess",
-        "error"
-    );
+    println!("task           UTS-2.5    UTS-10  ETS mean   ETS std   ETS own |  schedules     CS exact  CS estimate    CS excess    error");
     for r in tasks {
         println!(
             "{:<12} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>10} {:>12} {:>12} {:>12} {:>8}",
