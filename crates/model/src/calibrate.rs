@@ -176,6 +176,16 @@ pub fn device_latency(profile: &DeviceProfile, op: &str, bs_bytes: u64) -> Optio
         .map(|l| (l.lat_ns_mean, l.strategy.clone()))
 }
 
+/// Calibrates against an evaluation's results file: the profiles the evaluation recorded
+/// come first (they include devices it created for the run and did not store), then the
+/// stored ones in `profiles_dir`. Every file is read before anything is computed.
+pub fn calibrate_files(model: &Model, results: &Path, profiles_dir: &Path) -> Result<Vec<CalibrationRow>, Error> {
+    let mut profiles = read_result_profiles(results)?;
+    profiles.extend(read_profiles(profiles_dir)?);
+    let records = read_results(results)?;
+    calibrate(model, &profiles, &records)
+}
+
 /// Predicted beside measured gain for every cell with a profile and both results.
 /// `model` must already carry the host's tau_ctx and clock.
 pub fn calibrate(

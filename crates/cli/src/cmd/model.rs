@@ -136,12 +136,8 @@ pub fn run(args: ModelArgs) -> Result<()> {
     let calibration = match (&args.results, args.calibrate) {
         (Some(results), true) => {
             let dir = args.profiles.clone().unwrap_or_else(|| common::smartcon_home().join("profiles"));
-            // The profiles the evaluation used come first (they include devices it created
-            // for the run and did not store), then the stored ones.
-            let mut profiles = calibrate::read_result_profiles(results).map_err(|e| anyhow!("{e}"))?;
-            profiles.extend(calibrate::read_profiles(&dir).map_err(|e| anyhow!("{e}"))?);
-            let records = calibrate::read_results(results).map_err(|e| anyhow!("{e}"))?;
-            Some((dir, calibrate::calibrate(&model, &profiles, &records).map_err(|e| anyhow!("{e}"))?))
+            let rows = calibrate::calibrate_files(&model, results, &dir).map_err(|e| anyhow!("{e}"))?;
+            Some((dir, rows))
         }
         _ => None,
     };
