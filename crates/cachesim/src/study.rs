@@ -278,4 +278,21 @@ mod tests {
         assert_eq!((rec.ll_misses_cachegrind, rec.d1_misses_cachegrind, rec.instructions_cachegrind), (7, 4, 100));
         assert!((rec.ll_misses_diff_pct - 100.0).abs() < 1e-9);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, failure_persistence: None, ..Default::default() })]
+
+        /// cachegrind's output is read from a file: random text and every truncation of a
+        /// valid one give pairs or a typed error, never a panic.
+        #[test]
+        fn cachegrind_parser_never_panics(text in "(events:|summary:|[ -~\n]){0,200}", cut in 0usize..120) {
+            let _ = parse_cachegrind(&text);
+            let valid = "events: Ir I1mr D1mr\nsummary: 100 5 x\n";
+            let cut = cut.min(valid.len());
+            match parse_cachegrind(&valid[..cut]) {
+                Ok(pairs) => proptest::prop_assert!(pairs.len() <= 3),
+                Err(e) => proptest::prop_assert_eq!(e.kind, ErrorKind::TraceCorrupt),
+            }
+        }
+    }
 }
