@@ -1,4 +1,4 @@
-//! The polling study (issue 6), shared by `bench` and `evaluate`: the interval sweep of
+//! The polling study (docs/hybrid.md), shared by `bench` and `evaluate`: the interval sweep of
 //! fixed-interval polling (paper 002, Fig. 1) and its best interval, the check of hybrid
 //! against spin and block, and the small study `evaluate` runs with them, which also runs
 //! the merge study's configurations (temporal merge, serialized or pipelined post-I/O
