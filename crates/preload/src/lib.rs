@@ -1,0 +1,37 @@
+//! smartcon for programs that were not written for it: `libsmartcon.so`.
+//!
+//! One shared object with two faces:
+//!
+//! - **Interposition** (`LD_PRELOAD`, set up by `smartcon run -- CMD`): the library takes
+//!   over `pread`/`pwrite` (and `pread64`, `pwrite64`, single-buffer `preadv`/`pwritev`,
+//!   `read`, `write`) on descriptors of regular files and block devices opened with
+//!   O_DIRECT, and sends each through a per-thread port of the engine, which decides per
+//!   I/O how the thread waits ([`shim`], [`port`]). Everything else goes to the real libc
+//!   function, and so does anything the library cannot do exactly as the system call
+//!   would. It is active only when `SMARTCON_PRELOAD_STRATEGY` is set ([`config`]); each
+//!   process appends its counters to `SMARTCON_PRELOAD_STATS` at exit ([`record`]).
+//! - **A C ABI** ([`capi`], `include/smartcon.h`): open a port on a descriptor, read and
+//!   write at an offset with the decision, read the counters, close.
+//!
+//! Non-goals: statically linked programs (LD_PRELOAD cannot reach them; `smartcon run`
+//! says so), asynchronous I/O interfaces (io_uring, libaio: the program already chose how
+//! to wait), memory-mapped files, and vectored calls with more than one buffer (passed
+//! through).
+
+pub mod capi;
+pub mod config;
+pub mod fdtable;
+pub mod port;
+pub mod process;
+pub mod real;
+pub mod record;
+pub mod shim;
+
+/// Runs when the shared object is loaded (before the program's `main`).
+extern "C" fn on_load() {
+    process::init();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;
