@@ -281,7 +281,8 @@ impl Busy {
     /// `None` when the thread is already inside the library.
     pub fn try_enter() -> Option<Busy> {
         let was = BUSY.try_with(|b| b.replace(true)).unwrap_or(true);
-        (!was).then_some(Busy(()))
+        // Lazily: a guard built and dropped here would clear the flag of the outer call.
+        (!was).then(|| Busy(()))
     }
 
     fn enter() -> Busy {
