@@ -93,7 +93,8 @@ pub unsafe extern "C" fn smartcon_open(fd: c_int, strategy: *const c_char) -> *m
         return std::ptr::null_mut();
     };
     let _busy = Busy::try_enter();
-    match Port::open(fd, choice) {
+    let options = smartcon_engine::smartport::SmartPortOptions { strategy: choice, ..Default::default() };
+    match Port::open(fd, options) {
         Ok(port) => Box::into_raw(Box::new(SmartconPort { in_use: AtomicBool::new(false), port: port.into() })),
         Err(e) => {
             fail(&e);

@@ -101,6 +101,8 @@ pub struct Probe {
     pub append: bool,
     /// The file lives on a block device (major number not 0: not procfs, tmpfs, pipes).
     pub on_block_device: bool,
+    /// The device: st_rdev of a block device, else st_dev (keys the in-flight counters).
+    pub dev: u64,
 }
 
 /// fstat + F_GETFL; `None` when the descriptor is not open. Leaves errno as it found it.
@@ -123,6 +125,7 @@ pub fn probe(fd: i32) -> Option<Probe> {
         direct: flags & libc::O_DIRECT != 0,
         append: flags & libc::O_APPEND != 0,
         on_block_device: libc::major(st.st_dev) != 0,
+        dev: if kind == libc::S_IFBLK { st.st_rdev } else { st.st_dev },
     })
 }
 
@@ -137,7 +140,7 @@ mod tests {
     use super::*;
 
     fn probe(regular: bool, block: bool, direct: bool, on_block_device: bool) -> Probe {
-        Probe { regular, block, direct, append: false, on_block_device }
+        Probe { regular, block, direct, append: false, on_block_device, dev: 0 }
     }
 
     #[test]

@@ -21,6 +21,10 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use smartcon_engine::monitor::{SystemMonitor, ThreadRegistration, WINDOW_NS_DEFAULT};
+use smartcon_engine::smartport::SmartPortOptions;
+use smartcon_engine::target::InFlight;
+
 use crate::config::Config;
 use crate::port::Port;
 use crate::record::{Counters, ProcessRecord};
@@ -40,6 +44,63 @@ static PASSED_THROUGH: AtomicU64 = AtomicU64::new(0);
 static IMAGE_PID: AtomicU32 = AtomicU32::new(0);
 static IMAGE: Spin<String> = Spin::new(String::new());
 static REGISTRY: Spin<Registry> = Spin::new(Registry { threads: Vec::new(), retired: None, notes: Vec::new() });
+/// This process's System Monitor and per-device in-flight counters. Not the engine's
+/// process-wide ones: after a fork those would be the parent's (a monitor whose ticker
+/// thread is not in the child, counters holding the parent's in-flight I/O).
+static DEVICES: Spin<Option<Devices>> = Spin::new(None);
+
+struct Devices {
+    monitor: Option<Arc<SystemMonitor>>,
+    inflight: HashMap<u64, Arc<InFlight>>,
+}
+
+fn needs_monitor() -> bool {
+    config().is_some_and(|c| !matches!(c.strategy, smartcon_engine::job::StrategyChoice::Fixed(_)))
+}
+
+/// The process's monitor, started on first use (a fixed strategy never needs it; the
+/// engine still wants one, so it gets an idle one that is never started twice).
+fn monitor() -> Arc<SystemMonitor> {
+    let mut note = None;
+    let m = {
+        let mut d = DEVICES.lock();
+        let d = d.get_or_insert_with(|| Devices { monitor: None, inflight: HashMap::new() });
+        d.monitor
+            .get_or_insert_with(|| {
+                if !needs_monitor() {
+                    return Arc::new(SystemMonitor::fixed(0));
+                }
+                match SystemMonitor::try_start(WINDOW_NS_DEFAULT) {
+                    Ok(m) => Arc::new(m),
+                    Err(e) => {
+                        note = Some(format!("the System Monitor did not start ({e}); smart sees an idle CPU"));
+                        Arc::new(SystemMonitor::fixed(0))
+                    }
+                }
+            })
+            .clone()
+    };
+    // Outside DEVICES: the lock order is DEVICES before REGISTRY only in fork_prepare.
+    add_notes(&note.into_iter().collect::<Vec<_>>());
+    m
+}
+
+/// The port options of the interposed calls: the run's strategy, this process's monitor
+/// and the device's in-flight counters (`dev`: st_rdev of a block device, else st_dev).
+fn shim_options(dev: u64) -> SmartPortOptions {
+    let monitor = monitor();
+    let inflight = {
+        let mut d = DEVICES.lock();
+        let d = d.get_or_insert_with(|| Devices { monitor: None, inflight: HashMap::new() });
+        d.inflight.entry(dev).or_default().clone()
+    };
+    SmartPortOptions {
+        strategy: config().map(|c| c.strategy).unwrap_or(smartcon_engine::job::StrategyChoice::Smart),
+        monitor: Some(monitor),
+        inflight: Some(inflight),
+        ..Default::default()
+    }
+}
 
 struct Registry {
     threads: Vec<Arc<Mutex<ThreadState>>>,
@@ -144,13 +205,15 @@ pub fn init() {
 
 extern "C" fn fork_prepare() {
     // Held across fork; released by the parent and child handlers. The order is the I/O
-    // path's: a descriptor stripe, then the registry.
+    // path's: a descriptor stripe, the devices, then the registry.
     crate::shim::lock_stripes_for_fork();
+    std::mem::forget(DEVICES.lock());
     std::mem::forget(REGISTRY.lock());
     std::mem::forget(IMAGE.lock());
 }
 
 extern "C" fn fork_parent() {
+    DEVICES.unlock_after_fork();
     IMAGE.unlock_after_fork();
     REGISTRY.unlock_after_fork();
     crate::shim::unlock_stripes_after_fork();
@@ -169,7 +232,10 @@ extern "C" fn fork_child() {
         reg.retired = None;
         reg.notes.clear();
         *IMAGE.value.get() = new_image();
+        // The parent's monitor (its ticker is not in the child) and counters: leaked.
+        std::mem::forget((*DEVICES.value.get()).take());
     }
+    DEVICES.unlock_after_fork();
     IMAGE_PID.store(std::process::id(), Ordering::Relaxed);
     IMAGE.unlock_after_fork();
     REGISTRY.unlock_after_fork();
@@ -187,6 +253,9 @@ struct Slot {
 
 pub struct ThreadState {
     epoch: u64,
+    /// Leaves this thread's CPU time out of the monitor's figure (a spinner must not see
+    /// its own spinning as load).
+    registration: Option<ThreadRegistration>,
     ports: HashMap<i32, Slot>,
     tick: u64,
 }
@@ -202,6 +271,9 @@ impl ThreadState {
 
     /// The port for `fd` at `generation`, opened on first use. `None` = pass through.
     pub fn port(&mut self, fd: i32, generation: u64) -> Option<&mut Port> {
+        if self.registration.is_none() && needs_monitor() {
+            self.registration = Some(monitor().register_current_thread());
+        }
         self.tick += 1;
         let tick = self.tick;
         let stale = self.ports.get(&fd).is_some_and(|s| s.generation != generation);
@@ -216,8 +288,8 @@ impl ThreadState {
             }
         }
         let slot = self.ports.entry(fd).or_insert_with(|| {
-            let strategy = config().map(|c| c.strategy).unwrap_or(smartcon_engine::job::StrategyChoice::Smart);
-            let port = Port::open(fd, strategy).ok();
+            let dev = crate::fdtable::probe(fd).map_or(0, |p| p.dev);
+            let port = Port::open(fd, shim_options(dev)).ok();
             if let Some(p) = &port {
                 add_notes(p.notes());
             }
@@ -310,10 +382,13 @@ pub fn with_thread<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
                     // without counting (their I/O is in the parent's record).
                     if let Ok(mut st) = old.0.lock() {
                         st.ports.clear();
+                        // Registered with the parent's monitor, whose ticker is not here.
+                        std::mem::forget(st.registration.take());
                     }
                     std::mem::forget(old);
                 }
-                let st = Arc::new(Mutex::new(ThreadState { epoch, ports: HashMap::new(), tick: 0 }));
+                let st =
+                    Arc::new(Mutex::new(ThreadState { epoch, registration: None, ports: HashMap::new(), tick: 0 }));
                 REGISTRY.lock().threads.push(st.clone());
                 *cell = Some(Holder(st, epoch));
             }
