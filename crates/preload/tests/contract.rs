@@ -1,0 +1,143 @@
+//! The system call contract under the library, call by call.
+//!
+//! c/contract.c does every operation twice with the same arguments: on one file through
+//! libc (the library's wrappers when preloaded) and on an identical copy through
+//! syscall(2), which no preload can reach, and reports each disagreement in result, errno,
+//! offset or data (threads, signals, fork, dup, O_APPEND, end of file and unaligned
+//! O_DIRECT included). It must report none, print the same transcript with and without the
+//! library, and the library must actually have taken its I/O.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn contract_under(strategy: &str) {
+    let Some(cc) = cc() else {
+        eprintln!("skipped: no C compiler (cc, gcc or clang) on PATH");
+        return;
+    };
+    let dir = temp_dir(&format!("contract-{strategy}"));
+    if !direct_io_works(&dir) {
+        eprintln!("skipped: {} refuses O_DIRECT", dir.display());
+        return;
+    }
+    let exe = compile(&cc, "contract.c", &dir, &[]);
+    let plain = Command::new(&exe).arg(&dir).output().expect("run contract");
+    let plain_out = String::from_utf8_lossy(&plain.stdout);
+    assert!(plain.status.success(), "the contract program fails even without the library:\n{plain_out}");
+
+    let stats = dir.join("stats.jsonl");
+    let pre = run_preloaded(Command::new(&exe).arg(&dir), strategy, &stats);
+    let pre_out = String::from_utf8_lossy(&pre.stdout);
+    let mismatches: Vec<&str> = pre_out.lines().filter(|l| l.starts_with("MISMATCH")).collect();
+    assert!(mismatches.is_empty(), "under {strategy} the contract broke:\n{}", mismatches.join("\n"));
+    assert!(
+        pre.status.success(),
+        "under {strategy}: {:?}\n{pre_out}\n{}",
+        pre.status,
+        String::from_utf8_lossy(&pre.stderr)
+    );
+    assert_eq!(plain_out, pre_out, "the transcript differs with the library");
+
+    let recs = records(&stats);
+    // The parent and the forked child each wrote a record; the child did its own I/O.
+    assert!(recs.len() >= 2, "expected the parent's and the child's records, got {recs:?}");
+    let ios = total(&recs, "ios");
+    // Thousands of positional reads (threads, the signal loop) plus the single calls.
+    assert!(ios >= 3000, "only {ios} I/Os were taken");
+    assert!(recs.iter().filter(|r| r["ios"].as_u64() == Some(100)).count() == 1, "the child's 100 preads: {recs:?}");
+    // Unaligned buffers, offsets and lengths went to the real call (and got its EINVAL).
+    assert!(total(&recs, "passed_through") >= 5, "unaligned calls were not passed through: {recs:?}");
+    let by: u64 = recs
+        .iter()
+        .flat_map(|r| r["by_strategy"].as_object().cloned().unwrap_or_default())
+        .map(|(_, v)| v.as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(by, ios, "every taken I/O has a strategy");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_contract_holds_under_smart() {
+    contract_under("smart");
+}
+
+#[test]
+fn the_contract_holds_under_spin() {
+    contract_under("spin");
+}
+
+#[test]
+fn the_contract_holds_under_block() {
+    contract_under("block");
+}
+
+/// Without SMARTCON_PRELOAD_STRATEGY the library is inert: nothing taken, no record.
+#[test]
+fn the_library_is_inert_without_a_strategy() {
+    let Some(cc) = cc() else {
+        eprintln!("skipped: no C compiler");
+        return;
+    };
+    let dir = temp_dir("inert");
+    if !direct_io_works(&dir) {
+        eprintln!("skipped: {} refuses O_DIRECT", dir.display());
+        return;
+    }
+    let exe = compile(&cc, "contract.c", &dir, &[]);
+    let stats = dir.join("stats.jsonl");
+    let out = Command::new(&exe)
+        .arg(&dir)
+        .env("LD_PRELOAD", library())
+        .env("SMARTCON_PRELOAD_STATS", &stats)
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(!stats.exists(), "an inert library wrote a record");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SMARTCON_PRELOAD_INHERIT=0: the program's own I/O is taken, but a program it executes
+/// runs untouched (the variables are gone from its environment).
+#[test]
+fn exec_drops_the_library_when_asked() {
+    let dir = temp_dir("inherit");
+    let stats = dir.join("stats.jsonl");
+    let out = Command::new("sh")
+        .args(["-c", "env | grep -c '^SMARTCON_PRELOAD_\\|^LD_PRELOAD=' || true"])
+        .env("LD_PRELOAD", library())
+        .env("SMARTCON_PRELOAD_STRATEGY", "smart")
+        .env("SMARTCON_PRELOAD_STATS", &stats)
+        .env("SMARTCON_PRELOAD_INHERIT", "0")
+        .output()
+        .expect("run sh");
+    // sh and its forks loaded the library (their records, the forks' written as they
+    // executed env and grep); env and grep ran without it: no pid has a second record.
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "the variables reached the child");
+    assert!(!records(&stats).is_empty(), "sh wrote no record");
+    assert!(!a_pid_executed_under_the_library(&records(&stats)), "{:?}", records(&stats));
+
+    let stats2 = dir.join("stats2.jsonl");
+    let out = Command::new("sh")
+        .args(["-c", "env | grep -c '^SMARTCON_PRELOAD_STRATEGY=smart$'"])
+        .env("LD_PRELOAD", library())
+        .env("SMARTCON_PRELOAD_STRATEGY", "smart")
+        .env("SMARTCON_PRELOAD_STATS", &stats2)
+        .output()
+        .expect("run sh");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1", "carried on by default");
+    // A fork of sh wrote at exec, then the program it executed wrote again: same pid.
+    assert!(a_pid_executed_under_the_library(&records(&stats2)), "{:?}", records(&stats2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether some pid wrote two records: an image before exec and the program after it.
+fn a_pid_executed_under_the_library(recs: &[serde_json::Value]) -> bool {
+    let mut pids: Vec<u64> = recs.iter().filter_map(|r| r["pid"].as_u64()).collect();
+    let n = pids.len();
+    pids.sort_unstable();
+    pids.dedup();
+    pids.len() < n
+}
