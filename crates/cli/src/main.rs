@@ -52,6 +52,8 @@ enum Command {
     Ets(cmd::ets::EtsArgs),
     /// Temporal merge with serialized or pipelined post-I/O work, 16 threads (paper 002, Fig. 4).
     MergeBench(cmd::merge_bench::MergeBenchArgs),
+    /// Run an unmodified program with its O_DIRECT I/O waited for by smartcon (LD_PRELOAD).
+    Run(cmd::run::RunArgs),
 }
 
 fn main() {
@@ -70,6 +72,7 @@ fn main() {
         Command::Cachesim(args) => cmd::cachesim::run(args),
         Command::Ets(args) => cmd::ets::run(args),
         Command::MergeBench(args) => cmd::merge_bench::run(args),
+        Command::Run(args) => cmd::run::run(args),
     };
     if let Err(error) = result {
         std::process::exit(common::report_error(&error));

@@ -10,4 +10,5 @@ pub mod io;
 pub mod merge_bench;
 pub mod model;
 pub mod probe;
+pub mod run;
 pub mod trace;

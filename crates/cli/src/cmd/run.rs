@@ -1,0 +1,199 @@
+//! `smartcon run -- CMD ARGS...`: an unmodified program with libsmartcon.so preloaded.
+//!
+//! The library is the one cargo builds beside this binary (nothing is installed). Each
+//! process of CMD appends its counters to a temporary file at exit; this command sums the
+//! last record of each process image, prints one line and, with `--stats`, appends a
+//! `run_result` record. CMD's exit status is passed through (128 + N after signal N). A
+//! program the library cannot load into (static, another architecture, setuid) is said so
+//! and runs untouched. `--io-cpus` pins the thread that spawns CMD, so CMD inherits it.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::{json, Value};
+use smartcon_engine::stats::new_histogram;
+
+use crate::engine_setup::parse_placement;
+
+const STRATEGIES: [&str; 5] = ["smart", "block", "spin", "hybrid", "smart-hybrid"];
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// How taken I/O waits: smart, block, spin, hybrid or smart-hybrid.
+    #[arg(long, default_value = "smart")]
+    pub strategy: String,
+    /// Where CMD runs: any, irq or away (the CPUs that take, or do not take, the completion
+    /// interrupts of the disk holding the working directory), or a CPU list such as 1.
+    #[arg(long, default_value = "any")]
+    pub io_cpus: String,
+    /// Append a `run_result` JSON Lines record to this file.
+    #[arg(long)]
+    pub stats: Option<PathBuf>,
+    /// Take buffered regular files too, not only O_DIRECT ones (for study).
+    #[arg(long)]
+    pub buffered: bool,
+    /// Programs CMD executes run without the library.
+    #[arg(long)]
+    pub no_inherit: bool,
+    /// The program and its arguments (after --).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// libsmartcon.so beside this binary, as cargo builds it.
+fn library() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the smartcon binary's path")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    [dir.join("libsmartcon.so"), dir.join("deps/libsmartcon.so")].into_iter().find(|p| p.exists()).with_context(|| {
+        format!("libsmartcon.so is not beside {}; build it with `cargo build --release` (the workspace builds it; alone: `cargo build --release -p smartcon-preload`)", exe.display())
+    })
+}
+
+/// Where execvp would find `cmd`.
+fn resolve(cmd: &Path) -> Option<PathBuf> {
+    if cmd.components().count() > 1 {
+        return Some(cmd.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| p.metadata().is_ok_and(|m| m.is_file()))
+}
+
+/// Why the library cannot load into `exe`, if it cannot (a script's interpreter is judged
+/// by the loader itself, and is almost always dynamic).
+fn unloadable(exe: &Path) -> Option<String> {
+    let meta = exe.metadata().ok()?;
+    // SAFETY: getuid has no preconditions.
+    if meta.permissions().mode() & 0o6000 != 0 && unsafe { libc::getuid() } != 0 {
+        return Some("it is setuid or setgid, and the loader ignores LD_PRELOAD for such programs".into());
+    }
+    let bytes = std::fs::read(exe).ok()?;
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" {
+        return None;
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap_or_default()) as usize;
+    if bytes[4] != 2 || u16_at(18) != if cfg!(target_arch = "aarch64") { 183 } else { 62 } {
+        return Some("it is built for another architecture than this library".into());
+    }
+    let (phoff, phentsize, phnum) = (u64_at(32), u16_at(54), u16_at(56));
+    let interp = (0..phnum).any(|i| {
+        let o = phoff + i * phentsize;
+        o + 4 <= bytes.len() && u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap_or_default()) == 3
+    });
+    (!interp).then(|| "it is statically linked, so no LD_PRELOAD library can load into it".into())
+}
+
+/// The disk holding the working directory, as the engine names devices (`blk:vda`).
+fn cwd_device() -> String {
+    let dev = std::fs::metadata(".").map(|m| m.dev()).unwrap_or(0);
+    let (ma, mi) = (libc::major(dev), libc::minor(dev));
+    let name = std::fs::read_to_string(format!("/sys/dev/block/{ma}:{mi}/uevent"))
+        .ok()
+        .and_then(|u| u.lines().find_map(|l| l.strip_prefix("DEVNAME=").map(str::to_string)));
+    format!("blk:{}", name.unwrap_or_else(|| format!("{ma}-{mi}")))
+}
+
+pub fn run(args: RunArgs) -> Result<()> {
+    if !STRATEGIES.contains(&args.strategy.as_str()) {
+        bail!("unknown strategy {:?} for run; use one of {}", args.strategy, STRATEGIES.join(", "));
+    }
+    let placement = parse_placement(&args.io_cpus)?;
+    let (cpus, why) = placement.resolve(&cwd_device());
+    if let Some(why) = why {
+        eprintln!("smartcon: note: {why}");
+    }
+    let library = library()?;
+    let program = Path::new(&args.command[0]);
+    let Some(exe) = resolve(program) else {
+        eprintln!("smartcon: error: {}: command not found", program.display());
+        std::process::exit(127);
+    };
+    let mut cmd = std::process::Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    let stats_tmp = std::env::temp_dir().join(format!("smartcon-run-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&stats_tmp);
+    let skip = unloadable(&exe);
+    if let Some(why) = &skip {
+        eprintln!("smartcon: note: {} runs untouched: {why}", program.display());
+    } else {
+        let old = std::env::var("LD_PRELOAD").unwrap_or_default();
+        let preload = format!("{}:{old}", library.display());
+        cmd.env("LD_PRELOAD", preload).env("SMARTCON_PRELOAD_STRATEGY", &args.strategy);
+        cmd.env("SMARTCON_PRELOAD_STATS", &stats_tmp);
+        cmd.env("SMARTCON_PRELOAD_BUFFERED", if args.buffered { "1" } else { "0" });
+        cmd.env("SMARTCON_PRELOAD_INHERIT", if args.no_inherit { "0" } else { "1" });
+    }
+    if let Some(cpus) = &cpus {
+        smartcon_engine::placement::pin_current_thread(cpus).map_err(|e| anyhow::anyhow!(e.message))?;
+    }
+    let start_ns = smartcon_engine::clock::now_ns();
+    let status = cmd.status().with_context(|| format!("cannot run {}", program.display()))?;
+    let duration_ns = smartcon_engine::clock::now_ns() - start_ns;
+    let text = std::fs::read_to_string(&stats_tmp).unwrap_or_default();
+    let _ = std::fs::remove_file(&stats_tmp);
+    // The last record of each image: an image may write at a failed exec and at exit.
+    let mut images: BTreeMap<String, Value> = BTreeMap::new();
+    for rec in text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
+        images.insert(rec["image"].as_str().unwrap_or_default().to_string(), rec);
+    }
+    let sum = |f: &str| images.values().map(|r| r[f].as_u64().unwrap_or(0)).sum::<u64>();
+    let by = |f: &str| {
+        let mut m: BTreeMap<String, u64> = BTreeMap::new();
+        for (k, v) in images.values().filter_map(|r| r[f].as_object()).flatten() {
+            *m.entry(k.clone()).or_default() += v.as_u64().unwrap_or(0);
+        }
+        m
+    };
+    let (by_strategy, by_reason) = (by("by_strategy"), by("by_reason"));
+    let mut hist = new_histogram();
+    let mut notes: Vec<String> = Vec::new();
+    for r in images.values() {
+        for pair in r["lat_ns"].as_array().into_iter().flatten() {
+            hist.saturating_record_n(pair[0].as_u64().unwrap_or(1), pair[1].as_u64().unwrap_or(0));
+        }
+        for n in r["notes"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            if !notes.iter().any(|x| x == n) {
+                notes.push(n.to_string());
+            }
+        }
+    }
+    let (ios, p50, p99) = (sum("ios"), hist.value_at_quantile(0.5), hist.value_at_quantile(0.99));
+    for n in &notes {
+        eprintln!("smartcon: note: {n}");
+    }
+    let list = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");
+    let us = |ns: u64| format!("{:.1} us", ns as f64 / 1000.0);
+    eprintln!(
+        "smartcon run: {ios} I/Os taken in {} process(es) with {} ({}; {}), p50 {}, p99 {}; {} calls passed through{}",
+        images.len(),
+        args.strategy,
+        if by_strategy.is_empty() { "none".into() } else { list(&by_strategy) },
+        if by_reason.is_empty() { "no decisions".into() } else { list(&by_reason) },
+        us(p50),
+        us(p99),
+        sum("passed_through"),
+        if skip.is_some() || !images.is_empty() { "" } else { "; no process loaded the library" }
+    );
+    let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    if let Some(path) = &args.stats {
+        let record = json!({
+            "type": "run_result", "command": args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+            "strategy": args.strategy, "buffered": args.buffered, "inherit": !args.no_inherit,
+            "io_cpus": cpus.map(|c| smartcon_engine::placement::format_cpu_list(&c)), "preloaded": skip.is_none(),
+            "exit_code": exit_code, "duration_ns": duration_ns, "processes": images.len(), "ios": ios,
+            "bytes": sum("bytes"), "by_strategy": by_strategy, "by_reason": by_reason,
+            "passed_through": sum("passed_through"), "lat_ns_p50": p50, "lat_ns_p99": p99, "lat_ns_max": hist.max(),
+            "notes": notes,
+        });
+        let open = std::fs::OpenOptions::new().append(true).create(true).open(path);
+        let mut f = open.with_context(|| format!("cannot write {}", path.display()))?;
+        writeln!(f, "{record}")?;
+    }
+    std::process::exit(exit_code)
+}
