@@ -58,7 +58,7 @@ fn library() -> Result<PathBuf> {
 /// Where execvp would find `cmd`.
 fn resolve(cmd: &Path) -> Option<PathBuf> {
     if cmd.components().count() > 1 {
-        return Some(cmd.to_path_buf());
+        return Some(cmd.to_path_buf()).filter(|p| p.exists());
     }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| p.metadata().is_ok_and(|m| m.is_file()))
