@@ -31,6 +31,9 @@ const GEN_SHIFT: u32 = 8;
 
 static TABLE: [AtomicU64; FD_MAX] = [const { AtomicU64::new(0) }; FD_MAX];
 static GENERATION: AtomicU64 = AtomicU64::new(1);
+/// Every entry whose generation is at most this is possibly shared (it was set before the
+/// last fork, or never since the library loaded): marking all descriptors is one store.
+static SHARED_UPTO: AtomicU64 = AtomicU64::new(0);
 
 /// What the library does with a descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,9 +55,10 @@ pub fn lookup(fd: i32) -> Class {
     let Some(s) = slot(fd) else { return Class::Pass };
     let v = s.load(Ordering::Acquire);
     let generation = v >> GEN_SHIFT;
+    let shared = v & SHARED != 0 || generation <= SHARED_UPTO.load(Ordering::Relaxed);
     match v & STATE_MASK {
         PASS => Class::Pass,
-        TAKEN => Class::Taken { generation, shared: v & SHARED != 0, append: v & APPEND != 0 },
+        TAKEN => Class::Taken { generation, shared, append: v & APPEND != 0 },
         _ => Class::Unknown { generation },
     }
 }
@@ -69,14 +73,16 @@ pub fn reset(fd: i32, shared: bool) {
 
 /// Whether a descriptor's entry says another process may share it.
 pub fn is_shared(fd: i32) -> bool {
-    slot(fd).is_some_and(|s| s.load(Ordering::Relaxed) & SHARED != 0)
+    slot(fd).is_some_and(|s| {
+        let v = s.load(Ordering::Relaxed);
+        v & SHARED != 0 || v >> GEN_SHIFT <= SHARED_UPTO.load(Ordering::Relaxed)
+    })
 }
 
-/// Marks every descriptor as possibly shared: at load (inherited across exec) and at fork.
+/// Marks every descriptor open now as possibly shared: at load (inherited across exec)
+/// and at fork. Entries reset later get newer generations and are not.
 pub fn mark_all_shared() {
-    for s in TABLE.iter() {
-        s.fetch_or(SHARED, Ordering::Relaxed);
-    }
+    SHARED_UPTO.store(next_generation(), Ordering::Relaxed);
 }
 
 /// Records the classification of an unknown entry, unless it changed meanwhile (another
@@ -171,5 +177,15 @@ mod tests {
         assert!(is_shared(fd));
         assert_eq!(lookup(-1), Class::Pass);
         assert_eq!(lookup(FD_MAX as i32), Class::Pass);
+
+        // A fork marks every descriptor open then as shared, and none opened after it.
+        // (One test: the mark is process-wide.)
+        reset(fd, false);
+        assert!(!is_shared(fd));
+        mark_all_shared();
+        assert!(is_shared(fd));
+        assert!(is_shared(50_000), "a number never seen since load may be inherited");
+        reset(fd, false);
+        assert!(!is_shared(fd), "opened after the fork");
     }
 }
