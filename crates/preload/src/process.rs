@@ -371,12 +371,11 @@ impl Drop for Busy {
 
 /// Runs `f` on this thread's state; `None` when the thread is exiting (TLS gone).
 pub fn with_thread<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
-    let arc = STATE
+    STATE
         .try_with(|cell| {
             let mut cell = cell.try_borrow_mut().ok()?;
             let epoch = FORK_EPOCH.load(Ordering::Acquire);
-            let fresh = cell.as_ref().is_none_or(|h| h.1 != epoch);
-            if fresh {
+            if cell.as_ref().is_none_or(|h| h.1 != epoch) {
                 if let Some(old) = cell.take() {
                     // A fork's child: the old ports' rings are the parent's. Drop them
                     // without counting (their I/O is in the parent's record).
@@ -392,11 +391,12 @@ pub fn with_thread<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
                 REGISTRY.lock().threads.push(st.clone());
                 *cell = Some(Holder(st, epoch));
             }
-            cell.as_ref().map(|h| h.0.clone())
+            // The I/O path's only lock: this thread's own, uncontended but for the exit
+            // record's bounded try_lock.
+            let mut st = cell.as_ref()?.0.lock().ok()?;
+            Some(f(&mut st))
         })
-        .ok()??;
-    let mut st = arc.lock().ok()?;
-    Some(f(&mut st))
+        .ok()?
 }
 
 /// The process image's counters so far: retired ones plus every live thread's (threads in

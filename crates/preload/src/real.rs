@@ -126,7 +126,7 @@ pub type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *c
 /// # Safety
 /// `buf` must be valid for `len` bytes of writes (as for read(2)).
 pub unsafe fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    // SAFETY (fallback): the caller's guarantee is read(2)'s.
+    // SAFETY: (fallback) the caller's guarantee is read(2)'s.
     call_real!(READ, ReadFn, unsafe { libc::syscall(libc::SYS_read, fd, buf, len) as ssize_t }, fd, buf, len)
 }
 
@@ -135,7 +135,7 @@ pub unsafe fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
 /// # Safety
 /// `buf` must be valid for `len` bytes of reads.
 pub unsafe fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    // SAFETY (fallback): the caller's guarantee is write(2)'s.
+    // SAFETY: (fallback) the caller's guarantee is write(2)'s.
     call_real!(WRITE, WriteFn, unsafe { libc::syscall(libc::SYS_write, fd, buf, len) as ssize_t }, fd, buf, len)
 }
 
@@ -144,7 +144,7 @@ pub unsafe fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
 /// # Safety
 /// `buf` must be valid for `len` bytes of writes.
 pub unsafe fn pread(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssize_t {
-    // SAFETY (fallback): the caller's guarantee is pread(2)'s.
+    // SAFETY: (fallback) the caller's guarantee is pread(2)'s.
     call_real!(
         PREAD,
         PreadFn,
@@ -161,7 +161,7 @@ pub unsafe fn pread(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssi
 /// # Safety
 /// `buf` must be valid for `len` bytes of reads.
 pub unsafe fn pwrite(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> ssize_t {
-    // SAFETY (fallback): the caller's guarantee is pwrite(2)'s.
+    // SAFETY: (fallback) the caller's guarantee is pwrite(2)'s.
     call_real!(
         PWRITE,
         PwriteFn,
@@ -178,7 +178,7 @@ pub unsafe fn pwrite(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> 
 /// # Safety
 /// `iov` must point to `cnt` valid iovecs whose buffers are valid for writes.
 pub unsafe fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-    // SAFETY (fallback): the caller's guarantee is preadv(2)'s; the kernel takes the
+    // SAFETY: (fallback) the caller's guarantee is preadv(2)'s; the kernel takes the
     // offset split in two longs, low then high (0 on 64-bit).
     call_real!(
         PREADV,
@@ -196,7 +196,7 @@ pub unsafe fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ss
 /// # Safety
 /// `iov` must point to `cnt` valid iovecs whose buffers are valid for reads.
 pub unsafe fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-    // SAFETY (fallback): as preadv.
+    // SAFETY: (fallback) as preadv.
     call_real!(
         PWRITEV,
         PreadvFn,
@@ -211,7 +211,7 @@ pub unsafe fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> s
 /// The real `close`.
 pub fn close(fd: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_int) -> c_int;
-    // SAFETY (fallback): close has no memory preconditions.
+    // SAFETY: (fallback) close has no memory preconditions.
     call_real!(CLOSE, F, unsafe { libc::syscall(libc::SYS_close, fd) as c_int }, fd)
 }
 

@@ -308,7 +308,7 @@ pub extern "C" fn close(fd: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn dup(fd: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_int) -> c_int;
-    // SAFETY (fallback): dup has no memory preconditions.
+    // SAFETY: (fallback) dup has no memory preconditions.
     let r = call_real!(real::DUP, F, unsafe { libc::syscall(libc::SYS_dup, fd) as c_int }, fd);
     if r >= 0 {
         fdtable::reset(r, fdtable::is_shared(fd));
@@ -319,7 +319,7 @@ pub extern "C" fn dup(fd: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_int, c_int) -> c_int;
-    // SAFETY (fallback): no memory preconditions.
+    // SAFETY: (fallback) no memory preconditions.
     let r = call_real!(real::DUP2, F, unsafe { libc::syscall(libc::SYS_dup3, old, new, 0) as c_int }, old, new);
     if r >= 0 && old != new {
         fdtable::reset(r, fdtable::is_shared(old));
@@ -330,7 +330,7 @@ pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
-    // SAFETY (fallback): no memory preconditions.
+    // SAFETY: (fallback) no memory preconditions.
     let r =
         call_real!(real::DUP3, F, unsafe { libc::syscall(libc::SYS_dup3, old, new, flags) as c_int }, old, new, flags);
     if r >= 0 {
@@ -358,7 +358,7 @@ fn after_fcntl(fd: c_int, cmd: c_int, r: c_int) {
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     type F = unsafe extern "C" fn(c_int, c_int, usize) -> c_int;
-    // SAFETY (fallback): the kernel checks arg as it would for the libc call.
+    // SAFETY: (fallback) the kernel checks arg as it would for the libc call.
     let r = call_real!(real::FCNTL, F, unsafe { libc::syscall(libc::SYS_fcntl, fd, cmd, arg) as c_int }, fd, cmd, arg);
     after_fcntl(fd, cmd, r);
     r
@@ -369,7 +369,7 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     type F = unsafe extern "C" fn(c_int, c_int, usize) -> c_int;
-    // SAFETY (fallback): as fcntl.
+    // SAFETY: (fallback) as fcntl.
     let r =
         call_real!(real::FCNTL64, F, unsafe { libc::syscall(libc::SYS_fcntl, fd, cmd, arg) as c_int }, fd, cmd, arg);
     after_fcntl(fd, cmd, r);
@@ -392,7 +392,7 @@ macro_rules! open_like {
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
             type F = unsafe extern "C" fn(*const c_char, c_int, mode_t) -> c_int;
-            // SAFETY (fallback): the kernel validates the path pointer (EFAULT).
+            // SAFETY: (fallback) the kernel validates the path pointer (EFAULT).
             let r = call_real!(
                 $sym,
                 F,
@@ -415,7 +415,7 @@ macro_rules! openat_like {
         #[no_mangle]
         pub unsafe extern "C" fn $name(dir: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
             type F = unsafe extern "C" fn(c_int, *const c_char, c_int, mode_t) -> c_int;
-            // SAFETY (fallback): the kernel validates the path pointer.
+            // SAFETY: (fallback) the kernel validates the path pointer.
             let r = call_real!(
                 $sym,
                 F,
@@ -440,7 +440,7 @@ macro_rules! creat_like {
         pub unsafe extern "C" fn $name(path: *const c_char, mode: mode_t) -> c_int {
             type F = unsafe extern "C" fn(*const c_char, mode_t) -> c_int;
             let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
-            // SAFETY (fallback): the kernel validates the path pointer.
+            // SAFETY: (fallback) the kernel validates the path pointer.
             let r = call_real!(
                 $sym,
                 F,
@@ -458,7 +458,7 @@ creat_like!(creat64, real::CREAT64);
 #[no_mangle]
 pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int;
-    // SAFETY (fallback): no memory preconditions.
+    // SAFETY: (fallback) no memory preconditions.
     let r = call_real!(
         real::CLOSE_RANGE,
         F,
@@ -482,7 +482,7 @@ pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_in
 pub extern "C" fn _exit(status: c_int) -> ! {
     process::flush("_exit");
     type F = unsafe extern "C" fn(c_int) -> !;
-    // SAFETY (fallback): exit_group does not return.
+    // SAFETY: (fallback) exit_group does not return.
     call_real!(real::EXIT_, F, unsafe { libc::syscall(libc::SYS_exit_group, status) as c_int }, status);
     unreachable!("_exit returned")
 }
@@ -491,7 +491,7 @@ pub extern "C" fn _exit(status: c_int) -> ! {
 pub extern "C" fn _Exit(status: c_int) -> ! {
     process::flush("_exit");
     type F = unsafe extern "C" fn(c_int) -> !;
-    // SAFETY (fallback): exit_group does not return.
+    // SAFETY: (fallback) exit_group does not return.
     call_real!(real::EXIT_UPPER, F, unsafe { libc::syscall(libc::SYS_exit_group, status) as c_int }, status);
     unreachable!("_Exit returned")
 }
@@ -501,7 +501,7 @@ pub extern "C" fn _Exit(status: c_int) -> ! {
 #[no_mangle]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
     process::flush("exec");
-    // SAFETY (fallback): forwarded caller promise.
+    // SAFETY: (fallback) forwarded caller promise.
     call_real!(
         real::EXECVE,
         real::ExecveFn,
@@ -518,7 +518,7 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char,
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
     process::flush("exec");
     type F = unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;
-    // SAFETY (fallback): execv is execve with the current environment.
+    // SAFETY: (fallback) execv is execve with the current environment.
     call_real!(real::EXECV, F, unsafe { libc::execve(path, argv, environ_ptr()) }, path, argv)
 }
 
@@ -528,7 +528,7 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
     process::flush("exec");
     type F = unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;
-    // SAFETY (fallback): without a PATH search, as execv.
+    // SAFETY: (fallback) without a PATH search, as execv.
     call_real!(real::EXECVP, F, unsafe { libc::execve(file, argv, environ_ptr()) }, file, argv)
 }
 
@@ -537,7 +537,7 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 #[no_mangle]
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
     process::flush("exec");
-    // SAFETY (fallback): without a PATH search, as execve.
+    // SAFETY: (fallback) without a PATH search, as execve.
     call_real!(real::EXECVPE, real::ExecveFn, unsafe { libc::execve(file, argv, envp) }, file, argv, envp)
 }
 
