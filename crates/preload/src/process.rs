@@ -289,10 +289,19 @@ impl ThreadState {
         }
         let slot = self.ports.entry(fd).or_insert_with(|| {
             let dev = crate::fdtable::probe(fd).map_or(0, |p| p.dev);
-            let port = Port::open(fd, shim_options(dev)).ok();
-            if let Some(p) = &port {
-                add_notes(p.notes());
-            }
+            let port = match Port::open(fd, shim_options(dev)) {
+                Ok(p) => {
+                    add_notes(p.notes());
+                    Some(p)
+                }
+                Err(e) => {
+                    // Said once per distinct cause (io_uring disabled, a device not found).
+                    add_notes(&[format!(
+                        "a port could not be opened ({e}); that descriptor's I/O went to the real calls"
+                    )]);
+                    None
+                }
+            };
             Slot { generation, port, last_use: tick }
         });
         slot.last_use = tick;
@@ -311,13 +320,16 @@ fn retire_port(reg: &mut Registry, p: &Port) {
     reg.retired.get_or_insert_with(Counters::default).merge(&p.counters());
 }
 
+/// Notes kept per process at most (each distinct text once).
+const NOTES_MAX: usize = 16;
+
 fn add_notes(notes: &[String]) {
     if notes.is_empty() {
         return;
     }
     let mut reg = REGISTRY.lock();
     for n in notes {
-        if !reg.notes.contains(n) {
+        if reg.notes.len() < NOTES_MAX && !reg.notes.contains(n) {
             reg.notes.push(n.clone());
         }
     }
