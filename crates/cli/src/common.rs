@@ -113,55 +113,13 @@ pub fn smartcon_home() -> std::path::PathBuf {
     smartcon_engine::profile::smartcon_home()
 }
 
-/// The order in which `n` strategies take their turns in round `round`: a Williams
-/// design (a balanced Latin square). Over `n` rounds (`2n` for odd `n`) every strategy
-/// goes first equally often and follows every other strategy equally often, so what one
-/// strategy leaves behind (a spinner's deferred kernel work, a warmed cache) weighs on all
-/// the others alike instead of always on the one after it, as a plain rotation does.
-pub fn turn_order(n: usize, round: usize) -> Vec<usize> {
-    let base = (0..n).map(|j| match j {
-        0 => 0,
-        j if j % 2 == 1 => j.div_ceil(2),
-        j => n - j / 2,
-    });
-    let mut row: Vec<usize> = base.map(|x| (x + round) % n.max(1)).collect();
-    if n % 2 == 1 && (round / n) % 2 == 1 {
-        row.reverse();
-    }
-    row
-}
-
-#[cfg(test)]
-mod tests {
-    use super::turn_order;
-
-    /// Each round is a permutation; over a full cycle each ordered pair of neighbours
-    /// occurs equally often and each strategy leads equally often.
-    #[test]
-    fn turn_order_is_a_balanced_latin_square() {
-        for n in 1..=7usize {
-            let cycle = if n % 2 == 0 { n } else { 2 * n };
-            let mut pairs = vec![vec![0u32; n]; n];
-            let mut first = vec![0u32; n];
-            for r in 0..cycle {
-                let row = turn_order(n, r);
-                let mut sorted = row.clone();
-                sorted.sort_unstable();
-                assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "n={n} round {r}: not a permutation");
-                first[row[0]] += 1;
-                for w in row.windows(2) {
-                    pairs[w[0]][w[1]] += 1;
-                }
-            }
-            let want = (cycle / n) as u32;
-            assert!(first.iter().all(|&f| f == want), "n={n}: leaders {first:?}");
-            for (a, row) in pairs.iter().enumerate() {
-                for (b, &count) in row.iter().enumerate() {
-                    if a != b {
-                        assert_eq!(count, if n % 2 == 0 { 1 } else { 2 }, "n={n}: pair {a}->{b}");
-                    }
-                }
-            }
-        }
+/// A library experiment's events on a progress bar; notes go to stderr above it.
+pub fn on_event(bar: &ProgressBar) -> impl FnMut(smartcon_study::Event<'_>) + '_ {
+    use smartcon_study::Event;
+    move |e| match e {
+        Event::Steps(n) => bar.set_length(n),
+        Event::Starting(what) => bar.set_message(what.to_string()),
+        Event::Done => bar.inc(1),
+        Event::Note(n) => bar.suspend(|| eprintln!("smartcon: note: {n}")),
     }
 }

@@ -9,7 +9,7 @@ use smartcon_engine::error::Error as EngineError;
 use smartcon_engine::job::{Pattern, StrategyChoice};
 use smartcon_engine::monitor::{self, SystemMonitor};
 use smartcon_engine::placement::Placement;
-use smartcon_engine::profile::{profile_path, Profile};
+use smartcon_engine::profile::Profile;
 use smartcon_engine::target::Target;
 use smartcon_engine::wait::PollParams;
 use smartcon_engine::Op;
@@ -140,53 +140,54 @@ pub fn split_list(what: &str, text: &str) -> Result<Vec<String>> {
 /// Splits a comma-separated list of targets, keeping an emulated device's `,key=value`
 /// options with it: `emu:optane,channels=1,/var/tmp/f` is two targets.
 pub fn split_targets(text: &str) -> Result<Vec<String>> {
-    let mut out: Vec<String> = Vec::new();
-    for item in split_list("targets", text)? {
-        match out.last_mut() {
-            Some(last)
-                if last.starts_with("emu:") && item.contains('=') && !item.contains(':') && !item.contains('/') =>
-            {
-                last.push(',');
-                last.push_str(&item);
-            }
-            _ => out.push(item),
+    split_list("targets", text)?;
+    smartcon_study::evaluate::plan::split_targets(text).map_err(engine_err).context("--targets")
+}
+
+/// clap value parsers: a size (`4k`), a duration (`300ms`), a strategy, a placement, each
+/// a one-line usage error when wrong.
+pub fn size_value(text: &str) -> Result<u64, String> {
+    units::parse_size(text).map_err(|e| e.to_string()).and_then(|v| {
+        if v == 0 {
+            Err("must be more than 0".into())
+        } else {
+            Ok(v)
         }
-    }
-    Ok(out)
+    })
+}
+
+pub fn duration_value(text: &str) -> Result<u64, String> {
+    units::parse_duration_ns(text).map_err(|e| e.to_string()).and_then(|v| {
+        if v == 0 {
+            Err("must be more than 0".into())
+        } else {
+            Ok(v)
+        }
+    })
+}
+
+pub fn strategy_value(text: &str) -> Result<StrategyChoice, String> {
+    parse_strategy(text).map_err(|e| e.to_string())
+}
+
+pub fn placement_value(text: &str) -> Result<Placement, String> {
+    parse_placement(text).map_err(|e| format!("{e:#}"))
 }
 
 /// The profile `smart` uses for a target: an explicit file (which must be for this
 /// device), else the stored probe result, else the emulated model's built-in thresholds,
 /// else the paper's defaults with a note on stderr.
 pub fn resolve_profile(target: &dyn Target, explicit: Option<&Path>, quiet: bool) -> Result<Profile> {
-    let device = target.device_id();
-    if let Some(path) = explicit {
-        let p = Profile::load(path).map_err(engine_err)?;
-        if p.device != device {
-            bail!("profile {} is for device {:?}, not {:?} ({})", path.display(), p.device, device, target.label());
-        }
-        return Ok(p);
-    }
-    let stored = profile_path(&device);
-    if stored.exists() {
-        let p = Profile::load(&stored)
-            .map_err(engine_err)
-            .with_context(|| "the stored profile is unreadable; re-run smartcon probe or remove it")?;
-        if p.device == device {
-            return Ok(p);
-        }
-    }
-    if let Some(p) = target.builtin_profile() {
-        return Ok(p);
-    }
-    if !quiet {
+    let p = smartcon_engine::profile::resolve(target, explicit).map_err(engine_err)?;
+    if !quiet && p.source == "paper-default" {
         eprintln!(
-            "smartcon: note: no profile for {device} ({}); smart uses the paper's defaults (64 KiB size threshold, Q=0). Run `smartcon probe {}` to measure this device.",
+            "smartcon: note: no profile for {} ({}); smart uses the paper's defaults (64 KiB size threshold, Q=0). Run `smartcon probe {}` to measure this device.",
+            p.device,
             target.label(),
             target.label()
         );
     }
-    Ok(Profile::paper_default(&device))
+    Ok(p)
 }
 
 pub fn start_monitor(window: Option<&str>) -> Result<SystemMonitor> {

@@ -58,7 +58,16 @@ enum Command {
 
 fn main() {
     common::install_interrupt_handler();
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        // A flag's value parser failed (a size, a load, a CPU list): one line, like every
+        // other usage error of smartcon. Everything else is clap's own message.
+        if e.kind() != clap::error::ErrorKind::ValueValidation {
+            e.exit()
+        }
+        let text = e.to_string();
+        eprintln!("smartcon: {}", text.lines().next().unwrap_or("error: bad value"));
+        std::process::exit(2)
+    });
     let result = match cli.command {
         Command::Io(args) => cmd::io::run(args),
         Command::Bench(args) => cmd::bench::run(args),

@@ -25,8 +25,8 @@ pub fn mb_per_s(bytes_per_s: f64) -> String {
 }
 
 pub fn decisions(r: &JobResult) -> String {
-    let strat: Vec<String> = r.decisions.by_strategy.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    let reasons: Vec<String> = r.decisions.by_reason.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let strat: Vec<String> = r.decisions.by_strategy.iter().map(|(k, v)| format!("{} {v}", k.name())).collect();
+    let reasons: Vec<String> = r.decisions.by_reason.iter().map(|(k, v)| format!("{} {v}", k.name())).collect();
     if reasons.is_empty() {
         strat.join(", ")
     } else {
@@ -74,7 +74,7 @@ pub fn job_report(r: &JobResult) -> String {
     if r.spin_fallbacks > 0 {
         s += &format!("; {} spin(s) ran out of budget and slept", r.spin_fallbacks);
     }
-    if r.strategy.starts_with("smart") {
+    if r.strategy.name().starts_with("smart") {
         s += &format!("  [profile: {}]", r.profile_source);
     }
     s += "\n";

@@ -25,8 +25,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// How a thread waits for its I/O.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// How a thread waits for its I/O. `Ord` follows the declaration, so maps keyed by it
+/// (the records' decision counts) list strategies in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// Sleep in the kernel until the completion wakes the thread (context switch).
@@ -94,8 +95,9 @@ impl DeviceClass {
     }
 }
 
-/// Why a decision came out as it did; one per branch of Fig. 6.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Why a decision came out as it did; one per branch of Fig. 6. The JSON names are those
+/// of [`Reason::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     MainstreamDevice,

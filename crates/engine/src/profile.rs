@@ -120,6 +120,40 @@ impl Profile {
     }
 }
 
+/// The profile `smart` uses for a target: an explicit file (which must be for this
+/// device), else the stored probe result, else the emulated model's built-in thresholds,
+/// else the paper's defaults (`source: "paper-default"`, which callers may report).
+pub fn resolve(target: &dyn crate::target::Target, explicit: Option<&Path>) -> Result<Profile, Error> {
+    let device = target.device_id();
+    if let Some(path) = explicit {
+        let p = Profile::load(path)?;
+        if p.device != device {
+            return Err(Error::new(
+                ErrorKind::Profile,
+                format!(
+                    "profile {} is for device {:?}, not {:?} ({})",
+                    path.display(),
+                    p.device,
+                    device,
+                    target.label()
+                ),
+            ));
+        }
+        return Ok(p);
+    }
+    let stored = profile_path(&device);
+    if stored.exists() {
+        let p = Profile::load(&stored).map_err(|e| Error {
+            message: format!("{}; the stored profile is unreadable: re-run smartcon probe or remove it", e.message),
+            ..e
+        })?;
+        if p.device == device {
+            return Ok(p);
+        }
+    }
+    Ok(target.builtin_profile().unwrap_or_else(|| Profile::paper_default(&device)))
+}
+
 /// smartcon's data directory: `$SMARTCON_HOME`, else `$XDG_DATA_HOME/smartcon`, else
 /// `~/.local/share/smartcon`.
 pub fn smartcon_home() -> PathBuf {

@@ -12,10 +12,11 @@ use serde::Serialize;
 
 use crate::clock::now_ns;
 use crate::decision::{Reason, Strategy};
-use crate::job::{JobSpec, StrategyChoice};
+use crate::job::{JobSpec, Pattern, StrategyChoice};
 use crate::profile::Profile;
 use crate::target::Target;
 use crate::wait::Waited;
+use crate::Op;
 
 /// Resource usage of the calling thread.
 #[derive(Debug, Clone, Copy, Default)]
@@ -217,27 +218,145 @@ impl Default for ThreadStats {
     }
 }
 
-/// How many I/Os took each strategy and each branch of the decision.
+/// How many I/Os took each strategy and each branch of the decision. The JSON keys are the
+/// strategies' and reasons' names (`block`, `half-mean`, `cpu_busy`...).
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Decisions {
-    pub by_strategy: BTreeMap<String, u64>,
-    pub by_reason: BTreeMap<String, u64>,
+    pub by_strategy: BTreeMap<Strategy, u64>,
+    pub by_reason: BTreeMap<Reason, u64>,
+}
+
+impl Decisions {
+    /// Adds another run's counts.
+    pub fn add(&mut self, other: &Decisions) {
+        for (k, v) in &other.by_strategy {
+            *self.by_strategy.entry(*k).or_default() += v;
+        }
+        for (k, v) in &other.by_reason {
+            *self.by_reason.entry(*k).or_default() += v;
+        }
+    }
+
+    /// I/Os that took `strategy`.
+    pub fn count(&self, strategy: Strategy) -> u64 {
+        self.by_strategy.get(&strategy).copied().unwrap_or(0)
+    }
+}
+
+/// The operation of a record: one op, or `mixed` when a record merges phases of both
+/// (a Filebench-like personality, Postmark's transactions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordOp {
+    Read,
+    Write,
+    Mixed,
+}
+
+impl RecordOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordOp::Read => "read",
+            RecordOp::Write => "write",
+            RecordOp::Mixed => "mixed",
+        }
+    }
+
+    /// The op itself, when the record has one.
+    pub fn op(self) -> Option<Op> {
+        match self {
+            RecordOp::Read => Some(Op::Read),
+            RecordOp::Write => Some(Op::Write),
+            RecordOp::Mixed => None,
+        }
+    }
+}
+
+impl From<Op> for RecordOp {
+    fn from(op: Op) -> RecordOp {
+        match op {
+            Op::Read => RecordOp::Read,
+            Op::Write => RecordOp::Write,
+        }
+    }
+}
+
+/// The access pattern of a record: the job's, `mixed` when merged phases differ, or
+/// `postmark` for Postmark's file transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordPattern {
+    Seq,
+    Rand,
+    Mixed,
+    Postmark,
+}
+
+impl RecordPattern {
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordPattern::Seq => "seq",
+            RecordPattern::Rand => "rand",
+            RecordPattern::Mixed => "mixed",
+            RecordPattern::Postmark => "postmark",
+        }
+    }
+}
+
+impl From<Pattern> for RecordPattern {
+    fn from(p: Pattern) -> RecordPattern {
+        match p {
+            Pattern::Seq => RecordPattern::Seq,
+            Pattern::Rand => RecordPattern::Rand,
+        }
+    }
+}
+
+impl std::fmt::Display for RecordOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::fmt::Display for RecordPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::fmt::Display for StrategyChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A strategy choice is written by its name (`block`, `smart`, `smart-hybrid`...).
+impl Serialize for StrategyChoice {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
 }
 
 /// One result record: a job on a target. The JSON schema is documented in docs/json.md.
+///
+/// The record keeps its latency histogram (not serialized), so two runs of the same cell
+/// merge exactly ([`JobResult::merge`]): the percentiles of the merged record are those of
+/// all I/Os together, not a mean of percentiles.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobResult {
     #[serde(rename = "type")]
     pub record_type: &'static str,
     pub target: String,
     pub device: String,
-    pub op: &'static str,
-    pub pattern: &'static str,
+    pub op: RecordOp,
+    pub pattern: RecordPattern,
     pub bs_bytes: u64,
-    pub strategy: &'static str,
+    pub strategy: StrategyChoice,
     pub threads: u32,
     pub duration_ns: u64,
     pub ios: u64,
+    /// Bytes moved by the measured I/Os (`bw_bytes_per_s` is this over `duration_ns`).
+    pub bytes: u64,
     pub iops: f64,
     pub bw_bytes_per_s: f64,
     pub lat_ns_mean: f64,
@@ -268,6 +387,10 @@ pub struct JobResult {
     pub model_service_ns: Option<u64>,
     pub verified: bool,
     pub interrupted: bool,
+    /// Every measured I/O's latency: what the `lat_ns_*` fields are read from, and what
+    /// makes merging turns exact.
+    #[serde(skip)]
+    pub latency_hist: Histogram<u64>,
 }
 
 impl JobResult {
@@ -305,39 +428,37 @@ impl JobResult {
         }
         for s in Strategy::ALL {
             if by_strategy[s.index()] > 0 {
-                decisions.by_strategy.insert(s.name().into(), by_strategy[s.index()]);
+                decisions.by_strategy.insert(s, by_strategy[s.index()]);
             }
         }
         for r in Reason::ALL {
             if by_reason[r.index()] > 0 {
-                decisions.by_reason.insert(r.name().into(), by_reason[r.index()]);
+                decisions.by_reason.insert(r, by_reason[r.index()]);
             }
         }
         let wall_ns = (end - start).max(1);
-        let per_s = 1e9 / wall_ns as f64;
-        let pct = |ns: u64| ns as f64 / wall_ns as f64 * 100.0;
-        let q = |quantile: f64| if ios == 0 { 0 } else { hist.value_at_quantile(quantile) };
-        JobResult {
+        let mut r = JobResult {
             record_type: "result",
             target: target.label().to_string(),
             device: target.device_id(),
-            op: spec.op.name(),
-            pattern: spec.pattern.name(),
+            op: spec.op.into(),
+            pattern: spec.pattern.into(),
             bs_bytes: spec.bs_bytes,
-            strategy: spec.strategy.name(),
+            strategy: spec.strategy,
             threads: spec.threads,
             duration_ns: wall_ns,
             ios,
-            iops: ios as f64 * per_s,
-            bw_bytes_per_s: bytes as f64 * per_s,
-            lat_ns_mean: if ios == 0 { 0.0 } else { hist.mean() },
-            lat_ns_min: if ios == 0 { 0 } else { hist.min() },
-            lat_ns_p50: q(0.5),
-            lat_ns_p99: q(0.99),
-            lat_ns_p999: q(0.999),
-            lat_ns_max: if ios == 0 { 0 } else { hist.max() },
-            cpu_user_pct: pct(usage.user_ns),
-            cpu_sys_pct: pct(usage.sys_ns),
+            bytes,
+            iops: 0.0,
+            bw_bytes_per_s: 0.0,
+            lat_ns_mean: 0.0,
+            lat_ns_min: 0,
+            lat_ns_p50: 0,
+            lat_ns_p99: 0,
+            lat_ns_p999: 0,
+            lat_ns_max: 0,
+            cpu_user_pct: usage.user_ns as f64 / wall_ns as f64 * 100.0,
+            cpu_sys_pct: usage.sys_ns as f64 / wall_ns as f64 * 100.0,
             ctx_voluntary: usage.voluntary,
             ctx_involuntary: usage.involuntary,
             decisions,
@@ -348,6 +469,63 @@ impl JobResult {
             model_service_ns: target.model_service_ns(spec.op, spec.bs_bytes),
             verified: spec.verify && !interrupted,
             interrupted,
+            latency_hist: hist,
+        };
+        r.derive_rates();
+        r
+    }
+
+    /// Merges another run of the same cell (a turn, or a phase of the same workload) into
+    /// this one. Counts, bytes, times and the latency histograms add, so every derived figure
+    /// is exact: rates over the summed wall time, percentiles of all I/Os together, CPU
+    /// shares as summed CPU time over summed wall time. The op and pattern become `mixed`
+    /// where the two differ; the polling summary is this record's (the other's is dropped).
+    pub fn merge(&mut self, other: &JobResult) {
+        let cpu_ns = |r: &JobResult, pct: f64| pct * r.duration_ns as f64 / 100.0;
+        let user_ns = cpu_ns(self, self.cpu_user_pct) + cpu_ns(other, other.cpu_user_pct);
+        let sys_ns = cpu_ns(self, self.cpu_sys_pct) + cpu_ns(other, other.cpu_sys_pct);
+        self.duration_ns += other.duration_ns;
+        self.cpu_user_pct = user_ns / self.duration_ns.max(1) as f64 * 100.0;
+        self.cpu_sys_pct = sys_ns / self.duration_ns.max(1) as f64 * 100.0;
+        if self.op != other.op {
+            self.op = RecordOp::Mixed;
         }
+        if self.pattern != other.pattern {
+            self.pattern = RecordPattern::Mixed;
+        }
+        self.threads = self.threads.max(other.threads);
+        self.ios += other.ios;
+        self.bytes += other.bytes;
+        self.ctx_voluntary += other.ctx_voluntary;
+        self.ctx_involuntary += other.ctx_involuntary;
+        self.decisions.add(&other.decisions);
+        self.spin_fallbacks += other.spin_fallbacks;
+        self.fsyncs += other.fsyncs;
+        self.verified &= other.verified;
+        self.interrupted |= other.interrupted;
+        // Both histograms come from new_histogram(), so the bounds match and add cannot fail;
+        // saturate anyway rather than panic if a caller built one of its own.
+        if self.latency_hist.add(&other.latency_hist).is_err() {
+            for v in other.latency_hist.iter_recorded() {
+                self.latency_hist.saturating_record_n(v.value_iterated_to(), v.count_at_value());
+            }
+        }
+        self.derive_rates();
+    }
+
+    /// Recomputes the rates and latency figures from the counts and the histogram.
+    fn derive_rates(&mut self) {
+        let per_s = 1e9 / self.duration_ns.max(1) as f64;
+        self.iops = self.ios as f64 * per_s;
+        self.bw_bytes_per_s = self.bytes as f64 * per_s;
+        let h = &self.latency_hist;
+        let empty = h.is_empty();
+        let q = |quantile: f64| if empty { 0 } else { h.value_at_quantile(quantile) };
+        self.lat_ns_mean = if empty { 0.0 } else { h.mean() };
+        self.lat_ns_min = if empty { 0 } else { h.min() };
+        self.lat_ns_p50 = q(0.5);
+        self.lat_ns_p99 = q(0.99);
+        self.lat_ns_p999 = q(0.999);
+        self.lat_ns_max = if empty { 0 } else { h.max() };
     }
 }

@@ -60,7 +60,9 @@ pub struct HybridCheck {
 
 /// The result of the same cell (target, op, block size) run with `strategy`.
 pub fn find<'a>(results: &'a [JobResult], r: &JobResult, strategy: &str) -> Option<&'a JobResult> {
-    results.iter().find(|x| x.target == r.target && x.op == r.op && x.bs_bytes == r.bs_bytes && x.strategy == strategy)
+    results
+        .iter()
+        .find(|x| x.target == r.target && x.op == r.op && x.bs_bytes == r.bs_bytes && x.strategy.name() == strategy)
 }
 
 /// The interval with the lowest mean latency (the first of equals); `None` without points
@@ -75,14 +77,14 @@ pub fn best_interval(points_ns: &[(u64, f64)]) -> Option<(u64, f64)> {
 /// The interval sweep of every cell that has fixed-interval runs.
 pub fn sweeps(results: &[JobResult]) -> Vec<SweepRecord> {
     let mut out: Vec<SweepRecord> = Vec::new();
-    for r in results.iter().filter(|r| r.strategy == Strategy::FixedPoll.name()) {
+    for r in results.iter().filter(|r| r.strategy == StrategyChoice::Fixed(Strategy::FixedPoll)) {
         let Some(interval_ns) = r.polling.as_ref().and_then(|p| p.interval_ns) else { continue };
-        match out.iter_mut().find(|s| s.target == r.target && s.op == r.op && s.bs_bytes == r.bs_bytes) {
+        match out.iter_mut().find(|s| s.target == r.target && s.op == r.op.name() && s.bs_bytes == r.bs_bytes) {
             Some(rec) => rec.points_ns.push((interval_ns, r.lat_ns_mean)),
             None => out.push(SweepRecord {
                 record_type: "interval_sweep",
                 target: r.target.clone(),
-                op: r.op,
+                op: r.op.name(),
                 bs_bytes: r.bs_bytes,
                 points_ns: vec![(interval_ns, r.lat_ns_mean)],
                 best_interval_ns: interval_ns,
@@ -106,14 +108,14 @@ pub fn sweeps(results: &[JobResult]) -> Vec<SweepRecord> {
 pub fn hybrid_checks(results: &[JobResult], load: &str) -> Vec<HybridCheck> {
     results
         .iter()
-        .filter(|r| r.strategy == Strategy::Hybrid.name())
+        .filter(|r| r.strategy == StrategyChoice::Fixed(Strategy::Hybrid))
         .filter_map(|h| {
             let spin = find(results, h, "spin")?;
             let cpu = |r: &JobResult| r.cpu_user_pct + r.cpu_sys_pct;
             Some(HybridCheck {
                 record_type: "hybrid_check",
                 target: h.target.clone(),
-                op: h.op,
+                op: h.op.name(),
                 bs_bytes: h.bs_bytes,
                 load: load.to_string(),
                 iops_vs_spin: h.iops / spin.iops.max(1e-9),

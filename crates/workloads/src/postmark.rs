@@ -459,8 +459,8 @@ pub fn run(
     js.poll = spec.poll;
     let mut job =
         JobResult::from_threads(target, &js, profile, std::slice::from_ref(&stats), stop.load(Ordering::Relaxed));
-    job.op = "mixed";
-    job.pattern = "postmark";
+    job.op = smartcon_engine::stats::RecordOp::Mixed;
+    job.pattern = smartcon_engine::stats::RecordPattern::Postmark;
     job.model_service_ns = None;
     drop(r);
     drop(scratch);
@@ -522,13 +522,17 @@ mod tests {
             assert_eq!(c.files_end as u64, 20 + c.creates - c.deletes);
             assert!(c.tps > 0.0);
             // Every transaction moves at least one block through the engine.
-            assert!(r.job.ios >= 200 && r.job.strategy == s && r.job.pattern == "postmark");
+            assert!(
+                r.job.ios >= 200
+                    && r.job.strategy.name() == s
+                    && r.job.pattern == smartcon_engine::stats::RecordPattern::Postmark
+            );
             // Each strategy really waits its way: the polling ones poll (smart-hybrid where
             // it would spin: an idle CPU and one I/O at a time), the others do not.
             let choice = StrategyChoice::parse(s).unwrap();
             assert_eq!(r.job.polling.is_some(), choice.polls(), "{s}: {:?}", r.job.polling);
             if let StrategyChoice::Fixed(f) = choice {
-                assert_eq!(r.job.decisions.by_strategy.get(f.name()), Some(&r.job.ios), "{s}");
+                assert_eq!(r.job.decisions.by_strategy.get(&f), Some(&r.job.ios), "{s}");
             }
             seen.push((c.creates, c.deletes, c.reads, c.appends, r.job.ios));
             assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "scratch removed after {s}");

@@ -75,19 +75,6 @@ pub struct BenchArgs {
     pub run: RunFlags,
 }
 
-#[derive(serde::Serialize)]
-struct Summary {
-    #[serde(rename = "type")]
-    record_type: &'static str,
-    cells: usize,
-    smart_cells: usize,
-    /// Cells where smart reached at least 0.97 x the better of block and spin.
-    smart_within_3pct: usize,
-    smart_ratio_min: Option<f64>,
-    load: String,
-    interrupted: bool,
-}
-
 pub fn run(args: BenchArgs) -> Result<()> {
     let targets = split_targets(&args.targets)?;
     let sizes: Vec<u64> =
@@ -188,7 +175,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     bar.finish_and_clear();
     drop(cpu_load);
     monitor.stop();
-    let summary = summarize(&results, &args.load, interrupted());
+    let summary = smartcon_study::bench::summarize(&results, &args.load, interrupted());
     let sweeps = if args.sweep_interval.is_some() { sweeps(&results) } else { Vec::new() };
     let checks = hybrid_checks(&results, &args.load);
     if let (Some(path), false) = (&args.plot, sweeps.is_empty()) {
@@ -224,32 +211,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// The record of the same cell as `r` under the strategy named `strategy`.
 pub(crate) fn find<'a>(results: &'a [JobResult], r: &JobResult, strategy: &str) -> Option<&'a JobResult> {
-    results.iter().find(|x| x.target == r.target && x.op == r.op && x.bs_bytes == r.bs_bytes && x.strategy == strategy)
-}
-
-fn summarize(results: &[JobResult], load: &str, interrupted: bool) -> Summary {
-    let mut smart_cells = 0;
-    let mut ok = 0;
-    let mut min: Option<f64> = None;
-    for r in results.iter().filter(|r| r.strategy == "smart") {
-        let best = ["block", "spin"].iter().filter_map(|s| find(results, r, s)).map(|x| x.iops).fold(0.0, f64::max);
-        if best > 0.0 {
-            let ratio = r.iops / best;
-            smart_cells += 1;
-            ok += (ratio >= 0.97) as usize;
-            min = Some(min.map_or(ratio, |m: f64| m.min(ratio)));
-        }
-    }
-    Summary {
-        record_type: "summary",
-        cells: results.len(),
-        smart_cells,
-        smart_within_3pct: ok,
-        smart_ratio_min: min,
-        load: load.to_string(),
-        interrupted,
-    }
+    smartcon_study::bench::find(results, r, StrategyChoice::parse(strategy)?)
 }
 
 fn render(results: &[JobResult], profiles: &[(String, smartcon_engine::profile::Profile)]) -> String {
@@ -280,12 +244,12 @@ fn render(results: &[JobResult], profiles: &[(String, smartcon_engine::profile::
             format_ns(r.lat_ns_p99 as f64),
             format!("{:.0}%", r.cpu_user_pct + r.cpu_sys_pct),
             format!("{csw:.2}"),
-            match (&r.polling, r.strategy) {
+            match (&r.polling, r.strategy.name()) {
                 (Some(p), "poll") => format!("every {}", p.interval_ns.map_or("-".into(), |i| format_ns(i as f64))),
-                (Some(p), _) if r.strategy != "smart-hybrid" => {
+                (Some(p), _) if r.strategy.name() != "smart-hybrid" => {
                     format!("{:.1} polls, {:.2} sleeps per I/O", p.polls_per_io, p.sleeps_per_io)
                 }
-                _ if r.strategy.starts_with("smart") => crate::printers::decisions(r),
+                _ if r.strategy.name().starts_with("smart") => crate::printers::decisions(r),
                 _ => String::new(),
             },
         ]);

@@ -1,0 +1,462 @@
+//! The criteria a report is judged by, each with its measured figure, whether it was met,
+//! and its source in the papers (SmartCon = Gim et al., "SmartCon: Smart Context Switching
+//! for Fast Storage IO Devices").
+//!
+//! Each criterion looks at the cells it applies to and names the worst one with the
+//! decision branch smart took most there, so a miss says where and why. A criterion that
+//! no cell of the run applies to is `met: None` (not judged), never a pass.
+
+use serde::Serialize;
+use smartcon_engine::decision::{DeviceClass, Strategy};
+use smartcon_engine::devemu::units::format_size;
+use smartcon_engine::job::StrategyChoice;
+
+use super::{Cell, Load, Workload};
+
+const BLOCK: StrategyChoice = StrategyChoice::Fixed(Strategy::Block);
+const SPIN: StrategyChoice = StrategyChoice::Fixed(Strategy::Spin);
+const SMART: StrategyChoice = StrategyChoice::Smart;
+
+/// One criterion, judged on a run's cells.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Criterion {
+    #[serde(rename = "type")]
+    pub record_type: &'static str,
+    pub criterion: String,
+    /// Where the criterion comes from: the paper's section, figure or table.
+    pub source: &'static str,
+    pub measured: String,
+    /// `None` when this run has no cell the criterion applies to.
+    pub met: Option<bool>,
+}
+
+/// What the criteria need to know of a target.
+#[derive(Debug, Clone)]
+pub struct TargetInfo {
+    pub label: String,
+    pub class: DeviceClass,
+    pub size_threshold_bytes: u64,
+    /// A file on the local disk (not a ramdisk smartcon created).
+    pub local_disk: bool,
+}
+
+/// The cell of the same load, workload, target and size as `c`, under `strategy`.
+pub fn find<'a>(cells: &'a [Cell], c: &Cell, strategy: StrategyChoice) -> Option<&'a Cell> {
+    cells.iter().find(|x| x.same_cell(c) && x.result.strategy == strategy)
+}
+
+/// `c`'s figure of merit against block's in the same cell.
+pub fn gain(cells: &[Cell], c: &Cell) -> Option<f64> {
+    find(cells, c, BLOCK).filter(|b| b.perf() > 0.0).map(|b| c.perf() / b.perf())
+}
+
+/// "load target workload size": how the report names a cell.
+pub fn cell_name(c: &Cell) -> String {
+    format!("{} {} {} {}", c.load.name(), c.result.target, c.workload.name(), format_size(c.result.bs_bytes))
+}
+
+/// The decision branch smart took most in a cell, with its share: the usual "why".
+pub fn main_reason(c: &Cell) -> String {
+    let total: u64 = c.result.decisions.by_reason.values().sum();
+    match c.result.decisions.by_reason.iter().max_by_key(|(_, v)| **v) {
+        Some((k, v)) if total > 0 => format!("{} {:.0}%", k.name(), *v as f64 * 100.0 / total as f64),
+        _ => "no decisions".into(),
+    }
+}
+
+/// smart against the better of block and spin in every cell: (cells, cells >= 0.95, the
+/// lowest ratio and its cell).
+pub fn smart_check(cells: &[Cell]) -> (usize, usize, Option<(f64, String)>) {
+    let (mut n, mut ok, mut worst): (usize, usize, Option<(f64, String)>) = (0, 0, None);
+    for c in cells.iter().filter(|c| c.result.strategy == SMART) {
+        let best = [BLOCK, SPIN].iter().filter_map(|s| find(cells, c, *s)).map(Cell::perf).fold(0.0, f64::max);
+        if best <= 0.0 {
+            continue;
+        }
+        let ratio = c.perf() / best;
+        n += 1;
+        ok += (ratio >= 0.95) as usize;
+        if worst.as_ref().is_none_or(|w| ratio < w.0) {
+            worst = Some((ratio, cell_name(c)));
+        }
+    }
+    (n, ok, worst)
+}
+
+/// The spread of smart/block over cells where both waited the same way: how far two turns
+/// of the same thing differ here, the yardstick for a 3% criterion.
+pub fn noise_note(ratios: &[f64]) -> String {
+    if ratios.len() < 3 {
+        return String::new();
+    }
+    let n = ratios.len() as f64;
+    let mean = ratios.iter().sum::<f64>() / n;
+    let sd = (ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    // A loss is systematic when the mean is below 1 by more than 1.5% and by more than two
+    // standard errors of the mean.
+    let loss = mean < 0.985 && 1.0 - mean > 2.0 * sd / n.sqrt();
+    let verdict = match (loss, 2.0 * sd > 0.03) {
+        (false, true) => ": no systematic loss, and a spread from cell to cell that a 3% bound cannot hold",
+        (false, false) => ": no systematic loss",
+        (true, _) => ": lower on average, by more than turn-to-turn noise explains",
+    };
+    format!(
+        ". Over all {} cells where smart blocked on every I/O, smart/block averages {mean:.3} (standard deviation {sd:.3}){verdict}",
+        ratios.len()
+    )
+}
+
+/// The co-runner's work rate beside `strategy` on target `t` under the CPU-intensive load.
+pub fn corunner_rate(cells: &[Cell], t: &str, strategy: StrategyChoice) -> Option<f64> {
+    let (w, r) = cells
+        .iter()
+        .filter(|c| c.result.target == t && c.load == Load::CpuIntensive && c.result.strategy == strategy)
+        .filter_map(|c| c.corunner.as_ref())
+        .fold((0u64, 0u64), |a, k| (a.0 + k.work, a.1 + k.real_ns));
+    (r > 0).then(|| w as f64 / r as f64)
+}
+
+const NONE: &str = "no such cell in this run";
+
+/// Every criterion, judged on `cells`; `targets` says what smart knew of each target.
+pub fn criteria(cells: &[Cell], targets: &[TargetInfo]) -> Vec<Criterion> {
+    vec![
+        small_reads_gain(cells, targets),
+        large_requests_block(cells, targets),
+        cpu_load_no_loss(cells),
+        corunner_no_loss(cells),
+        never_below_either(cells),
+        fewer_switches(cells, targets),
+        Criterion {
+            record_type: "criterion",
+            criterion: "two probes of the same target give the same size threshold +- one size step".into(),
+            source: "SmartCon Sec. 4.1 (Device Monitor)",
+            measured: "not measured by evaluate: run `smartcon probe TARGET` twice (docs/evaluate.md has the figures)"
+                .into(),
+            met: None,
+        },
+    ]
+}
+
+fn criterion(criterion: &str, source: &'static str, measured: String, met: Option<bool>) -> Criterion {
+    Criterion { record_type: "criterion", criterion: criterion.into(), source, measured, met }
+}
+
+fn smart_cells(cells: &[Cell], f: impl Fn(&Cell) -> bool) -> Vec<&Cell> {
+    cells.iter().filter(|c| c.result.strategy == SMART && f(c)).collect()
+}
+
+fn local_file(targets: &[TargetInfo], t: &str) -> bool {
+    targets.iter().any(|i| i.label == t && i.local_disk)
+}
+
+fn small_reads_gain(cells: &[Cell], targets: &[TargetInfo]) -> Criterion {
+    let v = smart_cells(cells, |c| {
+        c.load == Load::BmOnly
+            && c.workload == Workload::IozoneRandRead
+            && c.result.bs_bytes == 4096
+            && local_file(targets, &c.result.target)
+    });
+    let parts: Vec<String> = v
+        .iter()
+        .map(|c| {
+            let spin = find(cells, c, SPIN).and_then(|x| gain(cells, x));
+            format!(
+                "{}: smart {:.2}x, spin {} (smart's decisions: {})",
+                c.result.target,
+                gain(cells, c).unwrap_or(0.0),
+                spin.map(|g| format!("{g:.2}x")).unwrap_or_else(|| "-".into()),
+                main_reason(c)
+            )
+        })
+        .collect();
+    criterion(
+        "local-disk file, 4 KiB random read, bm-only: smart >= 1.3 x block IOPS",
+        "SmartCon Sec. 7.2, Fig. 9 (IOZone reads, BM only: small requests gain by busy-waiting)",
+        if parts.is_empty() { NONE.into() } else { parts.join("; ") },
+        (!v.is_empty()).then(|| v.iter().all(|c| gain(cells, c).unwrap_or(0.0) >= 1.3)),
+    )
+}
+
+fn large_requests_block(cells: &[Cell], targets: &[TargetInfo]) -> Criterion {
+    let v = smart_cells(cells, |c| {
+        c.load == Load::BmOnly && c.result.bs_bytes >= 256 << 10 && local_file(targets, &c.result.target)
+    });
+    let extra_cpu = |c: &Cell| find(cells, c, BLOCK).map(|b| c.cpu_pct() - b.cpu_pct());
+    let ok = |c: &Cell| gain(cells, c).unwrap_or(0.0) >= 0.97 && extra_cpu(c).is_some_and(|d| d <= 5.0);
+    let worst_gain = v.iter().map(|c| (gain(cells, c).unwrap_or(0.0), *c)).min_by(|a, b| a.0.total_cmp(&b.0));
+    let worst_cpu = v.iter().filter_map(|c| extra_cpu(c).map(|d| (d, *c))).max_by(|a, b| a.0.total_cmp(&b.0));
+    let threshold = |t: &str| {
+        targets.iter().find(|i| i.label == t).map(|i| format_size(i.size_threshold_bytes)).unwrap_or("-".into())
+    };
+    criterion(
+        "local-disk file, 256 KiB and above, bm-only: smart within 3% of block and <= 5 points more CPU",
+        "SmartCon Sec. 5.1 (size threshold: large requests block), Fig. 8 (CPU of the I/O thread)",
+        match (worst_gain, worst_cpu) {
+            (Some((g, gc)), Some((d, dc))) => format!(
+                "{} of {} cells; lowest smart/block {g:.3} ({}), most extra CPU {d:+.1} points ({}; smart's decisions: {}, size threshold of the profile: {})",
+                v.iter().filter(|c| ok(c)).count(),
+                v.len(),
+                cell_name(gc),
+                cell_name(dc),
+                main_reason(dc),
+                threshold(&dc.result.target)
+            ),
+            _ => NONE.into(),
+        },
+        (!v.is_empty()).then(|| v.iter().all(|c| ok(c))),
+    )
+}
+
+fn cpu_load_no_loss(cells: &[Cell]) -> Criterion {
+    let v = smart_cells(cells, |c| c.load == Load::CpuIntensive);
+    let g = |c: &Cell| gain(cells, c).unwrap_or(0.0);
+    let worst = v.iter().map(|c| (g(c), *c)).min_by(|a, b| a.0.total_cmp(&b.0));
+    // A cell where smart blocked on every I/O waited exactly as block did: a gap there is
+    // the difference between two turns of the same thing on a shared machine.
+    let blocked_all = |c: &Cell| c.result.ios > 0 && c.result.decisions.count(Strategy::Block) == c.result.ios;
+    let misses: Vec<&&Cell> = v.iter().filter(|c| g(c) < 0.97).collect();
+    let noise: Vec<f64> = v.iter().filter(|c| blocked_all(c)).filter_map(|c| gain(cells, c)).collect();
+    criterion(
+        "cpu-intensive: smart nowhere more than 3% below block",
+        "SmartCon Sec. 7.3, Fig. 12(b) (CPU-intensive load: busy-waiting only when CPU cycles are left)",
+        match worst {
+            Some((w, c)) => format!(
+                "{} of {} cells >= 0.97x; lowest {w:.3} ({}; smart's decisions: {}); of the {} cells below, smart blocked on every I/O in {} (so it waited as block did and the gap is turn-to-turn noise){}",
+                v.iter().filter(|c| g(c) >= 0.97).count(),
+                v.len(),
+                cell_name(c),
+                main_reason(c),
+                misses.len(),
+                misses.iter().filter(|c| blocked_all(c)).count(),
+                noise_note(&noise)
+            ),
+            None => NONE.into(),
+        },
+        worst.map(|(w, _)| w >= 0.97),
+    )
+}
+
+fn corunner_no_loss(cells: &[Cell]) -> Criterion {
+    let mut targets: Vec<&str> = Vec::new();
+    for c in cells.iter().filter(|c| c.load == Load::CpuIntensive) {
+        if !targets.contains(&c.result.target.as_str()) {
+            targets.push(&c.result.target);
+        }
+    }
+    let ratios: Vec<(&str, f64)> = targets
+        .iter()
+        .filter_map(|t| match (corunner_rate(cells, t, SMART), corunner_rate(cells, t, BLOCK)) {
+            (Some(s), Some(b)) if b > 0.0 => Some((*t, s / b)),
+            _ => None,
+        })
+        .collect();
+    criterion(
+        "cpu-intensive: the co-running CPU benchmark loses <= 3% of its work beside smart against beside block",
+        "SmartCon Sec. 7.3, Table VI (Dhrystone beside SmartCon)",
+        if ratios.is_empty() {
+            NONE.into()
+        } else {
+            "work rate beside smart / beside block: ".to_string()
+                + &ratios.iter().map(|(t, r)| format!("{t} {r:.3}")).collect::<Vec<_>>().join(", ")
+        },
+        (!ratios.is_empty()).then(|| ratios.iter().all(|(_, r)| *r >= 0.97)),
+    )
+}
+
+fn never_below_either(cells: &[Cell]) -> Criterion {
+    let (n, ok, worst) = smart_check(cells);
+    criterion(
+        "every cell: smart >= 0.95 x the better of block and spin",
+        "SmartCon Sec. 7, Fig. 9, 12, 15 (the adaptive choice against both fixed mechanisms)",
+        match &worst {
+            Some((r, w)) => format!("{ok} of {n} cells; lowest {r:.3} ({w})"),
+            None => NONE.into(),
+        },
+        worst.as_ref().map(|_| ok == n),
+    )
+}
+
+fn fewer_switches(cells: &[Cell], targets: &[TargetInfo]) -> Criterion {
+    // Where smart may spin: a mainstream device always blocks, by design.
+    let spinnable = |t: &str| targets.iter().any(|i| i.label == t && i.class != DeviceClass::Mainstream);
+    let v = smart_cells(cells, |c| {
+        c.load == Load::BmOnly && c.result.bs_bytes == 4096 && c.tps.is_none() && spinnable(&c.result.target)
+    });
+    let ratio = |c: &Cell| find(cells, c, BLOCK).map(|b| c.csw_per_io() / b.csw_per_io().max(1e-9));
+    let worst = v.iter().filter_map(|c| ratio(c).map(|r| (r, *c))).max_by(|a, b| a.0.total_cmp(&b.0));
+    criterion(
+        "4 KiB, bm-only, devices smart may spin on: smart's context switches per I/O <= 1/5 of block's",
+        "SmartCon Sec. 7.2, Fig. 10 (voluntary and involuntary context switches)",
+        match worst {
+            Some((r, c)) => format!(
+                "{} of {} cells; highest smart/block {r:.3} ({}; smart's decisions: {}; its switches: {} voluntary, {} involuntary{})",
+                v.iter().filter(|c| ratio(c).is_some_and(|r| r <= 0.2)).count(),
+                v.len(),
+                cell_name(c),
+                main_reason(c),
+                c.result.ctx_voluntary,
+                c.result.ctx_involuntary,
+                // A spinner switched out involuntarily about once per I/O is preempted by
+                // work the kernel does for the I/O on its CPU (on the local disk: the direct
+                // I/O write completion, a kworker; docs/evaluate.md).
+                if c.result.ctx_involuntary * 2 > c.result.ios {
+                    ", i.e. the spinner was preempted about once per I/O (see \"Where the I/O threads run\" in docs/evaluate.md)"
+                } else {
+                    ""
+                }
+            ),
+            None => NONE.into(),
+        },
+        worst.map(|(r, _)| r <= 0.2),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evaluate::merge::tests::record;
+    use crate::evaluate::{Corunner, CorunnerKind};
+    use smartcon_engine::decision::Reason;
+
+    /// A cell whose figure of merit is `iops` (1000 I/Os over 1e9/iops * 1000 ns).
+    fn cell(load: Load, target: &str, bs: u64, strategy: StrategyChoice, iops: f64) -> Cell {
+        let duration_ns = (1000.0 * 1e9 / iops) as u64;
+        let mut r = record(strategy, &[10_000; 1000], duration_ns, 10.0);
+        r.target = target.into();
+        r.bs_bytes = bs;
+        Cell { result: r, load, workload: Workload::IozoneRandRead, corunner: None, tps: None, postmark: None }
+    }
+
+    fn disk() -> Vec<TargetInfo> {
+        vec![TargetInfo {
+            label: "disk".into(),
+            class: DeviceClass::Fast,
+            size_threshold_bytes: 65536,
+            local_disk: true,
+        }]
+    }
+
+    fn by_name<'a>(c: &'a [Criterion], prefix: &str) -> &'a Criterion {
+        c.iter().find(|x| x.criterion.starts_with(prefix)).unwrap()
+    }
+
+    #[test]
+    fn a_criterion_without_cells_is_not_judged() {
+        let c = criteria(&[], &[]);
+        assert_eq!(c.len(), 7);
+        assert!(c.iter().all(|x| x.met.is_none() && !x.source.is_empty()), "{c:?}");
+        assert!(c.iter().all(|x| !x.criterion.contains("issue") && !x.measured.contains("issue")));
+    }
+
+    #[test]
+    fn small_reads_pass_at_1_3_and_name_the_decisions() {
+        let mut cells = vec![
+            cell(Load::BmOnly, "disk", 4096, BLOCK, 1000.0),
+            cell(Load::BmOnly, "disk", 4096, SPIN, 1400.0),
+            cell(Load::BmOnly, "disk", 4096, SMART, 1350.0),
+        ];
+        let c = criteria(&cells, &disk());
+        let small = by_name(&c, "local-disk file, 4 KiB");
+        assert_eq!(small.met, Some(true));
+        assert!(small.measured.contains("smart 1.35x, spin 1.40x (smart's decisions: cpu_busy 100%)"), "{small:?}");
+        cells[2] = cell(Load::BmOnly, "disk", 4096, SMART, 1250.0);
+        assert_eq!(by_name(&criteria(&cells, &disk()), "local-disk file, 4 KiB").met, Some(false));
+        // smart >= 0.95 x the better of block and spin: 1250 / 1400 = 0.893.
+        let every = by_name(&criteria(&cells, &disk()), "every cell").clone();
+        assert_eq!(every.met, Some(false));
+        assert!(
+            every.measured.starts_with("0 of 1 cells; lowest 0.893 (bm-only disk iozone-rand-read 4k)"),
+            "{every:?}"
+        );
+    }
+
+    #[test]
+    fn large_requests_must_cost_no_more_cpu_than_five_points() {
+        let mut smart = cell(Load::BmOnly, "disk", 256 << 10, SMART, 990.0);
+        let cells = vec![cell(Load::BmOnly, "disk", 256 << 10, BLOCK, 1000.0), smart.clone()];
+        assert_eq!(by_name(&criteria(&cells, &disk()), "local-disk file, 256").met, Some(true));
+        smart.result.cpu_user_pct = 16.0; // 6 points above block's 10
+        let cells = vec![cells[0].clone(), smart];
+        let c = by_name(&criteria(&cells, &disk()), "local-disk file, 256").clone();
+        assert_eq!(c.met, Some(false));
+        assert!(
+            c.measured.contains("most extra CPU +6.0 points")
+                && c.measured.contains("size threshold of the profile: 64k"),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn cpu_load_misses_where_smart_blocked_count_as_noise() {
+        let mut cells = Vec::new();
+        for (i, g) in [0.96, 0.99, 1.01, 0.95].iter().enumerate() {
+            let t = format!("t{i}");
+            cells.push(cell(Load::CpuIntensive, &t, 4096, BLOCK, 1000.0));
+            cells.push(cell(Load::CpuIntensive, &t, 4096, SMART, 1000.0 * g));
+        }
+        let c = by_name(&criteria(&cells, &[]), "cpu-intensive: smart nowhere").clone();
+        assert_eq!(c.met, Some(false));
+        // record() makes every I/O a block decision, so both misses are noise.
+        assert!(c.measured.starts_with("2 of 4 cells >= 0.97x; lowest 0.950"), "{c:?}");
+        assert!(c.measured.contains("of the 2 cells below, smart blocked on every I/O in 2"), "{c:?}");
+        assert!(c.measured.contains("Over all 4 cells"), "{c:?}");
+    }
+
+    #[test]
+    fn the_corunner_rate_is_summed_work_over_summed_time() {
+        let k = |work, real_ns| Corunner {
+            kind: CorunnerKind::Cpu,
+            workers: 2,
+            real_ns,
+            work,
+            work_per_s: 0.0,
+            user_ns: 0,
+            sys_ns: 0,
+            iowait_pct: 0.0,
+        };
+        let mut cells = vec![
+            cell(Load::CpuIntensive, "t", 4096, BLOCK, 1000.0),
+            cell(Load::CpuIntensive, "t", 8192, BLOCK, 1000.0),
+            cell(Load::CpuIntensive, "t", 4096, SMART, 1000.0),
+        ];
+        cells[0].corunner = Some(k(100, 1_000));
+        cells[1].corunner = Some(k(300, 1_000));
+        cells[2].corunner = Some(k(190, 1_000));
+        let c = by_name(&criteria(&cells, &[]), "cpu-intensive: the co-running").clone();
+        assert_eq!(c.measured, "work rate beside smart / beside block: t 0.950");
+        assert_eq!(c.met, Some(false));
+    }
+
+    #[test]
+    fn context_switches_are_judged_only_where_smart_may_spin() {
+        let mut block = cell(Load::BmOnly, "disk", 4096, BLOCK, 1000.0);
+        block.result.ctx_voluntary = 1000;
+        let mut smart = cell(Load::BmOnly, "disk", 4096, SMART, 1000.0);
+        smart.result.ctx_voluntary = 100;
+        smart.result.decisions.by_reason = [(Reason::CpuAvailable, 1000)].into();
+        let cells = vec![block, smart];
+        let c = by_name(&criteria(&cells, &disk()), "4 KiB, bm-only").clone();
+        assert_eq!(c.met, Some(true));
+        assert!(c.measured.contains("highest smart/block 0.100") && c.measured.contains("cpu_available 100%"), "{c:?}");
+        let mainstream = vec![TargetInfo { class: DeviceClass::Mainstream, ..disk()[0].clone() }];
+        assert_eq!(by_name(&criteria(&cells, &mainstream), "4 KiB, bm-only").met, None);
+    }
+
+    #[test]
+    fn the_noise_note_tells_spread_from_loss() {
+        assert_eq!(noise_note(&[1.0, 0.9]), "", "too few cells to say anything");
+        let steady = noise_note(&[1.0, 1.0, 1.0]);
+        assert!(steady.ends_with("no systematic loss"), "{steady}");
+        let spread = noise_note(&[0.9, 1.1, 1.0, 0.95, 1.05]);
+        assert!(spread.contains("averages 1.000") && spread.contains("cannot hold"), "{spread}");
+        let low = noise_note(&[0.9, 0.92, 0.91]);
+        assert!(low.contains("lower on average"), "{low}");
+        // A mean of 0.983 with a wide spread over 81 cells is within noise (the default
+        // run's figures).
+        let mut wide: Vec<f64> = (0..80).map(|i| if i % 2 == 0 { 0.983 - 0.11 } else { 0.983 + 0.11 }).collect();
+        wide.push(0.983);
+        let wide = noise_note(&wide);
+        assert!(wide.contains("no systematic loss") && wide.contains("cannot hold"), "{wide}");
+    }
+}

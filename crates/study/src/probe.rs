@@ -1,0 +1,441 @@
+//! The Device Monitor's measuring loop (SmartCon Sec. 4.1, Table II, Fig. 7).
+//!
+//! For each request size, read and (where writing is allowed) write, the strategies
+//! `block`, `spin` and `sync` take turns in a balanced order and each point records the
+//! median of its turns' mean latencies and the I/O thread's CPU. The thresholds come from
+//! the engine's rules ([`smartcon_engine::profile::rules`], unit-tested on recorded tables
+//! there), never from code of its own:
+//!
+//! - size threshold: the smallest size from which spinning is no more than 3% faster than
+//!   blocking at this and every larger size; per size the op where spinning gains most
+//!   counts ([`size_points`]);
+//! - class: very fast when a small I/O completes without sleeping in less time than the CPU
+//!   one blocking I/O burns, mainstream when spinning pays at no size, fast otherwise;
+//! - CPU threshold: 100% minus the share of the machine one spinning I/O thread costs;
+//! - queue limit Q (Fig. 7): 4 KiB random reads under block and spin while k = 1..=4
+//!   background readers keep k I/Os in flight on the same device ([`queue_points_of`]).
+//!
+//! Non-goals: queue depths above one, mixed read/write thresholds, storing the profile
+//! (the caller decides where it goes).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use smartcon_engine::decision::Strategy;
+use smartcon_engine::devemu::units::{format_ns, format_size};
+use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
+use smartcon_engine::monitor::SystemMonitor;
+use smartcon_engine::placement::format_cpu_list;
+use smartcon_engine::profile::{self, rules, LatencyPoint, Profile, PROFILE_VERSION};
+use smartcon_engine::stats::JobResult;
+use smartcon_engine::target::{self, OpenOptions, Target};
+use smartcon_engine::Op;
+
+use crate::{stopping_scope, turn_order, Event, Progress};
+
+/// The probe's sizes (Sec. 4.1: 4 KiB to 512 KiB).
+pub const PROBE_SIZES_BYTES: [u64; 8] =
+    [4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10];
+/// Turns each strategy takes per size (the measurement time is split among them): twice
+/// through the balanced order of three strategies.
+pub const PROBE_ROUNDS: usize = 6;
+/// The largest region probed on a big device: enough to defeat device caches on random
+/// reads, small enough that a `tmp:` target does not need a long fill.
+pub const PROBE_SPAN_BYTES_MAX: u64 = 1 << 30;
+/// The queue probe's largest background (the IO-intensive load's worker count).
+pub const QUEUE_PROBE_BACKGROUND_MAX: u32 = 4;
+/// The queue probe's request size.
+pub const QUEUE_PROBE_BS_BYTES: u64 = 4 << 10;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct ProbePlan {
+    /// Request sizes, sorted ascending, without duplicates.
+    pub sizes: Vec<u64>,
+    /// Time per point (split into [`PROBE_ROUNDS`] turns).
+    pub duration_ns: u64,
+    /// Measure writes too (the target's data is overwritten).
+    pub writes: bool,
+    /// The CPUs the measuring thread is pinned to (`None`: unpinned).
+    pub cpus: Option<Vec<usize>>,
+    /// `host.json` written by `smartcon ctx`: the host's wake-up cost, if present.
+    pub host_profile: Option<std::path::PathBuf>,
+}
+
+/// Everything a probe measured and concluded.
+#[derive(Debug, Clone)]
+pub struct ProbeOutcome {
+    pub profile: Profile,
+    /// I/Os measured per point of `profile.latencies` (0 for the queue probe's points).
+    pub ios: Vec<u64>,
+    pub wakeup_source: String,
+    /// CPU one blocking I/O of the smallest size burned (the class rule's yardstick).
+    pub block_cpu_ns: f64,
+    pub notes: Vec<String>,
+}
+
+/// The host's wake-up cost: `host_profile` if `smartcon ctx` wrote one, else measured as the
+/// extra latency of blocking over spinning on a 1 us emulated device.
+pub fn host_wakeup_ns(
+    monitor: &SystemMonitor,
+    host_profile: Option<&Path>,
+    stop: &AtomicBool,
+    progress: &mut Progress<'_>,
+) -> Result<(f64, String), Error> {
+    if let Some(path) = host_profile.filter(|p| p.exists()) {
+        match smartcon_ctxcost::HostProfile::read(path) {
+            Ok(h) if h.wakeup_same_cpu_us > 0.0 => {
+                return Ok((h.wakeup_same_cpu_us * 1e3, format!("{} (smartcon ctx)", path.display())));
+            }
+            Ok(_) => {}
+            Err(e) => progress(Event::Note(&format!("ignoring {}: {e}", path.display()))),
+        }
+    }
+    let t = target::open(&target::parse_target("emu:nvram,size=16m")?, OpenOptions::default())?;
+    // Three short pairs, median latencies (p50) and the median of the three differences:
+    // a burst of another process lands in one pair at most.
+    let mut diffs = Vec::with_capacity(3);
+    for pair in 0..3u64 {
+        let mut lat = [0.0f64; 2];
+        for (i, s) in [Strategy::Block, Strategy::Spin].into_iter().enumerate() {
+            let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(s));
+            js.duration_ns = 50_000_000;
+            js.seed = 1 + pair;
+            let p = Profile::paper_default(&t.device_id());
+            lat[i] = run_job(t.as_ref(), &js, &p, monitor, stop)?.lat_ns_p50 as f64;
+        }
+        diffs.push(lat[0] - lat[1]);
+    }
+    Ok((median(&mut diffs).max(500.0), "measured: median block minus spin p50 latency on emu:nvram, 4 KiB".into()))
+}
+
+fn interrupted() -> Error {
+    Error::new(ErrorKind::Usage, "interrupted: no profile written")
+}
+
+/// Runs the probe on an opened target.
+pub fn probe_target(
+    target: &dyn Target,
+    plan: &ProbePlan,
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+    progress: &mut Progress<'_>,
+) -> Result<ProbeOutcome, Error> {
+    let device = target.device_id();
+    let span = target.capacity_bytes().min(PROBE_SPAN_BYTES_MAX) / target.block_bytes() * target.block_bytes();
+    let ops: Vec<Op> = if plan.writes { vec![Op::Read, Op::Write] } else { vec![Op::Read] };
+    let strategies = [Strategy::Block, Strategy::Spin, Strategy::Sync];
+    for &bs in &plan.sizes {
+        let mut js = JobSpec::new(Op::Read, Pattern::Rand, bs, StrategyChoice::Fixed(Strategy::Block));
+        js.span_bytes = Some(span);
+        js.validate(target)?;
+    }
+    let (wakeup_ns, wakeup_source) = host_wakeup_ns(monitor, plan.host_profile.as_deref(), stop, progress)?;
+    let queue_steps = QUEUE_PROBE_BACKGROUND_MAX as usize * 2;
+    progress(Event::Steps((plan.sizes.len() * ops.len() * strategies.len() + queue_steps) as u64));
+    let fixed_profile = Profile::paper_default(&device);
+    // One turn: a fixed strategy for its share of the measurement, placed and warmed up.
+    let run_turn = |op: Op, bs: u64, s: Strategy, seed: u64| -> Result<JobResult, Error> {
+        let mut js = JobSpec::new(op, Pattern::Rand, bs, StrategyChoice::Fixed(s));
+        js.span_bytes = Some(span);
+        js.cpus = plan.cpus.clone();
+        js.warmup_ios = TURN_WARMUP_IOS;
+        js.duration_ns = (plan.duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
+        js.seed = seed;
+        run_job(target, &js, &fixed_profile, monitor, stop)
+    };
+    let mut latencies = Vec::new();
+    let mut ios_of = Vec::new();
+    // The strategies of one size take turns in PROBE_ROUNDS rounds, balanced, so slow drift
+    // of a shared machine weighs on them alike. A point's latency is the median of its
+    // turns' mean latencies: one turn hit by another process's burst does not move it.
+    for &op in &ops {
+        for &bs in &plan.sizes {
+            // Per strategy: (I/Os, CPU-time share sum weighted by time, time).
+            let mut acc = [(0u64, 0.0f64, 0u64); 3];
+            let mut turns: [Vec<f64>; 3] = Default::default();
+            for round in 0..PROBE_ROUNDS {
+                for k in 0..strategies.len() {
+                    if stop.load(Ordering::Relaxed) {
+                        return Err(interrupted());
+                    }
+                    let i = turn_order(strategies.len(), round)[k];
+                    progress(Event::Starting(&format!("{} {} {}", op.name(), format_size(bs), strategies[i].name())));
+                    let r = run_turn(op, bs, strategies[i], 1 + round as u64)?;
+                    acc[i].0 += r.ios;
+                    acc[i].1 += (r.cpu_user_pct + r.cpu_sys_pct) * r.duration_ns as f64;
+                    acc[i].2 += r.duration_ns;
+                    if r.ios > 0 {
+                        turns[i].push(r.lat_ns_mean);
+                    }
+                }
+            }
+            for (i, s) in strategies.iter().enumerate() {
+                let (ios, cpu_sum, time) = acc[i];
+                if ios == 0 {
+                    return Err(Error::new(
+                        ErrorKind::Io,
+                        format!(
+                            "{} completed no I/O of {} in {}",
+                            target.label(),
+                            format_size(bs),
+                            format_ns(plan.duration_ns as f64)
+                        ),
+                    ));
+                }
+                latencies.push(LatencyPoint {
+                    op: op.name().into(),
+                    bs_bytes: bs,
+                    strategy: s.name().into(),
+                    lat_ns_mean: median(&mut turns[i]),
+                    cpu_pct: cpu_sum / time.max(1) as f64,
+                    background_ios: 0,
+                });
+                ios_of.push(ios);
+                progress(Event::Done);
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    let bs_q = QUEUE_PROBE_BS_BYTES;
+    let can_probe_queue = plan.sizes.contains(&bs_q)
+        && bs_q.is_multiple_of(target.block_bytes())
+        && span >= bs_q * (QUEUE_PROBE_BACKGROUND_MAX as u64 + 1);
+    if !can_probe_queue {
+        notes.push("queue limit not measured (needs 4 KiB among the sizes and room for 5 readers): Q = 0".to_string());
+    } else {
+        for k in 1..=QUEUE_PROBE_BACKGROUND_MAX {
+            if stop.load(Ordering::Relaxed) {
+                return Err(interrupted());
+            }
+            for p in queue_pair(target, k, span, &run_turn, progress)? {
+                latencies.push(p);
+                ios_of.push(0);
+                progress(Event::Done);
+            }
+        }
+    }
+    if !plan.writes {
+        notes.push("reads only: pass --destructive to also measure writes (overwrites the target's data)".into());
+    }
+    let (profile, block_cpu_ns) = conclude(device, &plan.sizes, latencies, wakeup_ns, plan.cpus.as_deref());
+    Ok(ProbeOutcome { profile, ios: ios_of, wakeup_source, block_cpu_ns, notes })
+}
+
+/// The queue probe's block and spin points with `k` background readers in flight (Fig. 7).
+fn queue_pair(
+    target: &dyn Target,
+    k: u32,
+    span: u64,
+    run_turn: &dyn Fn(Op, u64, Strategy, u64) -> Result<JobResult, Error>,
+    progress: &mut Progress<'_>,
+) -> Result<[LatencyPoint; 2], Error> {
+    let bs_q = QUEUE_PROBE_BS_BYTES;
+    let load = smartcon_workloads::load::IoLoad::default();
+    stopping_scope(&load.stop, "queue probe", |scope| {
+        load.spawn(scope, target, k, bs_q, span)?;
+        // Let the readers reach the device before measuring.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let pair = [Strategy::Block, Strategy::Spin];
+        let mut turns: [Vec<f64>; 2] = Default::default();
+        let mut cpu = [(0.0f64, 0u64); 2];
+        for round in 0..PROBE_ROUNDS {
+            for j in 0..2 {
+                let i = (j + round) % 2;
+                progress(Event::Starting(&format!("queue {k} {}", pair[i].name())));
+                let r = run_turn(Op::Read, bs_q, pair[i], 101 + round as u64)?;
+                if r.ios > 0 {
+                    turns[i].push(r.lat_ns_mean);
+                }
+                cpu[i].0 += (r.cpu_user_pct + r.cpu_sys_pct) * r.duration_ns as f64;
+                cpu[i].1 += r.duration_ns;
+            }
+        }
+        let mut point = |i: usize| -> Result<LatencyPoint, Error> {
+            if turns[i].is_empty() {
+                let what = format!("{} completed no I/O with {k} background reads in flight", target.label());
+                return Err(Error::new(ErrorKind::Io, what));
+            }
+            Ok(LatencyPoint {
+                op: Op::Read.name().into(),
+                bs_bytes: bs_q,
+                strategy: pair[i].name().into(),
+                lat_ns_mean: median(&mut turns[i]),
+                cpu_pct: cpu[i].0 / cpu[i].1.max(1) as f64,
+                background_ios: k,
+            })
+        };
+        Ok([point(0)?, point(1)?])
+    })
+}
+
+/// The profile the rules draw from the points, and the CPU one blocking I/O burns at the
+/// smallest size (the class rule's yardstick).
+pub fn conclude(
+    device: String,
+    sizes: &[u64],
+    latencies: Vec<LatencyPoint>,
+    wakeup_ns: f64,
+    cpus: Option<&[usize]>,
+) -> (Profile, f64) {
+    let queue_points = queue_points_of(&latencies);
+    let points = size_points(&latencies, sizes);
+    let base = |p: &&LatencyPoint| p.background_ios == 0;
+    let spin_cpu =
+        latencies.iter().filter(base).filter(|p| p.strategy == "spin").map(|p| p.cpu_pct).fold(0.0, f64::max);
+    // One thread with one I/O in flight spends its CPU share of each I/O's wall time.
+    let smallest = sizes.iter().copied().min().unwrap_or(4096);
+    let block_cpu_ns = latencies
+        .iter()
+        .filter(base)
+        .filter(|p| p.strategy == "block" && p.bs_bytes == smallest)
+        .map(|p| p.cpu_pct / 100.0 * p.lat_ns_mean)
+        .fold(0.0, f64::max);
+    // The inline path's time at the smallest size (reads): very fast devices complete there.
+    let sync_ns_smallest = latencies
+        .iter()
+        .filter(base)
+        .filter(|p| p.strategy == "sync" && p.bs_bytes == smallest && p.op == "read")
+        .map(|p| p.lat_ns_mean)
+        .fold(f64::INFINITY, f64::min);
+    let profile = Profile {
+        version: PROFILE_VERSION,
+        device,
+        source: "probe".into(),
+        class: rules::classify_with_inline(&points, sync_ns_smallest, block_cpu_ns),
+        size_threshold_bytes: rules::size_threshold_bytes(&points),
+        cpu_threshold_pct: rules::cpu_threshold_pct(spin_cpu, profile::online_cpus()),
+        queue_limit: if queue_points.is_empty() { 0 } else { rules::queue_limit(&queue_points) },
+        wakeup_ns: Some(wakeup_ns),
+        io_cpus: Some(cpus.map_or_else(|| "any".to_string(), format_cpu_list)),
+        latencies,
+    };
+    (profile, block_cpu_ns)
+}
+
+/// The median of a list (the mean of the middle two for an even count; 0 when empty).
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The queue probe's points (background I/Os 0..=max, block and spin), sorted; empty when
+/// the probe did not measure them.
+pub fn queue_points_of(latencies: &[LatencyPoint]) -> Vec<rules::QueuePoint> {
+    let mut out = Vec::new();
+    for k in 0..=QUEUE_PROBE_BACKGROUND_MAX {
+        let find = |s: &str| {
+            latencies
+                .iter()
+                .find(|p| {
+                    p.background_ios == k && p.strategy == s && p.bs_bytes == QUEUE_PROBE_BS_BYTES && p.op == "read"
+                })
+                .map(|p| p.lat_ns_mean)
+        };
+        match (find("block"), find("spin")) {
+            (Some(block_ns), Some(spin_ns)) => out.push(rules::QueuePoint { background_ios: k, block_ns, spin_ns }),
+            _ => break,
+        }
+    }
+    if out.len() < 2 {
+        out.clear();
+    }
+    out
+}
+
+/// Per size, the op where spinning gains most (relative to blocking) stands for the size.
+/// Sizes without both a block and a spin point are left out.
+pub fn size_points(latencies: &[LatencyPoint], sizes: &[u64]) -> Vec<rules::SizePoint> {
+    let find = |op: &str, bs: u64, s: &str| {
+        latencies
+            .iter()
+            .find(|p| p.op == op && p.bs_bytes == bs && p.strategy == s && p.background_ios == 0)
+            .map(|p| p.lat_ns_mean)
+    };
+    let gain = |q: &rules::SizePoint| (q.block_ns - q.spin_ns) / q.block_ns.max(1.0);
+    sizes
+        .iter()
+        .filter_map(|&bs| {
+            ["read", "write"]
+                .iter()
+                .filter_map(|op| match (find(op, bs, "block"), find(op, bs, "spin")) {
+                    (Some(block_ns), Some(spin_ns)) => Some(rules::SizePoint { bs_bytes: bs, block_ns, spin_ns }),
+                    _ => None,
+                })
+                .max_by(|a, b| gain(a).total_cmp(&gain(b)))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lp(op: &str, bs: u64, s: &str, lat: f64, k: u32) -> LatencyPoint {
+        LatencyPoint {
+            op: op.into(),
+            bs_bytes: bs,
+            strategy: s.into(),
+            lat_ns_mean: lat,
+            cpu_pct: 50.0,
+            background_ios: k,
+        }
+    }
+
+    #[test]
+    fn the_op_where_spinning_gains_most_stands_for_the_size() {
+        let l = vec![
+            lp("read", 4096, "block", 20e3, 0),
+            lp("read", 4096, "spin", 19.9e3, 0),
+            lp("write", 4096, "block", 20e3, 0),
+            lp("write", 4096, "spin", 10e3, 0),
+            lp("read", 8192, "block", 30e3, 0),
+            lp("read", 8192, "spin", 29.9e3, 0),
+        ];
+        let p = size_points(&l, &[4096, 8192]);
+        assert_eq!(p[0].spin_ns, 10e3);
+        assert_eq!(p[1].spin_ns, 29.9e3);
+        assert_eq!(rules::size_threshold_bytes(&p), 8192);
+    }
+
+    #[test]
+    fn the_median_of_turns_ignores_one_outlier() {
+        assert_eq!(median(&mut [5.0, 1.0, 100.0]), 5.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&mut []), 0.0);
+    }
+
+    #[test]
+    fn queue_points_need_an_unbroken_run_from_no_background() {
+        let mut l = vec![lp("read", 4096, "block", 20e3, 0), lp("read", 4096, "spin", 10e3, 0)];
+        assert!(queue_points_of(&l).is_empty(), "one point is no curve");
+        l.extend([lp("read", 4096, "block", 30e3, 1), lp("read", 4096, "spin", 25e3, 1)]);
+        l.extend([lp("read", 4096, "block", 40e3, 3), lp("read", 4096, "spin", 39e3, 3)]);
+        let q = queue_points_of(&l);
+        assert_eq!(q.iter().map(|p| p.background_ios).collect::<Vec<_>>(), vec![0, 1], "k = 2 is missing");
+    }
+
+    #[test]
+    fn the_conclusion_is_the_rules_applied_to_the_points() {
+        let l = vec![
+            lp("read", 4096, "block", 20e3, 0),
+            lp("read", 4096, "spin", 10e3, 0),
+            lp("read", 4096, "sync", 10e3, 0),
+            lp("read", 65536, "block", 50e3, 0),
+            lp("read", 65536, "spin", 49.9e3, 0),
+            lp("read", 65536, "sync", 50e3, 0),
+        ];
+        let (p, block_cpu_ns) = conclude("blk:test".into(), &[4096, 65536], l, 5e3, Some(&[1]));
+        assert_eq!(p.size_threshold_bytes, 65536);
+        assert_eq!(p.source, "probe");
+        assert_eq!(p.io_cpus.as_deref(), Some("1"));
+        assert_eq!(block_cpu_ns, 0.5 * 20e3);
+        assert_eq!(p.queue_limit, 0, "no queue points: Q = 0");
+    }
+}
