@@ -1,9 +1,115 @@
-//! What a `bench` matrix comes to: smart against the better of block and spin per cell.
+//! The `bench` matrix: targets x ops x sizes x strategies (and fixed poll intervals), one
+//! job per cell, back to back; and what it comes to: smart against the better of block and
+//! spin per cell.
+//!
+//! Non-goals: turns and loads per cell (that is [`crate::evaluate`]); a bench is a quick
+//! look, one run per cell.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use smartcon_engine::decision::Strategy;
-use smartcon_engine::job::StrategyChoice;
+use smartcon_engine::devemu::units::{format_ns, format_size};
+use smartcon_engine::error::Error;
+use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
+use smartcon_engine::monitor::SystemMonitor;
+use smartcon_engine::profile::Profile;
 use smartcon_engine::stats::JobResult;
+use smartcon_engine::target::Target;
+use smartcon_engine::wait::PollParams;
+use smartcon_engine::Op;
+
+use crate::{Event, Progress};
+
+/// The matrix of one bench run.
+#[derive(Debug, Clone)]
+pub struct BenchPlan {
+    pub ops: Vec<Op>,
+    pub sizes: Vec<u64>,
+    pub pattern: Pattern,
+    /// Every run of a cell: a strategy and its polling parameters (a fixed-interval sweep
+    /// adds one `poll` run per interval).
+    pub configs: Vec<(StrategyChoice, PollParams)>,
+    pub threads: u32,
+    pub duration_ns: u64,
+    pub spin_budget_ns: u64,
+}
+
+/// A target of the matrix, opened, with the profile smart uses and where its threads run.
+pub struct BenchTarget {
+    pub target: Box<dyn Target>,
+    pub profile: Profile,
+    pub span_bytes: u64,
+    pub cpus: Option<Vec<usize>>,
+}
+
+impl BenchPlan {
+    fn spec(&self, op: Op, bs: u64, (strategy, poll): (StrategyChoice, PollParams), t: &BenchTarget) -> JobSpec {
+        let mut js = JobSpec::new(op, self.pattern, bs, strategy);
+        js.span_bytes = Some(t.span_bytes);
+        js.threads = self.threads;
+        js.duration_ns = self.duration_ns;
+        js.spin_budget_ns = self.spin_budget_ns;
+        js.poll = poll;
+        js.cpus = t.cpus.clone();
+        js
+    }
+
+    /// Checks every cell against the target before anything is measured.
+    pub fn validate(&self, t: &BenchTarget) -> Result<(), Error> {
+        for &op in &self.ops {
+            for &bs in &self.sizes {
+                for &config in &self.configs {
+                    self.spec(op, bs, config, t).validate(t.target.as_ref())?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the matrix; each record goes to `on_result` as it is measured. Setting `stop`
+/// ends the run after the current cell with what was measured.
+pub fn run(
+    plan: &BenchPlan,
+    targets: &[BenchTarget],
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+    progress: &mut Progress<'_>,
+    on_result: &mut dyn FnMut(&JobResult) -> Result<(), Error>,
+) -> Result<Vec<JobResult>, Error> {
+    progress(Event::Steps((targets.len() * plan.ops.len() * plan.sizes.len() * plan.configs.len()) as u64));
+    let mut results = Vec::new();
+    for t in targets {
+        for &op in &plan.ops {
+            for &bs in &plan.sizes {
+                for &config in &plan.configs {
+                    if stop.load(Ordering::Relaxed) {
+                        return Ok(results);
+                    }
+                    let what = match config {
+                        (StrategyChoice::Fixed(Strategy::FixedPoll), p) => {
+                            format!("poll every {}", format_ns(p.interval_ns as f64))
+                        }
+                        (s, _) => s.name().to_string(),
+                    };
+                    progress(Event::Starting(&format!(
+                        "{} {} {} {what}",
+                        t.target.label(),
+                        op.name(),
+                        format_size(bs)
+                    )));
+                    let js = plan.spec(op, bs, config, t);
+                    let r = run_job(t.target.as_ref(), &js, &t.profile, monitor, stop)?;
+                    on_result(&r)?;
+                    results.push(r);
+                    progress(Event::Done);
+                }
+            }
+        }
+    }
+    Ok(results)
+}
 
 /// The `summary` record of a bench run under one load.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -21,6 +21,7 @@ use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::stop::StopOnDrop;
 
 pub mod bench;
+pub mod compare_fio;
 pub mod evaluate;
 pub mod merge_bench;
 pub mod polling;

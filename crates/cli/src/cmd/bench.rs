@@ -5,7 +5,9 @@
 //! Strategies of one cell run back to back, so slow drift of a shared machine affects them
 //! alike; gains are ratios within one run.
 //!
-//! Polling (issue 6): `--sweep-interval` adds fixed-interval polling at each interval to
+//! The matrix itself is `smartcon_study::bench`; this module parses flags and renders.
+//!
+//! Polling (Shin et al., dynamic interval polling): `--sweep-interval` adds fixed-interval polling at each interval to
 //! every cell and reports the best interval (paper 002, Fig. 1; `--plot` draws the curve);
 //! with `hybrid` and `spin` in a cell, a check line gives hybrid's IOPS and CPU against
 //! spin's and block's and its prediction error. `--load cpu-intensive` runs number
@@ -13,18 +15,19 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
+use smartcon_engine::decision::Strategy;
 use smartcon_engine::devemu::units::{format_ns, format_size};
-use smartcon_engine::job::{run_job, JobSpec, StrategyChoice};
+use smartcon_engine::error::{Error as EngineError, ErrorKind};
+use smartcon_engine::job::{Pattern, StrategyChoice};
+use smartcon_engine::profile::online_cpus;
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions};
-use smartcon_engine::Op;
-
-use smartcon_engine::decision::Strategy;
-use smartcon_engine::profile::online_cpus;
 use smartcon_engine::wait::PollParams;
+use smartcon_engine::Op;
+use smartcon_study::bench::{BenchPlan, BenchTarget};
 use smartcon_workloads::load::CpuLoad;
 
-use crate::common::{emit_json, interrupt_flag, interrupted, progress_bar};
+use crate::common::{emit_json, interrupt_flag, interrupted, on_event, progress_bar};
 use crate::engine_setup::*;
 use crate::polling::{hybrid_checks, plot_sweeps, render_polling, sweeps};
 use crate::printers::iops;
@@ -38,20 +41,20 @@ pub struct BenchArgs {
     #[arg(long, default_value = DEFAULT_TARGETS)]
     pub targets: String,
     /// Comma-separated request sizes.
-    #[arg(long, default_value = "4k,16k,64k,256k")]
-    pub sizes: String,
+    #[arg(long, value_delimiter = ',', value_parser = size_value, default_value = "4k,16k,64k,256k")]
+    pub sizes: Vec<u64>,
     /// Comma-separated ops.
-    #[arg(long, default_value = "read,write")]
-    pub ops: String,
+    #[arg(long, value_delimiter = ',', value_parser = |s: &str| parse_op(s).map_err(|e| e.to_string()), default_value = "read,write")]
+    pub ops: Vec<Op>,
     /// Comma-separated strategies; block is always run as the baseline.
-    #[arg(long, default_value = "block,spin,sync,smart")]
-    pub strategies: String,
+    #[arg(long, value_delimiter = ',', value_parser = strategy_value, default_value = "block,spin,sync,smart")]
+    pub strategies: Vec<StrategyChoice>,
     /// seq or rand.
-    #[arg(long, default_value = "rand")]
-    pub pattern: String,
+    #[arg(long, value_parser = |s: &str| parse_pattern(s).map_err(|e| e.to_string()), default_value = "rand")]
+    pub pattern: Pattern,
     /// Time per cell.
-    #[arg(long, default_value = "300ms")]
-    pub duration: String,
+    #[arg(long, value_parser = duration_value, default_value = "300ms")]
+    pub duration: u64,
     /// I/O threads per cell.
     #[arg(long, default_value_t = 1)]
     pub threads: u32,
@@ -77,13 +80,10 @@ pub struct BenchArgs {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let targets = split_targets(&args.targets)?;
-    let sizes: Vec<u64> =
-        split_list("sizes", &args.sizes)?.iter().map(|s| parse_size_arg("sizes", s)).collect::<Result<_>>()?;
-    let ops: Vec<Op> = split_list("ops", &args.ops)?.iter().map(|s| parse_op(s)).collect::<Result<_>>()?;
-    let mut strategies: Vec<StrategyChoice> =
-        split_list("strategies", &args.strategies)?.iter().map(|s| parse_strategy(s)).collect::<Result<_>>()?;
-    if !strategies.iter().any(|s| s.name() == "block") {
-        strategies.insert(0, parse_strategy("block")?);
+    let (sizes, ops, pattern, duration_ns) = (args.sizes.clone(), args.ops.clone(), args.pattern, args.duration);
+    let mut strategies = args.strategies.clone();
+    if !strategies.contains(&StrategyChoice::Fixed(Strategy::Block)) {
+        strategies.insert(0, StrategyChoice::Fixed(Strategy::Block));
     }
     let poll = args.run.poll_params()?;
     // Every run of a cell: a strategy and its polling parameters.
@@ -101,80 +101,47 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "cpu-intensive" => online_cpus(),
         other => bail!("unknown load {other:?}; use bm-only or cpu-intensive"),
     };
-    let pattern = parse_pattern(&args.pattern)?;
-    let duration_ns = parse_duration_arg("duration", &args.duration)?;
     let spin_budget_ns = args.run.spin_budget_ns()?;
     let span = args.span.as_deref().map(|s| parse_size_arg("span", s)).transpose()?;
     if args.threads == 0 {
         bail!("--threads must be at least 1");
     }
+    let plan = BenchPlan { ops, sizes, pattern, configs, threads: args.threads, duration_ns, spin_budget_ns };
     // Open (and validate) every target before measuring anything.
-    let writes = ops.contains(&Op::Write);
     let placement = args.run.placement()?;
     let mut opened = Vec::new();
     for t in &targets {
         let spec = target::parse_target(t).map_err(engine_err)?;
-        let options = OpenOptions { write: writes, destructive: args.run.destructive, created_by_tool: false };
+        let write = plan.ops.contains(&Op::Write);
+        let options = OpenOptions { write, destructive: args.run.destructive, created_by_tool: false };
         let target = target::open(&spec, options).map_err(engine_err)?;
         for w in target.warnings() {
             eprintln!("smartcon: warning: {w}");
         }
-        let span_t = span.unwrap_or(64 << 20).min(target.capacity_bytes());
-        for &bs in &sizes {
-            let mut js = JobSpec::new(Op::Read, pattern, bs, strategies[0]);
-            js.span_bytes = Some(span_t);
-            js.threads = args.threads;
-            js.duration_ns = duration_ns;
-            for &(strategy, poll) in &configs {
-                js.strategy = strategy;
-                js.poll = poll;
-                js.validate(target.as_ref()).map_err(engine_err)?;
-            }
-        }
-        let profile =
-            resolve_profile(target.as_ref(), None, !strategies.iter().any(|s| s.name().starts_with("smart")))?;
+        let quiet = !strategies.iter().any(|s| s.name().starts_with("smart"));
+        let profile = resolve_profile(target.as_ref(), None, quiet)?;
         let cpus = io_cpus_for(&placement, target.as_ref());
-        opened.push((target, profile, span_t, cpus));
+        let span_bytes = span.unwrap_or(64 << 20).min(target.capacity_bytes());
+        let t = BenchTarget { target, profile, span_bytes, cpus };
+        plan.validate(&t).map_err(engine_err)?;
+        opened.push(t);
     }
     let monitor = args.run.monitor()?;
     let cpu_load = (cpu_load_workers > 0).then(|| CpuLoad::start(cpu_load_workers)).transpose().map_err(engine_err)?;
-    let cells = opened.len() * ops.len() * sizes.len() * configs.len();
-    let bar = progress_bar(cells as u64, "bench");
-    let mut results: Vec<JobResult> = Vec::new();
-    'outer: for (target, profile, span_t, cpus) in &opened {
-        for &op in &ops {
-            for &bs in &sizes {
-                for &(strategy, poll) in &configs {
-                    if interrupted() {
-                        break 'outer;
-                    }
-                    let what = match strategy {
-                        StrategyChoice::Fixed(Strategy::FixedPoll) => {
-                            format!("poll every {}", format_ns(poll.interval_ns as f64))
-                        }
-                        s => s.name().to_string(),
-                    };
-                    bar.set_message(format!("{} {} {} {what}", target.label(), op.name(), format_size(bs)));
-                    let mut js = JobSpec::new(op, pattern, bs, strategy);
-                    js.span_bytes = Some(*span_t);
-                    js.threads = args.threads;
-                    js.duration_ns = duration_ns;
-                    js.spin_budget_ns = spin_budget_ns;
-                    js.poll = poll;
-                    js.cpus = cpus.clone();
-                    let r = run_job(target.as_ref(), &js, profile, &monitor, interrupt_flag()).map_err(engine_err)?;
-                    if args.json {
-                        emit_json(&r)?;
-                    }
-                    results.push(r);
-                    bar.inc(1);
-                }
-            }
+    let bar = progress_bar(0, "bench");
+    let json = args.json;
+    let mut emit = |r: &JobResult| {
+        if json {
+            emit_json(r).map_err(|e| EngineError::new(ErrorKind::Io, format!("stdout: {e}")))?;
         }
-    }
+        Ok(())
+    };
+    let results =
+        smartcon_study::bench::run(&plan, &opened, &monitor, interrupt_flag(), &mut on_event(&bar), &mut emit);
     bar.finish_and_clear();
     drop(cpu_load);
     monitor.stop();
+    let results = results.map_err(engine_err)?;
     let summary = smartcon_study::bench::summarize(&results, &args.load, interrupted());
     let sweeps = if args.sweep_interval.is_some() { sweeps(&results) } else { Vec::new() };
     let checks = hybrid_checks(&results, &args.load);
@@ -192,7 +159,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     } else {
         print!(
             "{}",
-            render(&results, &opened.iter().map(|(t, p, _, _)| (t.label().to_string(), p.clone())).collect::<Vec<_>>())
+            render(
+                &results,
+                &opened.iter().map(|t| (t.target.label().to_string(), t.profile.clone())).collect::<Vec<_>>()
+            )
         );
         if let Some(min) = summary.smart_ratio_min {
             println!(
