@@ -92,11 +92,11 @@ fn a_short_run_writes_every_record_and_the_plot() {
             "sampling_ns",
             "max_merge_pages",
             "ios",
-            "elapsed_ns",
+            "duration_ns",
             "iops",
-            "latency_ns_p50",
-            "latency_ns_p99",
-            "latency_ns_mean",
+            "lat_ns_p50",
+            "lat_ns_p99",
+            "lat_ns_mean",
             "cpu_ns",
             "cpu_pct",
             "device_requests",
@@ -113,7 +113,7 @@ fn a_short_run_writes_every_record_and_the_plot() {
         }
         assert_eq!(r["ios"], r["releases"], "every waiter released once: {r}");
         assert!(r["iops"].as_f64().unwrap() > 0.0);
-        assert!(r["latency_ns_p50"].as_u64().unwrap() <= r["latency_ns_p99"].as_u64().unwrap());
+        assert!(r["lat_ns_p50"].as_u64().unwrap() <= r["lat_ns_p99"].as_u64().unwrap());
     }
     assert_eq!(results.iter().filter(|r| r["merge"] == false).count(), 4);
     let summary = recs.iter().find(|r| r["type"] == "merge_summary").expect("a summary record");

@@ -43,14 +43,19 @@ pub struct MergeJobSpec {
 }
 
 /// What a job measured. `elapsed_ns` runs from the first thread's start to the last one's
-/// end (a thread finishes the request in flight at the deadline).
+/// end (a thread finishes the request in flight at the deadline). The JSON names of the
+/// fields a `result` record also has are the `result`'s (docs/json.md).
 #[derive(Debug, Clone, Serialize)]
 pub struct MergeJobResult {
     pub ios: u64,
+    #[serde(rename = "duration_ns")]
     pub elapsed_ns: u64,
     pub iops: f64,
+    #[serde(rename = "lat_ns_p50")]
     pub latency_ns_p50: u64,
+    #[serde(rename = "lat_ns_p99")]
     pub latency_ns_p99: u64,
+    #[serde(rename = "lat_ns_mean")]
     pub latency_ns_mean: f64,
     /// User + system CPU time of the I/O threads.
     pub cpu_ns: u64,
