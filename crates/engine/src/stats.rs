@@ -52,6 +52,16 @@ impl Usage {
     }
 }
 
+/// Adds `b`'s counts to `a`. Histograms from [`new_histogram`] have the same bounds, so
+/// `add` cannot fail; one built otherwise saturates value by value rather than panic.
+pub fn add_histogram(a: &mut Histogram<u64>, b: &Histogram<u64>) {
+    if a.add(b).is_err() {
+        for v in b.iter_recorded() {
+            a.saturating_record_n(v.value_iterated_to(), v.count_at_value());
+        }
+    }
+}
+
 /// Latencies up to an hour, 3 significant digits.
 pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
@@ -165,7 +175,7 @@ impl ThreadStats {
 
 /// What the polling strategies did over a job (`hybrid`, `poll`, `half-mean`, and
 /// `smart-hybrid`'s hybrid waits).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize)]
 pub struct PollingSummary {
     /// I/Os waited for by polling.
     pub ios: u64,
@@ -185,6 +195,12 @@ pub struct PollingSummary {
     /// The wake-up overshoot the hybrid threads measured (mean over threads).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overshoot_ns: Option<u64>,
+    /// What the figures above are read from, so summaries of several turns merge exactly:
+    /// the prediction errors, and how many threads measured an overshoot.
+    #[serde(skip)]
+    pub pred_err_hist: Option<Histogram<u64>>,
+    #[serde(skip)]
+    pub overshoot_threads: u64,
 }
 
 impl PollingSummary {
@@ -208,7 +224,36 @@ impl PollingSummary {
             pred_err_ns_p50: (predicted > 0).then(|| err.value_at_quantile(0.5)),
             pred_err_ns_p90: (predicted > 0).then(|| err.value_at_quantile(0.9)),
             overshoot_ns: (!overshoots.is_empty()).then(|| overshoots.iter().sum::<u64>() / overshoots.len() as u64),
+            pred_err_hist: (predicted > 0).then_some(err),
+            overshoot_threads: overshoots.len() as u64,
         })
+    }
+
+    /// Adds another run's summary: counts add, per-I/O figures are weighted by I/Os, the
+    /// prediction-error percentiles come from the merged histograms and the overshoot is
+    /// the mean over all threads that measured one.
+    pub fn merge(&mut self, other: &PollingSummary) {
+        let ios = self.ios + other.ios;
+        let per_io = |a: f64, b: f64| (a * self.ios as f64 + b * other.ios as f64) / ios.max(1) as f64;
+        self.polls_per_io = per_io(self.polls_per_io, other.polls_per_io);
+        self.sleeps_per_io = per_io(self.sleeps_per_io, other.sleeps_per_io);
+        self.ios = ios;
+        self.predicted_ios += other.predicted_ios;
+        if self.interval_ns != other.interval_ns {
+            self.interval_ns = None;
+        }
+        match (&mut self.pred_err_hist, &other.pred_err_hist) {
+            (Some(a), Some(b)) => add_histogram(a, b),
+            (a @ None, Some(b)) => *a = Some(b.clone()),
+            _ => {}
+        }
+        let h = self.pred_err_hist.as_ref().filter(|h| !h.is_empty());
+        self.pred_err_ns_p50 = h.map(|h| h.value_at_quantile(0.5));
+        self.pred_err_ns_p90 = h.map(|h| h.value_at_quantile(0.9));
+        let threads = self.overshoot_threads + other.overshoot_threads;
+        let sum = |p: &PollingSummary| p.overshoot_ns.unwrap_or(0) * p.overshoot_threads;
+        self.overshoot_ns = (threads > 0).then(|| (sum(self) + sum(other)) / threads);
+        self.overshoot_threads = threads;
     }
 }
 
@@ -478,8 +523,8 @@ impl JobResult {
     /// Merges another run of the same cell (a turn, or a phase of the same workload) into
     /// this one. Counts, bytes, times and the latency histograms add, so every derived figure
     /// is exact: rates over the summed wall time, percentiles of all I/Os together, CPU
-    /// shares as summed CPU time over summed wall time. The op and pattern become `mixed`
-    /// where the two differ; the polling summary is this record's (the other's is dropped).
+    /// shares as summed CPU time over summed wall time, polling summaries by
+    /// [`PollingSummary::merge`]. The op and pattern become `mixed` where the two differ.
     pub fn merge(&mut self, other: &JobResult) {
         let cpu_ns = |r: &JobResult, pct: f64| pct * r.duration_ns as f64 / 100.0;
         let user_ns = cpu_ns(self, self.cpu_user_pct) + cpu_ns(other, other.cpu_user_pct);
@@ -502,14 +547,13 @@ impl JobResult {
         self.spin_fallbacks += other.spin_fallbacks;
         self.fsyncs += other.fsyncs;
         self.verified &= other.verified;
-        self.interrupted |= other.interrupted;
-        // Both histograms come from new_histogram(), so the bounds match and add cannot fail;
-        // saturate anyway rather than panic if a caller built one of its own.
-        if self.latency_hist.add(&other.latency_hist).is_err() {
-            for v in other.latency_hist.iter_recorded() {
-                self.latency_hist.saturating_record_n(v.value_iterated_to(), v.count_at_value());
-            }
+        match (&mut self.polling, &other.polling) {
+            (Some(a), Some(b)) => a.merge(b),
+            (a @ None, Some(b)) => *a = Some(b.clone()),
+            _ => {}
         }
+        self.interrupted |= other.interrupted;
+        add_histogram(&mut self.latency_hist, &other.latency_hist);
         self.derive_rates();
     }
 
@@ -527,5 +571,46 @@ impl JobResult {
         self.lat_ns_p99 = q(0.99);
         self.lat_ns_p999 = q(0.999);
         self.lat_ns_max = if empty { 0 } else { h.max() };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(ios: u64, polls: f64, errors_ns: &[u64], overshoot: Option<(u64, u64)>) -> PollingSummary {
+        let mut h = new_histogram();
+        for &e in errors_ns {
+            h.record(e).unwrap();
+        }
+        PollingSummary {
+            ios,
+            interval_ns: None,
+            polls_per_io: polls,
+            sleeps_per_io: 1.0,
+            predicted_ios: errors_ns.len() as u64,
+            pred_err_ns_p50: None,
+            pred_err_ns_p90: None,
+            overshoot_ns: overshoot.map(|o| o.0),
+            pred_err_hist: (!errors_ns.is_empty()).then_some(h),
+            overshoot_threads: overshoot.map_or(0, |o| o.1),
+        }
+    }
+
+    #[test]
+    fn polling_summaries_merge_exactly() {
+        // 9 predictions 100 ns off and 1 far off: p50 stays 100 ns, p90 too, which a
+        // mean of the two runs' p50s (100 and 10 us) would not say.
+        let mut a = summary(30, 2.0, &[100; 9], Some((1_000, 1)));
+        let b = summary(10, 6.0, &[10_000], Some((4_000, 2)));
+        a.merge(&b);
+        assert_eq!((a.ios, a.predicted_ios), (40, 10));
+        assert_eq!(a.polls_per_io, 3.0);
+        assert_eq!(a.pred_err_ns_p50, Some(100));
+        assert_eq!(a.pred_err_ns_p90, Some(100));
+        assert_eq!(a.overshoot_ns, Some(3_000), "(1000 * 1 + 4000 * 2) / 3 threads");
+        let mut none = summary(5, 1.0, &[], None);
+        none.merge(&summary(5, 1.0, &[], None));
+        assert_eq!((none.pred_err_ns_p50, none.overshoot_ns), (None, None));
     }
 }
