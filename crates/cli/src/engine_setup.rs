@@ -170,6 +170,14 @@ pub fn strategy_value(text: &str) -> Result<StrategyChoice, String> {
     parse_strategy(text).map_err(|e| e.to_string())
 }
 
+pub fn op_value(text: &str) -> Result<Op, String> {
+    parse_op(text).map_err(|e| e.to_string())
+}
+
+pub fn pattern_value(text: &str) -> Result<Pattern, String> {
+    parse_pattern(text).map_err(|e| e.to_string())
+}
+
 pub fn placement_value(text: &str) -> Result<Placement, String> {
     parse_placement(text).map_err(|e| format!("{e:#}"))
 }

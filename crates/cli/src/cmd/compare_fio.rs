@@ -8,7 +8,8 @@
 use anyhow::{bail, Result};
 use clap::Args;
 use smartcon_engine::devemu::units::{format_ns, format_size};
-use smartcon_engine::job::JobSpec;
+use smartcon_engine::job::{JobSpec, Pattern, StrategyChoice};
+use smartcon_engine::placement::Placement;
 use smartcon_engine::target::{self, OpenOptions, TargetSpec};
 use smartcon_engine::Op;
 use smartcon_study::compare_fio::{fio_available, ComparePlan, TempFile};
@@ -23,20 +24,20 @@ pub struct CompareFioArgs {
     /// A file, a block device, or tmp:SIZE[@DIR] (a temporary file smartcon creates and removes).
     pub target: String,
     /// read or write.
-    #[arg(long, default_value = "read")]
-    pub op: String,
+    #[arg(long, default_value = "read", value_parser = op_value)]
+    pub op: Op,
     /// seq or rand.
-    #[arg(long, default_value = "rand")]
-    pub pattern: String,
+    #[arg(long, default_value = "rand", value_parser = pattern_value)]
+    pub pattern: Pattern,
     /// Request size.
-    #[arg(long, default_value = "4k")]
-    pub bs: String,
+    #[arg(long, default_value = "4k", value_parser = size_value)]
+    pub bs: u64,
     /// Time per run.
-    #[arg(long, default_value = "2s")]
-    pub duration: String,
+    #[arg(long, default_value = "2s", value_parser = duration_value)]
+    pub duration: u64,
     /// The region used, from offset 0 (default: the target, at most 1 GiB).
-    #[arg(long)]
-    pub span: Option<String>,
+    #[arg(long, value_parser = size_value)]
+    pub span: Option<u64>,
     /// Allow writing to a file or block device smartcon did not create.
     #[arg(long)]
     pub destructive: bool,
@@ -45,15 +46,12 @@ pub struct CompareFioArgs {
     pub json: bool,
     /// Where both tools' I/O threads run: any, irq (the CPUs that take the device's
     /// completion interrupts), away, or a CPU list; fio gets it as --cpus_allowed.
-    #[arg(long, default_value = "any")]
-    pub io_cpus: String,
+    #[arg(long, default_value = "any", value_parser = placement_value)]
+    pub io_cpus: Placement,
 }
 
 pub fn run(args: CompareFioArgs) -> Result<()> {
-    let op = parse_op(&args.op)?;
-    let pattern = parse_pattern(&args.pattern)?;
-    let bs = parse_size_arg("bs", &args.bs)?;
-    let duration_ns = parse_duration_arg("duration", &args.duration)?;
+    let (op, pattern, bs, duration_ns) = (args.op, args.pattern, args.bs, args.duration);
     let tspec = target::parse_target(&args.target).map_err(engine_err)?;
     if !fio_available() {
         bail!("fio is not installed; install it (Debian: apt-get install fio) to compare");
@@ -83,15 +81,15 @@ pub fn run(args: CompareFioArgs) -> Result<()> {
     for w in target.warnings() {
         eprintln!("smartcon: warning: {w}");
     }
-    let span = match &args.span {
-        Some(s) => parse_size_arg("span", s)?,
+    let span = match args.span {
+        Some(s) => s,
         None => target.capacity_bytes().min(1 << 30) / bs * bs,
     };
-    let mut js = JobSpec::new(op, pattern, bs, parse_strategy("block")?);
+    let mut js = JobSpec::new(op, pattern, bs, StrategyChoice::Fixed(smartcon_engine::decision::Strategy::Block));
     js.span_bytes = Some(span);
     js.duration_ns = duration_ns;
     js.validate(target.as_ref()).map_err(engine_err)?;
-    js.cpus = io_cpus_for(&parse_placement(&args.io_cpus)?, target.as_ref());
+    js.cpus = io_cpus_for(&args.io_cpus, target.as_ref());
     let profile = resolve_profile(target.as_ref(), None, false)?;
     let monitor = start_monitor(None)?;
     let plan = ComparePlan { path: &path, spec: js };

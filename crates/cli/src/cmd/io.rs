@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use smartcon_engine::job::{run_job, JobSpec};
+use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::target::{self, OpenOptions};
 use smartcon_engine::Op;
 
@@ -16,26 +16,26 @@ pub struct IoArgs {
     #[arg(long)]
     pub target: String,
     /// read or write.
-    #[arg(long, default_value = "read")]
-    pub op: String,
+    #[arg(long, default_value = "read", value_parser = op_value)]
+    pub op: Op,
     /// seq or rand.
-    #[arg(long, default_value = "rand")]
-    pub pattern: String,
+    #[arg(long, default_value = "rand", value_parser = pattern_value)]
+    pub pattern: Pattern,
     /// Request size (4k, 64k, 1m).
-    #[arg(long, default_value = "4k")]
-    pub bs: String,
+    #[arg(long, default_value = "4k", value_parser = size_value)]
+    pub bs: u64,
     /// The region used, from offset 0 (default: the whole target).
-    #[arg(long)]
-    pub span: Option<String>,
+    #[arg(long, value_parser = size_value)]
+    pub span: Option<u64>,
     /// block, spin, sync, smart, hybrid, smart-hybrid, poll (fixed interval) or half-mean.
-    #[arg(long, default_value = "smart")]
-    pub strategy: String,
+    #[arg(long, default_value = "smart", value_parser = strategy_value)]
+    pub strategy: StrategyChoice,
     /// I/O threads, each with one request in flight.
     #[arg(long, default_value_t = 1)]
     pub threads: u32,
     /// How long to run (500ms, 10s).
-    #[arg(long, default_value = "2s")]
-    pub duration: String,
+    #[arg(long, default_value = "2s", value_parser = duration_value)]
+    pub duration: u64,
     /// Write a seeded, checksummed pattern and check every block read back.
     #[arg(long)]
     pub verify: bool,
@@ -53,16 +53,11 @@ pub struct IoArgs {
 }
 
 pub fn run(args: IoArgs) -> Result<()> {
-    let op = parse_op(&args.op)?;
-    let mut spec = JobSpec::new(
-        op,
-        parse_pattern(&args.pattern)?,
-        parse_size_arg("bs", &args.bs)?,
-        parse_strategy(&args.strategy)?,
-    );
-    spec.span_bytes = args.span.as_deref().map(|s| parse_size_arg("span", s)).transpose()?;
+    let op = args.op;
+    let mut spec = JobSpec::new(op, args.pattern, args.bs, args.strategy);
+    spec.span_bytes = args.span;
     spec.threads = args.threads;
-    spec.duration_ns = parse_duration_arg("duration", &args.duration)?;
+    spec.duration_ns = args.duration;
     spec.verify = args.verify;
     spec.seed = args.seed;
     spec.spin_budget_ns = args.run.spin_budget_ns()?;
