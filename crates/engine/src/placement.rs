@@ -192,31 +192,14 @@ pub fn pin_current_thread(cpus: &[usize]) -> Result<(), Error> {
     if let Some(c) = cpus.iter().find(|&&c| c >= libc::CPU_SETSIZE as usize) {
         return Err(Error::new(ErrorKind::Usage, format!("CPU {c} is beyond the CPU set size")));
     }
-    let set = cpu_set(cpus);
-    // SAFETY: sched_setaffinity reads a valid cpu_set_t of the size given.
-    unsafe {
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::new(
-                ErrorKind::Usage,
-                format!("cannot pin the I/O thread to CPUs {}: {e}", format_cpu_list(cpus)),
-            ));
-        }
-    }
-    Ok(())
+    smartcon_util::affinity::pin_current_thread(cpus).map_err(|e| {
+        Error::new(ErrorKind::Usage, format!("cannot pin the I/O thread to CPUs {}: {e}", format_cpu_list(cpus)))
+    })
 }
 
 /// The CPUs the calling thread may run on.
 pub fn current_affinity() -> Option<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data that sched_getaffinity fills; CPU_ISSET reads within
-    // it for ids below CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        Some((0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect())
-    }
+    smartcon_util::affinity::allowed_cpus().ok()
 }
 
 /// For a thread pinned to part of the machine: (its CPUs, the other online CPUs). `None`
@@ -227,17 +210,7 @@ pub fn pinned_split() -> Option<(Vec<usize>, Vec<usize>)> {
     (!others.is_empty()).then_some((mine, others))
 }
 
-/// Builds a cpu_set_t from a list (ids at or beyond CPU_SETSIZE are skipped).
-pub fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it for ids below CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-            libc::CPU_SET(c, &mut set);
-        }
-        set
-    }
-}
+pub use smartcon_util::affinity::cpu_set;
 
 /// The CPU the calling thread is on now.
 pub fn current_cpu() -> Option<usize> {

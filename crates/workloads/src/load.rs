@@ -87,25 +87,6 @@ unsafe impl Send for CpuLoad {}
 // SAFETY: as above; only atomic loads go through a shared reference.
 unsafe impl Sync for CpuLoad {}
 
-fn ticks_ns() -> u64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    1_000_000_000 / hz
-}
-
-/// utime and stime of a process in ns (tick resolution), from /proc/PID/stat.
-fn proc_cpu_ns(pid: libc::pid_t) -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may hold spaces: split after the last ')'.
-    let rest = &text[text.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state(0) ... utime is field 14 of the line, index 11 here.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    let t = ticks_ns();
-    Some((utime * t, stime * t))
-}
-
 impl CpuLoad {
     /// Forks `workers` crunchers. They die with the parent (PR_SET_PDEATHSIG) as well as on
     /// drop, so an interrupted run leaves nothing behind.
@@ -164,7 +145,7 @@ impl CpuLoad {
         for (i, &pid) in self.pids.iter().enumerate() {
             // SAFETY: i < workers, inside the mapping, which lives until drop.
             s.work += unsafe { &*self.counters.add(i) }.load(Ordering::Relaxed);
-            if let Some((u, k)) = proc_cpu_ns(pid) {
+            if let Some((u, k)) = smartcon_util::procfs::process_cpu_ns(pid) {
                 s.user_ns += u;
                 s.sys_ns += k;
             }
@@ -274,13 +255,7 @@ impl IoLoad {
 
 /// Machine-wide iowait and total time from /proc/stat, in ns (tick resolution).
 pub fn proc_stat_iowait_total_ns() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let fields: Vec<u64> = text.lines().next()?.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
-    if fields.len() < 5 {
-        return None;
-    }
-    let t = ticks_ns();
-    Some((fields[4] * t, fields.iter().take(8).sum::<u64>() * t))
+    smartcon_util::procfs::cpu_times().map(|t| (t.iowait_ns, t.total_ns))
 }
 
 #[cfg(test)]

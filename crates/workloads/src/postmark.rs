@@ -46,6 +46,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use smartcon_devemu::Op;
+use smartcon_util::rng::Rng;
 
 use smartcon_engine::clock::{now_ns, tighten_timer_slack};
 use smartcon_engine::error::{Error, ErrorKind};
@@ -166,26 +167,6 @@ pub struct PostmarkResult {
     /// over the whole transaction phase including the metadata calls).
     pub job: JobResult,
     pub counts: PostmarkCounts,
-}
-
-/// A small seeded generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) as u128 * n.max(1) as u128) >> 64) as u64
-    }
-
-    fn percent(&mut self, pct: u32) -> bool {
-        self.below(100) < pct as u64
-    }
 }
 
 /// The scratch directory; removed with everything in it on drop.

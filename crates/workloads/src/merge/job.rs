@@ -12,6 +12,7 @@
 //!
 //! Non-goals: mixed read/write jobs, think time, queue depth above one per thread.
 
+use smartcon_util::rng::Rng;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 
@@ -73,18 +74,6 @@ pub struct MergeJobResult {
     /// Mean |seen - predicted| of the predicted waits (dynamic polling after sampling).
     pub prediction_error_ns_mean: Option<f64>,
     pub interrupted: bool,
-}
-
-/// A tiny seeded generator for offsets (xorshift64*), one per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) as u128 * n as u128) >> 64) as u64
-    }
 }
 
 impl MergeJobSpec {
@@ -155,7 +144,7 @@ pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) 
                         let mut waiter = dev.waiter();
                         let mut buf = AlignedBuf::new(bs as usize);
                         let mut hist = new_histogram();
-                        let mut rng = Rng((spec.seed ^ (t as u64 + 1)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+                        let mut rng = Rng::new(spec.seed ^ (t as u64 + 1));
                         let per_thread = slots / spec.threads as u64;
                         let mut seq_slot = t as u64 * per_thread;
                         barrier.wait();
