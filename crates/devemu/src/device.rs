@@ -310,6 +310,16 @@ impl Device {
         self.ahead.map(|a| a.completion.complete_ns)
     }
 
+    /// The next completion's instant without simulating ahead: the earliest request in
+    /// service completes first (a queued one starts only when a channel frees). A driver
+    /// that knows its next arrival compares with this and never needs a rollback.
+    pub fn peek_completion_ns(&self) -> Option<u64> {
+        match self.ahead {
+            Some(a) => Some(a.completion.complete_ns),
+            None => self.core.earliest().map(|(_, t)| t),
+        }
+    }
+
     /// Commits and returns the next completion (the caller promises no arrival before it).
     pub fn take_completion(&mut self) -> Option<Completion> {
         self.next_completion_ns()?;
@@ -507,6 +517,20 @@ mod tests {
             ],
         );
         assert_eq!(fcfs.iter().map(|c| c.id).collect::<Vec<_>>(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn peek_agrees_with_the_look_ahead() {
+        let mut dev = Device::new(parse_spec("emu:hdd,channels=2,queue=sjf").unwrap(), Discipline::Sjf);
+        for i in 0..6 {
+            dev.submit(req(i, i * 10, Op::Read, i * (100 << 20), 4096, 0)).unwrap();
+        }
+        while let Some(t) = dev.peek_completion_ns() {
+            assert_eq!(dev.next_completion_ns(), Some(t));
+            assert_eq!(dev.peek_completion_ns(), Some(t));
+            assert_eq!(dev.take_completion().unwrap().complete_ns, t);
+        }
+        assert_eq!(dev.outstanding(), 0);
     }
 
     #[test]

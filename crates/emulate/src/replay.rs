@@ -2,9 +2,11 @@
 //! meet the device model in virtual time, and the clock jumps from event to event, so idle
 //! gaps cost nothing (the seed's idle time-skipping, without an OS to pause).
 //!
-//! Each step compares the next arrival with the device's next completion (which the device
-//! finds by simulating ahead): the earlier one happens (a completion first on a tie); an
-//! arrival before a looked-ahead completion rolls the device back (devemu::device). A
+//! Each step compares the next arrival with the device's next completion: the earlier one
+//! happens (a completion first on a tie). The loop knows its next arrival before it asks,
+//! so it peeks instead of simulating ahead and never rolls back; a driver that cannot know
+//! (a co-simulated OS, as in the seed) uses the look-ahead and rollback of devemu::device,
+//! which the property test holds equal to this batch order. A
 //! closed-loop slot issues its next request `think` after its previous one completed.
 //!
 //! Non-goals: CPU time of the host application between I/Os other than `think`.
@@ -170,7 +172,10 @@ pub fn run_virtual(spec: &EmuSpec, workload: &Workload, keep_records: bool) -> R
                 Workload::Closed(_) => slots.peek().map(|r| r.0),
             }
         };
-        let completion = dev.next_completion_ns();
+        // The arrival is known here, so compare it with the next completion without
+        // simulating ahead; the look-ahead (and a rollback) is for drivers that do not know
+        // their next arrival (devemu::device).
+        let completion = dev.peek_completion_ns();
         let take = match (completion, arrival) {
             (Some(c), Some(a)) => c <= a,
             (Some(_), None) => true,
