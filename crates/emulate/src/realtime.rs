@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use smartcon_devemu::{EmuSpec, Op};
-use smartcon_engine::clock::{now_ns, sleep_until_ns};
+use smartcon_engine::clock::{now_ns, sleep_until_ns, tighten_timer_slack};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::target::{self, AlignedBuf, OpenOptions, TargetSpec};
@@ -83,6 +83,8 @@ pub fn run_real_time(
             .map(|_| {
                 let (target, next) = (&target, &next);
                 scope.spawn(move || -> Result<Vec<Sample>, Error> {
+                    // The default 50 us slack would make every timed wait late by that much.
+                    tighten_timer_slack();
                     let mut port = target.open_port()?;
                     let mut buf = AlignedBuf::new(buf_bytes);
                     let mut out = Vec::new();
