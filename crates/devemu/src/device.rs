@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
+use crate::fault::FaultPlan;
 use crate::hdd::HeadState;
 use crate::model::{Op, Schedule};
 use crate::preset::EmuSpec;
@@ -87,6 +88,8 @@ pub struct Completion {
     pub arrival_ns: u64,
     pub start_ns: u64,
     pub complete_ns: u64,
+    /// The fault plan failed this request (it still took its time).
+    pub error: bool,
 }
 
 /// Misuse of the explicit-time interface.
@@ -164,18 +167,33 @@ struct Core {
     queue: VecDeque<Queued>,
     streams: Streams,
     seq: u64,
+    faults: FaultPlan,
 }
 
 impl Core {
-    fn new(spec: EmuSpec, discipline: Discipline) -> Core {
+    fn new(spec: EmuSpec, discipline: Discipline, faults: FaultPlan) -> Core {
         let channels = vec![Channel::default(); spec.model.channels as usize];
-        Core { spec, discipline, now_ns: 0, channels, queue: VecDeque::new(), streams: Streams::default(), seq: 0 }
+        Core {
+            spec,
+            discipline,
+            now_ns: 0,
+            channels,
+            queue: VecDeque::new(),
+            streams: Streams::default(),
+            seq: 0,
+            faults,
+        }
     }
 
     fn start(&mut self, channel: usize, q: Queued, start_ns: u64) {
         let ch = &mut self.channels[channel];
         let service = self.spec.service_at_ns(q.req.op, q.req.offset, q.req.bytes, q.pattern, &mut ch.head, start_ns);
-        ch.busy = Some(InService { q, start_ns, complete_ns: start_ns + service });
+        let complete_ns = if self.faults.is_empty() {
+            start_ns + service
+        } else {
+            self.faults.stalled_ns(start_ns + self.faults.spiked_ns(start_ns, service))
+        };
+        ch.busy = Some(InService { q, start_ns, complete_ns });
     }
 
     /// The busy channel that completes first (ties to the lowest index).
@@ -239,6 +257,8 @@ impl Core {
             arrival_ns: s.q.req.arrival_ns,
             start_ns: s.start_ns,
             complete_ns: s.complete_ns,
+            error: !self.faults.is_empty()
+                && self.faults.fails(s.q.req.id, s.q.req.op, s.q.req.offset, s.q.req.bytes, s.q.req.arrival_ns),
         };
         let taken = self.pick().map(|i| (i, self.queue.remove(i).expect("picked index exists")));
         if let Some((_, q)) = taken {
@@ -268,7 +288,12 @@ pub struct Device {
 
 impl Device {
     pub fn new(spec: EmuSpec, discipline: Discipline) -> Device {
-        Device { core: Core::new(spec, discipline), ahead: None, rollbacks: 0 }
+        Self::with_faults(spec, discipline, FaultPlan::default())
+    }
+
+    /// A device that injects the plan's faults (validate the plan first).
+    pub fn with_faults(spec: EmuSpec, discipline: Discipline, faults: FaultPlan) -> Device {
+        Device { core: Core::new(spec, discipline, faults), ahead: None, rollbacks: 0 }
     }
 
     pub fn spec(&self) -> &EmuSpec {
@@ -350,7 +375,17 @@ impl Device {
 /// The reference: every arrival known in advance, no look-ahead, no rollback. Arrivals must
 /// be sorted by time.
 pub fn simulate_batch(spec: &EmuSpec, discipline: Discipline, arrivals: &[Request]) -> Vec<Completion> {
-    let mut core = Core::new(spec.clone(), discipline);
+    simulate_batch_with_faults(spec, discipline, arrivals, &FaultPlan::default())
+}
+
+/// [`simulate_batch`] with a fault plan.
+pub fn simulate_batch_with_faults(
+    spec: &EmuSpec,
+    discipline: Discipline,
+    arrivals: &[Request],
+    faults: &FaultPlan,
+) -> Vec<Completion> {
+    let mut core = Core::new(spec.clone(), discipline, faults.clone());
     let mut out = Vec::with_capacity(arrivals.len());
     let mut next = 0;
     loop {
@@ -433,8 +468,13 @@ mod tests {
 
     /// The paper's server loop: after every event simulate ahead; an arrival before the
     /// predicted completion rolls it back.
-    fn incremental(spec: &EmuSpec, discipline: Discipline, arrivals: &[Request]) -> (Vec<Completion>, u64) {
-        let mut dev = Device::new(spec.clone(), discipline);
+    fn incremental(
+        spec: &EmuSpec,
+        discipline: Discipline,
+        arrivals: &[Request],
+        faults: &FaultPlan,
+    ) -> (Vec<Completion>, u64) {
+        let mut dev = Device::with_faults(spec.clone(), discipline, faults.clone());
         let mut out = Vec::new();
         let mut next = 0;
         loop {
@@ -616,7 +656,7 @@ mod tests {
                     for discipline in [Discipline::Fcfs, Discipline::Sjf, Discipline::Priority] {
                         let spec = parse_spec(&format!("emu:{name},channels={channels},speedup=2")).unwrap();
                         let batch = simulate_batch(&spec, discipline, &arrivals);
-                        let (inc, _) = incremental(&spec, discipline, &arrivals);
+                        let (inc, _) = incremental(&spec, discipline, &arrivals, &FaultPlan::default());
                         prop_assert_eq!(batch.len(), arrivals.len());
                         prop_assert_eq!(&inc, &batch, "{} ch{} {:?}", name, channels, discipline);
                     }
@@ -633,8 +673,23 @@ mod tests {
             .collect();
         let arrivals = build(&raw);
         let spec = parse_spec("emu:sdcard,channels=2").unwrap();
-        let (inc, rollbacks) = incremental(&spec, Discipline::Sjf, &arrivals);
+        let (inc, rollbacks) = incremental(&spec, Discipline::Sjf, &arrivals, &FaultPlan::default());
         assert!(rollbacks > 0);
         assert_eq!(inc, simulate_batch(&spec, Discipline::Sjf, &arrivals));
+        // With faults too: spikes and stalls move instants, errors mark requests, and the
+        // rollback still agrees with the batch.
+        let plan = FaultPlan {
+            seed: 9,
+            errors: vec![crate::fault::ErrorRule { op: None, range: None, window_ns: None, probability: 0.3 }],
+            spikes: vec![crate::fault::Spike { start_ns: 0, end_ns: 200_000, factor: 4.0 }],
+            stalls: vec![crate::fault::Stall { start_ns: 300_000, duration_ns: 2_000_000 }],
+        };
+        let (inc, _) = incremental(&spec, Discipline::Sjf, &arrivals, &plan);
+        let batch = simulate_batch_with_faults(&spec, Discipline::Sjf, &arrivals, &plan);
+        assert_eq!(inc, batch);
+        assert!(batch.iter().any(|c| c.error) && batch.iter().any(|c| !c.error));
+        let inside: Vec<_> = batch.iter().filter(|c| (300_000..2_300_000).contains(&c.complete_ns)).collect();
+        assert!(inside.is_empty(), "{inside:?}");
+        assert_ne!(batch, simulate_batch(&spec, Discipline::Sjf, &arrivals));
     }
 }

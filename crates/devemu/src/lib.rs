@@ -11,6 +11,7 @@
 //! product's every quirk.
 
 pub mod device;
+pub mod fault;
 pub mod hdd;
 pub mod model;
 pub mod pages;
@@ -19,7 +20,10 @@ pub mod store;
 pub mod table;
 pub mod units;
 
-pub use device::{simulate_batch, Completion, Device, Discipline, FcfsDevice, Request, TimeError};
+pub use device::{
+    simulate_batch, simulate_batch_with_faults, Completion, Device, Discipline, FcfsDevice, Request, TimeError,
+};
+pub use fault::FaultPlan;
 pub use model::{ChannelSet, DeviceModel, Op, OpTiming, Schedule};
 pub use preset::{parse_spec, preset, EmuSpec, Mechanism, Preset, PRESETS};
 pub use store::RamStore;

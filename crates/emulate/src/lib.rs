@@ -13,6 +13,7 @@
 
 pub mod realtime;
 pub mod replay;
+pub mod scenario;
 pub mod stats;
 pub mod trace;
 
@@ -93,6 +94,9 @@ pub struct ReplayResult {
     pub device_utilization: f64,
     pub rollbacks: u64,
     pub outstanding_max: u64,
+    /// I/Os the fault scenario failed (0 without `--faults`).
+    pub errors_read: u64,
+    pub errors_write: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub within_2pct: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -135,6 +139,8 @@ pub fn replay_result(spec: &EmuSpec, workload: String, v: &VirtualRun, real: Opt
         device_utilization: v.device_utilization,
         rollbacks: v.rollbacks,
         outstanding_max: v.outstanding_max,
+        errors_read: v.errors[0],
+        errors_write: v.errors[1],
         within_2pct: real.map(|r| r.within_2pct),
         within_20us: real.map(|r| r.within_20us),
         lateness_ns_p99: real.map(|r| r.lateness_ns_p99),

@@ -16,7 +16,7 @@ use std::collections::BinaryHeap;
 use std::time::Instant;
 
 use serde::Serialize;
-use smartcon_devemu::{Completion, Device, EmuSpec, Op, Request};
+use smartcon_devemu::{Completion, Device, EmuSpec, FaultPlan, Op, Request};
 
 use crate::stats::LatencySummary;
 use crate::trace::TraceIo;
@@ -113,6 +113,8 @@ pub struct VirtualRun {
     pub rollbacks: u64,
     /// The most requests outstanding at once.
     pub outstanding_max: u64,
+    /// Failed I/Os (fault scenario), reads and writes.
+    pub errors: [u64; 2],
     /// Every I/O, in issue order (only when asked for: the real-time comparison needs it).
     #[serde(skip)]
     pub records: Vec<IoRecord>,
@@ -127,8 +129,20 @@ impl VirtualRun {
 /// Runs `workload` on a fresh device in virtual time. `keep_records` keeps every I/O's
 /// instants (needed by the real-time comparison; costs memory per I/O).
 pub fn run_virtual(spec: &EmuSpec, workload: &Workload, keep_records: bool) -> Result<VirtualRun, String> {
+    run_virtual_with_faults(spec, workload, keep_records, &FaultPlan::default())
+}
+
+/// [`run_virtual`] with a fault scenario (crate::scenario): failed I/Os are counted per op
+/// and keep their latency (a failed request still took its time).
+pub fn run_virtual_with_faults(
+    spec: &EmuSpec,
+    workload: &Workload,
+    keep_records: bool,
+    faults: &FaultPlan,
+) -> Result<VirtualRun, String> {
     let wall = Instant::now();
-    let mut dev = Device::new(spec.clone(), spec.discipline);
+    let mut dev = Device::with_faults(spec.clone(), spec.discipline, faults.clone());
+    let mut errors = [0u64; 2];
     let total = match workload {
         Workload::Trace(t) => t.len() as u64,
         Workload::Closed(c) => {
@@ -187,6 +201,7 @@ pub fn run_virtual(spec: &EmuSpec, workload: &Workload, keep_records: bool) -> R
                 let done: Completion = dev.take_completion().expect("looked ahead");
                 outstanding -= 1;
                 let latency = done.complete_ns - done.arrival_ns;
+                errors[(done.op == Op::Write) as usize] += u64::from(done.error);
                 lat[(done.op == Op::Write) as usize].push(latency);
                 busy_ns += (done.complete_ns - done.start_ns) as u128;
                 bytes += done.bytes;
@@ -245,6 +260,7 @@ pub fn run_virtual(spec: &EmuSpec, workload: &Workload, keep_records: bool) -> R
         device_utilization: if sim_ns == 0 { 0.0 } else { busy_ns as f64 / (channels * sim_ns as u128) as f64 },
         rollbacks: dev.rollbacks(),
         outstanding_max,
+        errors,
         records,
     };
     Ok(VirtualRun { wall_ns: wall.elapsed().as_nanos() as u64, ..run })
@@ -301,6 +317,25 @@ mod tests {
         assert_eq!(run.sim_ns, 3_600_000_000_000 + 1_160_100);
         assert!(run.speedup() > 1e6);
         assert_eq!(run.outstanding_max, 5);
+    }
+
+    #[test]
+    fn faults_fail_requests_and_stretch_latency() {
+        let spec = parse_spec("emu:sdcard").unwrap();
+        let plan = crate::scenario::parse(
+            "seed = 1\n[[error]]\nop = \"write\"\nprobability = 0.5\n\
+             [[spike]]\nstart = \"0s\"\nend = \"1s\"\nfactor = 2.0\n",
+        )
+        .unwrap();
+        let w = job(Op::Write, false, 4096, 1, 400);
+        let run = run_virtual_with_faults(&spec, &w, false, &plan).unwrap();
+        assert!((150..250).contains(&run.errors[1]), "{:?}", run.errors);
+        assert_eq!(run.errors[0], 0);
+        // 400 writes at twice the table's time all start inside the 1 s window.
+        assert_eq!(run.by_op.write.lat_ns_p50, 2 * 1_160_100);
+        let clean = run_virtual(&spec, &w, false).unwrap();
+        assert_eq!(clean.errors, [0, 0]);
+        assert_eq!(clean.by_op.write.lat_ns_p50, 1_160_100);
     }
 
     #[test]

@@ -5,8 +5,8 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use smartcon_emulate::replay::{run_virtual, ClosedLoop, Workload};
-use smartcon_emulate::{fit_to_capacity, realtime, replay_result, trace, ReplayResult};
+use smartcon_emulate::replay::{run_virtual_with_faults, ClosedLoop, Workload};
+use smartcon_emulate::{fit_to_capacity, realtime, replay_result, scenario, trace, ReplayResult};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::Pattern;
@@ -40,6 +40,9 @@ pub struct ReplayArgs {
     /// How real-time waiters wait: block (kernel timer, default) or spin.
     #[arg(long, default_value = "block")]
     pub strategy: String,
+    /// A fault scenario (TOML: errors, latency spikes, stalls; docs/emulator.md). Virtual time only.
+    #[arg(long)]
+    pub faults: Option<std::path::PathBuf>,
     /// JSON Lines output (one "replay_result" record).
     #[arg(long)]
     pub json: bool,
@@ -110,7 +113,16 @@ fn replay(args: ReplayArgs) -> Result<()> {
             (Workload::Closed(job), label, closed)
         }
     };
-    let virt = run_virtual(&spec, &workload, args.real_time).map_err(anyhow::Error::msg).context("replay")?;
+    let faults = match &args.faults {
+        Some(path) if args.real_time => {
+            bail!("--faults {}: real-time replay does not inject faults yet", path.display())
+        }
+        Some(path) => scenario::load(path).map_err(anyhow::Error::msg)?,
+        None => Default::default(),
+    };
+    let virt = run_virtual_with_faults(&spec, &workload, args.real_time, &faults)
+        .map_err(anyhow::Error::msg)
+        .context("replay")?;
     let real = if args.real_time {
         Some(realtime::run_real_time(&spec, &virt, closed, strategy).map_err(engine_err)?)
     } else {
@@ -152,6 +164,9 @@ fn print_human(r: &ReplayResult) {
         r.device_utilization * 100.0,
         r.rollbacks
     );
+    if r.errors_read + r.errors_write > 0 {
+        println!("  injected errors: {} reads, {} writes", r.errors_read, r.errors_write);
+    }
     println!(
         "  simulated {} in {} of wall time: {:.0}x real time, {:.2} M requests/s",
         format_ns(r.sim_ns as f64),
