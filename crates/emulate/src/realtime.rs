@@ -153,3 +153,47 @@ pub fn run_real_time(
         start_late_ns_p99: quantile(&mut start_late, 0.99),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::{run_virtual, ClosedLoop, Workload};
+    use crate::trace::TraceIo;
+    use smartcon_devemu::parse_spec;
+
+    fn ring_available() -> bool {
+        match smartcon_engine::ring::Ring::new() {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("skipping: io_uring is not available here ({})", e.message);
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn real_time_replays_every_io_and_never_completes_early() {
+        if !ring_available() {
+            return;
+        }
+        let spec = parse_spec("emu:sdcard,channels=2").unwrap();
+        let closed =
+            ClosedLoop { op: Op::Read, sequential: false, bs_bytes: 4096, qd: 2, ios: 40, think_ns: 0, seed: 3 };
+        let v = run_virtual(&spec, &Workload::Closed(closed), true).unwrap();
+        let r = run_real_time(&spec, &v, Some((2, 0)), Strategy::Spin).unwrap();
+        assert_eq!(r.all.ios, 40);
+        assert_eq!(r.threads, 2);
+        // A thread never sees its I/O before the model's instant, so latency >= the table's.
+        assert!(r.all.lat_ns_p50 >= 5_700 && r.all.lat_ns_max >= r.all.lat_ns_p50);
+        assert!((0.0..=1.0).contains(&r.within_2pct) && (0.0..=1.0).contains(&r.within_20us));
+        // An open-loop trace: I/Os start no earlier than their instants.
+        let at = |t| TraceIo { arrival_ns: t, op: Op::Write, offset: t * 8, bytes: 4096, stream: 0 };
+        let v = run_virtual(&spec, &Workload::Trace(vec![at(0), at(100_000), at(200_000)]), true).unwrap();
+        let r = run_real_time(&spec, &v, None, Strategy::Block).unwrap();
+        assert_eq!(r.all.ios, 3);
+        assert!(r.all.lat_ns_p50 >= 1_160_100);
+        // Without per-I/O records there is nothing to replay.
+        let v = run_virtual(&spec, &Workload::Trace(vec![at(0)]), false).unwrap();
+        assert!(run_real_time(&spec, &v, None, Strategy::Block).is_err());
+    }
+}

@@ -310,3 +310,29 @@ CPU0 (8,0):
         assert!(parse("fio version 9 iolog\n").is_err());
     }
 }
+
+#[cfg(test)]
+mod file_tests {
+    use super::*;
+
+    #[test]
+    fn load_names_the_file_and_replays_end_to_end() {
+        let dir = std::env::temp_dir().join(format!("smartcon-emulate-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.iolog");
+        std::fs::write(&path, "fio version 3 iolog\n0 f add\n10 f write 0 4096\n20 f write 4096 4096\n30 f oops\n")
+            .unwrap();
+        let e = load(&path).unwrap_err();
+        assert_eq!(e.line_number, 5);
+        assert!(e.to_string().contains("t.iolog") && e.to_string().starts_with("line 5"), "{e}");
+        std::fs::write(&path, "fio version 3 iolog\n0 f add\n10 f write 0 4096\n5000 f write 4096 4096\n").unwrap();
+        let t = load(&path).unwrap();
+        let spec = smartcon_devemu::parse_spec("emu:sdcard").unwrap();
+        let run = crate::replay::run_virtual(&spec, &crate::replay::Workload::Trace(t.ios), false).unwrap();
+        // The second write starts where the first ended (sequential) after an idle gap.
+        assert_eq!(run.by_op.write.lat_ns_max, 1_160_100);
+        assert_eq!(run.by_op.write.ios, 2);
+        assert_eq!(run.sim_ns, 4_990_000 + 11_500);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
