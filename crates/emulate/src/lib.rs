@@ -56,6 +56,7 @@ pub fn fit_to_capacity(ios: &mut [TraceIo], capacity_bytes: u64) -> Result<u64, 
 pub struct RealTimeFields {
     pub strategy: &'static str,
     pub threads: u64,
+    pub fifo: bool,
     pub wall_ns: u64,
     pub lat_ns_mean: f64,
     pub lat_ns_p50: u64,
@@ -147,6 +148,7 @@ pub fn replay_result(spec: &EmuSpec, workload: String, v: &VirtualRun, real: Opt
         real_time: real.map(|r| RealTimeFields {
             strategy: r.strategy,
             threads: r.threads,
+            fifo: r.fifo,
             wall_ns: r.wall_ns,
             lat_ns_mean: r.all.lat_ns_mean,
             lat_ns_p50: r.all.lat_ns_p50,

@@ -7,20 +7,28 @@
 //! runs a pool of threads as large as the virtual replay's largest backlog (at most
 //! [`THREADS_MAX`]); each takes the next I/O and sleeps until its arrival instant.
 //!
+//! Waiting: `block` (a kernel timer at the model's instant, the seed's reference system),
+//! `spin` (polls the status; past a 1 ms budget it sleeps), or `hybrid` (engine::wait::hybrid:
+//! sleeps until just before the predicted completion, minus the measured wake-up
+//! overshoot, then polls).
+//!
 //! Lateness of one I/O = the instant the waiting thread got control back minus the model's
 //! completion instant for it (WaitOutcome::done_ns). Within 2% means lateness <= 2% of the
 //! model's latency for that I/O (Griffin et al.'s criterion, as the seed uses it).
-//! Non-goals: pinning threads or raising priorities (the host is shared; the figures say
-//! what this host does).
+//! On a shared host other processes delay wake-ups; `fifo` runs the replay threads under
+//! SCHED_FIFO (priority 1) so a timer's wake-up preempts them, as the seed's emulator runs
+//! its simulation thread at the highest priority. The threads sleep or spin within a
+//! bounded budget, so they cannot starve the host. Non-goals: CPU pinning.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use smartcon_devemu::{EmuSpec, Op};
 use smartcon_engine::clock::{now_ns, sleep_until_ns, tighten_timer_slack};
-use smartcon_engine::decision::Strategy;
+use smartcon_engine::decision::{DeviceState, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
-use smartcon_engine::target::{self, AlignedBuf, OpenOptions, TargetSpec};
+use smartcon_engine::target::{self, AlignedBuf, IoBuf, OpenOptions, PortWait, TargetSpec};
+use smartcon_engine::wait::PollParams;
 
 use crate::replay::{PerOp, VirtualRun};
 use crate::stats::{quantile, LatencySummary};
@@ -33,6 +41,7 @@ pub const THREADS_MAX: u64 = 64;
 pub struct RealTimeRun {
     pub strategy: &'static str,
     pub threads: u64,
+    pub fifo: bool,
     pub all: LatencySummary,
     pub by_op: PerOp,
     pub wall_ns: u64,
@@ -56,11 +65,28 @@ struct Sample {
 }
 
 /// Replays `virt.records` (which must be kept) on a real emulated target.
+/// Puts the calling thread under SCHED_FIFO at priority 1.
+fn enter_fifo() -> Result<(), Error> {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        return Err(Error::os(
+            ErrorKind::Setup,
+            errno,
+            "cannot run the replay threads under SCHED_FIFO (needs root or CAP_SYS_NICE); drop --fifo",
+        ));
+    }
+    Ok(())
+}
+
 pub fn run_real_time(
     spec: &EmuSpec,
     virt: &VirtualRun,
     closed: Option<(u32, u64)>,
     strategy: Strategy,
+    fifo: bool,
 ) -> Result<RealTimeRun, Error> {
     let records = &virt.records;
     if records.len() as u64 != virt.ios {
@@ -85,7 +111,12 @@ pub fn run_real_time(
                 scope.spawn(move || -> Result<Vec<Sample>, Error> {
                     // The default 50 us slack would make every timed wait late by that much.
                     tighten_timer_slack();
+                    if fifo {
+                        enter_fifo()?;
+                    }
                     let mut port = target.open_port()?;
+                    let mut hybrid = (strategy == Strategy::Hybrid)
+                        .then(|| smartcon_engine::wait::hybrid::Hybrid::new(PollParams::DEFAULT, now_ns()));
                     let mut buf = AlignedBuf::new(buf_bytes);
                     let mut out = Vec::new();
                     let mut first = true;
@@ -108,7 +139,19 @@ pub fn run_real_time(
                         first = false;
                         let t0 = now_ns();
                         let data = &mut buf.as_mut_slice()[..r.bytes as usize];
-                        let outcome = port.io(r.op, data, r.offset, strategy, 1_000_000)?;
+                        let outcome = match hybrid.as_mut() {
+                            // Sleep until just before the predicted completion, then poll
+                            // (engine::wait::hybrid): the wake-up overshoot is hidden.
+                            Some(h) => {
+                                let wait = PortWait::Poll { policy: h, ahead: DeviceState::default() };
+                                let io_buf = match r.op {
+                                    Op::Read => IoBuf::Read(data),
+                                    Op::Write => IoBuf::Write(data),
+                                };
+                                port.transfer(io_buf, r.offset, wait)?
+                            }
+                            None => port.io(r.op, data, r.offset, strategy, 1_000_000)?,
+                        };
                         let t1 = now_ns();
                         out.push(Sample {
                             op_write: r.op == Op::Write,
@@ -143,6 +186,7 @@ pub fn run_real_time(
     Ok(RealTimeRun {
         strategy: strategy.name(),
         threads,
+        fifo,
         all: LatencySummary::of(&mut all),
         by_op: PerOp { read: LatencySummary::of(&mut reads), write: LatencySummary::of(&mut writes) },
         wall_ns,
@@ -180,7 +224,7 @@ mod tests {
         let closed =
             ClosedLoop { op: Op::Read, sequential: false, bs_bytes: 4096, qd: 2, ios: 40, think_ns: 0, seed: 3 };
         let v = run_virtual(&spec, &Workload::Closed(closed), true).unwrap();
-        let r = run_real_time(&spec, &v, Some((2, 0)), Strategy::Spin).unwrap();
+        let r = run_real_time(&spec, &v, Some((2, 0)), Strategy::Spin, false).unwrap();
         assert_eq!(r.all.ios, 40);
         assert_eq!(r.threads, 2);
         // A thread never sees its I/O before the model's instant, so latency >= the table's.
@@ -189,11 +233,11 @@ mod tests {
         // An open-loop trace: I/Os start no earlier than their instants.
         let at = |t| TraceIo { arrival_ns: t, op: Op::Write, offset: t * 8, bytes: 4096, stream: 0 };
         let v = run_virtual(&spec, &Workload::Trace(vec![at(0), at(100_000), at(200_000)]), true).unwrap();
-        let r = run_real_time(&spec, &v, None, Strategy::Block).unwrap();
+        let r = run_real_time(&spec, &v, None, Strategy::Block, false).unwrap();
         assert_eq!(r.all.ios, 3);
         assert!(r.all.lat_ns_p50 >= 1_160_100);
         // Without per-I/O records there is nothing to replay.
         let v = run_virtual(&spec, &Workload::Trace(vec![at(0)]), false).unwrap();
-        assert!(run_real_time(&spec, &v, None, Strategy::Block).is_err());
+        assert!(run_real_time(&spec, &v, None, Strategy::Block, false).is_err());
     }
 }

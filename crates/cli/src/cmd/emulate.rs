@@ -37,9 +37,12 @@ pub struct ReplayArgs {
     /// Also replay the same arrivals in real time through the engine and report lateness.
     #[arg(long)]
     pub real_time: bool,
-    /// How real-time waiters wait: block (kernel timer, default) or spin.
+    /// How real-time waiters wait: block (kernel timer, default), spin, or hybrid (sleep, then poll).
     #[arg(long, default_value = "block")]
     pub strategy: String,
+    /// Real time: run the replay threads under SCHED_FIFO so other processes do not delay wake-ups.
+    #[arg(long)]
+    pub fifo: bool,
     /// A fault scenario (TOML: errors, latency spikes, stalls; docs/emulator.md). Virtual time only.
     #[arg(long)]
     pub faults: Option<std::path::PathBuf>,
@@ -80,7 +83,8 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let strategy = match args.strategy.as_str() {
         "block" => Strategy::Block,
         "spin" => Strategy::Spin,
-        other => bail!("--strategy {other:?}: real-time replay waits with block or spin"),
+        "hybrid" => Strategy::Hybrid,
+        other => bail!("--strategy {other:?}: real-time replay waits with block, spin or hybrid"),
     };
     let (workload, label, closed) = match &args.trace {
         Some(path) => {
@@ -124,7 +128,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
         .map_err(anyhow::Error::msg)
         .context("replay")?;
     let real = if args.real_time {
-        Some(realtime::run_real_time(&spec, &virt, closed, strategy).map_err(engine_err)?)
+        Some(realtime::run_real_time(&spec, &virt, closed, strategy, args.fifo).map_err(engine_err)?)
     } else {
         None
     };
@@ -177,8 +181,9 @@ fn print_human(r: &ReplayResult) {
     if let (Some(rt), Some(w2), Some(w20), Some(late)) = (&r.real_time, r.within_2pct, r.within_20us, r.lateness_ns_p99)
     {
         println!(
-            "  real time ({}, {} threads): mean {} ({:+.2}% vs virtual)  p50 {} ({:+.2}%)  p99 {} ({:+.2}%)",
+            "  real time ({}{}, {} threads): mean {} ({:+.2}% vs virtual)  p50 {} ({:+.2}%)  p99 {} ({:+.2}%)",
             rt.strategy,
+            if rt.fifo { ", fifo" } else { "" },
             rt.threads,
             format_ns(rt.lat_ns_mean),
             rt.mean_error_pct,
