@@ -277,29 +277,32 @@ mod tests {
 
     #[test]
     fn sdcard_ch1_1s_reproduces_the_seed_table_in_virtual_time() {
-        let spec = parse_spec("emu:sdcard").unwrap();
-        for row in smartcon_devemu::table::SDCARD_ROWS {
-            for (op, seq, col) in
-                [(Op::Read, false, 0), (Op::Write, false, 1), (Op::Read, true, 2), (Op::Write, true, 3)]
-            {
-                let run = run_virtual(&spec, &job(op, seq, row.size_bytes, 1, 1000), false).unwrap();
-                let s = if op == Op::Read { run.by_op.read } else { run.by_op.write };
-                // A sequential job's first request has no predecessor and is random; the
-                // table's sequential figure is every later one.
-                let expect = if seq {
-                    let first = row.latency_ns[col - 2] as f64;
-                    (first + 999.0 * row.latency_ns[col] as f64) / 1000.0
-                } else {
-                    row.latency_ns[col] as f64
-                };
-                assert!(
-                    (s.lat_ns_mean - expect).abs() < 1e-6,
-                    "{row:?} {op:?} seq={seq}: {} vs {expect}",
-                    s.lat_ns_mean
-                );
-                assert_eq!(s.lat_ns_p50, row.latency_ns[col]);
-                // QD1 with no think time: the device is never idle.
-                assert!((run.device_utilization - 1.0).abs() < 1e-9);
+        // Ch1-1S and Ch4-1S: at QD1 every request finds a free channel.
+        for spec in [parse_spec("emu:sdcard").unwrap(), parse_spec("emu:sdcard,channels=4").unwrap()] {
+            for row in smartcon_devemu::table::SDCARD_ROWS {
+                for (op, seq, col) in
+                    [(Op::Read, false, 0), (Op::Write, false, 1), (Op::Read, true, 2), (Op::Write, true, 3)]
+                {
+                    let run = run_virtual(&spec, &job(op, seq, row.size_bytes, 1, 1000), false).unwrap();
+                    let s = if op == Op::Read { run.by_op.read } else { run.by_op.write };
+                    // A sequential job's first request has no predecessor and is random; the
+                    // table's sequential figure is every later one.
+                    let expect = if seq {
+                        let first = row.latency_ns[col - 2] as f64;
+                        (first + 999.0 * row.latency_ns[col] as f64) / 1000.0
+                    } else {
+                        row.latency_ns[col] as f64
+                    };
+                    assert!(
+                        (s.lat_ns_mean - expect).abs() < 1e-6,
+                        "{row:?} {op:?} seq={seq}: {} vs {expect}",
+                        s.lat_ns_mean
+                    );
+                    assert_eq!(s.lat_ns_p50, row.latency_ns[col]);
+                    // QD1 with no think time: one channel is always busy.
+                    let busy = 1.0 / f64::from(spec.model.channels);
+                    assert!((run.device_utilization - busy).abs() < 1e-9);
+                }
             }
         }
     }
