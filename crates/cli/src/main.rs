@@ -54,6 +54,8 @@ enum Command {
     MergeBench(cmd::merge_bench::MergeBenchArgs),
     /// Run an unmodified program with its O_DIRECT I/O waited for by smartcon (LD_PRELOAD).
     Run(cmd::run::RunArgs),
+    /// Replay traces or jobs on emulated devices in virtual time (and against real time).
+    Emulate(cmd::emulate::EmulateArgs),
 }
 
 fn main() {
@@ -82,6 +84,7 @@ fn main() {
         Command::Ets(args) => cmd::ets::run(args),
         Command::MergeBench(args) => cmd::merge_bench::run(args),
         Command::Run(args) => cmd::run::run(args),
+        Command::Emulate(args) => cmd::emulate::run(args),
     };
     if let Err(error) = result {
         std::process::exit(common::report_error(&error));

@@ -10,12 +10,21 @@
 //! and cache modelling inside the device. The presets stand in for device classes, not for one
 //! product's every quirk.
 
+pub mod device;
+pub mod fault;
+pub mod hdd;
 pub mod model;
 pub mod pages;
 pub mod preset;
 pub mod store;
+pub mod table;
 pub mod units;
 
+pub use device::{
+    simulate_batch, simulate_batch_with_faults, Completion, Device, Discipline, FcfsDevice, Request, TimeError,
+};
+pub use fault::FaultPlan;
 pub use model::{ChannelSet, DeviceModel, Op, OpTiming, Schedule};
-pub use preset::{parse_spec, preset, EmuSpec, Preset, PRESETS};
+pub use preset::{parse_spec, preset, EmuSpec, Mechanism, Preset, PRESETS};
 pub use store::RamStore;
+pub use table::{LatencyTable, Pattern};

@@ -64,15 +64,15 @@ pub fn run(args: DevicesArgs) -> Result<()> {
                 write_bw_bytes_per_s: m.write.bandwidth_bytes_per_s,
                 channels: m.channels,
                 capacity_bytes: p.capacity_bytes,
-                read_4k_ns: m.service_ns(Op::Read, 4096),
+                read_4k_ns: t.model_service_ns(Op::Read, 4096).unwrap_or(0),
                 class: prof.class.name(),
                 size_threshold_bytes: prof.size_threshold_bytes,
             })?;
         } else {
             table.row(vec![
                 format!("emu:{}", p.name),
-                format_ns(m.service_ns(Op::Read, 4096) as f64),
-                format_ns(m.service_ns(Op::Write, 4096) as f64),
+                format_ns(t.model_service_ns(Op::Read, 4096).unwrap_or(0) as f64),
+                format_ns(t.model_service_ns(Op::Write, 4096).unwrap_or(0) as f64),
                 format!("{:.0} MB/s", m.read.bandwidth_bytes_per_s as f64 / 1e6),
                 format!("{:.0} MB/s", m.write.bandwidth_bytes_per_s as f64 / 1e6),
                 m.channels.to_string(),
@@ -94,12 +94,9 @@ pub fn run(args: DevicesArgs) -> Result<()> {
             println!("  emu:{:<9} {}", p.name, p.source);
         }
         println!("\nOverride any parameter: emu:PRESET,key=value,... with keys lat, read_lat, write_lat, bw, read_bw,");
-        println!(
-            "write_bw, channels, size, poll_cost (e.g. emu:nvme,channels=1,read_lat=50us). Thresholds are computed"
-        );
-        println!(
-            "from the model assuming a 20 us wake-up and 5 us of CPU per blocking I/O; `smartcon probe` measures them."
-        );
+        println!("write_bw, channels, size, poll_cost, speedup, queue, table (e.g. emu:sdcard,channels=4,speedup=2).");
+        println!("Thresholds are computed from the model assuming a 20 us wake-up and 5 us of CPU per blocking I/O;");
+        println!("`smartcon probe` measures them.");
     }
     Ok(())
 }

@@ -4,6 +4,7 @@ pub mod cachesim;
 pub mod compare_fio;
 pub mod ctx;
 pub mod devices;
+pub mod emulate;
 pub mod ets;
 pub mod evaluate;
 pub mod io;

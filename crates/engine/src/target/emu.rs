@@ -28,7 +28,7 @@
 
 use std::sync::Mutex;
 
-use smartcon_devemu::{units::format_size, ChannelSet, EmuSpec, Op, RamStore};
+use smartcon_devemu::{units::format_size, EmuSpec, FcfsDevice, Op, RamStore};
 
 use super::{InFlight, IoBuf, Port, PortWait, Target, WaitOutcome};
 use crate::clock::{now_ns, sleep_until_ns, spin_until_ns};
@@ -56,7 +56,7 @@ pub const RULE_SIZES_BYTES: [u64; 9] =
 pub struct EmuTarget {
     spec: EmuSpec,
     store: RamStore,
-    channels: Mutex<ChannelSet>,
+    channels: Mutex<FcfsDevice>,
     inflight: InFlight,
 }
 
@@ -68,18 +68,13 @@ impl EmuTarget {
                 format!("cannot map {} of RAM for {}: {e}", format_size(spec.capacity_bytes), spec.label),
             )
         })?;
-        Ok(EmuTarget {
-            channels: Mutex::new(ChannelSet::new(spec.model.channels)),
-            spec,
-            store,
-            inflight: InFlight::default(),
-        })
+        let device = FcfsDevice::new(spec.clone()).map_err(|e| Error::new(ErrorKind::Usage, e))?;
+        Ok(EmuTarget { channels: Mutex::new(device), spec, store, inflight: InFlight::default() })
     }
 
     /// Places a request on the model; returns its channel and completion instant.
-    fn schedule(&self, op: Op, bytes: u64, arrival_ns: u64) -> (u32, u64) {
-        let service = self.spec.model.service_ns(op, bytes);
-        let s = self.channels.lock().unwrap().schedule(arrival_ns, service);
+    fn schedule(&self, op: Op, offset: u64, bytes: u64, arrival_ns: u64) -> (u32, u64) {
+        let s = self.channels.lock().unwrap().schedule(op, offset, bytes, arrival_ns);
         (s.channel, s.complete_ns)
     }
 }
@@ -92,7 +87,7 @@ impl EmuTarget {
     fn submit(&self, buf: IoBuf<'_>, offset: u64) -> (EmuStatus<'_>, usize) {
         let arrival = now_ns();
         let bytes = self.spec.capacity_bytes.saturating_sub(offset).min(buf.len() as u64) as usize;
-        let (channel, done_ns) = self.schedule(buf.op(), bytes as u64, arrival);
+        let (channel, done_ns) = self.schedule(buf.op(), offset, bytes as u64, arrival);
         if bytes > 0 {
             match buf {
                 IoBuf::Read(b) => self.store.read(offset, &mut b[..bytes]),
@@ -182,8 +177,7 @@ impl Target for EmuTarget {
         let points: Vec<rules::SizePoint> = RULE_SIZES_BYTES
             .iter()
             .map(|&bs| {
-                let service =
-                    self.spec.model.service_ns(Op::Read, bs).min(self.spec.model.service_ns(Op::Write, bs)) as f64;
+                let service = self.spec.service_ns(Op::Read, bs).min(self.spec.service_ns(Op::Write, bs)) as f64;
                 rules::SizePoint { bs_bytes: bs, block_ns: service + ASSUMED_WAKEUP_NS, spin_ns: service }
             })
             .collect();
@@ -204,7 +198,7 @@ impl Target for EmuTarget {
     }
 
     fn model_service_ns(&self, op: Op, bytes: u64) -> Option<u64> {
-        Some(self.spec.model.service_ns(op, bytes))
+        Some(self.spec.service_ns(op, bytes))
     }
 
     fn poke(&self, offset: u64, data: &[u8]) -> Result<(), Error> {

@@ -1,0 +1,203 @@
+//! `smartcon emulate replay`: a trace or a closed-loop job on an emulated device, in
+//! virtual time (the discrete-event loop skips idle gaps), optionally replayed in real time
+//! through the engine to measure how late real completions are. The logic lives in the
+//! smartcon-emulate crate; this file parses flags and prints.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use smartcon_emulate::replay::{run_virtual_with_faults, ClosedLoop, Workload};
+use smartcon_emulate::{fit_to_capacity, realtime, replay_result, scenario, trace, ReplayResult};
+use smartcon_engine::decision::Strategy;
+use smartcon_engine::devemu::units::{format_ns, format_size};
+use smartcon_engine::job::Pattern;
+
+use crate::common::emit_json;
+use crate::engine_setup::{engine_err, parse_duration_arg, parse_op, parse_pattern, parse_size_arg};
+
+#[derive(Args, Debug)]
+pub struct EmulateArgs {
+    #[command(subcommand)]
+    pub command: EmulateCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EmulateCommand {
+    /// Replay a trace (blkparse text, fio iolog v2/v3) or a closed-loop job on an emulated device.
+    Replay(ReplayArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// emu:PRESET[,key=value...], e.g. emu:sdcard,channels=4,speedup=2 or emu:hdd,queue=sjf.
+    #[arg(long)]
+    pub device: String,
+    /// A trace file (open loop: arrivals at its timestamps). Without it, a closed-loop job.
+    #[arg(long)]
+    pub trace: Option<std::path::PathBuf>,
+    /// Also replay the same arrivals in real time through the engine and report lateness.
+    #[arg(long)]
+    pub real_time: bool,
+    /// How real-time waiters wait: block (kernel timer, default), spin, or hybrid (sleep, then poll).
+    #[arg(long, default_value = "block")]
+    pub strategy: String,
+    /// Real time: run the replay threads under SCHED_FIFO so other processes do not delay wake-ups.
+    #[arg(long)]
+    pub fifo: bool,
+    /// A fault scenario (TOML: errors, latency spikes, stalls; docs/emulator.md). Virtual time only.
+    #[arg(long)]
+    pub faults: Option<std::path::PathBuf>,
+    /// JSON Lines output (one "replay_result" record).
+    #[arg(long)]
+    pub json: bool,
+    /// Closed loop: read or write.
+    #[arg(long, default_value = "read")]
+    pub op: String,
+    /// Closed loop: seq or rand.
+    #[arg(long, default_value = "rand")]
+    pub pattern: String,
+    /// Closed loop: request size.
+    #[arg(long, default_value = "4k")]
+    pub bs: String,
+    /// Closed loop: requests outstanding at once.
+    #[arg(long, default_value_t = 1)]
+    pub qd: u32,
+    /// Closed loop: requests in all.
+    #[arg(long, default_value_t = 10_000)]
+    pub ios: u64,
+    /// Closed loop: time between a completion and the slot's next request (e.g. 50us).
+    #[arg(long)]
+    pub think: Option<String>,
+    /// Closed loop: seed of the random offsets.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+pub fn run(args: EmulateArgs) -> Result<()> {
+    match args.command {
+        EmulateCommand::Replay(a) => replay(a),
+    }
+}
+
+fn replay(args: ReplayArgs) -> Result<()> {
+    let spec = smartcon_engine::devemu::parse_spec(&args.device).map_err(anyhow::Error::msg)?;
+    let strategy = match args.strategy.as_str() {
+        "block" => Strategy::Block,
+        "spin" => Strategy::Spin,
+        "hybrid" => Strategy::Hybrid,
+        other => bail!("--strategy {other:?}: real-time replay waits with block, spin or hybrid"),
+    };
+    let (workload, label, closed) = match &args.trace {
+        Some(path) => {
+            let mut t = trace::load(path).map_err(|e| engine_err(e.into()))?;
+            let moved = fit_to_capacity(&mut t.ios, spec.capacity_bytes).map_err(engine_err)?;
+            if moved > 0 && !args.json {
+                eprintln!("smartcon: {moved} I/Os beyond the emulated capacity were folded into it");
+            }
+            (Workload::Trace(t.ios), format!("trace:{}:{}", t.format.name(), path.display()), None)
+        }
+        None => {
+            let job = ClosedLoop {
+                op: parse_op(&args.op)?,
+                sequential: parse_pattern(&args.pattern)? == Pattern::Seq,
+                bs_bytes: parse_size_arg("bs", &args.bs)?,
+                qd: args.qd,
+                ios: args.ios,
+                think_ns: args.think.as_deref().map(|t| parse_duration_arg("think", t)).transpose()?.unwrap_or(0),
+                seed: args.seed,
+            };
+            let label = format!(
+                "closed:{},{},{},qd={},think={}ns",
+                args.op,
+                args.pattern,
+                format_size(job.bs_bytes),
+                job.qd,
+                job.think_ns
+            );
+            let closed = Some((job.qd, job.think_ns));
+            (Workload::Closed(job), label, closed)
+        }
+    };
+    let faults = match &args.faults {
+        Some(path) if args.real_time => {
+            bail!("--faults {}: real-time replay does not inject faults yet", path.display())
+        }
+        Some(path) => scenario::load(path).map_err(anyhow::Error::msg)?,
+        None => Default::default(),
+    };
+    let virt = run_virtual_with_faults(&spec, &workload, args.real_time, &faults)
+        .map_err(anyhow::Error::msg)
+        .context("replay")?;
+    let real = if args.real_time {
+        Some(realtime::run_real_time(&spec, &virt, closed, strategy, args.fifo).map_err(engine_err)?)
+    } else {
+        None
+    };
+    let record = replay_result(&spec, label, &virt, real.as_ref());
+    if args.json {
+        emit_json(&record)
+    } else {
+        print_human(&record);
+        Ok(())
+    }
+}
+
+fn print_human(r: &ReplayResult) {
+    println!("{} on {}: {} I/Os", r.workload, r.device, r.ios);
+    println!(
+        "  virtual time: mean {}  p50 {}  p99 {}  max {}",
+        format_ns(r.lat_ns_mean),
+        format_ns(r.lat_ns_p50 as f64),
+        format_ns(r.lat_ns_p99 as f64),
+        format_ns(r.lat_ns_max as f64)
+    );
+    for (name, s) in [("read", &r.read), ("write", &r.write)] {
+        if s.ios > 0 {
+            println!(
+                "    {name:<5} {:>9} I/Os  mean {}  p50 {}  p99 {}",
+                s.ios,
+                format_ns(s.lat_ns_mean),
+                format_ns(s.lat_ns_p50 as f64),
+                format_ns(s.lat_ns_p99 as f64)
+            );
+        }
+    }
+    println!(
+        "  {:.0} IOPS, {:.1} MB/s, device utilization {:.1}%, {} rollbacks",
+        r.iops,
+        r.throughput_bytes_per_s / 1e6,
+        r.device_utilization * 100.0,
+        r.rollbacks
+    );
+    if r.errors_read + r.errors_write > 0 {
+        println!("  injected errors: {} reads, {} writes", r.errors_read, r.errors_write);
+    }
+    println!(
+        "  simulated {} in {} of wall time: {:.0}x real time, {:.2} M requests/s",
+        format_ns(r.sim_ns as f64),
+        format_ns(r.wall_ns as f64),
+        r.speedup,
+        r.requests_per_s_wall / 1e6
+    );
+    if let (Some(rt), Some(w2), Some(w20), Some(late)) = (&r.real_time, r.within_2pct, r.within_20us, r.lateness_ns_p99)
+    {
+        println!(
+            "  real time ({}{}, {} threads): mean {} ({:+.2}% vs virtual)  p50 {} ({:+.2}%)  p99 {} ({:+.2}%)",
+            rt.strategy,
+            if rt.fifo { ", fifo" } else { "" },
+            rt.threads,
+            format_ns(rt.lat_ns_mean),
+            rt.mean_error_pct,
+            format_ns(rt.lat_ns_p50 as f64),
+            rt.p50_error_pct,
+            format_ns(rt.lat_ns_p99 as f64),
+            rt.p99_error_pct
+        );
+        println!(
+            "  accuracy: {:.2}% of I/Os within 2% of the model, {:.2}% within 20 us, lateness p50 {} p99 {}",
+            w2 * 100.0,
+            w20 * 100.0,
+            format_ns(rt.lateness_ns_p50 as f64),
+            format_ns(late as f64)
+        );
+    }
+}

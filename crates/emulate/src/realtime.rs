@@ -1,0 +1,243 @@
+//! The reference system: the same arrivals through the engine's emulated target in real
+//! time (real threads, io_uring timers, the RAM store moving the data), and how late its
+//! completions are against the model.
+//!
+//! A closed-loop job runs `qd` threads, each issuing the next request of the same stream
+//! the virtual replay used as soon as its previous one returned (plus `think`). A trace
+//! runs a pool of threads as large as the virtual replay's largest backlog (at most
+//! [`THREADS_MAX`]); each takes the next I/O and sleeps until its arrival instant.
+//!
+//! Waiting: `block` (a kernel timer at the model's instant, the seed's reference system),
+//! `spin` (polls the status; past a 1 ms budget it sleeps), or `hybrid` (engine::wait::hybrid:
+//! sleeps until just before the predicted completion, minus the measured wake-up
+//! overshoot, then polls).
+//!
+//! Lateness of one I/O = the instant the waiting thread got control back minus the model's
+//! completion instant for it (WaitOutcome::done_ns). Within 2% means lateness <= 2% of the
+//! model's latency for that I/O (Griffin et al.'s criterion, as the seed uses it).
+//! On a shared host other processes delay wake-ups; `fifo` runs the replay threads under
+//! SCHED_FIFO (priority 1) so a timer's wake-up preempts them, as the seed's emulator runs
+//! its simulation thread at the highest priority. The threads sleep or spin within a
+//! bounded budget, so they cannot starve the host. Non-goals: CPU pinning.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+use smartcon_devemu::{EmuSpec, Op};
+use smartcon_engine::clock::{now_ns, sleep_until_ns, tighten_timer_slack};
+use smartcon_engine::decision::{DeviceState, Strategy};
+use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::target::{self, AlignedBuf, IoBuf, OpenOptions, PortWait, TargetSpec};
+use smartcon_engine::wait::PollParams;
+
+use crate::replay::{PerOp, VirtualRun};
+use crate::stats::{quantile, LatencySummary};
+
+/// The most threads a trace replay starts.
+pub const THREADS_MAX: u64 = 64;
+
+/// How the real run went.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RealTimeRun {
+    pub strategy: &'static str,
+    pub threads: u64,
+    pub fifo: bool,
+    pub all: LatencySummary,
+    pub by_op: PerOp,
+    pub wall_ns: u64,
+    /// Share (0..1) of I/Os whose lateness is within 2% of the model's latency.
+    pub within_2pct: f64,
+    /// Share of I/Os late by at most 20 us.
+    pub within_20us: f64,
+    pub lateness_ns_p50: u64,
+    pub lateness_ns_p99: u64,
+    /// Trace replays: how late threads started I/Os against the trace's instants (p99).
+    pub start_late_ns_p99: u64,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    op_write: bool,
+    latency_ns: u64,
+    model_ns: u64,
+    lateness_ns: u64,
+    start_late_ns: u64,
+}
+
+/// Replays `virt.records` (which must be kept) on a real emulated target.
+/// Puts the calling thread under SCHED_FIFO at priority 1.
+fn enter_fifo() -> Result<(), Error> {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        return Err(Error::os(
+            ErrorKind::Setup,
+            errno,
+            "cannot run the replay threads under SCHED_FIFO (needs root or CAP_SYS_NICE); drop --fifo",
+        ));
+    }
+    Ok(())
+}
+
+pub fn run_real_time(
+    spec: &EmuSpec,
+    virt: &VirtualRun,
+    closed: Option<(u32, u64)>,
+    strategy: Strategy,
+    fifo: bool,
+) -> Result<RealTimeRun, Error> {
+    let records = &virt.records;
+    if records.len() as u64 != virt.ios {
+        return Err(Error::new(ErrorKind::Internal, "the virtual run kept no per-I/O records"));
+    }
+    let target = target::open(
+        &TargetSpec::Emu(spec.clone()),
+        OpenOptions { write: true, destructive: false, created_by_tool: true },
+    )?;
+    let threads = match closed {
+        Some((qd, _)) => u64::from(qd).min(virt.ios.max(1)),
+        None => (virt.outstanding_max + 1).min(THREADS_MAX),
+    };
+    let buf_bytes = records.iter().map(|r| r.bytes).max().unwrap_or(4096).next_multiple_of(4096) as usize;
+    let next = AtomicU64::new(0);
+    let base_ns = now_ns() + 2_000_000; // time for every thread to start
+    let wall = std::time::Instant::now();
+    let results: Vec<Result<Vec<Sample>, Error>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (target, next) = (&target, &next);
+                scope.spawn(move || -> Result<Vec<Sample>, Error> {
+                    // The default 50 us slack would make every timed wait late by that much.
+                    tighten_timer_slack();
+                    if fifo {
+                        enter_fifo()?;
+                    }
+                    let mut port = target.open_port()?;
+                    let mut hybrid = (strategy == Strategy::Hybrid)
+                        .then(|| smartcon_engine::wait::hybrid::Hybrid::new(PollParams::DEFAULT, now_ns()));
+                    let mut buf = AlignedBuf::new(buf_bytes);
+                    let mut out = Vec::new();
+                    let mut first = true;
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(r) = records.get(i as usize) else { break };
+                        let mut start_late_ns = 0;
+                        match closed {
+                            Some((_, think_ns)) => {
+                                if !first && think_ns > 0 {
+                                    sleep_until_ns(now_ns() + think_ns);
+                                }
+                            }
+                            None => {
+                                let at = base_ns + r.arrival_ns;
+                                sleep_until_ns(at);
+                                start_late_ns = now_ns().saturating_sub(at);
+                            }
+                        }
+                        first = false;
+                        let t0 = now_ns();
+                        let data = &mut buf.as_mut_slice()[..r.bytes as usize];
+                        let outcome = match hybrid.as_mut() {
+                            // Sleep until just before the predicted completion, then poll
+                            // (engine::wait::hybrid): the wake-up overshoot is hidden.
+                            Some(h) => {
+                                let wait = PortWait::Poll { policy: h, ahead: DeviceState::default() };
+                                let io_buf = match r.op {
+                                    Op::Read => IoBuf::Read(data),
+                                    Op::Write => IoBuf::Write(data),
+                                };
+                                port.transfer(io_buf, r.offset, wait)?
+                            }
+                            None => port.io(r.op, data, r.offset, strategy, 1_000_000)?,
+                        };
+                        let t1 = now_ns();
+                        out.push(Sample {
+                            op_write: r.op == Op::Write,
+                            latency_ns: t1 - t0,
+                            model_ns: outcome.done_ns.saturating_sub(t0),
+                            lateness_ns: t1.saturating_sub(outcome.done_ns),
+                            start_late_ns,
+                        });
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "a replay thread panicked"))))
+            .collect()
+    });
+    let wall_ns = wall.elapsed().as_nanos() as u64;
+    let mut samples = Vec::new();
+    for r in results {
+        samples.extend(r?);
+    }
+    let n = samples.len().max(1) as f64;
+    let within_2pct = samples.iter().filter(|s| s.lateness_ns as f64 <= 0.02 * s.model_ns as f64).count() as f64 / n;
+    let within_20us = samples.iter().filter(|s| s.lateness_ns <= 20_000).count() as f64 / n;
+    let mut late: Vec<u64> = samples.iter().map(|s| s.lateness_ns).collect();
+    let mut start_late: Vec<u64> = samples.iter().map(|s| s.start_late_ns).collect();
+    let mut reads: Vec<u64> = samples.iter().filter(|s| !s.op_write).map(|s| s.latency_ns).collect();
+    let mut writes: Vec<u64> = samples.iter().filter(|s| s.op_write).map(|s| s.latency_ns).collect();
+    let mut all: Vec<u64> = samples.iter().map(|s| s.latency_ns).collect();
+    Ok(RealTimeRun {
+        strategy: strategy.name(),
+        threads,
+        fifo,
+        all: LatencySummary::of(&mut all),
+        by_op: PerOp { read: LatencySummary::of(&mut reads), write: LatencySummary::of(&mut writes) },
+        wall_ns,
+        within_2pct,
+        within_20us,
+        lateness_ns_p50: quantile(&mut late, 0.5),
+        lateness_ns_p99: quantile(&mut late, 0.99),
+        start_late_ns_p99: quantile(&mut start_late, 0.99),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::{run_virtual, ClosedLoop, Workload};
+    use crate::trace::TraceIo;
+    use smartcon_devemu::parse_spec;
+
+    fn ring_available() -> bool {
+        match smartcon_engine::ring::Ring::new() {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("skipping: io_uring is not available here ({})", e.message);
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn real_time_replays_every_io_and_never_completes_early() {
+        if !ring_available() {
+            return;
+        }
+        let spec = parse_spec("emu:sdcard,channels=2").unwrap();
+        let closed =
+            ClosedLoop { op: Op::Read, sequential: false, bs_bytes: 4096, qd: 2, ios: 40, think_ns: 0, seed: 3 };
+        let v = run_virtual(&spec, &Workload::Closed(closed), true).unwrap();
+        let r = run_real_time(&spec, &v, Some((2, 0)), Strategy::Spin, false).unwrap();
+        assert_eq!(r.all.ios, 40);
+        assert_eq!(r.threads, 2);
+        // A thread never sees its I/O before the model's instant, so latency >= the table's.
+        assert!(r.all.lat_ns_p50 >= 5_700 && r.all.lat_ns_max >= r.all.lat_ns_p50);
+        assert!((0.0..=1.0).contains(&r.within_2pct) && (0.0..=1.0).contains(&r.within_20us));
+        // An open-loop trace: I/Os start no earlier than their instants.
+        let at = |t| TraceIo { arrival_ns: t, op: Op::Write, offset: t * 8, bytes: 4096, stream: 0 };
+        let v = run_virtual(&spec, &Workload::Trace(vec![at(0), at(100_000), at(200_000)]), true).unwrap();
+        let r = run_real_time(&spec, &v, None, Strategy::Block, false).unwrap();
+        assert_eq!(r.all.ios, 3);
+        assert!(r.all.lat_ns_p50 >= 1_160_100);
+        // Without per-I/O records there is nothing to replay.
+        let v = run_virtual(&spec, &Workload::Trace(vec![at(0)]), false).unwrap();
+        assert!(run_real_time(&spec, &v, None, Strategy::Block, false).is_err());
+    }
+}
