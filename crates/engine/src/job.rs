@@ -206,6 +206,13 @@ impl JobSpec {
         if self.strategy.polls() {
             self.poll.validate(self.duration_ns)?;
         }
+        if self.verify && !self.bs_bytes.is_multiple_of(verify::UNIT_BYTES) {
+            return usage(format!(
+                "--verify checks data in {}-byte units; block size {} is not a multiple of that",
+                verify::UNIT_BYTES,
+                self.bs_bytes
+            ));
+        }
         if self.fsync_every > 0 && self.op != Op::Write {
             return usage("fsync applies to write jobs only".into());
         }
@@ -367,7 +374,8 @@ pub fn run_job(
 }
 
 /// Writes the pattern over the span so reads can be checked (skipped where the target was
-/// created filled, like temporary files).
+/// created filled, like temporary files). The units are [`verify::UNIT_BYTES`], the same
+/// as every read checks, whatever its size.
 fn prefill(target: &dyn Target, span: u64, stop: &AtomicBool) -> Result<(), Error> {
     let mut port = target.open_port()?;
     let chunk = (1u64 << 20).min(span);
@@ -376,7 +384,7 @@ fn prefill(target: &dyn Target, span: u64, stop: &AtomicBool) -> Result<(), Erro
     while off < span && !stop.load(Ordering::Relaxed) {
         let len = chunk.min(span - off) as usize;
         let b = &mut buf.as_mut_slice()[..len];
-        verify::fill(b, off, verify::unit_bytes(len as u64), FILL_SEED);
+        verify::fill(b, off, verify::UNIT_BYTES, FILL_SEED);
         port.io(Op::Write, b, off, Strategy::Block, SPIN_BUDGET_NS_DEFAULT)?;
         off += len as u64;
     }

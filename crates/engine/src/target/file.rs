@@ -206,7 +206,8 @@ impl FileTarget {
         let mut off = 0u64;
         while off < size_bytes {
             let len = chunk.min((size_bytes - off) as usize);
-            crate::verify::fill(&mut buf.as_mut_slice()[..len], off, 4096, crate::job::FILL_SEED);
+            // The same units as every read checks, whatever its size.
+            crate::verify::fill(&mut buf.as_mut_slice()[..len], off, crate::verify::UNIT_BYTES, crate::job::FILL_SEED);
             // SAFETY: buf holds len bytes.
             let n =
                 unsafe { libc::pwrite(fd, buf.as_slice().as_ptr() as *const libc::c_void, len, off as libc::off_t) };
