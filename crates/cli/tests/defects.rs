@@ -39,6 +39,19 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// Bytes no smartcon pattern can be mistaken for (a seeded xorshift).
+fn user_data(len: usize) -> Vec<u8> {
+    let mut x = 0x1234_5678_9abc_def1u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 #[test]
 fn verify_reads_of_every_request_size_match_what_the_fill_wrote() {
     let dir = scratch("verify-units");
@@ -69,5 +82,36 @@ fn verify_reads_of_every_request_size_match_what_the_fill_wrote() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("matched"), "{target} --bs {bs}: {}", text(&out));
     }
     assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "temporary file left in {}", dir.display());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_file_smartcon_did_not_create_is_never_written_without_destructive() {
+    let dir = scratch("consent");
+    let file = dir.join("user-data");
+    let data = user_data(1 << 20);
+    std::fs::write(&file, &data).unwrap();
+    let f = file.to_str().unwrap();
+    let refused: [&[&str]; 4] = [
+        &["io", "--target", f, "--verify", "--duration", "100ms"],
+        &["io", "--target", f, "--op", "read", "--verify", "--bs", "512", "--duration", "100ms"],
+        &["io", "--target", f, "--op", "write", "--duration", "100ms"],
+        &["bench", "--targets", f, "--ops", "write", "--sizes", "4k", "--strategies", "block", "--duration", "100ms"],
+    ];
+    for args in refused {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("refusing") && stderr.contains("--destructive"), "{args:?}: {}", text(&out));
+        assert!(std::fs::read(&file).unwrap() == data, "{args:?} changed the user's file");
+    }
+    // Reading is always allowed and changes nothing.
+    let out = run(&["io", "--target", f, "--op", "read", "--duration", "100ms"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(std::fs::read(&file).unwrap() == data, "a plain read changed the user's file");
+    // With consent, --verify writes its pattern and checks it.
+    let out = run(&["io", "--target", f, "--verify", "--destructive", "--duration", "100ms"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("matched"), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
