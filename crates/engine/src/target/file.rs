@@ -9,6 +9,9 @@
 //! `--destructive` ([`super::OpenOptions::destructive`]) or smartcon created it (temporary
 //! files, its own loop and zram devices: [`super::OpenOptions::created_by_tool`]);
 //! otherwise the open is refused before anything is written. Reads never need consent.
+//!
+//! A temporary file's fill reads the process-wide stop flag between 1 MiB chunks, so
+//! Ctrl-C during the fill of `tmp:8g` removes the file and returns at once.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -219,6 +222,9 @@ impl FileTarget {
         let mut buf = AlignedBuf::new(chunk);
         let mut off = 0u64;
         while off < size_bytes {
+            if crate::stop::requested() {
+                return Err(cleanup(crate::stop::interrupted(&format!("filling {}", path.display()))));
+            }
             let len = chunk.min((size_bytes - off) as usize);
             // The same units as every read checks, whatever its size.
             crate::verify::fill(&mut buf.as_mut_slice()[..len], off, crate::verify::UNIT_BYTES, crate::job::FILL_SEED);
