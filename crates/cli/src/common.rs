@@ -37,6 +37,8 @@ pub fn report_error(error: &anyhow::Error) -> i32 {
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_sigint(_signal: libc::c_int) {
+    // The engine's long waits and fills read its own flag (it knows nothing of the CLI).
+    smartcon_engine::stop::global().store(true, Ordering::SeqCst);
     // A second Ctrl-C kills the process the ordinary way.
     if INTERRUPTED.swap(true, Ordering::SeqCst) {
         // SAFETY: resetting the disposition and re-raising are async-signal-safe.

@@ -25,7 +25,7 @@ pub struct RunFlags {
     /// The System Monitor's CPU utilization window (default 100ms).
     #[arg(long)]
     pub cpu_window: Option<String>,
-    /// Allow writing to a block device smartcon did not create (destroys its data).
+    /// Allow writing to a file or block device smartcon did not create (destroys its data).
     #[arg(long)]
     pub destructive: bool,
     /// `poll`: time between two status polls; `hybrid`: its sampling phase's interval.

@@ -223,6 +223,36 @@ impl EmuSpec {
     }
 }
 
+/// The largest request a job makes (the engine's block size limit, 64 MiB).
+pub const REQUEST_BYTES_MAX: u64 = 64 << 20;
+/// The longest one request of [`REQUEST_BYTES_MAX`] may take on a model: beyond it the
+/// parameters describe no storage device, and one I/O would outlast any run.
+pub const REQUEST_NS_MAX: u64 = 10_000_000_000;
+
+/// Refuses a model on which one request of the largest size takes over [`REQUEST_NS_MAX`]
+/// (`bw=1`: 4 KiB took 4096 s), naming the key to change: the latency key where the fixed
+/// part alone is too long, else the bandwidth key, as the user wrote it.
+fn check_request_time(model: &DeviceModel, keys: &[&str], text: &str) -> Result<(), String> {
+    for (op, t) in [("read", &model.read), ("write", &model.write)] {
+        let transfer_ns = (REQUEST_BYTES_MAX as u128 * 1_000_000_000).div_ceil(t.bandwidth_bytes_per_s.max(1) as u128);
+        if t.fixed_ns as u128 + transfer_ns <= REQUEST_NS_MAX as u128 {
+            continue;
+        }
+        let (own, both, what) = if t.fixed_ns > REQUEST_NS_MAX / 2 {
+            (format!("{op}_lat"), "lat", "latency")
+        } else {
+            (format!("{op}_bw"), "bw", "bandwidth")
+        };
+        let key = if keys.contains(&own.as_str()) || !keys.contains(&both) { own.as_str() } else { both };
+        return Err(format!(
+            "{key} in {text:?}: a {} MiB {op} would take over {} s ({what} out of range); this is not a storage device",
+            REQUEST_BYTES_MAX >> 20,
+            REQUEST_NS_MAX / 1_000_000_000
+        ));
+    }
+    Ok(())
+}
+
 /// Parses `emu:PRESET[,key=value...]`.
 ///
 /// Keys: `lat` (both ops' fixed latency), `read_lat`, `write_lat`, `bw` (both),
@@ -245,8 +275,13 @@ pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
     let mut speedup = 1.0;
     let mut discipline = Discipline::Fcfs;
     let mut capacity_bytes = base.capacity_bytes;
+    let mut keys: Vec<&str> = Vec::new();
     for part in parts {
         let (key, value) = part.split_once('=').ok_or_else(|| format!("{part:?} in {text:?} is not key=value"))?;
+        if keys.contains(&key) {
+            return Err(format!("key {key:?} is given twice in {text:?}; give each key once"));
+        }
+        keys.push(key);
         let dur = || parse_duration_ns(value).map_err(|e| format!("{key}: {e}"));
         let bw = || -> Result<u64, String> {
             let v = parse_size(value).map_err(|e| format!("{key}: {e} (bytes per second)"))?;
@@ -311,11 +346,7 @@ pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
             }
         }
     }
-    for t in [&model.read, &model.write] {
-        if t.fixed_ns > 10_000_000_000 {
-            return Err(format!("latency over 10 s in {text:?} is not a storage device"));
-        }
-    }
+    check_request_time(&model, &keys, text)?;
     if let Mechanism::Hdd(g) = &mechanism {
         // A disk S times faster: every mechanical phase and the media rate scaled.
         mechanism = Mechanism::Hdd(g.scaled(speedup));
@@ -370,5 +401,25 @@ mod tests {
         assert!(parse_spec("emu:nvme,lat=fast").is_err());
         assert!(parse_spec("emu:nvme,size=100").is_err());
         assert!(parse_spec("nvme").is_err());
+    }
+
+    /// Issue 16: a repeated key is a mistake (which one counts?), and a model on which one
+    /// request takes hours is refused naming the key, as `lat` over 10 s always was.
+    #[test]
+    fn duplicate_keys_and_absurd_request_times_are_refused_naming_the_key() {
+        let e = parse_spec("emu:optane,lat=1us,lat=2us").unwrap_err();
+        assert!(e.contains("\"lat\"") && e.contains("twice"), "{e}");
+        let e = parse_spec("emu:optane,bw=1").unwrap_err();
+        assert!(e.starts_with("read_bw") || e.starts_with("bw"), "{e}");
+        assert!(e.contains("bw") && e.contains("not a storage device"), "{e}");
+        assert!(parse_spec("emu:optane,write_bw=1k").unwrap_err().starts_with("write_bw"));
+        assert!(parse_spec("emu:optane,lat=11s").unwrap_err().starts_with("lat in"));
+        assert!(parse_spec("emu:optane,read_lat=11s").unwrap_err().starts_with("read_lat"));
+        // Slow but sane models stay accepted: 5 s per request, a 16 MB/s disk.
+        assert!(parse_spec("emu:optane,lat=5s").is_ok());
+        assert!(parse_spec("emu:hdd,bw=16m").is_ok());
+        for p in PRESETS {
+            assert!(parse_spec(&format!("emu:{}", p.name)).is_ok(), "{}", p.name);
+        }
     }
 }

@@ -20,6 +20,9 @@ pub enum ErrorKind {
     Io,
     /// Data read back is not what was written.
     Verify,
+    /// Stopped by the process-wide stop flag (Ctrl-C, SIGTERM) in the middle of a long
+    /// wait or fill: not a failure of the target, and nothing was measured by that step.
+    Interrupted,
     /// A thread of the run panicked (a bug): the run stopped instead of hanging.
     Internal,
 }

@@ -206,6 +206,13 @@ impl JobSpec {
         if self.strategy.polls() {
             self.poll.validate(self.duration_ns)?;
         }
+        if self.verify && !self.bs_bytes.is_multiple_of(verify::UNIT_BYTES) {
+            return usage(format!(
+                "--verify checks data in {}-byte units; block size {} is not a multiple of that",
+                verify::UNIT_BYTES,
+                self.bs_bytes
+            ));
+        }
         if self.fsync_every > 0 && self.op != Op::Write {
             return usage("fsync applies to write jobs only".into());
         }
@@ -269,8 +276,10 @@ struct Shared<'a> {
 const START_LINE_POLL_NS: u64 = 50_000;
 
 impl Shared<'_> {
+    /// The caller's flag, the process-wide one (a library caller's own flag may not be the
+    /// one the signal handler sets) or this run's halt.
     fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed) || self.halt.load(Ordering::Relaxed)
+        self.stop.load(Ordering::Relaxed) || crate::stop::requested() || self.halt.load(Ordering::Relaxed)
     }
 
     /// Waits until every worker finished its setup, so the measurements start together.
@@ -362,21 +371,24 @@ pub fn run_job(
     if let Some(written) = &shared.written {
         read_back(&shared, written)?;
     }
-    let interrupted = stop.load(Ordering::Relaxed);
+    let interrupted = stop.load(Ordering::Relaxed) || crate::stop::requested();
     Ok(JobResult::from_threads(target, spec, profile, &stats, interrupted))
 }
 
 /// Writes the pattern over the span so reads can be checked (skipped where the target was
-/// created filled, like temporary files).
+/// created filled, like temporary files). It stops at the next 1 MiB chunk when the
+/// caller's or the process-wide flag is set; the workers then see the same flag and do no
+/// I/O, so nothing reads the part left unfilled. The units are [`verify::UNIT_BYTES`],
+/// the same as every read checks, whatever its size.
 fn prefill(target: &dyn Target, span: u64, stop: &AtomicBool) -> Result<(), Error> {
     let mut port = target.open_port()?;
     let chunk = (1u64 << 20).min(span);
     let mut buf = AlignedBuf::new(chunk as usize);
     let mut off = 0;
-    while off < span && !stop.load(Ordering::Relaxed) {
+    while off < span && !stop.load(Ordering::Relaxed) && !crate::stop::requested() {
         let len = chunk.min(span - off) as usize;
         let b = &mut buf.as_mut_slice()[..len];
-        verify::fill(b, off, verify::unit_bytes(len as u64), FILL_SEED);
+        verify::fill(b, off, verify::UNIT_BYTES, FILL_SEED);
         port.io(Op::Write, b, off, Strategy::Block, SPIN_BUDGET_NS_DEFAULT)?;
         off += len as u64;
     }
@@ -457,8 +469,14 @@ fn measure(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
             verify::fill(buf.as_mut_slice(), offset, unit, spec.seed);
         }
         let moved = match spec.op {
-            Op::Read => port.read_at(buf.as_mut_slice(), offset)?,
-            Op::Write => port.write_at(buf.as_slice(), offset)?,
+            Op::Read => port.read_at(buf.as_mut_slice(), offset),
+            Op::Write => port.write_at(buf.as_slice(), offset),
+        };
+        let moved = match moved {
+            // A long emulated wait cut short by the process-wide stop: the run ends as
+            // interrupted with what it measured, like a stop between two I/Os.
+            Err(e) if e.kind == ErrorKind::Interrupted => break,
+            other => other?,
         };
         check_whole(moved, bs as usize, spec.op, offset)?;
         if spec.verify {

@@ -107,15 +107,33 @@ impl Profile {
         Ok(profile)
     }
 
-    /// Writes the profile atomically (temp file + rename), creating the directory.
+    /// Writes the profile atomically, creating the directory: into a temporary file of its
+    /// own, then renamed over `path`. The temporary name is unique per writer (pid and a
+    /// process-wide counter) and created with O_EXCL, so two probes of one device saving at
+    /// once never write or rename each other's file (with one shared `.json.tmp` name, the
+    /// second rename found the file gone: "No such file"). The last rename wins; a reader
+    /// sees one whole profile or the other, never a mix.
     pub fn save(&self, path: &Path) -> Result<(), Error> {
-        if let Some(dir) = path.parent() {
+        use std::io::Write;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static SAVES: AtomicU64 = AtomicU64::new(0);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(ErrorKind::Profile, dir, e))?;
         }
-        let tmp = path.with_extension("json.tmp");
-        let text = serde_json::to_string_pretty(self).expect("profile serializes");
-        std::fs::write(&tmp, text + "\n").map_err(|e| Error::io(ErrorKind::Profile, &tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| Error::io(ErrorKind::Profile, path, e))?;
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("profile does not serialize: {e}")))?;
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".{}.{}.tmp", std::process::id(), SAVES.fetch_add(1, Ordering::Relaxed)));
+        let tmp = path.with_file_name(name);
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.write_all(b"\n")));
+        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io(ErrorKind::Profile, path, e));
+        }
         Ok(())
     }
 }
@@ -290,6 +308,38 @@ pub mod rules {
 mod tests {
     use super::rules::*;
     use super::*;
+
+    /// Issue 16 item 8: concurrent saves of one device's profile all succeed, leave valid
+    /// JSON that is one of the profiles saved, and no temporary file behind. With one shared
+    /// `<device>.json.tmp` name, a writer's rename found its file already renamed away.
+    #[test]
+    fn concurrent_saves_of_one_device_all_succeed_and_leave_valid_json() {
+        let dir = std::env::temp_dir().join(format!("smartcon-profile-save-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("profiles").join("emu_optane.json");
+        let threads = 8u64;
+        let rounds = 40u64;
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let path = &path;
+                s.spawn(move || {
+                    for r in 0..rounds {
+                        let mut p = Profile::paper_default("emu:optane");
+                        p.size_threshold_bytes = 4096 * (t * rounds + r + 1);
+                        p.save(path).unwrap_or_else(|e| panic!("thread {t} round {r}: {e}"));
+                    }
+                });
+            }
+        });
+        let text = std::fs::read_to_string(&path).unwrap();
+        let p: Profile = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(p.device, "emu:optane");
+        assert!((1..=threads * rounds).contains(&(p.size_threshold_bytes / 4096)));
+        let names: Vec<_> =
+            std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 1, "temporary files left behind: {names:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn pts(rows: &[(u64, f64, f64)]) -> Vec<SizePoint> {
         rows.iter().map(|&(bs_bytes, block_ns, spin_ns)| SizePoint { bs_bytes, block_ns, spin_ns }).collect()

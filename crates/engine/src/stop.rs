@@ -7,10 +7,39 @@
 //! run until told to stop). So the flag is set by a guard's `Drop`, which also runs while
 //! a panic unwinds, and the scope's join turns the panic into an [`ErrorKind::Internal`]
 //! error instead of hanging or aborting the report.
+//!
+//! The process-wide flag ([`global`]) is for waits that no caller's flag reaches: an
+//! emulated completion seconds away, a temporary file's fill, a job's prefill. The binary's
+//! SIGINT/SIGTERM handler sets it (the engine knows nothing of signals or the CLI), and
+//! those waits read it between bounded slices ([`WAIT_SLICE_NS`]), so Ctrl-C ends them
+//! within a slice with an [`ErrorKind::Interrupted`] error. Waits shorter than a slice (the
+//! per-I/O fast path) never look at it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, ErrorKind};
+
+/// The longest a wait or fill runs between two looks at the [`global`] flag.
+pub const WAIT_SLICE_NS: u64 = 100_000_000;
+
+static GLOBAL: AtomicBool = AtomicBool::new(false);
+
+/// The process-wide stop flag. A signal handler may set it (an atomic store is
+/// async-signal-safe); nothing in the engine clears it.
+pub fn global() -> &'static AtomicBool {
+    &GLOBAL
+}
+
+/// Whether the process was told to stop.
+#[inline]
+pub fn requested() -> bool {
+    GLOBAL.load(Ordering::Relaxed)
+}
+
+/// The error a wait or fill returns when [`global`] stopped it.
+pub fn interrupted(what: &str) -> Error {
+    Error::os(ErrorKind::Interrupted, libc::EINTR, format!("interrupted while {what}"))
+}
 
 /// Sets the flag when dropped: at the end of the scope that holds it, normal or unwinding.
 /// Held by the thread whose end must stop the others (the measuring side of a turn).

@@ -1,20 +1,29 @@
-//! The `--verify` data pattern: every unit (4 KiB, or 512 B for smaller requests) carries
-//! a header (magic, its own offset, the seed), seeded pseudo-random words, and a checksum
-//! of all that as its last word. A read-back check names the offset and what is wrong:
-//! a torn or corrupted unit fails the checksum, a misdirected one names the offset it
-//! carries, a stale one the seed it was written with.
+//! The `--verify` data pattern: every unit of [`UNIT_BYTES`] carries a header (magic, its
+//! own offset, the seed), seeded pseudo-random words, and a checksum of all that as its
+//! last word. A read-back check names the offset and what is wrong: a torn or corrupted
+//! unit fails the checksum, a misdirected one names the offset it carries, a stale one the
+//! seed it was written with.
+//!
+//! The unit is one size for every request size, so what a prefill or a temporary file's
+//! fill wrote in 1 MiB chunks reads back correctly in 512-byte, 2 KiB or 6 KiB requests:
+//! a unit that depended on the request size (4 KiB for multiples of 4 KiB, else 512 B)
+//! made every read of a size that was not a multiple of 4 KiB fail on a correct device.
+//! 512 bytes is the smallest logical block any target has, so every valid request size is
+//! a whole number of units; 3 header words and a checksum in 64 cost as much per byte to
+//! check as in 512.
 
 use std::fmt;
 
 pub const MAGIC: u64 = 0x534d_4152_5443_4f4e; // "SMARTCON"
 
-/// The unit a request of `bs` bytes is checked in.
+/// The unit the engine's pattern is written and checked in, for every request size.
+pub const UNIT_BYTES: u64 = 512;
+
+/// The unit a request of `bs` bytes is checked in: always [`UNIT_BYTES`], so fills and
+/// checks of different sizes agree. `bs` must be a multiple of it (the job checks).
 pub fn unit_bytes(bs: u64) -> u64 {
-    if bs.is_multiple_of(4096) {
-        4096
-    } else {
-        512
-    }
+    debug_assert!(bs.is_multiple_of(UNIT_BYTES), "request size {bs} is not a whole number of pattern units");
+    UNIT_BYTES
 }
 
 #[inline]
@@ -119,5 +128,32 @@ mod tests {
         assert!(e.what.contains("checksum"));
         let zero = AlignedBuf::new(512);
         assert!(check(zero.as_slice(), 0, 512, 7).unwrap_err().what.contains("no smartcon pattern"));
+    }
+
+    /// Issue 16 item 1: a 1 MiB fill (as the prefill and the temporary file write it) must
+    /// check correctly when read back in any request size at any of its offsets; with a
+    /// size-dependent unit, 512 B, 2 KiB and 6 KiB reads found "no smartcon pattern".
+    #[test]
+    fn a_fill_in_big_chunks_checks_in_every_request_size() {
+        let chunk = 1usize << 20;
+        let mut big = AlignedBuf::new(chunk);
+        fill(big.as_mut_slice(), 0, unit_bytes(chunk as u64), 11);
+        for bs in [512usize, 1024, 2048, 4096, 6144, 12288, 65536] {
+            let unit = unit_bytes(bs as u64);
+            let mut at = 0;
+            while at + bs <= chunk {
+                let mut piece = AlignedBuf::new(bs);
+                piece.as_mut_slice().copy_from_slice(&big.as_slice()[at..at + bs]);
+                if let Err(m) = check(piece.as_slice(), at as u64, unit, 11) {
+                    panic!("bs {bs} at {at}: {m}");
+                }
+                at += bs * 37;
+            }
+        }
+        // And the other way round: a small write's pattern is what a big read expects.
+        let mut small = AlignedBuf::new(512);
+        fill(small.as_mut_slice(), 4096 + 512, unit_bytes(512), 11);
+        big.as_mut_slice()[4096 + 512..4096 + 1024].copy_from_slice(small.as_slice());
+        assert!(check(big.as_slice(), 0, unit_bytes(chunk as u64), 11).is_ok());
     }
 }

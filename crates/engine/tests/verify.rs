@@ -101,7 +101,12 @@ fn misdirected_data_is_named_as_such() {
     run_job(t.as_ref(), &s, &profile, &monitor, &stop).unwrap();
     // A correct unit, but the one for offset 0, lands at 8192.
     let mut wrong = smartcon_engine::target::AlignedBuf::new(4096);
-    smartcon_engine::verify::fill(wrong.as_mut_slice(), 0, 4096, smartcon_engine::job::FILL_SEED);
+    smartcon_engine::verify::fill(
+        wrong.as_mut_slice(),
+        0,
+        smartcon_engine::verify::UNIT_BYTES,
+        smartcon_engine::job::FILL_SEED,
+    );
     t.poke(8192, wrong.as_slice()).unwrap();
     s.pattern = Pattern::Seq;
     s.prefill = false;

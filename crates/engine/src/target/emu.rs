@@ -25,6 +25,12 @@
 //! arbiter gives the data at least half the time, so back-to-back polls at most double a
 //! transfer. With `poll_cost` = 0 (all presets: NVMe-style completion queues live in host
 //! memory) polls are free.
+//!
+//! Interruption: a model may make one request take seconds (`lat=5s`). A wait longer than
+//! [`stop::WAIT_SLICE_NS`] is cut into slices of at most that, and between two slices the
+//! process-wide stop flag ([`stop::global`]) is read: once set, the wait ends with an
+//! [`ErrorKind::Interrupted`] error, so Ctrl-C ends a run within a slice. Shorter waits (every
+//! preset's) take the unsliced path and never read the flag.
 
 use std::sync::Mutex;
 
@@ -35,7 +41,31 @@ use crate::clock::{now_ns, sleep_until_ns, spin_until_ns};
 use crate::error::{Error, ErrorKind};
 use crate::profile::{self, rules, Profile, PROFILE_VERSION};
 use crate::ring::Ring;
+use crate::stop;
 use crate::wait::{Pending, Status};
+
+/// Waits until `done_ns` with `wait_until`, in slices of at most [`stop::WAIT_SLICE_NS`]
+/// between which the process-wide stop flag is read. `from_ns` is when the wait started:
+/// a wait no longer than one slice goes straight to `wait_until` (the per-I/O fast path).
+fn wait_in_slices(
+    from_ns: u64,
+    done_ns: u64,
+    mut wait_until: impl FnMut(u64) -> Result<(), Error>,
+) -> Result<(), Error> {
+    if done_ns.saturating_sub(from_ns) <= stop::WAIT_SLICE_NS {
+        return wait_until(done_ns);
+    }
+    loop {
+        if stop::requested() {
+            return Err(stop::interrupted("waiting for an emulated completion"));
+        }
+        let now = now_ns();
+        if now >= done_ns {
+            return Ok(());
+        }
+        wait_until(done_ns.min(now + stop::WAIT_SLICE_NS))?;
+    }
+}
 
 /// The latency a sleeping waiter adds, assumed when computing built-in thresholds from a
 /// model: `block` minus `spin` p50 on `emu:optane` 4 KiB reads measured 18 us on the 2-core
@@ -94,7 +124,7 @@ impl EmuTarget {
                 IoBuf::Write(b) => self.store.write(offset, &b[..bytes]),
             }
         }
-        (EmuStatus { target: self, channel, done_ns, last_poll_ns: arrival }, bytes)
+        (EmuStatus { target: self, channel, done_ns, last_poll_ns: arrival, submit_ns: arrival }, bytes)
     }
 }
 
@@ -105,6 +135,8 @@ struct EmuStatus<'a> {
     done_ns: u64,
     /// The last poll's instant; the submission until the first poll.
     last_poll_ns: u64,
+    /// The submission's instant.
+    submit_ns: u64,
 }
 
 impl Status for EmuStatus<'_> {
@@ -116,6 +148,11 @@ impl Status for EmuStatus<'_> {
         let now = now_ns();
         let cost = self.target.spec.model.poll_cost_ns;
         let done = now >= self.done_ns;
+        // A policy polling a completion seconds away: let Ctrl-C end the wait. The
+        // comparison keeps the flag off the path of ordinary (sub-slice) waits.
+        if !done && now.saturating_sub(self.submit_ns) > stop::WAIT_SLICE_NS && stop::requested() {
+            return Err(stop::interrupted("polling an emulated completion"));
+        }
         if cost > 0 {
             if !done {
                 let delay = cost.min((now - self.last_poll_ns) / 2);
@@ -131,13 +168,21 @@ impl Status for EmuStatus<'_> {
         Ok(done)
     }
 
+    // Measured from the submission, so a wait within one slice of it reads no clock and no
+    // flag here; a later sleep of a long wait is sliced anyway.
     fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
-        sleep_until_ns(at_ns);
-        Ok(())
+        wait_in_slices(self.submit_ns, at_ns, |t| {
+            sleep_until_ns(t);
+            Ok(())
+        })
     }
 
     fn spin_until(&mut self, at_ns: u64) {
-        spin_until_ns(at_ns);
+        // Cannot fail: a stop ends the spin early, and the policy's next poll reports it.
+        let _ = wait_in_slices(self.submit_ns, at_ns, |t| {
+            spin_until_ns(t);
+            Ok(())
+        });
     }
 }
 
@@ -213,19 +258,25 @@ impl Port for EmuPort<'_> {
         let (mut status, bytes) = self.target.submit(buf, offset);
         let arrival = status.last_poll_ns;
         let mut outcome = WaitOutcome { bytes, ..Default::default() };
+        let ring = &mut self.ring;
         match wait {
-            PortWait::Block => self.ring.sleep_until(status.done_ns)?,
+            PortWait::Block => wait_in_slices(arrival, status.done_ns, |t| ring.sleep_until(t))?,
             PortWait::Spin { budget_ns } => {
+                // status.poll() reads the stop flag once the wait is past a slice.
                 while !status.poll()? {
-                    if now_ns() - arrival >= budget_ns {
-                        self.ring.sleep_until(status.done_ns)?;
+                    let now = now_ns();
+                    if now - arrival >= budget_ns {
+                        wait_in_slices(now, status.done_ns, |t| ring.sleep_until(t))?;
                         outcome.fell_back = true;
                         break;
                     }
                     std::hint::spin_loop();
                 }
             }
-            PortWait::Sync => spin_until_ns(status.done_ns),
+            PortWait::Sync => wait_in_slices(arrival, status.done_ns, |t| {
+                spin_until_ns(t);
+                Ok(())
+            })?,
             PortWait::Poll { policy, ahead } => {
                 let req = Pending { op, bytes: bytes as u64, ahead, submit_ns: arrival };
                 outcome.polled = Some(policy.wait(&req, &mut status)?);

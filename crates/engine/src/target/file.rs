@@ -2,8 +2,16 @@
 //!
 //! Files open with O_DIRECT so every I/O reaches the device; where the file system refuses
 //! O_DIRECT (tmpfs, some FUSE) the target falls back to buffered I/O and says so, because
-//! its numbers then measure the page cache. Block devices are opened read-only unless the
-//! user passed `--destructive` or smartcon created the device itself.
+//! its numbers then measure the page cache.
+//!
+//! Safety contract: a file or block device smartcon did not create holds the user's data.
+//! It is opened for writing (a write job, `--verify`'s prefill) only when the user passed
+//! `--destructive` ([`super::OpenOptions::destructive`]) or smartcon created it (temporary
+//! files, its own loop and zram devices: [`super::OpenOptions::created_by_tool`]);
+//! otherwise the open is refused before anything is written. Reads never need consent.
+//!
+//! A temporary file's fill reads the process-wide stop flag between 1 MiB chunks, so
+//! Ctrl-C during the fill of `tmp:8g` removes the file and returns at once.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -146,6 +154,15 @@ impl FileTarget {
                 format!("refusing to write to block device {}: it would destroy its data; pass --destructive if you mean it", path.display()),
             ));
         }
+        if !is_block && options.write && !options.destructive && !options.created_by_tool {
+            return Err(Error::new(
+                ErrorKind::Refused,
+                format!(
+                    "refusing to write to {}: smartcon did not create this file, so it holds your data (a write job, or --verify's pattern written before a read job, would overwrite it); pass --destructive if you mean it, or use tmp:SIZE for a temporary file",
+                    path.display()
+                ),
+            ));
+        }
         let access = if options.write { libc::O_RDWR } else { libc::O_RDONLY };
         let mut warnings = Vec::new();
         let fd = match open_fd(path, access | libc::O_DIRECT) {
@@ -205,8 +222,12 @@ impl FileTarget {
         let mut buf = AlignedBuf::new(chunk);
         let mut off = 0u64;
         while off < size_bytes {
+            if crate::stop::requested() {
+                return Err(cleanup(crate::stop::interrupted(&format!("filling {}", path.display()))));
+            }
             let len = chunk.min((size_bytes - off) as usize);
-            crate::verify::fill(&mut buf.as_mut_slice()[..len], off, 4096, crate::job::FILL_SEED);
+            // The same units as every read checks, whatever its size.
+            crate::verify::fill(&mut buf.as_mut_slice()[..len], off, crate::verify::UNIT_BYTES, crate::job::FILL_SEED);
             // SAFETY: buf holds len bytes.
             let n =
                 unsafe { libc::pwrite(fd, buf.as_slice().as_ptr() as *const libc::c_void, len, off as libc::off_t) };
@@ -225,7 +246,7 @@ impl FileTarget {
             libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
             libc::close(fd);
         }
-        let options = super::OpenOptions { write: true, ..Default::default() };
+        let options = super::OpenOptions { write: true, created_by_tool: true, ..Default::default() };
         let mut t = FileTarget::open(&path, options).inspect_err(|_e| {
             let _ = std::fs::remove_file(&path);
         })?;

@@ -5,8 +5,8 @@
 //!
 //! Kinds:
 //! - a path: a regular file (O_DIRECT, or buffered with a warning where the file system
-//!   refuses it) or a block device (writes refused unless `--destructive`, or the device was
-//!   created by smartcon itself);
+//!   refuses it) or a block device; either is written (write jobs, `--verify`'s prefill)
+//!   only with `--destructive` or when smartcon created it itself;
 //! - `tmp:SIZE[@DIR]`: a temporary file smartcon creates, fills and removes afterwards;
 //! - `emu:PRESET[,key=value...]`: an emulated device in RAM with a timing model.
 
@@ -66,9 +66,10 @@ pub fn parse_target(text: &str) -> Result<TargetSpec, Error> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OpenOptions {
     pub write: bool,
-    /// The user allowed writes to a block device smartcon did not create.
+    /// The user allowed writes to a file or block device smartcon did not create.
     pub destructive: bool,
-    /// smartcon created this block device itself (loop, zram) and may write to it.
+    /// smartcon created this file or block device itself (temporary file, loop, zram) and
+    /// may write to it.
     pub created_by_tool: bool,
 }
 
