@@ -7,10 +7,9 @@
 mod cmd;
 mod common;
 mod engine_setup;
-mod plot;
-mod polling;
-mod printers;
-mod table;
+
+// The renderers live in the report library; these names keep `crate::table` and the like.
+use smartcon_report::{plot, printers, table};
 
 use clap::{Parser, Subcommand};
 

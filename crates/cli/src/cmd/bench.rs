@@ -29,9 +29,9 @@ use smartcon_workloads::load::CpuLoad;
 
 use crate::common::{emit_json, interrupt_flag, interrupted, on_event, progress_bar};
 use crate::engine_setup::*;
-use crate::polling::{hybrid_checks, plot_sweeps, render_polling, sweeps};
 use crate::printers::iops;
 use crate::table::Table;
+use smartcon_report::polling::{hybrid_checks, plot_sweeps, render_polling, sweeps};
 
 pub const DEFAULT_TARGETS: &str = "emu:nvram,emu:optane,emu:nvme,emu:sata-ssd,emu:hdd";
 

@@ -241,5 +241,5 @@ fn draw(path: &std::path::Path, profile: &HostProfile) -> Result<()> {
         log_y: true,
         markers,
     };
-    plot::line_chart(path, &chart, &series)
+    Ok(plot::line_chart(path, &chart, &series)?)
 }

@@ -14,17 +14,13 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::wait::PollParams;
 use smartcon_engine::Op;
-use smartcon_study::merge_bench::{ratio_mean, serialized_of, summary, MergePlan, MergeProgress, MergeRecord, Row};
-use smartcon_workloads::merge::MergeConfig;
+use smartcon_report::merge::{draw, table};
+use smartcon_study::merge_bench::{ratio_mean, summary, MergePlan, MergeProgress, MergeRecord};
 
 use crate::common::{emit_json, interrupt_flag, progress_bar};
 use crate::engine_setup::*;
-use crate::plot;
-use crate::printers::iops;
-use crate::table::Table;
 
 pub const DEFAULT_TARGET: &str = "emu:optane,channels=1";
 
@@ -141,7 +137,7 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
     if args.json {
         return emit_json(&summary);
     }
-    print!("{}", table(&outcome.rows, &args, plan.bs_bytes));
+    print!("{}", table(&outcome.rows, &plan, &args.duration));
     for op in [Op::Read, Op::Write] {
         let of_op: Vec<String> = summary
             .ratios
@@ -160,75 +156,4 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
         println!("interrupted: the table shows the runs finished before Ctrl-C");
     }
     Ok(())
-}
-
-fn table(rows: &[Row], args: &MergeBenchArgs, bs: u64) -> String {
-    let mut out = format!(
-        "merge-bench on {}: {} threads, {} requests, max merge {} pages, {} per run x {} round(s), poll interval {}, alpha {}\n\n",
-        args.target,
-        args.threads,
-        format_size(bs),
-        args.max_merge,
-        args.duration,
-        args.rounds,
-        format_ns(rows.first().map_or(0, |r| r.config.poll.interval_ns) as f64),
-        format_ns(rows.first().map_or(0, |r| r.config.poll.alpha_ns) as f64),
-    );
-    let mut t =
-        Table::new(&["workload", "config", "IOPS", "p50", "p99", "CPU %", "pages/req", "polls/IO", "vs serialized"]);
-    for r in rows {
-        let vs = if r.config.merge && r.config.pipelined {
-            serialized_of(rows, r)
-                .map_or("-".to_string(), |s| format!("{:.2}x", r.result.iops / s.result.iops.max(1e-9)))
-        } else {
-            "-".to_string()
-        };
-        t.row(vec![
-            format!("{} {}", r.pattern.name(), r.op.name()),
-            r.config.label(),
-            iops(r.result.iops),
-            format_ns(r.result.latency_ns_p50 as f64),
-            format_ns(r.result.latency_ns_p99 as f64),
-            format!("{:.0}%", r.result.cpu_pct),
-            format!("{:.1}", r.result.pages_per_request_mean),
-            format!("{:.1}", r.result.polls as f64 / r.result.ios.max(1) as f64),
-            vs,
-        ]);
-    }
-    out.push_str(&t.render());
-    out
-}
-
-pub(crate) fn draw(path: &std::path::Path, rows: &[Row], configs: &[MergeConfig]) -> Result<()> {
-    let mut categories: Vec<String> = Vec::new();
-    for r in rows {
-        let w = format!("{} {}", r.pattern.name(), r.op.name());
-        if !categories.contains(&w) {
-            categories.push(w);
-        }
-    }
-    let series = configs
-        .iter()
-        .map(|c| {
-            let values = categories
-                .iter()
-                .map(|w| {
-                    rows.iter()
-                        .find(|r| &format!("{} {}", r.pattern.name(), r.op.name()) == w && r.config == *c)
-                        .map_or(f64::NAN, |r| r.result.iops / 1e3)
-                })
-                .collect();
-            (c.label(), values)
-        })
-        .collect();
-    plot::bar_chart(
-        path,
-        &plot::BarChart {
-            title: "Temporal merge: IOPS by polling and post-I/O processing (paper 002, Fig. 4)",
-            y_label: "thousand IOPS",
-            categories,
-            series,
-            reference: None,
-        },
-    )
 }

@@ -6,8 +6,9 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Result};
 use plotters::prelude::*;
+
+use crate::{Error, ErrorKind, Result};
 
 /// One named curve.
 #[derive(Debug, Clone)]
@@ -61,8 +62,8 @@ fn range(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     }
 }
 
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow!("plotting failed: {e:?}")
+fn err<E: std::fmt::Debug>(e: E) -> Error {
+    Error::new(ErrorKind::Io, format!("plotting failed: {e:?}"))
 }
 
 /// Draws a line chart with points to `path` (an .svg file).

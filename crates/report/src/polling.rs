@@ -3,23 +3,15 @@
 //! and the study's part of summary.md with its plots. The measuring and every number are in
 //! the study crate; this file only turns them into text and SVG.
 
-use anyhow::Result;
 use smartcon_engine::devemu::units::{format_ns, format_size};
-use smartcon_engine::monitor::SystemMonitor;
 use smartcon_study::merge_bench::ratios;
 use smartcon_study::polling::{find, LOAD_BM_ONLY, SWEEP_POLL_COST_NS, WORKLOAD_POLLING};
 pub use smartcon_study::polling::{hybrid_checks, sweeps, HybridCheck, Study, StudyPlan, SweepRecord};
 
-use crate::cmd::merge_bench::draw as draw_merge;
-use crate::common::interrupt_flag;
-use crate::engine_setup::engine_err;
+use crate::merge::draw as draw_merge;
 use crate::plot::{bar_chart, line_chart, BarChart, LineChart, Series};
 use crate::table::Table;
-
-/// Runs the study with the CLI's interrupt flag; `progress` is told what runs next.
-pub fn run_study(plan: &StudyPlan, monitor: &SystemMonitor, progress: impl FnMut(&str)) -> Result<Study> {
-    smartcon_study::polling::run_study(plan, monitor, interrupt_flag(), progress).map_err(engine_err)
-}
+use crate::Result;
 
 pub fn render_polling(sweeps: &[SweepRecord], checks: &[HybridCheck]) -> String {
     let mut out = String::new();

@@ -1,0 +1,404 @@
+//! Rendering of `smartcon evaluate`'s report (`smartcon_study::evaluate`): summary.md (the
+//! profiles, the criteria, the tables of Fig. 8-11 and Table VI) and the SVG plots in the
+//! manner of the paper's figures. Every number comes from the typed cells and criteria;
+//! this file only formats them. Non-goals: measuring or judging (the study does both).
+
+use std::path::Path;
+
+use smartcon_engine::devemu::units::{format_ns, format_size};
+use smartcon_engine::job::StrategyChoice;
+use smartcon_study::evaluate::judge::{corunner_rate, find, gain, smart_check, Criterion};
+use smartcon_study::evaluate::plan::Plan;
+use smartcon_study::evaluate::{run, Cell, Load, MachineRecord, Workload};
+
+use crate::plot::{bar_chart, line_chart, BarChart, LineChart, Series};
+use crate::table::Table;
+use crate::Result;
+
+pub fn profile_row(o: &run::Opened) -> Vec<String> {
+    let p = &o.profile;
+    let label = if o.created { format!("{} ({})", o.target.label(), o.name) } else { o.target.label().to_string() };
+    vec![
+        label,
+        p.device.clone(),
+        p.source.clone(),
+        p.class.name().into(),
+        format_size(p.size_threshold_bytes),
+        format!("{}%", p.cpu_threshold_pct),
+        p.queue_limit.to_string(),
+        o.cpus_text(),
+    ]
+}
+
+const BLOCK: StrategyChoice = StrategyChoice::Fixed(smartcon_engine::decision::Strategy::Block);
+
+pub fn headline(cells: &[Cell], criteria: &[Criterion]) -> String {
+    let (n, ok, worst) = smart_check(cells);
+    let mut out = match worst {
+        Some((r, w)) => {
+            format!("smart reached >= 0.95 x the better of block and spin in {ok} of {n} cells (lowest {r:.3}: {w}).")
+        }
+        None => "no smart cells measured".into(),
+    };
+    let judged: Vec<&Criterion> = criteria.iter().filter(|c| c.met.is_some()).collect();
+    if !judged.is_empty() {
+        let met = judged.iter().filter(|c| c.met == Some(true)).count();
+        out += &format!("\ncriteria: {met} of {} met in this run (see summary.md).", judged.len());
+    }
+    out
+}
+
+fn criteria_md(criteria: &[Criterion]) -> String {
+    let mut s = String::from(
+        "## Criteria, measured in this run\n\n| criterion | source | measured | met? |\n|---|---|---|---|\n",
+    );
+    for c in criteria {
+        let met = match c.met {
+            Some(true) => "pass",
+            Some(false) => "**miss**",
+            None => "n/a",
+        };
+        s += &format!("| {} | {} | {} | {met} |\n", c.criterion, c.source, c.measured.replace('|', "/"));
+    }
+    s += "\nA miss names the cell and the decision branch smart took most there: `cpu_busy` in bm-only means other processes used more CPU than the threshold (a shared machine); `mainstream_device` means the profile says spinning never pays on this device; `queue_over_limit` means more I/Os were in flight ahead than Q; `very_fast_device` means smart completes every I/O inline (sync): the I/O thread never sleeps, so beside crunchers it takes its fair share of the CPU and does many times block's I/O, and the crunchers lose that share. The load average before and after the run is in the header.\n\n";
+    s
+}
+
+/// A table in a code block, as every section of the summary shows it.
+fn table_md(header: &[String], rows: impl IntoIterator<Item = Vec<String>>) -> String {
+    let mut t = Table::new(&header.iter().map(String::as_str).collect::<Vec<_>>());
+    for r in rows {
+        t.row(r);
+    }
+    format!("```\n{}```\n\n", t.render())
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".into())
+}
+
+/// What the summary's header says beside the plan.
+pub struct Header<'a> {
+    pub machine: &'a MachineRecord,
+    pub loadavg: (String, String),
+    pub secs: f64,
+    pub notes: &'a [String],
+    /// Ctrl-C stopped the run: the summary says its results are partial.
+    pub interrupted: bool,
+}
+
+pub fn summary_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Cell], criteria: &[Criterion]) -> String {
+    let m = h.machine;
+    let mut s = String::from("# smartcon evaluate\n\n");
+    for n in h.notes {
+        s += &format!("Note: {n}.\n\n");
+    }
+    s += &format!(
+        "Load average (/proc/loadavg) before the run: {}; after: {}. This run itself keeps about 1-3 threads busy; more than that means other processes shared the machine.\n\n",
+        h.loadavg.0, h.loadavg.1
+    );
+    s += &format!(
+        "Machine: Linux {}, {}, {} CPUs. {} cells in {:.0} s, {} per cell. Timings are from one run on a machine that may have been shared: read ratios, not absolutes.{}\n\n",
+        m.kernel,
+        m.cpu_model,
+        m.cpus,
+        cells.len(),
+        h.secs,
+        format_ns(plan.duration_ns as f64),
+        if h.interrupted { " **Interrupted: partial results.**" } else { "" }
+    );
+    s += &format!(
+        "Loads: bm-only (nothing else), cpu-intensive ({} number-cruncher processes), io-intensive ({} I/O workers, 4 KiB random reads on the same target, blocking).\n\n",
+        plan.cpu_workers, plan.io_workers
+    );
+    s += "## Profiles used by smart\n\n";
+    let header = ["target", "device", "source", "class", "size threshold", "CPU threshold", "Q", "I/O threads on CPUs"];
+    s += &table_md(&strings(&header), profiles.iter().cloned());
+    s += &format!(
+        "I/O threads are pinned per target for every strategy alike (--io-cpus {}): `irq` puts them on the CPUs that take the device's completion interrupts; `any` means unpinned (devices without such an interrupt: emulated, loop, zram).\n\n",
+        plan.placement.name()
+    );
+    if let (n, ok, Some((r, w))) = smart_check(cells) {
+        s += &format!(
+            "**smart >= 0.95 x the better of block and spin in {ok} of {n} cells** (lowest ratio {r:.3}, at {w}).\n\n"
+        );
+    }
+    s += &criteria_md(criteria);
+    s += &gain_md(plan, cells);
+    s += &postmark_md(plan, cells);
+    s += &switches_md(plan, cells);
+    s += &corunner_md(plan, cells);
+    s += "Plots: `fig8-cpu-*.svg` (CPU per strategy by size, bm-only), `fig9-gain-*.svg` (gain by size per load), `fig10-csw-*.svg` (context switches per I/O), `fig11-workloads-*.svg` (gain per workload), `table6-corunner.svg` (co-runner work rate against block).\n";
+    s
+}
+
+fn gain_text(cells: &[Cell], c: Option<&Cell>) -> String {
+    or_dash(c.and_then(|c| gain(cells, c)).map(|g| format!("{g:.2}x")))
+}
+
+fn gain_md(plan: &Plan, cells: &[Cell]) -> String {
+    let others: Vec<StrategyChoice> = plan.strategies.iter().copied().filter(|s| *s != BLOCK).collect();
+    let mut header = strings(&["target", "workload", "size"]);
+    header.extend(plan.loads.iter().flat_map(|l| others.iter().map(move |o| format!("{o}@{}", l.name()))));
+    let mut rows = Vec::new();
+    for t in targets_of(cells) {
+        for &w in &plan.workloads {
+            for bs in w.cells(&plan.sizes).iter().map(|c| c.bs_bytes) {
+                let mut row = vec![t.clone(), w.name().into(), format_size(bs)];
+                for &l in &plan.loads {
+                    for &o in &others {
+                        let c = cells.iter().find(|c| {
+                            c.result.target == t
+                                && c.workload == w
+                                && c.result.bs_bytes == bs
+                                && c.load == l
+                                && c.result.strategy == o
+                        });
+                        row.push(gain_text(cells, c));
+                    }
+                }
+                rows.push(row);
+            }
+        }
+    }
+    "## Gain against block (IOPS ratio; Fig. 9, 12, 15)\n\n".to_string() + &table_md(&header, rows)
+}
+
+fn postmark_md(plan: &Plan, cells: &[Cell]) -> String {
+    let Some(p) = cells.iter().find_map(|c| c.postmark.as_ref()) else { return String::new() };
+    let mut s = "## Postmark-like small-file transactions (Fig. 11b, 13b, 16b)\n\n".to_string();
+    s += &format!(
+        "{} files of {} to {} in a fresh directory under {}, read/append block {}, read bias {}%, create bias {}%, transactions until the cell's time runs out; data I/O waited for by the strategy, create/open/close/unlink synchronous{}.\n\n",
+        p.counts.files_start,
+        format_size(p.size_bytes_min),
+        format_size(p.size_bytes_max),
+        p.dir,
+        format_size(p.block_bytes),
+        p.read_bias_pct,
+        p.create_bias_pct,
+        if p.counts.direct { ", O_DIRECT" } else { "; the file system refused O_DIRECT, so the page cache served the data" }
+    );
+    let others: Vec<StrategyChoice> = plan.strategies.iter().copied().filter(|s| *s != BLOCK).collect();
+    let mut header = strings(&["load", "target"]);
+    header.extend(plan.strategies.iter().map(|st| format!("tps {st}")));
+    header.extend(others.iter().map(|st| format!("{st}/block")));
+    header.extend(strings(&["csw/IO block", "csw/IO smart"]));
+    let rows = cells.iter().filter(|c| c.tps.is_some() && c.result.strategy == BLOCK).map(|c| {
+        let mut row = vec![c.load.name().to_string(), c.result.target.clone()];
+        row.extend(
+            plan.strategies
+                .iter()
+                .map(|st| or_dash(find(cells, c, *st).and_then(|x| x.tps).map(|v| format!("{v:.0}")))),
+        );
+        row.extend(others.iter().map(|st| gain_text(cells, find(cells, c, *st))));
+        row.push(format!("{:.2}", c.csw_per_io()));
+        row.push(or_dash(find(cells, c, StrategyChoice::Smart).map(|x| format!("{:.2}", x.csw_per_io()))));
+        row
+    });
+    s + &table_md(&header, rows)
+}
+
+fn switches_md(plan: &Plan, cells: &[Cell]) -> String {
+    let mut header = strings(&["load", "target", "workload", "size"]);
+    header.extend(plan.strategies.iter().map(|st| format!("csw/IO {st}")));
+    header.extend(plan.strategies.iter().map(|st| format!("CPU {st}")));
+    let rows = cells.iter().filter(|c| c.result.strategy == BLOCK).map(|c| {
+        let mut row = vec![
+            c.load.name().into(),
+            c.result.target.clone(),
+            c.workload.name().into(),
+            format_size(c.result.bs_bytes),
+        ];
+        let by: Vec<Option<&Cell>> = plan.strategies.iter().map(|st| find(cells, c, *st)).collect();
+        row.extend(by.iter().map(|x| {
+            or_dash(
+                x.map(|x| format!("{:.2} ({}+{})", x.csw_per_io(), x.result.ctx_voluntary, x.result.ctx_involuntary)),
+            )
+        }));
+        row.extend(by.iter().map(|x| or_dash(x.map(|x| format!("{:.0}%", x.cpu_pct())))));
+        row
+    });
+    "## Context switches per I/O, voluntary + involuntary (Fig. 10), and CPU of the I/O thread (% of one CPU; Fig. 8)\n\n"
+        .to_string()
+        + &table_md(&header, rows)
+}
+
+fn corunner_md(plan: &Plan, cells: &[Cell]) -> String {
+    let mut s = "## Side effect on the co-running CPU benchmark (Table VI)\n\n".to_string();
+    s += "Summed over every cell of the cpu-intensive load per target and strategy: the crunchers' work (batches), its rate against the rate beside block, their user and system CPU time, the wall time, and the machine's iowait.\n\n";
+    let mut rows = Vec::new();
+    for t in targets_of(cells) {
+        for &st in &plan.strategies {
+            let ks: Vec<_> = cells
+                .iter()
+                .filter(|c| c.result.target == t && c.load == Load::CpuIntensive && c.result.strategy == st)
+                .filter_map(|c| c.corunner.as_ref())
+                .collect();
+            if ks.is_empty() {
+                continue;
+            }
+            let sum = |f: fn(&smartcon_study::evaluate::Corunner) -> u64| ks.iter().map(|k| f(k)).sum::<u64>();
+            let rate = match (corunner_rate(cells, &t, st), corunner_rate(cells, &t, BLOCK)) {
+                (Some(r), Some(b)) if b > 0.0 => format!("{:.3}x", r / b),
+                _ => "-".into(),
+            };
+            rows.push(vec![
+                t.clone(),
+                st.to_string(),
+                sum(|k| k.work).to_string(),
+                rate,
+                format_ns(sum(|k| k.real_ns) as f64),
+                format_ns(sum(|k| k.user_ns) as f64),
+                format_ns(sum(|k| k.sys_ns) as f64),
+                format!("{:.1}%", ks.iter().map(|k| k.iowait_pct).sum::<f64>() / ks.len() as f64),
+            ]);
+        }
+    }
+    s += &table_md(&strings(&["target", "strategy", "work", "rate vs block", "real", "user", "sys", "iowait"]), rows);
+    s + "The I/O co-runner (io-intensive) rates are in results.jsonl (`corunner.work_per_s`, I/Os per second).\n\n"
+}
+
+/// Target labels in the order they were measured.
+fn targets_of(cells: &[Cell]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in cells {
+        if !out.contains(&c.result.target) {
+            out.push(c.result.target.clone());
+        }
+    }
+    out
+}
+
+fn file_name(text: &str) -> String {
+    text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
+}
+
+/// One curve per strategy from the cells `pick` selects, `point` giving each cell's (x, y).
+fn curves(plan: &Plan, skip_block: bool, pick: impl Fn(StrategyChoice) -> Vec<(f64, f64)>) -> Vec<Series> {
+    let strategies = plan.strategies.iter().filter(|s| !skip_block || **s != BLOCK);
+    let name = |s: &StrategyChoice| if skip_block { format!("{s} / block") } else { s.to_string() };
+    strategies.map(|s| Series { name: name(s), points: pick(*s) }).filter(|s| !s.points.is_empty()).collect()
+}
+
+fn size_chart(path: &Path, title: &str, y_label: &str, series: &[Series]) -> Result<usize> {
+    if series.is_empty() {
+        return Ok(0);
+    }
+    let chart = LineChart { title, x_label: "request size (KiB)", y_label, log_x: true, log_y: false, markers: vec![] };
+    line_chart(path, &chart, series).map(|_| 1)
+}
+
+fn bars(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    categories: Vec<String>,
+    series: Vec<(String, Vec<f64>)>,
+    reference: Option<f64>,
+) -> Result<usize> {
+    bar_chart(path, &BarChart { title, y_label, categories, series, reference }).map(|_| 1)
+}
+
+fn geomean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
+    }
+}
+
+pub fn write_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
+    let mut n = 0;
+    let labels = targets_of(cells);
+    let w0 = plan.workloads[0];
+    let pick = |t: &str, l: Load, w: Workload, st: StrategyChoice| -> Vec<&Cell> {
+        cells
+            .iter()
+            .filter(|c| c.result.target == t && c.load == l && c.workload == w && c.result.strategy == st)
+            .collect()
+    };
+    let kib = |c: &Cell| c.result.bs_bytes as f64 / 1024.0;
+    for t in &labels {
+        let tf = file_name(t);
+        let series =
+            curves(plan, false, |st| pick(t, Load::BmOnly, w0, st).iter().map(|c| (kib(c), c.cpu_pct())).collect());
+        let title = format!("CPU of the I/O thread, {t}, {}, no load", w0.name());
+        n += size_chart(&dir.join(format!("fig8-cpu-{tf}.svg")), &title, "CPU (% of one CPU)", &series)?;
+        for &l in &plan.loads {
+            let series = curves(plan, true, |st| {
+                pick(t, l, w0, st).iter().filter_map(|c| gain(cells, c).map(|g| (kib(c), g))).collect()
+            });
+            let title = format!("IOPS gain against block, {t}, {}, load {}", w0.name(), l.name());
+            let path = dir.join(format!("fig9-gain-{tf}-{}.svg", l.name()));
+            n += size_chart(&path, &title, "IOPS / block's IOPS", &series)?;
+        }
+        if plan.loads.contains(&Load::BmOnly) {
+            let csw = |st: StrategyChoice, b: u64| {
+                pick(t, Load::BmOnly, w0, st)
+                    .iter()
+                    .find(|c| c.result.bs_bytes == b)
+                    .map_or(f64::NAN, |c| c.csw_per_io())
+            };
+            let series = plan
+                .strategies
+                .iter()
+                .map(|st| (st.to_string(), plan.sizes.iter().map(|&b| csw(*st, b)).collect()))
+                .collect();
+            let title = format!("Context switches per I/O, {t}, {}, no load", w0.name());
+            let sizes = plan.sizes.iter().map(|&b| format_size(b)).collect();
+            n += bars(
+                &dir.join(format!("fig10-csw-{tf}.svg")),
+                &title,
+                "voluntary + involuntary per I/O",
+                sizes,
+                series,
+                None,
+            )?;
+        }
+        let l0 = plan.loads[0];
+        let gains = |st: StrategyChoice, w: Workload| -> Vec<f64> {
+            pick(t, l0, w, st).iter().filter_map(|c| gain(cells, c)).filter(|g| *g > 0.0).collect()
+        };
+        let series = plan
+            .strategies
+            .iter()
+            .map(|st| (st.to_string(), plan.workloads.iter().map(|w| geomean(&gains(*st, *w))).collect()))
+            .collect();
+        let title = format!("Gain against block per workload (geometric mean over sizes), {t}, load {}", l0.name());
+        let names = plan.workloads.iter().map(|w| w.name().to_string()).collect();
+        n += bars(
+            &dir.join(format!("fig11-workloads-{tf}.svg")),
+            &title,
+            "IOPS / block's IOPS",
+            names,
+            series,
+            Some(1.0),
+        )?;
+    }
+    if plan.loads.contains(&Load::CpuIntensive) {
+        let ratio = |t: &str, st| match (corunner_rate(cells, t, st), corunner_rate(cells, t, BLOCK)) {
+            (Some(r), Some(b)) if b > 0.0 => r / b,
+            (None, Some(b)) if b > 0.0 => 0.0,
+            _ => f64::NAN,
+        };
+        let series = plan
+            .strategies
+            .iter()
+            .map(|st| (format!("beside {st}"), labels.iter().map(|t| ratio(t, *st)).collect()))
+            .collect();
+        let title = "CPU benchmark's work rate beside each strategy, relative to beside block";
+        n += bars(
+            &dir.join("table6-corunner.svg"),
+            title,
+            "work rate / rate beside block",
+            labels.clone(),
+            series,
+            Some(1.0),
+        )?;
+    }
+    Ok(n)
+}
