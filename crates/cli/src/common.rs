@@ -1,5 +1,5 @@
 //! Pieces every subcommand shares: error classification and exit codes, JSON Lines output,
-//! progress bars that show only on a terminal, and Ctrl-C handling.
+//! progress (a bar on a terminal, a line per finished step in logs), and Ctrl-C handling.
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -79,10 +79,44 @@ pub fn emit_json<T: Serialize>(record: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A progress bar on stderr, hidden when stderr is not a terminal (CI, pipes).
-pub fn progress_bar(len: u64, what: &str) -> ProgressBar {
+/// Progress of a long run on stderr: a bar on a terminal; elsewhere (CI logs, pipes), where
+/// a bar would be silent, one line per finished step. Everything but [`Progress::inc`] is
+/// the bar's own API (through `Deref`), so commands use it as a `ProgressBar`.
+pub struct Progress {
+    bar: ProgressBar,
+    what: String,
+    lines: bool,
+    started: std::time::Instant,
+}
+
+impl Progress {
+    /// Marks `n` steps finished; without a terminal, prints which and how far the run is.
+    pub fn inc(&self, n: u64) {
+        self.bar.inc(n);
+        if self.lines {
+            let message = self.bar.message();
+            let of = self.bar.length().filter(|l| *l > 0).map_or(String::new(), |l| format!("/{l}"));
+            let done = if message.is_empty() { String::new() } else { format!(": {message}") };
+            let secs = self.started.elapsed().as_secs();
+            eprintln!("smartcon: {} {}{of} done after {secs} s{done}", self.what, self.bar.position());
+        }
+    }
+}
+
+impl std::ops::Deref for Progress {
+    type Target = ProgressBar;
+    fn deref(&self) -> &ProgressBar {
+        &self.bar
+    }
+}
+
+/// A progress bar on stderr when it is a terminal; one line per finished step otherwise.
+pub fn progress_bar(len: u64, what: &str) -> Progress {
+    let started = std::time::Instant::now();
     if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
+        let bar = ProgressBar::hidden();
+        bar.set_length(len);
+        return Progress { bar, what: what.to_string(), lines: true, started };
     }
     let bar = ProgressBar::new(len);
     bar.set_style(
@@ -91,7 +125,7 @@ pub fn progress_bar(len: u64, what: &str) -> ProgressBar {
             .progress_chars("=> "),
     );
     bar.set_prefix(what.to_string());
-    bar
+    Progress { bar, what: what.to_string(), lines: false, started }
 }
 
 /// Refuses to overwrite: an output directory must not exist or be empty.
@@ -116,7 +150,7 @@ pub fn smartcon_home() -> std::path::PathBuf {
 }
 
 /// A library experiment's events on a progress bar; notes go to stderr above it.
-pub fn on_event(bar: &ProgressBar) -> impl FnMut(smartcon_study::Event<'_>) + '_ {
+pub fn on_event(bar: &Progress) -> impl FnMut(smartcon_study::Event<'_>) + '_ {
     use smartcon_study::Event;
     move |e| match e {
         Event::Steps(n) => bar.set_length(n),

@@ -9,7 +9,7 @@ mod common;
 mod engine_setup;
 
 // The renderers live in the report library; these names keep `crate::table` and the like.
-use smartcon_report::{plot, printers, table};
+use smartcon_report::{printers, table};
 
 use clap::{Parser, Subcommand};
 

@@ -11,7 +11,7 @@ use smartcon_study::evaluate::judge::{corunner_rate, find, gain, smart_check, Cr
 use smartcon_study::evaluate::plan::Plan;
 use smartcon_study::evaluate::{run, Cell, Load, MachineRecord, Workload};
 
-use crate::plot::{bar_chart, line_chart, BarChart, LineChart, Series};
+use crate::plot::{bar_chart, line_chart, scatter_chart, BarChart, LineChart, ScatterChart, Series};
 use crate::table::Table;
 use crate::Result;
 
@@ -132,7 +132,7 @@ pub fn summary_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Ce
     s += &postmark_md(plan, cells);
     s += &switches_md(plan, cells);
     s += &corunner_md(plan, cells);
-    s += "Plots: `fig8-cpu-*.svg` (CPU per strategy by size, bm-only), `fig9-gain-*.svg` (gain by size per load), `fig10-csw-*.svg` (context switches per I/O), `fig11-workloads-*.svg` (gain per workload), `table6-corunner.svg` (co-runner work rate against block).\n";
+    s += "Plots: `fig8-cpu-*.svg` (CPU per strategy by size, bm-only), `fig9-gain-*.svg` (gain by size per load), `fig10-csw-*.svg` (context switches per I/O), `fig11-workloads-*.svg` (gain per workload), `table6-corunner.svg` (co-runner work rate against block), `pareto-*.svg` (each fixed strategy's IOPS and co-runner work against smart's, per cell).\n";
     s
 }
 
@@ -399,6 +399,63 @@ pub fn write_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
             series,
             Some(1.0),
         )?;
+    }
+    Ok(n + pareto_plots(dir, plan, cells)?)
+}
+
+/// One cell's point against smart in the same cell: (x, y) = (what the others kept beside
+/// the strategy relative to beside smart, the strategy's figure of merit relative to
+/// smart's). With a co-runner, x is its work rate; without one (bm-only), smart's CPU over
+/// the strategy's, so "right" always means "cheaper for everyone else".
+pub fn pareto_point(cells: &[Cell], c: &Cell) -> Option<(f64, f64)> {
+    let smart = find(cells, c, StrategyChoice::Smart)?;
+    if smart.perf() <= 0.0 {
+        return None;
+    }
+    let x = match (c.corunner.as_ref(), smart.corunner.as_ref()) {
+        (Some(k), Some(s)) if s.work_per_s > 0.0 => k.work_per_s / s.work_per_s,
+        (None, None) if c.cpu_pct() > 0.0 => smart.cpu_pct() / c.cpu_pct(),
+        _ => return None,
+    };
+    Some((x, c.perf() / smart.perf()))
+}
+
+/// `pareto-LOAD.svg`: per load, every fixed strategy's cells against smart's.
+fn pareto_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
+    let mut n = 0;
+    for &l in &plan.loads {
+        let series: Vec<Series> = plan
+            .strategies
+            .iter()
+            .filter(|st| matches!(st, StrategyChoice::Fixed(_)))
+            .map(|st| Series {
+                name: format!("{st}, one point per cell"),
+                points: cells
+                    .iter()
+                    .filter(|c| c.load == l && c.result.strategy == *st)
+                    .filter_map(|c| pareto_point(cells, c))
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        if series.is_empty() {
+            continue;
+        }
+        let x_label = if l == Load::BmOnly {
+            "smart's CPU / the strategy's CPU (right: the strategy spends less)"
+        } else {
+            "co-runner's work beside the strategy / beside smart"
+        };
+        let title = format!("Each fixed strategy against smart, load {}", l.name());
+        let chart = ScatterChart {
+            title: &title,
+            x_label,
+            y_label: "IOPS / smart's IOPS",
+            x_refs: vec![(1.0, String::new()), (0.97, "0.97".into())],
+            y_refs: vec![(1.0, String::new()), (1.05, "1.05".into())],
+        };
+        scatter_chart(&dir.join(format!("pareto-{}.svg", l.name())), &chart, &series)?;
+        n += 1;
     }
     Ok(n)
 }

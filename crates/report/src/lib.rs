@@ -9,9 +9,12 @@
 //! write files and return typed errors ([`Error`], the engine's). Non-goals: measuring or
 //! judging anything; the study crates do that and hand their records here.
 
+pub mod ctx;
+pub mod ets;
 pub mod evaluate;
 pub mod html;
 pub mod merge;
+pub mod model;
 pub mod plot;
 pub mod polling;
 pub mod printers;

@@ -203,6 +203,86 @@ pub fn bar_chart(path: &Path, chart: &BarChart<'_>) -> Result<()> {
     Ok(())
 }
 
+/// A scatter chart's frame: points only, with reference lines.
+#[derive(Debug, Clone)]
+pub struct ScatterChart<'a> {
+    pub title: &'a str,
+    pub x_label: &'a str,
+    pub y_label: &'a str,
+    /// Vertical reference lines with a label (for example x = 1, "same as smart").
+    pub x_refs: Vec<(f64, String)>,
+    /// Horizontal reference lines with a label.
+    pub y_refs: Vec<(f64, String)>,
+}
+
+/// Draws one point per (x, y), a colour and shape per series, to `path`.
+pub fn scatter_chart(path: &Path, chart: &ScatterChart<'_>, series: &[Series]) -> Result<()> {
+    let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).chain(chart.x_refs.iter().map(|r| r.0));
+    let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).chain(chart.y_refs.iter().map(|r| r.0));
+    let (x0, x1) = padded(xs);
+    let (y0, y1) = padded(ys);
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(chart.title, ("sans-serif", 20))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(err)?;
+    c.configure_mesh()
+        .x_desc(chart.x_label)
+        .y_desc(chart.y_label)
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    let line = ShapeStyle::from(&BLACK.mix(0.5)).stroke_width(1);
+    for (x, label) in &chart.x_refs {
+        c.draw_series(std::iter::once(PathElement::new(vec![(*x, y0), (*x, y1)], line))).map_err(err)?;
+        c.draw_series(std::iter::once(Text::new(label.clone(), (*x, y1), ("sans-serif", 13).into_font())))
+            .map_err(err)?;
+    }
+    for (y, label) in &chart.y_refs {
+        c.draw_series(std::iter::once(PathElement::new(vec![(x0, *y), (x1, *y)], line))).map_err(err)?;
+        c.draw_series(std::iter::once(Text::new(label.clone(), (x0, *y), ("sans-serif", 13).into_font())))
+            .map_err(err)?;
+    }
+    for (i, s) in series.iter().enumerate() {
+        let col = color(i);
+        let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
+        // Shapes differ per series too, so the picture reads without colour.
+        match i % 3 {
+            0 => c.draw_series(pts.iter().map(|p| Circle::new(*p, 4, col.filled()))).map_err(err)?,
+            1 => c.draw_series(pts.iter().map(|p| TriangleMarker::new(*p, 5, col.filled()))).map_err(err)?,
+            _ => c.draw_series(pts.iter().map(|p| Cross::new(*p, 4, col.stroke_width(2)))).map_err(err)?,
+        }
+        .label(s.name.clone())
+        .legend(move |(x, y)| Circle::new((x + 8, y), 4, col.filled()));
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// A linear range around every finite value with 5% room on each side.
+fn padded(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (mut low, mut high) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.filter(|v| v.is_finite()) {
+        low = low.min(v);
+        high = high.max(v);
+    }
+    if !low.is_finite() {
+        return (0.0, 1.0);
+    }
+    let pad = ((high - low) * 0.05).max(1e-3);
+    (low - pad, high + pad)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +323,19 @@ mod tests {
         .unwrap();
         let text = std::fs::read_to_string(&bar).unwrap();
         assert!(text.contains("smart") && text.contains("16k"));
+        let scatter = dir.join("scatter.svg");
+        let chart = ScatterChart {
+            title: "s",
+            x_label: "x",
+            y_label: "y",
+            x_refs: vec![(1.0, "same work".into())],
+            y_refs: vec![(1.05, "5% more IOPS".into())],
+        };
+        let points = vec![Series { name: "spin".into(), points: vec![(0.98, 2.6), (1.0, 1.0), (f64::NAN, 1.0)] }];
+        scatter_chart(&scatter, &chart, &points).unwrap();
+        let text = std::fs::read_to_string(&scatter).unwrap();
+        assert!(text.contains("spin") && text.contains("same work") && text.contains("5% more IOPS"));
+        assert!(text.matches("<circle").count() >= 2, "one point per finite cell");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

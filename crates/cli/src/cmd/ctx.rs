@@ -11,12 +11,11 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use smartcon_ctxcost::report::AGREEMENT_RANGE;
-use smartcon_ctxcost::{HostProfile, Plan};
-use smartcon_devemu::units::{format_size, parse_size};
+use smartcon_ctxcost::Plan;
+use smartcon_devemu::units::parse_size;
 
 use crate::common;
-use crate::plot;
+use smartcon_report::ctx as ctx_report;
 
 #[derive(clap::Args)]
 pub struct CtxArgs {
@@ -138,7 +137,7 @@ pub fn run(args: CtxArgs) -> Result<()> {
         }
     }
     if let Some(plot_path) = &args.plot {
-        draw(plot_path, &profile)?;
+        ctx_report::draw(plot_path, &profile)?;
         eprintln!("smartcon: plot written to {}", plot_path.display());
     }
     if args.json {
@@ -149,97 +148,6 @@ pub fn run(args: CtxArgs) -> Result<()> {
         let path = profile_path.map(|p| p.display().to_string());
         return common::emit_json(&ProfileRecord { r#type: "host_profile", path, replaced });
     }
-    print_profile(&profile, &plan, elapsed_s, args.quick);
+    print!("{}", ctx_report::profile_text(&profile, plan.indirect_procs, elapsed_s, args.quick));
     Ok(())
-}
-
-fn print_profile(profile: &HostProfile, plan: &Plan, elapsed_s: f64, quick: bool) {
-    println!("Context-switch cost on CPU {} ({:.1} s{})", profile.cpu, elapsed_s, if quick { ", quick" } else { "" });
-    println!("single-process pipe work subtracted: {:.2} us", profile.pipe_overhead_us);
-    println!();
-    println!("direct cost (lat_ctx ring, 0-byte arrays)");
-    println!("{:>6}  {:>14}  {:>14}", "procs", "us/switch", "raw us/switch");
-    for p in &profile.direct {
-        println!("{:>6}  {:>14.2}  {:>14.2}", p.procs, p.us_per_switch, p.us_per_switch_raw);
-    }
-    println!();
-    println!(
-        "indirect cost ({} processes; L2 {}, LLC {})",
-        plan.indirect_procs,
-        profile.cache.l2_bytes.map(format_size).unwrap_or("?".into()),
-        profile.cache.llc_bytes.map(format_size).unwrap_or("?".into())
-    );
-    println!("{:>8}  {:>14}  {:>14}  {:>12}  {:>14}", "array", "us/switch", "raw us/switch", "hot us", "us/KiB refill");
-    for p in &profile.indirect {
-        let mark = if Some(p.array_bytes) == profile.cache.l2_bytes {
-            "  <- L2"
-        } else if Some(p.array_bytes) == profile.cache.llc_bytes {
-            "  <- LLC"
-        } else {
-            ""
-        };
-        println!(
-            "{:>8}  {:>14.2}  {:>14.2}  {:>12.2}  {:>14.4}{mark}",
-            format_size(p.array_bytes),
-            p.us_per_switch,
-            p.us_per_switch_raw,
-            p.us_hot,
-            profile.us_per_kib_refilled(p)
-        );
-    }
-    println!();
-    println!("wake-up latency (thread ping-pong, one way, pipe work included)");
-    println!("  same CPU:  {:>10.2} us", profile.wakeup_same_cpu_us);
-    match profile.wakeup_cross_cpu_us {
-        Some(us) => {
-            println!("  cross CPU: {us:>10.2} us   (CPU {} -> {})", profile.cpu, profile.cross_cpu.unwrap_or(0))
-        }
-        None => println!("  cross CPU: not measured (only one CPU allowed)"),
-    }
-    println!();
-    match (profile.perf_sched_pipe_us_per_switch, profile.raw_two_process_us()) {
-        (Some(perf), Some(raw)) => println!(
-            "perf bench sched pipe (pinned): {perf:.2} us/switch; ring raw 2-process: {raw:.2} us/switch; raw/perf = {:.2} ({})",
-            raw / perf,
-            if AGREEMENT_RANGE.contains(&(raw / perf)) { "agree within 25%" } else { "differ by more than 25%" }
-        ),
-        _ => println!("perf bench sched pipe: {}", profile.perf_skipped_reason.as_deref().unwrap_or("no 2-process ring to compare")),
-    }
-    if let Some(cost) = profile.sleep_cost_ns() {
-        println!("sleep cost (switch out + back with an L2-sized refill): {:.2} us: devices faster than this are better waited for by spinning", cost / 1e3);
-    }
-}
-
-fn draw(path: &std::path::Path, profile: &HostProfile) -> Result<()> {
-    let kib = |b: u64| b as f64 / 1024.0;
-    let series = vec![
-        plot::Series {
-            name: "per switch, hot single-process time subtracted".into(),
-            points: profile.indirect.iter().map(|p| (kib(p.array_bytes), p.us_per_switch)).collect(),
-        },
-        plot::Series {
-            name: "per switch, raw ring time".into(),
-            points: profile.indirect.iter().map(|p| (kib(p.array_bytes), p.us_per_switch_raw)).collect(),
-        },
-        plot::Series {
-            name: "hot single process (pipe + sum)".into(),
-            points: profile.indirect.iter().map(|p| (kib(p.array_bytes), p.us_hot)).collect(),
-        },
-    ];
-    let mut markers = Vec::new();
-    if let Some(l2) = profile.cache.l2_bytes {
-        markers.push((kib(l2), "L2".to_string()));
-    }
-    if let Some(llc) = profile.cache.llc_bytes {
-        markers.push((kib(llc), "LLC".to_string()));
-    }
-    let chart = plot::LineChart {
-        title: "Context switch cost with cache pollution (cf. SmartCon Fig. 3)",
-        x_label: "array per process (KiB)",
-        y_label: "time per switch (us)",
-        log_x: true,
-        log_y: true,
-        markers,
-    };
-    Ok(plot::line_chart(path, &chart, &series)?)
 }

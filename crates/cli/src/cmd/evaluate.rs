@@ -1,8 +1,8 @@
 //! `smartcon evaluate`: the SmartCon study (Sec. 7) on this machine's devices, in one
 //! command. The study itself is `smartcon_study::evaluate` (plan, turn loop, merges,
 //! criteria); this module turns flags into a plan and renders what comes back: the report
-//! directory with results.jsonl, summary.md and SVG plots in the manner of Fig. 8-11 and
-//! Table VI. docs/evaluate.md says how to read them.
+//! directory with results.jsonl, summary.md, SVG plots in the manner of Fig. 8-11 and
+//! Table VI and report.html (all of it on one page). docs/evaluate.md says how to read them.
 //!
 //! Non-goals: anything measured or judged here; the library does both.
 
@@ -169,10 +169,11 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         plots += smartcon_report::polling::study_plots(&args.out, study)?;
     }
     std::fs::write(args.out.join("summary.md"), &summary)?;
+    smartcon_report::html::write_report_html(&args.out, "smartcon evaluate")?;
     drop(session);
     println!("{}", headline(&cells, &criteria));
     let secs = started.elapsed().as_secs_f64();
-    println!("report: {} (results.jsonl, summary.md, {plots} plots) in {secs:.0} s", args.out.display());
+    println!("report: {} (report.html, results.jsonl, summary.md, {plots} plots) in {secs:.0} s", args.out.display());
     if interrupted() {
         println!("(interrupted: the report holds the cells measured so far)");
     }

@@ -11,12 +11,12 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use smartcon_ctxcost::HostProfile;
-use smartcon_devemu::units::{format_ns, parse_duration_ns};
+use smartcon_devemu::units::parse_duration_ns;
 use smartcon_model::report::{self, Report};
 use smartcon_model::{calibrate, paper_devices, Device, DeviceLatency, Interpretation, Model, PMemReading, RatioForm};
 
 use crate::common;
-use crate::plot;
+use smartcon_report::model as model_report;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum RatioArg {
@@ -145,7 +145,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
     devices.extend(extra);
     let report = Report::new(&model, &devices).map_err(|e| anyhow!("{e}"))?;
     if let Some(plot_path) = &args.plot {
-        draw(plot_path, &model, host.as_ref())?;
+        model_report::draw(plot_path, &model, host.as_ref()).context("drawing the model plot")?;
         eprintln!("smartcon: plot written to {}", plot_path.display());
     }
     if args.json {
@@ -159,150 +159,12 @@ pub fn run(args: ModelArgs) -> Result<()> {
         }
         return Ok(());
     }
-    print_report(&args, &model, &report);
+    print!("{}", model_report::report_text(&model, &report, args.calibrate, args.dram));
     if let Some((dir, rows)) = &calibration {
-        print_calibration(dir, rows);
+        print!("{}", model_report::calibration_text(dir, rows));
     }
-    if let Some(h) = &host {
-        if let Some(cost) = h.sleep_cost_ns() {
-            println!();
-            println!(
-                "this host: a sleep costs {} of CPU (direct switch {} + refill); cross-CPU wake-up {}. The model has no term for the CPU a spinner burns, so it never says when spinning stops paying; this host's break-even device latency is about {}.",
-                format_ns(cost),
-                format_ns(h.ctx_direct_ns().unwrap_or(0.0)),
-                h.wakeup_cross_cpu_us.map(|u| format_ns(u * 1e3)).unwrap_or("not measured".into()),
-                format_ns(cost)
-            );
-        }
+    if let Some(note) = host.as_ref().and_then(model_report::host_note) {
+        print!("{note}");
     }
     Ok(())
-}
-
-fn print_report(args: &ModelArgs, model: &Model, report: &Report) {
-    println!(
-        "SmartCon CPI model (Eq. 1-6, Table III){}: clock {:.2} GHz, tau_ctx {:.0} cycles, P_mem {}, ratio {}, {} accesses/page, DRAM under NVRAM DDR{}",
-        if args.calibrate { ", calibrated to this host" } else { "" },
-        model.clock_ghz,
-        model.smartcon.tau_ctx_cycles,
-        if args.p_mem_literal { "1.56 (literal)" } else { "1.56 %" },
-        match args.ratio { RatioArg::Eq6 => "Eq. 6", RatioArg::NoU => "CPI x l", RatioArg::UInverted => "Eq. 6, U inverted" },
-        model.interp.accesses_per_page,
-        args.dram
-    );
-    println!();
-    println!(
-        "{:<10} {:>14} {:>12} {:>10} {:>10} {:>8} {:>8}",
-        "device", "tau_nvram cyc", "per page", "CPI smart", "CPI main", "ratio", "gain"
-    );
-    for p in &report.projections {
-        println!(
-            "{:<10} {:>14.0} {:>12} {:>10.3} {:>10.3} {:>8.3} {:>7.1}%",
-            p.device,
-            p.tau_nvram_cycles,
-            format_ns(p.tau_nvram_cycles / model.clock_ghz),
-            p.smartcon.cpi,
-            p.mainstream.cpi,
-            p.ratio,
-            (p.ratio - 1.0) * 100.0
-        );
-    }
-    println!();
-    println!("effect of the other readings (ratio per device)");
-    print!("{:<30}", "reading");
-    for d in report.devices() {
-        print!(" {:>8}", d.name.chars().take(8).collect::<String>());
-    }
-    println!();
-    print!("{:<30}", "default (as above)");
-    for p in &report.projections {
-        print!(" {:>8.3}", p.ratio);
-    }
-    println!();
-    for (label, ratios) in &report.alternatives {
-        print!("{label:<30}");
-        for r in ratios {
-            print!(" {r:>8.3}");
-        }
-        println!();
-    }
-    println!();
-    println!("against the paper (Table IV model column; Fig. 18 text: ~80% gain)");
-    for g in &report.gaps {
-        println!(
-            "  {:<8} equations {:.3}, paper {:.2} ({:+.1} points); tau_ctx that would give the paper's figure: {}",
-            g.device,
-            g.ratio,
-            g.paper_ratio,
-            (g.ratio - g.paper_ratio) * 100.0,
-            g.tau_ctx_cycles_for_paper_ratio
-                .map(|c| format!("{c:.0} cycles ({})", format_ns(c / model.clock_ghz)))
-                .unwrap_or("none".into())
-        );
-    }
-}
-
-fn print_calibration(dir: &std::path::Path, rows: &[calibrate::CalibrationRow]) {
-    println!();
-    println!("calibration (profiles in {})", dir.display());
-    if rows.is_empty() {
-        println!("  no device has both a probe profile and block + smart/spin results");
-        return;
-    }
-    println!(
-        "{:<16} {:<18} {:<6} {:<6} {:>8} {:<8} {:>12} {:>10} {:>10}",
-        "device", "workload", "op", "pattern", "bs", "load", "latency", "predicted", "measured"
-    );
-    for r in rows {
-        println!(
-            "{:<16} {:<18} {:<6} {:<6} {:>8} {:<8} {:>12} {:>10.3} {:>10.3} ({} vs block)",
-            r.device,
-            r.workload,
-            r.op,
-            r.pattern,
-            r.bs_bytes,
-            r.load,
-            format_ns(r.device_latency_ns),
-            r.predicted_ratio,
-            r.measured_ratio,
-            r.measured_strategy
-        );
-    }
-}
-
-fn draw(path: &std::path::Path, model: &Model, host: Option<&HostProfile>) -> Result<()> {
-    let mut cpi_sc = Vec::new();
-    let mut cpi_ms = Vec::new();
-    let mut ratio = Vec::new();
-    // 10 ns to 1 ms, 10 points per decade: a bounded sweep.
-    for i in 0..=50 {
-        let ns = 10f64 * 10f64.powf(i as f64 / 10.0);
-        let at = model.latencies(DeviceLatency::PerPageNs { ns }).map_err(|e| anyhow!("{e}"))?;
-        let p = model.project_at("", &at);
-        cpi_sc.push((ns, p.smartcon.cpi));
-        cpi_ms.push((ns, p.mainstream.cpi));
-        ratio.push((ns, p.ratio));
-    }
-    let mut markers = Vec::new();
-    if let Some(h) = host {
-        if let Some(cost) = h.sleep_cost_ns() {
-            markers.push((cost, "spinning stops paying (host sleep cost)".to_string()));
-        }
-        if let Some(us) = h.wakeup_cross_cpu_us {
-            markers.push((us * 1e3, "cross-CPU wake-up".to_string()));
-        }
-    }
-    let chart = plot::LineChart {
-        title: "SmartCon model: effective CPI and ratio vs device latency (cf. Fig. 18)",
-        x_label: "device latency per 4 KiB access (ns)",
-        y_label: "CPI (cycles) / performance ratio",
-        log_x: true,
-        log_y: true,
-        markers,
-    };
-    let series = vec![
-        plot::Series { name: "CPI SmartCon".into(), points: cpi_sc },
-        plot::Series { name: "CPI Mainstream".into(), points: cpi_ms },
-        plot::Series { name: "ratio SmartCon / Mainstream".into(), points: ratio },
-    ];
-    plot::line_chart(path, &chart, &series).context("drawing the model plot")
 }
