@@ -13,6 +13,7 @@ command -v perf >/dev/null || want+=(linux-perf)
 command -v fio >/dev/null || want+=(fio)
 command -v losetup >/dev/null || want+=(mount)
 command -v mkfs.ext4 >/dev/null || want+=(e2fsprogs)
+command -v chromium >/dev/null || want+=(chromium)
 if [ ${#want[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "scripts/test.sh: installing ${want[*]} (used by tests that otherwise skip)"

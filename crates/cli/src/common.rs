@@ -87,19 +87,53 @@ pub struct Progress {
     what: String,
     lines: bool,
     started: std::time::Instant,
+    /// With [`Progress::grouped`]: how many leading words of a step's message name its
+    /// group, and the group whose steps are finishing (printed once, when it is done).
+    group_words: usize,
+    pending: std::sync::Mutex<Option<String>>,
 }
 
 impl Progress {
+    /// Without a terminal, one line per finished group of steps (the first `words` words
+    /// of their messages, e.g. load and target) instead of one per step.
+    pub fn grouped(mut self, words: usize) -> Progress {
+        self.group_words = words;
+        self
+    }
+
+    fn line(&self, what: &str) {
+        let of = self.bar.length().filter(|l| *l > 0).map_or(String::new(), |l| format!("/{l}"));
+        let done = if what.is_empty() { String::new() } else { format!(": {what}") };
+        let secs = self.started.elapsed().as_secs();
+        eprintln!("smartcon: {} {}{of} done after {secs} s{done}", self.what, self.bar.position());
+    }
+
     /// Marks `n` steps finished; without a terminal, prints which and how far the run is.
     pub fn inc(&self, n: u64) {
-        self.bar.inc(n);
-        if self.lines {
-            let message = self.bar.message();
-            let of = self.bar.length().filter(|l| *l > 0).map_or(String::new(), |l| format!("/{l}"));
-            let done = if message.is_empty() { String::new() } else { format!(": {message}") };
-            let secs = self.started.elapsed().as_secs();
-            eprintln!("smartcon: {} {}{of} done after {secs} s{done}", self.what, self.bar.position());
+        if !self.lines {
+            return self.bar.inc(n);
         }
+        let message = self.bar.message();
+        if self.group_words == 0 {
+            self.bar.inc(n);
+            return self.line(&message);
+        }
+        let group: Vec<&str> = message.split_whitespace().take(self.group_words).collect();
+        let group = group.join(" ");
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.as_ref().is_some_and(|p| *p != group) {
+            self.line(pending.as_deref().unwrap_or_default());
+        }
+        *pending = Some(group);
+        self.bar.inc(n);
+    }
+
+    /// Ends the bar; without a terminal, reports the last group if it was not yet.
+    pub fn finish_and_clear(&self) {
+        if let Some(group) = self.pending.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            self.line(&group);
+        }
+        self.bar.finish_and_clear();
     }
 }
 
@@ -116,7 +150,14 @@ pub fn progress_bar(len: u64, what: &str) -> Progress {
     if !std::io::stderr().is_terminal() {
         let bar = ProgressBar::hidden();
         bar.set_length(len);
-        return Progress { bar, what: what.to_string(), lines: true, started };
+        return Progress {
+            bar,
+            what: what.to_string(),
+            lines: true,
+            started,
+            group_words: 0,
+            pending: Default::default(),
+        };
     }
     let bar = ProgressBar::new(len);
     bar.set_style(
@@ -125,7 +166,7 @@ pub fn progress_bar(len: u64, what: &str) -> Progress {
             .progress_chars("=> "),
     );
     bar.set_prefix(what.to_string());
-    Progress { bar, what: what.to_string(), lines: false, started }
+    Progress { bar, what: what.to_string(), lines: false, started, group_words: 0, pending: Default::default() }
 }
 
 /// Refuses to overwrite: an output directory must not exist or be empty.

@@ -453,6 +453,7 @@ fn pareto_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
             y_label: "IOPS / smart's IOPS",
             x_refs: vec![(1.0, String::new()), (0.97, "0.97".into())],
             y_refs: vec![(1.0, String::new()), (1.05, "1.05".into())],
+            shade: Some(((0.97, 1.05), "here the strategy beats smart on both axes".into())),
         };
         scatter_chart(&dir.join(format!("pareto-{}.svg", l.name())), &chart, &series)?;
         n += 1;

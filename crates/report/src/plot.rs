@@ -213,6 +213,9 @@ pub struct ScatterChart<'a> {
     pub x_refs: Vec<(f64, String)>,
     /// Horizontal reference lines with a label.
     pub y_refs: Vec<(f64, String)>,
+    /// A region from this corner to the top right, shaded and labelled (for example where
+    /// a point beats the reference on both axes).
+    pub shade: Option<((f64, f64), String)>,
 }
 
 /// Draws one point per (x, y), a colour and shape per series, to `path`.
@@ -236,6 +239,16 @@ pub fn scatter_chart(path: &Path, chart: &ScatterChart<'_>, series: &[Series]) -
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(err)?;
+    if let Some(((x, y), label)) = &chart.shade {
+        let corner = (x.max(x0), y.max(y0));
+        if corner.0 < x1 && corner.1 < y1 {
+            let fill = RGBColor(214, 39, 40).mix(0.08).filled();
+            c.draw_series(std::iter::once(Rectangle::new([corner, (x1, y1)], fill))).map_err(err)?;
+            let at = (corner.0 + (x1 - corner.0) * 0.05, y1 - (y1 - corner.1) * 0.1);
+            c.draw_series(std::iter::once(Text::new(label.clone(), at, ("sans-serif", 14).into_font())))
+                .map_err(err)?;
+        }
+    }
     let line = ShapeStyle::from(&BLACK.mix(0.5)).stroke_width(1);
     for (x, label) in &chart.x_refs {
         c.draw_series(std::iter::once(PathElement::new(vec![(*x, y0), (*x, y1)], line))).map_err(err)?;
@@ -250,14 +263,21 @@ pub fn scatter_chart(path: &Path, chart: &ScatterChart<'_>, series: &[Series]) -
     for (i, s) in series.iter().enumerate() {
         let col = color(i);
         let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
-        // Shapes differ per series too, so the picture reads without colour.
-        match i % 3 {
-            0 => c.draw_series(pts.iter().map(|p| Circle::new(*p, 4, col.filled()))).map_err(err)?,
-            1 => c.draw_series(pts.iter().map(|p| TriangleMarker::new(*p, 5, col.filled()))).map_err(err)?,
-            _ => c.draw_series(pts.iter().map(|p| Cross::new(*p, 4, col.stroke_width(2)))).map_err(err)?,
+        // Shapes differ per series too, so the picture reads without colour; the legend
+        // shows the same shape (one macro arm per shape: each is its own type).
+        macro_rules! points {
+            ($shape:expr) => {
+                c.draw_series(pts.iter().map(|p| $shape(*p)))
+                    .map_err(err)?
+                    .label(s.name.clone())
+                    .legend(move |(x, y)| $shape((x + 8, y)))
+            };
         }
-        .label(s.name.clone())
-        .legend(move |(x, y)| Circle::new((x + 8, y), 4, col.filled()));
+        match i % 3 {
+            0 => points!(|p| Circle::new(p, 4, col.filled())),
+            1 => points!(|p| TriangleMarker::new(p, 5, col.filled())),
+            _ => points!(|p| Cross::new(p, 4, col.stroke_width(2))),
+        };
     }
     c.configure_series_labels()
         .background_style(WHITE.mix(0.85))
@@ -330,11 +350,13 @@ mod tests {
             y_label: "y",
             x_refs: vec![(1.0, "same work".into())],
             y_refs: vec![(1.05, "5% more IOPS".into())],
+            shade: Some(((0.97, 1.05), "dominates".into())),
         };
         let points = vec![Series { name: "spin".into(), points: vec![(0.98, 2.6), (1.0, 1.0), (f64::NAN, 1.0)] }];
         scatter_chart(&scatter, &chart, &points).unwrap();
         let text = std::fs::read_to_string(&scatter).unwrap();
         assert!(text.contains("spin") && text.contains("same work") && text.contains("5% more IOPS"));
+        assert!(text.contains("dominates"), "the shaded region is labelled");
         assert!(text.matches("<circle").count() >= 2, "one point per finite cell");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -115,7 +115,8 @@ fn line(out: &mut impl Write, record: &impl serde::Serialize) -> std::io::Result
 
 pub fn run(args: EvaluateArgs) -> Result<()> {
     let plan = plan_of(&args)?;
-    let bar = progress_bar(0, "evaluate");
+    // In logs: a line per finished load and target (the first two words of a turn's name).
+    let bar = progress_bar(0, "evaluate").grouped(2);
     let mut session = run::open(&plan, args.destructive, &mut on_event(&bar)).map_err(engine_err)?;
     if session.opened.is_empty() {
         bail!("no target left to evaluate ({})", session.notes.join("; "));
@@ -189,11 +190,18 @@ fn polling_study(
 ) -> Result<Study> {
     let study_plan = StudyPlan::for_evaluate(args.tiny, plan.duration_ns);
     let bar = progress_bar(study_plan.runs() as u64, "polling");
+    // The study says what runs next: each call finishes the run before it.
+    let mut running = false;
     let study = smartcon_study::polling::run_study(&study_plan, monitor, interrupt_flag(), |what| {
+        if std::mem::replace(&mut running, true) {
+            bar.inc(1);
+        }
         bar.set_message(what.to_string());
-        bar.inc(1);
     })
     .map_err(engine_err)?;
+    if running && !interrupted() {
+        bar.inc(1);
+    }
     bar.finish_and_clear();
     for r in &study.runs {
         line(jsonl, r)?;
