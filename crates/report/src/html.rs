@@ -135,29 +135,21 @@ pub fn caption(file_name: &str) -> String {
     let stem = file_name.trim_end_matches(".svg");
     let rest = |prefix: &str| stem.strip_prefix(prefix).unwrap_or(stem).to_string();
     if stem.starts_with("fig8-cpu-") {
-        format!(
-            "Fig. 8: CPU of the I/O thread per strategy by request size, no load ({}). Look for: spin and sync near \
-             100% of one CPU, block far below; smart should pay spin's CPU only where spinning is faster.",
-            rest("fig8-cpu-")
-        )
+        "Fig. 8: CPU of the I/O thread per strategy by request size, no load. Look for: spin and sync near \
+             100% of one CPU, block far below; smart should pay spin's CPU only where spinning is faster."
+            .into()
     } else if stem.starts_with("fig9-gain-") {
-        format!(
-            "Fig. 9 (and 12, 15 under load): IOPS against block by request size ({}). Look for: above 1.0 is faster \
-             than block; smart should follow the better of block and spin, and fall back to block as sizes grow.",
-            rest("fig9-gain-")
-        )
+        "Fig. 9 (and 12, 15 under load): IOPS against block by request size. Look for: above 1.0 is faster \
+             than block; smart should follow the better of block and spin, and fall back to block as sizes grow."
+            .into()
     } else if stem.starts_with("fig10-csw-") {
-        format!(
-            "Fig. 10: context switches per I/O, no load ({}). Look for: block about one or more per I/O, spin and \
-             sync near zero; smart's count says how often it chose to sleep.",
-            rest("fig10-csw-")
-        )
+        "Fig. 10: context switches per I/O, no load. Look for: block about one or more per I/O, spin and \
+             sync near zero; smart's count says how often it chose to sleep."
+            .into()
     } else if stem.starts_with("fig11-workloads-") {
-        format!(
-            "Fig. 11 (13, 16): IOPS against block per workload, geometric mean over sizes ({}). Look for: bars \
-             above the 1.0 line; smart should not fall below block on any workload.",
-            rest("fig11-workloads-")
-        )
+        "Fig. 11 (13, 16): IOPS against block per workload, geometric mean over sizes. Look for: bars \
+             above the 1.0 line; smart should not fall below block on any workload."
+            .into()
     } else if stem == "table6-corunner" {
         "Table VI: the CPU benchmark's work rate beside each strategy, relative to beside block. Look for: below \
          1.0 means the strategy took CPU from the co-runner; smart should stay near block."
