@@ -130,7 +130,7 @@ pub fn study_md(study: &Study) -> String {
             p.and_then(|p| p.pred_err_ns_p50).map_or("-".into(), |e| format_ns(e as f64)),
         ]);
     }
-    md += &t.render();
+    md += &format!("```\n{}```\n", t.render());
     md += "\nCriteria (Shin et al.: hybrid near spin's latency at a fraction of its CPU):\n\n";
     for c in &study.checks {
         let cell = format!("{} ({})", c.target, c.load);
@@ -190,7 +190,7 @@ pub fn study_md(study: &Study) -> String {
                 format!("{:.1}", r.result.pages_per_request_mean),
             ]);
         }
-        md += &t.render();
+        md += &format!("```\n{}```\n", t.render());
         md += "\n";
         for ratio in ratios(&study.merge_rows) {
             let target = if ratio.op == "read" { " (target for reads: >= 1.10)" } else { "" };
