@@ -6,6 +6,15 @@
 //! by the same rules the probe applies to measurements ([`rules`]), and real devices get
 //! the paper's values (64 KiB, Q = 0) with a note on stderr. A probed profile's queue limit
 //! Q comes from [`rules::queue_limit`] on latencies measured with 0..=4 background I/Os.
+//!
+//! Version 2 adds what each way of waiting costs in CPU ([`WaitCost`]: CPU-ns per I/O under
+//! block, spin and sync, per op and size), the host's context-switch cost from `smartcon
+//! ctx`, and the size up to which spinning costs no more CPU than blocking
+//! ([`rules::spin_cheaper_bytes_max`]). Version 1 files still load: their recorded latency
+//! points carry the CPU share of each point, from which the costs are derived on load.
+//! The host's own cost of one blocking I/O ([`HostWaitCost`], measured by the probe on a
+//! 1 us emulated device and stored beside the profiles) is what emulated presets compare
+//! their model's service times against.
 
 use std::path::{Path, PathBuf};
 
@@ -14,8 +23,11 @@ use serde::{Deserialize, Serialize};
 use crate::decision::{DeviceClass, Thresholds};
 use crate::error::{Error, ErrorKind};
 
-/// The profile format version this build reads and writes.
-pub const PROFILE_VERSION: u32 = 1;
+/// The profile format version this build writes. It reads this one and
+/// [`PROFILE_VERSION_OLDEST`] on (older files are upgraded on load).
+pub const PROFILE_VERSION: u32 = 2;
+/// The oldest profile version this build still reads.
+pub const PROFILE_VERSION_OLDEST: u32 = 1;
 
 /// One measured point of the probe: mean latency and CPU per I/O of a strategy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +48,101 @@ fn is_zero(v: &u32) -> bool {
     *v == 0
 }
 
+/// What one I/O of a size costs in CPU under each way of waiting, ns of CPU time of the
+/// waiting thread per I/O (one I/O in flight): its CPU share times the mean latency.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitCost {
+    pub op: String,
+    pub bs_bytes: u64,
+    /// Submit, sleep, wake-up and switch back (the kernel's part is most of it).
+    pub block_cpu_ns: f64,
+    /// Busy-waiting: about the whole latency.
+    pub spin_cpu_ns: f64,
+    /// The plain positional call (inline where the device completes in the caller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_cpu_ns: Option<f64>,
+}
+
+/// The CPU-ns per I/O of every (op, size) of the size sweep that has block and spin points
+/// (the queue probe's points, with I/Os in flight behind, are left out), sorted by size.
+pub fn wait_costs_of(latencies: &[LatencyPoint]) -> Vec<WaitCost> {
+    let cost = |op: &str, bs: u64, s: &str| {
+        latencies
+            .iter()
+            .find(|p| p.op == op && p.bs_bytes == bs && p.strategy == s && p.background_ios == 0)
+            .map(|p| p.cpu_pct.max(0.0) / 100.0 * p.lat_ns_mean.max(0.0))
+    };
+    let mut out: Vec<WaitCost> = Vec::new();
+    for p in latencies.iter().filter(|p| p.background_ios == 0 && p.strategy == "block") {
+        if out.iter().any(|c| c.op == p.op && c.bs_bytes == p.bs_bytes) {
+            continue;
+        }
+        if let (Some(block_cpu_ns), Some(spin_cpu_ns)) =
+            (cost(&p.op, p.bs_bytes, "block"), cost(&p.op, p.bs_bytes, "spin"))
+        {
+            let sync_cpu_ns = cost(&p.op, p.bs_bytes, "sync");
+            out.push(WaitCost { op: p.op.clone(), bs_bytes: p.bs_bytes, block_cpu_ns, spin_cpu_ns, sync_cpu_ns });
+        }
+    }
+    out.sort_by(|a, b| a.bs_bytes.cmp(&b.bs_bytes).then_with(|| a.op.cmp(&b.op)));
+    out
+}
+
+/// What waiting costs on this host, independent of any device: the CPU one blocking I/O
+/// burns (submit, arm the timer, switch out, interrupt, switch back), measured by the
+/// probe on a 1 us emulated device where the device time is negligible, and what a
+/// spinning I/O costs beyond the device time. Stored as `$SMARTCON_HOME/host-wait.json`;
+/// emulated presets derive their [`WaitCost`]s from it and their model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostWaitCost {
+    pub version: u32,
+    pub block_cpu_ns: f64,
+    /// Spin CPU per I/O beyond the model's service time (submission, polling), >= 0.
+    pub spin_overhead_ns: f64,
+    /// `smartcon ctx`'s direct context-switch cost, if it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_ns: Option<f64>,
+    /// How the figures were obtained.
+    pub source: String,
+}
+
+impl HostWaitCost {
+    pub const VERSION: u32 = 1;
+
+    /// Where the host's figures are stored.
+    pub fn path() -> PathBuf {
+        smartcon_home().join("host-wait.json")
+    }
+
+    /// The stored figures, if any were stored and are readable and sane.
+    pub fn stored() -> Option<HostWaitCost> {
+        let h: HostWaitCost = serde_json::from_str(&std::fs::read_to_string(Self::path()).ok()?).ok()?;
+        let sane = h.version == Self::VERSION
+            && h.block_cpu_ns.is_finite()
+            && h.block_cpu_ns > 0.0
+            && h.spin_overhead_ns.is_finite()
+            && h.spin_overhead_ns >= 0.0;
+        sane.then_some(h)
+    }
+
+    /// Stores the figures (a temporary file of this process, then renamed over the old).
+    pub fn store(&self) -> Result<(), Error> {
+        let path = Self::path();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(ErrorKind::Profile, dir, e))?;
+        }
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("host wait cost does not serialize: {e}")))?;
+        let tmp = path.with_file_name(format!("host-wait.json.{}.tmp", std::process::id()));
+        let written = std::fs::write(&tmp, text + "\n").and_then(|()| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io(ErrorKind::Profile, &path, e));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
     pub version: u32,
@@ -50,6 +157,19 @@ pub struct Profile {
     /// The host wake-up cost the class rule compared against, if measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wakeup_ns: Option<f64>,
+    /// `smartcon ctx`'s direct context-switch cost, when the host profile was there: what a
+    /// blocking wait costs the thread the CPU switches to and back from, which the waiting
+    /// thread's own CPU clock does not see. [`rules::spin_cheaper_bytes_max`] adds it to
+    /// blocking's side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_ns: Option<f64>,
+    /// What each way of waiting costs in CPU per I/O, by op and size (version 2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wait_costs: Vec<WaitCost>,
+    /// Requests whose size plus backlog stays at or below this are spun whatever the
+    /// utilization: spinning costs no more CPU than blocking there. 0: no such size.
+    #[serde(default)]
+    pub spin_cheaper_bytes_max: u64,
     /// The CPUs the probe's I/O thread was pinned to (a CPU list, `any` when unpinned;
     /// absent in profiles written before placement was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,6 +185,7 @@ impl Profile {
             size_threshold_bytes: self.size_threshold_bytes,
             cpu_threshold_pct: self.cpu_threshold_pct,
             queue_limit: self.queue_limit,
+            spin_cheaper_bytes_max: self.spin_cheaper_bytes_max,
         }
     }
 
@@ -80,6 +201,9 @@ impl Profile {
             cpu_threshold_pct: rules::cpu_threshold_pct(100.0, online_cpus()),
             queue_limit: 0,
             wakeup_ns: None,
+            switch_ns: None,
+            wait_costs: Vec::new(),
+            spin_cheaper_bytes_max: 0,
             io_cpus: None,
             latencies: Vec::new(),
         }
@@ -88,23 +212,35 @@ impl Profile {
     /// Reads and validates a profile file.
     pub fn load(path: &Path) -> Result<Profile, Error> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(ErrorKind::Profile, path, e))?;
-        let profile: Profile = serde_json::from_str(&text).map_err(|e| {
+        let mut profile: Profile = serde_json::from_str(&text).map_err(|e| {
             Error::new(ErrorKind::Profile, format!("{} is not a smartcon profile: {e}", path.display()))
         })?;
-        if profile.version != PROFILE_VERSION {
+        if !(PROFILE_VERSION_OLDEST..=PROFILE_VERSION).contains(&profile.version) {
             return Err(Error::new(
                 ErrorKind::Profile,
                 format!(
-                    "{} has profile version {}, this smartcon reads {PROFILE_VERSION}; re-run smartcon probe",
+                    "{} has profile version {}, this smartcon reads {PROFILE_VERSION_OLDEST} to {PROFILE_VERSION}; re-run smartcon probe",
                     path.display(),
                     profile.version
                 ),
             ));
         }
+        if profile.version < 2 {
+            profile.upgrade_from_v1();
+        }
         if profile.cpu_threshold_pct > 100 || profile.size_threshold_bytes == 0 {
             return Err(Error::new(ErrorKind::Profile, format!("{}: thresholds out of range", path.display())));
         }
         Ok(profile)
+    }
+
+    /// Version 1 had no CPU costs: derive them from the recorded latency points (each
+    /// carries the CPU share it was measured with) by the rule the probe uses now. A
+    /// version 1 file without points gets none, and spinning is never "cheaper" there.
+    fn upgrade_from_v1(&mut self) {
+        self.wait_costs = wait_costs_of(&self.latencies);
+        self.spin_cheaper_bytes_max = rules::spin_cheaper_bytes_max(&self.wait_costs, self.switch_ns.unwrap_or(0.0));
+        self.version = PROFILE_VERSION;
     }
 
     /// Writes the profile atomically, creating the directory: into a temporary file of its
@@ -296,6 +432,32 @@ pub mod rules {
         q
     }
 
+    /// The largest size (request plus backlog) up to which spinning costs no more CPU than
+    /// blocking: at it and every smaller measured size, for every op measured there,
+    /// `spin_cpu_ns <= block_cpu_ns + switch_ns` (`switch_ns`: the context switch a blocking
+    /// wait costs whoever runs on the CPU meanwhile, invisible in the waiting thread's own
+    /// clock; 0 when unknown). 0 when spinning costs more already at the smallest size.
+    /// Spin cost grows with the device time and block cost hardly does, so the walk stops
+    /// at the first size where spinning costs more; a size between two cheap measured
+    /// sizes is cheap, and nothing beyond the largest measured size is.
+    pub fn spin_cheaper_bytes_max(costs: &[super::WaitCost], switch_ns: f64) -> u64 {
+        let mut sizes: Vec<u64> = costs.iter().map(|c| c.bs_bytes).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let mut max = 0;
+        for bs in sizes {
+            let cheap = costs
+                .iter()
+                .filter(|c| c.bs_bytes == bs)
+                .all(|c| c.spin_cpu_ns.is_finite() && c.spin_cpu_ns <= c.block_cpu_ns + switch_ns.max(0.0));
+            if !cheap {
+                break;
+            }
+            max = bs;
+        }
+        max
+    }
+
     /// Table II: the CPU threshold is 100% minus the share of the machine busy-waiting costs.
     /// `spin_cpu_pct_of_one_cpu` is what one spinning I/O thread used of one CPU (about 100).
     pub fn cpu_threshold_pct(spin_cpu_pct_of_one_cpu: f64, cpus: u32) -> u32 {
@@ -452,10 +614,87 @@ mod tests {
         assert_eq!(Profile::load(&path).unwrap(), p);
         std::fs::write(&path, "{\"version\": 1}").unwrap();
         assert!(Profile::load(&path).unwrap_err().to_string().contains("not a smartcon profile"));
-        let mut v2 = p.clone();
-        v2.version = 2;
-        std::fs::write(&path, serde_json::to_string(&v2).unwrap()).unwrap();
-        assert!(Profile::load(&path).unwrap_err().to_string().contains("version 2"));
+        let mut future = p.clone();
+        future.version = PROFILE_VERSION + 1;
+        std::fs::write(&path, serde_json::to_string(&future).unwrap()).unwrap();
+        let e = Profile::load(&path).unwrap_err().to_string();
+        assert!(e.contains(&format!("version {}", PROFILE_VERSION + 1)) && e.contains("re-run smartcon probe"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn cost(bs_bytes: u64, op: &str, block_cpu_ns: f64, spin_cpu_ns: f64) -> WaitCost {
+        WaitCost { op: op.into(), bs_bytes, block_cpu_ns, spin_cpu_ns, sync_cpu_ns: None }
+    }
+
+    #[test]
+    fn spinning_is_cheaper_up_to_the_first_size_where_it_costs_more_cpu() {
+        // emu:optane-like on a KVM guest: a blocking I/O burns ~19 us, spinning the device time.
+        let c = [
+            cost(4096, "read", 19e3, 11e3),
+            cost(8192, "read", 19e3, 13e3),
+            cost(16384, "read", 19e3, 17e3),
+            cost(32768, "read", 19e3, 25e3),
+            cost(65536, "read", 19e3, 18e3), // cheap again: noise, the walk has stopped
+        ];
+        assert_eq!(spin_cheaper_bytes_max(&c, 0.0), 16384);
+        // The co-runner's switch counted on blocking's side moves the bound.
+        assert_eq!(spin_cheaper_bytes_max(&c, 7e3), 65536);
+        // Every op at a size must be cheap: a slow read at 8k stops the walk there.
+        let mut c2 = c.to_vec();
+        c2.push(cost(8192, "write", 19e3, 30e3));
+        assert_eq!(spin_cheaper_bytes_max(&c2, 0.0), 4096);
+        // A disk: spinning costs the whole 60 us against 20 us of blocking. Never cheaper.
+        assert_eq!(spin_cheaper_bytes_max(&[cost(4096, "read", 20e3, 60e3)], 0.0), 0);
+        assert_eq!(spin_cheaper_bytes_max(&[], 0.0), 0);
+        assert_eq!(spin_cheaper_bytes_max(&[cost(4096, "read", 20e3, f64::NAN)], 0.0), 0);
+    }
+
+    #[test]
+    fn wait_costs_come_from_the_size_sweep_points() {
+        let lp = |op: &str, bs, s: &str, lat, cpu, k| LatencyPoint {
+            op: op.into(),
+            bs_bytes: bs,
+            strategy: s.into(),
+            lat_ns_mean: lat,
+            cpu_pct: cpu,
+            background_ios: k,
+        };
+        let l = vec![
+            lp("read", 8192, "block", 40e3, 50.0, 0),
+            lp("read", 8192, "spin", 20e3, 100.0, 0),
+            lp("read", 4096, "block", 30e3, 60.0, 0),
+            lp("read", 4096, "spin", 10e3, 100.0, 0),
+            lp("read", 4096, "sync", 10e3, 90.0, 0),
+            lp("read", 4096, "block", 90e3, 10.0, 2),  // queue probe: left out
+            lp("write", 4096, "block", 30e3, 60.0, 0), // no spin point: left out
+        ];
+        let c = wait_costs_of(&l);
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert_eq!(
+            (c[0].bs_bytes, c[0].block_cpu_ns, c[0].spin_cpu_ns, c[0].sync_cpu_ns),
+            (4096, 18e3, 10e3, Some(9e3))
+        );
+        assert_eq!((c[1].bs_bytes, c[1].block_cpu_ns, c[1].spin_cpu_ns, c[1].sync_cpu_ns), (8192, 20e3, 20e3, None));
+        assert_eq!(spin_cheaper_bytes_max(&c, 0.0), 8192);
+    }
+
+    #[test]
+    fn a_version_1_profile_loads_with_costs_derived_from_its_points() {
+        let dir = std::env::temp_dir().join(format!("smartcon-profile-v1-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("v1.json");
+        // As `smartcon probe` wrote it before version 2 (fields of version 1 only).
+        let v1 = r#"{"version": 1, "device": "emu:optane", "source": "probe", "class": "fast",
+            "size_threshold_bytes": 65536, "cpu_threshold_pct": 50, "queue_limit": 0, "wakeup_ns": 18000.0,
+            "latencies": [
+              {"op": "read", "bs_bytes": 4096, "strategy": "block", "lat_ns_mean": 29000.0, "cpu_pct": 65.0},
+              {"op": "read", "bs_bytes": 4096, "strategy": "spin", "lat_ns_mean": 10500.0, "cpu_pct": 99.0}]}"#;
+        std::fs::write(&path, v1).unwrap();
+        let p = Profile::load(&path).unwrap();
+        assert_eq!(p.version, PROFILE_VERSION);
+        assert_eq!(p.wait_costs.len(), 1);
+        assert_eq!(p.spin_cheaper_bytes_max, 4096, "{p:?}");
+        assert_eq!(p.thresholds().spin_cheaper_bytes_max, 4096);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -72,7 +72,7 @@ pub struct ThreadStats {
     pub ios: u64,
     pub bytes: u64,
     pub by_strategy: [u64; Strategy::COUNT],
-    pub by_reason: [u64; 6],
+    pub by_reason: [u64; Reason::COUNT],
     pub spin_fallbacks: u64,
     pub fsyncs: u64,
     /// Polling strategies: polls, kernel sleeps, and the error of each predicted
@@ -95,7 +95,7 @@ impl ThreadStats {
             ios: 0,
             bytes: 0,
             by_strategy: [0; Strategy::COUNT],
-            by_reason: [0; 6],
+            by_reason: [0; Reason::COUNT],
             spin_fallbacks: 0,
             fsyncs: 0,
             polled_ios: 0,
@@ -451,7 +451,7 @@ impl JobResult {
         let mut decisions = Decisions::default();
         let (mut ios, mut bytes, mut fallbacks, mut fsyncs) = (0, 0, 0, 0);
         let mut by_strategy = [0u64; Strategy::COUNT];
-        let mut by_reason = [0u64; 6];
+        let mut by_reason = [0u64; Reason::COUNT];
         let start = threads.iter().map(|t| t.start_ns).min().unwrap_or(0);
         let end = threads.iter().map(|t| t.end_ns).max().unwrap_or(start);
         for t in threads {

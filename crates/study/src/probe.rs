@@ -13,7 +13,15 @@
 //!   one blocking I/O burns, mainstream when spinning pays at no size, fast otherwise;
 //! - CPU threshold: 100% minus the share of the machine one spinning I/O thread costs;
 //! - queue limit Q (Fig. 7): 4 KiB random reads under block and spin while k = 1..=4
-//!   background readers keep k I/Os in flight on the same device ([`queue_points_of`]).
+//!   background readers keep k I/Os in flight on the same device ([`queue_points_of`]);
+//! - the CPU each way of waiting costs per I/O (block, spin, sync by op and size: the
+//!   thread's CPU share times the mean latency, [`profile::wait_costs_of`]) and from it the
+//!   size up to which spinning costs no more CPU than blocking
+//!   ([`rules::spin_cheaper_bytes_max`], with `smartcon ctx`'s switch cost when stored).
+//!
+//! Before a device, the host's own cost of waiting ([`HostWaitCost`]: CPU per blocking I/O
+//! on a 1 us emulated device, spin overhead) is measured once and stored beside the
+//! profiles ([`ensure_host_wait_cost`]); emulated presets derive their costs from it.
 //!
 //! Non-goals: queue depths above one, mixed read/write thresholds, storing the profile
 //! (the caller decides where it goes).
@@ -27,7 +35,7 @@ use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::placement::format_cpu_list;
-use smartcon_engine::profile::{self, rules, LatencyPoint, Profile, PROFILE_VERSION};
+use smartcon_engine::profile::{self, rules, HostWaitCost, LatencyPoint, Profile, PROFILE_VERSION};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target};
 use smartcon_engine::Op;
@@ -110,6 +118,84 @@ pub fn host_wakeup_ns(
     Ok((median(&mut diffs).max(500.0), "measured: median block minus spin p50 latency on emu:nvram, 4 KiB".into()))
 }
 
+/// `smartcon ctx`'s direct context-switch cost from its host profile, if stored.
+pub fn host_switch_ns(host_profile: Option<&Path>) -> Option<f64> {
+    let path = host_profile.filter(|p| p.exists())?;
+    smartcon_ctxcost::HostProfile::read(path).ok()?.ctx_direct_ns().filter(|v| v.is_finite() && *v > 0.0)
+}
+
+/// CPU-ns per I/O of a job: the thread's CPU share over the job's time, per I/O.
+fn cpu_ns_per_io(r: &JobResult) -> Option<f64> {
+    (r.ios > 0).then(|| (r.cpu_user_pct + r.cpu_sys_pct) / 100.0 * r.duration_ns as f64 / r.ios as f64)
+}
+
+/// Measures the host's cost of waiting on `emu:nvram` (1 us: the device time is
+/// negligible beside a wake-up): the CPU of one blocking 4 KiB read and what a spinning one
+/// costs beyond the model's service time; medians of three short pairs, so a burst of
+/// another process lands in one pair at most.
+pub fn measure_host_wait_cost(
+    monitor: &SystemMonitor,
+    host_profile: Option<&Path>,
+    stop: &AtomicBool,
+) -> Result<HostWaitCost, Error> {
+    let t = target::open(&target::parse_target("emu:nvram,size=16m")?, OpenOptions::default())?;
+    let service_ns = t.model_service_ns(Op::Read, 4096).unwrap_or(0) as f64;
+    let p = Profile::paper_default(&t.device_id());
+    let (mut block, mut spin) = (Vec::with_capacity(3), Vec::with_capacity(3));
+    for pair in 0..3u64 {
+        for s in [Strategy::Block, Strategy::Spin] {
+            if stop.load(Ordering::Relaxed) {
+                return Err(interrupted());
+            }
+            let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(s));
+            js.duration_ns = 50_000_000;
+            js.warmup_ios = TURN_WARMUP_IOS;
+            js.seed = 1 + pair;
+            let r = run_job(t.as_ref(), &js, &p, monitor, stop)?;
+            if let Some(ns) = cpu_ns_per_io(&r) {
+                if s == Strategy::Block {
+                    block.push(ns)
+                } else {
+                    spin.push(ns - service_ns)
+                }
+            }
+        }
+    }
+    if block.is_empty() || spin.is_empty() {
+        return Err(Error::new(ErrorKind::Io, "emu:nvram completed no I/O while measuring the host's wait cost"));
+    }
+    Ok(HostWaitCost {
+        version: HostWaitCost::VERSION,
+        block_cpu_ns: median(&mut block).max(1.0),
+        spin_overhead_ns: median(&mut spin).max(0.0),
+        switch_ns: host_switch_ns(host_profile),
+        source: "measured: median CPU per 4 KiB read of three block and spin turns on emu:nvram".into(),
+    })
+}
+
+/// The host's stored wait cost, else measured now and stored (a note says so).
+pub fn ensure_host_wait_cost(
+    monitor: &SystemMonitor,
+    host_profile: Option<&Path>,
+    stop: &AtomicBool,
+    progress: &mut Progress<'_>,
+) -> Result<HostWaitCost, Error> {
+    if let Some(h) = HostWaitCost::stored() {
+        return Ok(h);
+    }
+    let h = measure_host_wait_cost(monitor, host_profile, stop)?;
+    match h.store() {
+        Ok(()) => progress(Event::Note(&format!(
+            "host wait cost: a blocking I/O burns {} of CPU, a spinning one {} beyond the device time (stored in {})",
+            format_ns(h.block_cpu_ns),
+            format_ns(h.spin_overhead_ns),
+            HostWaitCost::path().display()
+        ))),
+        Err(e) => progress(Event::Note(&format!("host wait cost measured but not stored: {e}"))),
+    }
+    Ok(h)
+}
+
 fn interrupted() -> Error {
     Error::new(ErrorKind::Usage, "interrupted: no profile written")
 }
@@ -132,6 +218,9 @@ pub fn probe_target(
         js.validate(target)?;
     }
     let (wakeup_ns, wakeup_source) = host_wakeup_ns(monitor, plan.host_profile.as_deref(), stop, progress)?;
+    // Emulated presets compare against it; measured once per host, before the device.
+    ensure_host_wait_cost(monitor, plan.host_profile.as_deref(), stop, progress)?;
+    let switch_ns = host_switch_ns(plan.host_profile.as_deref());
     let queue_steps = QUEUE_PROBE_BACKGROUND_MAX as usize * 2;
     progress(Event::Steps((plan.sizes.len() * ops.len() * strategies.len() + queue_steps) as u64));
     let fixed_profile = Profile::paper_default(&device);
@@ -219,7 +308,7 @@ pub fn probe_target(
     if !plan.writes {
         notes.push("reads only: pass --destructive to also measure writes (overwrites the target's data)".into());
     }
-    let (profile, block_cpu_ns) = conclude(device, &plan.sizes, latencies, wakeup_ns, plan.cpus.as_deref());
+    let (profile, block_cpu_ns) = conclude(device, &plan.sizes, latencies, wakeup_ns, switch_ns, plan.cpus.as_deref());
     Ok(ProbeOutcome { profile, ios: ios_of, wakeup_source, block_cpu_ns, notes })
 }
 
@@ -277,6 +366,7 @@ pub fn conclude(
     sizes: &[u64],
     latencies: Vec<LatencyPoint>,
     wakeup_ns: f64,
+    switch_ns: Option<f64>,
     cpus: Option<&[usize]>,
 ) -> (Profile, f64) {
     let queue_points = queue_points_of(&latencies);
@@ -299,6 +389,7 @@ pub fn conclude(
         .filter(|p| p.strategy == "sync" && p.bs_bytes == smallest && p.op == "read")
         .map(|p| p.lat_ns_mean)
         .fold(f64::INFINITY, f64::min);
+    let wait_costs = profile::wait_costs_of(&latencies);
     let profile = Profile {
         version: PROFILE_VERSION,
         device,
@@ -308,6 +399,9 @@ pub fn conclude(
         cpu_threshold_pct: rules::cpu_threshold_pct(spin_cpu, profile::online_cpus()),
         queue_limit: if queue_points.is_empty() { 0 } else { rules::queue_limit(&queue_points) },
         wakeup_ns: Some(wakeup_ns),
+        switch_ns,
+        spin_cheaper_bytes_max: rules::spin_cheaper_bytes_max(&wait_costs, switch_ns.unwrap_or(0.0)),
+        wait_costs,
         io_cpus: Some(cpus.map_or_else(|| "any".to_string(), format_cpu_list)),
         latencies,
     };
@@ -431,8 +525,16 @@ mod tests {
             lp("read", 65536, "spin", 49.9e3, 0),
             lp("read", 65536, "sync", 50e3, 0),
         ];
-        let (p, block_cpu_ns) = conclude("blk:test".into(), &[4096, 65536], l, 5e3, Some(&[1]));
+        let (p, block_cpu_ns) = conclude("blk:test".into(), &[4096, 65536], l.clone(), 5e3, None, Some(&[1]));
         assert_eq!(p.size_threshold_bytes, 65536);
+        // CPU per I/O (lp's 50% share): block 10 us, spin 5 us at 4k; 25 us each at 64k.
+        assert_eq!(p.wait_costs.len(), 2);
+        assert_eq!((p.wait_costs[0].block_cpu_ns, p.wait_costs[0].spin_cpu_ns), (10e3, 5e3));
+        assert_eq!(p.spin_cheaper_bytes_max, 65536, "spinning costs no more CPU at either size");
+        assert_eq!(p.thresholds().spin_cheaper_bytes_max, 65536);
+        // ctx's switch cost is recorded with the profile.
+        let (p2, _) = conclude("blk:test".into(), &[4096, 65536], l, 5e3, Some(2e3), None);
+        assert_eq!(p2.switch_ns, Some(2e3));
         assert_eq!(p.source, "probe");
         assert_eq!(p.io_cpus.as_deref(), Some("1"));
         assert_eq!(block_cpu_ns, 0.5 * 20e3);

@@ -39,7 +39,7 @@ use smartcon_devemu::{units::format_size, EmuSpec, FcfsDevice, Op, RamStore};
 use super::{InFlight, IoBuf, Port, PortWait, Target, WaitOutcome};
 use crate::clock::{now_ns, sleep_until_ns, spin_until_ns};
 use crate::error::{Error, ErrorKind};
-use crate::profile::{self, rules, Profile, PROFILE_VERSION};
+use crate::profile::{self, rules, HostWaitCost, Profile, WaitCost, PROFILE_VERSION};
 use crate::ring::Ring;
 use crate::stop;
 use crate::wait::{Pending, Status};
@@ -82,6 +82,31 @@ pub const ASSUMED_BLOCK_CPU_NS: f64 = 5_000.0;
 /// Sizes the built-in rules look at (the probe's range, Sec. 4.1, and one step more).
 pub const RULE_SIZES_BYTES: [u64; 9] =
     [4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20];
+
+/// What waiting costs in CPU per I/O on a model, by the rule the probe measures: spinning
+/// and the inline path (programmed I/O) keep the thread busy for the service time (plus the
+/// host's spin overhead), blocking costs the host's measured CPU per blocking I/O whatever
+/// the device. Without stored host figures ([`HostWaitCost::stored`], written by the
+/// probe) blocking is assumed to cost [`ASSUMED_BLOCK_CPU_NS`], the low end, so that an
+/// unmeasured host never spins past its CPU threshold. No figure here is tuned to a preset.
+pub fn model_wait_costs(spec: &EmuSpec, host: Option<&HostWaitCost>) -> Vec<WaitCost> {
+    let block_cpu_ns = host.map_or(ASSUMED_BLOCK_CPU_NS, |h| h.block_cpu_ns);
+    let spin_overhead_ns = host.map_or(0.0, |h| h.spin_overhead_ns);
+    let mut out = Vec::with_capacity(RULE_SIZES_BYTES.len() * 2);
+    for &bs in &RULE_SIZES_BYTES {
+        for op in [Op::Read, Op::Write] {
+            let service = spec.model.service_ns(op, bs) as f64;
+            out.push(WaitCost {
+                op: op.name().into(),
+                bs_bytes: bs,
+                block_cpu_ns,
+                spin_cpu_ns: service + spin_overhead_ns,
+                sync_cpu_ns: Some(service),
+            });
+        }
+    }
+    out
+}
 
 pub struct EmuTarget {
     spec: EmuSpec,
@@ -226,6 +251,9 @@ impl Target for EmuTarget {
                 rules::SizePoint { bs_bytes: bs, block_ns: service + ASSUMED_WAKEUP_NS, spin_ns: service }
             })
             .collect();
+        let host = HostWaitCost::stored();
+        let wait_costs = model_wait_costs(&self.spec, host.as_ref());
+        let switch_ns = host.as_ref().and_then(|h| h.switch_ns);
         Some(Profile {
             version: PROFILE_VERSION,
             device: self.device_id(),
@@ -237,6 +265,9 @@ impl Target for EmuTarget {
             // request wait behind others (Fig. 7's queue length, read off the model).
             queue_limit: self.spec.model.channels.saturating_sub(1),
             wakeup_ns: Some(ASSUMED_WAKEUP_NS),
+            switch_ns,
+            spin_cheaper_bytes_max: rules::spin_cheaper_bytes_max(&wait_costs, switch_ns.unwrap_or(0.0)),
+            wait_costs,
             io_cpus: None,
             latencies: Vec::new(),
         })
@@ -284,5 +315,41 @@ impl Port for EmuPort<'_> {
         }
         outcome.done_ns = status.done_ns;
         Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cheap(text: &str, host: Option<&HostWaitCost>) -> u64 {
+        let spec = smartcon_devemu::preset::parse_spec(text).unwrap();
+        let switch_ns = host.and_then(|h| h.switch_ns).unwrap_or(0.0);
+        rules::spin_cheaper_bytes_max(&model_wait_costs(&spec, host), switch_ns)
+    }
+
+    #[test]
+    fn the_cheaper_spin_bound_comes_from_the_model_and_the_host_cost() {
+        // A KVM guest like the team's: a blocking I/O burns 19 us, a spin 0.5 us beyond the
+        // device time (figures of the order `smartcon probe` measures there).
+        let kvm = HostWaitCost {
+            version: HostWaitCost::VERSION,
+            block_cpu_ns: 19_000.0,
+            spin_overhead_ns: 500.0,
+            switch_ns: None,
+            source: "test".into(),
+        };
+        // A 10 us device costs less CPU spinning than blocking at small sizes, whatever op.
+        let optane = cheap("emu:optane", Some(&kvm));
+        assert!(optane >= 4096, "optane: {optane}");
+        // The same device with a 30 us read, or a host whose blocking is cheap: never.
+        assert_eq!(cheap("emu:optane,read_lat=30us", Some(&kvm)), 0);
+        assert_eq!(cheap("emu:nvme,read_lat=30us", Some(&kvm)), 0);
+        assert_eq!(cheap("emu:optane", None), 0, "unmeasured host: assumed cheap blocking");
+        // Milliseconds: never.
+        assert_eq!(cheap("emu:hdd", Some(&kvm)), 0);
+        // The rule is monotone in the host's block cost: a dearer wake-up spins at more sizes.
+        let dear = HostWaitCost { block_cpu_ns: 60_000.0, ..kvm.clone() };
+        assert!(cheap("emu:optane", Some(&dear)) > optane);
     }
 }

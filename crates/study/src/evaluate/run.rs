@@ -24,7 +24,7 @@ use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::{run_job, JobSpec, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::placement::format_cpu_list;
-use smartcon_engine::profile::{self, profile_path, Profile};
+use smartcon_engine::profile::{self, profile_path, HostWaitCost, Profile};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
 use smartcon_engine::wait::PollParams;
@@ -37,7 +37,7 @@ use super::judge::TargetInfo;
 use super::merge::Turn;
 use super::plan::{Plan, SETTLE_NS};
 use super::{Cell, Corunner, CorunnerKind, Load, PostmarkRecord, Workload};
-use crate::probe::{probe_target, ProbePlan, PROBE_SIZES_BYTES};
+use crate::probe::{ensure_host_wait_cost, probe_target, ProbePlan, PROBE_SIZES_BYTES};
 use crate::{stopping_scope, turn_order, Event, Progress};
 
 /// A target opened for the run.
@@ -215,6 +215,14 @@ pub fn probe_missing(
 ) -> Result<(), Error> {
     if !plan.strategies.contains(&StrategyChoice::Smart) {
         return Ok(());
+    }
+    // The host's cost of one blocking I/O, which emulated presets compare their model's
+    // service times against: measured once per host (stored), then their profiles again.
+    if session.opened.iter().any(|o| o.profile.source == "builtin-model") && HostWaitCost::stored().is_none() {
+        ensure_host_wait_cost(monitor, host_profile, stop, progress)?;
+        for o in session.opened.iter_mut().filter(|o| o.profile.source == "builtin-model") {
+            o.profile = profile::resolve(o.target.as_ref(), None)?;
+        }
     }
     for o in session.opened.iter_mut() {
         let here = o.cpus_text();
