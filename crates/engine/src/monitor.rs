@@ -12,10 +12,26 @@
 //! Leaving our threads out has a blind spot: a spinner displaces other work, and what the
 //! others *get* then understates what they *want* (two crunchers beside one spinner on two
 //! CPUs get one CPU between them: 50%, under a 51% threshold, so the spinner keeps
-//! spinning). So the published figure is the larger of the others' utilization and the
-//! CPU pressure (/proc/pressure/cpu "some": the share of time some runnable task waited
-//! for a CPU). A lone spinner makes no pressure; a spinner that pushes others off a CPU
-//! makes it at once. Without PSI (kernels built without it) the utilization alone is used.
+//! spinning). So the published figure is the others' *demand*: the larger of their
+//! utilization and the average number of runnable tasks other than ours (running or
+//! waiting for a CPU), as a share of the CPUs. The runnable count is sampled from
+//! /proc/loadavg's `nr_running` every [`RUNNABLE_SAMPLE_NS`] and averaged over the window;
+//! the ticker itself (running while it reads) and our I/O threads' running share (their
+//! CPU time over the wall time) are taken off. Two crunchers are 2 runnable tasks: 100% of
+//! two CPUs, whether or not a spinner pushes them off. Four I/O workers that each sleep
+//! on their device and run for a few microseconds per I/O are a fraction of one CPU.
+//!
+//! What it replaced, and why: the CPU pressure (/proc/pressure/cpu "some", the share of
+//! wall time in which *some* task waited for a CPU). It is a yes/no per instant, not a
+//! count of CPUs wanted: four blocking I/O workers on two CPUs wake tens of thousands of
+//! times a second, and whenever two wake-ups overlap one of them waits a few
+//! microseconds; the share of time with *some* waiter was near 100% beside the IO-intensive
+//! load although the workers wanted well under a CPU, so `smart` blocked beside them
+//! while a spinner would have cost them nothing (they preempt it on wake-up). The pressure
+//! is still read and reported ([`SystemMonitor::pressure_pct`]), not decided on.
+//! The threshold it is compared against is unchanged (Table II: 100% less one spinner's
+//! share), and now says what it was meant to: spin when the others want no more CPUs than
+//! the machine has besides the spinner's.
 //!
 //! Non-goals: per-CPU or per-cgroup views; a machine-wide share is what the paper uses.
 
@@ -24,6 +40,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// How often the runnable count is sampled (/proc/loadavg, a few microseconds to read):
+/// 50 samples in the default window, at about 0.1% of one CPU.
+pub const RUNNABLE_SAMPLE_NS: u64 = 2_000_000;
 
 /// Bounds on the window: shorter is noise (10 ms ticks), longer reacts too late.
 pub const WINDOW_NS_MIN: u64 = 20_000_000;
@@ -46,6 +66,10 @@ struct Shared {
     /// The others' utilization alone (without the pressure), for reports and tests.
     others_util_pct_x100: AtomicU32,
     total_pct_x100: AtomicU32,
+    /// The CPU pressure alone (PSI "some" share of wall time), for reports.
+    pressure_pct_x100: AtomicU32,
+    /// The others' runnable share alone, for reports.
+    runnable_pct_x100: AtomicU32,
     stop: AtomicBool,
     threads: Mutex<Vec<(libc::clockid_t, u64)>>,
     /// CPU time of I/O threads that have deregistered, so their share stays counted.
@@ -86,13 +110,55 @@ fn read_cpu_pressure() -> Option<u64> {
     parse_cpu_pressure(&std::fs::read_to_string("/proc/pressure/cpu").ok()?)
 }
 
-/// What other work wants of the CPUs over an interval, in hundredths of a percent: the
-/// larger of their utilization (busy less ours, over all CPUs' time) and the share of
-/// wall time some task waited for a CPU.
-fn others_demand_x100(busy_ns: f64, total_ns: f64, own_ns: f64, stall: Option<(f64, f64)>) -> f64 {
-    let util = ((busy_ns - own_ns).max(0.0) / total_ns * 10_000.0).clamp(0.0, 10_000.0);
-    let pressure = stall.map_or(0.0, |(stall_ns, wall_ns)| (stall_ns / wall_ns * 10_000.0).clamp(0.0, 10_000.0));
-    util.max(pressure)
+/// The number of runnable tasks (running or waiting for a CPU) from /proc/loadavg's text:
+/// the fourth field, `running/total`.
+fn parse_nr_running(text: &str) -> Option<u32> {
+    text.split_whitespace().nth(3)?.split_once('/')?.0.parse().ok()
+}
+
+fn read_nr_running() -> Option<u32> {
+    parse_nr_running(&std::fs::read_to_string("/proc/loadavg").ok()?)
+}
+
+/// One window's figures, in hundredths of a percent of all CPUs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Figures {
+    /// The published demand: the larger of `util` and `runnable`.
+    others: f64,
+    /// The others' utilization: busy time less ours, over all CPUs' time.
+    util: f64,
+    /// The others' average runnable count (less the sampler and our running share).
+    runnable: f64,
+    /// PSI "some" share of wall time, reported only.
+    pressure: f64,
+    /// Everyone's utilization, ours included.
+    total: f64,
+}
+
+/// The figures of an interval: `busy_ns`, `total_ns` and `own_ns` of CPU time (all CPUs),
+/// `wall_ns` of wall time, `runnable_mean` the mean sampled `nr_running` (`None`: not
+/// readable), `stall_ns` the PSI "some" time, `cpus` the online CPUs.
+fn figures(
+    busy_ns: f64,
+    total_ns: f64,
+    own_ns: f64,
+    wall_ns: f64,
+    runnable_mean: Option<f64>,
+    stall_ns: Option<f64>,
+    cpus: u32,
+) -> Figures {
+    let pct = |x: f64| (x * 10_000.0).clamp(0.0, 10_000.0);
+    let util = pct((busy_ns - own_ns).max(0.0) / total_ns.max(1.0));
+    // The sampler is running while it reads; our threads ran `own / wall` CPUs on average.
+    let own_running = own_ns / wall_ns.max(1.0);
+    let runnable = runnable_mean.map_or(0.0, |n| pct((n - 1.0 - own_running).max(0.0) / cpus.max(1) as f64));
+    Figures {
+        others: util.max(runnable),
+        util,
+        runnable,
+        pressure: stall_ns.map_or(0.0, |st| pct(st / wall_ns.max(1.0))),
+        total: pct(busy_ns / total_ns.max(1.0)),
+    }
 }
 
 fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
@@ -135,6 +201,8 @@ impl SystemMonitor {
             others_pct_x100: AtomicU32::new(0),
             others_util_pct_x100: AtomicU32::new(0),
             total_pct_x100: AtomicU32::new(0),
+            pressure_pct_x100: AtomicU32::new(0),
+            runnable_pct_x100: AtomicU32::new(0),
             stop: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             retired_own_ns: AtomicU64::new(0),
@@ -156,6 +224,8 @@ impl SystemMonitor {
                 others_pct_x100: AtomicU32::new(others_pct * 100),
                 others_util_pct_x100: AtomicU32::new(others_pct * 100),
                 total_pct_x100: AtomicU32::new(others_pct * 100),
+                pressure_pct_x100: AtomicU32::new(0),
+                runnable_pct_x100: AtomicU32::new(others_pct * 100),
                 stop: AtomicBool::new(true),
                 threads: Mutex::new(Vec::new()),
                 retired_own_ns: AtomicU64::new(0),
@@ -164,15 +234,28 @@ impl SystemMonitor {
         }
     }
 
-    /// Others' CPU utilization in whole percent: one atomic load.
+    /// Others' CPU demand in whole percent (the larger of their utilization and their
+    /// runnable share): one atomic load.
     #[inline]
     pub fn cpu_utilization_pct(&self) -> u32 {
         self.shared.others_pct_x100.load(Ordering::Relaxed) / 100
     }
 
-    /// The others' CPU utilization alone, without the pressure, percent (for reports).
+    /// The others' average runnable tasks (running or waiting), percent of the CPUs (for
+    /// reports).
+    pub fn others_runnable_pct(&self) -> f64 {
+        self.shared.runnable_pct_x100.load(Ordering::Relaxed) as f64 / 100.0
+    }
+
+    /// The others' CPU utilization alone, without the runnable count, percent (for reports).
     pub fn others_utilization_pct(&self) -> f64 {
         self.shared.others_util_pct_x100.load(Ordering::Relaxed) as f64 / 100.0
+    }
+
+    /// The CPU pressure over the window (PSI "some": share of wall time some task waited
+    /// for a CPU), percent; 0 without PSI (for reports).
+    pub fn pressure_pct(&self) -> f64 {
+        self.shared.pressure_pct_x100.load(Ordering::Relaxed) as f64 / 100.0
     }
 
     /// Machine-wide utilization including our own threads, percent (for reports).
@@ -230,34 +313,64 @@ fn own_cpu_ns(shared: &Shared) -> u64 {
 fn ticker(shared: Arc<Shared>, window_ns: u64, period_ns: u64) {
     let samples_max = (window_ns / period_ns + 2) as usize;
     let mut samples: VecDeque<Sample> = VecDeque::with_capacity(samples_max);
+    let runnable_max = (window_ns / RUNNABLE_SAMPLE_NS + 2) as usize;
+    let mut runnable: VecDeque<(u64, u32)> = VecDeque::with_capacity(runnable_max);
+    let cpus = crate::profile::online_cpus();
+    let mut next_stat_ns = 0;
     while !shared.stop.load(Ordering::Relaxed) {
-        if let Some((busy_ns, total_ns)) = read_proc_stat() {
-            let now = crate::clock::now_ns();
-            let s =
-                Sample { at_ns: now, busy_ns, total_ns, own_ns: own_cpu_ns(&shared), stall_ns: read_cpu_pressure() };
-            samples.push_back(s);
-            while samples.len() > samples_max || (samples.len() > 2 && now - samples[1].at_ns >= window_ns) {
-                samples.pop_front();
-            }
-            if let Some(first) = samples.front().filter(|f| f.total_ns < s.total_ns) {
-                let total = (s.total_ns - first.total_ns) as f64;
-                let busy = s.busy_ns.saturating_sub(first.busy_ns) as f64;
-                let own = s.own_ns.saturating_sub(first.own_ns) as f64;
-                let stall = match (first.stall_ns, s.stall_ns) {
-                    (Some(a), Some(b)) if s.at_ns > first.at_ns => {
-                        Some((b.saturating_sub(a) as f64, (s.at_ns - first.at_ns) as f64))
-                    }
-                    _ => None,
-                };
-                let others = others_demand_x100(busy, total, own, stall);
-                shared.others_util_pct_x100.store(others_demand_x100(busy, total, own, None) as u32, Ordering::Relaxed);
-                let all = (busy / total * 10_000.0).min(10_000.0);
-                shared.others_pct_x100.store(others as u32, Ordering::Relaxed);
-                shared.total_pct_x100.store(all as u32, Ordering::Relaxed);
+        let now = crate::clock::now_ns();
+        if let Some(n) = read_nr_running() {
+            runnable.push_back((now, n));
+            while runnable.len() > runnable_max || runnable.front().is_some_and(|r| now - r.0 > window_ns) {
+                runnable.pop_front();
             }
         }
-        std::thread::sleep(Duration::from_nanos(period_ns));
+        if now >= next_stat_ns {
+            next_stat_ns = now + period_ns;
+            tick(&shared, &mut samples, samples_max, window_ns, &runnable, cpus);
+        }
+        std::thread::sleep(Duration::from_nanos(RUNNABLE_SAMPLE_NS.min(period_ns)));
     }
+}
+
+/// One /proc/stat tick: a sample, then the window's figures published.
+fn tick(
+    shared: &Shared,
+    samples: &mut VecDeque<Sample>,
+    samples_max: usize,
+    window_ns: u64,
+    runnable: &VecDeque<(u64, u32)>,
+    cpus: u32,
+) {
+    let Some((busy_ns, total_ns)) = read_proc_stat() else { return };
+    let now = crate::clock::now_ns();
+    let s = Sample { at_ns: now, busy_ns, total_ns, own_ns: own_cpu_ns(shared), stall_ns: read_cpu_pressure() };
+    samples.push_back(s);
+    while samples.len() > samples_max || (samples.len() > 2 && now - samples[1].at_ns >= window_ns) {
+        samples.pop_front();
+    }
+    let Some(first) = samples.front().filter(|f| f.total_ns < s.total_ns && f.at_ns < s.at_ns) else { return };
+    let in_window: Vec<u32> = runnable.iter().filter(|r| r.0 >= first.at_ns).map(|r| r.1).collect();
+    let runnable_mean =
+        (!in_window.is_empty()).then(|| in_window.iter().map(|&n| n as f64).sum::<f64>() / in_window.len() as f64);
+    let stall = match (first.stall_ns, s.stall_ns) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64),
+        _ => None,
+    };
+    let f = figures(
+        s.busy_ns.saturating_sub(first.busy_ns) as f64,
+        (s.total_ns - first.total_ns) as f64,
+        s.own_ns.saturating_sub(first.own_ns) as f64,
+        (s.at_ns - first.at_ns) as f64,
+        runnable_mean,
+        stall,
+        cpus,
+    );
+    shared.others_util_pct_x100.store(f.util as u32, Ordering::Relaxed);
+    shared.runnable_pct_x100.store(f.runnable as u32, Ordering::Relaxed);
+    shared.pressure_pct_x100.store(f.pressure as u32, Ordering::Relaxed);
+    shared.total_pct_x100.store(f.total as u32, Ordering::Relaxed);
+    shared.others_pct_x100.store(f.others as u32, Ordering::Relaxed);
 }
 
 impl Drop for Shared {
@@ -270,31 +383,60 @@ impl Drop for Shared {
 mod tests {
     use super::*;
 
+    /// Spins until the calling thread has used `ns` of CPU by its own clock: however
+    /// loaded the machine, this ends, and takes exactly that much CPU (no wall-time bound).
+    fn burn_own_cpu(ns: u64) {
+        let start = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap();
+        while clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap() - start < ns {
+            std::hint::spin_loop();
+        }
+    }
+
     #[test]
     fn sees_a_busy_foreign_thread_but_not_a_registered_one() {
-        let mon = SystemMonitor::start(WINDOW_NS_MIN * 5);
-        let stop = Arc::new(AtomicBool::new(false));
-        // A registered spinner: its CPU time must be left out.
-        let (m2, s2) = (mon.clone(), stop.clone());
-        let own = std::thread::spawn(move || {
+        // What the monitor subtracts is the registered threads' CPU time: a registered
+        // spinner's must be in it, a foreign spinner's must not. Measured by CPU clocks,
+        // not wall time, so a loaded machine only makes the test slower. (It used to
+        // compare utilization shares over a wall-time window, which failed at a load
+        // average of 10: the spinner got too small a share to stand out.)
+        let mon = SystemMonitor::fixed(0);
+        let before = own_cpu_ns(&mon.shared);
+        let m2 = mon.clone();
+        let live = std::thread::spawn(move || {
             let _reg = m2.register_current_thread();
-            while !s2.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        });
-        std::thread::sleep(Duration::from_millis(400));
-        // The utilization part: the pressure part depends on whatever else the machine runs.
-        let with_own = mon.others_utilization_pct();
-        let total = mon.total_utilization_pct();
-        stop.store(true, Ordering::Relaxed);
-        own.join().unwrap();
-        mon.stop();
-        // One spinning thread is at least a third of a core's share on any machine with
-        // up to 3 cores, far above what the spinner-free figure may show. No timing bound:
-        // only that the registered thread is subtracted relative to the total.
-        let cpus = crate::profile::online_cpus() as f64;
-        assert!(total >= 50.0 / cpus, "total {total} should include the spinner");
-        assert!(with_own < total - 25.0 / cpus, "others {with_own} should exclude the spinner (total {total})");
+            burn_own_cpu(30_000_000);
+            own_cpu_ns(&m2.shared)
+        })
+        .join()
+        .unwrap();
+        std::thread::spawn(|| burn_own_cpu(60_000_000)).join().unwrap();
+        let after = own_cpu_ns(&mon.shared);
+        assert!(live - before >= 30_000_000, "registered spinner's 30 ms missing: {} ns", live - before);
+        assert!(after - before >= 30_000_000, "the registered spinner's time left with it: {} ns", after - before);
+        assert!(after - before < 60_000_000, "the foreign spinner's 60 ms was counted as ours: {} ns", after - before);
+    }
+
+    #[test]
+    fn a_registered_thread_that_ends_stays_counted() {
+        let mon = SystemMonitor::fixed(0);
+        let m2 = mon.clone();
+        std::thread::spawn(move || {
+            let _reg = m2.register_current_thread();
+            burn_own_cpu(20_000_000);
+        })
+        .join()
+        .unwrap();
+        assert!(own_cpu_ns(&mon.shared) >= 20_000_000);
+    }
+
+    #[test]
+    fn nr_running_is_read_from_loadavg() {
+        assert_eq!(parse_nr_running("7.75 7.85 7.33 10/161 12345\n"), Some(10));
+        assert_eq!(parse_nr_running("7.75 7.85 7.33\n"), None);
+        assert_eq!(parse_nr_running("0.00 0.01 0.05 x/161 1\n"), None);
+        if let Some(n) = read_nr_running() {
+            assert!(n >= 1, "the reading thread itself is running");
+        }
     }
 
     #[test]
@@ -306,17 +448,30 @@ mod tests {
     }
 
     #[test]
-    fn others_demand_is_the_larger_of_their_utilization_and_the_pressure() {
-        // 2 CPUs over 100 ms: 200 ms of CPU time, all busy, 100 ms of it ours (a spinner).
-        let (busy, total, own) = (200e6, 200e6, 100e6);
-        // Crunchers displaced by the spinner: they got 50%, but some task always waited.
-        assert_eq!(others_demand_x100(busy, total, own, Some((100e6, 100e6))), 10_000.0);
-        // A lone spinner on an idle machine: no pressure, and the others use nothing.
-        assert_eq!(others_demand_x100(100e6, total, own, Some((0.0, 100e6))), 0.0);
-        // Without PSI the utilization alone counts.
-        assert_eq!(others_demand_x100(busy, total, own, None), 5_000.0);
+    fn demand_counts_cpus_wanted_not_instants_with_a_waiter() {
+        // 2 CPUs over 100 ms: 200 ms of CPU time.
+        let (total, wall) = (200e6, 100e6);
+        // Two crunchers beside our spinner: all busy, 100 ms of it ours; they got 50% but
+        // are 2 runnable tasks (+1 the spinner +1 the sampler): they want both CPUs.
+        let f = figures(200e6, total, 100e6, wall, Some(4.0), Some(100e6), 2);
+        assert_eq!(
+            (f.util, f.runnable, f.others, f.pressure, f.total),
+            (5_000.0, 10_000.0, 10_000.0, 10_000.0, 10_000.0)
+        );
+        // A lone spinner on an idle machine: the sampler and the spinner run, nobody else.
+        let f = figures(100e6, total, 100e6, wall, Some(2.0), Some(0.0), 2);
+        assert_eq!(f.others, 0.0);
+        // Four blocking I/O workers beside our spinner: they use 30% of the machine and are
+        // runnable 0.7 CPUs on average (running plus short waits), while *some* task waited
+        // 95% of the time. The pressure said 95% (block); the demand says 35% (spin).
+        let f = figures(160e6, total, 100e6, wall, Some(2.7), Some(95e6), 2);
+        assert_eq!((f.util, f.pressure), (3_000.0, 9_500.0));
+        assert!((f.runnable - 3_500.0).abs() < 1e-6 && f.others == f.runnable, "{f:?}");
+        // Without a runnable count the utilization alone counts.
+        assert_eq!(figures(200e6, total, 100e6, wall, None, None, 2).others, 5_000.0);
         // Out-of-range inputs are clamped.
-        assert_eq!(others_demand_x100(busy, total, 0.0, Some((300e6, 100e6))), 10_000.0);
+        let f = figures(300e6, total, 0.0, wall, Some(9.0), Some(300e6), 2);
+        assert_eq!((f.util, f.runnable, f.pressure, f.total), (10_000.0, 10_000.0, 10_000.0, 10_000.0));
     }
 
     #[test]
