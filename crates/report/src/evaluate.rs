@@ -7,7 +7,7 @@ use std::path::Path;
 
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::StrategyChoice;
-use smartcon_study::evaluate::judge::{corunner_rate, find, gain, smart_check, Criterion};
+use smartcon_study::evaluate::judge::{corunner_rate, find, gain, pareto_headline, Criterion};
 use smartcon_study::evaluate::plan::Plan;
 use smartcon_study::evaluate::{run, Cell, Load, MachineRecord, Workload};
 
@@ -33,13 +33,7 @@ pub fn profile_row(o: &run::Opened) -> Vec<String> {
 const BLOCK: StrategyChoice = StrategyChoice::Fixed(smartcon_engine::decision::Strategy::Block);
 
 pub fn headline(cells: &[Cell], criteria: &[Criterion]) -> String {
-    let (n, ok, worst) = smart_check(cells);
-    let mut out = match worst {
-        Some((r, w)) => {
-            format!("smart reached >= 0.95 x the better of block and spin in {ok} of {n} cells (lowest {r:.3}: {w}).")
-        }
-        None => "no smart cells measured".into(),
-    };
+    let mut out = pareto_headline(cells).unwrap_or_else(|| "no smart cells measured".into());
     let judged: Vec<&Criterion> = criteria.iter().filter(|c| c.met.is_some()).collect();
     if !judged.is_empty() {
         let met = judged.iter().filter(|c| c.met == Some(true)).count();
@@ -122,10 +116,8 @@ pub fn summary_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Ce
         "I/O threads are pinned per target for every strategy alike (--io-cpus {}): `irq` puts them on the CPUs that take the device's completion interrupts; `any` means unpinned (devices without such an interrupt: emulated, loop, zram).\n\n",
         plan.placement.name()
     );
-    if let (n, ok, Some((r, w))) = smart_check(cells) {
-        s += &format!(
-            "**smart >= 0.95 x the better of block and spin in {ok} of {n} cells** (lowest ratio {r:.3}, at {w}).\n\n"
-        );
+    if let Some(line) = pareto_headline(cells) {
+        s += &format!("**{line}**\n\n");
     }
     s += &criteria_md(criteria);
     s += &gain_md(plan, cells);

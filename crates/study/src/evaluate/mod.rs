@@ -160,6 +160,20 @@ pub struct Cell {
     /// Postmark only: what the transactions did, and the directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub postmark: Option<PostmarkRecord>,
+    /// Each turn's own figures before the merge: how far turns of the same thing differ
+    /// here, the yardstick the Pareto criterion holds a difference against.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnFigures>,
+}
+
+/// One turn's figures (the merged record holds their exact sums).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TurnFigures {
+    /// The figure of merit: IOPS, or transactions per second for postmark.
+    pub perf: f64,
+    /// The co-runner's work per second during the turn, if a load ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corunner_work_per_s: Option<f64>,
 }
 
 impl Cell {
@@ -181,6 +195,11 @@ impl Cell {
         } else {
             (r.ctx_voluntary + r.ctx_involuntary) as f64 / r.ios as f64
         }
+    }
+
+    /// The co-runner's work rate over the cell's turns, if a load ran.
+    pub fn corunner_rate(&self) -> Option<f64> {
+        self.corunner.as_ref().filter(|k| k.real_ns > 0).map(|k| k.work as f64 * 1e9 / k.real_ns as f64)
     }
 
     /// Whether `other` is the same cell (load, workload, target, size), any strategy.

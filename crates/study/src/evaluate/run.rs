@@ -36,7 +36,7 @@ use smartcon_workloads::workload::CellPlan;
 use super::judge::TargetInfo;
 use super::merge::Turn;
 use super::plan::{Plan, SETTLE_NS};
-use super::{Cell, Corunner, CorunnerKind, Load, PostmarkRecord, Workload};
+use super::{Cell, Corunner, CorunnerKind, Load, PostmarkRecord, TurnFigures, Workload};
 use crate::probe::{ensure_host_wait_cost, probe_target, ProbePlan, PROBE_SIZES_BYTES};
 use crate::{stopping_scope, turn_order, Event, Progress};
 
@@ -368,6 +368,7 @@ fn run_cell(
 ) -> Result<Vec<Cell>, Error> {
     let n = plan.strategies.len();
     let mut merged: Vec<Option<Turn>> = vec![None; n];
+    let mut figures: Vec<Vec<TurnFigures>> = vec![Vec::new(); n];
     let rounds = plan.rounds_for(load, w);
     let pm_base = PostmarkSpec { files: plan.postmark_files, ..PostmarkSpec::default() };
     for round in 0..rounds {
@@ -403,6 +404,10 @@ fn run_cell(
                 _ => (run_phases(plan, o, cellplan, strategy, round, rounds, monitor, stop)?, None),
             };
             let turn = Turn { result, corunner: corunners.since(start), counts };
+            figures[i].push(TurnFigures {
+                perf: turn.counts.as_ref().map_or(turn.result.iops, |c| c.tps),
+                corunner_work_per_s: turn.corunner.as_ref().map(|k| k.work_per_s),
+            });
             match &mut merged[i] {
                 Some(m) => m.merge(turn),
                 slot => *slot = Some(turn),
@@ -421,8 +426,9 @@ fn run_cell(
     };
     Ok(merged
         .into_iter()
-        .flatten()
-        .map(|t| {
+        .zip(figures)
+        .filter_map(|(t, f)| t.map(|t| (t, f)))
+        .map(|(t, turns)| {
             let postmark = t.counts.map(postmark);
             Cell {
                 result: t.result,
@@ -431,6 +437,7 @@ fn run_cell(
                 corunner: t.corunner,
                 tps: postmark.as_ref().map(|p| p.counts.tps),
                 postmark,
+                turns,
             }
         })
         .collect())
