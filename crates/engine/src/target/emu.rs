@@ -95,7 +95,7 @@ pub fn model_wait_costs(spec: &EmuSpec, host: Option<&HostWaitCost>) -> Vec<Wait
     let mut out = Vec::with_capacity(RULE_SIZES_BYTES.len() * 2);
     for &bs in &RULE_SIZES_BYTES {
         for op in [Op::Read, Op::Write] {
-            let service = spec.model.service_ns(op, bs) as f64;
+            let service = spec.service_ns(op, bs) as f64;
             out.push(WaitCost {
                 op: op.name().into(),
                 bs_bytes: bs,
