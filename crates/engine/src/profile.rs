@@ -166,7 +166,7 @@ pub struct Profile {
     /// What each way of waiting costs in CPU per I/O, by op and size (version 2).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wait_costs: Vec<WaitCost>,
-    /// Requests whose size plus backlog stays at or below this are spun whatever the
+    /// Requests of at most this size (with no more than Q I/Os ahead) are spun whatever the
     /// utilization: spinning costs no more CPU than blocking there. 0: no such size.
     #[serde(default)]
     pub spin_cheaper_bytes_max: u64,
@@ -432,7 +432,7 @@ pub mod rules {
         q
     }
 
-    /// The largest size (request plus backlog) up to which spinning costs no more CPU than
+    /// The largest request size up to which spinning costs no more CPU than
     /// blocking: at it and every smaller measured size, for every op measured there,
     /// `spin_cpu_ns <= block_cpu_ns + switch_ns` (`switch_ns`: the context switch a blocking
     /// wait costs whoever runs on the CPU meanwhile, invisible in the waiting thread's own

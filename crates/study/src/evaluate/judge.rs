@@ -206,7 +206,7 @@ pub fn pareto_headline(cells: &[Cell]) -> Option<String> {
     let p = pareto(cells);
     (p.judged > 0).then(|| {
         format!(
-            "smart on the Pareto front against block, spin and sync in {} of {} single-thread cells ({:.0}%; lost: no fixed strategy >= 5% more IOPS without costing its co-runner > 3%, beyond the turns' spread).",
+            "smart on the Pareto front against block, spin and sync in {} of {} single-thread cells ({:.0}%; a cell is lost where a fixed strategy gives >= 5% more IOPS at no cost to the co-runner or the CPU, beyond the spread of the turns).",
             p.judged - p.lost.len(),
             p.judged,
             (p.judged - p.lost.len()) as f64 * 100.0 / p.judged as f64
