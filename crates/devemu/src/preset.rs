@@ -177,8 +177,9 @@ pub struct EmuSpec {
     pub discipline: Discipline,
     /// The canonical text, e.g. `emu:optane` or `emu:optane,channels=1`.
     pub label: String,
-    /// `faults=FILE`: the fault scenario (crate::fault) the device injects.
-    pub faults: Option<crate::fault::FaultPlan>,
+    /// `faults=FILE`: the fault scenario (crate::fault) the device injects (shared: specs
+    /// are cloned per target and per replay).
+    pub faults: Option<std::sync::Arc<crate::fault::FaultPlan>>,
 }
 
 impl EmuSpec {
@@ -341,7 +342,7 @@ pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
                     .ok_or_else(|| format!("queue: {value:?} is not one of fcfs, sjf, priority"))?;
             }
             "table" => mechanism = Mechanism::Table(LatencyTable::load(value)?),
-            "faults" => faults = Some(crate::fault::load_scenario(std::path::Path::new(value))?),
+            "faults" => faults = Some(std::sync::Arc::new(crate::fault::load_scenario(std::path::Path::new(value))?)),
             _ => {
                 return Err(format!(
                     "unknown key {key:?} in {text:?}; keys: lat, read_lat, write_lat, bw, read_bw, write_bw, \

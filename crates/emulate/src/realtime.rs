@@ -19,6 +19,12 @@
 //! SCHED_FIFO (priority 1) so a timer's wake-up preempts them, as the seed's emulator runs
 //! its simulation thread at the highest priority. The threads sleep or spin within a
 //! bounded budget, so they cannot starve the host. Non-goals: CPU pinning.
+//!
+//! Faults: a spec with `faults=FILE` injects the scenario in real time, its windows counted
+//! from the replay's start as in virtual time. A failed I/O (EIO from the target) is
+//! counted per op and left out of the latency and lateness figures; request ids follow the
+//! submission order, which is the arrival order with one thread (the same I/Os fail as in
+//! the virtual run) and close to it with several.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,7 +33,8 @@ use smartcon_devemu::{EmuSpec, Op};
 use smartcon_engine::clock::{now_ns, sleep_until_ns, tighten_timer_slack};
 use smartcon_engine::decision::{DeviceState, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
-use smartcon_engine::target::{self, AlignedBuf, IoBuf, OpenOptions, PortWait, TargetSpec};
+use smartcon_engine::target::emu::EmuTarget;
+use smartcon_engine::target::{self, AlignedBuf, IoBuf, OpenOptions, PortWait, Target, TargetSpec};
 use smartcon_engine::wait::PollParams;
 
 use crate::replay::{PerOp, VirtualRun};
@@ -53,6 +60,8 @@ pub struct RealTimeRun {
     pub lateness_ns_p99: u64,
     /// Trace replays: how late threads started I/Os against the trace's instants (p99).
     pub start_late_ns_p99: u64,
+    /// I/Os the fault scenario failed: reads, writes.
+    pub errors: [u64; 2],
 }
 
 #[derive(Clone, Copy, Default)]
@@ -92,22 +101,29 @@ pub fn run_real_time(
     if records.len() as u64 != virt.ios {
         return Err(Error::new(ErrorKind::Internal, "the virtual run kept no per-I/O records"));
     }
-    let target = target::open(
-        &TargetSpec::Emu(spec.clone()),
-        OpenOptions { write: true, destructive: false, created_by_tool: true },
-    )?;
+    let base_ns = now_ns() + 2_000_000; // time for every thread to start
+    let target: Box<dyn Target> = if spec.faults.is_some() {
+        // The fault windows count from the replay's start, as in virtual time.
+        Box::new(EmuTarget::with_fault_origin(spec.clone(), base_ns)?)
+    } else {
+        target::open(
+            &TargetSpec::Emu(spec.clone()),
+            OpenOptions { write: true, destructive: false, created_by_tool: true },
+        )?
+    };
     let threads = match closed {
         Some((qd, _)) => u64::from(qd).min(virt.ios.max(1)),
         None => (virt.outstanding_max + 1).min(THREADS_MAX),
     };
     let buf_bytes = records.iter().map(|r| r.bytes).max().unwrap_or(4096).next_multiple_of(4096) as usize;
     let next = AtomicU64::new(0);
-    let base_ns = now_ns() + 2_000_000; // time for every thread to start
+    let failed = [AtomicU64::new(0), AtomicU64::new(0)];
     let wall = std::time::Instant::now();
+    let faulty = spec.faults.is_some();
     let results: Vec<Result<Vec<Sample>, Error>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
-                let (target, next) = (&target, &next);
+                let (target, next, failed) = (&target, &next, &failed);
                 scope.spawn(move || -> Result<Vec<Sample>, Error> {
                     // The default 50 us slack would make every timed wait late by that much.
                     tighten_timer_slack();
@@ -139,7 +155,7 @@ pub fn run_real_time(
                         first = false;
                         let t0 = now_ns();
                         let data = &mut buf.as_mut_slice()[..r.bytes as usize];
-                        let outcome = match hybrid.as_mut() {
+                        let result = match hybrid.as_mut() {
                             // Sleep until just before the predicted completion, then poll
                             // (engine::wait::hybrid): the wake-up overshoot is hidden.
                             Some(h) => {
@@ -148,9 +164,16 @@ pub fn run_real_time(
                                     Op::Read => IoBuf::Read(data),
                                     Op::Write => IoBuf::Write(data),
                                 };
-                                port.transfer(io_buf, r.offset, wait)?
+                                port.transfer(io_buf, r.offset, wait)
                             }
-                            None => port.io(r.op, data, r.offset, strategy, 1_000_000)?,
+                            None => port.io(r.op, data, r.offset, strategy, 1_000_000),
+                        };
+                        let outcome = match result {
+                            Err(e) if e.kind == ErrorKind::Io && e.errno == Some(libc::EIO) && faulty => {
+                                failed[(r.op == Op::Write) as usize].fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            other => other?,
                         };
                         let t1 = now_ns();
                         out.push(Sample {
@@ -195,6 +218,7 @@ pub fn run_real_time(
         lateness_ns_p50: quantile(&mut late, 0.5),
         lateness_ns_p99: quantile(&mut late, 0.99),
         start_late_ns_p99: quantile(&mut start_late, 0.99),
+        errors: failed.map(|f| f.into_inner()),
     })
 }
 

@@ -101,6 +101,12 @@ pub struct EmuTarget {
 
 impl EmuTarget {
     pub fn new(spec: EmuSpec) -> Result<EmuTarget, Error> {
+        Self::with_fault_origin(spec, now_ns())
+    }
+
+    /// A target whose fault plan's windows count from `origin_ns` (a replay aligns them
+    /// with its own start); [`EmuTarget::new`] counts from the opening.
+    pub fn with_fault_origin(spec: EmuSpec, origin_ns: u64) -> Result<EmuTarget, Error> {
         let store = RamStore::new(spec.capacity_bytes as usize).map_err(|e| {
             Error::new(
                 ErrorKind::Setup,
@@ -108,7 +114,7 @@ impl EmuTarget {
             )
         })?;
         let device = match &spec.faults {
-            Some(plan) => FcfsDevice::with_faults(spec.clone(), plan.clone(), now_ns()),
+            Some(plan) => FcfsDevice::with_faults(spec.clone(), (**plan).clone(), origin_ns),
             None => FcfsDevice::new(spec.clone()),
         }
         .map_err(|e| Error::new(ErrorKind::Usage, e))?;
