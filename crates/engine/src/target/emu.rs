@@ -148,6 +148,52 @@ impl EmuTarget {
     }
 }
 
+impl EmuTarget {
+    /// The error of a request the fault plan failed.
+    fn injected_error(&self, op: Op, offset: u64) -> Error {
+        Error::os(
+            ErrorKind::Io,
+            libc::EIO,
+            format!("{} at offset {offset}: I/O error injected by the fault scenario of {}", op.name(), self.spec.label),
+        )
+    }
+
+    /// The reference system's wait (the real-time replay of crates/emulate, not a
+    /// strategy): one I/O, with the thread asleep on a timer until `margin_ns` before the
+    /// model's completion instant, then watching the clock until the instant itself. With a
+    /// margin at least the host's wake-up overshoot, the completion is seen within a clock
+    /// read of the model's instant, which a timer alone cannot do (it wakes tens of us late
+    /// here). Returns the outcome and, when the thread slept, how late the timer woke it
+    /// (what the caller's margin should cover). No ring, no status poll (`poll_cost` is not
+    /// charged: the reference reads the clock, not the device's register).
+    pub fn transfer_precise(
+        &self,
+        buf: IoBuf<'_>,
+        offset: u64,
+        margin_ns: u64,
+    ) -> Result<(WaitOutcome, Option<u64>), Error> {
+        let op = buf.op();
+        let (status, bytes) = self.submit(buf, offset);
+        let wake_ns = status.done_ns.saturating_sub(margin_ns);
+        let mut overshoot_ns = None;
+        if wake_ns > status.submit_ns {
+            wait_in_slices(status.submit_ns, wake_ns, |t| {
+                sleep_until_ns(t);
+                Ok(())
+            })?;
+            overshoot_ns = Some(now_ns().saturating_sub(wake_ns));
+        }
+        wait_in_slices(now_ns(), status.done_ns, |t| {
+            spin_until_ns(t);
+            Ok(())
+        })?;
+        if status.failed {
+            return Err(self.injected_error(op, offset));
+        }
+        Ok((WaitOutcome { bytes, done_ns: status.done_ns, ..Default::default() }, overshoot_ns))
+    }
+}
+
 /// A request in service, as a waiting thread sees it.
 struct EmuStatus<'a> {
     target: &'a EmuTarget,
@@ -305,15 +351,7 @@ impl Port for EmuPort<'_> {
             }
         }
         if status.failed {
-            return Err(Error::os(
-                ErrorKind::Io,
-                libc::EIO,
-                format!(
-                    "{} at offset {offset}: I/O error injected by the fault scenario of {}",
-                    op.name(),
-                    self.target.spec.label
-                ),
-            ));
+            return Err(self.target.injected_error(op, offset));
         }
         outcome.done_ns = status.done_ns;
         Ok(outcome)
