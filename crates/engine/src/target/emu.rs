@@ -154,7 +154,11 @@ impl EmuTarget {
         Error::os(
             ErrorKind::Io,
             libc::EIO,
-            format!("{} at offset {offset}: I/O error injected by the fault scenario of {}", op.name(), self.spec.label),
+            format!(
+                "{} at offset {offset}: I/O error injected by the fault scenario of {}",
+                op.name(),
+                self.spec.label
+            ),
         )
     }
 
