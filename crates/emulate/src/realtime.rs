@@ -117,7 +117,7 @@ impl WakeMargin {
         self.next = (self.next + 1) % Self::WINDOW;
         self.filled = (self.filled + 1).min(Self::WINDOW);
         // Re-read the p99 every 16 sleeps: a sort of 128 values, off the waits' paths.
-        if self.next % 16 == 0 {
+        if self.next.is_multiple_of(16) {
             self.update();
         }
     }
