@@ -409,16 +409,27 @@ pub fn simulate_batch_with_faults(
 
 /// The real-time form for FCFS: each request takes the channel that frees first (ties to
 /// the lowest index) and its completion is fixed at arrival. One stream (the device's).
+/// With a fault plan, its windows count from `origin_ns` and requests are numbered in
+/// arrival order for the error draw (deterministic with one submitting thread).
 #[derive(Debug, Clone)]
 pub struct FcfsDevice {
     spec: EmuSpec,
     free_at_ns: Vec<u64>,
     heads: Vec<HeadState>,
     streams: Streams,
+    faults: FaultPlan,
+    origin_ns: u64,
+    next_id: u64,
 }
 
 impl FcfsDevice {
     pub fn new(spec: EmuSpec) -> Result<FcfsDevice, String> {
+        Self::with_faults(spec, FaultPlan::default(), 0)
+    }
+
+    /// A device that injects the plan's faults, its windows counted from `origin_ns`
+    /// (validate the plan first).
+    pub fn with_faults(spec: EmuSpec, faults: FaultPlan, origin_ns: u64) -> Result<FcfsDevice, String> {
         if spec.discipline != Discipline::Fcfs {
             return Err(format!(
                 "{}: queue={} needs the virtual-time replay (smartcon emulate replay); real time serves FCFS only",
@@ -432,12 +443,21 @@ impl FcfsDevice {
             free_at_ns: vec![0; n],
             heads: vec![HeadState::default(); n],
             streams: Streams::default(),
+            faults,
+            origin_ns,
+            next_id: 0,
         })
     }
 
     /// Places a request; arrivals may come slightly out of order from racing threads, so an
     /// arrival is never earlier than the latest start it could follow.
     pub fn schedule(&mut self, op: Op, offset: u64, bytes: u64, arrival_ns: u64) -> Schedule {
+        self.schedule_checked(op, offset, bytes, arrival_ns).0
+    }
+
+    /// [`FcfsDevice::schedule`], and whether the fault plan fails the request (it still
+    /// takes its time on the channel, as a device reports an error at completion).
+    pub fn schedule_checked(&mut self, op: Op, offset: u64, bytes: u64, arrival_ns: u64) -> (Schedule, bool) {
         let (index, free_at) = self
             .free_at_ns
             .iter()
@@ -448,9 +468,19 @@ impl FcfsDevice {
         let pattern = self.streams.classify(0, offset, bytes);
         let start_ns = free_at.max(arrival_ns);
         let service = self.spec.service_at_ns(op, offset, bytes, pattern, &mut self.heads[index], start_ns);
-        let complete_ns = start_ns + service;
+        let id = self.next_id;
+        self.next_id += 1;
+        let (complete_ns, failed) = if self.faults.is_empty() {
+            (start_ns + service, false)
+        } else {
+            // The plan's windows are relative to the origin (the target's opening).
+            let at = |t: u64| t.saturating_sub(self.origin_ns);
+            let spiked = self.faults.spiked_ns(at(start_ns), service);
+            let complete = self.faults.stalled_ns(at(start_ns) + spiked) + self.origin_ns;
+            (complete.max(start_ns + spiked), self.faults.fails(id, op, offset, bytes, at(arrival_ns)))
+        };
         self.free_at_ns[index] = complete_ns;
-        Schedule { channel: index as u32, start_ns, complete_ns }
+        (Schedule { channel: index as u32, start_ns, complete_ns }, failed)
     }
 
     /// Occupies `channel` for `busy_ns` from `at_ns` (a status poll), delaying what follows.
@@ -695,5 +725,38 @@ mod tests {
         let inside: Vec<_> = batch.iter().filter(|c| (300_000..2_300_000).contains(&c.complete_ns)).collect();
         assert!(inside.is_empty(), "{inside:?}");
         assert_ne!(batch, simulate_batch(&spec, Discipline::Sjf, &arrivals));
+    }
+
+    #[test]
+    fn fcfs_device_applies_the_plan_from_its_origin() {
+        use crate::fault::{ErrorRule, Spike, Stall};
+        let spec = parse_spec("emu:nvram,lat=1us,bw=1t,channels=1").unwrap();
+        // 1 us + 4 ns of transfer.
+        let origin = 1_000_000;
+        let plan = FaultPlan {
+            seed: 1,
+            errors: vec![ErrorRule {
+                op: Some(Op::Write),
+                range: Some((8192, 12288)),
+                window_ns: None,
+                probability: 1.0,
+            }],
+            spikes: vec![Spike { start_ns: 10_000, end_ns: 20_000, factor: 5.0 }],
+            stalls: vec![Stall { start_ns: 30_000, duration_ns: 50_000 }],
+        };
+        let mut dev = FcfsDevice::with_faults(spec, plan, origin).unwrap();
+        let (s, failed) = dev.schedule_checked(Op::Read, 0, 4096, origin);
+        assert_eq!((s.complete_ns - origin, failed), (1_004, false));
+        // A write on the failing range fails (reads there do not).
+        assert!(dev.schedule_checked(Op::Write, 8192, 4096, origin + 2_000).1);
+        assert!(!dev.schedule_checked(Op::Read, 8192, 4096, origin + 4_000).1);
+        // Inside the spike window: five times as long.
+        let (s, _) = dev.schedule_checked(Op::Read, 0, 4096, origin + 10_000);
+        assert_eq!(s.complete_ns - origin, 15_020);
+        // Completing inside the stall: out at its end, and the channel stays busy until then.
+        let (s, _) = dev.schedule_checked(Op::Read, 0, 4096, origin + 30_000);
+        assert_eq!(s.complete_ns - origin, 80_000);
+        let (s, _) = dev.schedule_checked(Op::Read, 0, 4096, origin + 31_000);
+        assert_eq!(s.complete_ns - origin, 81_004);
     }
 }

@@ -177,6 +177,9 @@ pub struct EmuSpec {
     pub discipline: Discipline,
     /// The canonical text, e.g. `emu:optane` or `emu:optane,channels=1`.
     pub label: String,
+    /// `faults=FILE`: the fault scenario (crate::fault) the device injects (shared: specs
+    /// are cloned per target and per replay).
+    pub faults: Option<std::sync::Arc<crate::fault::FaultPlan>>,
 }
 
 impl EmuSpec {
@@ -276,6 +279,7 @@ pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
     let mut discipline = Discipline::Fcfs;
     let mut capacity_bytes = base.capacity_bytes;
     let mut keys: Vec<&str> = Vec::new();
+    let mut faults = None;
     for part in parts {
         let (key, value) = part.split_once('=').ok_or_else(|| format!("{part:?} in {text:?} is not key=value"))?;
         if keys.contains(&key) {
@@ -338,10 +342,11 @@ pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
                     .ok_or_else(|| format!("queue: {value:?} is not one of fcfs, sjf, priority"))?;
             }
             "table" => mechanism = Mechanism::Table(LatencyTable::load(value)?),
+            "faults" => faults = Some(std::sync::Arc::new(crate::fault::load_scenario(std::path::Path::new(value))?)),
             _ => {
                 return Err(format!(
                     "unknown key {key:?} in {text:?}; keys: lat, read_lat, write_lat, bw, read_bw, write_bw, \
-                     channels, size, poll_cost, speedup, queue, table"
+                     channels, size, poll_cost, speedup, queue, table, faults"
                 ))
             }
         }
@@ -351,7 +356,16 @@ pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
         // A disk S times faster: every mechanical phase and the media rate scaled.
         mechanism = Mechanism::Hdd(g.scaled(speedup));
     }
-    Ok(EmuSpec { preset: base.name, model, mechanism, speedup, discipline, capacity_bytes, label: text.to_string() })
+    Ok(EmuSpec {
+        preset: base.name,
+        model,
+        mechanism,
+        speedup,
+        discipline,
+        capacity_bytes,
+        label: text.to_string(),
+        faults,
+    })
 }
 
 #[cfg(test)]

@@ -68,6 +68,9 @@ pub struct RealTimeFields {
     pub mean_error_pct: f64,
     pub p50_error_pct: f64,
     pub p99_error_pct: f64,
+    /// I/Os the fault scenario failed in real time (left out of the figures above).
+    pub errors_read: u64,
+    pub errors_write: u64,
 }
 
 /// The `replay_result` record (docs/json.md, section `replay_result`).
@@ -158,6 +161,8 @@ pub fn replay_result(spec: &EmuSpec, workload: String, v: &VirtualRun, real: Opt
             start_late_ns_p99: r.start_late_ns_p99,
             mean_error_pct: error_pct(r.all.lat_ns_mean, v.all.lat_ns_mean),
             p50_error_pct: error_pct(r.all.lat_ns_p50 as f64, v.all.lat_ns_p50 as f64),
+            errors_read: r.errors[0],
+            errors_write: r.errors[1],
             p99_error_pct: error_pct(r.all.lat_ns_p99 as f64, v.all.lat_ns_p99 as f64),
         }),
     }

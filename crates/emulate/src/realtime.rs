@@ -7,10 +7,13 @@
 //! runs a pool of threads as large as the virtual replay's largest backlog (at most
 //! [`THREADS_MAX`]); each takes the next I/O and sleeps until its arrival instant.
 //!
-//! Waiting: `block` (a kernel timer at the model's instant, the seed's reference system),
-//! `spin` (polls the status; past a 1 ms budget it sleeps), or `hybrid` (engine::wait::hybrid:
-//! sleeps until just before the predicted completion, minus the measured wake-up
-//! overshoot, then polls).
+//! Waiting: `block` (the seed's reference system, a kernel timer for the model's instant:
+//! armed early by the wake-up overshoot this thread measured, p99 of its recent sleeps,
+//! then the clock is watched until the instant itself, `EmuTarget::transfer_precise`;
+//! a timer alone wakes 35-70 us late on a loaded VM, more than 2% of a 1.16 ms SD card
+//! write), `spin` (polls the status; past a 1 ms budget it sleeps), or `hybrid`
+//! (engine::wait::hybrid: sleeps until just before the predicted completion, minus the
+//! measured wake-up overshoot, then polls).
 //!
 //! Lateness of one I/O = the instant the waiting thread got control back minus the model's
 //! completion instant for it (WaitOutcome::done_ns). Within 2% means lateness <= 2% of the
@@ -19,6 +22,12 @@
 //! SCHED_FIFO (priority 1) so a timer's wake-up preempts them, as the seed's emulator runs
 //! its simulation thread at the highest priority. The threads sleep or spin within a
 //! bounded budget, so they cannot starve the host. Non-goals: CPU pinning.
+//!
+//! Faults: a spec with `faults=FILE` injects the scenario in real time, its windows counted
+//! from the replay's start as in virtual time. A failed I/O (EIO from the target) is
+//! counted per op and left out of the latency and lateness figures; request ids follow the
+//! submission order, which is the arrival order with one thread (the same I/Os fail as in
+//! the virtual run) and close to it with several.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,7 +36,8 @@ use smartcon_devemu::{EmuSpec, Op};
 use smartcon_engine::clock::{now_ns, sleep_until_ns, tighten_timer_slack};
 use smartcon_engine::decision::{DeviceState, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
-use smartcon_engine::target::{self, AlignedBuf, IoBuf, OpenOptions, PortWait, TargetSpec};
+use smartcon_engine::target::emu::EmuTarget;
+use smartcon_engine::target::{AlignedBuf, IoBuf, PortWait, Target};
 use smartcon_engine::wait::PollParams;
 
 use crate::replay::{PerOp, VirtualRun};
@@ -53,6 +63,8 @@ pub struct RealTimeRun {
     pub lateness_ns_p99: u64,
     /// Trace replays: how late threads started I/Os against the trace's instants (p99).
     pub start_late_ns_p99: u64,
+    /// I/Os the fault scenario failed: reads, writes.
+    pub errors: [u64; 2],
 }
 
 #[derive(Clone, Copy, Default)]
@@ -62,6 +74,58 @@ struct Sample {
     model_ns: u64,
     lateness_ns: u64,
     start_late_ns: u64,
+}
+
+/// The margin a `block` waiter's timer is armed early by: the p99 of the wake-up
+/// overshoot of this thread's last [`WakeMargin::WINDOW`] sleeps, plus a little slack for
+/// the clock reads between the wake-up and the spin, at most [`WakeMargin::MAX_NS`].
+struct WakeMargin {
+    recent_ns: [u64; WakeMargin::WINDOW],
+    next: usize,
+    filled: usize,
+    margin_ns: u64,
+}
+
+impl WakeMargin {
+    const WINDOW: usize = 128;
+    const SLACK_NS: u64 = 2_000;
+    const CALIBRATION_SLEEP_NS: u64 = 200_000;
+    /// Without SCHED_FIFO on a loaded host the p99 overshoot is milliseconds (the thread
+    /// waits for a CPU): spinning that long only gets the spinner preempted in turn (the
+    /// scheduler favours sleepers), so past this the margin stops growing.
+    const MAX_NS: u64 = 200_000;
+
+    /// Measures this thread's wake-up overshoot over sleeps like the ones it will take
+    /// (under SCHED_FIFO if it runs so): 32 sleeps of 200 us, about 8 ms.
+    fn calibrate() -> WakeMargin {
+        let mut m = WakeMargin { recent_ns: [0; Self::WINDOW], next: 0, filled: 0, margin_ns: 0 };
+        for _ in 0..32 {
+            let at = now_ns() + Self::CALIBRATION_SLEEP_NS;
+            sleep_until_ns(at);
+            m.record(now_ns().saturating_sub(at));
+        }
+        m.update();
+        m
+    }
+
+    fn margin_ns(&self) -> u64 {
+        self.margin_ns
+    }
+
+    fn record(&mut self, overshoot_ns: u64) {
+        self.recent_ns[self.next] = overshoot_ns;
+        self.next = (self.next + 1) % Self::WINDOW;
+        self.filled = (self.filled + 1).min(Self::WINDOW);
+        // Re-read the p99 every 16 sleeps: a sort of 128 values, off the waits' paths.
+        if self.next.is_multiple_of(16) {
+            self.update();
+        }
+    }
+
+    fn update(&mut self) {
+        let mut v = self.recent_ns[..self.filled].to_vec();
+        self.margin_ns = (quantile(&mut v, 0.99) + Self::SLACK_NS).min(Self::MAX_NS);
+    }
 }
 
 /// Replays `virt.records` (which must be kept) on a real emulated target.
@@ -92,22 +156,23 @@ pub fn run_real_time(
     if records.len() as u64 != virt.ios {
         return Err(Error::new(ErrorKind::Internal, "the virtual run kept no per-I/O records"));
     }
-    let target = target::open(
-        &TargetSpec::Emu(spec.clone()),
-        OpenOptions { write: true, destructive: false, created_by_tool: true },
-    )?;
+    // Time for every thread to start (and a block waiter to measure its wake-up).
+    let base_ns = now_ns() + 20_000_000;
+    // Fault windows count from the replay's start, as in virtual time.
+    let target = EmuTarget::with_fault_origin(spec.clone(), base_ns)?;
     let threads = match closed {
         Some((qd, _)) => u64::from(qd).min(virt.ios.max(1)),
         None => (virt.outstanding_max + 1).min(THREADS_MAX),
     };
     let buf_bytes = records.iter().map(|r| r.bytes).max().unwrap_or(4096).next_multiple_of(4096) as usize;
     let next = AtomicU64::new(0);
-    let base_ns = now_ns() + 2_000_000; // time for every thread to start
+    let failed = [AtomicU64::new(0), AtomicU64::new(0)];
     let wall = std::time::Instant::now();
+    let faulty = spec.faults.is_some();
     let results: Vec<Result<Vec<Sample>, Error>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
-                let (target, next) = (&target, &next);
+                let (target, next, failed) = (&target, &next, &failed);
                 scope.spawn(move || -> Result<Vec<Sample>, Error> {
                     // The default 50 us slack would make every timed wait late by that much.
                     tighten_timer_slack();
@@ -120,6 +185,7 @@ pub fn run_real_time(
                     let mut buf = AlignedBuf::new(buf_bytes);
                     let mut out = Vec::new();
                     let mut first = true;
+                    let mut margin = (strategy == Strategy::Block).then(WakeMargin::calibrate);
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(r) = records.get(i as usize) else { break };
@@ -139,18 +205,37 @@ pub fn run_real_time(
                         first = false;
                         let t0 = now_ns();
                         let data = &mut buf.as_mut_slice()[..r.bytes as usize];
-                        let outcome = match hybrid.as_mut() {
+                        let result = match (hybrid.as_mut(), margin.as_mut()) {
                             // Sleep until just before the predicted completion, then poll
                             // (engine::wait::hybrid): the wake-up overshoot is hidden.
-                            Some(h) => {
+                            (Some(h), _) => {
                                 let wait = PortWait::Poll { policy: h, ahead: DeviceState::default() };
                                 let io_buf = match r.op {
                                     Op::Read => IoBuf::Read(data),
                                     Op::Write => IoBuf::Write(data),
                                 };
-                                port.transfer(io_buf, r.offset, wait)?
+                                port.transfer(io_buf, r.offset, wait)
                             }
-                            None => port.io(r.op, data, r.offset, strategy, 1_000_000)?,
+                            (None, Some(m)) => {
+                                let io_buf = match r.op {
+                                    Op::Read => IoBuf::Read(data),
+                                    Op::Write => IoBuf::Write(data),
+                                };
+                                target.transfer_precise(io_buf, r.offset, m.margin_ns()).map(|(o, overshoot)| {
+                                    if let Some(ns) = overshoot {
+                                        m.record(ns);
+                                    }
+                                    o
+                                })
+                            }
+                            (None, None) => port.io(r.op, data, r.offset, strategy, 1_000_000),
+                        };
+                        let outcome = match result {
+                            Err(e) if e.kind == ErrorKind::Io && e.errno == Some(libc::EIO) && faulty => {
+                                failed[(r.op == Op::Write) as usize].fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            other => other?,
                         };
                         let t1 = now_ns();
                         out.push(Sample {
@@ -195,6 +280,7 @@ pub fn run_real_time(
         lateness_ns_p50: quantile(&mut late, 0.5),
         lateness_ns_p99: quantile(&mut late, 0.99),
         start_late_ns_p99: quantile(&mut start_late, 0.99),
+        errors: failed.map(|f| f.into_inner()),
     })
 }
 
@@ -213,6 +299,22 @@ mod tests {
                 false
             }
         }
+    }
+
+    #[test]
+    fn the_wake_margin_is_the_recent_p99_overshoot_capped() {
+        let mut m = WakeMargin { recent_ns: [0; WakeMargin::WINDOW], next: 0, filled: 0, margin_ns: 0 };
+        // 127 wake-ups 10 us late and one 90 us late: the p99 of 128 is the 127th value.
+        for _ in 0..127 {
+            m.record(10_000);
+        }
+        m.record(90_000);
+        assert_eq!(m.margin_ns(), 10_000 + WakeMargin::SLACK_NS);
+        // A loaded host: milliseconds late, the margin stops at the cap.
+        for _ in 0..WakeMargin::WINDOW {
+            m.record(5_000_000);
+        }
+        assert_eq!(m.margin_ns(), WakeMargin::MAX_NS);
     }
 
     #[test]

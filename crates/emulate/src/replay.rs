@@ -133,13 +133,18 @@ pub fn run_virtual(spec: &EmuSpec, workload: &Workload, keep_records: bool) -> R
 }
 
 /// [`run_virtual`] with a fault scenario (crate::scenario): failed I/Os are counted per op
-/// and keep their latency (a failed request still took its time).
+/// and keep their latency (a failed request still took its time). An empty `faults` takes
+/// the spec's own scenario (`emu:PRESET,faults=FILE`), if it has one.
 pub fn run_virtual_with_faults(
     spec: &EmuSpec,
     workload: &Workload,
     keep_records: bool,
     faults: &FaultPlan,
 ) -> Result<VirtualRun, String> {
+    let faults = match &spec.faults {
+        Some(own) if faults.is_empty() => own,
+        _ => faults,
+    };
     let wall = Instant::now();
     let mut dev = Device::with_faults(spec.clone(), spec.discipline, faults.clone());
     let mut errors = [0u64; 2];

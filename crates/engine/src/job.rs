@@ -249,6 +249,12 @@ impl WrittenMap {
         self.0[(slot / 64) as usize].fetch_or(1 << (slot % 64), Ordering::Relaxed);
     }
 
+    /// A write to `slot` failed: what the device holds there is unknown, so the read-back
+    /// must not expect the pattern (a failed write is never counted as written).
+    fn clear(&self, slot: u64) {
+        self.0[(slot / 64) as usize].fetch_and(!(1 << (slot % 64)), Ordering::Relaxed);
+    }
+
     fn get(&self, slot: u64) -> bool {
         self.0[(slot / 64) as usize].load(Ordering::Relaxed) & (1 << (slot % 64)) != 0
     }
@@ -476,9 +482,12 @@ fn measure(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
             // A long emulated wait cut short by the process-wide stop: the run ends as
             // interrupted with what it measured, like a stop between two I/Os.
             Err(e) if e.kind == ErrorKind::Interrupted => break,
-            other => other?,
+            other => other.and_then(|m| check_whole(m, bs as usize, spec.op, offset).map(|()| m)),
         };
-        check_whole(moved, bs as usize, spec.op, offset)?;
+        if let (Err(_), Some(w), Op::Write) = (&moved, &shared.written, spec.op) {
+            w.clear(slot);
+        }
+        moved?;
         if spec.verify {
             match (&shared.written, spec.op) {
                 (Some(w), Op::Write) => w.set(slot),

@@ -36,6 +36,7 @@ use crate::profile::{profile_path, Profile};
 use crate::target::file::{describe_fd, FilePort};
 use crate::target::{InFlight, IoBuf, Port, PortWait, Target};
 use crate::wait::{self, PollParams, WaitPolicy};
+use crate::Op;
 
 pub use crate::job::StrategyChoice;
 
@@ -156,6 +157,9 @@ pub struct SmartTargetPort<'t> {
     policy: Option<Box<dyn WaitPolicy>>,
     counters: PortCounters,
     notes: Vec<String>,
+    /// The target is emulated: its port reports the model's completion instant, so each
+    /// I/O's lateness against it is recorded (the accuracy of the real-time emulation).
+    emulated: bool,
 }
 
 thread_local! {
@@ -270,6 +274,7 @@ impl<'t> SmartTargetPort<'t> {
         )?;
         port.notes.extend(note);
         port.notes.extend(target.warnings());
+        port.emulated = target.model_service_ns(Op::Read, 4096).is_some();
         Ok(port)
     }
 
@@ -349,6 +354,7 @@ impl<'t> SmartTargetPort<'t> {
             policy,
             counters,
             notes: Vec::new(),
+            emulated: false,
         })
     }
 
@@ -456,7 +462,11 @@ impl<'t> SmartTargetPort<'t> {
         };
         drop(entered);
         let outcome = outcome?;
-        self.counters.record(now_ns() - t0, outcome.bytes as u64, strategy, reason, outcome.fell_back);
+        let t1 = now_ns();
+        self.counters.record(t1 - t0, outcome.bytes as u64, strategy, reason, outcome.fell_back);
+        if self.emulated {
+            self.counters.record_lateness(t1.saturating_sub(outcome.done_ns));
+        }
         if let Some(w) = &outcome.polled {
             self.counters.record_polled(w, outcome.done_ns);
         }

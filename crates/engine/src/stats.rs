@@ -82,6 +82,8 @@ pub struct ThreadStats {
     pub sleeps: u64,
     pub pred_err: Option<Histogram<u64>>,
     pub overshoot_ns: Option<u64>,
+    /// Emulated targets: how late each completion was seen against the model's instant.
+    pub lateness: Option<Histogram<u64>>,
     pub start_ns: u64,
     pub end_ns: u64,
     usage_start: Usage,
@@ -103,6 +105,7 @@ impl ThreadStats {
             sleeps: 0,
             pred_err: None,
             overshoot_ns: None,
+            lateness: None,
             start_ns: 0,
             end_ns: 0,
             usage_start: Usage::default(),
@@ -153,12 +156,23 @@ impl ThreadStats {
             let _ = self.pred_err.get_or_insert_with(new_histogram).add(h);
         }
         self.overshoot_ns = self.overshoot_ns.or(other.overshoot_ns);
+        if let Some(h) = &other.lateness {
+            add_histogram(self.lateness.get_or_insert_with(new_histogram), h);
+        }
         self.start_ns = if self.ios == other.ios { other.start_ns } else { self.start_ns.min(other.start_ns) };
         self.end_ns = self.end_ns.max(other.end_ns);
         self.usage.user_ns += other.usage.user_ns;
         self.usage.sys_ns += other.usage.sys_ns;
         self.usage.voluntary += other.usage.voluntary;
         self.usage.involuntary += other.usage.involuntary;
+    }
+
+    /// How late an emulated completion was seen: the instant the waiter got control back
+    /// minus the model's completion instant. One histogram record, no clock read.
+    #[inline]
+    pub fn record_lateness(&mut self, lateness_ns: u64) {
+        // 0 (on time to the nanosecond) is kept as 1: the histogram's lowest value.
+        self.lateness.get_or_insert_with(new_histogram).saturating_record(lateness_ns.max(1));
     }
 
     /// What a polling wait did; `done_ns` is the device's completion instant.
@@ -254,6 +268,56 @@ impl PollingSummary {
         let sum = |p: &PollingSummary| p.overshoot_ns.unwrap_or(0) * p.overshoot_threads;
         self.overshoot_ns = (threads > 0).then(|| (sum(self) + sum(other)) / threads);
         self.overshoot_threads = threads;
+    }
+}
+
+/// How closely a real-time run on an emulated target delivered completions at the model's
+/// instants (issue 14, item 3). Lateness of one I/O = the instant its waiter got control
+/// back minus the model's completion instant for it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Accuracy {
+    /// I/Os measured.
+    pub ios: u64,
+    /// Share (0..1) late by at most 2% of the model's service time (`model_service_ns`, no
+    /// queueing): Griffin et al.'s criterion, which seed 004 uses (>= 99% within 2%).
+    pub within_2pct: f64,
+    /// Share (0..1) late by at most 20 us.
+    pub within_20us: f64,
+    pub lateness_ns_p50: u64,
+    pub lateness_ns_p99: u64,
+    /// What the figures are read from, so two runs merge exactly.
+    #[serde(skip)]
+    pub lateness_hist: Histogram<u64>,
+}
+
+impl Accuracy {
+    /// The figures of `hist` against a service time of `service_ns`; `None` if empty.
+    pub fn of(hist: Histogram<u64>, service_ns: u64) -> Option<Accuracy> {
+        if hist.is_empty() {
+            return None;
+        }
+        let n = hist.len();
+        let within = |limit_ns: u64| hist.count_between(0, limit_ns) as f64 / n as f64;
+        // Values up to 2% of the service time; recorded values are at least 1 ns.
+        let limit_2pct_ns = (service_ns / 50).max(1);
+        Some(Accuracy {
+            ios: n,
+            within_2pct: within(limit_2pct_ns),
+            within_20us: within(20_000),
+            lateness_ns_p50: hist.value_at_quantile(0.5),
+            lateness_ns_p99: hist.value_at_quantile(0.99),
+            lateness_hist: hist,
+        })
+    }
+
+    /// Adds another run's lateness; shares and percentiles are recomputed from the merged
+    /// histogram against `service_ns`.
+    pub fn merge(&mut self, other: &Accuracy, service_ns: u64) {
+        let mut hist = self.lateness_hist.clone();
+        add_histogram(&mut hist, &other.lateness_hist);
+        if let Some(a) = Accuracy::of(hist, service_ns) {
+            *self = a;
+        }
     }
 }
 
@@ -430,6 +494,9 @@ pub struct JobResult {
     /// For emulated devices: the model's device time for one request, no queueing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_service_ns: Option<u64>,
+    /// For emulated devices: lateness of completions against the model's instants.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<Accuracy>,
     pub verified: bool,
     pub interrupted: bool,
     /// Every measured I/O's latency: what the `lat_ns_*` fields are read from, and what
@@ -482,6 +549,14 @@ impl JobResult {
             }
         }
         let wall_ns = (end - start).max(1);
+        let model_service_ns = target.model_service_ns(spec.op, spec.bs_bytes);
+        let accuracy = model_service_ns.and_then(|service| {
+            let mut late = new_histogram();
+            for h in threads.iter().filter_map(|t| t.lateness.as_ref()) {
+                add_histogram(&mut late, h);
+            }
+            Accuracy::of(late, service)
+        });
         let mut r = JobResult {
             record_type: "result",
             target: target.label().to_string(),
@@ -511,7 +586,8 @@ impl JobResult {
             fsyncs,
             polling: PollingSummary::of(threads, spec),
             profile_source: profile.source.clone(),
-            model_service_ns: target.model_service_ns(spec.op, spec.bs_bytes),
+            model_service_ns,
+            accuracy,
             verified: spec.verify && !interrupted,
             interrupted,
             latency_hist: hist,
@@ -549,6 +625,16 @@ impl JobResult {
         self.verified &= other.verified;
         match (&mut self.polling, &other.polling) {
             (Some(a), Some(b)) => a.merge(b),
+            (a @ None, Some(b)) => *a = Some(b.clone()),
+            _ => {}
+        }
+        match (&mut self.accuracy, &other.accuracy) {
+            (Some(a), Some(b)) => {
+                // Cells of one device and size share the service time; where they differ
+                // (a mixed op), the shorter one keeps the criterion strict.
+                let service = self.model_service_ns.min(other.model_service_ns).unwrap_or(0);
+                a.merge(b, service);
+            }
             (a @ None, Some(b)) => *a = Some(b.clone()),
             _ => {}
         }
@@ -612,5 +698,40 @@ mod tests {
         let mut none = summary(5, 1.0, &[], None);
         none.merge(&summary(5, 1.0, &[], None));
         assert_eq!((none.pred_err_ns_p50, none.overshoot_ns), (None, None));
+    }
+
+    #[test]
+    fn accuracy_reads_the_lateness_histogram_and_merges_exactly() {
+        let hist = |values: &[u64]| {
+            let mut t = ThreadStats::new();
+            for &v in values {
+                t.record_lateness(v);
+            }
+            t.lateness.unwrap()
+        };
+        // Service 1 ms: 2% is 20 us. 98 I/Os 5 us late, 2 at 30 us and 200 us.
+        let mut late = vec![5_000u64; 98];
+        late.extend([30_000, 200_000]);
+        let a = Accuracy::of(hist(&late), 1_000_000).unwrap();
+        assert_eq!(a.ios, 100);
+        assert_eq!(a.within_2pct, 0.98);
+        assert_eq!(a.within_20us, 0.98);
+        assert!(a.lateness_ns_p50.abs_diff(5_000) <= 5 && a.lateness_ns_p99.abs_diff(30_000) <= 30);
+        // A 100 us service allows 2 us: none of these I/Os; on time to the ns counts.
+        let b = Accuracy::of(hist(&[0, 3_000]), 100_000).unwrap();
+        assert_eq!((b.within_2pct, b.within_20us), (0.5, 1.0));
+        assert!(Accuracy::of(new_histogram(), 1_000).is_none());
+        // Merging adds the histograms: 100 + 2 I/Os, the shares of all of them.
+        let mut m = a.clone();
+        m.merge(&b, 1_000_000);
+        assert_eq!(m.ios, 102);
+        assert_eq!(m.within_2pct, 100.0 / 102.0);
+        // Threads merge the same way.
+        let mut t = ThreadStats::new();
+        t.record_lateness(7);
+        let mut u = ThreadStats::new();
+        u.merge(&t);
+        u.merge(&t);
+        assert_eq!(u.lateness.unwrap().len(), 2);
     }
 }

@@ -65,6 +65,15 @@ pub fn job_report(r: &JobResult) -> String {
         s += &format!("   (device model: {})", format_ns(m as f64));
     }
     s += "\n";
+    if let Some(a) = &r.accuracy {
+        s += &format!(
+            "  accuracy    {:.2}% within 2% of the model, {:.2}% within 20 us, lateness p50 {} p99 {}\n",
+            a.within_2pct * 100.0,
+            a.within_20us * 100.0,
+            format_ns(a.lateness_ns_p50 as f64),
+            format_ns(a.lateness_ns_p99 as f64)
+        );
+    }
     s += &format!(
         "  CPU         user {:.1}%  sys {:.1}%  (of one CPU, I/O threads only)\n",
         r.cpu_user_pct, r.cpu_sys_pct

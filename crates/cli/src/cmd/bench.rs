@@ -226,6 +226,21 @@ fn render(results: &[JobResult], profiles: &[(String, smartcon_engine::profile::
     }
     let mut out = t.render();
     out += "\ngain = IOPS / block's IOPS in the same cell; CPU = I/O thread's CPU time, % of one CPU; csw/IO = context switches per I/O.\n";
+    if let Some((r, a)) = results
+        .iter()
+        .filter_map(|r| r.accuracy.as_ref().map(|a| (r, a)))
+        .min_by(|x, y| x.1.within_2pct.total_cmp(&y.1.within_2pct))
+    {
+        out += &format!(
+            "emulation accuracy, worst cell ({} {} {}): {:.2}% within 2% of the model, {:.2}% within 20 us, lateness p99 {}\n",
+            r.target,
+            r.op,
+            r.strategy,
+            a.within_2pct * 100.0,
+            a.within_20us * 100.0,
+            format_ns(a.lateness_ns_p99 as f64)
+        );
+    }
     out += "profiles used by smart:\n";
     for (label, p) in profiles {
         out += &format!(

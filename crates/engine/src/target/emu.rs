@@ -26,6 +26,15 @@
 //! transfer. With `poll_cost` = 0 (all presets: NVMe-style completion queues live in host
 //! memory) polls are free.
 //!
+//! Faults (`emu:PRESET,faults=FILE`, the TOML scenario of `smartcon_devemu::fault`): the
+//! plan's windows count from the target's opening. A spike or a stall moves the completion
+//! instant the model gives at submission, and the waiter waits for it as for any other. A
+//! failed request takes its time on the channel, moves no data (a failed write leaves the
+//! store as it was) and returns [`ErrorKind::Io`] with errno EIO naming op and offset once
+//! its completion is due. A stall is bounded by the scenario's `stall_timeout` (checked
+//! when it loads, chains of stalls included), so no wait is unbounded; a longer stall is
+//! an error before the run starts.
+//!
 //! Interruption: a model may make one request take seconds (`lat=5s`). A wait longer than
 //! [`stop::WAIT_SLICE_NS`] is cut into slices of at most that, and between two slices the
 //! process-wide stop flag ([`stop::global`]) is read: once set, the wait ends with an
@@ -117,20 +126,31 @@ pub struct EmuTarget {
 
 impl EmuTarget {
     pub fn new(spec: EmuSpec) -> Result<EmuTarget, Error> {
+        Self::with_fault_origin(spec, now_ns())
+    }
+
+    /// A target whose fault plan's windows count from `origin_ns` (a replay aligns them
+    /// with its own start); [`EmuTarget::new`] counts from the opening.
+    pub fn with_fault_origin(spec: EmuSpec, origin_ns: u64) -> Result<EmuTarget, Error> {
         let store = RamStore::new(spec.capacity_bytes as usize).map_err(|e| {
             Error::new(
                 ErrorKind::Setup,
                 format!("cannot map {} of RAM for {}: {e}", format_size(spec.capacity_bytes), spec.label),
             )
         })?;
-        let device = FcfsDevice::new(spec.clone()).map_err(|e| Error::new(ErrorKind::Usage, e))?;
+        let device = match &spec.faults {
+            Some(plan) => FcfsDevice::with_faults(spec.clone(), (**plan).clone(), origin_ns),
+            None => FcfsDevice::new(spec.clone()),
+        }
+        .map_err(|e| Error::new(ErrorKind::Usage, e))?;
         Ok(EmuTarget { channels: Mutex::new(device), spec, store, inflight: InFlight::default() })
     }
 
-    /// Places a request on the model; returns its channel and completion instant.
-    fn schedule(&self, op: Op, offset: u64, bytes: u64, arrival_ns: u64) -> (u32, u64) {
-        let s = self.channels.lock().unwrap().schedule(op, offset, bytes, arrival_ns);
-        (s.channel, s.complete_ns)
+    /// Places a request on the model; returns its channel, completion instant and whether
+    /// the fault plan fails it.
+    fn schedule(&self, op: Op, offset: u64, bytes: u64, arrival_ns: u64) -> (u32, u64, bool) {
+        let (s, failed) = self.channels.lock().unwrap().schedule_checked(op, offset, bytes, arrival_ns);
+        (s.channel, s.complete_ns, failed)
     }
 }
 
@@ -142,14 +162,64 @@ impl EmuTarget {
     fn submit(&self, buf: IoBuf<'_>, offset: u64) -> (EmuStatus<'_>, usize) {
         let arrival = now_ns();
         let bytes = self.spec.capacity_bytes.saturating_sub(offset).min(buf.len() as u64) as usize;
-        let (channel, done_ns) = self.schedule(buf.op(), offset, bytes as u64, arrival);
-        if bytes > 0 {
+        let (channel, done_ns, failed) = self.schedule(buf.op(), offset, bytes as u64, arrival);
+        if bytes > 0 && !failed {
             match buf {
                 IoBuf::Read(b) => self.store.read(offset, &mut b[..bytes]),
                 IoBuf::Write(b) => self.store.write(offset, &b[..bytes]),
             }
         }
-        (EmuStatus { target: self, channel, done_ns, last_poll_ns: arrival, submit_ns: arrival }, bytes)
+        (EmuStatus { target: self, channel, done_ns, last_poll_ns: arrival, submit_ns: arrival, failed }, bytes)
+    }
+}
+
+impl EmuTarget {
+    /// The error of a request the fault plan failed.
+    fn injected_error(&self, op: Op, offset: u64) -> Error {
+        Error::os(
+            ErrorKind::Io,
+            libc::EIO,
+            format!(
+                "{} at offset {offset}: I/O error injected by the fault scenario of {}",
+                op.name(),
+                self.spec.label
+            ),
+        )
+    }
+
+    /// The reference system's wait (the real-time replay of crates/emulate, not a
+    /// strategy): one I/O, with the thread asleep on a timer until `margin_ns` before the
+    /// model's completion instant, then watching the clock until the instant itself. With a
+    /// margin at least the host's wake-up overshoot, the completion is seen within a clock
+    /// read of the model's instant, which a timer alone cannot do (it wakes tens of us late
+    /// here). Returns the outcome and, when the thread slept, how late the timer woke it
+    /// (what the caller's margin should cover). No ring, no status poll (`poll_cost` is not
+    /// charged: the reference reads the clock, not the device's register).
+    pub fn transfer_precise(
+        &self,
+        buf: IoBuf<'_>,
+        offset: u64,
+        margin_ns: u64,
+    ) -> Result<(WaitOutcome, Option<u64>), Error> {
+        let op = buf.op();
+        let (status, bytes) = self.submit(buf, offset);
+        let wake_ns = status.done_ns.saturating_sub(margin_ns);
+        let mut overshoot_ns = None;
+        if wake_ns > status.submit_ns {
+            wait_in_slices(status.submit_ns, wake_ns, |t| {
+                sleep_until_ns(t);
+                Ok(())
+            })?;
+            overshoot_ns = Some(now_ns().saturating_sub(wake_ns));
+        }
+        wait_in_slices(now_ns(), status.done_ns, |t| {
+            spin_until_ns(t);
+            Ok(())
+        })?;
+        if status.failed {
+            return Err(self.injected_error(op, offset));
+        }
+        Ok((WaitOutcome { bytes, done_ns: status.done_ns, ..Default::default() }, overshoot_ns))
     }
 }
 
@@ -162,6 +232,8 @@ struct EmuStatus<'a> {
     last_poll_ns: u64,
     /// The submission's instant.
     submit_ns: u64,
+    /// The fault plan fails this request: reported once its completion is due.
+    failed: bool,
 }
 
 impl Status for EmuStatus<'_> {
@@ -312,6 +384,9 @@ impl Port for EmuPort<'_> {
                 let req = Pending { op, bytes: bytes as u64, ahead, submit_ns: arrival };
                 outcome.polled = Some(policy.wait(&req, &mut status)?);
             }
+        }
+        if status.failed {
+            return Err(self.target.injected_error(op, offset));
         }
         outcome.done_ns = status.done_ns;
         Ok(outcome)

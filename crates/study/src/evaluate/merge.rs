@@ -117,6 +117,7 @@ pub(crate) mod tests {
             polling: None,
             profile_source: "test".into(),
             model_service_ns: None,
+            accuracy: None,
             verified: false,
             interrupted: false,
             latency_hist: hist,

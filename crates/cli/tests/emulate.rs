@@ -1,0 +1,140 @@
+//! `smartcon emulate replay` end to end (closed loop, a blkparse trace and a fio iolog
+//! written here, in virtual and real time) and fault scenarios through `smartcon io` on an
+//! emulated target. Checks exit status and records; asserts no timing (real-time runs use
+//! microsecond latencies and only their counts are checked).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn run(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", home).args(args).output().expect("run smartcon")
+}
+
+/// Runs a command that must succeed and returns its one JSON record of `record_type`.
+fn record(home: &Path, args: &[&str], record_type: &str) -> Value {
+    let out = run(home, args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let recs: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    recs.into_iter().find(|r| r["type"] == record_type).unwrap_or_else(|| panic!("no {record_type} in {text}"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("smartcon-emulate-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ring_available() -> bool {
+    match smartcon_engine::ring::Ring::new() {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("skipping the real-time parts: io_uring is not available here ({})", e.message);
+            false
+        }
+    }
+}
+
+#[test]
+fn replay_closed_loop_and_traces_in_virtual_and_real_time() {
+    let home = scratch("replay");
+    let h = home.as_path();
+    let closed = ["emulate", "replay", "--device", "emu:sdcard", "--op", "write", "--ios", "300", "--json"];
+    let v = record(h, &closed, "replay_result");
+    assert_eq!(v["ios"], 300);
+    // Random 4 KiB writes on the SD card table: 1.1601 ms each at QD1, exactly.
+    assert_eq!(v["lat_ns_p50"], 1_160_100);
+    assert!(v.get("within_2pct").is_none(), "virtual time alone reports no lateness");
+
+    let blk = home.join("trace.blkparse");
+    std::fs::write(
+        &blk,
+        "  8,0    1        1     0.000000000  4162  D   R 2048 + 8 [fio]\n\
+           8,0    1        2     0.000050000  4162  C   R 2048 + 8 [0]\n\
+           8,0    0        3     0.000100000  4163  D   W 4096 + 16 [kworker]\n\
+           8,0    0        4     0.000300000  4163  D   R 8192 + 8 [fio]\n",
+    )
+    .unwrap();
+    let iolog = home.join("trace.iolog");
+    std::fs::write(
+        &iolog,
+        "fio version 3 iolog\n0 f add\n10 f write 0 4096\n200 f read 4096 4096\n400 f read 0 8192\n",
+    )
+    .unwrap();
+    let real = ring_available();
+    for trace in [&blk, &iolog] {
+        let t = trace.to_str().unwrap();
+        let mut args = vec!["emulate", "replay", "--device", "emu:optane", "--trace", t, "--json"];
+        if real {
+            args.extend(["--real-time", "--strategy", "spin"]);
+        }
+        let r = record(h, &args, "replay_result");
+        assert_eq!(r["ios"], 3, "{t}");
+        if real {
+            let rt = &r["real_time"];
+            assert_eq!(rt["by_op"]["read"]["ios"].as_u64().unwrap() + rt["by_op"]["write"]["ios"].as_u64().unwrap(), 3);
+            assert!((0.0..=1.0).contains(&r["within_2pct"].as_f64().unwrap()));
+        }
+    }
+    // A bad line is an error naming its line number.
+    std::fs::write(&iolog, "fio version 3 iolog\n10 f write 0 4096\n20 f frobnicate 0 4096\n").unwrap();
+    let out = run(h, &["emulate", "replay", "--device", "emu:optane", "--trace", iolog.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 3"), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_dir_all(&home).unwrap();
+}
+
+#[test]
+fn faults_in_the_device_spec_fail_io_and_count_in_replays() {
+    let home = scratch("faults");
+    let h = home.as_path();
+    let all_writes = home.join("writes-fail.toml");
+    std::fs::write(&all_writes, "seed = 3\n[[error]]\nop = \"write\"\n").unwrap();
+    let some_writes = home.join("some-writes-fail.toml");
+    std::fs::write(&some_writes, "seed = 3\n[[error]]\nop = \"write\"\nprobability = 0.2\n").unwrap();
+    let spike = home.join("spike.toml");
+    std::fs::write(&spike, "[[spike]]\nstart = \"0s\"\nend = \"3600s\"\nfactor = 3.0\n").unwrap();
+    let dev = |f: &Path| format!("emu:optane,size=16m,faults={}", f.display());
+
+    // Virtual time: the spec's scenario fails about a fifth of the writes, reproducibly.
+    let d = dev(&some_writes);
+    let argv = vec!["emulate", "replay", "--device", &d, "--op", "write", "--ios", "1000", "--json"];
+    let v = record(h, &argv, "replay_result");
+    let failed = v["errors_write"].as_u64().unwrap();
+    assert!((120..280).contains(&failed), "{failed}");
+    assert_eq!(record(h, &argv, "replay_result")["errors_write"], failed);
+
+    if !ring_available() {
+        return;
+    }
+    // Real time: the same scenario through the engine's target; failed writes are
+    // counted, not fatal, in a replay.
+    let mut rt = argv.clone();
+    rt.extend(["--real-time", "--strategy", "spin"]);
+    let r = record(h, &rt, "replay_result");
+    let real = &r["real_time"];
+    assert!(real["errors_write"].as_u64().unwrap() > 0);
+    assert_eq!(real["errors_write"].as_u64().unwrap() + real["by_op"]["write"]["ios"].as_u64().unwrap(), 1000);
+
+    // `io`: a failed write ends the run with an error naming op and offset.
+    let d = dev(&all_writes);
+    let out = run(h, &["io", "--target", &d, "--op", "write", "--duration", "100ms", "--strategy", "spin"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("write at offset") && err.contains("fault scenario"), "{err}");
+    // With --verify as well (a failed write is never counted as written: the run fails).
+    let out = run(h, &["io", "--target", &d, "--op", "write", "--duration", "100ms", "--verify"]);
+    assert!(!out.status.success());
+    // Reads are not in the rule: they run, and the record reports the emulation's accuracy.
+    let r = record(h, &["io", "--target", &d, "--duration", "100ms", "--strategy", "spin", "--json"], "result");
+    assert!(r["ios"].as_u64().unwrap() > 0);
+    assert_eq!(r["accuracy"]["ios"], r["ios"]);
+    // A spike stretches every request three times over the model's service time.
+    let d = dev(&spike);
+    let r = record(h, &["io", "--target", &d, "--duration", "100ms", "--strategy", "spin", "--json"], "result");
+    assert!(r["lat_ns_min"].as_u64().unwrap() >= 3 * r["model_service_ns"].as_u64().unwrap() - 3);
+    std::fs::remove_dir_all(&home).unwrap();
+}
