@@ -62,3 +62,51 @@ fn ets_refuses_zero_threads() {
     assert!(!out.exists(), "nothing written");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Sends `signal` to a child and waits (bounded) for it to end; a child that outlives the
+/// bound is killed and the test fails: it did not honour the signal.
+fn signal_and_wait(child: &mut std::process::Child, signal: libc::c_int) -> std::process::ExitStatus {
+    // SAFETY: kill with a pid we spawned and still own (not yet reaped).
+    unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    for _ in 0..600 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("smartcon ignored signal {signal} for a minute");
+}
+
+/// Waits (bounded) until `path` exists and holds at least `bytes`.
+fn wait_for_file(path: &Path, bytes: u64) {
+    for _ in 0..600 {
+        if std::fs::metadata(path).map(|m| m.len() >= bytes).unwrap_or(false) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("{} never reached {bytes} bytes", path.display());
+}
+
+/// Item 3: `trace synth` wrote 84 GB, ignored SIGTERM and SIGINT, and left its partial file.
+#[test]
+fn trace_synth_checks_space_stops_on_a_signal_and_leaves_nothing() {
+    let dir = scratch("synth");
+    let out = dir.join("big.trace");
+    let o = out.to_str().unwrap();
+    let synth = |n: &'static str| ["trace", "synth", "--kind", "random", "--working-set", "1m", "--accesses", n, "--out", o];
+    let r = smartcon(&dir, &synth("99999999999999999"));
+    assert_one_line_exit_2(&r, "big.trace");
+    assert!(String::from_utf8_lossy(&r.stderr).contains("free"));
+    assert!(!out.exists(), "nothing written when it cannot fit");
+    assert_one_line_exit_2(&smartcon(&dir, &synth("18446744073709551615")), "--accesses");
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut child = cmd(&dir, &synth("1000000000")).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        wait_for_file(&out, 1 << 20);
+        let status = signal_and_wait(&mut child, signal);
+        assert!(!status.success(), "an interrupted trace is not a success");
+        assert!(!out.exists(), "partial trace removed after signal {signal}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
