@@ -169,18 +169,38 @@ pub fn progress_bar(len: u64, what: &str) -> Progress {
     Progress { bar, what: what.to_string(), lines: false, started, group_words: 0, pending: Default::default() }
 }
 
-/// Refuses to overwrite: an output directory must not exist or be empty.
-pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<()> {
-    if dir.exists() {
-        if !dir.is_dir() {
-            anyhow::bail!("{} exists and is not a directory", dir.display());
-        }
-        if std::fs::read_dir(dir)?.next().is_some() {
-            anyhow::bail!("{} exists and is not empty; choose another --out or remove it", dir.display());
-        }
+/// An output directory this run owns: `.smartcon-claim` in it was created with O_EXCL,
+/// so of two runs given the same `--out` exactly one gets here. Removed on drop.
+#[must_use = "the claim ends when dropped"]
+pub struct OutDirClaim(std::path::PathBuf);
+
+impl Drop for OutDirClaim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Refuses to overwrite: an output directory must not exist or be empty, and no other run
+/// may hold it. Checking emptiness and creating are two steps, so the claim is the O_EXCL
+/// creation of a lock file, and emptiness is checked only after holding it.
+pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<OutDirClaim> {
+    if dir.exists() && !dir.is_dir() {
+        anyhow::bail!("{} exists and is not a directory", dir.display());
     }
     std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-    Ok(())
+    let lock = dir.join(".smartcon-claim");
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&lock) {
+        Ok(mut f) => writeln!(f, "{}", std::process::id())?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            anyhow::bail!("{} is in use by another smartcon run; choose another --out", dir.display())
+        }
+        Err(e) => anyhow::bail!("cannot create {}: {e}", lock.display()),
+    }
+    let claim = OutDirClaim(lock);
+    if std::fs::read_dir(dir)?.filter_map(|e| e.ok()).any(|e| e.file_name() != ".smartcon-claim") {
+        anyhow::bail!("{} exists and is not empty; choose another --out or remove it", dir.display());
+    }
+    Ok(claim)
 }
 
 /// Where smartcon keeps what it measured on this host (host.json, profiles/):

@@ -42,7 +42,8 @@ fn huge_cache_sizes_are_one_line_and_exit_2() {
     let dir = scratch("cachesize");
     let trace = dir.join("t.trace");
     let t = trace.to_str().unwrap();
-    let out = smartcon(&dir, &["trace", "synth", "--kind", "loop", "--working-set", "64k", "--accesses", "1000", "--out", t]);
+    let out =
+        smartcon(&dir, &["trace", "synth", "--kind", "loop", "--working-set", "64k", "--accesses", "1000", "--out", t]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_one_line_exit_2(&smartcon(&dir, &["cachesim", "--trace", t, "--ll", "1t,16"]), "--ll");
     assert_one_line_exit_2(&smartcon(&dir, &["cachesim", "--trace", t, "--l2", "64g,16"]), "maximum");
@@ -95,7 +96,8 @@ fn trace_synth_checks_space_stops_on_a_signal_and_leaves_nothing() {
     let dir = scratch("synth");
     let out = dir.join("big.trace");
     let o = out.to_str().unwrap();
-    let synth = |n: &'static str| ["trace", "synth", "--kind", "random", "--working-set", "1m", "--accesses", n, "--out", o];
+    let synth =
+        |n: &'static str| ["trace", "synth", "--kind", "random", "--working-set", "1m", "--accesses", n, "--out", o];
     let r = smartcon(&dir, &synth("99999999999999999"));
     assert_one_line_exit_2(&r, "big.trace");
     assert!(String::from_utf8_lossy(&r.stderr).contains("free"));
@@ -107,6 +109,50 @@ fn trace_synth_checks_space_stops_on_a_signal_and_leaves_nothing() {
         let status = signal_and_wait(&mut child, signal);
         assert!(!status.success(), "an interrupted trace is not a success");
         assert!(!out.exists(), "partial trace removed after signal {signal}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn tiny_evaluate(out: &Path) -> Vec<String> {
+    let args = "evaluate --tiny --targets emu:nvme,size=16m --workloads iozone-rand-read --loads bm-only \
+                --strategies block --skip-polling --duration 5ms --out";
+    let mut v: Vec<String> = args.split_whitespace().map(String::from).collect();
+    v.push(out.display().to_string());
+    v
+}
+
+/// Item 4: two `evaluate` runs with the same `--out` both exited 0 with a corrupt report.
+#[test]
+fn two_evaluates_racing_for_one_out_dir_exactly_one_wins() {
+    let dir = scratch("race");
+    // Store the device profile first, so the racers do not also race to probe.
+    let first = dir.join("first");
+    let a: Vec<String> = tiny_evaluate(&first);
+    let out = smartcon(&dir, &a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!first.join(".smartcon-claim").exists(), "the claim ends with the run");
+    for round in 0..8 {
+        let report = dir.join(format!("r{round}"));
+        let a = tiny_evaluate(&report);
+        let spawn = || {
+            cmd(&dir, &a.iter().map(String::as_str).collect::<Vec<_>>())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (c1, c2) = (spawn(), spawn());
+        let outs = [c1.wait_with_output().unwrap(), c2.wait_with_output().unwrap()];
+        let codes: Vec<Option<i32>> = outs.iter().map(|o| o.status.code()).collect();
+        assert!(codes.contains(&Some(0)) && codes.contains(&Some(2)), "round {round}: exit codes {codes:?}");
+        let loser = outs.iter().find(|o| o.status.code() == Some(2)).unwrap();
+        let err = String::from_utf8_lossy(&loser.stderr);
+        assert!(err.contains("in use by another") || err.contains("not empty"), "{err}");
+        let text = std::fs::read_to_string(report.join("results.jsonl")).unwrap();
+        assert!(
+            text.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
+            "round {round}: valid JSON Lines"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -124,15 +124,16 @@ fn study(a: StudyArgs) -> Result<()> {
         instructions: a.instructions.unwrap_or(if a.quick { 24_000_000 } else { 100_000_000 }),
         sample_shift: a.sample_shift,
         sweep: !a.no_sweep,
-        threads: a.threads.map(|n| n.get()).unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+        threads: a
+            .threads
+            .map(|n| n.get())
+            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
     };
     plan.hierarchy().map_err(|e| match e.kind {
         ErrorKind::Geometry => anyhow::Error::from(e).context("--llc"),
         _ => e.into(),
     })?;
-    if let Some(dir) = &a.out {
-        common::prepare_out_dir(dir)?;
-    }
+    let _claim = a.out.as_deref().map(common::prepare_out_dir).transpose()?;
     let bar = common::progress_bar(plan.runs() as u64, "ets");
     let results = ets::run(&plan, common::interrupt_flag(), &|| bar.inc(1));
     bar.finish_and_clear();

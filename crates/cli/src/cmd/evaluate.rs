@@ -121,7 +121,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     if session.opened.is_empty() {
         bail!("no target left to evaluate ({})", session.notes.join("; "));
     }
-    prepare_out_dir(&args.out)?;
+    let _claim = prepare_out_dir(&args.out)?;
     let loadavg_before = loadavg();
     let started = std::time::Instant::now();
     let monitor = start_monitor(None)?;
