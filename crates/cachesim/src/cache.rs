@@ -58,7 +58,10 @@ impl<P: ReplacementPolicy> Cache<P> {
     pub fn try_new(geometry: Geometry) -> crate::error::Result<Self> {
         let mut tags = Vec::new();
         tags.try_reserve_exact(geometry.lines()).map_err(|e| {
-            crate::error::Error::new(crate::error::ErrorKind::Geometry, format!("cannot allocate a cache of {geometry}: {e}"))
+            crate::error::Error::new(
+                crate::error::ErrorKind::Geometry,
+                format!("cannot allocate a cache of {geometry}: {e}"),
+            )
         })?;
         tags.resize(geometry.lines(), 0);
         let policy = P::new(&geometry);

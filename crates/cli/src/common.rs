@@ -36,26 +36,35 @@ pub fn report_error(error: &anyhow::Error) -> i32 {
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_sigint(_signal: libc::c_int) {
+/// The exit status of every command after SIGINT or SIGTERM, as shells report a Ctrl-C.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+extern "C" fn on_signal(_signal: libc::c_int) {
+    // The first signal only sets the flag: the run stops, cleans up and exits 130. A later
+    // one exits at once, unless devices smartcon created are still held: exiting then would
+    // leave a loop device, a mount or a zram device behind, so their removal (system calls
+    // with bounded retries) is not cut short.
     // The engine's long waits and fills read its own flag (it knows nothing of the CLI).
     smartcon_engine::stop::global().store(true, Ordering::SeqCst);
-    // A second Ctrl-C kills the process the ordinary way.
     if INTERRUPTED.swap(true, Ordering::SeqCst) {
-        // SAFETY: resetting the disposition and re-raising are async-signal-safe.
-        unsafe {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::raise(libc::SIGINT);
+        if smartcon_workloads::blockdev::held_count() == 0 {
+            // SAFETY: _exit is async-signal-safe and ends the process without running
+            // anything that could be mid-way in the interrupted thread.
+            unsafe { libc::_exit(EXIT_INTERRUPTED) };
         }
+        const NOTE: &[u8] = b"smartcon: removing the devices it created first (kill -9, then `smartcon cleanup`)\n";
+        // SAFETY: write(2) is async-signal-safe; NOTE is a valid static buffer.
+        unsafe { libc::write(2, NOTE.as_ptr().cast(), NOTE.len()) };
     }
 }
 
 /// Installs a SIGINT and SIGTERM handler that only sets a flag: long runs poll
 /// [`interrupted`] between steps, stop, print what they measured and clean up.
 pub fn install_interrupt_handler() {
-    // SAFETY: the handler only touches an atomic, which is async-signal-safe.
+    // SAFETY: the handler touches atomics and calls async-signal-safe functions only.
     unsafe {
-        libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_sigint as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         // `smartcon devices | head` should end quietly, as Unix tools do, not panic.
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }

@@ -156,3 +156,165 @@ fn two_evaluates_racing_for_one_out_dir_exactly_one_wins() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// What the creation records under `home/devices` name: (backing files, mount points, zram ids).
+fn recorded(home: &Path) -> (Vec<PathBuf>, Vec<PathBuf>, Vec<String>) {
+    let (mut backing, mut mounts, mut zram) = (Vec::new(), Vec::new(), Vec::new());
+    for e in std::fs::read_dir(home.join("devices")).into_iter().flatten().filter_map(|e| e.ok()) {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let l: Vec<&str> = text.lines().collect();
+        match l.get(3..) {
+            Some(["loop", b, ..]) => backing.push(PathBuf::from(b)),
+            Some(["mount", m, ..]) => mounts.push(PathBuf::from(m)),
+            Some(["zram", id, ..]) => zram.push(id.to_string()),
+            _ => {}
+        }
+    }
+    (backing, mounts, zram)
+}
+
+/// Evaluate on a loop ramdisk, a zram device and ext4 on a loop ramdisk, running until
+/// killed; returns once all four creation records exist and the devices are in use.
+fn evaluate_on_ramdisks(home: &Path) -> Option<std::process::Child> {
+    if !is_root()
+        || Command::new("mkfs.ext4").arg("-V").output().is_err()
+        || !Path::new("/sys/class/zram-control").exists()
+    {
+        eprintln!("skipped: needs root, mkfs.ext4 (e2fsprogs) and the zram module");
+        return None;
+    }
+    let out = home.join("report");
+    let args = [
+        "evaluate",
+        "--tiny",
+        "--targets",
+        "loop:16m,zram:16m,loopfs:32m",
+        "--workloads",
+        "iozone-rand-read,postmark",
+        "--loads",
+        "bm-only",
+        "--strategies",
+        "block,spin",
+        "--skip-polling",
+        "--duration",
+        "5s",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let child = cmd(home, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    for _ in 0..600 {
+        let (b, m, z) = recorded(home);
+        if b.len() == 2 && m.len() == 1 && z.len() == 1 && out.join(".smartcon-claim").exists() {
+            return Some(child);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("evaluate never created its three ramdisks");
+}
+
+fn loop_attached(backing: &Path) -> bool {
+    let out = Command::new("losetup").arg("-a").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).contains(&backing.display().to_string())
+}
+
+/// Nothing the records named is left: no loop device, image, mount or zram device.
+fn assert_nothing_left(backing: &[PathBuf], mounts: &[PathBuf], zram: &[String], home: &Path) {
+    let proc_mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    for b in backing {
+        assert!(!b.exists() && !loop_attached(b), "{} left behind", b.display());
+    }
+    for m in mounts {
+        assert!(!proc_mounts.contains(&m.display().to_string()) && !m.exists(), "{} left mounted", m.display());
+    }
+    for id in zram {
+        assert!(!Path::new(&format!("/sys/block/zram{id}")).exists(), "zram{id} left behind");
+    }
+    let records = std::fs::read_dir(home.join("devices")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(records, 0, "records removed with what they named");
+}
+
+/// Item 5: after SIGKILL nothing can clean up in-process; `smartcon cleanup` removes what
+/// the creation records name, and leaves a live run's devices alone.
+#[test]
+fn cleanup_removes_what_a_killed_evaluate_left_and_spares_a_live_one() {
+    let dir = scratch("kill9");
+    let Some(mut child) = evaluate_on_ramdisks(&dir) else { return };
+    let (backing, mounts, zram) = recorded(&dir);
+    let live = smartcon(&dir, &["cleanup"]);
+    assert!(live.status.success(), "{}", String::from_utf8_lossy(&live.stderr));
+    assert!(String::from_utf8_lossy(&live.stderr).contains("still running"));
+    assert!(backing.iter().all(|b| b.exists() && loop_attached(b)), "a live run's devices are not touched");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(backing.iter().all(|b| loop_attached(b)), "SIGKILL left the loop devices (the case to clean up)");
+    let out = smartcon(&dir, &["cleanup"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("removed mount") && text.contains("removed zram device"), "{text}");
+    assert_nothing_left(&backing, &mounts, &zram, &dir);
+    let again = smartcon(&dir, &["cleanup"]);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to clean up"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Item 5: a second Ctrl-C during cleanup re-raised SIGINT and left devices behind; now every
+/// further signal waits for the removal, and the run exits 130.
+#[test]
+fn repeated_interrupts_leave_no_device_behind_and_exit_130() {
+    let dir = scratch("sigint2");
+    let Some(mut child) = evaluate_on_ramdisks(&dir) else { return };
+    let (backing, mounts, zram) = recorded(&dir);
+    // SAFETY: kill with a pid we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let mut status = None;
+    for _ in 0..600 {
+        // SAFETY: as above; the child is reaped only by try_wait below.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+        if let Some(s) = child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = status.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("evaluate did not end after repeated SIGINT");
+    });
+    assert_eq!(status.code(), Some(130));
+    assert_nothing_left(&backing, &mounts, &zram, &dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// "Also": the exit status after an interrupt was 0, 1 or 2 by command; it is 130.
+#[test]
+fn an_interrupt_exits_130_whatever_the_command() {
+    let dir = scratch("exit130");
+    let trace = dir.join("t.trace");
+    let commands: [Vec<&str>; 3] = [
+        vec!["io", "--target", "emu:nvme,size=16m", "--duration", "60s"],
+        vec![
+            "trace",
+            "synth",
+            "--kind",
+            "loop",
+            "--working-set",
+            "1m",
+            "--accesses",
+            "1000000000",
+            "--out",
+            trace.to_str().unwrap(),
+        ],
+        vec!["ets", "--quick", "--threads", "1"],
+    ];
+    for args in &commands {
+        for signal in [libc::SIGINT, libc::SIGTERM] {
+            let mut child = cmd(&dir, args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+            // Let it get going (not a timing assertion: any moment of the run must give 130).
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let status = signal_and_wait(&mut child, signal);
+            assert_eq!(status.code(), Some(130), "{args:?} after signal {signal}");
+        }
+    }
+    assert!(!trace.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
