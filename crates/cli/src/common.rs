@@ -212,6 +212,23 @@ pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<OutDirClaim> {
     Ok(claim)
 }
 
+/// Refuses an output file before anything is measured: a directory always, an existing
+/// file unless `replace`, and a missing parent directory (smartcon does not create one).
+pub fn check_out_file(flag: &str, path: &std::path::Path, replace: bool) -> anyhow::Result<()> {
+    if path.is_dir() {
+        anyhow::bail!("{flag} {} is a directory; give a file name", path.display());
+    }
+    if path.exists() && !replace {
+        anyhow::bail!("{flag} {} exists; choose another name or remove it", path.display());
+    }
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) if !parent.is_dir() => {
+            anyhow::bail!("{flag} {}: {} is not a directory", path.display(), parent.display())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Where smartcon keeps what it measured on this host (host.json, profiles/):
 /// `$SMARTCON_HOME`, else `$XDG_DATA_HOME/smartcon`, else `~/.local/share/smartcon`.
 pub fn smartcon_home() -> std::path::PathBuf {
