@@ -318,3 +318,97 @@ fn an_interrupt_exits_130_whatever_the_command() {
     assert!(!trace.exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// "Also": `probe --out /nonexist/p.json` created the directory and said smart would use
+/// the file; a missing parent is refused, and only the stored path is called smart's.
+#[test]
+fn probe_out_needs_an_existing_directory_and_tells_the_truth() {
+    let dir = scratch("probeout");
+    let missing = dir.join("nonexist");
+    let p = missing.join("p.json");
+    let probe =
+        |out: &str| smartcon(&dir, &["probe", "emu:nvme,size=16m", "--duration", "5ms", "--sizes", "4k", "--out", out]);
+    assert_one_line_exit_2(&probe(p.to_str().unwrap()), "not a directory");
+    assert!(!missing.exists(), "no directory created");
+    let elsewhere = dir.join("p.json");
+    let out = probe(elsewhere.to_str().unwrap());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("smart uses it") && text.contains("--profile"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// "Also": a corrupt stored profile aborted even `--strategy block`, which does not read it.
+#[test]
+fn a_corrupt_stored_profile_only_stops_strategies_that_need_it() {
+    let dir = scratch("corruptprofile");
+    std::fs::create_dir_all(dir.join("profiles")).unwrap();
+    std::fs::write(dir.join("profiles/emu_nvme_size_16m.json"), b"{ not json").unwrap();
+    let io = |strategy: &str| {
+        smartcon(&dir, &["io", "--target", "emu:nvme,size=16m", "--strategy", strategy, "--duration", "20ms"])
+    };
+    let block = io("block");
+    assert!(block.status.success(), "{}", String::from_utf8_lossy(&block.stderr));
+    assert!(String::from_utf8_lossy(&block.stderr).contains("warning"));
+    assert_eq!(io("smart").status.code(), Some(2), "smart needs the profile");
+    let bench = smartcon(
+        &dir,
+        &[
+            "bench",
+            "--targets",
+            "emu:nvme,size=16m",
+            "--sizes",
+            "4k",
+            "--ops",
+            "read",
+            "--strategies",
+            "block,spin",
+            "--duration",
+            "10ms",
+        ],
+    );
+    assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// "Also": `evaluate --rounds 0` and `--plot` onto an existing file or a directory were
+/// accepted; each is one line, exit 2, nothing written.
+#[test]
+fn zero_rounds_and_plots_onto_existing_paths_are_refused() {
+    let dir = scratch("plots");
+    let report = dir.join("report");
+    let mut a = tiny_evaluate(&report);
+    a.extend(["--rounds".to_string(), "0".to_string()]);
+    assert_one_line_exit_2(&smartcon(&dir, &a.iter().map(String::as_str).collect::<Vec<_>>()), "--rounds");
+    assert!(!report.exists(), "nothing written");
+    let existing = dir.join("old.svg");
+    std::fs::write(&existing, b"keep me").unwrap();
+    let bench = |plot: &Path| {
+        smartcon(
+            &dir,
+            &[
+                "bench",
+                "--targets",
+                "emu:nvme,size=16m",
+                "--sizes",
+                "4k",
+                "--ops",
+                "read",
+                "--strategies",
+                "block",
+                "--duration",
+                "10ms",
+                "--sweep-interval",
+                "1us",
+                "--plot",
+                plot.to_str().unwrap(),
+            ],
+        )
+    };
+    assert_one_line_exit_2(&bench(&existing), "exists");
+    assert_one_line_exit_2(&bench(&dir), "directory");
+    assert_one_line_exit_2(&bench(&dir.join("no/such.svg")), "not a directory");
+    assert_one_line_exit_2(&smartcon(&dir, &["ctx", "--plot", dir.to_str().unwrap(), "--force"]), "directory");
+    assert_eq!(std::fs::read(&existing).unwrap(), b"keep me");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -59,7 +59,7 @@ pub struct EvaluateArgs {
     /// Turns per cell: each strategy's time is split into this many pieces, interleaved
     /// with the other strategies in a balanced order (default: 8 under a load, 2 without;
     /// 1 with --tiny).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: Option<u32>,
     /// The report directory (must not exist or be empty).
     #[arg(long, default_value = "smartcon-report")]
