@@ -193,7 +193,8 @@ pub fn free_bytes(dir: &Path) -> Result<u64> {
         let e = std::io::Error::last_os_error();
         return Err(Error::new(ErrorKind::Io, format!("cannot check free space of {}: {e}", dir.display())));
     }
-    Ok(u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
+    // fsblkcnt_t and c_ulong are 32 bits on some targets.
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// Writes `record_count` records from `records` to a new file at `path` (never an
@@ -232,7 +233,7 @@ pub fn write_trace_file(
     let result = (|| {
         let mut writer = TraceWriter::from_file(file, path)?;
         for (i, r) in records.take(record_count.try_into().unwrap_or(usize::MAX)).enumerate() {
-            if i as u64 % STOP_CHECK_RECORDS == 0 && stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if (i as u64).is_multiple_of(STOP_CHECK_RECORDS) && stop.load(std::sync::atomic::Ordering::Relaxed) {
                 return Err(Error::new(ErrorKind::Interrupted, "interrupted; the partial file was removed"));
             }
             writer.push(&r)?;

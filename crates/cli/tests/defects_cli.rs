@@ -201,7 +201,7 @@ fn evaluate_on_ramdisks(home: &Path) -> Option<std::process::Child> {
         "--out",
         out.to_str().unwrap(),
     ];
-    let child = cmd(home, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = cmd(home, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     for _ in 0..600 {
         let (b, m, z) = recorded(home);
         if b.len() == 2 && m.len() == 1 && z.len() == 1 && out.join(".smartcon-claim").exists() {
@@ -209,6 +209,8 @@ fn evaluate_on_ramdisks(home: &Path) -> Option<std::process::Child> {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("evaluate never created its three ramdisks");
 }
 
