@@ -602,6 +602,21 @@ mod tests {
     }
 
     #[test]
+    fn records_read_back_what_was_written_and_refuse_anything_else() {
+        for what in [
+            Recorded::Loop { backing: "/dev/shm/smartcon-loop-1-2.img".into() },
+            Recorded::Mount { mount: "/tmp/a b/smartcon-loopfs-1-2".into(), backing: "/dev/shm/x.img".into() },
+            Recorded::Zram { id: 3, size_bytes: 16 << 20 },
+        ] {
+            let text = what.to_text();
+            assert_eq!(Recorded::parse(&text.lines().collect::<Vec<_>>()), Some(what));
+        }
+        assert_eq!(Recorded::parse(&["zram", "x", "1"]), None);
+        assert_eq!(Recorded::parse(&["swap", "/dev/sda2"]), None);
+        assert_eq!(unescape_mount_field("/tmp/a\\040b"), "/tmp/a b");
+    }
+
+    #[test]
     fn loop_and_zram_leave_nothing_behind_also_on_failure() {
         if let Some(why) = unavailable_reason() {
             eprintln!("skipped: {why}");
