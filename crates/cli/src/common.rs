@@ -40,16 +40,13 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 pub const EXIT_INTERRUPTED: i32 = 130;
 
 extern "C" fn on_signal(_signal: libc::c_int) {
-    // The first signal only sets the flag: the run stops, cleans up and exits 130. A later
-    // one exits at once, unless devices smartcon created are still held: exiting then would
-    // leave a loop device, a mount or a zram device behind, so their removal (system calls
-    // with bounded retries) is not cut short.
-    // The engine's long waits and fills read its own flag (it knows nothing of the CLI).
+    // The first signal sets the flags (the engine's waits and fills read their own): the run
+    // stops, cleans up, exits 130. A later one exits at once unless smartcon's devices are
+    // held: their removal (bounded) is not cut short, or they would be left behind.
     smartcon_engine::stop::global().store(true, Ordering::SeqCst);
     if INTERRUPTED.swap(true, Ordering::SeqCst) {
         if smartcon_workloads::blockdev::held_count() == 0 {
-            // SAFETY: _exit is async-signal-safe and ends the process without running
-            // anything that could be mid-way in the interrupted thread.
+            // SAFETY: _exit is async-signal-safe and runs nothing of the interrupted thread.
             unsafe { libc::_exit(EXIT_INTERRUPTED) };
         }
         const NOTE: &[u8] = b"smartcon: removing the devices it created first (kill -9, then `smartcon cleanup`)\n";
@@ -193,9 +190,7 @@ impl Drop for OutDirClaim {
 /// may hold it. Checking emptiness and creating are two steps, so the claim is the O_EXCL
 /// creation of a lock file, and emptiness is checked only after holding it.
 pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<OutDirClaim> {
-    if dir.exists() && !dir.is_dir() {
-        anyhow::bail!("{} exists and is not a directory", dir.display());
-    }
+    anyhow::ensure!(!dir.exists() || dir.is_dir(), "{} exists and is not a directory", dir.display());
     std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     let lock = dir.join(".smartcon-claim");
     match std::fs::OpenOptions::new().write(true).create_new(true).open(&lock) {
@@ -206,21 +201,17 @@ pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<OutDirClaim> {
         Err(e) => anyhow::bail!("cannot create {}: {e}", lock.display()),
     }
     let claim = OutDirClaim(lock);
-    if std::fs::read_dir(dir)?.filter_map(|e| e.ok()).any(|e| e.file_name() != ".smartcon-claim") {
-        anyhow::bail!("{} exists and is not empty; choose another --out or remove it", dir.display());
-    }
+    let empty = std::fs::read_dir(dir)?.filter_map(|e| e.ok()).all(|e| e.file_name() == ".smartcon-claim");
+    anyhow::ensure!(empty, "{} exists and is not empty; choose another --out or remove it", dir.display());
     Ok(claim)
 }
 
 /// Refuses an output file before anything is measured: a directory always, an existing
 /// file unless `replace`, and a missing parent directory (smartcon does not create one).
 pub fn check_out_file(flag: &str, path: &std::path::Path, replace: bool) -> anyhow::Result<()> {
-    if path.is_dir() {
-        anyhow::bail!("{flag} {} is a directory; give a file name", path.display());
-    }
-    if path.exists() && !replace {
-        anyhow::bail!("{flag} {} exists; choose another name or remove it", path.display());
-    }
+    let p = path.display();
+    anyhow::ensure!(!path.is_dir(), "{flag} {p} is a directory; give a file name");
+    anyhow::ensure!(replace || !path.exists(), "{flag} {p} exists; choose another name or remove it");
     match path.parent().filter(|p| !p.as_os_str().is_empty()) {
         Some(parent) if !parent.is_dir() => {
             anyhow::bail!("{flag} {}: {} is not a directory", path.display(), parent.display())

@@ -1,24 +1,15 @@
-//! `smartcon cleanup`: removes what a smartcon killed before it could clean up left behind
-//! (loop devices, their /dev/shm images, ext4 mounts, zram devices), from the records
-//! written under `$SMARTCON_HOME/devices/` when they were created. The logic, and the
-//! checks that each thing is still the one recorded, are `smartcon_workloads::blockdev`.
-
-use anyhow::Result;
-use smartcon_workloads::blockdev;
+//! `smartcon cleanup`: removes the devices and images a killed smartcon left, from the records
+//! made at creation; the logic and its checks are `smartcon_workloads::blockdev`.
 
 #[derive(clap::Args)]
 pub struct CleanupArgs {}
 
-pub fn run(_args: CleanupArgs) -> Result<()> {
-    let report = blockdev::cleanup_recorded()?;
-    for r in &report.removed {
-        println!("removed {r}");
-    }
-    for k in &report.kept {
-        eprintln!("smartcon: note: kept {k}");
-    }
+pub fn run(_args: CleanupArgs) -> anyhow::Result<()> {
+    let report = smartcon_workloads::blockdev::cleanup_recorded()?;
+    report.removed.iter().for_each(|r| println!("removed {r}"));
+    report.kept.iter().for_each(|k| eprintln!("smartcon: note: kept {k}"));
     if report.removed.is_empty() && report.kept.is_empty() {
-        println!("nothing to clean up ({})", blockdev::records_dir().display());
+        println!("nothing to clean up ({})", smartcon_workloads::blockdev::records_dir().display());
     }
     Ok(())
 }
