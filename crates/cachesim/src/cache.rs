@@ -47,16 +47,32 @@ pub struct Cache<P: ReplacementPolicy> {
 }
 
 impl<P: ReplacementPolicy> Cache<P> {
+    /// For geometries known to be small (tests, fixed configurations); a size from the
+    /// user goes through [`Cache::try_new`].
     pub fn new(geometry: Geometry) -> Self {
+        Self::try_new(geometry).expect("a cache of a validated geometry fits in memory")
+    }
+
+    /// Reserves the tag array fallibly first, so a cache larger than the memory left is an
+    /// error and not an abort (the policy's arrays are smaller than the tags).
+    pub fn try_new(geometry: Geometry) -> crate::error::Result<Self> {
+        let mut tags = Vec::new();
+        tags.try_reserve_exact(geometry.lines()).map_err(|e| {
+            crate::error::Error::new(
+                crate::error::ErrorKind::Geometry,
+                format!("cannot allocate a cache of {geometry}: {e}"),
+            )
+        })?;
+        tags.resize(geometry.lines(), 0);
         let policy = P::new(&geometry);
-        Cache {
+        Ok(Cache {
             geometry,
             ways: geometry.ways as usize,
             set_mask: geometry.sets() as u64 - 1,
-            tags: vec![0; geometry.lines()],
+            tags,
             policy,
             stats: CacheStats::default(),
-        }
+        })
     }
 
     pub fn geometry(&self) -> &Geometry {

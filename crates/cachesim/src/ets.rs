@@ -142,6 +142,9 @@ impl EtsPlan {
     pub fn hierarchy(&self) -> Result<HierarchyConfig> {
         let mut hierarchy = HierarchyConfig::table_ii();
         hierarchy.llc = hierarchy.llc.with_size(self.llc_size_bytes)?;
+        if self.threads == 0 {
+            return Err(parameter("--threads must be at least 1".into()));
+        }
         if self.tasks.len() < 2 {
             return Err(parameter("--tasks needs at least two tasks for round-robin".into()));
         }

@@ -10,6 +10,11 @@
 
 use crate::error::{Error, ErrorKind, Result};
 
+/// The largest cache simulated. The simulator keeps about 20 bytes of state per line (tag,
+/// replacement state, SHiP signature), so 1 GiB of 64-byte lines is ~340 MB per cache, and
+/// a study runs one cache per thread; beyond this a typo (`1t`) would abort on allocation.
+pub const SIZE_BYTES_MAX: u64 = 1 << 30;
+
 /// A validated set-associative geometry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
@@ -33,6 +38,11 @@ impl Geometry {
         }
         if ways > 64 {
             return bad(format!("{ways} ways is above the 64-way maximum"));
+        }
+        if size_bytes > SIZE_BYTES_MAX {
+            return bad(format!(
+                "cache size {size_bytes} bytes is above the simulator's maximum of {SIZE_BYTES_MAX} bytes (1 GiB)"
+            ));
         }
         let way_bytes = u64::from(ways) * u64::from(line_bytes);
         if size_bytes == 0 || size_bytes < way_bytes || !size_bytes.is_multiple_of(way_bytes) {
@@ -88,6 +98,9 @@ mod tests {
         assert_eq!(Geometry::new(3 << 20, 12, 64).unwrap().sets(), 4096);
         assert!(Geometry::new(32768, 2, 48).unwrap_err().detail.contains("line"));
         assert!(Geometry::new(64, 2, 64).unwrap_err().detail.contains("divide"));
+        // `1t,16` once aborted the process on allocation; it is a geometry error now.
+        assert!(Geometry::new(1 << 40, 16, 64).unwrap_err().detail.contains("maximum"));
+        assert!(Geometry::new(SIZE_BYTES_MAX, 16, 64).is_ok());
         let g = Geometry::new(2 << 20, 16, 64).unwrap();
         assert_eq!(g.sets(), 2048);
         assert_eq!(g.lines(), 32768);

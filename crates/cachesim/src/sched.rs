@@ -216,7 +216,7 @@ pub const SCHEDULES_MAX: usize = 1_000_000;
 fn run_task_with<P: ReplacementPolicy>(spec: &TaskSpec, config: &RunConfig, stop: &AtomicBool) -> Result<TaskRun> {
     let llc: Geometry = config.hierarchy.llc;
     let shadow = Shadow::<P> {
-        mtd: Cache::new(llc),
+        mtd: Cache::try_new(llc)?,
         atd: AtdEstimator::new(llc.sets(), llc.ways, config.sample_shift)?,
         truth: GroundTruth::new(llc.sets(), llc.ways),
         flushed_misses: 0,

@@ -115,6 +115,11 @@ impl TraceWriter {
     pub fn create(path: &Path) -> Result<Self> {
         let file = File::create(path)
             .map_err(|e| Error::new(ErrorKind::Io, format!("cannot create {}: {e}", path.display())))?;
+        Self::from_file(file, path)
+    }
+
+    /// A writer on a file the caller created (for example with `create_new`).
+    pub fn from_file(file: File, path: &Path) -> Result<Self> {
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&[0u8; HEADER_BYTES as usize])?;
         Ok(TraceWriter {
@@ -169,6 +174,76 @@ impl TraceWriter {
         file.sync_all().map_err(|e| Error::new(ErrorKind::Io, format!("cannot sync {}: {e}", self.path.display())))?;
         Ok(self.count)
     }
+}
+
+/// The fewest bytes a record takes (tag, size and a one-byte delta): a lower bound of a
+/// trace's size, so a trace refused for lack of space could never have fitted.
+pub const RECORD_BYTES_MIN: u64 = 3;
+/// Records written between two looks at the stop flag: cheap, and well under a second.
+const STOP_CHECK_RECORDS: u64 = 1 << 16;
+
+/// Bytes free to an unprivileged writer on the file system holding `dir`.
+pub fn free_bytes(dir: &Path) -> Result<u64> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| Error::new(ErrorKind::Io, format!("{} contains a NUL byte", dir.display())))?;
+    // SAFETY: an all-zero statvfs is a valid value for the kernel to fill.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `st` a valid, writable statvfs for the whole call.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::new(ErrorKind::Io, format!("cannot check free space of {}: {e}", dir.display())));
+    }
+    // fsblkcnt_t and c_ulong are 32 bits on some targets.
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// Writes `record_count` records from `records` to a new file at `path` (never an
+/// existing one): refuses before writing when the file system cannot hold even the
+/// smallest possible encoding, looks at `stop` every 64 Ki records, and removes the
+/// partial file on every error and on a stop, so nothing half-written is left. Errors name
+/// the file. Returns the records written.
+pub fn write_trace_file(
+    path: &Path,
+    records: impl Iterator<Item = Record>,
+    record_count: u64,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<u64> {
+    let planned_bytes_min = record_count.saturating_mul(RECORD_BYTES_MIN).saturating_add(HEADER_BYTES);
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let free = free_bytes(dir)?;
+    if planned_bytes_min > free {
+        return Err(Error::new(
+            ErrorKind::Parameter,
+            format!(
+                "{}: {record_count} records need at least {planned_bytes_min} bytes and {} has {free} free",
+                path.display(),
+                dir.display()
+            ),
+        ));
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot create {}: {e}", path.display())))?;
+    let named = |e: Error| Error::new(e.kind, format!("{}: {}", path.display(), e.detail));
+    let result = (|| {
+        let mut writer = TraceWriter::from_file(file, path)?;
+        for (i, r) in records.take(record_count.try_into().unwrap_or(usize::MAX)).enumerate() {
+            if (i as u64).is_multiple_of(STOP_CHECK_RECORDS) && stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(Error::new(ErrorKind::Interrupted, "interrupted; the partial file was removed"));
+            }
+            writer.push(&r)?;
+        }
+        writer.finish()
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(path);
+        named(e)
+    })
 }
 
 /// Reads a trace record by record, verifying it as it goes and at the end.

@@ -36,26 +36,32 @@ pub fn report_error(error: &anyhow::Error) -> i32 {
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_sigint(_signal: libc::c_int) {
-    // The engine's long waits and fills read its own flag (it knows nothing of the CLI).
+/// The exit status of every command after SIGINT or SIGTERM, as shells report a Ctrl-C.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+extern "C" fn on_signal(_signal: libc::c_int) {
+    // The first signal sets the flags (the engine's waits and fills read their own): the run
+    // stops, cleans up, exits 130. A later one exits at once unless smartcon's devices are
+    // held: their removal (bounded) is not cut short, or they would be left behind.
     smartcon_engine::stop::global().store(true, Ordering::SeqCst);
-    // A second Ctrl-C kills the process the ordinary way.
     if INTERRUPTED.swap(true, Ordering::SeqCst) {
-        // SAFETY: resetting the disposition and re-raising are async-signal-safe.
-        unsafe {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::raise(libc::SIGINT);
+        if smartcon_workloads::blockdev::held_count() == 0 {
+            // SAFETY: _exit is async-signal-safe and runs nothing of the interrupted thread.
+            unsafe { libc::_exit(EXIT_INTERRUPTED) };
         }
+        const NOTE: &[u8] = b"smartcon: removing the devices it created first (kill -9, then `smartcon cleanup`)\n";
+        // SAFETY: write(2) is async-signal-safe; NOTE is a valid static buffer.
+        unsafe { libc::write(2, NOTE.as_ptr().cast(), NOTE.len()) };
     }
 }
 
 /// Installs a SIGINT and SIGTERM handler that only sets a flag: long runs poll
 /// [`interrupted`] between steps, stop, print what they measured and clean up.
 pub fn install_interrupt_handler() {
-    // SAFETY: the handler only touches an atomic, which is async-signal-safe.
+    // SAFETY: the handler touches atomics and calls async-signal-safe functions only.
     unsafe {
-        libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_sigint as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         // `smartcon devices | head` should end quietly, as Unix tools do, not panic.
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
@@ -169,18 +175,49 @@ pub fn progress_bar(len: u64, what: &str) -> Progress {
     Progress { bar, what: what.to_string(), lines: false, started, group_words: 0, pending: Default::default() }
 }
 
-/// Refuses to overwrite: an output directory must not exist or be empty.
-pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<()> {
-    if dir.exists() {
-        if !dir.is_dir() {
-            anyhow::bail!("{} exists and is not a directory", dir.display());
-        }
-        if std::fs::read_dir(dir)?.next().is_some() {
-            anyhow::bail!("{} exists and is not empty; choose another --out or remove it", dir.display());
-        }
+/// An output directory this run owns: `.smartcon-claim` in it was created with O_EXCL,
+/// so of two runs given the same `--out` exactly one gets here. Removed on drop.
+#[must_use = "the claim ends when dropped"]
+pub struct OutDirClaim(std::path::PathBuf);
+
+impl Drop for OutDirClaim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
+}
+
+/// Refuses to overwrite: an output directory must not exist or be empty, and no other run
+/// may hold it. Checking emptiness and creating are two steps, so the claim is the O_EXCL
+/// creation of a lock file, and emptiness is checked only after holding it.
+pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<OutDirClaim> {
+    anyhow::ensure!(!dir.exists() || dir.is_dir(), "{} exists and is not a directory", dir.display());
     std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-    Ok(())
+    let lock = dir.join(".smartcon-claim");
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&lock) {
+        Ok(mut f) => writeln!(f, "{}", std::process::id())?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            anyhow::bail!("{} is in use by another smartcon run; choose another --out", dir.display())
+        }
+        Err(e) => anyhow::bail!("cannot create {}: {e}", lock.display()),
+    }
+    let claim = OutDirClaim(lock);
+    let empty = std::fs::read_dir(dir)?.filter_map(|e| e.ok()).all(|e| e.file_name() == ".smartcon-claim");
+    anyhow::ensure!(empty, "{} exists and is not empty; choose another --out or remove it", dir.display());
+    Ok(claim)
+}
+
+/// Refuses an output file before anything is measured: a directory always, an existing
+/// file unless `replace`, and a missing parent directory (smartcon does not create one).
+pub fn check_out_file(flag: &str, path: &std::path::Path, replace: bool) -> anyhow::Result<()> {
+    let p = path.display();
+    anyhow::ensure!(!path.is_dir(), "{flag} {p} is a directory; give a file name");
+    anyhow::ensure!(replace || !path.exists(), "{flag} {p} exists; choose another name or remove it");
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) if !parent.is_dir() => {
+            anyhow::bail!("{flag} {}: {} is not a directory", path.display(), parent.display())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Where smartcon keeps what it measured on this host (host.json, profiles/):

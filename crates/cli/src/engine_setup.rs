@@ -184,9 +184,17 @@ pub fn placement_value(text: &str) -> Result<Placement, String> {
 
 /// The profile `smart` uses for a target: an explicit file (which must be for this
 /// device), else the stored probe result, else the emulated model's built-in thresholds,
-/// else the paper's defaults with a note on stderr.
+/// else the paper's defaults with a note on stderr. `quiet` means no strategy of the run
+/// reads the profile: then an unreadable stored profile is a warning, not an error.
 pub fn resolve_profile(target: &dyn Target, explicit: Option<&Path>, quiet: bool) -> Result<Profile> {
-    let p = smartcon_engine::profile::resolve(target, explicit).map_err(engine_err)?;
+    let p = match smartcon_engine::profile::resolve(target, explicit) {
+        Err(e) if quiet && explicit.is_none() => {
+            eprintln!("smartcon: warning: {e} (not needed by this run's strategies)");
+            let device = target.device_id();
+            target.builtin_profile().unwrap_or_else(|| Profile::paper_default(&device))
+        }
+        r => r.map_err(engine_err)?,
+    };
     if !quiet && p.source == "paper-default" {
         eprintln!(
             "smartcon: note: no profile for {} ({}); smart uses the paper's defaults (64 KiB size threshold, Q=0). Run `smartcon probe {}` to measure this device.",

@@ -2,7 +2,8 @@
 //!
 //! Each subcommand lives in its own module under `cmd/`; the libraries know nothing of
 //! clap, anyhow or indicatif. Exit status: 0 on success, 1 when a run fails (for example a
-//! `--verify` mismatch), 2 on a usage or setup error (bad input, missing target).
+//! `--verify` mismatch), 2 on a usage or setup error (bad input, missing target), 130 after
+//! SIGINT or SIGTERM (whatever the command did after it stopped).
 
 mod cmd;
 mod common;
@@ -55,6 +56,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Replay traces or jobs on emulated devices in virtual time (and against real time).
     Emulate(cmd::emulate::EmulateArgs),
+    /// Remove loop devices, mounts, zram devices and images a killed smartcon left behind.
+    Cleanup(cmd::cleanup::CleanupArgs),
 }
 
 fn main() {
@@ -84,8 +87,11 @@ fn main() {
         Command::MergeBench(args) => cmd::merge_bench::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Emulate(args) => cmd::emulate::run(args),
+        Command::Cleanup(args) => cmd::cleanup::run(args),
     };
-    if let Err(error) = result {
-        std::process::exit(common::report_error(&error));
+    let status = result.err().map_or(0, |error| common::report_error(&error));
+    if common::interrupted() {
+        std::process::exit(common::EXIT_INTERRUPTED);
     }
+    std::process::exit(status);
 }

@@ -222,7 +222,8 @@ fn ctrl_c_stops_cleanly_prints_what_was_measured_and_removes_the_temp_file() {
     // SAFETY: sending SIGINT to our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // 130 after an interrupt, for every command (issue 16), with the measurement printed.
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["interrupted"], true);
     assert!(v["duration_ns"].as_u64().unwrap() < 30_000_000_000);

@@ -10,17 +10,25 @@
 //!   for workloads that need files and directories (postmark, and IOZone on a file as the
 //!   paper ran it on its ramdisk).
 //!
-//! Each value owns exactly the device it created (`losetup --find --show` names it,
-//! zram's `hot_add` returns its id) and removes it in `Drop`, which runs on errors, on
-//! panics (unwinding) and after Ctrl-C (the CLI's handler only sets a flag, the run
-//! unwinds normally). Devices smartcon did not create are never touched. Needs root; the
-//! constructors say so otherwise.
+//! Each value owns exactly the device it created (the loop device is found by its backing
+//! file, zram's `hot_add` returns its id) and removes it in `Drop`, which runs on errors,
+//! on panics (unwinding) and after Ctrl-C (the CLI's handler only sets a flag, the run
+//! unwinds normally). Removal uses system calls only (no child process a terminal's
+//! Ctrl-C could kill) with bounded retries, and while anything is held [`held_count`] is
+//! non-zero so the CLI does not let a second signal cut it short.
 //!
-//! Non-goals: surviving SIGKILL (nothing can clean up then; `losetup -a` shows leftovers
-//! by their backing file name `smartcon-loop-PID-*`).
+//! Surviving SIGKILL: before anything is created, a record is written under
+//! `$SMARTCON_HOME/devices/` (owner pid and start time, backing file, mount point, zram id
+//! and size) and removed after the removal succeeded. [`cleanup_recorded`] (`smartcon
+//! cleanup`) removes what dead owners' records name, after verifying each thing is still
+//! the one recorded: a loop device by its backing file, a mount by its mount point and
+//! source, a zram device by its size and by nothing using it. Devices smartcon did not
+//! record are never touched. Needs root; the constructors say so otherwise.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use smartcon_engine::error::{Error, ErrorKind};
 
@@ -34,6 +42,329 @@ pub fn unavailable_reason() -> Option<String> {
         return Some("creating loop and zram devices needs root".into());
     }
     None
+}
+
+/// Records of devices this process holds (created or being created, not yet removed).
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// How many recorded devices this process holds; async-signal-safe (one atomic load), so a
+/// signal handler may read it to decide whether exiting now would leave devices behind.
+pub fn held_count() -> usize {
+    HELD.load(Ordering::SeqCst)
+}
+
+/// Bounded retries of a removal the kernel refuses for a moment (a device still closing).
+const REMOVE_TRIES_MAX: u32 = 50;
+const REMOVE_RETRY_MS: u64 = 20;
+
+/// Where creation records live.
+pub fn records_dir() -> PathBuf {
+    smartcon_engine::profile::smartcon_home().join("devices")
+}
+
+/// This process's start time in clock ticks since boot (field 22 of /proc/PID/stat): with
+/// the pid, it tells a live owner from a reused pid.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// What one record names. Paths are stored one per line, so any byte but a newline works.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// A loop device (found by this backing file) and the file itself.
+    Loop { backing: PathBuf },
+    /// A file system mounted at `mount` from the loop device over `backing`.
+    Mount { mount: PathBuf, backing: PathBuf },
+    /// zram device `id`, of `size_bytes`.
+    Zram { id: u32, size_bytes: u64 },
+}
+
+impl Recorded {
+    fn to_text(&self) -> String {
+        match self {
+            Recorded::Loop { backing } => format!("loop\n{}\n", backing.display()),
+            Recorded::Mount { mount, backing } => format!("mount\n{}\n{}\n", mount.display(), backing.display()),
+            Recorded::Zram { id, size_bytes } => format!("zram\n{id}\n{size_bytes}\n"),
+        }
+    }
+
+    fn parse(lines: &[&str]) -> Option<Recorded> {
+        match lines {
+            ["loop", b, ..] => Some(Recorded::Loop { backing: b.into() }),
+            ["mount", m, b, ..] => Some(Recorded::Mount { mount: m.into(), backing: b.into() }),
+            ["zram", id, size, ..] => Some(Recorded::Zram { id: id.parse().ok()?, size_bytes: size.parse().ok()? }),
+            _ => None,
+        }
+    }
+}
+
+/// A creation record on disk, removed (and [`held_count`] lowered) on drop: hold it in the
+/// device value and drop it only after the device is gone.
+#[derive(Debug)]
+struct Record(PathBuf);
+
+impl Record {
+    fn write(what: &Recorded) -> Result<Record, Error> {
+        let dir = records_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(ErrorKind::Setup, &dir, e))?;
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let pid = std::process::id();
+        let path = dir.join(format!("{pid}-{}.rec", SEQ.fetch_add(1, Ordering::Relaxed)));
+        let text = format!("owner\n{pid}\n{}\n{}", start_ticks(pid).unwrap_or(0), what.to_text());
+        // Counted before the file exists, so a signal between the two cannot miss it.
+        HELD.fetch_add(1, Ordering::SeqCst);
+        let record = Record(path);
+        std::fs::write(&record.0, text).map_err(|e| Error::io(ErrorKind::Setup, &record.0, e))?;
+        Ok(record)
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        HELD.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Loop devices whose backing file is `backing` (/sys/block/loopN/loop/backing_file; the
+/// kernel appends " (deleted)" once the file is unlinked).
+fn loops_backed_by(backing: &Path) -> Vec<PathBuf> {
+    let want = backing.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/sys/block") else { return Vec::new() };
+    let mut found = Vec::new();
+    for e in entries.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("loop") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(e.path().join("loop/backing_file")) else { continue };
+        let text = text.trim_end_matches('\n');
+        if text == want || text.strip_suffix(" (deleted)") == Some(want.as_str()) {
+            found.push(PathBuf::from(format!("/dev/{name}")));
+        }
+    }
+    found
+}
+
+/// Detaches a loop device with LOOP_CLR_FD (a device still open elsewhere is detached by
+/// the kernel when the last user closes it), retrying a bounded number of times.
+fn detach_loop(device: &Path) -> Result<(), Error> {
+    const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
+    let file = std::fs::File::open(device).map_err(|e| Error::io(ErrorKind::Setup, device, e))?;
+    use std::os::fd::AsRawFd;
+    for _ in 0..REMOVE_TRIES_MAX {
+        // SAFETY: a valid open fd of a loop device; LOOP_CLR_FD takes no argument memory.
+        if unsafe { libc::ioctl(file.as_raw_fd(), LOOP_CLR_FD as _, 0) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            // Not attached (any more): nothing to do.
+            Some(libc::ENXIO) => return Ok(()),
+            Some(libc::EBUSY) | Some(libc::EAGAIN) => {
+                std::thread::sleep(std::time::Duration::from_millis(REMOVE_RETRY_MS))
+            }
+            _ => return Err(Error::io(ErrorKind::Setup, device, e)),
+        }
+    }
+    Err(Error::new(ErrorKind::Setup, format!("{} stayed busy; detach it with losetup -d", device.display())))
+}
+
+/// Detaches every loop device over `backing`, then removes the file.
+fn remove_loop_backed_by(backing: &Path) -> Result<(), Error> {
+    let mut first_error = None;
+    for device in loops_backed_by(backing) {
+        if let Err(e) = detach_loop(&device) {
+            first_error.get_or_insert(e);
+        }
+    }
+    match std::fs::remove_file(backing) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            first_error.get_or_insert(Error::io(ErrorKind::Setup, backing, e));
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// /proc/mounts fields unescape spaces and the like (`\040`).
+fn unescape_mount_field(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('\\') {
+        out.push_str(&rest[..i]);
+        match u8::from_str_radix(rest.get(i + 1..i + 4).unwrap_or(""), 8) {
+            Ok(b) => {
+                out.push(b as char);
+                rest = &rest[i + 4..];
+            }
+            Err(_) => {
+                out.push('\\');
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// (source, mount point) of every mount.
+fn mounts() -> Vec<(String, PathBuf)> {
+    let text = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            Some((unescape_mount_field(f.next()?), PathBuf::from(unescape_mount_field(f.next()?))))
+        })
+        .collect()
+}
+
+/// Unmounts `mount` (lazily when busy) and removes the empty directory.
+fn unmount_and_remove(mount: &Path) {
+    if let Ok(m) = std::ffi::CString::new(mount.as_os_str().as_encoded_bytes()) {
+        // SAFETY: a valid NUL-terminated path. A busy file system (a file still open) is
+        // detached lazily so the loop device can go.
+        unsafe {
+            if libc::umount2(m.as_ptr(), 0) != 0 {
+                libc::umount2(m.as_ptr(), libc::MNT_DETACH);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(mount);
+}
+
+fn zram_reset_and_remove(id: u32) -> Result<(), Error> {
+    let reset = write_sys(&format!("/sys/block/zram{id}/reset"), "1");
+    let mut removed = write_sys("/sys/class/zram-control/hot_remove", &id.to_string());
+    for _ in 0..REMOVE_TRIES_MAX {
+        if removed.is_ok() || !Path::new(&format!("/sys/block/zram{id}")).exists() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(REMOVE_RETRY_MS));
+        removed = write_sys("/sys/class/zram-control/hot_remove", &id.to_string());
+    }
+    reset.and(removed)
+}
+
+/// What [`cleanup_recorded`] did: each line names one thing.
+#[derive(Debug, Default)]
+pub struct CleanupReport {
+    pub removed: Vec<String>,
+    /// Left alone, with the reason (a live owner, a device that is no longer ours).
+    pub kept: Vec<String>,
+}
+
+/// Removes what the records of dead owners name, mounts first, then loop devices and their
+/// files, then zram devices; each is verified to be the one recorded before it is touched.
+/// A record whose owner is alive (the same pid and start time) is left alone.
+pub fn cleanup_recorded() -> Result<CleanupReport, Error> {
+    let dir = records_dir();
+    let mut report = CleanupReport::default();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),
+        Err(e) => return Err(Error::io(ErrorKind::Setup, &dir, e)),
+    };
+    let mut records: Vec<(PathBuf, Recorded)> = Vec::new();
+    for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+        if path.extension().is_none_or(|x| x != "rec") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(ErrorKind::Setup, &path, e))?;
+        let lines: Vec<&str> = text.lines().collect();
+        let (Some(["owner", pid, ticks]), Some(what)) = (lines.get(..3), lines.get(3..).and_then(Recorded::parse))
+        else {
+            report.kept.push(format!("{}: not a smartcon record; left alone", path.display()));
+            continue;
+        };
+        let pid: u32 = pid.parse().unwrap_or(0);
+        let ticks: u64 = ticks.parse().unwrap_or(0);
+        if pid != 0 && start_ticks(pid) == Some(ticks) {
+            report.kept.push(format!("{what:?}: its smartcon (pid {pid}) is still running"));
+            continue;
+        }
+        records.push((path, what));
+    }
+    // Mounts, then loops, then zram: a mount holds its loop device.
+    records.sort_by_key(|(_, w)| match w {
+        Recorded::Mount { .. } => 0,
+        Recorded::Loop { .. } => 1,
+        Recorded::Zram { .. } => 2,
+    });
+    for (path, what) in records {
+        let done = match &what {
+            Recorded::Mount { mount, backing } => {
+                let ours = loops_backed_by(backing);
+                let mounted: Vec<(String, PathBuf)> = mounts().into_iter().filter(|(_, m)| m == mount).collect();
+                if mounted.iter().any(|(src, _)| !ours.iter().any(|d| d.as_os_str() == src.as_str())) {
+                    report.kept.push(format!("{}: mounted from a device smartcon did not record", mount.display()));
+                    false
+                } else {
+                    if !mounted.is_empty() {
+                        unmount_and_remove(mount);
+                        report.removed.push(format!("mount {}", mount.display()));
+                    } else if std::fs::remove_dir(mount).is_ok() {
+                        report.removed.push(format!("directory {}", mount.display()));
+                    }
+                    true
+                }
+            }
+            Recorded::Loop { backing } => {
+                let devices = loops_backed_by(backing);
+                let existed = backing.exists();
+                match remove_loop_backed_by(backing) {
+                    Ok(()) => {
+                        for d in devices {
+                            report.removed.push(format!("loop device {} (over {})", d.display(), backing.display()));
+                        }
+                        if existed {
+                            report.removed.push(format!("file {}", backing.display()));
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        report.kept.push(format!("{}: {e}", backing.display()));
+                        false
+                    }
+                }
+            }
+            Recorded::Zram { id, size_bytes } => {
+                let sys = format!("/sys/block/zram{id}");
+                let disksize: Option<u64> =
+                    std::fs::read_to_string(format!("{sys}/disksize")).ok().and_then(|t| t.trim().parse().ok());
+                let node = format!("/dev/zram{id}");
+                let in_use = mounts().iter().any(|(src, _)| *src == node)
+                    || std::fs::read_to_string("/proc/swaps").unwrap_or_default().lines().any(|l| l.starts_with(&node))
+                    || std::fs::read_dir(format!("{sys}/holders")).map(|mut d| d.next().is_some()).unwrap_or(false);
+                match disksize {
+                    None => true,
+                    Some(size) if (size == *size_bytes || size == 0) && !in_use => match zram_reset_and_remove(*id) {
+                        Ok(()) => {
+                            report.removed.push(format!("zram device {node}"));
+                            true
+                        }
+                        Err(e) => {
+                            report.kept.push(format!("{node}: {e}"));
+                            false
+                        }
+                    },
+                    Some(size) => {
+                        report.kept.push(format!(
+                            "{node}: {size} bytes{}, not the {size_bytes} smartcon recorded or in use; left alone",
+                            if in_use { " and in use" } else { "" }
+                        ));
+                        false
+                    }
+                }
+            }
+        };
+        if done {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    Ok(report)
 }
 
 fn check_size(size_bytes: u64) -> Result<(), Error> {
@@ -51,6 +382,8 @@ fn check_size(size_bytes: u64) -> Result<(), Error> {
 pub struct LoopDevice {
     device: PathBuf,
     backing: PathBuf,
+    /// Dropped after `Drop::drop` removed the device and the file.
+    _record: Record,
 }
 
 impl LoopDevice {
@@ -68,13 +401,16 @@ impl LoopDevice {
             std::process::id(),
             smartcon_engine::clock::now_ns() % 1_000_000_007
         ));
+        let record = Record::write(&Recorded::Loop { backing: backing.clone() })?;
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&backing)
             .map_err(|e| Error::io(ErrorKind::Setup, &backing, e))?;
+        // A losetup that attached and then failed must not leave its device: detach
+        // whatever is over our file, then remove it (the record goes after, on drop).
         let cleanup = |e: Error| {
-            let _ = std::fs::remove_file(&backing);
+            let _ = remove_loop_backed_by(&backing);
             e
         };
         // Write the whole file so tmpfs holds real pages (a hole reads as zeros for free,
@@ -88,9 +424,11 @@ impl LoopDevice {
             written += n as u64;
         }
         drop(file);
+        // Its own process group: a terminal's Ctrl-C must not kill it half-way.
         let out = Command::new("losetup")
             .args(["--find", "--show"])
             .arg(&backing)
+            .process_group(0)
             .output()
             .map_err(|e| cleanup(Error::new(ErrorKind::Setup, format!("cannot run losetup (util-linux): {e}"))))?;
         if !out.status.success() {
@@ -107,7 +445,7 @@ impl LoopDevice {
                 format!("losetup printed {device:?}, not a loop device"),
             )));
         }
-        Ok(LoopDevice { device, backing })
+        Ok(LoopDevice { device, backing, _record: record })
     }
 
     pub fn path(&self) -> &Path {
@@ -117,9 +455,9 @@ impl LoopDevice {
 
 impl Drop for LoopDevice {
     fn drop(&mut self) {
-        // Detach by our own device name only, then remove our backing file.
-        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
-        let _ = std::fs::remove_file(&self.backing);
+        // Detach the devices over our own backing file only (system calls, bounded
+        // retries), then remove the file; the record goes after.
+        let _ = remove_loop_backed_by(&self.backing);
     }
 }
 
@@ -129,6 +467,7 @@ impl Drop for LoopDevice {
 pub struct LoopFs {
     mount: PathBuf,
     /// Dropped after `Drop::drop` unmounted the file system.
+    _record: Record,
     device: LoopDevice,
 }
 
@@ -142,6 +481,7 @@ impl LoopFs {
         let out = Command::new("mkfs.ext4")
             .args(["-q", "-F", "-E", "nodiscard"])
             .arg(device.path())
+            .process_group(0)
             .output()
             .map_err(|e| setup(format!("cannot run mkfs.ext4 (Debian package e2fsprogs): {e}")))?;
         if !out.status.success() {
@@ -156,6 +496,7 @@ impl LoopFs {
             std::process::id(),
             smartcon_engine::clock::now_ns() % 1_000_000_007
         ));
+        let record = Record::write(&Recorded::Mount { mount: mount.clone(), backing: device.backing.clone() })?;
         std::fs::create_dir(&mount).map_err(|e| Error::io(ErrorKind::Setup, &mount, e))?;
         let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL in paths we made");
         let (dev_c, mount_c) = (c(device.path()), c(&mount));
@@ -166,7 +507,7 @@ impl LoopFs {
             let _ = std::fs::remove_dir(&mount);
             return Err(setup(format!("mount {} on {}: {e}", device.path().display(), mount.display())));
         }
-        Ok(LoopFs { mount, device })
+        Ok(LoopFs { mount, _record: record, device })
     }
 
     /// Where the file system is mounted.
@@ -181,16 +522,7 @@ impl LoopFs {
 
 impl Drop for LoopFs {
     fn drop(&mut self) {
-        if let Ok(m) = std::ffi::CString::new(self.mount.as_os_str().as_encoded_bytes()) {
-            // SAFETY: a valid NUL-terminated path of a mount we made. A busy file system
-            // (a file still open) is detached lazily so the loop device can go.
-            unsafe {
-                if libc::umount2(m.as_ptr(), 0) != 0 {
-                    libc::umount2(m.as_ptr(), libc::MNT_DETACH);
-                }
-            }
-        }
-        let _ = std::fs::remove_dir(&self.mount);
+        unmount_and_remove(&self.mount);
     }
 }
 
@@ -199,6 +531,8 @@ impl Drop for LoopFs {
 pub struct ZramDevice {
     id: u32,
     device: PathBuf,
+    /// Dropped after `Drop::drop` removed the device.
+    _record: Record,
 }
 
 fn write_sys(path: &str, value: &str) -> Result<(), Error> {
@@ -223,7 +557,11 @@ impl ZramDevice {
             .trim()
             .parse()
             .map_err(|_| Error::new(ErrorKind::Setup, "zram hot_add returned no device id"))?;
-        let dev = ZramDevice { id, device: PathBuf::from(format!("/dev/zram{id}")) };
+        // Recorded right after hot_add named it; should the record fail, remove it here.
+        let record = Record::write(&Recorded::Zram { id, size_bytes }).inspect_err(|_| {
+            let _ = zram_reset_and_remove(id);
+        })?;
+        let dev = ZramDevice { id, device: PathBuf::from(format!("/dev/zram{id}")), _record: record };
         // From here on `dev` owns the device: an error drops it, which removes it.
         write_sys(&format!("/sys/block/zram{id}/disksize"), &size_bytes.to_string())?;
         // udev may need a moment to create the node; bounded wait.
@@ -250,8 +588,7 @@ impl ZramDevice {
 
 impl Drop for ZramDevice {
     fn drop(&mut self) {
-        let _ = write_sys(&format!("/sys/block/zram{}/reset", self.id), "1");
-        let _ = write_sys("/sys/class/zram-control/hot_remove", &self.id.to_string());
+        let _ = zram_reset_and_remove(self.id);
     }
 }
 
@@ -262,6 +599,21 @@ mod tests {
     fn loop_attached(backing: &Path) -> bool {
         let out = Command::new("losetup").arg("-a").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string());
         out.map(|s| s.contains(&backing.display().to_string())).unwrap_or(false)
+    }
+
+    #[test]
+    fn records_read_back_what_was_written_and_refuse_anything_else() {
+        for what in [
+            Recorded::Loop { backing: "/dev/shm/smartcon-loop-1-2.img".into() },
+            Recorded::Mount { mount: "/tmp/a b/smartcon-loopfs-1-2".into(), backing: "/dev/shm/x.img".into() },
+            Recorded::Zram { id: 3, size_bytes: 16 << 20 },
+        ] {
+            let text = what.to_text();
+            assert_eq!(Recorded::parse(&text.lines().collect::<Vec<_>>()), Some(what));
+        }
+        assert_eq!(Recorded::parse(&["zram", "x", "1"]), None);
+        assert_eq!(Recorded::parse(&["swap", "/dev/sda2"]), None);
+        assert_eq!(unescape_mount_field("/tmp/a\\040b"), "/tmp/a b");
     }
 
     #[test]

@@ -96,6 +96,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     } else if args.plot.is_some() {
         bail!("--plot draws the interval sweep; give --sweep-interval too");
     }
+    if let Some(plot) = &args.plot {
+        crate::common::check_out_file("--plot", plot, false)?;
+    }
     let cpu_load_workers = match args.load.as_str() {
         "bm-only" => 0,
         "cpu-intensive" => online_cpus(),

@@ -102,9 +102,7 @@ pub fn run(args: CtxArgs) -> Result<()> {
         Some(common::smartcon_home().join("host.json"))
     };
     if let Some(plot) = &args.plot {
-        if plot.exists() && !args.force {
-            bail!("{} exists; pass --force to replace it", plot.display());
-        }
+        common::check_out_file("--plot", plot, args.force)?;
     }
 
     let bar = common::progress_bar(smartcon_ctxcost::step_count(&plan), "ctx");

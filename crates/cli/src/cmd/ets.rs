@@ -71,9 +71,9 @@ struct StudyArgs {
     /// Sample one set in 2^N for the estimator (4 = 1/16 as in the paper).
     #[arg(long, default_value_t = 4)]
     sample_shift: u32,
-    /// Worker threads (default: all CPUs).
+    /// Worker threads, at least 1 (default: all CPUs).
     #[arg(long)]
-    threads: Option<usize>,
+    threads: Option<std::num::NonZeroUsize>,
     /// JSON Lines on stdout instead of tables.
     #[arg(long)]
     json: bool,
@@ -124,15 +124,16 @@ fn study(a: StudyArgs) -> Result<()> {
         instructions: a.instructions.unwrap_or(if a.quick { 24_000_000 } else { 100_000_000 }),
         sample_shift: a.sample_shift,
         sweep: !a.no_sweep,
-        threads: a.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+        threads: a
+            .threads
+            .map(|n| n.get())
+            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
     };
     plan.hierarchy().map_err(|e| match e.kind {
         ErrorKind::Geometry => anyhow::Error::from(e).context("--llc"),
         _ => e.into(),
     })?;
-    if let Some(dir) = &a.out {
-        common::prepare_out_dir(dir)?;
-    }
+    let _claim = a.out.as_deref().map(common::prepare_out_dir).transpose()?;
     let bar = common::progress_bar(plan.runs() as u64, "ets");
     let results = ets::run(&plan, common::interrupt_flag(), &|| bar.inc(1));
     bar.finish_and_clear();

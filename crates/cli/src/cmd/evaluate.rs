@@ -59,7 +59,7 @@ pub struct EvaluateArgs {
     /// Turns per cell: each strategy's time is split into this many pieces, interleaved
     /// with the other strategies in a balanced order (default: 8 under a load, 2 without;
     /// 1 with --tiny).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: Option<u32>,
     /// The report directory (must not exist or be empty).
     #[arg(long, default_value = "smartcon-report")]
@@ -121,7 +121,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     if session.opened.is_empty() {
         bail!("no target left to evaluate ({})", session.notes.join("; "));
     }
-    prepare_out_dir(&args.out)?;
+    let _claim = prepare_out_dir(&args.out)?;
     let loadavg_before = loadavg();
     let started = std::time::Instant::now();
     let monitor = start_monitor(None)?;

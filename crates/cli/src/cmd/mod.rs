@@ -1,6 +1,7 @@
 //! One module per subcommand.
 pub mod bench;
 pub mod cachesim;
+pub mod cleanup;
 pub mod compare_fio;
 pub mod ctx;
 pub mod devices;

@@ -88,8 +88,9 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     for w in target.warnings() {
         eprintln!("smartcon: warning: {w}");
     }
-    if let Some(out) = args.out.as_ref().filter(|o| o.is_dir()) {
-        bail!("--out {} is a directory; give a file name for the profile", out.display());
+    if let Some(out) = &args.out {
+        // A profile is replaced by a new probe of the same device, so an existing file is fine.
+        crate::common::check_out_file("--out", out, true)?;
     }
     let cpus = io_cpus_for(&args.io_cpus, target.as_ref());
     let plan = ProbePlan {
@@ -123,11 +124,13 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     } else {
         print!("{}", render(target.label(), &outcome, &sizes));
         match &path {
-            Some(p) => println!(
+            // smart reads only the stored path; a profile elsewhere is used with --profile.
+            Some(p) if *p == profile_path(&outcome.profile.device) => println!(
                 "profile written to {} (smart uses it for {} from now on)",
                 p.display(),
                 outcome.profile.device
             ),
+            Some(p) => println!("profile written to {} (give it to smart with --profile)", p.display()),
             None => println!("--no-save: no profile written"),
         }
     }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use smartcon_cachesim::capture::capture;
 use smartcon_cachesim::synth::{records_for, Synth, SynthKind};
-use smartcon_cachesim::trace::{convert_lackey_file, TraceWriter};
+use smartcon_cachesim::trace::{convert_lackey_file, write_trace_file};
 use smartcon_devemu::units::{format_size, parse_size};
 
 use crate::common;
@@ -106,11 +106,8 @@ pub fn run(args: TraceArgs) -> Result<()> {
             }
             let synth = Synth::new(kind, ws, a.seed)?;
             refuse_existing(&a.out)?;
-            let mut writer = TraceWriter::create(&a.out)?;
-            for r in synth.take(records_for(a.accesses) as usize) {
-                writer.push(&r)?;
-            }
-            writer.finish()?;
+            let records = records_for(a.accesses).context("--accesses")?;
+            write_trace_file(&a.out, synth, records, common::interrupt_flag())?;
             describe("synth", &a.out, a.json)
         }
         TraceCommand::Info(a) => describe("info", &a.trace, a.json),
