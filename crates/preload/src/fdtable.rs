@@ -66,6 +66,7 @@ pub fn lookup(fd: i32) -> Class {
 /// Forgets what `fd` was (it was closed, reopened or its flags changed). `shared` says
 /// whether the new description may be shared with another process (a dup of a shared one).
 pub fn reset(fd: i32, shared: bool) {
+    crate::emu::forget(fd);
     if let Some(s) = slot(fd) {
         s.store(UNKNOWN | if shared { SHARED } else { 0 } | (next_generation() << GEN_SHIFT), Ordering::Release);
     }

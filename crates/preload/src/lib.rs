@@ -20,16 +20,19 @@
 
 pub mod capi;
 pub mod config;
+pub mod emu;
 pub mod fdtable;
 pub mod port;
 pub mod process;
 pub mod real;
 pub mod record;
 pub mod shim;
+pub mod vclock;
 
 /// Runs when the shared object is loaded (before the program's `main`).
 extern "C" fn on_load() {
     process::init();
+    emu::init();
 }
 
 #[used]

@@ -136,6 +136,11 @@ impl<T> Spin<T> {
     pub(crate) fn unlock_after_fork(&self) {
         self.locked.store(false, Ordering::Release);
     }
+
+    /// The value without the lock, for a fork's child handler that holds it already.
+    pub(crate) fn value_ptr(&self) -> *mut T {
+        self.value.get()
+    }
 }
 
 impl<T> std::ops::Deref for SpinGuard<'_, T> {
@@ -381,6 +386,11 @@ impl Drop for Busy {
     }
 }
 
+/// Whether the thread is inside the library now (its own calls see real time).
+pub fn inside() -> bool {
+    BUSY.try_with(|b| b.get()).unwrap_or(true)
+}
+
 /// Runs `f` on this thread's state; `None` when the thread is exiting (TLS gone).
 pub fn with_thread<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
     STATE
@@ -440,6 +450,9 @@ pub fn snapshot() -> (Counters, Vec<String>) {
 
 /// Appends this image's record to the stats file (exit, `_exit`, exec).
 pub fn flush(_why: &str) {
+    if _why != "exit" {
+        crate::emu::flush();
+    }
     // getpid is a syscall, not a libc cache, on the glibc versions this runs on: a vfork
     // child sees its own pid.
     // SAFETY: getpid has no preconditions.

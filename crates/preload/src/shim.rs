@@ -26,6 +26,7 @@
 
 use libc::{c_char, c_int, c_uint, c_void, iovec, mode_t, off_t, size_t, ssize_t};
 
+use crate::emu;
 use crate::fdtable::{self, Class};
 use crate::process::{self, Busy, Spin};
 use crate::real::{self, call_real};
@@ -51,6 +52,15 @@ fn taken_class(fd: c_int) -> Option<(u64, bool, bool)> {
 enum Dir {
     Read(*mut u8),
     Write(*const u8),
+}
+
+impl Dir {
+    fn emu(self) -> emu::Buf {
+        match self {
+            Dir::Read(p) => emu::Buf::Read(p),
+            Dir::Write(p) => emu::Buf::Write(p),
+        }
+    }
 }
 
 /// One positional I/O through the thread's port, or `None` to use the real call.
@@ -101,6 +111,12 @@ unsafe fn taken_at(fd: c_int, generation: u64, dir: Dir, len: size_t, off: off_t
 /// # Safety
 /// As pread(2)/pwrite(2).
 unsafe fn positional(fd: c_int, dir: Dir, len: size_t, off: off_t) -> ssize_t {
+    if emu::active() {
+        // SAFETY: forwarded caller promise.
+        if let Some(n) = unsafe { emu::serve(fd, dir.emu(), len, Some(off)) } {
+            return n;
+        }
+    }
     if process::active() {
         if let Some((generation, _, append)) = taken_class(fd) {
             // pwrite on O_APPEND appends at the end whatever the offset (Linux): real call.
@@ -150,6 +166,12 @@ unsafe fn streaming(fd: c_int, dir: Dir, len: size_t) -> ssize_t {
             }
         }
     };
+    if emu::active() && len > 0 {
+        // SAFETY: forwarded caller promise.
+        if let Some(n) = unsafe { emu::serve(fd, dir.emu(), len, None) } {
+            return n;
+        }
+    }
     if !process::active() || len == 0 {
         return real_call();
     }
@@ -193,7 +215,7 @@ unsafe fn streaming(fd: c_int, dir: Dir, len: size_t) -> ssize_t {
 /// # Safety
 /// As preadv(2)/pwritev(2).
 unsafe fn vectored(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, read: bool) -> ssize_t {
-    if process::active() && cnt == 1 && !iov.is_null() {
+    if (process::active() || emu::active()) && cnt == 1 && !iov.is_null() {
         // SAFETY: cnt == 1: the caller promises one valid iovec.
         let v = unsafe { *iov };
         let dir = if read { Dir::Read(v.iov_base.cast()) } else { Dir::Write(v.iov_base.cast()) };
