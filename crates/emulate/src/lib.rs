@@ -15,6 +15,7 @@ pub mod realtime;
 pub mod replay;
 pub mod scenario;
 pub mod stats;
+pub mod sweep;
 pub mod trace;
 
 use serde::Serialize;

@@ -24,6 +24,8 @@ pub struct EmulateArgs {
 pub enum EmulateCommand {
     /// Replay a trace (blkparse text, fio iolog v2/v3) or a closed-loop job on an emulated device.
     Replay(ReplayArgs),
+    /// Run a program (default: tar and wc) on the device scaled by each factor, in virtual time.
+    Sweep(SweepArgs),
 }
 
 #[derive(Args, Debug)]
@@ -75,6 +77,7 @@ pub struct ReplayArgs {
 pub fn run(args: EmulateArgs) -> Result<()> {
     match args.command {
         EmulateCommand::Replay(a) => replay(a),
+        EmulateCommand::Sweep(a) => sweep(a),
     }
 }
 
@@ -200,4 +203,56 @@ fn print_human(r: &ReplayResult) {
             format_ns(late as f64)
         );
     }
+}
+
+#[derive(Args, Debug)]
+pub struct SweepArgs {
+    /// emu:PRESET[,key=value...] without speedup= (the sweep sets it).
+    #[arg(long)]
+    pub device: String,
+    /// The factors the device's service times are divided by.
+    #[arg(long, value_delimiter = ',', default_values_t = [1.0, 10.0, 20.0, 50.0, 100.0, 200.0])]
+    pub speedups: Vec<f64>,
+    /// Bytes of text in the default program's generated source tree.
+    #[arg(long, default_value = "16m")]
+    pub tree_size: String,
+    /// Where images, the tree and records go (default: a directory under the temp dir).
+    #[arg(long)]
+    pub work_dir: Option<std::path::PathBuf>,
+    /// Write the plot (SVG) here.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
+    /// Skip the real-time run of the 1 x point.
+    #[arg(long)]
+    pub no_real_time: bool,
+    /// JSON Lines output (one "emulate_sweep" record).
+    #[arg(long)]
+    pub json: bool,
+    /// The program ({image} is replaced by the image path); default: the tar-and-wc test.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+fn sweep(args: SweepArgs) -> Result<()> {
+    use smartcon_emulate::sweep::{plot_svg, run_sweep, table, SweepOptions};
+    let library = super::run::library()?;
+    let opts = SweepOptions {
+        device: args.device,
+        speedups: args.speedups,
+        command: (!args.command.is_empty()).then_some(args.command),
+        library,
+        work_dir: args.work_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("smartcon-sweep-{}", std::process::id()))),
+        tree_bytes: parse_size_arg("tree-size", &args.tree_size)?,
+        check_real_time: !args.no_real_time,
+    };
+    let r = run_sweep(&opts).map_err(engine_err)?;
+    if let Some(path) = &args.plot {
+        plot_svg(&r, path).map_err(engine_err)?;
+    }
+    if args.json {
+        emit_json(&r)?;
+    } else {
+        print!("{}", table(&r));
+    }
+    Ok(())
 }

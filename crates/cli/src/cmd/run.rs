@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
+use smartcon_emulate::sweep;
 use smartcon_engine::stats::new_histogram;
 
 use crate::engine_setup::parse_placement;
@@ -41,13 +42,20 @@ pub struct RunArgs {
     /// Programs CMD executes run without the library.
     #[arg(long)]
     pub no_inherit: bool,
+    /// Serve CMD's I/O on PATH from an emulated device (SPEC=PATH, e.g. emu:hdd=/var/tmp/disk.img;
+    /// a missing PATH is created sparse at the device's capacity). Real time unless --virtual-time.
+    #[arg(long, value_name = "SPEC=PATH")]
+    pub emulate: Option<String>,
+    /// With --emulate: CMD's clocks and sleeps run in virtual time (device waits cost no real time).
+    #[arg(long, requires = "emulate")]
+    pub virtual_time: bool,
     /// The program and its arguments (after --).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
 /// libsmartcon.so beside this binary, as cargo builds it.
-fn library() -> Result<PathBuf> {
+pub(crate) fn library() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot find the smartcon binary's path")?;
     let dir = exe.parent().unwrap_or(Path::new("."));
     [dir.join("libsmartcon.so"), dir.join("deps/libsmartcon.so")].into_iter().find(|p| p.exists()).with_context(|| {
@@ -117,6 +125,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
     let stats_tmp = std::env::temp_dir().join(format!("smartcon-run-{}.jsonl", std::process::id()));
+    let emu_tmp = stats_tmp.with_extension("emu.jsonl");
+    let emulate = args.emulate.as_deref().map(sweep::parse_emulate_arg).transpose().map_err(|e| anyhow::anyhow!(e.message))?;
+    let _ = std::fs::remove_file(&emu_tmp);
     let _ = std::fs::remove_file(&stats_tmp);
     let skip = unloadable(&exe);
     if let Some(why) = &skip {
@@ -128,6 +139,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         cmd.env("SMARTCON_PRELOAD_STATS", &stats_tmp);
         cmd.env("SMARTCON_PRELOAD_BUFFERED", if args.buffered { "1" } else { "0" });
         cmd.env("SMARTCON_PRELOAD_INHERIT", if args.no_inherit { "0" } else { "1" });
+        if let Some((spec, path)) = &emulate {
+            cmd.envs(sweep::preload_env(spec, path, args.virtual_time, &emu_tmp));
+        }
     }
     if let Some(cpus) = &cpus {
         smartcon_engine::placement::pin_current_thread(cpus).map_err(|e| anyhow::anyhow!(e.message))?;
@@ -180,6 +194,15 @@ pub fn run(args: RunArgs) -> Result<()> {
         sum("passed_through"),
         if skip.is_some() || !images.is_empty() { "" } else { "; no process loaded the library" }
     );
+    if let Some((spec, _)) = &emulate {
+        let t = sweep::sum_records(&std::fs::read_to_string(&emu_tmp).unwrap_or_default());
+        let _ = std::fs::remove_file(&emu_tmp);
+        eprintln!(
+            "smartcon run: {spec} served {} reads and {} writes ({} bytes) in {} process(es), device time {:.3} s; {}",
+            t.reads, t.writes, t.bytes, t.processes, t.device_ns as f64 / 1e9,
+            if args.virtual_time { format!("the clock skipped {:.3} s", t.skew_ns as f64 / 1e9) } else { "real time".into() }
+        );
+    }
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     if let Some(path) = &args.stats {
         let record = json!({

@@ -1,0 +1,345 @@
+//! The fifth seed's "faster storage" study (its Table 4.8): one program on an emulated
+//! device scaled by each of several factors, run through the interposition library
+//! (`libsmartcon.so`, [`preload_env`]) in virtual time, and what that predicts.
+//!
+//! Design: each point runs the program once with `SMARTCON_PRELOAD_EMU_SPEC` set to the
+//! device with `speedup=S` and a fresh image file. Every process of the program appends an
+//! `emu_process` record at exit; the point's predicted time is the run's wall time plus the
+//! sum of the processes' clock skews (the device waits the clock skipped, minus the
+//! emulator work it hid), which is what the run would have taken on the device. CPU
+//! utilization is the processes' CPU time over that. The ideal time is the 1 x time divided
+//! by S (a program that never turns CPU-bound). The 1 x point is also run in real time (the
+//! library sleeps to each completion) to check the prediction.
+//!
+//! The default program is the seed's tar-and-wc test, sized down: a generated source tree
+//! of text files is archived onto the image with `tar cf`, then extracted from it with
+//! `tar xOf` into `wc`.
+//!
+//! Non-goals: programs whose processes overlap their device waits with each other's work
+//! (the sum of skews then over-counts; each process has its own clock and model), and
+//! statically linked programs (the library cannot load; they run in real time).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Serialize;
+use smartcon_engine::error::{Error, ErrorKind};
+
+/// The environment the library reads (crates/preload/src/emu.rs; duplicated here because
+/// linking the library into a binary would interpose that binary's own calls).
+pub const ENV_SPEC: &str = "SMARTCON_PRELOAD_EMU_SPEC";
+pub const ENV_PATH: &str = "SMARTCON_PRELOAD_EMU_PATH";
+pub const ENV_VIRTUAL_TIME: &str = "SMARTCON_PRELOAD_VIRTUAL_TIME";
+pub const ENV_STATS: &str = "SMARTCON_PRELOAD_EMU_STATS";
+
+/// The variables that make the library serve `image` from `spec`, in virtual or real time,
+/// with its `emu_process` records appended to `stats`.
+pub fn preload_env(spec: &str, image: &Path, virtual_time: bool, stats: &Path) -> Vec<(String, OsString)> {
+    vec![
+        (ENV_SPEC.into(), spec.into()),
+        (ENV_PATH.into(), image.into()),
+        (ENV_VIRTUAL_TIME.into(), if virtual_time { "1" } else { "0" }.into()),
+        (ENV_STATS.into(), stats.into()),
+    ]
+}
+
+/// `SPEC=PATH` as `smartcon run --emulate` takes it: split at the last `=` (a spec has
+/// `key=value` pairs; the path must not hold `=`), the spec checked.
+pub fn parse_emulate_arg(text: &str) -> Result<(String, PathBuf), Error> {
+    let (spec, path) = text.rsplit_once('=').filter(|(s, p)| !s.is_empty() && !p.is_empty()).ok_or_else(|| {
+        Error::new(ErrorKind::Usage, format!("--emulate {text:?}: expected SPEC=PATH, e.g. emu:hdd=/var/tmp/disk.img"))
+    })?;
+    smartcon_devemu::parse_spec(spec).map_err(|e| Error::new(ErrorKind::Usage, format!("--emulate: {e}")))?;
+    Ok((spec.to_string(), PathBuf::from(path)))
+}
+
+/// What the `emu_process` records of one run add up to.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct EmuTotals {
+    pub processes: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub bytes: u64,
+    pub device_ns: u64,
+    pub skew_ns: i64,
+    pub cpu_ns: u64,
+}
+
+/// Sums `emu_process` records (JSON Lines; other lines are skipped).
+pub fn sum_records(text: &str) -> EmuTotals {
+    let mut t = EmuTotals::default();
+    for r in text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+        if r["type"] != "emu_process" {
+            continue;
+        }
+        let u = |f: &str| r[f].as_u64().unwrap_or(0);
+        t.processes += 1;
+        t.reads += u("reads");
+        t.writes += u("writes");
+        t.bytes += u("bytes");
+        t.device_ns += u("device_ns");
+        t.cpu_ns += u("cpu_ns");
+        t.skew_ns += r["skew_ns"].as_i64().unwrap_or(0);
+    }
+    t
+}
+
+/// What to sweep.
+#[derive(Debug, Clone)]
+pub struct SweepOptions {
+    /// `emu:PRESET[,key=value...]` without `speedup` (the sweep sets it).
+    pub device: String,
+    pub speedups: Vec<f64>,
+    /// The program; `{image}` in an argument is replaced by the image path (also in
+    /// `SMARTCON_SWEEP_IMAGE`). `None`: the tar-and-wc test.
+    pub command: Option<Vec<OsString>>,
+    /// libsmartcon.so.
+    pub library: PathBuf,
+    /// Where the images, the generated tree and the records go.
+    pub work_dir: PathBuf,
+    /// Bytes of text in the generated tree of the default program.
+    pub tree_bytes: u64,
+    /// Also run the 1 x point in real time to check it.
+    pub check_real_time: bool,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SweepPoint {
+    pub speedup: f64,
+    pub predicted_ns: u64,
+    pub wall_ns: u64,
+    /// predicted(1 x) / predicted(S).
+    pub speedup_over_1x: f64,
+    /// predicted(1 x) / S.
+    pub ideal_ns: u64,
+    pub cpu_utilization: f64,
+    pub totals: EmuTotals,
+}
+
+/// The `emulate_sweep` record (docs/json.md).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SweepResult {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub device: String,
+    pub command: Vec<String>,
+    pub points: Vec<SweepPoint>,
+    /// The first factor at which CPU utilization reaches [`CPU_BOUND_UTILIZATION`].
+    pub cpu_bound_from: Option<f64>,
+    /// The 1 x program run in real time, and how far the 1 x prediction is from it (%).
+    pub real_time_1x_ns: Option<u64>,
+    pub real_time_1x_error_pct: Option<f64>,
+}
+
+/// Utilization from which the program counts as CPU-bound.
+pub const CPU_BOUND_UTILIZATION: f64 = 0.8;
+
+fn io_err(what: &str, e: std::io::Error) -> Error {
+    Error::new(ErrorKind::Io, format!("sweep: {what}: {e}"))
+}
+
+/// Writes the default program's source tree: `bytes` of C-like text in files of 16 KiB,
+/// deterministic, in directories of 32 files.
+pub fn generate_tree(dir: &Path, bytes: u64) -> Result<(), Error> {
+    const FILE_BYTES: u64 = 16 << 10;
+    let files = bytes.div_ceil(FILE_BYTES).max(1);
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..files {
+        let sub = dir.join(format!("d{:03}", i / 32));
+        std::fs::create_dir_all(&sub).map_err(|e| io_err("create the tree", e))?;
+        let mut text = String::with_capacity(FILE_BYTES as usize + 80);
+        while (text.len() as u64) < FILE_BYTES {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            text.push_str(&format!("static int f_{:x}(int x) {{ return x * {} + {}; }}\n", state >> 40, i, state % 977));
+        }
+        std::fs::write(sub.join(format!("f{i:05}.c")), text).map_err(|e| io_err("write the tree", e))?;
+    }
+    Ok(())
+}
+
+fn default_command(tree: &Path) -> Vec<OsString> {
+    let script = format!("tar cf \"$SMARTCON_SWEEP_IMAGE\" -C '{}' . && tar xOf \"$SMARTCON_SWEEP_IMAGE\" | wc", tree.display());
+    vec!["sh".into(), "-c".into(), script.into()]
+}
+
+/// One run of `command` on `spec`: (wall ns, totals of its records).
+fn run_once(
+    opts: &SweepOptions,
+    command: &[OsString],
+    spec: &str,
+    virtual_time: bool,
+    tag: &str,
+) -> Result<(u64, EmuTotals), Error> {
+    let image = opts.work_dir.join(format!("image-{tag}.img"));
+    let stats = opts.work_dir.join(format!("records-{tag}.jsonl"));
+    let _ = std::fs::remove_file(&image);
+    let _ = std::fs::remove_file(&stats);
+    let image_text = image.to_string_lossy().into_owned();
+    let args: Vec<OsString> =
+        command.iter().map(|a| a.to_string_lossy().replace("{image}", &image_text).into()).collect();
+    let program = args.first().ok_or_else(|| Error::new(ErrorKind::Usage, "sweep: an empty command"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(&args[1..]).env("SMARTCON_SWEEP_IMAGE", &image).stdout(std::process::Stdio::null());
+    let old = std::env::var("LD_PRELOAD").unwrap_or_default();
+    cmd.env("LD_PRELOAD", format!("{}:{old}", opts.library.display()));
+    for (k, v) in preload_env(spec, &image, virtual_time, &stats) {
+        cmd.env(k, v);
+    }
+    let start = std::time::Instant::now();
+    let status = cmd.status().map_err(|e| io_err(&format!("run {}", program.to_string_lossy()), e))?;
+    let wall_ns = start.elapsed().as_nanos() as u64;
+    if !status.success() {
+        return Err(Error::new(ErrorKind::Io, format!("sweep: {} failed at {spec}: {status}", program.to_string_lossy())));
+    }
+    let text = std::fs::read_to_string(&stats).unwrap_or_default();
+    let _ = std::fs::remove_file(&image);
+    Ok((wall_ns, sum_records(&text)))
+}
+
+/// Runs the sweep.
+pub fn run_sweep(opts: &SweepOptions) -> Result<SweepResult, Error> {
+    if opts.speedups.is_empty() || opts.speedups.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+        return Err(Error::new(ErrorKind::Usage, "sweep: --speedups needs positive factors, e.g. 1,10,20"));
+    }
+    if opts.device.contains("speedup=") {
+        return Err(Error::new(ErrorKind::Usage, "sweep: give --device without speedup= (the sweep sets it)"));
+    }
+    smartcon_devemu::parse_spec(&opts.device).map_err(|e| Error::new(ErrorKind::Usage, format!("sweep: {e}")))?;
+    if !opts.library.exists() {
+        return Err(Error::new(ErrorKind::Setup, format!("sweep: {} does not exist", opts.library.display())));
+    }
+    std::fs::create_dir_all(&opts.work_dir).map_err(|e| io_err("create the work directory", e))?;
+    let command = match &opts.command {
+        Some(c) => c.clone(),
+        None => {
+            let tree = opts.work_dir.join("tree");
+            let _ = std::fs::remove_dir_all(&tree);
+            generate_tree(&tree, opts.tree_bytes)?;
+            default_command(&tree)
+        }
+    };
+    let mut speedups = opts.speedups.clone();
+    if !speedups.contains(&1.0) {
+        speedups.insert(0, 1.0);
+    }
+    let mut points = Vec::new();
+    for (i, &s) in speedups.iter().enumerate() {
+        let spec = format!("{},speedup={s}", opts.device);
+        let (wall_ns, totals) = run_once(opts, &command, &spec, true, &format!("v{i}"))?;
+        let predicted_ns = (wall_ns as i64 + totals.skew_ns).max(1) as u64;
+        points.push(SweepPoint {
+            speedup: s,
+            predicted_ns,
+            wall_ns,
+            speedup_over_1x: 0.0,
+            ideal_ns: 0,
+            cpu_utilization: totals.cpu_ns as f64 / predicted_ns as f64,
+            totals,
+        });
+    }
+    let base_ns = points.iter().find(|p| p.speedup == 1.0).map_or(1, |p| p.predicted_ns);
+    for p in &mut points {
+        p.speedup_over_1x = base_ns as f64 / p.predicted_ns as f64;
+        p.ideal_ns = (base_ns as f64 / p.speedup).round() as u64;
+    }
+    points.retain(|p| opts.speedups.contains(&p.speedup));
+    let (real_time_1x_ns, real_time_1x_error_pct) = if opts.check_real_time {
+        let (wall_ns, _) = run_once(opts, &command, &format!("{},speedup=1", opts.device), false, "real")?;
+        (Some(wall_ns), Some((base_ns as f64 - wall_ns as f64) / wall_ns as f64 * 100.0))
+    } else {
+        (None, None)
+    };
+    Ok(SweepResult {
+        kind: "emulate_sweep",
+        device: opts.device.clone(),
+        command: command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        cpu_bound_from: points.iter().find(|p| p.cpu_utilization >= CPU_BOUND_UTILIZATION).map(|p| p.speedup),
+        points,
+        real_time_1x_ns,
+        real_time_1x_error_pct,
+    })
+}
+
+/// The table, as the seed prints it (markdown).
+pub fn table(r: &SweepResult) -> String {
+    let mut out = String::from("| speedup | predicted (s) | speedup over 1x | ideal (s) | CPU utilization |\n|---|---|---|---|---|\n");
+    for p in &r.points {
+        out.push_str(&format!(
+            "| {} | {:.3} | {:.2} | {:.3} | {:.0}% |\n",
+            p.speedup,
+            p.predicted_ns as f64 / 1e9,
+            p.speedup_over_1x,
+            p.ideal_ns as f64 / 1e9,
+            p.cpu_utilization * 100.0
+        ));
+    }
+    if let (Some(rt), Some(e)) = (r.real_time_1x_ns, r.real_time_1x_error_pct) {
+        out.push_str(&format!("\n1 x in real time: {:.3} s; the prediction is {e:+.1}% from it\n", rt as f64 / 1e9));
+    }
+    match r.cpu_bound_from {
+        Some(s) => out.push_str(&format!("CPU-bound (utilization >= {CPU_BOUND_UTILIZATION}) from {s} x\n")),
+        None => out.push_str("not CPU-bound at any factor swept\n"),
+    }
+    out
+}
+
+/// Predicted and ideal time against the factor, and where the program turns CPU-bound.
+pub fn plot_svg(r: &SweepResult, path: &Path) -> Result<(), Error> {
+    use plotters::prelude::*;
+    let perr = |e: &dyn std::fmt::Display| Error::new(ErrorKind::Io, format!("sweep plot {}: {e}", path.display()));
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| perr(&e))?;
+    let x_max = r.points.iter().map(|p| p.speedup).fold(1.0, f64::max);
+    let y_max = r.points.iter().map(|p| p.predicted_ns.max(p.ideal_ns) as f64 / 1e9).fold(1e-3, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{}: time against device speedup", r.device), ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max * 1.05, 0.0..y_max)
+        .map_err(|e| perr(&e))?;
+    chart.configure_mesh().x_desc("device speedup (x)").y_desc("time (s)").draw().map_err(|e| perr(&e))?;
+    let pts = |f: &dyn Fn(&SweepPoint) -> u64| r.points.iter().map(|p| (p.speedup, f(p) as f64 / 1e9)).collect::<Vec<_>>();
+    chart
+        .draw_series(LineSeries::new(pts(&|p| p.predicted_ns), &BLUE))
+        .map_err(|e| perr(&e))?
+        .label("predicted")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+    chart
+        .draw_series(LineSeries::new(pts(&|p| p.ideal_ns), &RED))
+        .map_err(|e| perr(&e))?
+        .label("ideal (linear)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    if let Some(s) = r.cpu_bound_from {
+        chart
+            .draw_series(LineSeries::new(vec![(s, 0.0), (s, y_max)], BLACK.stroke_width(1)))
+            .map_err(|e| perr(&e))?
+            .label(format!("CPU-bound from {s} x"))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+    }
+    chart.configure_series_labels().border_style(BLACK).draw().map_err(|e| perr(&e))?;
+    root.present().map_err(|e| perr(&e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emulate_arg_splits_at_the_last_equals_and_checks_the_spec() {
+        let (s, p) = parse_emulate_arg("emu:hdd,size=64m=/tmp/x.img").unwrap();
+        assert_eq!((s.as_str(), p.as_path()), ("emu:hdd,size=64m", Path::new("/tmp/x.img")));
+        assert!(parse_emulate_arg("emu:nosuch=/tmp/x").is_err());
+        assert!(parse_emulate_arg("/tmp/x").is_err());
+    }
+
+    #[test]
+    fn records_sum_and_other_lines_are_skipped() {
+        let text = "{\"type\":\"emu_process\",\"reads\":2,\"skew_ns\":-5,\"cpu_ns\":7}\n{\"type\":\"preload_process\",\"reads\":9}\nnot json\n{\"type\":\"emu_process\",\"reads\":3,\"skew_ns\":10}\n";
+        let t = sum_records(text);
+        assert_eq!((t.processes, t.reads, t.skew_ns, t.cpu_ns), (2, 5, 5, 7));
+    }
+}

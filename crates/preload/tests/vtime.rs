@@ -1,0 +1,144 @@
+//! `--emulate SPEC=PATH` with and without `--virtual-time`: what a program sees of the
+//! device and of its clocks. The library is driven through its environment, as `smartcon
+//! run` drives it. Bounds are deterministic: every wait lasts at least the model's time,
+//! and what the program sees beyond it is real time (so at most the run's wall time).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use smartcon_devemu::{parse_spec, Op};
+
+struct Run {
+    fields: Vec<(String, i64)>,
+    record: serde_json::Value,
+    wall_ns: i64,
+}
+
+impl Run {
+    fn get(&self, name: &str) -> i64 {
+        self.fields.iter().find(|f| f.0 == name).unwrap_or_else(|| panic!("{name} missing in {:?}", self.fields)).1
+    }
+}
+
+fn run(program: &Path, dir: &Path, spec: &str, virtual_time: bool, args: &[&str]) -> Run {
+    let image = dir.join("disk.img");
+    let stats = dir.join(format!("emu-{}.jsonl", args[0]));
+    let _ = std::fs::remove_file(&stats);
+    let start = Instant::now();
+    let out = Command::new(program)
+        .arg(args[0])
+        .arg(&image)
+        .args(&args[1..])
+        .env("LD_PRELOAD", common::library())
+        .env("SMARTCON_PRELOAD_EMU_SPEC", spec)
+        .env("SMARTCON_PRELOAD_EMU_PATH", &image)
+        .env("SMARTCON_PRELOAD_VIRTUAL_TIME", if virtual_time { "1" } else { "0" })
+        .env("SMARTCON_PRELOAD_EMU_STATS", &stats)
+        .output()
+        .expect("run the program");
+    let wall_ns = start.elapsed().as_nanos() as i64;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let fields = stdout
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.parse().expect("a number")))
+        .collect();
+    let records = common::records(&stats);
+    assert_eq!(records.len(), 1, "one emu_process record: {records:?}");
+    Run { fields, record: records[0].clone(), wall_ns }
+}
+
+fn setup(name: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let Some(cc) = common::cc() else {
+        eprintln!("skipped: no C compiler");
+        return None;
+    };
+    let dir = common::temp_dir(name);
+    let program = common::compile(&cc, "vtime.c", &dir, &[]);
+    Some((dir, program))
+}
+
+/// A position-independent model: each 4 KiB read costs exactly its service time.
+const SPEC: &str = "emu:nvme,lat=3ms,channels=1";
+
+#[test]
+fn virtual_time_elapsed_is_the_models_sum_and_costs_little_wall_time() {
+    let Some((dir, program)) = setup("vtime-io") else { return };
+    let (n, sleep_us) = (40i64, 400_000i64);
+    let r = run(&program, &dir, SPEC, true, &["io", &n.to_string(), &sleep_us.to_string()]);
+    let service_ns = parse_spec(SPEC).unwrap().service_ns(Op::Read, 4096) as i64;
+    let expected = n * service_ns + 2 * sleep_us * 1000;
+    let mono = r.get("mono_ns");
+    assert_eq!(r.record["reads"], n);
+    assert_eq!(r.record["device_ns"].as_i64().unwrap(), n * service_ns);
+    // Each wait lasts the model's time; what else the program sees is its own real time.
+    assert!(mono >= expected && mono <= expected + r.wall_ns, "mono {mono}, expected {expected}, wall {}", r.wall_ns);
+    assert!(r.wall_ns < mono, "virtual time should cost less wall time ({}) than it shows ({mono})", r.wall_ns);
+    // Every wall clock moves with the monotonic one.
+    for f in ["boot_ns", "tod_ns"] {
+        assert!((r.get(f) - mono).abs() <= r.wall_ns, "{f} {} against mono {mono}", r.get(f));
+    }
+    assert!(r.get("time_s") >= mono / 1_000_000_000 - 1 && r.get("time_s") <= mono / 1_000_000_000 + 1);
+    assert!(r.record["skew_ns"].as_i64().unwrap() > 0 && r.record["virtual_time"] == true);
+}
+
+#[test]
+fn real_time_serving_waits_at_least_the_model() {
+    let Some((dir, program)) = setup("vtime-rt") else { return };
+    let spec = "emu:nvme,lat=2ms,channels=1";
+    let r = run(&program, &dir, spec, false, &["io", "5", "1000"]);
+    let service_ns = parse_spec(spec).unwrap().service_ns(Op::Read, 4096) as i64;
+    let mono = r.get("mono_ns");
+    assert!(mono >= 5 * service_ns + 2_000_000, "mono {mono}");
+    assert_eq!(r.record["skew_ns"], 0, "real time never moves the clock");
+    assert!(r.wall_ns >= mono, "real time: wall {} >= what the program saw {mono}", r.wall_ns);
+}
+
+#[test]
+fn a_computing_thread_sees_no_jump_while_another_waits() {
+    let Some((dir, program)) = setup("vtime-threads") else { return };
+    let spec = "emu:nvme,lat=2s,channels=1";
+    let r = run(&program, &dir, spec, true, &["threads", "30"]);
+    let (compute, main) = (r.get("compute_ns"), r.get("main_ns"));
+    // A jump over the 2 s wait during the computation would show in its elapsed time.
+    assert!(compute < 1_500_000_000, "the computing thread saw a jump: {compute} ns");
+    // Once the computing thread has exited, the main thread's wait is skipped.
+    assert!(main >= 2_000_000_000, "main {main}");
+    assert!(r.record["jumps"].as_u64().unwrap() >= 1, "{:?}", r.record);
+    assert!(r.wall_ns < main, "wall {} main {main}", r.wall_ns);
+}
+
+#[test]
+fn fio_runs_to_completion_under_virtual_time() {
+    if Command::new("fio").arg("--version").output().is_err() {
+        eprintln!("skipped: fio is not installed");
+        return;
+    }
+    let dir = common::temp_dir("vtime-fio");
+    let image = dir.join("fio.img");
+    std::fs::File::create(&image).unwrap().set_len(64 << 20).unwrap();
+    let stats = dir.join("emu.jsonl");
+    let spec = "emu:nvme,lat=1ms,channels=1";
+    let out = Command::new("fio")
+        .args(["--name=r", "--size=64m", "--clocksource=clock_gettime", "--ioengine=psync", "--iodepth=1"])
+        .args(["--direct=1", "--rw=randread", "--bs=4k", "--number_ios=50", "--output-format=json"])
+        .arg(format!("--filename={}", image.display()))
+        .env("LD_PRELOAD", common::library())
+        .env("SMARTCON_PRELOAD_EMU_SPEC", spec)
+        .env("SMARTCON_PRELOAD_EMU_PATH", &image)
+        .env("SMARTCON_PRELOAD_VIRTUAL_TIME", "1")
+        .env("SMARTCON_PRELOAD_EMU_STATS", &stats)
+        .output()
+        .expect("run fio");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("fio's JSON");
+    let read = &json["jobs"][0]["read"];
+    assert_eq!(read["total_ios"], 50);
+    let service_ns = parse_spec(spec).unwrap().service_ns(Op::Read, 4096) as f64;
+    assert!(read["clat_ns"]["mean"].as_f64().unwrap() >= service_ns, "{}", read["clat_ns"]);
+    assert_eq!(common::total(&common::records(&stats), "reads"), 50);
+}
