@@ -152,7 +152,12 @@ pub fn generate_tree(dir: &Path, bytes: u64) -> Result<(), Error> {
         let mut text = String::with_capacity(FILE_BYTES as usize + 80);
         while (text.len() as u64) < FILE_BYTES {
             state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            text.push_str(&format!("static int f_{:x}(int x) {{ return x * {} + {}; }}\n", state >> 40, i, state % 977));
+            text.push_str(&format!(
+                "static int f_{:x}(int x) {{ return x * {} + {}; }}\n",
+                state >> 40,
+                i,
+                state % 977
+            ));
         }
         std::fs::write(sub.join(format!("f{i:05}.c")), text).map_err(|e| io_err("write the tree", e))?;
     }
@@ -160,7 +165,8 @@ pub fn generate_tree(dir: &Path, bytes: u64) -> Result<(), Error> {
 }
 
 fn default_command(tree: &Path) -> Vec<OsString> {
-    let script = format!("tar cf \"$SMARTCON_SWEEP_IMAGE\" -C '{}' . && tar xOf \"$SMARTCON_SWEEP_IMAGE\" | wc", tree.display());
+    let script =
+        format!("tar cf \"$SMARTCON_SWEEP_IMAGE\" -C '{}' . && tar xOf \"$SMARTCON_SWEEP_IMAGE\" | wc", tree.display());
     vec!["sh".into(), "-c".into(), script.into()]
 }
 
@@ -191,7 +197,10 @@ fn run_once(
     let status = cmd.status().map_err(|e| io_err(&format!("run {}", program.to_string_lossy()), e))?;
     let wall_ns = start.elapsed().as_nanos() as u64;
     if !status.success() {
-        return Err(Error::new(ErrorKind::Io, format!("sweep: {} failed at {spec}: {status}", program.to_string_lossy())));
+        return Err(Error::new(
+            ErrorKind::Io,
+            format!("sweep: {} failed at {spec}: {status}", program.to_string_lossy()),
+        ));
     }
     let text = std::fs::read_to_string(&stats).unwrap_or_default();
     let _ = std::fs::remove_file(&image);
@@ -264,7 +273,9 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepResult, Error> {
 
 /// The table, as the seed prints it (markdown).
 pub fn table(r: &SweepResult) -> String {
-    let mut out = String::from("| speedup | predicted (s) | speedup over 1x | ideal (s) | CPU utilization |\n|---|---|---|---|---|\n");
+    let mut out = String::from(
+        "| speedup | predicted (s) | speedup over 1x | ideal (s) | CPU utilization |\n|---|---|---|---|---|\n",
+    );
     for p in &r.points {
         out.push_str(&format!(
             "| {} | {:.3} | {:.2} | {:.3} | {:.0}% |\n",
@@ -301,7 +312,8 @@ pub fn plot_svg(r: &SweepResult, path: &Path) -> Result<(), Error> {
         .build_cartesian_2d(0.0..x_max * 1.05, 0.0..y_max)
         .map_err(|e| perr(&e))?;
     chart.configure_mesh().x_desc("device speedup (x)").y_desc("time (s)").draw().map_err(|e| perr(&e))?;
-    let pts = |f: &dyn Fn(&SweepPoint) -> u64| r.points.iter().map(|p| (p.speedup, f(p) as f64 / 1e9)).collect::<Vec<_>>();
+    let pts =
+        |f: &dyn Fn(&SweepPoint) -> u64| r.points.iter().map(|p| (p.speedup, f(p) as f64 / 1e9)).collect::<Vec<_>>();
     chart
         .draw_series(LineSeries::new(pts(&|p| p.predicted_ns), &BLUE))
         .map_err(|e| perr(&e))?

@@ -7,7 +7,7 @@
 //! (`smartcon_devemu::FcfsDevice`, FCFS over the model's channels, one model per process):
 //!
 //! - real time: the call returns when the real monotonic clock reaches the model's
-//!   completion for an arrival at the call's start (sleep, then a 50 us spin), so the data
+//!   completion for an arrival at the call's start (sleep, then a 200 us spin), so the data
 //!   half's own time is inside the model's, not added to it;
 //! - virtual time ([`crate::vclock`]): the call waits on the virtual clock for the
 //!   completion, which costs no real time when every thread waits, and the data half's time
@@ -245,8 +245,7 @@ pub fn active() -> bool {
 pub fn flush() {
     let Some(emu) = EMU.get() else { return };
     // SAFETY: getpid has no preconditions (a vfork child has its own pid and skips).
-    if unsafe { libc::getpid() } as u64 != IMAGE_PID.load(Ordering::Relaxed) || FLUSHED.swap(true, Ordering::AcqRel)
-    {
+    if unsafe { libc::getpid() } as u64 != IMAGE_PID.load(Ordering::Relaxed) || FLUSHED.swap(true, Ordering::AcqRel) {
         return;
     }
     let Some(path) = &emu.stats_path else { return };

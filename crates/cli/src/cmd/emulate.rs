@@ -241,7 +241,9 @@ fn sweep(args: SweepArgs) -> Result<()> {
         speedups: args.speedups,
         command: (!args.command.is_empty()).then_some(args.command),
         library,
-        work_dir: args.work_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("smartcon-sweep-{}", std::process::id()))),
+        work_dir: args
+            .work_dir
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("smartcon-sweep-{}", std::process::id()))),
         tree_bytes: parse_size_arg("tree-size", &args.tree_size)?,
         check_real_time: !args.no_real_time,
     };

@@ -126,7 +126,8 @@ pub fn run(args: RunArgs) -> Result<()> {
     cmd.args(&args.command[1..]);
     let stats_tmp = std::env::temp_dir().join(format!("smartcon-run-{}.jsonl", std::process::id()));
     let emu_tmp = stats_tmp.with_extension("emu.jsonl");
-    let emulate = args.emulate.as_deref().map(sweep::parse_emulate_arg).transpose().map_err(|e| anyhow::anyhow!(e.message))?;
+    let emulate =
+        args.emulate.as_deref().map(sweep::parse_emulate_arg).transpose().map_err(|e| anyhow::anyhow!(e.message))?;
     let _ = std::fs::remove_file(&emu_tmp);
     let _ = std::fs::remove_file(&stats_tmp);
     let skip = unloadable(&exe);
@@ -199,8 +200,16 @@ pub fn run(args: RunArgs) -> Result<()> {
         let _ = std::fs::remove_file(&emu_tmp);
         eprintln!(
             "smartcon run: {spec} served {} reads and {} writes ({} bytes) in {} process(es), device time {:.3} s; {}",
-            t.reads, t.writes, t.bytes, t.processes, t.device_ns as f64 / 1e9,
-            if args.virtual_time { format!("the clock skipped {:.3} s", t.skew_ns as f64 / 1e9) } else { "real time".into() }
+            t.reads,
+            t.writes,
+            t.bytes,
+            t.processes,
+            t.device_ns as f64 / 1e9,
+            if args.virtual_time {
+                format!("the clock skipped {:.3} s", t.skew_ns as f64 / 1e9)
+            } else {
+                "real time".into()
+            }
         );
     }
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
