@@ -254,9 +254,12 @@ pub unsafe extern "C" fn __clock_gettime64(clock: clockid_t, ts: *mut timespec) 
 /// As gettimeofday(2).
 #[no_mangle]
 pub unsafe extern "C" fn gettimeofday(tv: *mut libc::timeval, tz: *mut libc::c_void) -> c_int {
-    if !applies(libc::CLOCK_REALTIME) || tv.is_null() || !tz.is_null() {
-        // SAFETY: (raw) the kernel validates both pointers.
-        return unsafe { libc::syscall(libc::SYS_gettimeofday, tv, tz) as c_int };
+    if !tz.is_null() || !applies(libc::CLOCK_REALTIME) || tv.is_null() {
+        // SAFETY: (raw) the kernel validates both pointers; a time zone is filled by it.
+        let r = unsafe { libc::syscall(libc::SYS_gettimeofday, tv, tz) as c_int };
+        if r != 0 || tv.is_null() || !applies(libc::CLOCK_REALTIME) {
+            return r;
+        }
     }
     let ns = clock_ns(libc::CLOCK_REALTIME);
     // SAFETY: non-NULL; the caller's promise that it is writable.
@@ -348,11 +351,16 @@ pub unsafe extern "C" fn clock_nanosleep(
         }
     }
     type F = unsafe extern "C" fn(clockid_t, c_int, *const timespec, *mut timespec) -> c_int;
-    // SAFETY: (fallback) the kernel validates the pointers; the libc call returns the error.
+    // SAFETY: (fallback) the kernel validates the pointers; the libc call returns the error
+    // number, where syscall(2) sets errno.
     call_real!(
         CLOCK_NANOSLEEP,
         F,
-        unsafe { -(libc::syscall(libc::SYS_clock_nanosleep, clock, flags, req, rem) as c_int).min(0) },
+        if unsafe { libc::syscall(libc::SYS_clock_nanosleep, clock, flags, req, rem) } == 0 {
+            0
+        } else {
+            crate::real::errno()
+        },
         clock,
         flags,
         req,
