@@ -85,6 +85,23 @@ pub fn sum_records(text: &str) -> EmuTotals {
     t
 }
 
+/// The line `smartcon run --emulate` prints: what the records in `stats` add up to (the file
+/// is removed).
+pub fn summary(spec: &str, virtual_time: bool, stats: &Path) -> String {
+    let t = sum_records(&std::fs::read_to_string(stats).unwrap_or_default());
+    let _ = std::fs::remove_file(stats);
+    let clock =
+        if virtual_time { format!("the clock skipped {:.3} s", t.skew_ns as f64 / 1e9) } else { "real time".into() };
+    format!(
+        "{spec} served {} reads and {} writes ({} bytes) in {} process(es), device time {:.3} s; {clock}",
+        t.reads,
+        t.writes,
+        t.bytes,
+        t.processes,
+        t.device_ns as f64 / 1e9
+    )
+}
+
 /// What to sweep.
 #[derive(Debug, Clone)]
 pub struct SweepOptions {

@@ -216,9 +216,6 @@ pub struct SweepArgs {
     /// Bytes of text in the default program's generated source tree.
     #[arg(long, default_value = "16m")]
     pub tree_size: String,
-    /// Where images, the tree and records go (default: a directory under the temp dir).
-    #[arg(long)]
-    pub work_dir: Option<std::path::PathBuf>,
     /// Write the plot (SVG) here.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
@@ -235,26 +232,21 @@ pub struct SweepArgs {
 
 fn sweep(args: SweepArgs) -> Result<()> {
     use smartcon_emulate::sweep::{plot_svg, run_sweep, table, SweepOptions};
-    let library = super::run::library()?;
-    let opts = SweepOptions {
-        device: args.device,
-        speedups: args.speedups,
-        command: (!args.command.is_empty()).then_some(args.command),
-        library,
-        work_dir: args
-            .work_dir
-            .unwrap_or_else(|| std::env::temp_dir().join(format!("smartcon-sweep-{}", std::process::id()))),
-        tree_bytes: parse_size_arg("tree-size", &args.tree_size)?,
-        check_real_time: !args.no_real_time,
-    };
-    let r = run_sweep(&opts).map_err(engine_err)?;
+    let work_dir = std::env::temp_dir().join(format!("smartcon-sweep-{}", std::process::id()));
+    let command = (!args.command.is_empty()).then_some(args.command);
+    let (device, speedups, library, check_real_time) =
+        (args.device, args.speedups, super::run::library()?, !args.no_real_time);
+    let tree_bytes = parse_size_arg("tree-size", &args.tree_size)?;
+    let opts = SweepOptions { device, speedups, command, library, work_dir, tree_bytes, check_real_time };
+    let r = run_sweep(&opts).map_err(engine_err);
+    let _ = std::fs::remove_dir_all(&opts.work_dir);
+    let r = r?;
     if let Some(path) = &args.plot {
         plot_svg(&r, path).map_err(engine_err)?;
     }
-    if args.json {
-        emit_json(&r)?;
-    } else {
+    if !args.json {
         print!("{}", table(&r));
+        return Ok(());
     }
-    Ok(())
+    emit_json(&r)
 }

@@ -196,21 +196,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         if skip.is_some() || !images.is_empty() { "" } else { "; no process loaded the library" }
     );
     if let Some((spec, _)) = &emulate {
-        let t = sweep::sum_records(&std::fs::read_to_string(&emu_tmp).unwrap_or_default());
-        let _ = std::fs::remove_file(&emu_tmp);
-        eprintln!(
-            "smartcon run: {spec} served {} reads and {} writes ({} bytes) in {} process(es), device time {:.3} s; {}",
-            t.reads,
-            t.writes,
-            t.bytes,
-            t.processes,
-            t.device_ns as f64 / 1e9,
-            if args.virtual_time {
-                format!("the clock skipped {:.3} s", t.skew_ns as f64 / 1e9)
-            } else {
-                "real time".into()
-            }
-        );
+        eprintln!("smartcon run: {}", sweep::summary(spec, args.virtual_time, &emu_tmp));
     }
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     if let Some(path) = &args.stats {
