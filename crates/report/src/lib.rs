@@ -9,6 +9,7 @@
 //! write files and return typed errors ([`Error`], the engine's). Non-goals: measuring or
 //! judging anything; the study crates do that and hand their records here.
 
+pub mod bench;
 pub mod ctx;
 pub mod ets;
 pub mod evaluate;
@@ -18,6 +19,7 @@ pub mod model;
 pub mod plot;
 pub mod polling;
 pub mod printers;
+pub mod probe;
 pub mod table;
 
 pub use smartcon_engine::error::{Error, ErrorKind};

@@ -12,17 +12,13 @@
 use anyhow::{bail, Result};
 use clap::Args;
 use serde::Serialize;
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::placement::Placement;
-use smartcon_engine::profile::{self, profile_path, rules, LatencyPoint, Profile};
+use smartcon_engine::profile::{profile_path, LatencyPoint, Profile};
 use smartcon_engine::target::{self, OpenOptions, TargetSpec};
-use smartcon_study::probe::{
-    probe_target, queue_points_of, ProbeOutcome, ProbePlan, PROBE_SIZES_BYTES, QUEUE_PROBE_BS_BYTES,
-};
+use smartcon_study::probe::{probe_target, ProbePlan, PROBE_SIZES_BYTES};
 
 use crate::common::{emit_json, interrupt_flag, on_event, progress_bar, smartcon_home};
 use crate::engine_setup::*;
-use crate::table::Table;
 
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
@@ -122,7 +118,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             profile: &outcome.profile,
         })?;
     } else {
-        print!("{}", render(target.label(), &outcome, &sizes));
+        print!("{}", smartcon_report::probe::render(target.label(), &outcome, &sizes));
         match &path {
             // smart reads only the stored path; a profile elsewhere is used with --profile.
             Some(p) if *p == profile_path(&outcome.profile.device) => println!(
@@ -138,103 +134,4 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         eprintln!("smartcon: note: {n}");
     }
     Ok(())
-}
-
-/// The human table: per op and size, latency and CPU per strategy and spin's gain.
-pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
-    let p = &o.profile;
-    let mut t = Table::new(&["op", "size", "block", "spin", "sync", "spin gain", "CPU block", "CPU spin", "CPU sync"]);
-    for op in ["read", "write"] {
-        for &bs in sizes {
-            let get = |s: &str| {
-                p.latencies.iter().find(|x| x.op == op && x.bs_bytes == bs && x.strategy == s && x.background_ios == 0)
-            };
-            let (Some(b), Some(sp), Some(sy)) = (get("block"), get("spin"), get("sync")) else {
-                continue;
-            };
-            t.row(vec![
-                op.into(),
-                format_size(bs),
-                format_ns(b.lat_ns_mean),
-                format_ns(sp.lat_ns_mean),
-                format_ns(sy.lat_ns_mean),
-                format!("{:+.1}%", (b.lat_ns_mean - sp.lat_ns_mean) / b.lat_ns_mean * 100.0),
-                format!("{:.0}%", b.cpu_pct),
-                format!("{:.0}%", sp.cpu_pct),
-                format!("{:.0}%", sy.cpu_pct),
-            ]);
-        }
-    }
-    let mut out = format!("Device Monitor probe of {label} ({})\n", p.device);
-    out += &t.render();
-    out += "latency = mean per I/O; spin gain = how much shorter spinning makes an I/O than blocking; CPU = I/O thread, % of one CPU.\n\n";
-    out += &format!(
-        "size threshold  {}   (smallest size from which spinning is within {:.0}% of blocking at every larger size)\n",
-        format_size(p.size_threshold_bytes),
-        rules::GAIN_TOLERANCE * 100.0
-    );
-    out += &format!(
-        "device class    {}   (very fast when an I/O of the smallest size, spinning or inline (sync), takes less than the CPU one blocking I/O burns: {}; mainstream when spinning pays at no size; this host's wake-up {} from {})\n",
-        p.class.name(),
-        format_ns(o.block_cpu_ns),
-        format_ns(p.wakeup_ns.unwrap_or(0.0)),
-        o.wakeup_source
-    );
-    out += &format!(
-        "CPU threshold   {}%   (100% minus the share of {} CPUs one spinning thread costs)\n",
-        p.cpu_threshold_pct,
-        profile::online_cpus()
-    );
-    let q = queue_points_of(&p.latencies);
-    if q.is_empty() {
-        out += &format!("queue limit Q   {}   (not measured)\n", p.queue_limit);
-    } else {
-        let row: Vec<String> = q
-            .iter()
-            .map(|x| format!("{}: {:+.0}%", x.background_ios, (x.block_ns - x.spin_ns) / x.block_ns.max(1.0) * 100.0))
-            .collect();
-        out += &format!(
-            "queue limit Q   {}   (largest number of I/Os in flight ahead at which spinning still gains more than {:.0}% on a {} read; gain by I/Os ahead {})\n",
-            p.queue_limit,
-            rules::GAIN_TOLERANCE * 100.0,
-            format_size(QUEUE_PROBE_BS_BYTES),
-            row.join(", ")
-        );
-    }
-    out += &match p.io_cpus.as_deref() {
-        Some("any") | None => "I/O thread      unpinned   (the scheduler placed it; --io-cpus to pin)\n".to_string(),
-        Some(cpus) => {
-            format!("I/O thread      CPUs {cpus}   (pinned for every strategy alike; stored in the profile)\n")
-        }
-    };
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_table_says_where_the_thread_ran() {
-        let lp = |s: &str, lat| LatencyPoint {
-            op: "read".into(),
-            bs_bytes: 4096,
-            strategy: s.into(),
-            lat_ns_mean: lat,
-            cpu_pct: 0.0,
-            background_ios: 0,
-        };
-        let mut profile = Profile::paper_default("blk:vda");
-        profile.latencies = vec![lp("block", 20e3), lp("spin", 10e3), lp("sync", 20e3)];
-        let outcome = |cpus: Option<&str>| ProbeOutcome {
-            profile: Profile { io_cpus: cpus.map(str::to_string), ..profile.clone() },
-            ios: vec![1, 1, 1],
-            wakeup_source: "test".into(),
-            block_cpu_ns: 5e3,
-            notes: Vec::new(),
-        };
-        assert!(render("t", &outcome(Some("1")), &[4096]).contains("I/O thread      CPUs 1   (pinned"));
-        assert!(render("t", &outcome(Some("any")), &[4096]).contains("I/O thread      unpinned"));
-        assert!(render("t", &outcome(None), &[4096]).contains("I/O thread      unpinned"));
-    }
 }
