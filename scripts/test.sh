@@ -14,6 +14,10 @@ command -v fio >/dev/null || want+=(fio)
 command -v losetup >/dev/null || want+=(mount)
 command -v mkfs.ext4 >/dev/null || want+=(e2fsprogs)
 command -v chromium >/dev/null || want+=(chromium)
+# emulate mount's program tests and scripts/bench-emulate.sh (seed 004's runs).
+command -v postmark >/dev/null || want+=(postmark)
+command -v hdparm >/dev/null || want+=(hdparm)
+command -v bc >/dev/null || want+=(bc)
 if [ ${#want[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "scripts/test.sh: installing ${want[*]} (used by tests that otherwise skip)"

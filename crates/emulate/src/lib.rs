@@ -8,10 +8,16 @@
 //! completions are against the model. [`replay_result`] turns both into the
 //! `replay_result` record (docs/json.md).
 //!
-//! Non-goals: the CLI (crates/cli renders these records), and FUSE/loop exposure of
-//! emulated devices to unmodified programs (a later part of the architecture).
+//! [`mount`] exposes an emulated device to unmodified programs as a block device (a FUSE
+//! file, [`fuse`], under a direct-I/O loop device, optionally with ext4), recording what it
+//! made ([`records`]) so a killed run can be cleaned up.
+//!
+//! Non-goals: the CLI (crates/cli renders these records).
 
+pub mod fuse;
+pub mod mount;
 pub mod realtime;
+pub mod records;
 pub mod replay;
 pub mod scenario;
 pub mod stats;

@@ -26,6 +26,32 @@ pub enum EmulateCommand {
     Replay(ReplayArgs),
     /// Run a program (default: tar and wc) on the device scaled by each factor, in virtual time.
     Sweep(SweepArgs),
+    /// Expose an emulated device to unmodified programs: FUSE file + direct-I/O loop device [+ ext4 at DIR] (root).
+    Mount(MountArgs),
+    /// End a `mount --detach` at DIR and print its accuracy report.
+    Umount { dir: std::path::PathBuf },
+    /// Remove what killed `emulate mount` runs left (only what their records name).
+    Cleanup,
+}
+
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    /// emu:PRESET[,key=value...], e.g. emu:sdcard or emu:sdcard,channels=4,speedup=2.
+    pub spec: String,
+    /// The ext4 mount point (--fs ext4), or the name `emulate umount` knows the mount by.
+    pub dir: std::path::PathBuf,
+    /// ext4: format and mount at DIR; none: print the loop device.
+    #[arg(long, default_value = "ext4", value_parser = ["ext4", "none"])]
+    pub fs: String,
+    /// Device size (default: the spec's capacity).
+    #[arg(long)]
+    pub size: Option<String>,
+    /// Run in the background; end it with `smartcon emulate umount DIR`.
+    #[arg(long)]
+    pub detach: bool,
+    /// Serve without SCHED_FIFO (less accurate on a loaded host).
+    #[arg(long)]
+    pub no_fifo: bool,
 }
 
 #[derive(Args, Debug)]
@@ -78,7 +104,45 @@ pub fn run(args: EmulateArgs) -> Result<()> {
     match args.command {
         EmulateCommand::Replay(a) => replay(a),
         EmulateCommand::Sweep(a) => sweep(a),
+        EmulateCommand::Mount(a) => mount(a),
+        EmulateCommand::Umount { dir } => {
+            print!("{}", smartcon_emulate::mount::umount(&dir).map_err(engine_err)?);
+            Ok(())
+        }
+        EmulateCommand::Cleanup => {
+            smartcon_emulate::mount::cleanup().iter().for_each(|line| println!("{line}"));
+            Ok(())
+        }
     }
+}
+
+fn mount(a: MountArgs) -> Result<()> {
+    use smartcon_emulate::mount::{self, Fs, MountOptions};
+    let spec = smartcon_engine::devemu::parse_spec(&a.spec).map_err(anyhow::Error::msg)?;
+    if a.detach {
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).filter(|x| x != "--detach").collect();
+        let (record, log) = mount::spawn_detached(&std::env::current_exe()?, &args).map_err(engine_err)?;
+        print!("{log}");
+        println!("detached: server pid {}; end it with: smartcon emulate umount {}", record.pid, record.dir.display());
+        return Ok(());
+    }
+    let size_bytes = a.size.as_deref().map(|s| parse_size_arg("size", s)).transpose()?.unwrap_or(spec.capacity_bytes);
+    let fs = if a.fs == "ext4" { Fs::Ext4 } else { Fs::None };
+    let opts = MountOptions { spec, dir: a.dir, fs, size_bytes, fifo: !a.no_fifo };
+    let report = mount::run(&opts, crate::common::interrupt_flag(), |r| {
+        let at =
+            if r.fs == Fs::Ext4 { format!("ext4 mounted at {}", r.dir.display()) } else { "no file system".into() };
+        println!("{} ready: {}, {at} (direct I/O: {})", opts.spec.label, r.loop_device.display(), r.direct_io);
+        println!(
+            "path overhead subtracted: read {} write {}",
+            format_ns(r.overhead_ns[0] as f64),
+            format_ns(r.overhead_ns[1] as f64)
+        );
+        println!("Ctrl-C or SIGTERM ends it");
+    })
+    .map_err(engine_err)?;
+    println!("{report}");
+    Ok(())
 }
 
 fn replay(args: ReplayArgs) -> Result<()> {

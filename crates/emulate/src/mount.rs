@@ -1,0 +1,562 @@
+//! `smartcon emulate mount`: an emulated device as a real block device, for unmodified
+//! programs (seed 004's postmark, kernel-source extraction and hdparm runs).
+//!
+//! The stack, built in this order and torn down in reverse: a FUSE server ([`crate::fuse`])
+//! exposing one file served by the device model from RAM; a loop device over that file with
+//! direct I/O (`losetup --direct-io=on`), so every block request reaches the model; with
+//! `--fs ext4`, an ext4 file system made on it (at memory speed, before the model is
+//! switched on) and mounted at DIR. Every step is written to the mount's record
+//! ([`crate::records`]) before it is taken, so [`cleanup`] can undo a run killed at any
+//! point, touching only what the system confirms is ours (the loop device's backing file
+//! is the recorded one, the mount source is the recorded one).
+//!
+//! The path's own cost is measured once, before the model is switched on: 4 KiB O_DIRECT
+//! reads and writes on the loop device with a zero-latency device behind it; the median
+//! per op is subtracted from every modelled delay (the server replies at model - overhead).
+//! Requests whose model time is below the overhead cannot be made faster: they are late by
+//! the difference and show as such in the report.
+//!
+//! Foreground: [`run`] returns when the stop flag is set (the CLI's SIGINT/SIGTERM handler).
+//! Detached: [`spawn_detached`] starts the same command in its own process group with its
+//! output in `$SMARTCON_HOME/mounts/server-PID.log`, and [`umount`] sends it SIGTERM, waits,
+//! and returns that log (the accuracy report is its end).
+//!
+//! Non-goals: several mounts sharing one device, file systems other than ext4, FUSE over
+//! io_uring (fuser has no io_uring transport).
+
+use std::ffi::OsString;
+use std::fmt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use smartcon_devemu::EmuSpec;
+use smartcon_engine::clock::now_ns;
+use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::target::AlignedBuf;
+
+use crate::fuse::{DiskFs, Served, Shared, FILE_NAME};
+use crate::records::{self, alive, loop_backing, mounted_on, MountRecord};
+use crate::stats::quantile;
+
+/// The FUSE mount's source name, checked before cleanup unmounts it.
+pub const FSNAME: &str = "smartcon-emu";
+/// Calibration requests per op.
+const CALIBRATION_IOS: usize = 1000;
+
+/// What to put on the block device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fs {
+    Ext4,
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    pub spec: EmuSpec,
+    pub dir: PathBuf,
+    pub fs: Fs,
+    pub size_bytes: u64,
+    /// Serve under SCHED_FIFO (root).
+    pub fifo: bool,
+}
+
+/// What the caller prints once the device is usable.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub loop_device: PathBuf,
+    pub dir: PathBuf,
+    pub fs: Fs,
+    pub direct_io: bool,
+    pub overhead_ns: [u64; 2],
+}
+
+/// The accuracy report of one mount.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Report {
+    pub spec: String,
+    pub direct_io: bool,
+    /// Median path overhead per 4 KiB request [read, write], subtracted from the model.
+    pub overhead_ns: [u64; 2],
+    pub reads: u64,
+    pub writes: u64,
+    pub model_ns_mean: f64,
+    /// Latency as the program sees it (server time + overhead), mean.
+    pub seen_ns_mean: f64,
+    pub within_2pct: f64,
+    pub lateness_ns_p50: i64,
+    pub lateness_ns_p99: i64,
+}
+
+impl Report {
+    pub fn of(spec: &str, direct_io: bool, overhead_ns: [u64; 2], served: &[Served]) -> Report {
+        let n = served.len().max(1) as f64;
+        let mut late: Vec<i64> = served.iter().map(|s| s.lateness_ns).collect();
+        late.sort_unstable();
+        let q = |p: f64| if late.is_empty() { 0 } else { late[((late.len() - 1) as f64 * p).round() as usize] };
+        Report {
+            spec: spec.to_string(),
+            direct_io,
+            overhead_ns,
+            reads: served.iter().filter(|s| !s.write).count() as u64,
+            writes: served.iter().filter(|s| s.write).count() as u64,
+            model_ns_mean: served.iter().map(|s| s.model_ns as f64).sum::<f64>() / n,
+            seen_ns_mean: served.iter().map(|s| s.model_ns as f64 + s.lateness_ns as f64).sum::<f64>() / n,
+            within_2pct: served.iter().filter(|s| s.lateness_ns as f64 <= 0.02 * s.model_ns as f64).count() as f64 / n,
+            lateness_ns_p50: q(0.5),
+            lateness_ns_p99: q(0.99),
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "accuracy report: {}", self.spec)?;
+        writeln!(
+            f,
+            "  path overhead (FUSE + loop, 4 KiB, median): read {:.1} us, write {:.1} us, subtracted{}",
+            self.overhead_ns[0] as f64 / 1e3,
+            self.overhead_ns[1] as f64 / 1e3,
+            if self.direct_io { "" } else { " (loop WITHOUT direct I/O)" }
+        )?;
+        writeln!(f, "  requests served: {} reads, {} writes", self.reads, self.writes)?;
+        writeln!(
+            f,
+            "  mean latency: model {:.1} us, seen {:.1} us ({:+.2}%)",
+            self.model_ns_mean / 1e3,
+            self.seen_ns_mean / 1e3,
+            if self.model_ns_mean > 0.0 { (self.seen_ns_mean / self.model_ns_mean - 1.0) * 100.0 } else { 0.0 }
+        )?;
+        write!(
+            f,
+            "  within 2% of the model: {:.2}%; lateness p50 {:.1} us, p99 {:.1} us",
+            self.within_2pct * 100.0,
+            self.lateness_ns_p50 as f64 / 1e3,
+            self.lateness_ns_p99 as f64 / 1e3
+        )
+    }
+}
+
+fn setup_err(what: impl fmt::Display) -> Error {
+    Error::new(ErrorKind::Setup, what.to_string())
+}
+
+fn run_tool(cmd: &mut Command) -> Result<String, Error> {
+    let out = cmd.output().map_err(|e| setup_err(format!("cannot run {:?}: {e}", cmd.get_program())))?;
+    if !out.status.success() {
+        return Err(setup_err(format!(
+            "{:?} {:?} failed: {}",
+            cmd.get_program(),
+            cmd.get_args().collect::<Vec<_>>(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Why this process cannot mount, if it cannot.
+pub fn unavailable_reason() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("emulate mount needs root (FUSE mount, losetup, mount)".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing (modprobe fuse)".into());
+    }
+    None
+}
+
+/// Everything one mount made, torn down in reverse on drop.
+struct Stack {
+    record: MountRecord,
+    shared: Arc<Shared>,
+    session: Option<fuser::BackgroundSession>,
+    torn_down: bool,
+}
+
+impl Stack {
+    fn save(&self) -> Result<(), Error> {
+        self.record.save()
+    }
+
+    fn teardown(&mut self) -> Vec<String> {
+        if self.torn_down {
+            return Vec::new();
+        }
+        self.torn_down = true;
+        self.shared.set_unmodelled();
+        self.record.state = "stopping".into();
+        let _ = self.save();
+        let mut problems = undo_block(&self.record);
+        if let Some(s) = self.session.take() {
+            if let Err(e) = s.umount_and_join() {
+                problems.push(format!("FUSE session: {e}"));
+            }
+        }
+        problems.extend(undo_fuse(&self.record));
+        problems.extend(remove_work(&self.record));
+        problems
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        for p in self.teardown() {
+            eprintln!("emulate mount: teardown: {p}");
+        }
+    }
+}
+
+fn unmount(dir: &Path) -> Result<(), String> {
+    for attempt in 0..20 {
+        let ok = Command::new("umount").arg(dir).output().is_ok_and(|o| o.status.success());
+        if ok || mounted_on(dir).is_none() {
+            return Ok(());
+        }
+        // Busy (a shell's working directory, a process finishing): wait a little.
+        std::thread::sleep(Duration::from_millis(50 * (attempt + 1)));
+    }
+    Command::new("umount").arg("-l").arg(dir).status().map_err(|e| e.to_string())?;
+    Err(format!("{} was busy; detached lazily", dir.display()))
+}
+
+/// Undoes the ext4 mount and the loop device of `record`, each only if the system confirms
+/// it is the recorded one. Returns what could not be undone.
+fn undo_block(record: &MountRecord) -> Vec<String> {
+    let mut problems = Vec::new();
+    if record.ext4_mounted {
+        if let (Some((source, fstype)), Some(dev)) = (mounted_on(&record.dir), &record.loop_device) {
+            if fstype == "ext4" && Path::new(&source) == dev.as_path() {
+                if let Err(e) = unmount(&record.dir) {
+                    problems.push(e);
+                }
+            }
+        }
+    }
+    if let Some(backing) = &record.backing {
+        // Any loop device over our file (the recorded one, or one attached just before a
+        // kill could record it).
+        for dev in loops_over(backing) {
+            if let Err(e) = run_tool(Command::new("losetup").arg("-d").arg(&dev)) {
+                problems.push(e.message);
+            }
+        }
+    }
+    problems
+}
+
+/// Unmounts the recorded FUSE mount if it is still ours (a dead server's mount; a live
+/// session unmounts its own).
+fn undo_fuse(record: &MountRecord) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(fm) = &record.fuse_mount {
+        if let Some((source, fstype)) = mounted_on(fm) {
+            if source == FSNAME && fstype.starts_with("fuse") {
+                let c = std::ffi::CString::new(fm.as_os_str().as_encoded_bytes()).unwrap_or_default();
+                // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+                if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+                    problems.push(format!("umount {}: {}", fm.display(), std::io::Error::last_os_error()));
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// Loop devices whose backing file is `backing`.
+fn loops_over(backing: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/sys/block") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("loop"))
+        .map(|e| Path::new("/dev").join(e.file_name()))
+        .filter(|dev| loop_backing(dev).is_some_and(|b| b == backing))
+        .collect()
+}
+
+fn remove_work(record: &MountRecord) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(fm) = &record.fuse_mount {
+        if mounted_on(fm).is_some_and(|(s, _)| s == FSNAME) {
+            problems.push(format!("{} is still mounted; record kept", fm.display()));
+            return problems;
+        }
+        let _ = std::fs::remove_dir(fm);
+    }
+    let _ = std::fs::remove_dir(&record.work);
+    record.remove();
+    problems
+}
+
+/// Measures the median 4 KiB O_DIRECT round trip [read, write] on `dev` (zero-latency model).
+fn calibrate(dev: &Path, size_bytes: u64) -> Result<[u64; 2], Error> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(dev)
+        .map_err(|e| Error::io(ErrorKind::Setup, dev, e))?;
+    let mut buf = AlignedBuf::new(4096);
+    let blocks = (size_bytes / 4096).min(16 << 10);
+    let mut out = [0u64; 2];
+    for (i, slot) in out.iter_mut().enumerate() {
+        let mut samples = Vec::with_capacity(CALIBRATION_IOS);
+        for k in 0..CALIBRATION_IOS as u64 + 100 {
+            // A fixed stride over the first 64 MiB: offsets vary, nothing is random.
+            let offset = (k * 7919 % blocks) * 4096;
+            let t0 = now_ns();
+            let r = if i == 0 {
+                std::os::unix::fs::FileExt::read_at(&file, buf.as_mut_slice(), offset)
+            } else {
+                // The store still reads as zeros: writing zeros changes nothing.
+                buf.as_mut_slice().fill(0);
+                std::os::unix::fs::FileExt::write_at(&file, buf.as_mut_slice(), offset)
+            };
+            r.map_err(|e| Error::io(ErrorKind::Setup, dev, e))?;
+            if k >= 100 {
+                samples.push(now_ns() - t0);
+            }
+        }
+        *slot = quantile(&mut samples, 0.5);
+    }
+    Ok(out)
+}
+
+/// Runs the mount in the foreground until `stop` is set; calls `on_ready` once usable.
+pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)) -> Result<Report, Error> {
+    if let Some(r) = unavailable_reason() {
+        return Err(setup_err(r));
+    }
+    if !(1 << 20..=smartcon_devemu::preset::CAPACITY_BYTES_MAX).contains(&opts.size_bytes)
+        || !opts.size_bytes.is_multiple_of(4096)
+    {
+        return Err(Error::new(
+            ErrorKind::Usage,
+            "--size must be a multiple of 4 KiB from 1 MiB to the emulator's limit",
+        ));
+    }
+    let dir = opts.dir.canonicalize().map_err(|e| Error::io(ErrorKind::Usage, &opts.dir, e))?;
+    if !dir.is_dir() {
+        return Err(Error::new(ErrorKind::Usage, format!("{} is not a directory", dir.display())));
+    }
+    if records::list().iter().any(|(_, r)| r.dir == dir) {
+        return Err(Error::new(
+            ErrorKind::Usage,
+            format!("{} already has a recorded emulated mount (emulate umount or emulate cleanup)", dir.display()),
+        ));
+    }
+    let mounts = records::mounts_dir();
+    std::fs::create_dir_all(&mounts).map_err(|e| Error::io(ErrorKind::Setup, &mounts, e))?;
+    let work = mounts.join(format!("m-{}-{}", std::process::id(), now_ns() % 1_000_000_007));
+    std::fs::create_dir(&work).map_err(|e| Error::io(ErrorKind::Setup, &work, e))?;
+    let shared = Shared::new(&opts.spec, opts.size_bytes, opts.fifo)?;
+    let mut stack = Stack {
+        record: MountRecord {
+            pid: std::process::id(),
+            spec: opts.spec.label.clone(),
+            dir: dir.clone(),
+            work: work.clone(),
+            state: "starting".into(),
+            ..MountRecord::default()
+        },
+        shared: shared.clone(),
+        session: None,
+        torn_down: false,
+    };
+    stack.save()?;
+
+    let fuse_mount = work.join("fuse");
+    std::fs::create_dir(&fuse_mount).map_err(|e| Error::io(ErrorKind::Setup, &fuse_mount, e))?;
+    stack.record.fuse_mount = Some(fuse_mount.clone());
+    stack.record.backing = Some(fuse_mount.join(FILE_NAME));
+    stack.save()?;
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(FSNAME.into()),
+        fuser::MountOption::Subtype("smartcon".into()),
+        fuser::MountOption::RW,
+        fuser::MountOption::NoAtime,
+    ];
+    // One thread per channel can wait while others take new requests.
+    config.n_threads = Some((opts.spec.model.channels as usize * 2 + 1).min(16));
+    config.clone_fd = true;
+    let session = fuser::spawn_mount(DiskFs::new(shared.clone()), &fuse_mount, &config)
+        .map_err(|e| setup_err(format!("FUSE mount on {}: {e}", fuse_mount.display())))?;
+    stack.session = Some(session);
+
+    let backing = fuse_mount.join(FILE_NAME);
+    let dev = PathBuf::from(run_tool(Command::new("losetup").args(["--direct-io=on", "-f", "--show"]).arg(&backing))?);
+    if !dev.to_string_lossy().starts_with("/dev/loop") {
+        return Err(setup_err(format!("losetup printed {}, not a loop device", dev.display())));
+    }
+    stack.record.loop_device = Some(dev.clone());
+    stack.save()?;
+    let name = dev.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let direct_io = std::fs::read_to_string(format!("/sys/block/{name}/loop/dio")).is_ok_and(|s| s.trim() == "1");
+
+    let overhead_ns = calibrate(&dev, opts.size_bytes)?;
+    if opts.fs == Fs::Ext4 {
+        // Every table and the journal written now, at memory speed: no lazy init later
+        // competes with the program for the modelled device.
+        run_tool(
+            Command::new("mkfs.ext4")
+                .args(["-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"])
+                .arg(&dev),
+        )?;
+        stack.record.ext4_mounted = true;
+        stack.save()?;
+        run_tool(Command::new("mount").args(["-t", "ext4"]).arg(&dev).arg(&dir))?;
+    }
+    shared.set_modelled(overhead_ns);
+    stack.record.state = "ready".into();
+    stack.save()?;
+    on_ready(&Ready { loop_device: dev, dir, fs: opts.fs, direct_io, overhead_ns });
+
+    while !stop.load(Ordering::Relaxed) && stack.session.as_ref().is_some_and(|s| !s.guard.is_finished()) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The report covers what programs did, not the teardown.
+    shared.set_unmodelled();
+    let report = Report::of(&opts.spec.label, direct_io, overhead_ns, &shared.served());
+    let problems = stack.teardown();
+    if !problems.is_empty() {
+        return Err(setup_err(format!("teardown: {}", problems.join("; "))));
+    }
+    Ok(report)
+}
+
+fn log_path(pid: u32) -> PathBuf {
+    records::mounts_dir().join(format!("server-{pid}.log"))
+}
+
+/// Starts `exe args` (the same mount without `--detach`) in its own process group with its
+/// output in a log, and waits until its record says ready. Returns the record and the log.
+pub fn spawn_detached(exe: &Path, args: &[OsString]) -> Result<(MountRecord, String), Error> {
+    let mounts = records::mounts_dir();
+    std::fs::create_dir_all(&mounts).map_err(|e| Error::io(ErrorKind::Setup, &mounts, e))?;
+    let tmp = mounts.join(format!("server-starting-{}.log", now_ns()));
+    let log = std::fs::File::create(&tmp).map_err(|e| Error::io(ErrorKind::Setup, &tmp, e))?;
+    let err = log.try_clone().map_err(|e| Error::io(ErrorKind::Setup, &tmp, e))?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(err)
+        // Its own process group: the terminal's Ctrl-C does not reach it.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| setup_err(format!("cannot start {}: {e}", exe.display())))?;
+    let pid = child.id();
+    let log = log_path(pid);
+    std::fs::rename(&tmp, &log).map_err(|e| Error::io(ErrorKind::Setup, &log, e))?;
+    let start = Instant::now();
+    loop {
+        if let Some((_, r)) = records::list().into_iter().find(|(_, r)| r.pid == pid && r.state == "ready") {
+            return Ok((r, std::fs::read_to_string(&log).unwrap_or_default()));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let _ = std::fs::remove_file(&log);
+            return Err(setup_err(format!("the mount server exited ({status}): {}", text.trim())));
+        }
+        if start.elapsed() > Duration::from_secs(300) {
+            return Err(setup_err(format!(
+                "the mount server (pid {pid}) is not ready after 300 s; see {}",
+                log.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Ends the mount recorded for `dir`: SIGTERM to a live server (waits for its teardown), or
+/// [`cleanup`] of a dead one's leftovers. Returns the server's output (ending in its report).
+pub fn umount(dir: &Path) -> Result<String, Error> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let Some((path, record)) = records::list().into_iter().find(|(_, r)| r.dir == dir) else {
+        return Err(Error::new(ErrorKind::Usage, format!("no emulated mount is recorded for {}", dir.display())));
+    };
+    if !alive(record.pid) {
+        let problems = cleanup_one(&path, &record);
+        return if problems.is_empty() {
+            Ok(format!("the server (pid {}) had died; its leftovers were removed", record.pid))
+        } else {
+            Err(setup_err(problems.join("; ")))
+        };
+    }
+    // SAFETY: kill with a pid read from our own record and a valid signal number.
+    unsafe { libc::kill(record.pid as libc::pid_t, libc::SIGTERM) };
+    let start = Instant::now();
+    while alive(record.pid) {
+        if start.elapsed() > Duration::from_secs(120) {
+            return Err(setup_err(format!("the server (pid {}) has not exited 120 s after SIGTERM", record.pid)));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = log_path(record.pid);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    if path.exists() {
+        let problems = cleanup_one(&path, &record);
+        if !problems.is_empty() {
+            return Err(setup_err(problems.join("; ")));
+        }
+    }
+    Ok(text)
+}
+
+fn cleanup_one(_path: &Path, record: &MountRecord) -> Vec<String> {
+    let mut problems = undo_block(record);
+    problems.extend(undo_fuse(record));
+    problems.extend(remove_work(record));
+    let _ = std::fs::remove_file(log_path(record.pid));
+    problems
+}
+
+/// Removes what killed runs left: every record whose server is dead. Returns one line per
+/// record (what was done, or what is still running).
+pub fn cleanup() -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, record) in records::list() {
+        if alive(record.pid) {
+            out.push(format!(
+                "{}: server pid {} is running; use smartcon emulate umount {}",
+                record.dir.display(),
+                record.pid,
+                record.dir.display()
+            ));
+            continue;
+        }
+        let problems = cleanup_one(&path, &record);
+        if problems.is_empty() {
+            out.push(format!("{}: removed what pid {} left ({})", record.dir.display(), record.pid, record.spec));
+        } else {
+            out.push(format!("{}: {}", record.dir.display(), problems.join("; ")));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_counts_lateness_against_the_model() {
+        let s = |write, model_ns, lateness_ns| Served { write, model_ns, lateness_ns };
+        let served = [s(true, 1_000_000, 10_000), s(true, 1_000_000, 30_000), s(false, 10_000, -100)];
+        let r = Report::of("emu:sdcard", true, [20_000, 30_000], &served);
+        assert_eq!((r.reads, r.writes), (1, 2));
+        // 10 us late on 1 ms is within 2%, 30 us is not; early is within.
+        assert!((r.within_2pct - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(r.lateness_ns_p50, 10_000);
+        assert_eq!(r.lateness_ns_p99, 30_000);
+        assert!(r.seen_ns_mean > r.model_ns_mean);
+        assert!(r.to_string().contains("within 2% of the model: 66.67%"));
+        assert_eq!(Report::of("x", true, [0, 0], &[]).within_2pct, 0.0);
+    }
+}

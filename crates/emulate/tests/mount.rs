@@ -1,0 +1,296 @@
+//! `emulate mount` end to end (root only; each test says why it skips otherwise).
+//!
+//! The signal tests run the mount in a child process: this test binary re-executed with
+//! `SMARTCON_MOUNT_TEST_CHILD` set runs only `server_child`, which mounts and waits for its
+//! own SIGINT/SIGTERM handler. Every test checks that nothing is left: no record, no loop
+//! device over the recorded file, nothing mounted on the recorded points. The program
+//! tests check a direction (Ch4-2S faster than Ch1-1S, as the model says), never a time.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use smartcon_devemu::parse_spec;
+use smartcon_emulate::mount::{self, Fs, MountOptions, Report};
+use smartcon_emulate::records::{self, mounted_on, MountRecord};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+static CHILD_STOP: AtomicBool = AtomicBool::new(false);
+const SIZE_BYTES: u64 = 128 << 20;
+
+/// One SMARTCON_HOME for this test process (set before any thread reads it).
+fn home() -> PathBuf {
+    let home = std::env::temp_dir().join(format!("smartcon-mount-test-{}", std::process::id()));
+    std::fs::create_dir_all(&home).unwrap();
+    std::env::set_var("SMARTCON_HOME", &home);
+    home
+}
+
+fn skip_reason() -> Option<String> {
+    if let Some(r) = mount::unavailable_reason() {
+        return Some(r);
+    }
+    for tool in ["losetup", "mkfs.ext4", "mount", "umount"] {
+        if !Command::new("sh").arg("-c").arg(format!("command -v {tool}")).status().is_ok_and(|s| s.success()) {
+            return Some(format!("{tool} is not installed"));
+        }
+    }
+    None
+}
+
+macro_rules! need_root {
+    () => {
+        if let Some(r) = skip_reason() {
+            eprintln!("skipping: {r}");
+            return;
+        }
+    };
+}
+
+fn opts(spec: &str, dir: &Path) -> MountOptions {
+    MountOptions {
+        spec: parse_spec(spec).unwrap(),
+        dir: dir.to_path_buf(),
+        fs: Fs::Ext4,
+        size_bytes: SIZE_BYTES,
+        fifo: true,
+    }
+}
+
+fn fresh_dir(name: &str) -> PathBuf {
+    let d = home().join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    d.canonicalize().unwrap()
+}
+
+/// Nothing of `r` remains: no loop device over its file, nothing mounted, no record.
+fn assert_nothing_left(r: &MountRecord) {
+    let backing = r.backing.clone().unwrap();
+    let losetup = Command::new("losetup").arg("-a").output().unwrap();
+    assert!(!String::from_utf8_lossy(&losetup.stdout).contains(&*backing.to_string_lossy()), "loop left attached");
+    assert!(mounted_on(&r.dir).is_none_or(|(_, fs)| fs != "ext4"), "ext4 left mounted on {}", r.dir.display());
+    assert!(mounted_on(r.fuse_mount.as_ref().unwrap()).is_none(), "FUSE left mounted");
+    assert!(!r.work.exists(), "work directory left");
+    assert!(!records::list().iter().any(|(_, x)| x.work == r.work), "record left");
+}
+
+/// Runs the mount in a thread; `body` gets the record once it is ready.
+fn with_mount(spec: &str, dir: &Path, body: impl FnOnce(&MountRecord)) -> (MountRecord, Report) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let o = opts(spec, dir);
+    let s = stop.clone();
+    let server = std::thread::spawn(move || mount::run(&o, &s, |_| {}));
+    let record = wait_ready(dir, None);
+    body(&record);
+    stop.store(true, Ordering::SeqCst);
+    let report = server.join().unwrap().unwrap();
+    (record, report)
+}
+
+fn wait_ready(dir: &Path, child: Option<&mut std::process::Child>) -> MountRecord {
+    let start = Instant::now();
+    let mut child = child;
+    loop {
+        if let Some((_, r)) = records::list().into_iter().find(|(_, r)| r.dir == dir && r.state == "ready") {
+            return r;
+        }
+        if let Some(c) = child.as_deref_mut() {
+            assert!(c.try_wait().unwrap().is_none(), "the mount child exited before it was ready");
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "mount not ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn round_trip_writes_and_reads_back_and_leaves_nothing() {
+    need_root!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = fresh_dir("round-trip");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 251) as u8).collect();
+    let (record, report) = with_mount("emu:sdcard,channels=4,speedup=8", &dir, |r| {
+        assert_eq!(mounted_on(&dir).unwrap().1, "ext4");
+        assert!(r.loop_device.is_some());
+        std::fs::write(dir.join("f"), &data).unwrap();
+        assert!(Command::new("sync").arg("-f").arg(dir.join("f")).status().unwrap().success());
+        drop_cache(&dir.join("f"));
+        assert_eq!(std::fs::read(dir.join("f")).unwrap(), data);
+    });
+    // The sync and the re-read went through the model.
+    assert!(report.writes > 0 && report.reads > 0, "{report}");
+    assert_nothing_left(&record);
+}
+
+/// Drops a file's clean pages so the next read goes to the device.
+fn drop_cache(path: &Path) {
+    let f = std::fs::File::open(path).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid open descriptor; advice on the whole file.
+    assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+}
+
+extern "C" fn on_signal(_: libc::c_int) {
+    CHILD_STOP.store(true, Ordering::SeqCst);
+}
+
+/// Not a test of its own: the child the signal tests start.
+#[test]
+fn server_child() {
+    let Some(dir) = std::env::var_os("SMARTCON_MOUNT_TEST_CHILD") else { return };
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let report = mount::run(&opts("emu:sdcard,channels=4,speedup=8", Path::new(&dir)), &CHILD_STOP, |_| {}).unwrap();
+    println!("{report}");
+}
+
+fn start_child(dir: &Path) -> (std::process::Child, MountRecord) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "server_child", "--nocapture", "--test-threads=1"])
+        .env("SMARTCON_MOUNT_TEST_CHILD", dir)
+        .env("SMARTCON_HOME", home())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let record = wait_ready(dir, Some(&mut child));
+    std::fs::write(dir.join("x"), b"data").unwrap();
+    (child, record)
+}
+
+#[test]
+fn sigint_and_sigterm_leave_nothing() {
+    need_root!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, sig) in [("sigint", libc::SIGINT), ("sigterm", libc::SIGTERM)] {
+        let dir = fresh_dir(name);
+        let (mut child, record) = start_child(&dir);
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        assert!(child.wait().unwrap().success(), "{name}: the server failed its teardown");
+        assert_nothing_left(&record);
+    }
+}
+
+#[test]
+fn sigkill_then_cleanup_leaves_nothing() {
+    need_root!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = fresh_dir("sigkill");
+    let (mut child, record) = start_child(&dir);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Killed: the stack is still there, and the record names it.
+    assert!(records::list().iter().any(|(_, r)| r.work == record.work));
+    assert_eq!(mounted_on(&dir).map(|m| m.1).as_deref(), Some("ext4"));
+    let lines = mount::cleanup();
+    assert!(lines.iter().any(|l| l.contains("removed")), "{lines:?}");
+    assert_nothing_left(&record);
+}
+
+fn tool(name: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {name}")).status().is_ok_and(|s| s.success())
+}
+
+/// A tree of text files for the tar + wc test, as a tarball in the test home.
+fn source_tarball() -> PathBuf {
+    let tarball = home().join("src.tar");
+    if tarball.exists() {
+        return tarball;
+    }
+    let src = home().join("src-tree");
+    for d in 0..20 {
+        let sub = src.join(format!("dir{d}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..20 {
+            let line = format!("static int f{d}_{f}(int x) {{ return x * {f} + {d}; }}\n");
+            std::fs::write(sub.join(format!("f{f}.c")), line.repeat(200)).unwrap();
+        }
+    }
+    assert!(Command::new("tar").arg("cf").arg(&tarball).arg("-C").arg(&src).arg(".").status().unwrap().success());
+    tarball
+}
+
+/// tar x + sync, then wc over every file read from the device: the seconds it took.
+fn tar_wc_s(dir: &Path) -> f64 {
+    let tarball = source_tarball();
+    let t0 = Instant::now();
+    let ok = Command::new("tar").arg("xf").arg(&tarball).arg("-C").arg(dir).status().unwrap().success();
+    assert!(ok && Command::new("sync").arg("-f").arg(dir).status().unwrap().success());
+    for entry in walk(dir) {
+        drop_cache(&entry);
+    }
+    let wc = Command::new("sh")
+        .arg("-c")
+        .arg(format!("find {} -name '*.c' | xargs wc -l | tail -1", dir.display()))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&wc.stdout).contains("80000"), "wc saw {:?}", String::from_utf8_lossy(&wc.stdout));
+    t0.elapsed().as_secs_f64()
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.is_file() {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// postmark's transactions per second on the mounted file system, remounted `sync` so its
+/// small writes reach the device (otherwise a small run lives in the page cache).
+fn postmark_tps(dir: &Path) -> f64 {
+    let remount = Command::new("mount").arg("-o").arg("remount,sync").arg(dir).status().unwrap();
+    assert!(remount.success());
+    let script = format!(
+        "set location {}\nset size 50000 200000\nset number 50\nset transactions 200\nrun\nquit\n",
+        dir.display()
+    );
+    let mut child = Command::new("postmark")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "... transactions (N per second)"
+    let line = text.lines().find(|l| l.contains("transactions (")).unwrap_or_else(|| panic!("postmark said {text}"));
+    line.split('(').nth(1).and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap()
+}
+
+#[test]
+fn programs_run_faster_on_ch4_2s_than_on_ch1_1s() {
+    need_root!();
+    if !tool("postmark") {
+        eprintln!("skipping: postmark is not installed (Debian package postmark)");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut figures = Vec::new();
+    for (name, spec) in [("ch1-1s", "emu:sdcard"), ("ch4-2s", "emu:sdcard,channels=4,speedup=2")] {
+        let dir = fresh_dir(name);
+        let mut tps = 0.0;
+        let mut tar_s = 0.0;
+        let (record, report) = with_mount(spec, &dir, |_| {
+            tps = postmark_tps(&dir);
+            tar_s = tar_wc_s(&dir);
+        });
+        eprintln!("{spec}: postmark {tps} tps, tar+wc {tar_s:.2} s\n{report}");
+        assert!(report.writes > 0 && report.reads > 0);
+        assert_nothing_left(&record);
+        figures.push((tps, tar_s));
+    }
+    // Ch4-2S serves every request twice as fast and four at once: both programs gain.
+    assert!(figures[1].0 > figures[0].0, "postmark: {figures:?}");
+    assert!(figures[1].1 < figures[0].1, "tar+wc: {figures:?}");
+}
