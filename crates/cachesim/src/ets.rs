@@ -298,8 +298,7 @@ pub fn sweep_record(task: &str, policy: PolicyKind, llc_size_bytes: u64, r: &Tas
 
 /// The mean of some values; `None` for none.
 pub fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let v: Vec<f64> = values.collect();
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    smartcon_util::stats::mean(&values.collect::<Vec<_>>())
 }
 
 /// The closing figures of a study's results; `wall_ns` is what the caller measured.

@@ -344,15 +344,10 @@ pub fn round_robin_latencies(interest_slices: &[u64], tasks: usize, base_cycles:
     (co, own)
 }
 
-/// Mean and population standard deviation.
+/// Mean and population standard deviation (0, 0 for none).
 pub fn mean_std(values: &[u64]) -> (f64, f64) {
-    if values.is_empty() {
-        return (0.0, 0.0);
-    }
-    let n = values.len() as f64;
-    let mean = values.iter().map(|&v| v as f64).sum::<f64>() / n;
-    let var = values.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-    (mean, var.sqrt())
+    let v: Vec<f64> = values.iter().map(|&v| v as f64).collect();
+    smartcon_util::stats::mean_sd(&v).unwrap_or((0.0, 0.0))
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use smartcon_devemu::Op;
+use smartcon_util::rng::Rng;
 
 use crate::clock::{now_ns, tighten_timer_slack};
 use crate::decision::Strategy;
@@ -221,22 +222,6 @@ impl JobSpec {
 }
 
 /// A tiny seeded generator for offsets (xorshift64*), one per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-
-    #[inline]
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) as u128 * n as u128) >> 64) as u64
-    }
-}
-
 /// Which slots a write job has written, so the read-back knows what to expect.
 struct WrittenMap(Vec<AtomicU64>);
 

@@ -84,19 +84,7 @@ pub struct SystemMonitor {
 }
 
 fn read_proc_stat() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = text.lines().next()?;
-    let fields: Vec<u64> = line.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
-    if fields.len() < 5 {
-        return None;
-    }
-    // user nice system idle iowait irq softirq steal (guest is already in user).
-    let total: u64 = fields.iter().take(8).sum();
-    let idle = fields[3] + fields[4];
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let tick_ns = 1_000_000_000 / hz;
-    Some(((total - idle) * tick_ns, total * tick_ns))
+    smartcon_util::procfs::cpu_times().map(|t| (t.busy_ns, t.total_ns))
 }
 
 /// The cumulative "some" stall time from /proc/pressure/cpu's text, in ns.

@@ -26,6 +26,7 @@
 //! Non-goals: queue depths above one, mixed read/write thresholds, storing the profile
 //! (the caller decides where it goes).
 
+pub use smartcon_util::stats::median;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -406,17 +407,6 @@ pub fn conclude(
         latencies,
     };
     (profile, block_cpu_ns)
-}
-
-/// The median of a list (the mean of the middle two for an even count; 0 when empty).
-pub fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => v[n / 2],
-        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// The queue probe's points (background I/Os 0..=max, block and spin), sorted; empty when
