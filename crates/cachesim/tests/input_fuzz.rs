@@ -9,6 +9,7 @@
 //!
 //! Case counts are small (256 per property) so the file runs in about a second.
 
+use smartcon_util::fuzz::mutate;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -103,23 +104,6 @@ fn convert(test: &str, bytes: &[u8], what: &str) {
             std::fs::remove_file(&output).unwrap();
         }
     }
-}
-
-/// Replace, insert or delete bytes at random positions.
-fn mutate(valid: &[u8], edits: &[(usize, u8, u8)]) -> Vec<u8> {
-    let mut out = valid.to_vec();
-    for &(at, byte, how) in edits {
-        let i = at % (out.len() + 1);
-        match how % 3 {
-            0 if i < out.len() => out[i] = byte,
-            1 => out.insert(i, byte),
-            _ if i < out.len() => {
-                out.remove(i);
-            }
-            _ => out.push(byte),
-        }
-    }
-    out
 }
 
 fn edits() -> impl Strategy<Value = Vec<(usize, u8, u8)>> {

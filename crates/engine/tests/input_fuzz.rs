@@ -6,6 +6,7 @@
 //!
 //! Case counts are small (256 per property) so the file runs in about a second.
 
+use smartcon_util::fuzz::{mutate, JSON_BYTES};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -72,29 +73,8 @@ fn check(test: &str, bytes: &[u8], what: &str) {
     }
 }
 
-/// Bytes JSON is made of, so edits often keep a parseable shape and reach the checks after
-/// parsing (a random byte mostly breaks the syntax).
-const JSONISH: &[u8] = b"0123456789-+.eE\"{}[],: nultrfa\n\\";
-
 fn edit_byte() -> impl Strategy<Value = u8> {
-    prop_oneof![any::<u8>(), proptest::sample::select(JSONISH)]
-}
-
-/// Replace, insert or delete bytes at random positions.
-fn mutate(valid: &[u8], edits: &[(usize, u8, u8)]) -> Vec<u8> {
-    let mut out = valid.to_vec();
-    for &(at, byte, how) in edits {
-        let i = at % (out.len() + 1);
-        match how % 3 {
-            0 if i < out.len() => out[i] = byte,
-            1 => out.insert(i, byte),
-            _ if i < out.len() => {
-                out.remove(i);
-            }
-            _ => out.push(byte),
-        }
-    }
-    out
+    prop_oneof![any::<u8>(), proptest::sample::select(JSON_BYTES)]
 }
 
 proptest! {

@@ -9,6 +9,7 @@
 //! rest of smartcon, so the engine, the device models and the simulators can all use them.
 
 pub mod affinity;
+pub mod fuzz;
 pub mod procfs;
 pub mod rng;
 pub mod stats;
