@@ -10,28 +10,36 @@
 //! would stop spinning because it spins. `total` (with our threads) is kept for reports.
 //!
 //! Leaving our threads out has a blind spot: a spinner displaces other work, and what the
-//! others *get* then understates what they *want* (two crunchers beside one spinner on two
-//! CPUs get one CPU between them: 50%, under a 51% threshold, so the spinner keeps
-//! spinning). So the published figure is the others' *demand*: the larger of their
-//! utilization and the average number of runnable tasks other than ours (running or
-//! waiting for a CPU), as a share of the CPUs. The runnable count is sampled from
-//! /proc/loadavg's `nr_running` every [`RUNNABLE_SAMPLE_NS`] and averaged over the window;
-//! the ticker itself (running while it reads) and our I/O threads' running share (their
-//! CPU time over the wall time) are taken off. Two crunchers are 2 runnable tasks: 100% of
-//! two CPUs, whether or not a spinner pushes them off. Four I/O workers that each sleep
-//! on their device and run for a few microseconds per I/O are a fraction of one CPU.
+//! others *get* then understates what they *want*. So the published figure is the others'
+//! *demand*: their utilization plus the time our I/O threads waited on a run queue for a
+//! CPU the others held, beyond what a wake-up itself takes ([`WAKEUP_ALLOWANCE_NS`] per
+//! time slice), both as shares of all CPUs' time. The wait is read per thread from
+//! /proc/self/task/TID/schedstat (the scheduler's own run-delay clock). A spinner beside two
+//! crunchers on two CPUs waits half its time (measured: 0.48 s a second), because they
+//! compete for its CPU: that is their demand for it, and the figure reaches 100%. A spinner
+//! beside four blocking I/O workers waits 1% of its time: they sleep on their device, run
+//! for ~12 us at a time, wake onto the idle CPU or preempt the spinner for those
+//! microseconds (they have slept, so the scheduler owes them time); a spinner takes nothing
+//! from them, and the figure stays at their utilization.
 //!
-//! What it replaced, and why: the CPU pressure (/proc/pressure/cpu "some", the share of
-//! wall time in which *some* task waited for a CPU). It is a yes/no per instant, not a
-//! count of CPUs wanted: four blocking I/O workers on two CPUs wake tens of thousands of
-//! times a second, and whenever two wake-ups overlap one of them waits a few
-//! microseconds; the share of time with *some* waiter was near 100% beside the IO-intensive
-//! load although the workers wanted well under a CPU, so `smart` blocked beside them
-//! while a spinner would have cost them nothing (they preempt it on wake-up). The pressure
-//! is still read and reported ([`SystemMonitor::pressure_pct`]), not decided on.
-//! The threshold it is compared against is unchanged (Table II: 100% less one spinner's
-//! share), and now says what it was meant to: spin when the others want no more CPUs than
-//! the machine has besides the spinner's.
+//! What it replaced, and why:
+//! - The runnable count (`nr_running` of /proc/loadavg, sampled every 2 ms). On kernels with
+//!   EEVDF's delayed dequeue (6.12+) a task that goes to sleep with negative lag stays
+//!   queued, and counted, until its lag is paid off, and a wake-up onto a halted vCPU keeps
+//!   a task runnable ~12 us with the CPU idle. Beside four blocking I/O workers that use
+//!   0.83 CPU by their own clocks the samples read all four runnable most of the time: a
+//!   "demand" of 100% of two CPUs on a machine 60% idle, and smart blocked where spinning
+//!   cost the workers nothing. The sampler also cost 2.8% of a CPU in every process.
+//! - The CPU pressure (PSI "some", the share of wall time in which *some* task waited for a
+//!   CPU): a yes/no per instant, near 100% beside the same workers, whose wake-ups overlap.
+//!   It is still read and reported ([`SystemMonitor::pressure_pct`]), not decided on.
+//!
+//! The utilization is /proc/stat's, the kernel's tick-sampled accounting, as the paper's
+//! `total_CPU_stat`: a task that runs through the tick is counted in full; one that runs for
+//! microseconds between ticks on a CPU that idles its tick away is mostly not. That is the
+//! distinction the threshold needs: the first kind shares its CPU with a spinner, the second
+//! preempts it. The threshold it is compared against is unchanged (Table II: 100% less one
+//! spinner's share).
 //!
 //! Non-goals: per-CPU or per-cgroup views; a machine-wide share is what the paper uses.
 
@@ -41,9 +49,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// How often the runnable count is sampled (/proc/loadavg, a few microseconds to read):
-/// 50 samples in the default window, at about 0.1% of one CPU.
-pub const RUNNABLE_SAMPLE_NS: u64 = 2_000_000;
+/// Busy at or above this share of all CPUs (hundredths of a percent), the machine has no CPU
+/// idle, and the CPU pressure counts as demand: see [`figures`].
+const SATURATED_PCT_X100: f64 = 9_500.0;
+
+/// What one wake-up may keep a thread waiting on a run queue without the wait counting as
+/// others' demand: a wake-up onto a halted vCPU takes ~12-20 us on the team's KVM guest
+/// (measured: a blocking reader beside four others waits 20 us per time slice, alone 0.7
+/// us). A spinner has few slices, so the allowance leaves its wait whole.
+pub const WAKEUP_ALLOWANCE_NS: u64 = 20_000;
 
 /// Bounds on the window: shorter is noise (10 ms ticks), longer reacts too late.
 pub const WINDOW_NS_MIN: u64 = 20_000_000;
@@ -56,6 +70,8 @@ struct Sample {
     busy_ns: u64,
     total_ns: u64,
     own_ns: u64,
+    /// Our I/O threads' run-queue wait beyond the wake-up allowance, cumulative.
+    own_wait_ns: u64,
     /// Cumulative time some task waited for a CPU (PSI), if the kernel has it.
     stall_ns: Option<u64>,
 }
@@ -63,17 +79,63 @@ struct Sample {
 struct Shared {
     /// Utilization of everyone but our I/O threads, in hundredths of a percent.
     others_pct_x100: AtomicU32,
-    /// The others' utilization alone (without the pressure), for reports and tests.
+    /// The others' utilization alone (without our threads' wait), for reports and tests.
     others_util_pct_x100: AtomicU32,
     total_pct_x100: AtomicU32,
     /// The CPU pressure alone (PSI "some" share of wall time), for reports.
     pressure_pct_x100: AtomicU32,
-    /// The others' runnable share alone, for reports.
-    runnable_pct_x100: AtomicU32,
+    /// Our threads' run-queue wait beyond wake-ups, as a share of all CPUs, for reports.
+    contention_pct_x100: AtomicU32,
     stop: AtomicBool,
-    threads: Mutex<Vec<(libc::clockid_t, u64)>>,
+    threads: Mutex<Vec<OwnThread>>,
     /// CPU time of I/O threads that have deregistered, so their share stays counted.
     retired_own_ns: AtomicU64,
+    /// Run-queue wait (beyond the allowance) of every I/O thread, counted at each tick and
+    /// when a thread deregisters.
+    own_wait_ns: AtomicU64,
+}
+
+/// A registered I/O thread: its CPU clock and CPU time at registration, its task id, and
+/// its run-queue wait and time slices when last read.
+struct OwnThread {
+    clock: libc::clockid_t,
+    start_cpu_ns: u64,
+    tid: libc::pid_t,
+    last: Option<SchedStat>,
+}
+
+/// /proc/.../schedstat: time on a CPU, time waiting on a run queue, time slices run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SchedStat {
+    wait_ns: u64,
+    slices: u64,
+}
+
+fn parse_schedstat(text: &str) -> Option<SchedStat> {
+    let mut f = text.split_whitespace().skip(1).map(|x| x.parse::<u64>().ok());
+    Some(SchedStat { wait_ns: f.next()??, slices: f.next()?? })
+}
+
+fn read_schedstat(tid: libc::pid_t) -> Option<SchedStat> {
+    parse_schedstat(&std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?)
+}
+
+/// The wait between two readings that was not a wake-up's.
+fn excess_wait_ns(a: SchedStat, b: SchedStat) -> u64 {
+    let slices = b.slices.saturating_sub(a.slices);
+    b.wait_ns.saturating_sub(a.wait_ns).saturating_sub(slices.saturating_mul(WAKEUP_ALLOWANCE_NS))
+}
+
+/// Adds each live thread's wait since its last reading to the shared count.
+fn count_own_wait(shared: &Shared) {
+    let mut threads = shared.threads.lock().unwrap();
+    for t in threads.iter_mut() {
+        let Some(now) = read_schedstat(t.tid) else { continue };
+        if let Some(last) = t.last {
+            shared.own_wait_ns.fetch_add(excess_wait_ns(last, now), Ordering::Relaxed);
+        }
+        t.last = Some(now);
+    }
 }
 
 /// Handle to the monitor; cheap to clone.
@@ -98,25 +160,15 @@ fn read_cpu_pressure() -> Option<u64> {
     parse_cpu_pressure(&std::fs::read_to_string("/proc/pressure/cpu").ok()?)
 }
 
-/// The number of runnable tasks (running or waiting for a CPU) from /proc/loadavg's text:
-/// the fourth field, `running/total`.
-fn parse_nr_running(text: &str) -> Option<u32> {
-    text.split_whitespace().nth(3)?.split_once('/')?.0.parse().ok()
-}
-
-fn read_nr_running() -> Option<u32> {
-    parse_nr_running(&std::fs::read_to_string("/proc/loadavg").ok()?)
-}
-
 /// One window's figures, in hundredths of a percent of all CPUs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Figures {
-    /// The published demand: the larger of `util` and `runnable`.
+    /// The published demand: `util` plus `contention`.
     others: f64,
     /// The others' utilization: busy time less ours, over all CPUs' time.
     util: f64,
-    /// The others' average runnable count (less the sampler and our running share).
-    runnable: f64,
+    /// Our threads' run-queue wait beyond wake-ups, over all CPUs' time.
+    contention: f64,
     /// PSI "some" share of wall time, reported only.
     pressure: f64,
     /// Everyone's utilization, ours included.
@@ -124,29 +176,24 @@ struct Figures {
 }
 
 /// The figures of an interval: `busy_ns`, `total_ns` and `own_ns` of CPU time (all CPUs),
-/// `wall_ns` of wall time, `runnable_mean` the mean sampled `nr_running` (`None`: not
-/// readable), `stall_ns` the PSI "some" time, `cpus` the online CPUs.
-fn figures(
-    busy_ns: f64,
-    total_ns: f64,
-    own_ns: f64,
-    wall_ns: f64,
-    runnable_mean: Option<f64>,
-    stall_ns: Option<f64>,
-    cpus: u32,
-) -> Figures {
+/// `own_wait_ns` our threads' run-queue wait beyond wake-ups, `wall_ns` of wall time,
+/// `stall_ns` the PSI "some" time.
+///
+/// The demand is the others' utilization plus the CPU they waited for: our threads' wait
+/// behind them, or, when the machine had no CPU idle, the CPU pressure (two crunchers
+/// that the load balancer put on one CPU beside a spinner on the other never keep the
+/// spinner waiting, but one of them always waits: 54% + 49%). While a CPU idles, the
+/// pressure is wake-ups in transit (four blocking workers: 45% with the machine 25% idle)
+/// and does not count.
+fn figures(busy_ns: f64, total_ns: f64, own_ns: f64, own_wait_ns: f64, wall_ns: f64, stall_ns: Option<f64>) -> Figures {
     let pct = |x: f64| (x * 10_000.0).clamp(0.0, 10_000.0);
     let util = pct((busy_ns - own_ns).max(0.0) / total_ns.max(1.0));
-    // The sampler is running while it reads; our threads ran `own / wall` CPUs on average.
-    let own_running = own_ns / wall_ns.max(1.0);
-    let runnable = runnable_mean.map_or(0.0, |n| pct((n - 1.0 - own_running).max(0.0) / cpus.max(1) as f64));
-    Figures {
-        others: util.max(runnable),
-        util,
-        runnable,
-        pressure: stall_ns.map_or(0.0, |st| pct(st / wall_ns.max(1.0))),
-        total: pct(busy_ns / total_ns.max(1.0)),
-    }
+    let total = pct(busy_ns / total_ns.max(1.0));
+    let pressure = stall_ns.map_or(0.0, |st| pct(st / wall_ns.max(1.0)));
+    // With no CPU idle, a task waiting for one waits for work, not for a wake-up in transit.
+    let waiting = if total >= SATURATED_PCT_X100 { pressure } else { 0.0 };
+    let contention = pct(own_wait_ns / total_ns.max(1.0)).max(waiting);
+    Figures { others: (util + contention).min(10_000.0), util, contention, pressure, total }
 }
 
 fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
@@ -190,10 +237,11 @@ impl SystemMonitor {
             others_util_pct_x100: AtomicU32::new(0),
             total_pct_x100: AtomicU32::new(0),
             pressure_pct_x100: AtomicU32::new(0),
-            runnable_pct_x100: AtomicU32::new(0),
+            contention_pct_x100: AtomicU32::new(0),
             stop: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             retired_own_ns: AtomicU64::new(0),
+            own_wait_ns: AtomicU64::new(0),
         });
         let period_ns = (window_ns / 10).max(10_000_000);
         let inner = shared.clone();
@@ -213,29 +261,30 @@ impl SystemMonitor {
                 others_util_pct_x100: AtomicU32::new(others_pct * 100),
                 total_pct_x100: AtomicU32::new(others_pct * 100),
                 pressure_pct_x100: AtomicU32::new(0),
-                runnable_pct_x100: AtomicU32::new(others_pct * 100),
+                contention_pct_x100: AtomicU32::new(0),
                 stop: AtomicBool::new(true),
                 threads: Mutex::new(Vec::new()),
                 retired_own_ns: AtomicU64::new(0),
+                own_wait_ns: AtomicU64::new(0),
             }),
             ticker: Arc::new(Mutex::new(None)),
         }
     }
 
-    /// Others' CPU demand in whole percent (the larger of their utilization and their
-    /// runnable share): one atomic load.
+    /// Others' CPU demand in whole percent (their utilization plus our threads' wait for the
+    /// CPUs they hold): one atomic load.
     #[inline]
     pub fn cpu_utilization_pct(&self) -> u32 {
         self.shared.others_pct_x100.load(Ordering::Relaxed) / 100
     }
 
-    /// The others' average runnable tasks (running or waiting), percent of the CPUs (for
-    /// reports).
-    pub fn others_runnable_pct(&self) -> f64 {
-        self.shared.runnable_pct_x100.load(Ordering::Relaxed) as f64 / 100.0
+    /// Our I/O threads' run-queue wait beyond wake-ups, percent of all CPUs' time: the
+    /// others' demand for the CPUs our threads hold (for reports).
+    pub fn contention_pct(&self) -> f64 {
+        self.shared.contention_pct_x100.load(Ordering::Relaxed) as f64 / 100.0
     }
 
-    /// The others' CPU utilization alone, without the runnable count, percent (for reports).
+    /// The others' CPU utilization alone, without our threads' wait, percent (for reports).
     pub fn others_utilization_pct(&self) -> f64 {
         self.shared.others_util_pct_x100.load(Ordering::Relaxed) as f64 / 100.0
     }
@@ -259,7 +308,10 @@ impl SystemMonitor {
         let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
         let start = if rc == 0 { clock_ns(clock) } else { None };
         if let Some(start) = start {
-            self.shared.threads.lock().unwrap().push((clock, start));
+            // SAFETY: gettid has no preconditions and cannot fail.
+            let tid = unsafe { libc::gettid() };
+            let last = read_schedstat(tid);
+            self.shared.threads.lock().unwrap().push(OwnThread { clock, start_cpu_ns: start, tid, last });
         }
         ThreadRegistration { shared: self.shared.clone(), clock: start.map(|_| clock) }
     }
@@ -283,64 +335,52 @@ impl Drop for ThreadRegistration {
     fn drop(&mut self) {
         let Some(clock) = self.clock else { return };
         let mut threads = self.shared.threads.lock().unwrap();
-        if let Some(i) = threads.iter().position(|t| t.0 == clock) {
-            let (_, start) = threads.swap_remove(i);
+        if let Some(i) = threads.iter().position(|t| t.clock == clock) {
+            let t = threads.swap_remove(i);
             // We are on the registered thread itself, so its clock is still valid.
-            let used = clock_ns(clock).unwrap_or(start).saturating_sub(start);
+            let used = clock_ns(clock).unwrap_or(t.start_cpu_ns).saturating_sub(t.start_cpu_ns);
             self.shared.retired_own_ns.fetch_add(used, Ordering::Relaxed);
+            if let (Some(last), Some(now)) = (t.last, read_schedstat(t.tid)) {
+                self.shared.own_wait_ns.fetch_add(excess_wait_ns(last, now), Ordering::Relaxed);
+            }
         }
     }
 }
 
 fn own_cpu_ns(shared: &Shared) -> u64 {
     let threads = shared.threads.lock().unwrap();
-    let live: u64 = threads.iter().map(|&(c, start)| clock_ns(c).unwrap_or(start).saturating_sub(start)).sum();
+    let live: u64 =
+        threads.iter().map(|t| clock_ns(t.clock).unwrap_or(t.start_cpu_ns).saturating_sub(t.start_cpu_ns)).sum();
     live + shared.retired_own_ns.load(Ordering::Relaxed)
 }
 
 fn ticker(shared: Arc<Shared>, window_ns: u64, period_ns: u64) {
     let samples_max = (window_ns / period_ns + 2) as usize;
     let mut samples: VecDeque<Sample> = VecDeque::with_capacity(samples_max);
-    let runnable_max = (window_ns / RUNNABLE_SAMPLE_NS + 2) as usize;
-    let mut runnable: VecDeque<(u64, u32)> = VecDeque::with_capacity(runnable_max);
-    let cpus = crate::profile::online_cpus();
-    let mut next_stat_ns = 0;
     while !shared.stop.load(Ordering::Relaxed) {
-        let now = crate::clock::now_ns();
-        if let Some(n) = read_nr_running() {
-            runnable.push_back((now, n));
-            while runnable.len() > runnable_max || runnable.front().is_some_and(|r| now - r.0 > window_ns) {
-                runnable.pop_front();
-            }
-        }
-        if now >= next_stat_ns {
-            next_stat_ns = now + period_ns;
-            tick(&shared, &mut samples, samples_max, window_ns, &runnable, cpus);
-        }
-        std::thread::sleep(Duration::from_nanos(RUNNABLE_SAMPLE_NS.min(period_ns)));
+        tick(&shared, &mut samples, samples_max, window_ns);
+        std::thread::sleep(Duration::from_nanos(period_ns));
     }
 }
 
 /// One /proc/stat tick: a sample, then the window's figures published.
-fn tick(
-    shared: &Shared,
-    samples: &mut VecDeque<Sample>,
-    samples_max: usize,
-    window_ns: u64,
-    runnable: &VecDeque<(u64, u32)>,
-    cpus: u32,
-) {
+fn tick(shared: &Shared, samples: &mut VecDeque<Sample>, samples_max: usize, window_ns: u64) {
     let Some((busy_ns, total_ns)) = read_proc_stat() else { return };
+    count_own_wait(shared);
     let now = crate::clock::now_ns();
-    let s = Sample { at_ns: now, busy_ns, total_ns, own_ns: own_cpu_ns(shared), stall_ns: read_cpu_pressure() };
+    let s = Sample {
+        at_ns: now,
+        busy_ns,
+        total_ns,
+        own_ns: own_cpu_ns(shared),
+        own_wait_ns: shared.own_wait_ns.load(Ordering::Relaxed),
+        stall_ns: read_cpu_pressure(),
+    };
     samples.push_back(s);
     while samples.len() > samples_max || (samples.len() > 2 && now - samples[1].at_ns >= window_ns) {
         samples.pop_front();
     }
     let Some(first) = samples.front().filter(|f| f.total_ns < s.total_ns && f.at_ns < s.at_ns) else { return };
-    let in_window: Vec<u32> = runnable.iter().filter(|r| r.0 >= first.at_ns).map(|r| r.1).collect();
-    let runnable_mean =
-        (!in_window.is_empty()).then(|| in_window.iter().map(|&n| n as f64).sum::<f64>() / in_window.len() as f64);
     let stall = match (first.stall_ns, s.stall_ns) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64),
         _ => None,
@@ -349,13 +389,12 @@ fn tick(
         s.busy_ns.saturating_sub(first.busy_ns) as f64,
         (s.total_ns - first.total_ns) as f64,
         s.own_ns.saturating_sub(first.own_ns) as f64,
+        s.own_wait_ns.saturating_sub(first.own_wait_ns) as f64,
         (s.at_ns - first.at_ns) as f64,
-        runnable_mean,
         stall,
-        cpus,
     );
     shared.others_util_pct_x100.store(f.util as u32, Ordering::Relaxed);
-    shared.runnable_pct_x100.store(f.runnable as u32, Ordering::Relaxed);
+    shared.contention_pct_x100.store(f.contention as u32, Ordering::Relaxed);
     shared.pressure_pct_x100.store(f.pressure as u32, Ordering::Relaxed);
     shared.total_pct_x100.store(f.total as u32, Ordering::Relaxed);
     shared.others_pct_x100.store(f.others as u32, Ordering::Relaxed);
@@ -418,12 +457,55 @@ mod tests {
     }
 
     #[test]
-    fn nr_running_is_read_from_loadavg() {
-        assert_eq!(parse_nr_running("7.75 7.85 7.33 10/161 12345\n"), Some(10));
-        assert_eq!(parse_nr_running("7.75 7.85 7.33\n"), None);
-        assert_eq!(parse_nr_running("0.00 0.01 0.05 x/161 1\n"), None);
-        if let Some(n) = read_nr_running() {
-            assert!(n >= 1, "the reading thread itself is running");
+    fn schedstat_gives_the_wait_and_the_slices() {
+        assert_eq!(parse_schedstat("1234 5678 90\n"), Some(SchedStat { wait_ns: 5678, slices: 90 }));
+        assert_eq!(parse_schedstat("1234 x 90\n"), None);
+        assert_eq!(parse_schedstat("1234\n"), None);
+        // SAFETY: gettid has no preconditions.
+        if let Some(st) = read_schedstat(unsafe { libc::gettid() }) {
+            assert!(st.slices >= 1, "this thread has run: {st:?}");
+        }
+    }
+
+    #[test]
+    fn a_wake_up_is_allowed_its_wait_but_no_more() {
+        let at = |wait_ns, slices| SchedStat { wait_ns, slices };
+        // A blocking thread: 1,000 wake-ups, 15 us each on the run queue: no demand.
+        assert_eq!(excess_wait_ns(at(0, 0), at(15_000_000, 1_000)), 0);
+        // A spinner preempted 10 times, 400 ms waiting: all but the allowance counts.
+        assert_eq!(excess_wait_ns(at(0, 5), at(400_000_000, 15)), 400_000_000 - 10 * WAKEUP_ALLOWANCE_NS);
+        // Counters never go back; if a reading did, nothing is counted.
+        assert_eq!(excess_wait_ns(at(9, 9), at(1, 1)), 0);
+    }
+
+    #[test]
+    fn a_spinner_displaced_by_crunchers_counts_their_demand() {
+        // A registered thread that is kept off its CPU by a foreign thread pinned to the
+        // same CPU: its wait must reach the shared count. CPU-clock bounded, not timed.
+        let mon = SystemMonitor::fixed(0);
+        let m2 = mon.clone();
+        // SAFETY: sched_getcpu has no preconditions (-1 on error, clamped to CPU 0).
+        let cpu = unsafe { libc::sched_getcpu() }.max(0) as usize;
+        let pin = move || smartcon_util::affinity::pin_current_thread(&[cpu]).expect("pin to this thread's CPU");
+        let hog = std::thread::spawn(move || {
+            pin();
+            burn_own_cpu(80_000_000);
+        });
+        std::thread::spawn(move || {
+            pin();
+            let _reg = m2.register_current_thread();
+            burn_own_cpu(40_000_000);
+        })
+        .join()
+        .unwrap();
+        hog.join().unwrap();
+        // Sharing one CPU with a hog for 40 ms of CPU means tens of ms on the run queue,
+        // far beyond a handful of slices' allowance (unless the hog finished first,
+        // which 80 ms of CPU against 40 ms does not allow on a fair scheduler).
+        let waited = mon.shared.own_wait_ns.load(Ordering::Relaxed);
+        // SAFETY: gettid has no preconditions. (Without schedstat there is nothing to count.)
+        if read_schedstat(unsafe { libc::gettid() }).is_some() {
+            assert!(waited >= 10_000_000, "the spinner's wait behind the hog was not counted: {waited} ns");
         }
     }
 
@@ -436,30 +518,31 @@ mod tests {
     }
 
     #[test]
-    fn demand_counts_cpus_wanted_not_instants_with_a_waiter() {
+    fn demand_is_utilization_plus_our_wait_for_their_cpus() {
         // 2 CPUs over 100 ms: 200 ms of CPU time.
         let (total, wall) = (200e6, 100e6);
-        // Two crunchers beside our spinner: all busy, 100 ms of it ours; they got 50% but
-        // are 2 runnable tasks (+1 the spinner +1 the sampler): they want both CPUs.
-        let f = figures(200e6, total, 100e6, wall, Some(4.0), Some(100e6), 2);
+        // Two crunchers beside our spinner: all busy, 56 ms of it ours; the spinner waited
+        // 44 ms for its CPU, which the crunchers held: 72% + 22% of the machine (the
+        // larger of its wait and the pressure, 10%).
+        let f = figures(200e6, total, 56e6, 44e6, wall, Some(10e6));
         assert_eq!(
-            (f.util, f.runnable, f.others, f.pressure, f.total),
-            (5_000.0, 10_000.0, 10_000.0, 10_000.0, 10_000.0)
+            (f.util, f.contention, f.others, f.pressure, f.total),
+            (7_200.0, 2_200.0, 9_400.0, 1_000.0, 10_000.0)
         );
-        // A lone spinner on an idle machine: the sampler and the spinner run, nobody else.
-        let f = figures(100e6, total, 100e6, wall, Some(2.0), Some(0.0), 2);
-        assert_eq!(f.others, 0.0);
-        // Four blocking I/O workers beside our spinner: they use 30% of the machine and are
-        // runnable 0.7 CPUs on average (running plus short waits), while *some* task waited
-        // 95% of the time. The pressure said 95% (block); the demand says 35% (spin).
-        let f = figures(160e6, total, 100e6, wall, Some(2.7), Some(95e6), 2);
-        assert_eq!((f.util, f.pressure), (3_000.0, 9_500.0));
-        assert!((f.runnable - 3_500.0).abs() < 1e-6 && f.others == f.runnable, "{f:?}");
-        // Without a runnable count the utilization alone counts.
-        assert_eq!(figures(200e6, total, 100e6, wall, None, None, 2).others, 5_000.0);
+        // The crunchers on one CPU, the spinner alone on the other: it never waits, but one
+        // of them always does, and no CPU idles: the pressure is their demand.
+        let f = figures(200e6, total, 92e6, 0.0, wall, Some(49e6));
+        assert_eq!((f.util, f.contention, f.others), (5_400.0, 4_900.0, 10_000.0));
+        // A lone spinner on an idle machine: nobody else.
+        assert_eq!(figures(100e6, total, 100e6, 0.0, wall, Some(0.0)).others, 0.0);
+        // Four blocking I/O workers beside our spinner: 20% of the machine, and they never
+        // kept the spinner waiting beyond a wake-up; *some* task waited 95% of the time.
+        // The pressure said 95% (block); the demand says 20% (spin).
+        let f = figures(140e6, total, 100e6, 0.0, wall, Some(95e6));
+        assert_eq!((f.util, f.pressure, f.others), (2_000.0, 9_500.0, 2_000.0));
         // Out-of-range inputs are clamped.
-        let f = figures(300e6, total, 0.0, wall, Some(9.0), Some(300e6), 2);
-        assert_eq!((f.util, f.runnable, f.pressure, f.total), (10_000.0, 10_000.0, 10_000.0, 10_000.0));
+        let f = figures(300e6, total, 0.0, 300e6, wall, Some(300e6));
+        assert_eq!([f.util, f.contention, f.others, f.pressure, f.total], [10_000.0; 5]);
     }
 
     #[test]
