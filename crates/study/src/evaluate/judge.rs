@@ -256,6 +256,7 @@ pub fn criteria(cells: &[Cell], targets: &[TargetInfo]) -> Vec<Criterion> {
         large_requests_block(cells, targets),
         cpu_load_no_loss(cells),
         corunner_no_loss(cells),
+        corunner_every_cell(cells),
         pareto_front(cells),
         fewer_switches(cells, targets),
         Criterion {
@@ -396,6 +397,98 @@ fn corunner_no_loss(cells: &[Cell]) -> Criterion {
     )
 }
 
+/// One cpu-intensive cell's co-runner beside smart against beside block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CorunnerKept {
+    pub cell: String,
+    /// Work rate beside smart / beside block, over the whole cell.
+    pub ratio: f64,
+    /// The rounds' ratios (each round runs every strategy once, in a balanced order, so a
+    /// round's two turns saw the same machine): their mean and its standard error.
+    pub paired_mean: f64,
+    pub paired_se: f64,
+    pub smart_reason: String,
+}
+
+impl CorunnerKept {
+    /// Below `kept` beyond the turns' noise: the paired mean plus two standard errors is
+    /// under it (one-sided, about 97.5% confidence with normal noise). Without two rounds
+    /// there is no yardstick and the whole-cell ratio alone decides.
+    pub fn lost_beyond_noise(&self, kept: f64) -> bool {
+        self.ratio < kept && self.paired_mean + 2.0 * self.paired_se < kept
+    }
+}
+
+/// The co-runner's kept work in every single-thread cpu-intensive cell.
+pub fn corunner_kept(cells: &[Cell]) -> Vec<CorunnerKept> {
+    let rate = |c: &Cell| c.corunner.as_ref().map(|k| k.work_per_s).filter(|r| *r > 0.0);
+    smart_cells(cells, |c| c.load == Load::CpuIntensive && c.result.threads == 1)
+        .into_iter()
+        .filter_map(|s| {
+            let b = find(cells, s, BLOCK)?;
+            let ratio = rate(s)? / rate(b)?;
+            let pairs: Vec<f64> = s
+                .turns
+                .iter()
+                .zip(&b.turns)
+                .filter_map(|(x, y)| match (x.corunner_work_per_s, y.corunner_work_per_s) {
+                    (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+                    _ => None,
+                })
+                .collect();
+            let (paired_mean, paired_se) = if pairs.len() >= 2 {
+                let n = pairs.len() as f64;
+                let mean = pairs.iter().sum::<f64>() / n;
+                let sd = (pairs.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+                (mean, sd / n.sqrt())
+            } else {
+                (ratio, 0.0)
+            };
+            Some(CorunnerKept { cell: cell_name(s), ratio, paired_mean, paired_se, smart_reason: main_reason(s) })
+        })
+        .collect()
+}
+
+fn corunner_every_cell(cells: &[Cell]) -> Criterion {
+    let kept = corunner_kept(cells);
+    let bound = PARETO_CORUNNER_KEPT;
+    let below: Vec<&CorunnerKept> = kept.iter().filter(|k| k.ratio < bound).collect();
+    let lost: Vec<&CorunnerKept> = kept.iter().filter(|k| k.lost_beyond_noise(bound)).collect();
+    let name = |k: &CorunnerKept| {
+        format!(
+            "{} {:.3} (rounds {:.3} +- {:.3}; smart: {})",
+            k.cell, k.ratio, k.paired_mean, k.paired_se, k.smart_reason
+        )
+    };
+    let measured = if kept.is_empty() {
+        NONE.into()
+    } else {
+        let mut m = format!(
+            "{} of {} cells >= {bound:.2} by the whole cell's work; {} below {bound:.2} beyond the noise of their rounds",
+            kept.len() - below.len(),
+            kept.len(),
+            lost.len()
+        );
+        if !lost.is_empty() {
+            m += &format!(": {}", lost.iter().map(|k| name(k)).collect::<Vec<_>>().join("; "));
+        }
+        let noise: Vec<&&CorunnerKept> = below.iter().filter(|k| !k.lost_beyond_noise(bound)).collect();
+        if !noise.is_empty() {
+            m += &format!(
+                ". Below {bound:.2} within the noise: {}",
+                noise.iter().map(|k| name(k)).collect::<Vec<_>>().join("; ")
+            );
+        }
+        m
+    };
+    criterion(
+        "cpu-intensive, every cell: the co-runner keeps >= 97% of the work it does beside block (a cell is lost when below, beyond the noise of its rounds: paired rounds' mean + 2 standard errors < 0.97)",
+        "SmartCon Sec. 7.3, Table VI (Dhrystone beside SmartCon), per cell",
+        measured,
+        (!kept.is_empty()).then(|| lost.is_empty()),
+    )
+}
+
 /// Lost cells listed in the criterion's text; the record's `lost` field has them all.
 const LOST_LISTED_MAX: usize = 40;
 
@@ -527,7 +620,7 @@ mod tests {
     #[test]
     fn a_criterion_without_cells_is_not_judged() {
         let c = criteria(&[], &[]);
-        assert_eq!(c.len(), 7);
+        assert_eq!(c.len(), 8);
         assert!(c.iter().all(|x| x.met.is_none() && !x.source.is_empty()), "{c:?}");
         assert!(c.iter().all(|x| !x.criterion.contains("issue") && !x.measured.contains("issue")));
     }
@@ -690,6 +783,31 @@ mod tests {
         );
         // More co-runner work at the same IOPS, but the co-runner's turns spread 10%: not.
         assert_eq!(lost(loaded(l, BLOCK, 1000.0, 1050, &[(1000.0, 1000.0), (1000.0, 1100.0)])), None);
+    }
+
+    #[test]
+    fn a_cell_loses_co_runner_work_only_beyond_the_noise_of_its_rounds() {
+        let l = Load::CpuIntensive;
+        let turns = |ws: &[f64]| ws.iter().map(|&w| (1000.0, w)).collect::<Vec<_>>();
+        let judge = |smart_turns: &[f64], smart_work: u64| {
+            let block = loaded(l, BLOCK, 1000.0, 1000, &turns(&[1000.0; 8]));
+            let smart = loaded(l, SMART, 1000.0, smart_work, &turns(smart_turns));
+            let k = corunner_kept(&[smart, block]);
+            assert_eq!(k.len(), 1);
+            (k[0].ratio, k[0].lost_beyond_noise(0.97))
+        };
+        // Every round 10% down: a loss, however few the rounds.
+        assert_eq!(judge(&[900.0; 8], 900), (0.9, true));
+        // 4% down over the cell, but the rounds range from -30% to +30%: noise.
+        assert_eq!(judge(&[700.0, 1300.0, 950.0, 900.0, 1000.0, 800.0, 1100.0, 930.0], 960), (0.96, false));
+        // 2% down: within the bound whatever the rounds say.
+        assert_eq!(judge(&[980.0; 8], 980), (0.98, false));
+        // The criterion fails on the first and names the cell.
+        let block = loaded(l, BLOCK, 1000.0, 1000, &turns(&[1000.0; 8]));
+        let smart = loaded(l, SMART, 1000.0, 900, &turns(&[900.0; 8]));
+        let c = corunner_every_cell(&[smart, block]);
+        assert_eq!(c.met, Some(false));
+        assert!(c.measured.starts_with("0 of 1 cells >= 0.97") && c.measured.contains("emu:optane"), "{}", c.measured);
     }
 
     #[test]
