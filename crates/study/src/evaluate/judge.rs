@@ -485,7 +485,7 @@ fn corunner_every_cell(cells: &[Cell]) -> Criterion {
         "cpu-intensive, every cell: the co-runner keeps >= 97% of the work it does beside block (a cell is lost when below, beyond the noise of its rounds: paired rounds' mean + 2 standard errors < 0.97)",
         "SmartCon Sec. 7.3, Table VI (Dhrystone beside SmartCon), per cell",
         measured,
-        (!kept.is_empty()).then(|| lost.is_empty()),
+        (!kept.is_empty()).then_some(lost.is_empty()),
     )
 }
 
