@@ -1,5 +1,8 @@
-//! `smartcon cleanup`: removes the devices and images a killed smartcon left, from the records
-//! made at creation; the logic and its checks are `smartcon_workloads::blockdev`.
+//! `smartcon cleanup`: removes what a killed smartcon left, from the records made at
+//! creation: loop and zram devices, mounts and images (`smartcon_workloads::blockdev`), and
+//! the FUSE servers' mounts and loop devices of `emulate mount` (`smartcon_emulate::mount`;
+//! `smartcon emulate cleanup` does only those). Each part checks an item before it touches
+//! it; nothing without a record is touched.
 
 #[derive(clap::Args)]
 pub struct CleanupArgs {}
@@ -8,8 +11,14 @@ pub fn run(_args: CleanupArgs) -> anyhow::Result<()> {
     let report = smartcon_workloads::blockdev::cleanup_recorded()?;
     report.removed.iter().for_each(|r| println!("removed {r}"));
     report.kept.iter().for_each(|k| eprintln!("smartcon: note: kept {k}"));
-    if report.removed.is_empty() && report.kept.is_empty() {
-        println!("nothing to clean up ({})", smartcon_workloads::blockdev::records_dir().display());
+    let mounts = smartcon_emulate::mount::cleanup();
+    mounts.iter().for_each(|line| println!("{line}"));
+    if report.removed.is_empty() && report.kept.is_empty() && mounts.is_empty() {
+        println!(
+            "nothing to clean up ({}, {})",
+            smartcon_workloads::blockdev::records_dir().display(),
+            smartcon_emulate::records::mounts_dir().display()
+        );
     }
     Ok(())
 }
