@@ -28,6 +28,7 @@ pub mod real;
 pub mod record;
 pub mod shim;
 pub mod vclock;
+pub mod waits;
 
 /// Runs when the shared object is loaded (before the program's `main`).
 extern "C" fn on_load() {

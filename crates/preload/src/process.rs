@@ -136,11 +136,6 @@ impl<T> Spin<T> {
     pub(crate) fn unlock_after_fork(&self) {
         self.locked.store(false, Ordering::Release);
     }
-
-    /// The value without the lock, for a fork's child handler that holds it already.
-    pub(crate) fn value_ptr(&self) -> *mut T {
-        self.value.get()
-    }
 }
 
 impl<T> std::ops::Deref for SpinGuard<'_, T> {

@@ -21,34 +21,184 @@
 //! processes, and signals during a virtual sleep (the sleep is not interrupted). A thread
 //! blocked elsewhere (a futex, a pipe) counts as running, so the clock then runs in real time.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use libc::{c_int, clockid_t, timespec};
 
-use crate::process::Spin;
 use crate::real::{call_real, Sym};
 
 static ON: AtomicBool = AtomicBool::new(false);
-/// Virtual minus real, for the monotonic family (ns).
-static SKEW_NS: AtomicI64 = AtomicI64::new(0);
-/// The skew inherited at this image's start (a fork's child starts with its parent's).
-static SKEW_START_NS: AtomicI64 = AtomicI64::new(0);
-/// The latest virtual monotonic instant handed out to the program.
-static LAST_NS: AtomicU64 = AtomicU64::new(0);
-/// Real time the clock skipped over (sum of jumps, before hiding) and jumps made.
+/// This image's share of the skew (the jumps it made, less the emulator work they hid)
+/// and the jumps it made: what its exit record says.
+static SKEW_MADE_NS: AtomicI64 = AtomicI64::new(0);
 static JUMPED_NS: AtomicU64 = AtomicU64::new(0);
 static JUMPS: AtomicU64 = AtomicU64::new(0);
-/// Bumped at each jump; waiters sleep on it.
-static EPOCH: AtomicU32 = AtomicU32::new(0);
-/// Targets of the threads waiting now: (waiter id, virtual instant).
-static WAITERS: Spin<Vec<(u64, u64)>> = Spin::new(Vec::new());
-static NEXT_WAITER: AtomicU64 = AtomicU64::new(1);
+
+/// Processes one domain holds at most; a fork past it turns jumping off for the domain.
+pub const DOMAIN_PIDS_MAX: usize = 64;
+/// Waits registered at once at most; a wait past it is not registered (its thread counts
+/// as running, so the clock runs in real time meanwhile).
+pub const DOMAIN_WAITS_MAX: usize = 256;
+/// A registered wait without a target instant (it ends only by an event).
+pub const NO_TARGET: u64 = u64::MAX;
+
+/// One registered wait. `id` 0: free.
+#[repr(C)]
+struct Slot {
+    id: AtomicU64,
+    pid: AtomicU32,
+    tid: AtomicU32,
+    /// The virtual monotonic instant the wait ends at by itself, or [`NO_TARGET`].
+    target_ns: AtomicU64,
+    /// 1: the wait can also end by an event (a condition variable, a descriptor), so its
+    /// thread counts as idle only while the kernel has it asleep.
+    event: AtomicU32,
+    /// Bumped by a jump that reaches the target; a clock waiter sleeps on it (a shared
+    /// futex), so a jump wakes only the waits it ends, not every waiter of the program.
+    wake: AtomicU32,
+}
+
+/// The clock one program shares among its processes: a page mapped `MAP_SHARED` before
+/// any fork, so every forked process reads and moves the same clock, and the clock jumps
+/// only when every thread of every one of them is idle. Only atomics: it is read without
+/// the lock by `clock_gettime`; the lock serialises registration and the jump decision.
+#[repr(C)]
+struct Domain {
+    /// 0, or the pid of the process holding it (a dead holder's lock is taken over).
+    lock: AtomicU32,
+    /// Bumped at each jump; clock waiters sleep on it (a shared futex).
+    epoch: AtomicU32,
+    /// Virtual minus real, for the monotonic family (ns).
+    skew_ns: AtomicI64,
+    /// The latest virtual monotonic instant handed out.
+    last_ns: AtomicU64,
+    next_id: AtomicU64,
+    /// Bumped whenever a wait registers or leaves and at each jump: a jump decided on a
+    /// snapshot goes ahead only if nothing changed since.
+    generation: AtomicU64,
+    /// A fork found the pid table full: jumping is off (a process would go uncounted).
+    overflow: AtomicU32,
+    pids: [AtomicU32; DOMAIN_PIDS_MAX],
+    slots: [Slot; DOMAIN_WAITS_MAX],
+}
+
+impl Domain {
+    const fn new() -> Domain {
+        Domain {
+            lock: AtomicU32::new(0),
+            epoch: AtomicU32::new(0),
+            skew_ns: AtomicI64::new(0),
+            last_ns: AtomicU64::new(0),
+            next_id: AtomicU64::new(1),
+            generation: AtomicU64::new(0),
+            overflow: AtomicU32::new(0),
+            pids: [const { AtomicU32::new(0) }; DOMAIN_PIDS_MAX],
+            slots: [const {
+                Slot {
+                    id: AtomicU64::new(0),
+                    pid: AtomicU32::new(0),
+                    tid: AtomicU32::new(0),
+                    target_ns: AtomicU64::new(0),
+                    event: AtomicU32::new(0),
+                    wake: AtomicU32::new(0),
+                }
+            }; DOMAIN_WAITS_MAX],
+        }
+    }
+}
+
+/// The process-local domain, used until (or if) the shared page cannot be mapped.
+static LOCAL: Domain = Domain::new();
+static SHARED: AtomicPtr<Domain> = AtomicPtr::new(std::ptr::null_mut());
+
+fn dom() -> &'static Domain {
+    let p = SHARED.load(Ordering::Acquire);
+    if p.is_null() {
+        &LOCAL
+    } else {
+        // SAFETY: a MAP_SHARED mapping of size_of::<Domain>() made in `enable`, zeroed by the
+        // kernel (a valid Domain: all atomics at 0, next_id fixed up there), never unmapped.
+        unsafe { &*p }
+    }
+}
+
+fn getpid() -> u32 {
+    // SAFETY: no preconditions (the raw call: libc's may be cached across a vfork).
+    unsafe { libc::syscall(libc::SYS_getpid) as u32 }
+}
+
+fn gettid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// The domain lock: a spin lock whose word holds the holder's pid, so a process killed
+/// while holding it does not stop the others (they take it over once the pid is gone).
+struct DomainLock(&'static Domain);
+
+impl DomainLock {
+    fn take() -> DomainLock {
+        let d = dom();
+        let me = getpid();
+        let mut spins = 0u32;
+        loop {
+            let owner = d.lock.load(Ordering::Relaxed);
+            if owner == 0 && d.lock.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return DomainLock(d);
+            }
+            spins = spins.wrapping_add(1);
+            // A holder killed while in it is rare: look for one only now and then.
+            // SAFETY: signal 0 only checks that the process exists.
+            if spins.is_multiple_of(1024)
+                && owner != 0
+                && owner != me
+                && unsafe { libc::kill(owner as libc::pid_t, 0) } != 0
+                && crate::real::errno() == libc::ESRCH
+            {
+                let _ = d.lock.compare_exchange(owner, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            if spins.is_multiple_of(16) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+impl Drop for DomainLock {
+    fn drop(&mut self) {
+        self.0.lock.store(0, Ordering::Release);
+    }
+}
 
 static CLOCK_GETTIME: Sym = Sym::new(c"clock_gettime");
 
-/// Turns virtual time on (from the constructor).
+/// Turns virtual time on (from the constructor): maps the shared clock, so that the
+/// processes this one forks share it.
 pub fn enable() {
-    LAST_NS.store(real_ns(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
+    let size = std::mem::size_of::<Domain>();
+    // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p != libc::MAP_FAILED {
+        let d = p.cast::<Domain>();
+        // SAFETY: the mapping is zeroed, which is a valid Domain (atomics at 0); no other
+        // thread sees it before the store below.
+        unsafe { (*d).next_id.store(1, Ordering::Relaxed) };
+        SHARED.store(d, Ordering::Release);
+    }
+    let d = dom();
+    d.last_ns.store(real_ns(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
+    d.pids[0].store(getpid(), Ordering::Relaxed);
     ON.store(true, Ordering::Release);
 }
 
@@ -73,16 +223,18 @@ fn real_gettime(clock: clockid_t, ts: *mut timespec) -> c_int {
 
 /// The virtual monotonic instant now, without recording it as seen.
 pub fn peek_ns() -> u64 {
-    let v = (real_ns(libc::CLOCK_MONOTONIC) as i64 + SKEW_NS.load(Ordering::Acquire)).max(0) as u64;
-    v.max(LAST_NS.load(Ordering::Acquire))
+    let d = dom();
+    let v = (real_ns(libc::CLOCK_MONOTONIC) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    v.max(d.last_ns.load(Ordering::Acquire))
 }
 
 /// The virtual monotonic instant now, as the program sees it (it never goes back), and
 /// the real monotonic instant it was computed from.
 pub fn observe_ns() -> (u64, u64) {
+    let d = dom();
     let real = real_ns(libc::CLOCK_MONOTONIC);
-    let v = (real as i64 + SKEW_NS.load(Ordering::Acquire)).max(0) as u64;
-    let last = LAST_NS.fetch_max(v, Ordering::AcqRel);
+    let v = (real as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    let last = d.last_ns.fetch_max(v, Ordering::AcqRel);
     (v.max(last), real)
 }
 
@@ -97,12 +249,12 @@ fn monotonic_family(clock: clockid_t) -> bool {
     )
 }
 
-fn virtualized(clock: clockid_t) -> bool {
+pub(crate) fn virtualized(clock: clockid_t) -> bool {
     monotonic_family(clock)
         || matches!(clock, libc::CLOCK_REALTIME | libc::CLOCK_REALTIME_COARSE | libc::CLOCK_REALTIME_ALARM)
 }
 
-fn to_ts(ns: u64) -> timespec {
+pub(crate) fn to_ts(ns: u64) -> timespec {
     timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
 }
 
@@ -115,80 +267,263 @@ pub fn clock_ns(clock: clockid_t) -> u64 {
     (real_ns(clock) as i64 + (v as i64 - real as i64)).max(0) as u64
 }
 
-/// The number of threads of this process (field 20 of /proc/self/stat), read with raw
-/// system calls so nothing interposed runs.
-fn thread_count() -> u32 {
+/// Converts an absolute deadline on `clock` (virtual) to the virtual monotonic instant.
+pub fn deadline_on(clock: clockid_t, abs_ns: u64) -> u64 {
+    let now_clock = clock_ns(clock);
+    let (now, _) = observe_ns();
+    now.saturating_add(abs_ns.saturating_sub(now_clock))
+}
+
+/// Fields 3 (state) and 20 (number of threads) of a /proc stat file, read with raw system
+/// calls so nothing interposed runs; None when the file is gone (the task exited).
+fn proc_stat(path: &std::ffi::CStr) -> Option<(u8, u32)> {
     let mut buf = [0u8; 1024];
     // SAFETY: a NUL-terminated path; the descriptor is closed below on every path.
-    let fd = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, c"/proc/self/stat".as_ptr(), libc::O_RDONLY) }
-        as c_int;
+    let fd = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY) } as c_int;
     if fd < 0 {
-        return u32::MAX;
+        return None;
     }
     // SAFETY: buf is valid for its length.
     let n = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) };
     // SAFETY: our own descriptor.
     unsafe { libc::syscall(libc::SYS_close, fd) };
     if n <= 0 {
-        return u32::MAX;
+        return None;
     }
     let text = &buf[..n as usize];
     // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    let Some(close) = text.iter().rposition(|&b| b == b')') else { return u32::MAX };
-    std::str::from_utf8(&text[close + 1..])
-        .ok()
-        .and_then(|rest| rest.split_ascii_whitespace().nth(17))
-        .and_then(|f| f.parse().ok())
-        .unwrap_or(u32::MAX)
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let mut fields = std::str::from_utf8(&text[close + 1..]).ok()?.split_ascii_whitespace();
+    let state = fields.next()?.bytes().next()?;
+    let threads = fields.nth(16)?.parse().ok()?;
+    Some((state, threads))
 }
 
-fn futex_wait(seen: u32, timeout_ns: u64) {
-    let ts = to_ts(timeout_ns);
-    // SAFETY: EPOCH is a live, aligned u32; the timeout is a valid relative timespec.
-    unsafe {
-        libc::syscall(libc::SYS_futex, EPOCH.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, seen, &ts);
+/// `/proc/PID/stat` or `/proc/PID/task/TID/stat`, NUL-terminated, built on the stack (no
+/// allocation: this runs inside interposed calls, possibly in a signal handler).
+struct StatPath([u8; 64]);
+
+impl StatPath {
+    fn new(pid: u32, tid: Option<u32>) -> StatPath {
+        let mut buf = [0u8; 64];
+        let mut len = 0;
+        let mut put = |bytes: &[u8]| {
+            buf[len..len + bytes.len()].copy_from_slice(bytes);
+            len += bytes.len();
+        };
+        let digits = |mut v: u32| {
+            let mut tmp = [0u8; 10];
+            let mut i = tmp.len();
+            loop {
+                i -= 1;
+                tmp[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            let mut out = [0u8; 10];
+            let n = tmp.len() - i;
+            out[..n].copy_from_slice(&tmp[i..]);
+            (out, n)
+        };
+        let (p, pn) = digits(pid);
+        put(b"/proc/");
+        put(&p[..pn]);
+        if let Some(t) = tid {
+            let (t, tn) = digits(t);
+            put(b"/task/");
+            put(&t[..tn]);
+        }
+        put(b"/stat");
+        StatPath(buf)
+    }
+
+    fn as_cstr(&self) -> &std::ffi::CStr {
+        std::ffi::CStr::from_bytes_until_nul(&self.0).unwrap_or(c"/proc/self/stat")
     }
 }
 
-fn futex_wake_all() {
-    // SAFETY: as in futex_wait.
-    unsafe { libc::syscall(libc::SYS_futex, EPOCH.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX) };
+/// The number of threads of this process.
+#[cfg(test)]
+fn thread_count() -> u32 {
+    proc_stat(c"/proc/self/stat").map_or(u32::MAX, |s| s.1)
 }
 
-/// The longest real-time wait before the thread count is looked at again (a thread that
-/// exits or starts waiting does not wake the others).
-const RECHECK_NS: u64 = 1_000_000;
-
-/// Waits until the virtual monotonic clock reaches `target_ns`: a jump when every thread
-/// of the process waits here, else real time.
-pub fn wait_until(target_ns: u64) {
-    let id = NEXT_WAITER.fetch_add(1, Ordering::Relaxed);
-    WAITERS.lock().push((id, target_ns));
-    loop {
-        let threads = thread_count();
-        let mut waiters = WAITERS.lock();
-        let now = peek_ns();
-        if now >= target_ns {
-            waiters.retain(|w| w.0 != id);
-            return;
-        }
-        if waiters.len() as u64 >= threads as u64 {
-            // Everyone waits: nothing can happen before the earliest target.
-            let earliest = waiters.iter().map(|w| w.1).min().unwrap_or(target_ns);
-            let to = earliest.max(LAST_NS.load(Ordering::Acquire));
-            let real = real_ns(libc::CLOCK_MONOTONIC);
-            JUMPED_NS.fetch_add(to.saturating_sub(now), Ordering::Relaxed);
-            JUMPS.fetch_add(1, Ordering::Relaxed);
-            SKEW_NS.store(to as i64 - real as i64, Ordering::Release);
-            LAST_NS.fetch_max(to, Ordering::AcqRel);
-            EPOCH.fetch_add(1, Ordering::Release);
-            drop(waiters);
-            futex_wake_all();
+/// The threads of the domain's live processes; a process that has exited (gone, or a
+/// zombie) leaves the domain with its registered waits.
+fn domain_threads(d: &Domain) -> u64 {
+    let mut total = 0u64;
+    for p in &d.pids {
+        let pid = p.load(Ordering::Relaxed);
+        if pid == 0 {
             continue;
         }
-        let seen = EPOCH.load(Ordering::Acquire);
-        drop(waiters);
-        futex_wait(seen, (target_ns - now).min(RECHECK_NS));
+        match proc_stat(StatPath::new(pid, None).as_cstr()) {
+            Some((state, threads)) if state != b'Z' && state != b'X' => total += threads as u64,
+            _ => {
+                let _lock = DomainLock::take();
+                if p.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    for s in &d.slots {
+                        // Only a published wait of the dead process: its id cannot change
+                        // under us (only its owner drops it), and its pid was written first.
+                        let id = s.id.load(Ordering::Acquire);
+                        if id != 0 && id != FILLING && s.pid.load(Ordering::Relaxed) == pid {
+                            let _ = s.id.compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
+                        }
+                    }
+                    d.generation.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+    total
+}
+
+fn futex_wait(word: &AtomicU32, seen: u32, timeout_ns: u64) {
+    let ts = to_ts(timeout_ns);
+    // SAFETY: a live, aligned u32 (in the shared page: a shared futex, so no PRIVATE flag);
+    // the timeout is a valid relative timespec.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, seen, &ts);
+    }
+}
+
+fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: as in futex_wait.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// The longest real-time wait before a waiter looks at the domain again (a thread that
+/// exits, or starts waiting where nothing wakes the others, does not wake them).
+pub const RECHECK_NS: u64 = 1_000_000;
+
+/// A wait registered in the domain: its thread counts as idle while it lasts (an event
+/// wait only while the kernel has the thread asleep). Dropping it deregisters.
+pub struct Registration {
+    index: usize,
+    id: u64,
+    pub target_ns: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let d = dom();
+        if d.slots[self.index].id.compare_exchange(self.id, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            d.generation.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// A slot being filled in: a snapshot that sees it does not jump.
+const FILLING: u64 = u64::MAX;
+
+/// Registers the calling thread as waiting until `target_ns` (virtual monotonic, or
+/// [`NO_TARGET`]), `event` when something else than the clock can end the wait. None when
+/// the table is full (the thread then counts as running). Lock-free: a slot is claimed
+/// with FILLING, filled, then published with its id.
+pub fn register(target_ns: u64, event: bool) -> Option<Registration> {
+    let d = dom();
+    let id = d.next_id.fetch_add(1, Ordering::Relaxed);
+    let index =
+        d.slots.iter().position(|s| s.id.compare_exchange(0, FILLING, Ordering::AcqRel, Ordering::Relaxed).is_ok())?;
+    let s = &d.slots[index];
+    s.pid.store(getpid(), Ordering::Relaxed);
+    s.tid.store(gettid(), Ordering::Relaxed);
+    s.target_ns.store(target_ns, Ordering::Relaxed);
+    s.event.store(event as u32, Ordering::Relaxed);
+    s.id.store(id, Ordering::Release);
+    d.generation.fetch_add(1, Ordering::AcqRel);
+    Some(Registration { index, id, target_ns })
+}
+
+/// The idle-skipping step: when every thread of every process of the domain waits in a
+/// registered wait that has not come due (an event waiter: and the kernel has it asleep,
+/// so a wake-up already delivered keeps the clock still), moves the clock to the earliest
+/// target and wakes the clock waiters. Returns the virtual instant after it.
+///
+/// The look at the waits and at /proc is taken without the lock (it costs system calls);
+/// the jump itself is made under the lock, and only if no wait registered or left and no
+/// other jump happened since the look.
+pub fn jump_if_idle() -> u64 {
+    let d = dom();
+    let generation = d.generation.load(Ordering::Acquire);
+    let now = peek_ns();
+    if d.overflow.load(Ordering::Relaxed) != 0 {
+        return now;
+    }
+    let (me_pid, me_tid) = (getpid(), gettid());
+    let mut idle = 0u64;
+    let mut earliest = NO_TARGET;
+    for s in &d.slots {
+        let id = s.id.load(Ordering::Acquire);
+        if id == 0 {
+            continue;
+        }
+        if id == FILLING {
+            return now;
+        }
+        let target = s.target_ns.load(Ordering::Relaxed);
+        if target <= now {
+            // Due: the thread is running (or about to).
+            return now;
+        }
+        let (pid, tid) = (s.pid.load(Ordering::Relaxed), s.tid.load(Ordering::Relaxed));
+        // The calling thread is about to wait (it runs this very check).
+        if s.event.load(Ordering::Relaxed) != 0
+            && (pid, tid) != (me_pid, me_tid)
+            && !matches!(proc_stat(StatPath::new(pid, Some(tid)).as_cstr()), Some((b'S', _)))
+        {
+            return now;
+        }
+        idle += 1;
+        earliest = earliest.min(target);
+    }
+    if earliest == NO_TARGET || idle < domain_threads(d) {
+        return now;
+    }
+    let _lock = DomainLock::take();
+    if d.generation.load(Ordering::Acquire) != generation {
+        return peek_ns();
+    }
+    let now = peek_ns();
+    let to = earliest.max(d.last_ns.load(Ordering::Acquire));
+    if to <= now {
+        return now;
+    }
+    let real = real_ns(libc::CLOCK_MONOTONIC);
+    let old_skew = d.skew_ns.load(Ordering::Acquire);
+    let new_skew = to as i64 - real as i64;
+    JUMPED_NS.fetch_add(to - now, Ordering::Relaxed);
+    JUMPS.fetch_add(1, Ordering::Relaxed);
+    SKEW_MADE_NS.fetch_add(new_skew - old_skew, Ordering::Relaxed);
+    d.skew_ns.store(new_skew, Ordering::Release);
+    d.last_ns.fetch_max(to, Ordering::AcqRel);
+    d.generation.fetch_add(1, Ordering::AcqRel);
+    d.epoch.fetch_add(1, Ordering::Release);
+    for s in &d.slots {
+        let id = s.id.load(Ordering::Acquire);
+        if id != 0 && id != FILLING && s.target_ns.load(Ordering::Relaxed) <= to {
+            s.wake.fetch_add(1, Ordering::Release);
+            futex_wake_all(&s.wake);
+        }
+    }
+    to
+}
+
+/// Waits until the virtual monotonic clock reaches `target_ns`: a jump when every thread
+/// of the domain is idle, else real time (woken early by a jump that reaches the target).
+pub fn wait_until(target_ns: u64) {
+    let d = dom();
+    let reg = register(target_ns, false);
+    loop {
+        let word = reg.as_ref().map_or(&d.epoch, |r| &d.slots[r.index].wake);
+        let seen = word.load(Ordering::Acquire);
+        let now = if reg.is_some() { jump_if_idle() } else { peek_ns() };
+        if now >= target_ns {
+            return;
+        }
+        futex_wait(word, seen, (target_ns - now).min(RECHECK_NS));
     }
 }
 
@@ -201,28 +536,42 @@ pub struct ClockStats {
 
 pub fn stats() -> ClockStats {
     ClockStats {
-        skew_ns: SKEW_NS.load(Ordering::Relaxed) - SKEW_START_NS.load(Ordering::Relaxed),
+        skew_ns: SKEW_MADE_NS.load(Ordering::Relaxed),
         jumped_ns: JUMPED_NS.load(Ordering::Relaxed),
         jumps: JUMPS.load(Ordering::Relaxed),
     }
 }
 
-pub fn fork_prepare() {
-    std::mem::forget(WAITERS.lock());
-}
+pub fn fork_prepare() {}
 
-pub fn fork_parent() {
-    WAITERS.unlock_after_fork();
-}
+pub fn fork_parent() {}
 
+/// A forked child joins its parent's domain (same clock, its threads counted too).
 pub fn fork_child() {
-    // SAFETY: single-threaded child; the prepare handler holds the lock, so no one else is
-    // inside it. The parent's waiters are not in this process.
-    unsafe { (*WAITERS.value_ptr()).clear() };
-    WAITERS.unlock_after_fork();
-    SKEW_START_NS.store(SKEW_NS.load(Ordering::Relaxed), Ordering::Relaxed);
+    SKEW_MADE_NS.store(0, Ordering::Relaxed);
     JUMPED_NS.store(0, Ordering::Relaxed);
     JUMPS.store(0, Ordering::Relaxed);
+    if !on() {
+        return;
+    }
+    let d = dom();
+    let me = getpid();
+    if SHARED.load(Ordering::Acquire).is_null() {
+        // The process-local domain was copied: another thread of the parent may have held
+        // its lock, and the parent's waits are not in this process.
+        d.lock.store(0, Ordering::Relaxed);
+        for s in &d.slots {
+            s.id.store(0, Ordering::Relaxed);
+        }
+        for p in &d.pids {
+            p.store(0, Ordering::Relaxed);
+        }
+    }
+    let _lock = DomainLock::take();
+    match d.pids.iter().find(|p| p.load(Ordering::Relaxed) == 0) {
+        Some(p) => p.store(me, Ordering::Relaxed),
+        None => d.overflow.store(1, Ordering::Relaxed),
+    }
 }
 
 /// Whether this call should see virtual time: on, and not the library's own call.
