@@ -6,9 +6,24 @@
  *   vtime threads IMAGE CPU_MS  the main thread waits on one pread while a second thread
  *                               computes for CPU_MS of its own CPU time; prints the
  *                               computing thread's elapsed time and the main thread's
+ *   vtime waits IMAGE           seven threads in timed and event waits (a condition
+ *                               variable timing out, one signalled, one untimed, poll,
+ *                               select, sem_timedwait, poll on a pipe) while the main
+ *                               thread waits on one pread, then signals, writes the pipe
+ *                               and waits (on a condition variable) for them all; prints
+ *                               each wait's result and virtual elapsed time, and how often
+ *                               a clock read went back against an earlier one
+ *   vtime fork IMAGE            a forked child waits on one pread while the parent sleeps
+ *                               in slices until the child has exited; prints the parent's
+ *                               elapsed time and the child's
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <semaphore.h>
+#include <sys/select.h>
+#include <sys/wait.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -93,13 +108,173 @@ static int mode_threads(const char *image) {
     return 0;
 }
 
+/* Every clock read of mode_waits goes through here: under a lock, so a read that returns
+ * less than one made before it is a real step back of the shared clock. */
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+static int64_t seen_last;
+static int backwards;
+
+static int64_t mono(void) {
+    pthread_mutex_lock(&seen_lock);
+    int64_t t = ns(CLOCK_MONOTONIC);
+    if (t < seen_last)
+        backwards++;
+    else
+        seen_last = t;
+    pthread_mutex_unlock(&seen_lock);
+    return t;
+}
+
+enum { W_COND_TIMEOUT, W_COND_SIGNALLED, W_COND_UNTIMED, W_POLL, W_SELECT, W_SEM, W_PIPE, W_COUNT };
+static const char *wait_names[W_COUNT] = {"cond_timeout", "cond_signalled", "cond_untimed", "poll",
+                                          "select",       "sem",            "pipe"};
+static int64_t wait_rc[W_COUNT], wait_ns[W_COUNT];
+static int64_t start_ns;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t mono_cond, untimed_cond, done_cond = PTHREAD_COND_INITIALIZER;
+static int signalled, done;
+static sem_t sem;
+static int pipe_fds[2];
+
+static void *waiter(void *arg) {
+    int which = (int)(intptr_t)arg;
+    int64_t rc = 0, t0 = mono();
+    struct timespec ts;
+    switch (which) {
+    case W_COND_TIMEOUT: /* nobody signals it: times out after 5 s (monotonic clock) */
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += 5;
+        pthread_mutex_lock(&lock);
+        do
+            rc = pthread_cond_timedwait(&mono_cond, &lock, &ts);
+        while (rc == 0);
+        pthread_mutex_unlock(&lock);
+        break;
+    case W_COND_SIGNALLED: /* signalled after the main thread's pread, long before 100 s */
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += 100;
+        pthread_mutex_lock(&lock);
+        while (!signalled && rc == 0)
+            rc = pthread_cond_timedwait(&mono_cond, &lock, &ts);
+        pthread_mutex_unlock(&lock);
+        break;
+    case W_COND_UNTIMED:
+        pthread_mutex_lock(&lock);
+        while (!signalled)
+            rc = pthread_cond_wait(&untimed_cond, &lock);
+        pthread_mutex_unlock(&lock);
+        break;
+    case W_POLL:
+        rc = poll(NULL, 0, 7000);
+        break;
+    case W_SELECT: {
+        struct timeval tv = {3, 0};
+        rc = select(0, NULL, NULL, NULL, &tv);
+        break;
+    }
+    case W_SEM:
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 4;
+        rc = sem_timedwait(&sem, &ts) == 0 ? 0 : errno;
+        break;
+    case W_PIPE: { /* data comes after the main thread's pread, long before 50 s */
+        struct pollfd p = {pipe_fds[0], POLLIN, 0};
+        rc = poll(&p, 1, 50000);
+        break;
+    }
+    }
+    int64_t t1 = mono();
+    pthread_mutex_lock(&lock);
+    wait_rc[which] = rc;
+    wait_ns[which] = t1 - t0;
+    done++;
+    pthread_cond_signal(&done_cond);
+    pthread_mutex_unlock(&lock);
+    return NULL;
+}
+
+static int mode_waits(const char *image) {
+    int fd = open(image, O_RDONLY);
+    if (fd < 0 || pipe(pipe_fds) != 0 || sem_init(&sem, 0, 0) != 0) {
+        perror("setup");
+        return 1;
+    }
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&mono_cond, &attr);
+    pthread_cond_init(&untimed_cond, NULL);
+    start_ns = mono();
+    pthread_t t[W_COUNT];
+    for (int i = 0; i < W_COUNT; i++)
+        if (pthread_create(&t[i], NULL, waiter, (void *)(intptr_t)i) != 0)
+            return 1;
+    char buf[4096];
+    if (pread(fd, buf, sizeof buf, 0) != (ssize_t)sizeof buf) {
+        perror("pread");
+        return 1;
+    }
+    int64_t pread_ns = mono() - start_ns;
+    pthread_mutex_lock(&lock);
+    signalled = 1;
+    pthread_cond_broadcast(&mono_cond);
+    pthread_cond_signal(&untimed_cond);
+    pthread_mutex_unlock(&lock);
+    if (write(pipe_fds[1], "x", 1) != 1)
+        return 1;
+    pthread_mutex_lock(&lock);
+    while (done < W_COUNT)
+        pthread_cond_wait(&done_cond, &lock);
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < W_COUNT; i++)
+        pthread_join(t[i], NULL);
+    int64_t total_ns = mono() - start_ns;
+    printf("pread_ns=%lld total_ns=%lld backwards=%d", (long long)pread_ns, (long long)total_ns, backwards);
+    for (int i = 0; i < W_COUNT; i++)
+        printf(" %s_rc=%lld %s_ns=%lld", wait_names[i], (long long)wait_rc[i], wait_names[i], (long long)wait_ns[i]);
+    printf("\n");
+    close(fd);
+    return 0;
+}
+
+static int mode_fork(const char *image) {
+    int fd = open(image, O_RDONLY);
+    if (fd < 0) {
+        perror("open");
+        return 1;
+    }
+    int64_t m0 = ns(CLOCK_MONOTONIC);
+    pid_t child = fork();
+    if (child == 0) {
+        char buf[4096];
+        int64_t c0 = ns(CLOCK_MONOTONIC);
+        if (pread(fd, buf, sizeof buf, 0) != (ssize_t)sizeof buf)
+            _exit(1);
+        printf("child_ns=%lld ", (long long)(ns(CLOCK_MONOTONIC) - c0));
+        fflush(stdout);
+        _exit(0);
+    }
+    /* As fio's parent waits for its jobs: short sleeps, then a look. */
+    int status = 0;
+    while (waitpid(child, &status, WNOHANG) == 0)
+        usleep(10000);
+    printf("parent_ns=%lld child_ok=%d\n", (long long)(ns(CLOCK_MONOTONIC) - m0),
+           WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "waits") == 0)
+        return mode_waits(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "fork") == 0)
+        return mode_fork(argv[2]);
     if (argc == 5 && strcmp(argv[1], "io") == 0)
         return mode_io(argv[2], atol(argv[3]), atol(argv[4]));
     if (argc == 4 && strcmp(argv[1], "threads") == 0) {
         cpu_ms = atol(argv[3]);
         return mode_threads(argv[2]);
     }
-    fprintf(stderr, "usage: vtime io IMAGE N SLEEP_US | vtime threads IMAGE CPU_MS\n");
+    fprintf(stderr, "usage: vtime io IMAGE N SLEEP_US | vtime threads IMAGE CPU_MS | vtime waits|fork IMAGE\n");
     return 2;
 }

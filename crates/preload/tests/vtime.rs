@@ -142,3 +142,71 @@ fn fio_runs_to_completion_under_virtual_time() {
     assert!(read["clat_ns"]["mean"].as_f64().unwrap() >= service_ns, "{}", read["clat_ns"]);
     assert_eq!(common::total(&common::records(&stats), "reads"), 50);
 }
+
+#[test]
+fn timed_waits_let_the_clock_jump_and_events_still_end_them_at_once() {
+    let Some((dir, program)) = setup("vtime-waits") else { return };
+    // The main thread's one pread takes 2 s on this model; the seven waiters' deadlines
+    // are 3, 4, 5, 7 s (none signalled) and 50, 100 s or none (each ended by the main
+    // thread right after its pread).
+    let r = run(&program, &dir, "emu:nvme,lat=2s,channels=1", true, &["waits"]);
+    let s = 1_000_000_000i64;
+    assert_eq!(r.get("backwards"), 0, "a clock read went back: {:?}", r.fields);
+    assert!(r.get("pread_ns") >= 2 * s, "{:?}", r.fields);
+    for (name, rc, at_least) in
+        [("cond_timeout", libc::ETIMEDOUT, 5), ("poll", 0, 7), ("select", 0, 3), ("sem", libc::ETIMEDOUT, 4)]
+    {
+        assert_eq!(r.get(&format!("{name}_rc")), rc as i64, "{name} timed out: {:?}", r.fields);
+        assert!(r.get(&format!("{name}_ns")) >= at_least * s, "{name} lasted its timeout: {:?}", r.fields);
+    }
+    // Signalled, woken by the pipe: they return as the real call does, at the event, and
+    // the clock never ran on to their far deadlines (50 s, 100 s).
+    for name in ["cond_signalled", "cond_untimed"] {
+        assert_eq!(r.get(&format!("{name}_rc")), 0, "{name}: {:?}", r.fields);
+    }
+    assert_eq!(r.get("pipe_rc"), 1, "the pipe's data ended the poll: {:?}", r.fields);
+    let total = r.get("total_ns");
+    assert!(total >= 7 * s && total < 50 * s, "the run ends at the last timeout, 7 s: {:?}", r.fields);
+    for name in ["cond_signalled", "cond_untimed", "pipe"] {
+        assert!(r.get(&format!("{name}_ns")) <= total, "{name}: {:?}", r.fields);
+    }
+    // The 7 s were skipped, not waited: the clock jumped over the waits.
+    assert!(r.record["jumps"].as_u64().unwrap() >= 1, "{:?}", r.record);
+    assert!(r.record["jumped_ns"].as_i64().unwrap() >= 5 * s, "{:?}", r.record);
+}
+
+#[test]
+fn a_forked_child_shares_the_clock_and_its_device_wait_is_skipped() {
+    let Some((dir, program)) = setup("vtime-fork") else { return };
+    let image = dir.join("disk.img");
+    let stats = dir.join("emu-fork.jsonl");
+    let _ = std::fs::remove_file(&stats);
+    let out = Command::new(&program)
+        .arg("fork")
+        .arg(&image)
+        .env("LD_PRELOAD", common::library())
+        .env("SMARTCON_PRELOAD_EMU_SPEC", "emu:nvme,lat=2s,channels=1")
+        .env("SMARTCON_PRELOAD_EMU_PATH", &image)
+        .env("SMARTCON_PRELOAD_VIRTUAL_TIME", "1")
+        .env("SMARTCON_PRELOAD_EMU_STATS", &stats)
+        .output()
+        .expect("run the program");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let get = |k: &str| -> i64 {
+        stdout
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{k}=")).map(|v| v.parse().unwrap()))
+            .unwrap_or_else(|| panic!("{k} missing in {stdout}"))
+    };
+    assert_eq!(get("child_ok"), 1, "{stdout}");
+    assert!(get("child_ns") >= 2_000_000_000, "{stdout}");
+    // The parent sleeps in 10 ms slices meanwhile: it sees the child's 2 s on the same clock.
+    assert!(get("parent_ns") >= get("child_ns"), "{stdout}");
+    // Both processes idle (one in the device wait, one asleep): the clock jumped, and the
+    // processes' records together say so once (each counts the jumps it made).
+    let records = common::records(&stats);
+    assert_eq!(records.len(), 2, "{records:?}");
+    let skew: i64 = records.iter().map(|r| r["skew_ns"].as_i64().unwrap()).sum();
+    assert!(skew >= 1_500_000_000, "the 2 s wait was mostly skipped: {records:?}");
+}
