@@ -193,7 +193,7 @@ pub unsafe fn serve(fd: c_int, buf: Buf, len: size_t, off: Option<off_t>) -> Opt
     if !is_image(emu, fd) {
         return None;
     }
-    let _busy = Busy::try_enter()?;
+    let busy = Busy::try_enter()?;
     let arrival_ns = if emu.virtual_time { vclock::observe_ns().0 } else { vclock::real_ns(libc::CLOCK_MONOTONIC) };
     let offset = match off {
         Some(o) => o,
@@ -226,6 +226,9 @@ pub unsafe fn serve(fd: c_int, buf: Buf, len: size_t, off: Option<off_t>) -> Opt
     };
     BYTES.fetch_add(n as u64, Ordering::Relaxed);
     DEVICE_NS.fetch_add(complete_ns.saturating_sub(arrival_ns), Ordering::Relaxed);
+    // Not inside the library while waiting: a signal handler that runs meanwhile reads the
+    // virtual clock (the real one is behind it) and may do its own I/O.
+    drop(busy);
     if emu.virtual_time {
         vclock::wait_until(complete_ns);
     } else {

@@ -1,25 +1,38 @@
 //! The program's virtual clock (`smartcon run --emulate ... --virtual-time`).
 //!
-//! Design: the program's time is the real monotonic clock plus a process-wide skew. A wait
-//! on the emulated device or a sleep registers its target instant (virtual monotonic ns)
-//! and then:
+//! Design: the program's time is the real monotonic clock plus a skew. The skew, the last
+//! instant handed out and the table of waits live in one page mapped `MAP_SHARED` before
+//! the program's first fork (the domain), so the processes the program forks share one
+//! clock. A wait registers its thread with its target instant (virtual monotonic ns), or
+//! none: device waits and sleeps here ([`wait_until`]), condition variables, semaphores
+//! and descriptor waits in [`crate::waits`]. Then:
 //!
-//! - when every thread of the process is registered (the seed's idle skipping: nothing in
-//!   the process can run before the earliest target), the skew is set so that the clock
-//!   reads the earliest target (never less than anything already handed out): the wait
-//!   costs no real time, and the real time the emulator spent since the last instant the
-//!   program saw is hidden (the seed's OS-state pausing, for one process);
-//! - otherwise the thread waits in real time (a futex with a timeout), and wakes early if
-//!   another thread's jump reaches its target.
+//! - when every thread of every process of the domain is registered (the seed's idle
+//!   skipping: nothing in the program can run before the earliest target), the skew is
+//!   set so that the clock reads the earliest target (never less than anything already
+//!   handed out): the wait costs no real time, and the real time the emulator spent since
+//!   the last instant the program saw is hidden (the seed's OS-state pausing). A wait that
+//!   an event can end (a condition variable, a descriptor) counts only while the kernel
+//!   has its thread asleep (state S in /proc), so a wake-up already delivered holds the
+//!   clock until that thread runs; a wait whose target has come counts as running;
+//! - otherwise the thread waits in real time, in slices of at most [`RECHECK_NS`], and a
+//!   jump that reaches its target wakes it (a futex word per wait).
 //!
-//! Every clock the program reads (CLOCK_MONOTONIC, REALTIME, BOOTTIME, their _RAW, _COARSE
-//! and _ALARM variants) moves by the same skew, and the monotonic family never goes back
-//! (`LAST_NS`). CPU-time clocks are not touched.
+//! Thread counts come from /proc/PID/stat of each process in the domain (a process that
+//! is gone or a zombie leaves it); a process the program started with exec has its own
+//! domain and, while it lives, counts as running in its parent's. The jump is decided on
+//! a snapshot taken without the lock and made under it only if no wait registered or
+//! left meanwhile. Every clock the program reads (CLOCK_MONOTONIC, REALTIME, BOOTTIME,
+//! their _RAW, _COARSE and _ALARM variants) moves by the same skew, and the monotonic
+//! family never goes back (`last_ns`). CPU-time clocks are not touched.
 //!
 //! Non-goals: time read without libc (raw `syscall(SYS_clock_gettime)`, `rdtsc`, a statically
-//! linked program), time across `exec` (the new image starts at skew 0) or shared between
-//! processes, and signals during a virtual sleep (the sleep is not interrupted). A thread
-//! blocked elsewhere (a futex, a pipe) counts as running, so the clock then runs in real time.
+//! linked program), time across `exec` (the new image starts a domain at the real clock),
+//! signals during a virtual sleep (the sleep is not interrupted), more than
+//! [`DOMAIN_PIDS_MAX`] processes (jumping then stops) or [`DOMAIN_WAITS_MAX`] waits at once
+//! (the rest count as running). A thread blocked where nothing is interposed (a futex
+//! called directly, `pthread_join`, `wait4`, a blocking `read`) counts as running, so the
+//! clock then runs in real time.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -132,19 +145,29 @@ fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
+thread_local! {
+    /// Whether this thread holds the domain lock.
+    static HOLDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// The domain lock: a spin lock whose word holds the holder's pid, so a process killed
 /// while holding it does not stop the others (they take it over once the pid is gone).
 struct DomainLock(&'static Domain);
 
 impl DomainLock {
-    fn take() -> DomainLock {
+    /// The lock, or None when this thread holds it already (a signal handler that waits
+    /// while the code it interrupted holds it: the caller then skips what needed it).
+    fn take() -> Option<DomainLock> {
+        if HOLDING.try_with(|h| h.replace(true)).unwrap_or(true) {
+            return None;
+        }
         let d = dom();
         let me = getpid();
         let mut spins = 0u32;
         loop {
             let owner = d.lock.load(Ordering::Relaxed);
             if owner == 0 && d.lock.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                return DomainLock(d);
+                return Some(DomainLock(d));
             }
             spins = spins.wrapping_add(1);
             // A holder killed while in it is rare: look for one only now and then.
@@ -169,6 +192,7 @@ impl DomainLock {
 impl Drop for DomainLock {
     fn drop(&mut self) {
         self.0.lock.store(0, Ordering::Release);
+        let _ = HOLDING.try_with(|h| h.set(false));
     }
 }
 
@@ -362,7 +386,7 @@ fn domain_threads(d: &Domain) -> u64 {
         match proc_stat(StatPath::new(pid, None).as_cstr()) {
             Some((state, threads)) if state != b'Z' && state != b'X' => total += threads as u64,
             _ => {
-                let _lock = DomainLock::take();
+                let Some(_lock) = DomainLock::take() else { continue };
                 if p.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                     for s in &d.slots {
                         // Only a published wait of the dead process: its id cannot change
@@ -454,6 +478,8 @@ pub fn jump_if_idle() -> u64 {
     }
     let (me_pid, me_tid) = (getpid(), gettid());
     let mut idle = 0u64;
+    let mut seen = [(0u32, 0u32); DOMAIN_WAITS_MAX];
+    let mut seen_count = 0;
     let mut earliest = NO_TARGET;
     for s in &d.slots {
         let id = s.id.load(Ordering::Acquire);
@@ -476,13 +502,22 @@ pub fn jump_if_idle() -> u64 {
         {
             return now;
         }
-        idle += 1;
+        // A thread counts once (a signal handler may wait while the code it interrupted
+        // is registered too).
+        if !seen[..seen_count].contains(&(pid, tid)) {
+            if seen_count == seen.len() {
+                return now;
+            }
+            seen[seen_count] = (pid, tid);
+            seen_count += 1;
+            idle += 1;
+        }
         earliest = earliest.min(target);
     }
     if earliest == NO_TARGET || idle < domain_threads(d) {
         return now;
     }
-    let _lock = DomainLock::take();
+    let Some(_lock) = DomainLock::take() else { return now };
     if d.generation.load(Ordering::Acquire) != generation {
         return peek_ns();
     }

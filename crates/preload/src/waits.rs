@@ -38,7 +38,7 @@
 
 use libc::{c_int, c_void, clockid_t, nfds_t, pollfd, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, timespec};
 
-use crate::process::{Busy, Spin};
+use crate::process::{self, Spin};
 use crate::real::{self, call_real, Sym};
 use crate::vclock::{self, NO_TARGET};
 
@@ -95,13 +95,11 @@ fn no_libc() -> c_int {
     -1
 }
 
-/// Whether this call takes part in virtual time; the guard keeps the library's own calls
-/// and a signal handler that interrupts a wrapped wait on the real functions.
-fn enter() -> Option<Busy> {
-    if !vclock::on() {
-        return None;
-    }
-    Busy::try_enter()
+/// Whether this call takes part in virtual time: on, and not the library's own call. No
+/// guard is held across the wait: a signal handler that runs meanwhile must still read
+/// the virtual clock (the real one is behind it).
+fn enter() -> bool {
+    vclock::on() && !process::inside()
 }
 
 /// An absolute timespec in ns, or None when it is invalid (the real call says EINVAL).
@@ -165,8 +163,7 @@ pub unsafe extern "C" fn pthread_cond_destroy(cond: *mut pthread_cond_t) -> c_in
 /// As pthread_cond_wait(3).
 #[no_mangle]
 pub unsafe extern "C" fn pthread_cond_wait(cond: *mut pthread_cond_t, mutex: *mut pthread_mutex_t) -> c_int {
-    let _busy = enter();
-    let _reg = _busy.as_ref().and_then(|_| vclock::register(NO_TARGET, true));
+    let _reg = if enter() { vclock::register(NO_TARGET, true) } else { None };
     call_real!(COND_WAIT, CondWaitFn, libc::ENOSYS, cond, mutex)
 }
 
@@ -200,7 +197,7 @@ pub unsafe extern "C" fn pthread_cond_timedwait(
     mutex: *mut pthread_mutex_t,
     abstime: *const timespec,
 ) -> c_int {
-    if let Some(_busy) = enter() {
+    if enter() {
         // SAFETY: the caller's promise on abstime.
         if let (Some(abs), Some(clock)) = (unsafe { abs_ns(abstime) }, cond_clock(cond as usize)) {
             // SAFETY: forwarded caller promise; the clock is the condition variable's.
@@ -222,7 +219,7 @@ pub unsafe extern "C" fn pthread_cond_clockwait(
     static COND_CLOCKWAIT: Sym = Sym::new(c"pthread_cond_clockwait");
     type F = unsafe extern "C" fn(*mut pthread_cond_t, *mut pthread_mutex_t, clockid_t, *const timespec) -> c_int;
     let known = matches!(clock, libc::CLOCK_MONOTONIC | libc::CLOCK_REALTIME);
-    if let Some(_busy) = enter().filter(|_| known) {
+    if known && enter() {
         // SAFETY: the caller's promise on abstime.
         if let Some(abs) = unsafe { abs_ns(abstime) } {
             let target_ns = vclock::deadline_on(clock, abs);
@@ -248,8 +245,7 @@ pub unsafe extern "C" fn pthread_cond_clockwait(
 #[no_mangle]
 pub unsafe extern "C" fn sem_wait(sem: *mut libc::sem_t) -> c_int {
     type F = unsafe extern "C" fn(*mut libc::sem_t) -> c_int;
-    let _busy = enter();
-    let _reg = _busy.as_ref().and_then(|_| vclock::register(NO_TARGET, true));
+    let _reg = if enter() { vclock::register(NO_TARGET, true) } else { None };
     call_real!(SEM_WAIT, F, no_libc(), sem)
 }
 
@@ -284,7 +280,7 @@ unsafe fn sem_timed(sem: *mut libc::sem_t, clock: clockid_t, abs: u64) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn sem_timedwait(sem: *mut libc::sem_t, abstime: *const timespec) -> c_int {
     type F = unsafe extern "C" fn(*mut libc::sem_t, *const timespec) -> c_int;
-    if let Some(_busy) = enter() {
+    if enter() {
         // SAFETY: the caller's promise on abstime.
         if let Some(abs) = unsafe { abs_ns(abstime) } {
             // SAFETY: forwarded caller promise.
@@ -301,7 +297,7 @@ pub unsafe extern "C" fn sem_clockwait(sem: *mut libc::sem_t, clock: clockid_t, 
     static SEM_CLOCKWAIT: Sym = Sym::new(c"sem_clockwait");
     type F = unsafe extern "C" fn(*mut libc::sem_t, clockid_t, *const timespec) -> c_int;
     let known = matches!(clock, libc::CLOCK_MONOTONIC | libc::CLOCK_REALTIME);
-    if let Some(_busy) = enter().filter(|_| known) {
+    if known && enter() {
         // SAFETY: the caller's promise on abstime.
         if let Some(abs) = unsafe { abs_ns(abstime) } {
             // SAFETY: forwarded caller promise.
@@ -359,7 +355,7 @@ fn slice_ms(slice: Option<u64>) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
     type F = unsafe extern "C" fn(*mut pollfd, nfds_t, c_int) -> c_int;
-    if let Some(_busy) = enter() {
+    if enter() {
         // SAFETY: (fallback) the kernel validates the array.
         let raw = |t: c_int| unsafe { libc::syscall(libc::SYS_poll, fds, nfds, t) as c_int };
         return fd_wait(ms_timeout(timeout), |slice| {
@@ -394,7 +390,7 @@ pub unsafe extern "C" fn ppoll(
     type F = unsafe extern "C" fn(*mut pollfd, nfds_t, *const timespec, *const libc::sigset_t) -> c_int;
     // SAFETY: (fallback) the kernel validates the pointers; the kernel's sigset is 8 bytes.
     let raw = |t: *const timespec| unsafe { libc::syscall(libc::SYS_ppoll, fds, nfds, t, sigmask, 8) as c_int };
-    if let Some(_busy) = enter() {
+    if enter() {
         // SAFETY: the caller's promise on tmo (a relative timeout here).
         let timeout = if tmo.is_null() { Some(None) } else { unsafe { abs_ns(tmo) }.map(Some) };
         if let Some(timeout) = timeout {
@@ -451,7 +447,7 @@ pub unsafe extern "C" fn select(
     ) -> c_int;
     // SAFETY: (fallback) the kernel validates the pointers.
     let raw = |t: *mut libc::timeval| unsafe { libc::syscall(libc::SYS_select, nfds, r, w, e, t) as c_int };
-    if let Some(_busy) = enter().filter(|_| (0..=libc::FD_SETSIZE as c_int).contains(&nfds)) {
+    if (0..=libc::FD_SETSIZE as c_int).contains(&nfds) && enter() {
         let timeout = if tv.is_null() {
             Some(None)
         } else {
@@ -510,7 +506,7 @@ pub unsafe extern "C" fn pselect(
         *const timespec,
         *const libc::sigset_t,
     ) -> c_int;
-    if let Some(_busy) = enter().filter(|_| (0..=libc::FD_SETSIZE as c_int).contains(&nfds)) {
+    if (0..=libc::FD_SETSIZE as c_int).contains(&nfds) && enter() {
         // SAFETY: the caller's promise on tmo (a relative timeout here).
         let timeout = if tmo.is_null() { Some(None) } else { unsafe { abs_ns(tmo) }.map(Some) };
         if let Some(timeout) = timeout {
@@ -538,7 +534,7 @@ pub unsafe extern "C" fn epoll_wait(epfd: c_int, events: *mut libc::epoll_event,
     let raw = |t: c_int| unsafe {
         libc::syscall(libc::SYS_epoll_pwait, epfd, events, max, t, std::ptr::null::<c_void>(), 8) as c_int
     };
-    if let Some(_busy) = enter() {
+    if enter() {
         return fd_wait(ms_timeout(timeout), |slice| {
             call_real!(EPOLL_WAIT, F, raw(slice_ms(slice)), epfd, events, max, slice_ms(slice))
         });
@@ -559,7 +555,7 @@ pub unsafe extern "C" fn epoll_pwait(
     type F = unsafe extern "C" fn(c_int, *mut libc::epoll_event, c_int, c_int, *const libc::sigset_t) -> c_int;
     // SAFETY: (fallback) the kernel validates the pointers; the kernel's sigset is 8 bytes.
     let raw = |t: c_int| unsafe { libc::syscall(libc::SYS_epoll_pwait, epfd, events, max, t, sigmask, 8) as c_int };
-    if let Some(_busy) = enter() {
+    if enter() {
         return fd_wait(ms_timeout(timeout), |slice| {
             call_real!(EPOLL_PWAIT, F, raw(slice_ms(slice)), epfd, events, max, slice_ms(slice), sigmask)
         });
