@@ -786,16 +786,40 @@ pub extern "C" fn sleep(s: libc::c_uint) -> libc::c_uint {
     )
 }
 
+/// The shortest final stretch of a real-time device wait that is polled, not slept.
+pub const SPIN_NS_MIN: u64 = 200_000;
+/// The longest: a spin has a budget, past which the wait stays late rather than burn a
+/// shared machine's CPU.
+pub const SPIN_NS_MAX: u64 = 2_000_000;
+const _: () = assert!(SPIN_NS_MIN <= SPIN_NS_MAX);
+
+/// How late the kernel's wake-ups came lately (ns, a moving average over about 8 waits).
+static OVERSLEEP_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The polled stretch for the lateness seen so far: twice the recent oversleep, within
+/// [SPIN_NS_MIN, SPIN_NS_MAX], so a wake-up as late as the recent ones still lands before
+/// the instant.
+fn spin_ns_for(oversleep_ns: u64) -> u64 {
+    oversleep_ns.saturating_mul(2).clamp(SPIN_NS_MIN, SPIN_NS_MAX)
+}
+
+/// The moving average after one more wake-up `late_ns` behind its timer.
+fn oversleep_after(average_ns: u64, late_ns: u64) -> u64 {
+    average_ns - average_ns / 8 + late_ns / 8
+}
+
 /// Sleeps in real time until the real monotonic clock reads `deadline_ns`: the kernel for
-/// all but the last 200 us, then a spin (real-time serving of the emulated device: a
-/// kernel wake-up on a busy machine comes late by tens to hundreds of us).
+/// all but the final stretch, then a spin (real-time serving of the emulated device: a
+/// kernel wake-up on a busy machine comes late by tens of us to milliseconds). The
+/// stretch follows how late the kernel's wake-ups have come ([`spin_ns_for`]).
 pub fn real_sleep_until(deadline_ns: u64) {
-    const SPIN_NS: u64 = 200_000;
+    let spin_ns = spin_ns_for(OVERSLEEP_NS.load(Ordering::Relaxed));
     let now = real_ns(libc::CLOCK_MONOTONIC);
-    if deadline_ns > now + SPIN_NS {
-        let ts = to_ts(deadline_ns - SPIN_NS);
+    if deadline_ns > now + spin_ns {
+        let wake_ns = deadline_ns - spin_ns;
+        let ts = to_ts(wake_ns);
         // SAFETY: a valid timespec; an absolute monotonic deadline; EINTR only shortens it.
-        unsafe {
+        let r = unsafe {
             libc::syscall(
                 libc::SYS_clock_nanosleep,
                 libc::CLOCK_MONOTONIC,
@@ -804,6 +828,11 @@ pub fn real_sleep_until(deadline_ns: u64) {
                 std::ptr::null_mut::<timespec>(),
             )
         };
+        if r == 0 {
+            let late_ns = real_ns(libc::CLOCK_MONOTONIC).saturating_sub(wake_ns);
+            let average = OVERSLEEP_NS.load(Ordering::Relaxed);
+            OVERSLEEP_NS.store(oversleep_after(average, late_ns), Ordering::Relaxed);
+        }
     }
     while real_ns(libc::CLOCK_MONOTONIC) < deadline_ns {
         std::hint::spin_loop();
@@ -818,6 +847,30 @@ mod tests {
     fn this_process_has_a_thread_count() {
         let n = thread_count();
         assert!((1..10_000).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn the_polled_stretch_follows_late_wake_ups_within_its_budget() {
+        assert_eq!(spin_ns_for(0), SPIN_NS_MIN);
+        assert_eq!(spin_ns_for(300_000), 600_000);
+        assert_eq!(spin_ns_for(u64::MAX), SPIN_NS_MAX);
+        // Wake-ups 1 ms late, again and again: the average climbs to them (not past), and
+        // falls back once they are punctual.
+        let mut average = 0;
+        for _ in 0..100 {
+            average = oversleep_after(average, 1_000_000);
+        }
+        assert!((900_000..=1_000_000).contains(&average), "{average}");
+        for _ in 0..100 {
+            average = oversleep_after(average, 0);
+        }
+        assert!(average < 10_000, "{average}");
+    }
+
+    #[test]
+    fn stat_paths_are_built_without_allocating() {
+        assert_eq!(StatPath::new(42, None).as_cstr(), c"/proc/42/stat");
+        assert_eq!(StatPath::new(4_294_967_295, Some(7)).as_cstr(), c"/proc/4294967295/task/7/stat");
     }
 
     #[test]
