@@ -89,6 +89,9 @@ struct Domain {
     /// Bumped whenever a wait registers or leaves and at each jump: a jump decided on a
     /// snapshot goes ahead only if nothing changed since.
     generation: AtomicU64,
+    /// The domain's threads at the last count from /proc, and when (real monotonic ns).
+    threads_counted: AtomicU64,
+    threads_counted_at_ns: AtomicU64,
     /// A fork found the pid table full: jumping is off (a process would go uncounted).
     overflow: AtomicU32,
     pids: [AtomicU32; DOMAIN_PIDS_MAX],
@@ -104,6 +107,8 @@ impl Domain {
             last_ns: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             generation: AtomicU64::new(0),
+            threads_counted: AtomicU64::new(0),
+            threads_counted_at_ns: AtomicU64::new(0),
             overflow: AtomicU32::new(0),
             pids: [const { AtomicU32::new(0) }; DOMAIN_PIDS_MAX],
             slots: [const {
@@ -481,6 +486,8 @@ pub fn jump_if_idle() -> u64 {
     let mut seen = [(0u32, 0u32); DOMAIN_WAITS_MAX];
     let mut seen_count = 0;
     let mut earliest = NO_TARGET;
+    let mut events = [(0u32, 0u32); DOMAIN_WAITS_MAX];
+    let mut events_count = 0;
     for s in &d.slots {
         let id = s.id.load(Ordering::Acquire);
         if id == 0 {
@@ -496,11 +503,9 @@ pub fn jump_if_idle() -> u64 {
         }
         let (pid, tid) = (s.pid.load(Ordering::Relaxed), s.tid.load(Ordering::Relaxed));
         // The calling thread is about to wait (it runs this very check).
-        if s.event.load(Ordering::Relaxed) != 0
-            && (pid, tid) != (me_pid, me_tid)
-            && !matches!(proc_stat(StatPath::new(pid, Some(tid)).as_cstr()), Some((b'S', _)))
-        {
-            return now;
+        if s.event.load(Ordering::Relaxed) != 0 && (pid, tid) != (me_pid, me_tid) && events_count < events.len() {
+            events[events_count] = (pid, tid);
+            events_count += 1;
         }
         // A thread counts once (a signal handler may wait while the code it interrupted
         // is registered too).
@@ -514,7 +519,27 @@ pub fn jump_if_idle() -> u64 {
         }
         earliest = earliest.min(target);
     }
-    if earliest == NO_TARGET || idle < domain_threads(d) {
+    if earliest == NO_TARGET {
+        return now;
+    }
+    // Fewer waits than the threads counted less than RECHECK_NS ago: not idle, without a
+    // look at /proc (a thread that exited since keeps the clock still that long at most).
+    let counted_at_ns = d.threads_counted_at_ns.load(Ordering::Acquire);
+    if idle < d.threads_counted.load(Ordering::Acquire)
+        && real_ns(libc::CLOCK_MONOTONIC) < counted_at_ns.saturating_add(RECHECK_NS)
+    {
+        return now;
+    }
+    // Every wait an event can end: its thread must be asleep (not woken already).
+    for &(pid, tid) in &events[..events_count] {
+        if !matches!(proc_stat(StatPath::new(pid, Some(tid)).as_cstr()), Some((b'S', _))) {
+            return now;
+        }
+    }
+    let threads = domain_threads(d);
+    d.threads_counted.store(threads, Ordering::Release);
+    d.threads_counted_at_ns.store(real_ns(libc::CLOCK_MONOTONIC), Ordering::Release);
+    if idle < threads {
         return now;
     }
     let Some(_lock) = DomainLock::take() else { return now };
