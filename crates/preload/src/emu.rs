@@ -121,16 +121,19 @@ pub fn init() {
 
 extern "C" fn fork_prepare() {
     std::mem::forget(DEVICE.lock());
+    crate::waits::fork_prepare();
     vclock::fork_prepare();
 }
 
 extern "C" fn fork_parent() {
     vclock::fork_parent();
+    crate::waits::fork_parent_or_child();
     DEVICE.unlock_after_fork();
 }
 
 extern "C" fn fork_child() {
     vclock::fork_child();
+    crate::waits::fork_parent_or_child();
     DEVICE.unlock_after_fork();
     for c in [&READS, &WRITES, &BYTES, &DEVICE_NS] {
         c.store(0, Ordering::Relaxed);

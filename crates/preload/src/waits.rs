@@ -30,7 +30,9 @@
 //!   in a small table; a condition variable not in it uses CLOCK_REALTIME, as a static
 //!   initializer does. When the table has overflowed, an unknown one passes through.
 //!
-//! Non-goals: timerfd and POSIX timers (a timer fires in real time; a thread that waits on
+//! Non-goals: `pthread_cancel` of a thread inside an interposed wait (its registration would
+//! stay behind), programs bound to glibc's pre-2.3.2 condition variables, timerfd and POSIX
+//! timers (a timer fires in real time; a thread that waits on
 //! a timerfd in an interposed wait counts as idle meanwhile), `futex(2)` called directly,
 //! `pthread_mutex_timedlock`, `pthread_join` and `wait4` (a thread blocked there counts as
 //! running), `sigtimedwait`, 32-bit time64 variants, and `select`'s fd sets beyond
@@ -139,7 +141,8 @@ type CondTimedFn = unsafe extern "C" fn(*mut pthread_cond_t, *mut pthread_mutex_
 pub unsafe extern "C" fn pthread_cond_init(cond: *mut pthread_cond_t, attr: *const pthread_condattr_t) -> c_int {
     // The fallback: a libc without it has no threads to wait with.
     let r = call_real!(COND_INIT, CondInitFn, libc::ENOSYS, cond, attr);
-    if r == 0 {
+    // Only under virtual time, whose fork handlers keep the table's lock consistent.
+    if r == 0 && vclock::on() {
         let mut clock = libc::CLOCK_REALTIME;
         if !attr.is_null() {
             // SAFETY: attr is the caller's initialised attribute object (pthread_cond_init's
@@ -155,7 +158,9 @@ pub unsafe extern "C" fn pthread_cond_init(cond: *mut pthread_cond_t, attr: *con
 /// As pthread_cond_destroy(3).
 #[no_mangle]
 pub unsafe extern "C" fn pthread_cond_destroy(cond: *mut pthread_cond_t) -> c_int {
-    set_cond_clock(cond as usize, libc::CLOCK_REALTIME);
+    if vclock::on() {
+        set_cond_clock(cond as usize, libc::CLOCK_REALTIME);
+    }
     call_real!(COND_DESTROY, CondFn, libc::ENOSYS, cond)
 }
 
@@ -561,6 +566,16 @@ pub unsafe extern "C" fn epoll_pwait(
         });
     }
     call_real!(EPOLL_PWAIT, F, raw(timeout), epfd, events, max, timeout, sigmask)
+}
+
+/// Fork handlers (from the emulator's): the table's lock is held across fork, so the child
+/// never inherits it held by a thread it does not have.
+pub fn fork_prepare() {
+    std::mem::forget(COND_CLOCKS.lock());
+}
+
+pub fn fork_parent_or_child() {
+    COND_CLOCKS.unlock_after_fork();
 }
 
 #[cfg(test)]
