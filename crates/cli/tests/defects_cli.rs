@@ -414,3 +414,55 @@ fn zero_rounds_and_plots_onto_existing_paths_are_refused() {
     assert_eq!(std::fs::read(&existing).unwrap(), b"keep me");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `smartcon cleanup` is the one command after a SIGKILL: it also removes what a killed
+/// `emulate mount` left (its FUSE mount and loop device), from the mount's record.
+#[test]
+fn cleanup_also_removes_a_killed_emulate_mount() {
+    if !is_root() || !Path::new("/dev/fuse").exists() || Command::new("losetup").arg("-V").output().is_err() {
+        eprintln!("skipped: needs root, /dev/fuse and losetup (util-linux)");
+        return;
+    }
+    let dir = scratch("kill9-mount");
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mut child =
+        cmd(&dir, &["emulate", "mount", "emu:nvram", mnt.to_str().unwrap(), "--fs", "none", "--size", "16m"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+    // The mount is up once it prints its loop device (bounded: the server gives up on its own).
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut out, &mut line).unwrap_or(0) > 0 {
+        seen.push_str(&line);
+        if line.contains("/dev/loop") {
+            break;
+        }
+        line.clear();
+    }
+    let Some(dev) = seen
+        .split_whitespace()
+        .find(|w| w.starts_with("/dev/loop"))
+        .map(|w| w.trim_end_matches([',', '.', ':']).to_string())
+    else {
+        let _ = child.kill();
+        panic!("emulate mount never printed its loop device: {seen}");
+    };
+    let loop_name = dev.trim_start_matches("/dev/").to_string();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let fuse_mounted =
+        || std::fs::read_to_string("/proc/mounts").unwrap().lines().any(|l| l.contains(dir.to_str().unwrap()));
+    let attached = || Path::new(&format!("/sys/block/{loop_name}/loop/backing_file")).exists();
+    assert!(fuse_mounted() && attached(), "SIGKILL left the FUSE mount and {dev} (the case to clean up)");
+    let out = smartcon(&dir, &["cleanup"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("removed what pid"), "{text}");
+    assert!(!fuse_mounted(), "FUSE still mounted after cleanup");
+    assert!(!attached(), "{dev} still attached after cleanup");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
