@@ -18,7 +18,7 @@ fn bench(c: &mut Criterion) {
             decide(
                 black_box(Request { bytes: 4096 + (i & 0xfff) }),
                 black_box(DeviceState { inflight_count: 0, inflight_bytes: 0 }),
-                black_box(SystemState { cpu_utilization_pct: (i % 100) as u32, others_waiting_pct: (i % 7) as u32 }),
+                black_box(SystemState { cpu_utilization_pct: (i % 100) as u32 }),
                 black_box(&t),
             )
         })

@@ -16,16 +16,11 @@
 //!    ahead are not added here: branch 3 has already bounded them to Q, the number the
 //!    device serves beside this one without spinning ceasing to pay (on an emulated device
 //!    its channels less one; four 4 KiB readers ahead on `emu:optane`'s seven channels do
-//!    not delay a fifth). Then spin whatever the utilization, as long as no other task
-//!    waits for a CPU (the monitor's `others_waiting_pct` at most
-//!    [`SPIN_CHEAPER_WAITING_PCT_MAX`]): the paper's CPU check exists to spare other work
-//!    the CPU a spinner burns, and a blocking wait that burns more (timer, switch out,
-//!    switch in: about 20 us per I/O on a KVM guest) spares no one *per I/O*. Per second
-//!    it can: a spinner holds its CPU for the whole wait and completes I/Os faster, so
-//!    beside tasks that want every CPU (two crunchers on two CPUs) it takes its fair share
-//!    where a blocking thread used less of it (measured on `emu:optane` at 4-16 KiB with
-//!    2 s cells: the crunchers kept 0.955 of their work on average). Where others wait
-//!    for a CPU the CPU threshold decides, as in the paper;
+//!    not delay a fifth). Then spin whatever the utilization: the paper's CPU check
+//!    exists to spare other work the CPU a spinner burns, and a blocking wait that burns
+//!    more (timer, switch out, switch in: about 20 us per I/O on a KVM guest) spares no
+//!    one. Under a fair scheduler the waiting thread gets its share of the CPU either way;
+//!    spinning only makes that share do more I/O;
 //! 5. CPU utilization against the CPU threshold (Sec. 4.2): above it, block.
 //!
 //! Otherwise spin. Every result carries its reason so a run can count the branches taken.
@@ -173,18 +168,9 @@ pub struct DeviceState {
 /// The System Monitor's reading.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemState {
-    /// CPU demand of everything but this engine's I/O threads, 0..=100.
+    /// CPU utilization of everything but this engine's I/O threads, 0..=100.
     pub cpu_utilization_pct: u32,
-    /// The share of all CPUs' time in which other tasks waited for a CPU (our threads'
-    /// wait behind them, or the pressure when no CPU idled), 0..=100.
-    pub others_waiting_pct: u32,
 }
-
-/// Above this share of waiting for a CPU, spinning takes CPU from someone, however cheap
-/// it is per I/O: branch 4 gives way to the CPU threshold. A few percent is the wake-up
-/// noise of an idle machine (0-1% measured beside blocking I/O workers); two crunchers
-/// beside a blocking thread on two CPUs make 22%.
-pub const SPIN_CHEAPER_WAITING_PCT_MAX: u32 = 5;
 
 /// The thresholds of one device (see [`crate::profile::Profile`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -219,9 +205,7 @@ pub fn decide(request: Request, device: DeviceState, system: SystemState, t: &Th
                 (Strategy::Block, Reason::SizeAtThreshold)
             } else if device.inflight_count > t.queue_limit {
                 (Strategy::Block, Reason::QueueOverLimit)
-            } else if request.bytes <= t.spin_cheaper_bytes_max
-                && system.others_waiting_pct <= SPIN_CHEAPER_WAITING_PCT_MAX
-            {
+            } else if request.bytes <= t.spin_cheaper_bytes_max {
                 (Strategy::Spin, Reason::SpinCheaper)
             } else if system.cpu_utilization_pct > t.cpu_threshold_pct {
                 (Strategy::Block, Reason::CpuBusy)
@@ -246,14 +230,10 @@ mod tests {
     };
 
     fn d(bytes: u64, count: u32, ahead: u64, cpu: u32, t: &Thresholds) -> (Strategy, Reason) {
-        dw(bytes, count, ahead, cpu, 0, t)
-    }
-
-    fn dw(bytes: u64, count: u32, ahead: u64, cpu: u32, waiting: u32, t: &Thresholds) -> (Strategy, Reason) {
         let r = decide(
             Request { bytes },
             DeviceState { inflight_count: count, inflight_bytes: ahead },
-            SystemState { cpu_utilization_pct: cpu, others_waiting_pct: waiting },
+            SystemState { cpu_utilization_pct: cpu },
             t,
         );
         (r.strategy, r.reason)
@@ -339,11 +319,6 @@ mod tests {
         for &(bytes, count, ahead, cpu, s, r) in table {
             assert_eq!(d(bytes, count, ahead, cpu, &t), (s, r), "bytes={bytes} count={count} ahead={ahead} cpu={cpu}");
         }
-        // Others waiting for a CPU: spinning would take it from them; the threshold decides.
-        let w = SPIN_CHEAPER_WAITING_PCT_MAX;
-        assert_eq!(dw(4096, 0, 0, 100, w, &t), (Spin, SpinCheaper));
-        assert_eq!(dw(4096, 0, 0, 100, w + 1, &t), (Block, CpuBusy));
-        assert_eq!(dw(4096, 0, 0, 40, 22, &t), (Spin, CpuAvailable));
         // The class bits still come first.
         let main = Thresholds { class: DeviceClass::Mainstream, ..t };
         assert_eq!(d(512, 0, 0, 100, &main), (Block, MainstreamDevice));

@@ -278,13 +278,6 @@ impl SystemMonitor {
         self.shared.others_pct_x100.load(Ordering::Relaxed) / 100
     }
 
-    /// The others' wait for a CPU in whole percent of all CPUs' time (what
-    /// [`crate::decision::SystemState::others_waiting_pct`] carries): one atomic load.
-    #[inline]
-    pub fn others_waiting_pct(&self) -> u32 {
-        self.shared.contention_pct_x100.load(Ordering::Relaxed) / 100
-    }
-
     /// Our I/O threads' run-queue wait beyond wake-ups, percent of all CPUs' time: the
     /// others' demand for the CPUs our threads hold (for reports).
     pub fn contention_pct(&self) -> f64 {

@@ -397,10 +397,7 @@ impl<'t> SmartTargetPort<'t> {
         match self.strategy {
             StrategyChoice::Fixed(s) => (s, None),
             StrategyChoice::Smart | StrategyChoice::SmartHybrid => {
-                let system = SystemState {
-                    cpu_utilization_pct: self.monitor.cpu_utilization_pct(),
-                    others_waiting_pct: self.monitor.others_waiting_pct(),
-                };
+                let system = SystemState { cpu_utilization_pct: self.monitor.cpu_utilization_pct() };
                 let d = decide(Request { bytes }, ahead, system, &self.thresholds);
                 let s = match (self.strategy, d.strategy) {
                     (StrategyChoice::SmartHybrid, Strategy::Spin) => Strategy::Hybrid,

@@ -29,7 +29,7 @@ fn main() {
     let spec = parse_target(&a[0]).expect("target");
     let target = open(&spec, OpenOptions { write: false, destructive: false, created_by_tool: true }).expect("open");
     let monitor = SystemMonitor::start(smartcon_engine::monitor::WINDOW_NS_DEFAULT);
-    let profile = smartcon_engine::profile::resolve(target.as_ref(), None).expect("profile");
+    let profile = target.builtin_profile().expect("profile");
     let io = IoLoad::default();
     let stop = AtomicBool::new(false);
     let _cpu = a[1].strip_prefix("cpu").map(|n| CpuLoad::start(n.parse().unwrap_or(2)).expect("cpu load"));
