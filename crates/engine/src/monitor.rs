@@ -11,9 +11,10 @@
 //!
 //! Leaving our threads out has a blind spot: a spinner displaces other work, and what the
 //! others *get* then understates what they *want*. So the published figure is the others'
-//! *demand*: their utilization plus the time our I/O threads waited on a run queue for a
-//! CPU the others held, beyond what a wake-up itself takes ([`WAKEUP_ALLOWANCE_NS`] per
-//! time slice), both as shares of all CPUs' time. The wait is read per thread from
+//! *demand*: their utilization plus the CPU they kept from us or from each other: the
+//! time our I/O threads waited on a run queue for a CPU the others held, beyond what a
+//! wake-up itself takes ([`WAKEUP_ALLOWANCE_NS`] per time slice), or, when no CPU idled,
+//! the CPU pressure (see [`figures`]), as shares of all CPUs' time. The wait is read per thread from
 //! /proc/self/task/TID/schedstat (the scheduler's own run-delay clock). A spinner beside two
 //! crunchers on two CPUs waits half its time (measured: 0.48 s a second), because they
 //! compete for its CPU: that is their demand for it, and the figure reaches 100%. A spinner
@@ -30,9 +31,9 @@
 //!   0.83 CPU by their own clocks the samples read all four runnable most of the time: a
 //!   "demand" of 100% of two CPUs on a machine 60% idle, and smart blocked where spinning
 //!   cost the workers nothing. The sampler also cost 2.8% of a CPU in every process.
-//! - The CPU pressure (PSI "some", the share of wall time in which *some* task waited for a
-//!   CPU): a yes/no per instant, near 100% beside the same workers, whose wake-ups overlap.
-//!   It is still read and reported ([`SystemMonitor::pressure_pct`]), not decided on.
+//! - The CPU pressure alone (PSI "some", the share of wall time in which *some* task
+//!   waited for a CPU): a yes/no per instant, 30-50% beside the same workers, whose
+//!   wake-ups overlap while a CPU idles. It counts now only when no CPU idled.
 //!
 //! The utilization is /proc/stat's, the kernel's tick-sampled accounting, as the paper's
 //! `total_CPU_stat`: a task that runs through the tick is counted in full; one that runs for
