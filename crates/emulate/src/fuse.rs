@@ -1,9 +1,13 @@
-//! The FUSE server of `emulate mount`: one file (`disk`) whose reads and writes are served
-//! by an emulated device, with its timing, from a RAM store.
+//! The FUSE file system of `emulate mount`: one file (`disk`) whose reads and writes are
+//! served by an emulated device, with its timing, from a RAM store. This file is the
+//! transport-independent half: the timing ([`Shared`]) and the protocol handler ([`Disk`]),
+//! which both transports ([`crate::fuse_session`]: /dev/fuse read/write, and
+//! [`crate::fuse_uring`]: FUSE over io_uring) call with a request split the same way (the
+//! in-header, the op's fixed in-struct, the payload).
 //!
 //! Each read or write is placed on the device model when the server receives it
 //! ([`FcfsDevice::schedule`]: channels, FCFS, one stream for sequential detection); the data
-//! moves at once, and the reply waits until the model's completion minus the path's
+//! moves at once, and the reply is held until the model's completion minus the path's
 //! measured overhead (FUSE + loop: what a request costs with a zero-latency device), so that
 //! the program above the loop device sees the model's latency rather than the model's plus
 //! the path's. The wait sleeps on a kernel timer until [`SPIN_NS`] before the instant, then
@@ -15,29 +19,30 @@
 //! accuracy report. Until [`Shared::set_modelled`] is called the device is a zero-latency
 //! one: setup (calibration, mkfs, mount) runs at memory speed and is not in the report.
 //!
-//! Non-goals: more than one file, a directory tree, FUSE over io_uring (fuser 0.18 knows the
-//! init flag but has no io_uring transport).
+//! A transport holds a reply by the [`Pending`] the handler returns: the /dev/fuse threads
+//! wait in place ([`wait_until`]), an io_uring queue keeps serving other requests and commits
+//! the reply when it is due.
+//!
+//! Non-goals: more than one file, a directory tree, permissions beyond root's, notifications.
 
-use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
 
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
-    ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow,
-    WriteFlags,
-};
 use smartcon_devemu::{EmuSpec, FcfsDevice, Op, RamStore};
 use smartcon_engine::clock::{now_ns, sleep_until_ns, tighten_timer_slack};
 use smartcon_engine::error::{Error, ErrorKind};
 
+use crate::fuse_abi::{self, InHeader};
+
 /// The file's name in the FUSE mount.
 pub const FILE_NAME: &str = "disk";
-const FILE_INO: INodeNo = INodeNo(2);
+const FILE_INO: u64 = 2;
 /// How long before a reply's instant the timer sleep ends and polling starts.
 pub const SPIN_NS: u64 = 150_000;
-const TTL: Duration = Duration::from_secs(3600);
+/// Seconds the kernel may cache names and attributes (nothing changes them but us).
+const TTL_S: u64 = 3600;
+/// The largest write (and read) the server accepts; the kernel's payload buffers are this big.
+pub const MAX_WRITE_BYTES: usize = 1 << 20;
 
 /// One served request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +53,17 @@ pub struct Served {
     /// Reply instant minus the instant the reply was due (arrival + model - overhead,
     /// never before arrival). Positive: late.
     pub lateness_ns: i64,
+}
+
+/// A modelled request whose reply is held until `due_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    pub write: bool,
+    pub arrival_ns: u64,
+    pub model_ns: u64,
+    pub overhead_ns: u64,
+    /// arrival + model - overhead, never before arrival.
+    pub due_ns: u64,
 }
 
 /// State the FUSE threads and the mount's controller share.
@@ -101,23 +117,30 @@ impl Shared {
         self.size_bytes
     }
 
-    /// Serves one request: moves the data, then waits for the model's instant.
-    fn serve(&self, op: Op, offset: u64, bytes: u64) {
+    /// A request arrives: places it on the model (when modelled) and says when its reply is due.
+    fn arrive(&self, op: Op, offset: u64, bytes: u64) -> Option<Pending> {
         let arrival_ns = now_ns();
         if !self.modelled.load(Ordering::Relaxed) || bytes == 0 {
-            return;
+            return None;
         }
         let sched = self.device.lock().unwrap_or_else(|e| e.into_inner()).schedule(op, offset, bytes, arrival_ns);
-        let model_ns = sched.complete_ns - arrival_ns;
-        let overhead = self.overhead_ns[usize::from(op == Op::Write)].load(Ordering::Relaxed);
-        let due_ns = sched.complete_ns.saturating_sub(overhead).max(arrival_ns);
-        wait_until(due_ns);
-        let done_ns = now_ns();
-        // What the program sees: the path's overhead plus the server's time, against the model.
-        let lateness_ns = (done_ns - arrival_ns + overhead) as i64 - model_ns as i64;
-        self.served.lock().unwrap_or_else(|e| e.into_inner()).push(Served {
+        let overhead_ns = self.overhead_ns[usize::from(op == Op::Write)].load(Ordering::Relaxed);
+        Some(Pending {
             write: op == Op::Write,
-            model_ns,
+            arrival_ns,
+            model_ns: sched.complete_ns - arrival_ns,
+            overhead_ns,
+            due_ns: sched.complete_ns.saturating_sub(overhead_ns).max(arrival_ns),
+        })
+    }
+
+    /// The reply of `p` went out at `done_ns`: keeps its lateness for the report.
+    pub fn replied(&self, p: &Pending, done_ns: u64) {
+        // What the program sees: the path's overhead plus the server's time, against the model.
+        let lateness_ns = (done_ns - p.arrival_ns + p.overhead_ns) as i64 - p.model_ns as i64;
+        self.served.lock().unwrap_or_else(|e| e.into_inner()).push(Served {
+            write: p.write,
+            model_ns: p.model_ns,
             lateness_ns,
         });
     }
@@ -142,7 +165,7 @@ fn prepare_thread(fifo: bool) {
 }
 
 /// Sleeps until shortly before `at_ns`, then polls the clock until it.
-fn wait_until(at_ns: u64) {
+pub fn wait_until(at_ns: u64) {
     if at_ns > now_ns() + SPIN_NS {
         sleep_until_ns(at_ns - SPIN_NS);
     }
@@ -151,38 +174,77 @@ fn wait_until(at_ns: u64) {
     }
 }
 
-/// The fuser file system: a root directory holding [`FILE_NAME`].
-pub struct DiskFs {
+/// How a request was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// No reply is sent (FORGET, BATCH_FORGET, INTERRUPT).
+    None,
+    /// An error, as a positive errno.
+    Error(i32),
+    /// Success: this many bytes of out-arguments at the start of the io buffer.
+    Ok(usize),
+}
+
+/// A handled request: its reply, and when the reply is due if the model holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub reply: Reply,
+    pub pending: Option<Pending>,
+}
+
+impl Outcome {
+    fn now(reply: Reply) -> Outcome {
+        Outcome { reply, pending: None }
+    }
+}
+
+/// The protocol handler: a root directory holding [`FILE_NAME`].
+pub struct Disk {
     shared: Arc<Shared>,
     uid: u32,
     gid: u32,
+    want_uring: bool,
+    initialized: AtomicBool,
+    uring: AtomicBool,
 }
 
-impl DiskFs {
-    pub fn new(shared: Arc<Shared>) -> DiskFs {
+impl Disk {
+    /// `want_uring`: answer INIT with FUSE_OVER_IO_URING when the kernel offers it.
+    pub fn new(shared: Arc<Shared>, want_uring: bool) -> Disk {
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        DiskFs { shared, uid, gid }
+        Disk { shared, uid, gid, want_uring, initialized: AtomicBool::new(false), uring: AtomicBool::new(false) }
     }
 
-    fn attr(&self, ino: INodeNo) -> FileAttr {
+    /// Once the INIT reply is written: whether the connection is to use io_uring.
+    pub fn initialized(&self) -> Option<bool> {
+        self.initialized.load(Ordering::SeqCst).then(|| self.uring.load(Ordering::SeqCst))
+    }
+
+    /// Called by the transport after it wrote the INIT reply (the kernel set the connection
+    /// up while taking that write).
+    pub fn set_initialized(&self) {
+        self.initialized.store(true, Ordering::SeqCst);
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Once per serving thread: timer slack and SCHED_FIFO (when the mount asked for it).
+    pub fn prepare_thread(&self) {
+        prepare_thread(self.shared.fifo);
+    }
+
+    fn attr(&self, ino: u64) -> fuse_abi::Attr {
         let file = ino == FILE_INO;
-        FileAttr {
+        fuse_abi::Attr {
             ino,
             size: if file { self.shared.size_bytes } else { 0 },
-            blocks: if file { self.shared.size_bytes / 512 } else { 0 },
-            atime: SystemTime::UNIX_EPOCH,
-            mtime: SystemTime::UNIX_EPOCH,
-            ctime: SystemTime::UNIX_EPOCH,
-            crtime: SystemTime::UNIX_EPOCH,
-            kind: if file { FileType::RegularFile } else { FileType::Directory },
-            perm: if file { 0o600 } else { 0o755 },
+            mode: if file { libc::S_IFREG | 0o600 } else { libc::S_IFDIR | 0o755 },
             nlink: if file { 1 } else { 2 },
             uid: self.uid,
             gid: self.gid,
-            rdev: 0,
-            blksize: 4096,
-            flags: 0,
         }
     }
 
@@ -190,124 +252,219 @@ impl DiskFs {
     fn clamp(&self, offset: u64, len: u64) -> u64 {
         len.min(self.shared.size_bytes.saturating_sub(offset))
     }
-}
 
-impl Filesystem for DiskFs {
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        if parent == INodeNo::ROOT && name == FILE_NAME {
-            reply.entry(&TTL, &self.attr(FILE_INO), Generation(0));
-        } else {
-            reply.error(Errno::ENOENT);
+    /// Handles one request. `op_in` is the op's fixed in-struct; the payload (a write's data,
+    /// a lookup's name) is `io[..payload_len]`, and the out-arguments are written over it
+    /// from `io[0]` once it has been consumed, so one buffer serves both directions.
+    pub fn handle(&self, h: &InHeader, op_in: &[u8], io: &mut [u8], payload_len: usize) -> Outcome {
+        let payload_len = payload_len.min(io.len());
+        self.dispatch(h, op_in, io, payload_len).unwrap_or(Outcome::now(Reply::Error(libc::EINVAL)))
+    }
+
+    fn dispatch(&self, h: &InHeader, op_in: &[u8], io: &mut [u8], payload_len: usize) -> Option<Outcome> {
+        use fuse_abi::*;
+        let known = h.nodeid == ROOT_ID || h.nodeid == FILE_INO;
+        let ok = |n: Option<usize>| Some(Outcome::now(n.map_or(Reply::Error(libc::ERANGE), Reply::Ok)));
+        let err = |e: i32| Some(Outcome::now(Reply::Error(e)));
+        match h.opcode {
+            INIT => self.init(op_in, io),
+            LOOKUP => {
+                let name = io[..payload_len].split(|b| *b == 0).next().unwrap_or_default();
+                if h.nodeid == ROOT_ID && name == FILE_NAME.as_bytes() {
+                    ok(entry_out(io, &self.attr(FILE_INO), TTL_S))
+                } else {
+                    err(libc::ENOENT)
+                }
+            }
+            GETATTR if known => ok(attr_out(io, &self.attr(h.nodeid), TTL_S)),
+            SETATTR if known => {
+                // The device has a fixed size: only a no-op truncate is accepted.
+                let (valid, size) = (u32_at(op_in, 0)?, u64_at(op_in, 16)?);
+                if valid & FATTR_SIZE != 0 && size != self.shared.size_bytes {
+                    return err(libc::EPERM);
+                }
+                ok(attr_out(io, &self.attr(h.nodeid), TTL_S))
+            }
+            GETATTR | SETATTR => err(libc::ENOENT),
+            // Direct I/O: every request reaches the server (no page cache between the loop
+            // device and the model).
+            OPEN if h.nodeid == FILE_INO => ok(open_out(io, 0, FOPEN_DIRECT_IO)),
+            OPEN => err(libc::EISDIR),
+            OPENDIR if h.nodeid == ROOT_ID => ok(open_out(io, 0, 0)),
+            OPENDIR => err(libc::ENOTDIR),
+            READ => self.read(op_in, io),
+            WRITE => self.write(op_in, io, payload_len),
+            READDIR => self.readdir(op_in, io),
+            STATFS => ok(statfs_out(io, self.shared.size_bytes / 4096)),
+            // Writes are durable in the store when they are acknowledged.
+            FLUSH | FSYNC | FSYNCDIR | RELEASE | RELEASEDIR | ACCESS | DESTROY => ok(Some(0)),
+            FORGET | BATCH_FORGET | INTERRUPT => Some(Outcome::now(Reply::None)),
+            _ => err(libc::ENOSYS),
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        if ino == INodeNo::ROOT || ino == FILE_INO {
-            reply.attr(&TTL, &self.attr(ino));
-        } else {
-            reply.error(Errno::ENOENT);
+    fn init(&self, op_in: &[u8], io: &mut [u8]) -> Option<Outcome> {
+        use fuse_abi::*;
+        let (major, minor, max_readahead) = (u32_at(op_in, 0)?, u32_at(op_in, 4)?, u32_at(op_in, 8)?);
+        if major != KERNEL_VERSION {
+            return Some(Outcome::now(Reply::Error(libc::EPROTO)));
         }
-    }
-
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        // The device has a fixed size: only a no-op truncate is accepted.
-        if size.is_some_and(|s| s != self.shared.size_bytes) {
-            reply.error(Errno::EPERM);
-        } else {
-            reply.attr(&TTL, &self.attr(ino));
+        let mut offered = u64::from(u32_at(op_in, 12)?);
+        if offered & FUSE_INIT_EXT != 0 {
+            offered |= u64::from(u32_at(op_in, 16).unwrap_or(0)) << 32;
         }
-    }
-
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if ino != FILE_INO {
-            return reply.error(Errno::EISDIR);
+        let mut wanted = FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT;
+        if self.want_uring && minor >= KERNEL_MINOR_VERSION {
+            wanted |= FUSE_OVER_IO_URING;
         }
-        // Direct I/O: every request reaches the server (no page cache between the loop
-        // device and the model).
-        reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
+        let flags = offered & wanted;
+        self.uring.store(flags & FUSE_OVER_IO_URING != 0, Ordering::SeqCst);
+        let out = InitOut {
+            minor: minor.min(KERNEL_MINOR_VERSION),
+            max_readahead,
+            flags,
+            max_background: 64,
+            max_write: MAX_WRITE_BYTES as u32,
+            max_pages: (MAX_WRITE_BYTES / 4096) as u16,
+        };
+        Some(Outcome::now(init_out(io, &out).map_or(Reply::Error(libc::ERANGE), Reply::Ok)))
     }
 
-    fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        prepare_thread(self.shared.fifo);
-        let n = self.clamp(offset, u64::from(size));
-        let mut buf = vec![0u8; n as usize];
-        self.shared.store.read(offset.min(self.shared.size_bytes), &mut buf);
-        self.shared.serve(Op::Read, offset, n);
-        reply.data(&buf);
+    fn read(&self, op_in: &[u8], io: &mut [u8]) -> Option<Outcome> {
+        let (offset, size) = (fuse_abi::u64_at(op_in, 8)?, fuse_abi::u32_at(op_in, 16)?);
+        let n = self.clamp(offset, u64::from(size)).min(io.len() as u64);
+        self.shared.store.read(offset.min(self.shared.size_bytes), &mut io[..n as usize]);
+        Some(Outcome { reply: Reply::Ok(n as usize), pending: self.shared.arrive(Op::Read, offset, n) })
     }
 
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        prepare_thread(self.shared.fifo);
-        let n = self.clamp(offset, data.len() as u64);
-        if n < data.len() as u64 {
-            return reply.error(Errno::ENOSPC);
+    fn write(&self, op_in: &[u8], io: &mut [u8], payload_len: usize) -> Option<Outcome> {
+        let (offset, size) = (fuse_abi::u64_at(op_in, 8)?, fuse_abi::u32_at(op_in, 16)? as usize);
+        if size > payload_len {
+            return None;
         }
-        self.shared.store.write(offset, data);
-        self.shared.serve(Op::Write, offset, n);
-        reply.written(n as u32);
-    }
-
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
-    }
-
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        // Writes are durable in the store when they are acknowledged.
-        reply.ok();
-    }
-
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        if ino != INodeNo::ROOT {
-            return reply.error(Errno::ENOTDIR);
+        if self.clamp(offset, size as u64) < size as u64 {
+            return Some(Outcome::now(Reply::Error(libc::ENOSPC)));
         }
-        let entries = [
-            (INodeNo::ROOT, FileType::Directory, "."),
-            (INodeNo::ROOT, FileType::Directory, ".."),
-            (FILE_INO, FileType::RegularFile, FILE_NAME),
-        ];
+        self.shared.store.write(offset, &io[..size]);
+        let pending = self.shared.arrive(Op::Write, offset, size as u64);
+        Some(Outcome { reply: Reply::Ok(fuse_abi::write_out(io, size as u32)?), pending })
+    }
+
+    fn readdir(&self, op_in: &[u8], io: &mut [u8]) -> Option<Outcome> {
+        let (offset, size) = (fuse_abi::u64_at(op_in, 8)?, fuse_abi::u32_at(op_in, 16)? as usize);
+        let entries = [(ROOT, DT_DIR, "."), (ROOT, DT_DIR, ".."), (FILE_INO, DT_REG, FILE_NAME)];
+        let end = size.min(io.len());
+        let out = &mut io[..end];
+        let mut pos = 0;
         for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(*ino, (i + 1) as u64, *kind, name) {
-                break;
+            match fuse_abi::dirent(out, pos, *ino, (i + 1) as u64, *kind, name) {
+                Some(next) => pos = next,
+                None => break,
             }
         }
-        reply.ok();
+        Some(Outcome::now(Reply::Ok(pos)))
+    }
+}
+
+const ROOT: u64 = fuse_abi::ROOT_ID;
+const DT_DIR: u32 = libc::DT_DIR as u32;
+const DT_REG: u32 = libc::DT_REG as u32;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fuse_abi::*;
+
+    fn disk() -> Disk {
+        let spec = smartcon_devemu::parse_spec("emu:sdcard").unwrap();
+        Disk::new(Shared::new(&spec, 1 << 20, false).unwrap(), true)
+    }
+
+    fn header(opcode: u32, nodeid: u64) -> InHeader {
+        InHeader { len: 0, opcode, unique: 9, nodeid }
+    }
+
+    fn rw_in(offset: u64, size: u32) -> [u8; 40] {
+        let mut b = [0u8; 40];
+        b[8..16].copy_from_slice(&offset.to_ne_bytes());
+        b[16..20].copy_from_slice(&size.to_ne_bytes());
+        b
+    }
+
+    #[test]
+    fn init_asks_for_io_uring_only_when_offered_and_wanted() {
+        let d = disk();
+        let mut init_in = [0u8; 64];
+        init_in[0..4].copy_from_slice(&7u32.to_ne_bytes());
+        init_in[4..8].copy_from_slice(&44u32.to_ne_bytes());
+        init_in[12..16].copy_from_slice(&((FUSE_INIT_EXT | FUSE_ASYNC_READ) as u32).to_ne_bytes());
+        let mut io = vec![0u8; 4096];
+        // Not offered (enable_uring=N): not taken.
+        assert_eq!(d.handle(&header(INIT, 0), &init_in, &mut io, 0).reply, Reply::Ok(INIT_OUT_BYTES));
+        assert_eq!(u32_at(&io, 32), Some(0));
+        assert_eq!(u32_at(&io, 4), Some(42));
+        assert_eq!(d.initialized(), None);
+        d.set_initialized();
+        assert_eq!(d.initialized(), Some(false));
+        init_in[16..20].copy_from_slice(&((FUSE_OVER_IO_URING >> 32) as u32).to_ne_bytes());
+        d.handle(&header(INIT, 0), &init_in, &mut io, 0);
+        assert_eq!(u32_at(&io, 32), Some(1 << 9));
+        assert_eq!(d.initialized(), Some(true));
+    }
+
+    #[test]
+    fn writes_read_back_and_stay_inside_the_file() {
+        let d = disk();
+        let mut io = vec![0u8; 8192];
+        io[..4096].fill(0xab);
+        let w = d.handle(&header(WRITE, FILE_INO), &rw_in(4096, 4096), &mut io, 4096);
+        assert_eq!(w.reply, Reply::Ok(WRITE_OUT_BYTES));
+        assert_eq!(u32_at(&io, 0), Some(4096));
+        // Unmodelled: answered at once.
+        assert_eq!(w.pending, None);
+        let r = d.handle(&header(READ, FILE_INO), &rw_in(4096 - 16, 64), &mut io, 0);
+        assert_eq!(r.reply, Reply::Ok(64));
+        assert_eq!(&io[..16], &[0u8; 16]);
+        assert!(io[16..64].iter().all(|b| *b == 0xab));
+        // Past the end: a short read, a refused write.
+        assert_eq!(d.handle(&header(READ, FILE_INO), &rw_in((1 << 20) - 8, 64), &mut io, 0).reply, Reply::Ok(8));
+        let past = d.handle(&header(WRITE, FILE_INO), &rw_in((1 << 20) - 8, 64), &mut io, 64);
+        assert_eq!(past.reply, Reply::Error(libc::ENOSPC));
+        // A write claiming more data than the message carries is malformed.
+        let short = d.handle(&header(WRITE, FILE_INO), &rw_in(0, 4096), &mut io, 100);
+        assert_eq!(short.reply, Reply::Error(libc::EINVAL));
+    }
+
+    #[test]
+    fn modelled_requests_are_held_until_the_model_says() {
+        let d = disk();
+        d.shared().set_modelled([10_000, 20_000]);
+        let mut io = vec![0u8; 8192];
+        let w = d.handle(&header(WRITE, FILE_INO), &rw_in(0, 4096), &mut io, 4096);
+        let p = w.pending.expect("a modelled write is held");
+        assert!(p.write && p.model_ns > p.overhead_ns);
+        assert_eq!(p.overhead_ns, 20_000);
+        assert_eq!(p.due_ns, p.arrival_ns + p.model_ns - p.overhead_ns);
+        d.shared().replied(&p, p.due_ns);
+        assert_eq!(d.shared().served(), vec![Served { write: true, model_ns: p.model_ns, lateness_ns: 0 }]);
+    }
+
+    #[test]
+    fn lookup_and_readdir_show_one_file() {
+        let d = disk();
+        let mut io = vec![0u8; 4096];
+        io[..5].copy_from_slice(b"disk\0");
+        assert_eq!(d.handle(&header(LOOKUP, ROOT_ID), &[], &mut io, 5).reply, Reply::Ok(ENTRY_OUT_BYTES));
+        assert_eq!(u64_at(&io, 0), Some(FILE_INO));
+        io[..5].copy_from_slice(b"disq\0");
+        assert_eq!(d.handle(&header(LOOKUP, ROOT_ID), &[], &mut io, 5).reply, Reply::Error(libc::ENOENT));
+        let all = d.handle(&header(READDIR, ROOT_ID), &rw_in(0, 4096), &mut io, 0);
+        // ".", ".." (32 bytes each after padding to 8) and "disk" (32).
+        assert_eq!(all.reply, Reply::Ok(96));
+        let rest = d.handle(&header(READDIR, ROOT_ID), &rw_in(2, 4096), &mut io, 0);
+        assert_eq!(rest.reply, Reply::Ok(32));
+        assert_eq!(d.handle(&header(OPEN, ROOT_ID), &[0; 8], &mut io, 0).reply, Reply::Error(libc::EISDIR));
+        assert_eq!(d.handle(&header(FORGET, FILE_INO), &[0; 8], &mut io, 0).reply, Reply::None);
+        assert_eq!(d.handle(&header(4242, FILE_INO), &[], &mut io, 0).reply, Reply::Error(libc::ENOSYS));
     }
 }

@@ -15,6 +15,9 @@
 //! Non-goals: the CLI (crates/cli renders these records).
 
 pub mod fuse;
+pub mod fuse_abi;
+pub mod fuse_session;
+pub mod fuse_uring;
 pub mod mount;
 pub mod realtime;
 pub mod records;

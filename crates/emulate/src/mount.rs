@@ -2,7 +2,8 @@
 //! programs (seed 004's postmark, kernel-source extraction and hdparm runs).
 //!
 //! The stack, built in this order and torn down in reverse: a FUSE server ([`crate::fuse`])
-//! exposing one file served by the device model from RAM; a loop device over that file with
+//! exposing one file served by the device model from RAM, over /dev/fuse or FUSE over
+//! io_uring ([`Transport`], [`crate::fuse_session`]); a loop device over that file with
 //! direct I/O (`losetup --direct-io=on`), so every block request reaches the model; with
 //! `--fs ext4`, an ext4 file system made on it (at memory speed, before the model is
 //! switched on) and mounted at DIR. Every step is written to the mount's record
@@ -21,8 +22,12 @@
 //! output in `$SMARTCON_HOME/mounts/server-PID.log`, and [`umount`] sends it SIGTERM, waits,
 //! and returns that log (the accuracy report is its end).
 //!
-//! Non-goals: several mounts sharing one device, file systems other than ext4, FUSE over
-//! io_uring (fuser has no io_uring transport).
+//! FUSE over io_uring needs fuse.enable_uring=Y while the FUSE mount is made and INIT
+//! answered; the previous value is written to the record first and put back as soon as the
+//! queues are registered (the connection keeps io_uring once negotiated), on every error
+//! path, and by [`cleanup`] after a SIGKILL.
+//!
+//! Non-goals: several mounts sharing one device, file systems other than ext4.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -39,7 +44,10 @@ use smartcon_engine::clock::now_ns;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::target::AlignedBuf;
 
-use crate::fuse::{DiskFs, Served, Shared, FILE_NAME};
+use crate::fuse::{Disk, Served, Shared, FILE_NAME};
+use crate::fuse_session::Session;
+pub use crate::fuse_session::Transport;
+use crate::fuse_uring;
 use crate::records::{self, alive, loop_backing, mounted_on, MountRecord};
 use crate::stats::quantile;
 
@@ -63,6 +71,7 @@ pub struct MountOptions {
     pub size_bytes: u64,
     /// Serve under SCHED_FIFO (root).
     pub fifo: bool,
+    pub transport: Transport,
 }
 
 /// What the caller prints once the device is usable.
@@ -73,12 +82,15 @@ pub struct Ready {
     pub fs: Fs,
     pub direct_io: bool,
     pub overhead_ns: [u64; 2],
+    pub transport: Transport,
 }
 
 /// The accuracy report of one mount.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
     pub spec: String,
+    /// `dev` or `uring` (empty: unknown).
+    pub transport: String,
     pub direct_io: bool,
     /// Median path overhead per 4 KiB request [read, write], subtracted from the model.
     pub overhead_ns: [u64; 2],
@@ -100,6 +112,7 @@ impl Report {
         let q = |p: f64| if late.is_empty() { 0 } else { late[((late.len() - 1) as f64 * p).round() as usize] };
         Report {
             spec: spec.to_string(),
+            transport: String::new(),
             direct_io,
             overhead_ns,
             reads: served.iter().filter(|s| !s.write).count() as u64,
@@ -116,9 +129,14 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "accuracy report: {}", self.spec)?;
+        let via = match self.transport.as_str() {
+            "uring" => "FUSE over io_uring",
+            "dev" => "FUSE over /dev/fuse",
+            _ => "FUSE",
+        };
         writeln!(
             f,
-            "  path overhead (FUSE + loop, 4 KiB, median): read {:.1} us, write {:.1} us, subtracted{}",
+            "  path overhead ({via} + loop, 4 KiB, median): read {:.1} us, write {:.1} us, subtracted{}",
             self.overhead_ns[0] as f64 / 1e3,
             self.overhead_ns[1] as f64 / 1e3,
             if self.direct_io { "" } else { " (loop WITHOUT direct I/O)" }
@@ -174,13 +192,24 @@ pub fn unavailable_reason() -> Option<String> {
 struct Stack {
     record: MountRecord,
     shared: Arc<Shared>,
-    session: Option<fuser::BackgroundSession>,
+    session: Option<Session>,
     torn_down: bool,
 }
 
 impl Stack {
     fn save(&self) -> Result<(), Error> {
         self.record.save()
+    }
+
+    /// Puts fuse.enable_uring back as the record says it was, if this mount changed it.
+    fn restore_enable_uring(&mut self) -> Option<String> {
+        let previous = self.record.enable_uring_restore?;
+        let problem = fuse_uring::set_enable_uring(previous).err().map(|e| format!("fuse.enable_uring: {e}"));
+        if problem.is_none() {
+            self.record.enable_uring_restore = None;
+            let _ = self.save();
+        }
+        problem
     }
 
     fn teardown(&mut self) -> Vec<String> {
@@ -192,11 +221,10 @@ impl Stack {
         self.record.state = "stopping".into();
         let _ = self.save();
         let mut problems = undo_block(&self.record);
-        if let Some(s) = self.session.take() {
-            if let Err(e) = s.umount_and_join() {
-                problems.push(format!("FUSE session: {e}"));
-            }
+        if let Some(mut s) = self.session.take() {
+            problems.extend(s.stop());
         }
+        problems.extend(self.restore_enable_uring());
         problems.extend(undo_fuse(&self.record));
         problems.extend(remove_work(&self.record));
         problems
@@ -280,6 +308,10 @@ fn loops_over(backing: &Path) -> Vec<PathBuf> {
 
 fn remove_work(record: &MountRecord) -> Vec<String> {
     let mut problems = Vec::new();
+    if record.enable_uring_restore.is_some() {
+        problems.push(format!("{} could not be restored; record kept", fuse_uring::ENABLE_URING_PARAM));
+        return problems;
+    }
     if let Some(fm) = &record.fuse_mount {
         if mounted_on(fm).is_some_and(|(s, _)| s == FSNAME) {
             problems.push(format!("{} is still mounted; record kept", fm.display()));
@@ -326,10 +358,14 @@ fn calibrate(dev: &Path, size_bytes: u64) -> Result<[u64; 2], Error> {
     Ok(out)
 }
 
-/// Runs the mount in the foreground until `stop` is set; calls `on_ready` once usable.
-pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)) -> Result<Report, Error> {
+fn check_options(opts: &MountOptions) -> Result<PathBuf, Error> {
     if let Some(r) = unavailable_reason() {
         return Err(setup_err(r));
+    }
+    if opts.transport == Transport::Uring {
+        if let Some(r) = fuse_uring::unavailable_reason() {
+            return Err(setup_err(format!("--transport uring: {r}")));
+        }
     }
     if !(1 << 20..=smartcon_devemu::preset::CAPACITY_BYTES_MAX).contains(&opts.size_bytes)
         || !opts.size_bytes.is_multiple_of(4096)
@@ -349,6 +385,52 @@ pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)
             format!("{} already has a recorded emulated mount (emulate umount or emulate cleanup)", dir.display()),
         ));
     }
+    Ok(dir)
+}
+
+/// Mounts and starts the FUSE server on `work/fuse`, recording each step first.
+fn start_fuse(stack: &mut Stack, opts: &MountOptions) -> Result<(), Error> {
+    let fuse_mount = stack.record.work.join("fuse");
+    std::fs::create_dir(&fuse_mount).map_err(|e| Error::io(ErrorKind::Setup, &fuse_mount, e))?;
+    stack.record.fuse_mount = Some(fuse_mount.clone());
+    stack.record.backing = Some(fuse_mount.join(FILE_NAME));
+    stack.save()?;
+    let uring = opts.transport == Transport::Uring;
+    if uring && fuse_uring::enable_uring() == Some(false) {
+        // Recorded before it is changed, so that cleanup puts it back after a SIGKILL.
+        stack.record.enable_uring_restore = Some(false);
+        stack.save()?;
+        fuse_uring::set_enable_uring(true)?;
+    }
+    // One thread (or ring entry) per channel can wait while others take new requests.
+    let threads = (opts.spec.model.channels as usize * 2 + 1).min(16);
+    let disk = Arc::new(Disk::new(stack.shared.clone(), uring));
+    let session = Session::mount(disk, &fuse_mount, FSNAME, opts.transport, threads, threads);
+    // The connection keeps io_uring once INIT took it: the switch goes back at once.
+    if let Some(p) = stack.restore_enable_uring() {
+        return Err(setup_err(p));
+    }
+    stack.session = Some(session?);
+    Ok(())
+}
+
+/// Attaches a direct-I/O loop device over the FUSE file: (device, direct I/O confirmed).
+fn attach_loop(stack: &mut Stack) -> Result<(PathBuf, bool), Error> {
+    let backing = stack.record.backing.clone().unwrap_or_default();
+    let dev = PathBuf::from(run_tool(Command::new("losetup").args(["--direct-io=on", "-f", "--show"]).arg(&backing))?);
+    if !dev.to_string_lossy().starts_with("/dev/loop") {
+        return Err(setup_err(format!("losetup printed {}, not a loop device", dev.display())));
+    }
+    stack.record.loop_device = Some(dev.clone());
+    stack.save()?;
+    let name = dev.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let direct_io = std::fs::read_to_string(format!("/sys/block/{name}/loop/dio")).is_ok_and(|s| s.trim() == "1");
+    Ok((dev, direct_io))
+}
+
+/// Runs the mount in the foreground until `stop` is set; calls `on_ready` once usable.
+pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)) -> Result<Report, Error> {
+    let dir = check_options(opts)?;
     let mounts = records::mounts_dir();
     std::fs::create_dir_all(&mounts).map_err(|e| Error::io(ErrorKind::Setup, &mounts, e))?;
     let work = mounts.join(format!("m-{}-{}", std::process::id(), now_ns() % 1_000_000_007));
@@ -361,6 +443,7 @@ pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)
             dir: dir.clone(),
             work: work.clone(),
             state: "starting".into(),
+            transport: opts.transport.name().into(),
             ..MountRecord::default()
         },
         shared: shared.clone(),
@@ -368,35 +451,8 @@ pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)
         torn_down: false,
     };
     stack.save()?;
-
-    let fuse_mount = work.join("fuse");
-    std::fs::create_dir(&fuse_mount).map_err(|e| Error::io(ErrorKind::Setup, &fuse_mount, e))?;
-    stack.record.fuse_mount = Some(fuse_mount.clone());
-    stack.record.backing = Some(fuse_mount.join(FILE_NAME));
-    stack.save()?;
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        fuser::MountOption::FSName(FSNAME.into()),
-        fuser::MountOption::Subtype("smartcon".into()),
-        fuser::MountOption::RW,
-        fuser::MountOption::NoAtime,
-    ];
-    // One thread per channel can wait while others take new requests.
-    config.n_threads = Some((opts.spec.model.channels as usize * 2 + 1).min(16));
-    config.clone_fd = true;
-    let session = fuser::spawn_mount(DiskFs::new(shared.clone()), &fuse_mount, &config)
-        .map_err(|e| setup_err(format!("FUSE mount on {}: {e}", fuse_mount.display())))?;
-    stack.session = Some(session);
-
-    let backing = fuse_mount.join(FILE_NAME);
-    let dev = PathBuf::from(run_tool(Command::new("losetup").args(["--direct-io=on", "-f", "--show"]).arg(&backing))?);
-    if !dev.to_string_lossy().starts_with("/dev/loop") {
-        return Err(setup_err(format!("losetup printed {}, not a loop device", dev.display())));
-    }
-    stack.record.loop_device = Some(dev.clone());
-    stack.save()?;
-    let name = dev.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let direct_io = std::fs::read_to_string(format!("/sys/block/{name}/loop/dio")).is_ok_and(|s| s.trim() == "1");
+    start_fuse(&mut stack, opts)?;
+    let (dev, direct_io) = attach_loop(&mut stack)?;
 
     let overhead_ns = calibrate(&dev, opts.size_bytes)?;
     if opts.fs == Fs::Ext4 {
@@ -414,14 +470,15 @@ pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)
     shared.set_modelled(overhead_ns);
     stack.record.state = "ready".into();
     stack.save()?;
-    on_ready(&Ready { loop_device: dev, dir, fs: opts.fs, direct_io, overhead_ns });
+    on_ready(&Ready { loop_device: dev, dir, fs: opts.fs, direct_io, overhead_ns, transport: opts.transport });
 
-    while !stop.load(Ordering::Relaxed) && stack.session.as_ref().is_some_and(|s| !s.guard.is_finished()) {
+    while !stop.load(Ordering::Relaxed) && stack.session.as_ref().is_some_and(|s| s.is_alive()) {
         std::thread::sleep(Duration::from_millis(50));
     }
     // The report covers what programs did, not the teardown.
     shared.set_unmodelled();
-    let report = Report::of(&opts.spec.label, direct_io, overhead_ns, &shared.served());
+    let mut report = Report::of(&opts.spec.label, direct_io, overhead_ns, &shared.served());
+    report.transport = opts.transport.name().into();
     let problems = stack.teardown();
     if !problems.is_empty() {
         return Err(setup_err(format!("teardown: {}", problems.join("; "))));
@@ -512,7 +569,14 @@ pub fn umount(dir: &Path) -> Result<String, Error> {
 fn cleanup_one(_path: &Path, record: &MountRecord) -> Vec<String> {
     let mut problems = undo_block(record);
     problems.extend(undo_fuse(record));
-    problems.extend(remove_work(record));
+    let mut record = record.clone();
+    if let Some(previous) = record.enable_uring_restore {
+        match fuse_uring::set_enable_uring(previous) {
+            Ok(()) => record.enable_uring_restore = None,
+            Err(e) => problems.push(format!("fuse.enable_uring: {e}")),
+        }
+    }
+    problems.extend(remove_work(&record));
     let _ = std::fs::remove_file(log_path(record.pid));
     problems
 }

@@ -4,7 +4,8 @@
 //! One small JSON file per mount under `$SMARTCON_HOME/mounts/` (kept apart from the
 //! evaluation's block-device records). The record is rewritten (temporary file + rename,
 //! so a crash never leaves half a record) after each step: the FUSE mount point, the loop
-//! device with its backing file, the ext4 mount. Cleanup trusts a record only as far as
+//! device with its backing file, the ext4 mount, and fuse.enable_uring's previous value while
+//! the io_uring transport has it switched on. Cleanup trusts a record only as far as
 //! the system agrees with it: a loop device is detached only while its backing file is the
 //! recorded one, a mount point is unmounted only while /proc/self/mountinfo shows the
 //! recorded source on it.
@@ -33,6 +34,13 @@ pub struct MountRecord {
     pub ext4_mounted: bool,
     /// `starting`, `ready`, `stopping`.
     pub state: String,
+    /// The FUSE transport: `dev` or `uring` (absent in records of older builds).
+    #[serde(default)]
+    pub transport: String,
+    /// What fuse.enable_uring was before this mount set it, while it is set: cleanup writes
+    /// it back after a SIGKILL.
+    #[serde(default)]
+    pub enable_uring_restore: Option<bool>,
 }
 
 /// `$SMARTCON_HOME/mounts`.

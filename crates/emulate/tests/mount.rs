@@ -1,6 +1,7 @@
 //! `emulate mount` end to end (root only; each test says why it skips otherwise).
 //!
-//! The signal tests run the mount in a child process: this test binary re-executed with
+//! The mounts use the CLI's default transport (FUSE over io_uring where the kernel has it);
+//! the round trip runs on each transport explicitly. The signal tests run the mount in a child process: this test binary re-executed with
 //! `SMARTCON_MOUNT_TEST_CHILD` set runs only `server_child`, which mounts and waits for its
 //! own SIGINT/SIGTERM handler. Every test checks that nothing is left: no record, no loop
 //! device over the recorded file, nothing mounted on the recorded points. The program
@@ -13,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use smartcon_devemu::parse_spec;
-use smartcon_emulate::mount::{self, Fs, MountOptions, Report};
+use smartcon_emulate::fuse_uring;
+use smartcon_emulate::mount::{self, Fs, MountOptions, Report, Transport};
 use smartcon_emulate::records::{self, mounted_on, MountRecord};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -49,13 +51,19 @@ macro_rules! need_root {
     };
 }
 
+/// The CLI's default transport: FUSE over io_uring where the kernel has it, else /dev/fuse.
 fn opts(spec: &str, dir: &Path) -> MountOptions {
+    opts_via(spec, dir, Transport::default_for_host())
+}
+
+fn opts_via(spec: &str, dir: &Path, transport: Transport) -> MountOptions {
     MountOptions {
         spec: parse_spec(spec).unwrap(),
         dir: dir.to_path_buf(),
         fs: Fs::Ext4,
         size_bytes: SIZE_BYTES,
         fifo: true,
+        transport,
     }
 }
 
@@ -78,11 +86,15 @@ fn assert_nothing_left(r: &MountRecord) {
 
 /// Runs the mount in a thread; `body` gets the record once it is ready.
 fn with_mount(spec: &str, dir: &Path, body: impl FnOnce(&MountRecord)) -> (MountRecord, Report) {
+    with_mount_via(opts(spec, dir), body)
+}
+
+fn with_mount_via(o: MountOptions, body: impl FnOnce(&MountRecord)) -> (MountRecord, Report) {
+    let dir = o.dir.clone();
     let stop = Arc::new(AtomicBool::new(false));
-    let o = opts(spec, dir);
     let s = stop.clone();
     let server = std::thread::spawn(move || mount::run(&o, &s, |_| {}));
-    let record = wait_ready(dir, None);
+    let record = wait_ready(&dir, None);
     body(&record);
     stop.store(true, Ordering::SeqCst);
     let report = server.join().unwrap().unwrap();
@@ -104,23 +116,84 @@ fn wait_ready(dir: &Path, child: Option<&mut std::process::Child>) -> MountRecor
     }
 }
 
-#[test]
-fn round_trip_writes_and_reads_back_and_leaves_nothing() {
-    need_root!();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = fresh_dir("round-trip");
+/// Writes a file through the mount, drops its cache, reads it back: the report and record.
+fn round_trip(dir: &Path, transport: Transport) -> (MountRecord, Report) {
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 251) as u8).collect();
-    let (record, report) = with_mount("emu:sdcard,channels=4,speedup=8", &dir, |r| {
-        assert_eq!(mounted_on(&dir).unwrap().1, "ext4");
+    with_mount_via(opts_via("emu:sdcard,channels=4,speedup=8", dir, transport), |r| {
+        assert_eq!(r.transport, transport.name());
+        assert_eq!(mounted_on(dir).unwrap().1, "ext4");
         assert!(r.loop_device.is_some());
         std::fs::write(dir.join("f"), &data).unwrap();
         assert!(Command::new("sync").arg("-f").arg(dir.join("f")).status().unwrap().success());
         drop_cache(&dir.join("f"));
         assert_eq!(std::fs::read(dir.join("f")).unwrap(), data);
-    });
+    })
+}
+
+#[test]
+fn round_trip_writes_and_reads_back_and_leaves_nothing() {
+    need_root!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = fresh_dir("round-trip");
+    let (record, report) = round_trip(&dir, Transport::Dev);
     // The sync and the re-read went through the model.
     assert!(report.writes > 0 && report.reads > 0, "{report}");
+    assert_eq!(report.transport, "dev");
     assert_nothing_left(&record);
+}
+
+#[test]
+fn io_uring_round_trip_leaves_nothing_and_restores_enable_uring() {
+    need_root!();
+    if let Some(r) = fuse_uring::unavailable_reason() {
+        eprintln!("skipping: {r}");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = fuse_uring::enable_uring();
+    let dir = fresh_dir("round-trip-uring");
+    let (record, report) = round_trip(&dir, Transport::Uring);
+    assert!(report.writes > 0 && report.reads > 0, "{report}");
+    assert_eq!(report.transport, "uring");
+    assert!(report.to_string().contains("FUSE over io_uring"), "{report}");
+    assert_nothing_left(&record);
+    assert_eq!(fuse_uring::enable_uring(), before, "fuse.enable_uring was not restored");
+}
+
+/// A server killed while fuse.enable_uring was switched on: cleanup puts the recorded value back.
+#[test]
+fn cleanup_restores_enable_uring_after_a_kill() {
+    need_root!();
+    if let Some(r) = fuse_uring::unavailable_reason() {
+        eprintln!("skipping: {r}");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = fuse_uring::enable_uring().unwrap();
+    // A pid that has exited: the record's server is dead.
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let work = home().join("killed-uring");
+    std::fs::create_dir_all(records::mounts_dir()).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let record = MountRecord {
+        pid: gone.id(),
+        spec: "emu:sdcard".into(),
+        dir: fresh_dir("killed-uring-dir"),
+        work: work.clone(),
+        state: "starting".into(),
+        transport: "uring".into(),
+        enable_uring_restore: Some(!before),
+        ..MountRecord::default()
+    };
+    record.save().unwrap();
+    let lines = mount::cleanup();
+    let now = fuse_uring::enable_uring().unwrap();
+    // Put the host back before asserting.
+    fuse_uring::set_enable_uring(before).unwrap();
+    assert_eq!(now, !before, "{lines:?}");
+    assert!(!records::list().iter().any(|(_, r)| r.work == work), "record left: {lines:?}");
+    assert!(!work.exists());
 }
 
 /// Drops a file's clean pages so the next read goes to the device.

@@ -52,6 +52,9 @@ pub struct MountArgs {
     /// Serve without SCHED_FIFO (less accurate on a loaded host).
     #[arg(long)]
     pub no_fifo: bool,
+    /// FUSE transport: uring (FUSE over io_uring) or dev (/dev/fuse). Default: uring where available.
+    #[arg(long, value_parser = ["dev", "uring"])]
+    pub transport: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -128,11 +131,17 @@ fn mount(a: MountArgs) -> Result<()> {
     }
     let size_bytes = a.size.as_deref().map(|s| parse_size_arg("size", s)).transpose()?.unwrap_or(spec.capacity_bytes);
     let fs = if a.fs == "ext4" { Fs::Ext4 } else { Fs::None };
-    let opts = MountOptions { spec, dir: a.dir, fs, size_bytes, fifo: !a.no_fifo };
+    let transport = match a.transport.as_deref() {
+        Some("dev") => mount::Transport::Dev,
+        Some(_) => mount::Transport::Uring,
+        None => mount::Transport::default_for_host(),
+    };
+    let opts = MountOptions { spec, dir: a.dir, fs, size_bytes, fifo: !a.no_fifo, transport };
     let report = mount::run(&opts, crate::common::interrupt_flag(), |r| {
         let at =
             if r.fs == Fs::Ext4 { format!("ext4 mounted at {}", r.dir.display()) } else { "no file system".into() };
-        println!("{} ready: {}, {at} (direct I/O: {})", opts.spec.label, r.loop_device.display(), r.direct_io);
+        let (label, dev, dio, via) = (&opts.spec.label, r.loop_device.display(), r.direct_io, r.transport.name());
+        println!("{label} ready: {dev}, {at} (direct I/O: {dio}, FUSE transport: {via})");
         println!(
             "path overhead subtracted: read {} write {}",
             format_ns(r.overhead_ns[0] as f64),
