@@ -313,10 +313,13 @@ impl Disk {
         if offered & FUSE_INIT_EXT != 0 {
             offered |= u64::from(u32_at(op_in, 16).unwrap_or(0)) << 32;
         }
-        let mut wanted = FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT;
-        if self.want_uring && minor >= KERNEL_MINOR_VERSION {
-            wanted |= FUSE_OVER_IO_URING;
-        }
+        // FUSE_ASYNC_DIO: the loop device's direct I/O (an async kiocb) is sent without its
+        // worker waiting for the reply, so several requests can be at the device at once.
+        // Without it the loop worker serves one request at a time: emu:sdcard,channels=4 at
+        // fio QD4 gave 882 IOPS (4.5 ms each) instead of 3142 (1.25 ms).
+        let wanted = FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT | FUSE_ASYNC_DIO;
+        let wanted =
+            if self.want_uring && minor >= KERNEL_MINOR_VERSION { wanted | FUSE_OVER_IO_URING } else { wanted };
         let flags = offered & wanted;
         self.uring.store(flags & FUSE_OVER_IO_URING != 0, Ordering::SeqCst);
         let out = InitOut {

@@ -39,6 +39,7 @@ pub const BATCH_FORGET: u32 = 42;
 // INIT flags (fuse_init_in/out.flags, and flags2 for bits 32..63).
 pub const FUSE_ASYNC_READ: u64 = 1 << 0;
 pub const FUSE_BIG_WRITES: u64 = 1 << 5;
+pub const FUSE_ASYNC_DIO: u64 = 1 << 15;
 pub const FUSE_MAX_PAGES: u64 = 1 << 22;
 pub const FUSE_INIT_EXT: u64 = 1 << 30;
 pub const FUSE_OVER_IO_URING: u64 = 1 << 41;

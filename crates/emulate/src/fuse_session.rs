@@ -159,9 +159,10 @@ impl Session {
         self.transport
     }
 
-    /// False once the connection has ended (every /dev/fuse thread returned).
+    /// False once the connection has ended (every /dev/fuse thread returned) or a ring queue
+    /// has stopped serving (its CPU's requests would wait forever).
     pub fn is_alive(&self) -> bool {
-        !self.dev_threads.iter().all(|t| t.is_finished())
+        !self.dev_threads.iter().all(|t| t.is_finished()) && self.queues.as_ref().is_none_or(|q| !q.any_finished())
     }
 
     /// Unmounts, ends the connection and joins the threads. Returns what went wrong.

@@ -138,6 +138,10 @@ impl Queues {
         Ok(queues)
     }
 
+    pub fn any_finished(&self) -> bool {
+        self.threads.iter().any(|t| t.is_finished())
+    }
+
     pub fn finished(&self) -> bool {
         self.threads.iter().all(|t| t.is_finished())
     }
