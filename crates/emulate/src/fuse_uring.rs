@@ -300,6 +300,8 @@ struct Queue {
     unique: Vec<u64>,
     retired: usize,
     first_error: Option<String>,
+    /// Completions reaped while registering, handled first by `run`.
+    early: Vec<(usize, i32)>,
 }
 
 impl Queue {
@@ -317,6 +319,7 @@ impl Queue {
             unique: vec![0; depth],
             retired: 0,
             first_error: None,
+            early: Vec::new(),
         })
     }
 
@@ -359,27 +362,27 @@ impl Queue {
             self.push(i, fuse_abi::URING_CMD_REGISTER, 0)?;
         }
         self.ring.submit().map_err(|e| format!("register: io_uring_enter: {e}"))?;
-        // A refused registration completes at once; an accepted one only with a request.
-        let failed: Vec<(usize, i32)> =
-            self.ring.completion().filter(|c| c.result() < 0).map(|c| (c.user_data() as usize, c.result())).collect();
-        if let Some(&(_, res)) = failed.first() {
-            for (i, _) in &failed {
-                self.arena.take(*i);
-            }
-            let e = std::io::Error::from_raw_os_error(-res);
-            return Err(format!("FUSE_IO_URING_CMD_REGISTER: {e}"));
+        // A refused registration completes at once; an accepted one only with a request,
+        // which may already be here (the last queue to register makes the ring ready, and
+        // requests that waited for it are sent at once): kept for `run`, never dropped.
+        self.early.extend(self.ring.completion().map(|c| (c.user_data() as usize, c.result())));
+        let Some(&(_, res)) = self.early.iter().find(|(_, res)| *res < 0) else { return Ok(()) };
+        for &(i, _) in &self.early {
+            self.arena.take(i);
         }
-        Ok(())
+        // Entries that did receive a request stay unanswered: the caller fails the mount,
+        // whose unmount ends those requests.
+        Err(format!("FUSE_IO_URING_CMD_REGISTER: {}", std::io::Error::from_raw_os_error(-res)))
     }
 
     fn run(&mut self, disk: &Disk) -> Result<(), String> {
-        let mut done: Vec<(usize, i32)> = Vec::with_capacity(self.arena.count);
+        let mut done: Vec<(usize, i32)> = std::mem::take(&mut self.early);
         loop {
-            done.clear();
             done.extend(self.ring.completion().map(|c| (c.user_data() as usize, c.result())));
             for &(i, res) in &done {
                 self.completed(disk, i, res);
             }
+            done.clear();
             self.commit_due(disk)?;
             if self.retired == self.arena.count {
                 return self.first_error.take().map_or(Ok(()), Err);
