@@ -128,14 +128,23 @@ fn excess_wait_ns(a: SchedStat, b: SchedStat) -> u64 {
 }
 
 /// Adds each live thread's wait since its last reading to the shared count.
+///
+/// The files are read with the lock released: no system call (and, under the preload
+/// library, no interposed call) runs while a thread that registers or deregisters could be
+/// waiting for it.
 fn count_own_wait(shared: &Shared) {
+    let tids: Vec<(libc::clockid_t, libc::pid_t)> =
+        shared.threads.lock().unwrap().iter().map(|t| (t.clock, t.tid)).collect();
+    let now: Vec<(libc::clockid_t, SchedStat)> =
+        tids.into_iter().filter_map(|(c, tid)| read_schedstat(tid).map(|st| (c, st))).collect();
     let mut threads = shared.threads.lock().unwrap();
-    for t in threads.iter_mut() {
-        let Some(now) = read_schedstat(t.tid) else { continue };
+    for (clock, st) in now {
+        // A thread that deregistered meanwhile counted its own wait on the way out.
+        let Some(t) = threads.iter_mut().find(|t| t.clock == clock) else { continue };
         if let Some(last) = t.last {
-            shared.own_wait_ns.fetch_add(excess_wait_ns(last, now), Ordering::Relaxed);
+            shared.own_wait_ns.fetch_add(excess_wait_ns(last, st), Ordering::Relaxed);
         }
-        t.last = Some(now);
+        t.last = Some(st);
     }
 }
 
@@ -335,9 +344,12 @@ pub struct ThreadRegistration {
 impl Drop for ThreadRegistration {
     fn drop(&mut self) {
         let Some(clock) = self.clock else { return };
-        let mut threads = self.shared.threads.lock().unwrap();
-        if let Some(i) = threads.iter().position(|t| t.clock == clock) {
-            let t = threads.swap_remove(i);
+        // Taken out under the lock, counted after it (no system call while it is held).
+        let taken = {
+            let mut threads = self.shared.threads.lock().unwrap();
+            threads.iter().position(|t| t.clock == clock).map(|i| threads.swap_remove(i))
+        };
+        if let Some(t) = taken {
             // We are on the registered thread itself, so its clock is still valid.
             let used = clock_ns(clock).unwrap_or(t.start_cpu_ns).saturating_sub(t.start_cpu_ns);
             self.shared.retired_own_ns.fetch_add(used, Ordering::Relaxed);
@@ -356,11 +368,28 @@ fn own_cpu_ns(shared: &Shared) -> u64 {
 }
 
 fn ticker(shared: Arc<Shared>, window_ns: u64, period_ns: u64) {
+    block_signals();
     let samples_max = (window_ns / period_ns + 2) as usize;
     let mut samples: VecDeque<Sample> = VecDeque::with_capacity(samples_max);
     while !shared.stop.load(Ordering::Relaxed) {
         tick(&shared, &mut samples, samples_max, window_ns);
         std::thread::sleep(Duration::from_nanos(period_ns));
+    }
+}
+
+/// Blocks every signal in the calling thread (the ticker): a program's signal handler must
+/// never run on the monitor's own thread. Under the preload library a handler may call
+/// into the library (a `pread` in a SIGALRM handler), which registers the thread with this
+/// monitor; on the ticker, in the middle of its own work, that would wait for itself.
+/// Process-directed signals then go to one of the program's threads, as they would
+/// without the monitor.
+fn block_signals() {
+    // SAFETY: `set` is a valid sigset_t filled by sigfillset before use; pthread_sigmask
+    // only changes the calling thread's mask and its old-mask pointer may be null.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }
 
@@ -544,6 +573,38 @@ mod tests {
         // Out-of-range inputs are clamped.
         let f = figures(300e6, total, 0.0, 300e6, wall, Some(300e6));
         assert_eq!([f.util, f.contention, f.others, f.pressure, f.total], [10_000.0; 5]);
+    }
+
+    #[test]
+    fn the_ticker_thread_blocks_every_signal() {
+        // A program's signal handler must never run on the monitor's thread (under the
+        // preload library a handler's pread would register that thread with the monitor
+        // from inside the monitor's own work, and wait for itself).
+        let mon = SystemMonitor::start(WINDOW_NS_MIN);
+        let blocked = |status: &str| {
+            status.lines().find_map(|l| l.strip_prefix("SigBlk:")).and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        };
+        let mut masks = Vec::new();
+        // Bounded: the thread blocks signals as its first act; give it up to 2 s to start.
+        for _ in 0..200 {
+            masks = std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "smartcon-sysmon"))
+                .filter_map(|e| blocked(&std::fs::read_to_string(e.path().join("status")).ok()?))
+                .collect();
+            if !masks.is_empty() && masks.iter().all(|&m| m != 0) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        mon.stop();
+        assert!(!masks.is_empty(), "no monitor thread found");
+        for m in masks {
+            for sig in [libc::SIGALRM, libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGCHLD] {
+                assert!(m & (1 << (sig - 1)) != 0, "signal {sig} not blocked on the monitor's thread: {m:x}");
+            }
+        }
     }
 
     #[test]
