@@ -698,12 +698,12 @@ pub unsafe extern "C" fn time(out: *mut libc::time_t) -> libc::time_t {
     t
 }
 
-/// A relative duration in ns, or None when the timespec is invalid (the real call then
-/// returns EINVAL).
+/// A timespec in ns (a relative duration, or an absolute instant on some clock), or None
+/// when it is NULL or invalid (the real call then returns EINVAL).
 ///
 /// # Safety
 /// `ts` must be NULL or valid for reads.
-unsafe fn duration_ns(ts: *const timespec) -> Option<u64> {
+pub(crate) unsafe fn timespec_ns(ts: *const timespec) -> Option<u64> {
     if ts.is_null() {
         return None;
     }
@@ -731,7 +731,7 @@ static SLEEP: Sym = Sym::new(c"sleep");
 pub unsafe extern "C" fn nanosleep(req: *const timespec, rem: *mut timespec) -> c_int {
     if on() && !crate::process::inside() {
         // SAFETY: forwarded caller promise.
-        if let Some(ns) = unsafe { duration_ns(req) } {
+        if let Some(ns) = unsafe { timespec_ns(req) } {
             sleep_virtual(ns);
             return 0;
         }
@@ -752,7 +752,7 @@ pub unsafe extern "C" fn clock_nanosleep(
 ) -> c_int {
     if applies(clock) {
         // SAFETY: forwarded caller promise.
-        if let Some(ns) = unsafe { duration_ns(req) } {
+        if let Some(ns) = unsafe { timespec_ns(req) } {
             if flags & libc::TIMER_ABSTIME != 0 {
                 // The deadline on `clock`, moved to the monotonic virtual clock.
                 let now_clock = clock_ns(clock);

@@ -104,22 +104,6 @@ fn enter() -> bool {
     vclock::on() && !process::inside()
 }
 
-/// An absolute timespec in ns, or None when it is invalid (the real call says EINVAL).
-///
-/// # Safety
-/// `ts` must be NULL or valid for reads.
-unsafe fn abs_ns(ts: *const timespec) -> Option<u64> {
-    if ts.is_null() {
-        return None;
-    }
-    // SAFETY: non-NULL; the caller's promise.
-    let ts = unsafe { *ts };
-    if ts.tv_sec < 0 || !(0..1_000_000_000).contains(&ts.tv_nsec) {
-        return None;
-    }
-    Some((ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64))
-}
-
 /// The real-time slice a timed waiter sleeps before it looks at the clock again, or None
 /// when the virtual clock has reached `target_ns` (after a jump if the domain is idle).
 fn next_slice(registered: bool, target_ns: u64) -> Option<u64> {
@@ -204,7 +188,7 @@ pub unsafe extern "C" fn pthread_cond_timedwait(
 ) -> c_int {
     if enter() {
         // SAFETY: the caller's promise on abstime.
-        if let (Some(abs), Some(clock)) = (unsafe { abs_ns(abstime) }, cond_clock(cond as usize)) {
+        if let (Some(abs), Some(clock)) = (unsafe { vclock::timespec_ns(abstime) }, cond_clock(cond as usize)) {
             // SAFETY: forwarded caller promise; the clock is the condition variable's.
             return unsafe { cond_timed(cond, mutex, clock, abs) };
         }
@@ -226,7 +210,7 @@ pub unsafe extern "C" fn pthread_cond_clockwait(
     let known = matches!(clock, libc::CLOCK_MONOTONIC | libc::CLOCK_REALTIME);
     if known && enter() {
         // SAFETY: the caller's promise on abstime.
-        if let Some(abs) = unsafe { abs_ns(abstime) } {
+        if let Some(abs) = unsafe { vclock::timespec_ns(abstime) } {
             let target_ns = vclock::deadline_on(clock, abs);
             let reg = vclock::register(target_ns, true);
             let Some(slice_ns) = next_slice(reg.is_some(), target_ns) else { return libc::ETIMEDOUT };
@@ -287,7 +271,7 @@ pub unsafe extern "C" fn sem_timedwait(sem: *mut libc::sem_t, abstime: *const ti
     type F = unsafe extern "C" fn(*mut libc::sem_t, *const timespec) -> c_int;
     if enter() {
         // SAFETY: the caller's promise on abstime.
-        if let Some(abs) = unsafe { abs_ns(abstime) } {
+        if let Some(abs) = unsafe { vclock::timespec_ns(abstime) } {
             // SAFETY: forwarded caller promise.
             return unsafe { sem_timed(sem, libc::CLOCK_REALTIME, abs) };
         }
@@ -304,7 +288,7 @@ pub unsafe extern "C" fn sem_clockwait(sem: *mut libc::sem_t, clock: clockid_t, 
     let known = matches!(clock, libc::CLOCK_MONOTONIC | libc::CLOCK_REALTIME);
     if known && enter() {
         // SAFETY: the caller's promise on abstime.
-        if let Some(abs) = unsafe { abs_ns(abstime) } {
+        if let Some(abs) = unsafe { vclock::timespec_ns(abstime) } {
             // SAFETY: forwarded caller promise.
             return unsafe { sem_timed(sem, clock, abs) };
         }
@@ -397,7 +381,7 @@ pub unsafe extern "C" fn ppoll(
     let raw = |t: *const timespec| unsafe { libc::syscall(libc::SYS_ppoll, fds, nfds, t, sigmask, 8) as c_int };
     if enter() {
         // SAFETY: the caller's promise on tmo (a relative timeout here).
-        let timeout = if tmo.is_null() { Some(None) } else { unsafe { abs_ns(tmo) }.map(Some) };
+        let timeout = if tmo.is_null() { Some(None) } else { unsafe { vclock::timespec_ns(tmo) }.map(Some) };
         if let Some(timeout) = timeout {
             return fd_wait(timeout, |slice| {
                 let ts = slice.map(vclock::to_ts);
@@ -513,7 +497,7 @@ pub unsafe extern "C" fn pselect(
     ) -> c_int;
     if (0..=libc::FD_SETSIZE as c_int).contains(&nfds) && enter() {
         // SAFETY: the caller's promise on tmo (a relative timeout here).
-        let timeout = if tmo.is_null() { Some(None) } else { unsafe { abs_ns(tmo) }.map(Some) };
+        let timeout = if tmo.is_null() { Some(None) } else { unsafe { vclock::timespec_ns(tmo) }.map(Some) };
         if let Some(timeout) = timeout {
             // SAFETY: the caller's promise on the sets.
             let sets = unsafe { Sets::save(r, w, e) };

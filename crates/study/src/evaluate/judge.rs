@@ -217,12 +217,10 @@ pub fn pareto_headline(cells: &[Cell]) -> Option<String> {
 /// The spread of smart/block over cells where both waited the same way: how far two turns
 /// of the same thing differ here, the yardstick for a 3% criterion.
 pub fn noise_note(ratios: &[f64]) -> String {
-    if ratios.len() < 3 {
+    let Some((mean, sd)) = smartcon_util::stats::mean_sample_sd(ratios).filter(|_| ratios.len() >= 3) else {
         return String::new();
-    }
+    };
     let n = ratios.len() as f64;
-    let mean = ratios.iter().sum::<f64>() / n;
-    let sd = (ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
     // A loss is systematic when the mean is below 1 by more than 1.5% and by more than two
     // standard errors of the mean.
     let loss = mean < 0.985 && 1.0 - mean > 2.0 * sd / n.sqrt();
@@ -436,13 +434,9 @@ pub fn corunner_kept(cells: &[Cell]) -> Vec<CorunnerKept> {
                     _ => None,
                 })
                 .collect();
-            let (paired_mean, paired_se) = if pairs.len() >= 2 {
-                let n = pairs.len() as f64;
-                let mean = pairs.iter().sum::<f64>() / n;
-                let sd = (pairs.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
-                (mean, sd / n.sqrt())
-            } else {
-                (ratio, 0.0)
+            let (paired_mean, paired_se) = match smartcon_util::stats::mean_sample_sd(&pairs) {
+                Some((mean, sd)) => (mean, sd / (pairs.len() as f64).sqrt()),
+                None => (ratio, 0.0),
             };
             Some(CorunnerKept { cell: cell_name(s), ratio, paired_mean, paired_se, smart_reason: main_reason(s) })
         })
