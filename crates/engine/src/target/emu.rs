@@ -338,7 +338,7 @@ impl Target for EmuTarget {
             queue_limit: self.spec.model.channels.saturating_sub(1),
             wakeup_ns: Some(ASSUMED_WAKEUP_NS),
             switch_ns,
-            spin_cheaper_bytes_max: rules::spin_cheaper_bytes_max(&wait_costs, switch_ns.unwrap_or(0.0)),
+            spin_cheaper_bytes_max: rules::spin_cheaper_bytes_max_on(&wait_costs, host.as_ref()),
             wait_costs,
             io_cpus: None,
             latencies: Vec::new(),
@@ -412,6 +412,8 @@ mod tests {
             block_cpu_ns: 19_000.0,
             spin_overhead_ns: 500.0,
             switch_ns: None,
+            spin_harmless_service_ns_max: None,
+            beside_crunchers: Vec::new(),
             source: "test".into(),
         };
         // A 10 us device costs less CPU spinning than blocking at small sizes, whatever op.
@@ -426,5 +428,30 @@ mod tests {
         // The rule is monotone in the host's block cost: a dearer wake-up spins at more sizes.
         let dear = HostWaitCost { block_cpu_ns: 60_000.0, ..kvm.clone() };
         assert!(cheap("emu:optane", Some(&dear)) > optane);
+    }
+
+    #[test]
+    fn a_measured_harmless_device_time_overrides_the_cpu_clocks() {
+        let spec = smartcon_devemu::preset::parse_spec("emu:optane").unwrap();
+        // A host whose blocking wait burns little of its own thread's CPU (9.7 us, less
+        // than optane's 10 us), yet spinning on 10-20 us devices cost the crunchers nothing.
+        let cheap_block = HostWaitCost {
+            version: HostWaitCost::VERSION,
+            block_cpu_ns: 9_700.0,
+            spin_overhead_ns: 300.0,
+            switch_ns: None,
+            spin_harmless_service_ns_max: None,
+            beside_crunchers: Vec::new(),
+            source: "test".into(),
+        };
+        let costs = model_wait_costs(&spec, Some(&cheap_block));
+        assert_eq!(rules::spin_cheaper_bytes_max_on(&costs, Some(&cheap_block)), 0, "CPU clocks alone: never");
+        let measured = HostWaitCost { spin_harmless_service_ns_max: Some(20_000.0), ..cheap_block.clone() };
+        let bound = rules::spin_cheaper_bytes_max_on(&costs, Some(&measured));
+        assert!(bound >= 4096, "spinning harmed no one up to 20 us: {bound}");
+        // And a host where spinning harmed the crunchers already at 5 us: never, however
+        // dear its blocking looks in its own thread's clock.
+        let harmful = HostWaitCost { block_cpu_ns: 40_000.0, spin_harmless_service_ns_max: Some(0.0), ..cheap_block };
+        assert_eq!(rules::spin_cheaper_bytes_max_on(&costs, Some(&harmful)), 0);
     }
 }
