@@ -203,6 +203,10 @@ pub struct Profile {
     /// utilization: spinning costs no more CPU than blocking there. 0: no such size.
     #[serde(default)]
     pub spin_cheaper_bytes_max: u64,
+    /// The same bound for writes, where the probe measured writes (absent: the read bound,
+    /// as profiles written before the bounds were per op).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spin_cheaper_write_bytes_max: Option<u64>,
     /// The CPUs the probe's I/O thread was pinned to (a CPU list, `any` when unpinned;
     /// absent in profiles written before placement was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,6 +223,7 @@ impl Profile {
             cpu_threshold_pct: self.cpu_threshold_pct,
             queue_limit: self.queue_limit,
             spin_cheaper_bytes_max: self.spin_cheaper_bytes_max,
+            spin_cheaper_write_bytes_max: self.spin_cheaper_write_bytes_max.unwrap_or(self.spin_cheaper_bytes_max),
         }
     }
 
@@ -237,6 +242,7 @@ impl Profile {
             switch_ns: None,
             wait_costs: Vec::new(),
             spin_cheaper_bytes_max: 0,
+            spin_cheaper_write_bytes_max: None,
             io_cpus: None,
             latencies: Vec::new(),
         }
@@ -486,6 +492,18 @@ pub mod rules {
             Some(max_ns) => spin_within_bytes_max(costs, max_ns),
             None => spin_cheaper_bytes_max(costs, host.and_then(|h| h.switch_ns).unwrap_or(0.0)),
         }
+    }
+
+    /// Per op: the bounds of [`spin_cheaper_bytes_max_on`] over the reads' costs and over
+    /// the writes' (`None` for writes when none was measured).
+    pub fn spin_cheaper_by_op(costs: &[super::WaitCost], host: Option<&super::HostWaitCost>) -> (u64, Option<u64>) {
+        let of = |op: &str| costs.iter().filter(|c| c.op == op).cloned().collect::<Vec<_>>();
+        let (reads, writes) = (of("read"), of("write"));
+        let reads = if reads.is_empty() { costs.to_vec() } else { reads };
+        (
+            spin_cheaper_bytes_max_on(&reads, host),
+            (!writes.is_empty()).then(|| spin_cheaper_bytes_max_on(&writes, host)),
+        )
     }
 
     /// The largest size up to which every op's spin burns at most `spin_cpu_ns_max`.

@@ -326,6 +326,8 @@ impl Target for EmuTarget {
         let host = HostWaitCost::stored();
         let wait_costs = model_wait_costs(&self.spec, host.as_ref());
         let switch_ns = host.as_ref().and_then(|h| h.switch_ns);
+        let (spin_cheaper_bytes_max, spin_cheaper_write_bytes_max) =
+            rules::spin_cheaper_by_op(&wait_costs, host.as_ref());
         Some(Profile {
             version: PROFILE_VERSION,
             device: self.device_id(),
@@ -338,7 +340,8 @@ impl Target for EmuTarget {
             queue_limit: self.spec.model.channels.saturating_sub(1),
             wakeup_ns: Some(ASSUMED_WAKEUP_NS),
             switch_ns,
-            spin_cheaper_bytes_max: rules::spin_cheaper_bytes_max_on(&wait_costs, host.as_ref()),
+            spin_cheaper_bytes_max,
+            spin_cheaper_write_bytes_max,
             wait_costs,
             io_cpus: None,
             latencies: Vec::new(),
@@ -449,6 +452,13 @@ mod tests {
         let measured = HostWaitCost { spin_harmless_service_ns_max: Some(20_000.0), ..cheap_block.clone() };
         let bound = rules::spin_cheaper_bytes_max_on(&costs, Some(&measured));
         assert!(bound >= 4096, "spinning harmed no one up to 20 us: {bound}");
+        // Per op: an NVMe-like device whose writes take 20 us and reads 80 us spins its
+        // small writes on such a host, and not its reads.
+        let nvme = smartcon_devemu::preset::parse_spec("emu:nvme").unwrap();
+        let host40 = HostWaitCost { spin_harmless_service_ns_max: Some(40_000.0), ..cheap_block.clone() };
+        let (reads, writes) = rules::spin_cheaper_by_op(&model_wait_costs(&nvme, Some(&host40)), Some(&host40));
+        assert_eq!(reads, 0);
+        assert!(writes.is_some_and(|w| w >= 4096), "{writes:?}");
         // And a host where spinning harmed the crunchers already at 5 us: never, however
         // dear its blocking looks in its own thread's clock.
         let harmful = HostWaitCost { block_cpu_ns: 40_000.0, spin_harmless_service_ns_max: Some(0.0), ..cheap_block };
