@@ -483,14 +483,18 @@ pub mod rules {
         cheap_sizes_max(costs, |c| c.spin_cpu_ns <= c.block_cpu_ns + switch_ns.max(0.0))
     }
 
-    /// The same bound from what the host measured blocking to cost everyone, when it did
-    /// ([`super::HostWaitCost::spin_cpu_ns_harmless_max`]): the largest size up to which
-    /// every op's spin burns no more than that. Without the measurement, the CPU-clock rule
-    /// [`spin_cheaper_bytes_max`] with the host's switch cost.
+    /// The CPU-clock rule [`spin_cheaper_bytes_max`] with the host's switch cost, raised to
+    /// what the host measured blocking to cost everyone when it did
+    /// ([`super::HostWaitCost::spin_cpu_ns_harmless_max`]: the largest size up to which
+    /// every op's spin burns no more than that). The larger of the two, because the
+    /// measured bound is noisy from run to run (two default runs on one host measured 40.5
+    /// us and 5.5 us), so it may lift a bound the CPU clocks set too low (a host whose
+    /// blocking wait burnt 9.7 us lost nothing to a spinner on a 10 us device) but not cut one.
     pub fn spin_cheaper_bytes_max_on(costs: &[super::WaitCost], host: Option<&super::HostWaitCost>) -> u64 {
+        let clocks = spin_cheaper_bytes_max(costs, host.and_then(|h| h.switch_ns).unwrap_or(0.0));
         match host.and_then(|h| h.spin_cpu_ns_harmless_max()) {
-            Some(max_ns) => spin_within_bytes_max(costs, max_ns),
-            None => spin_cheaper_bytes_max(costs, host.and_then(|h| h.switch_ns).unwrap_or(0.0)),
+            Some(max_ns) => clocks.max(spin_within_bytes_max(costs, max_ns)),
+            None => clocks,
         }
     }
 
