@@ -18,6 +18,8 @@
 //! to wait), memory-mapped files, and vectored calls with more than one buffer (passed
 //! through).
 
+pub mod aio;
+pub mod bypass;
 pub mod capi;
 pub mod config;
 pub mod emu;
