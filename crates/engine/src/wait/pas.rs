@@ -352,8 +352,7 @@ mod tests {
 
     #[test]
     fn oversleeping_down_to_the_floor_is_a_timer_failure() {
-        let mut s = SleepState::default();
-        s.dur_ns = 1_000;
+        let mut s = SleepState { dur_ns: 1_000, ..SleepState::default() };
         let mut floored = false;
         for _ in 0..100 {
             s.record(Outcome::Overslept);
