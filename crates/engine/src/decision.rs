@@ -59,11 +59,30 @@ pub enum Strategy {
     /// Linux's removed hybrid polling: sleep half the mean, then poll (a baseline).
     #[serde(rename = "half-mean")]
     HalfMean,
+    /// Linux 6.13's IORING_SETUP_HYBRID_IOPOLL: sleep half the ring's minimum completion
+    /// time once, then poll (crate::wait::iopoll, a peer).
+    #[serde(rename = "iopoll-hybrid")]
+    IopollHybrid,
+    /// DPAS's per-I/O adaptive sleep with its mode switch over polling, PAS and
+    /// interrupts (crate::wait::pas, a peer).
+    Pas,
+    /// Dynamic interval polling as the paper has it: busy delay without touching the device
+    /// until the predicted completion, then poll (crate::wait::dip).
+    Dip,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 6] =
-        [Strategy::Block, Strategy::Spin, Strategy::Sync, Strategy::Hybrid, Strategy::FixedPoll, Strategy::HalfMean];
+    pub const ALL: [Strategy; 9] = [
+        Strategy::Block,
+        Strategy::Spin,
+        Strategy::Sync,
+        Strategy::Hybrid,
+        Strategy::FixedPoll,
+        Strategy::HalfMean,
+        Strategy::IopollHybrid,
+        Strategy::Pas,
+        Strategy::Dip,
+    ];
     pub const COUNT: usize = Self::ALL.len();
 
     pub fn name(self) -> &'static str {
@@ -74,12 +93,23 @@ impl Strategy {
             Strategy::Hybrid => "hybrid",
             Strategy::FixedPoll => "poll",
             Strategy::HalfMean => "half-mean",
+            Strategy::IopollHybrid => "iopoll-hybrid",
+            Strategy::Pas => "pas",
+            Strategy::Dip => "dip",
         }
     }
 
     /// The strategies that wait by polling at chosen instants (crate::wait).
     pub fn is_polling(self) -> bool {
-        matches!(self, Strategy::Hybrid | Strategy::FixedPoll | Strategy::HalfMean)
+        matches!(
+            self,
+            Strategy::Hybrid
+                | Strategy::FixedPoll
+                | Strategy::HalfMean
+                | Strategy::IopollHybrid
+                | Strategy::Pas
+                | Strategy::Dip
+        )
     }
 
     pub fn index(self) -> usize {

@@ -79,8 +79,10 @@ pub struct EvaluateArgs {
     /// scheduler decides), or a CPU list. See docs/evaluate.md for why it is pinned.
     #[arg(long, default_value = "irq", value_parser = placement_value)]
     pub io_cpus: Placement,
-    /// Skip the polling study (hybrid, fixed-interval and half-mean polling on emulated
-    /// devices, and the poll-interval sweep; about 10 s).
+    /// Skip the polling study (block, spin, hybrid, dip, fixed-interval polling, smart-hybrid
+    /// and the peers' rules half-mean, iopoll-hybrid and pas on emulated devices; dip and
+    /// hybrid against the poll-interval sweep on a device whose polls cost channel time;
+    /// about 20 s).
     #[arg(long)]
     pub skip_polling: bool,
 }
@@ -187,7 +189,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     Ok(())
 }
 
-/// The polling study (hybrid, fixed-interval and half-mean polling on emulated devices).
+/// The polling study (smartcon's polling strategies and the peers' rules on emulated devices).
 fn polling_study(
     args: &EvaluateArgs,
     plan: &Plan,

@@ -10,8 +10,9 @@
 //!   context switch of this host;
 //! - `spin`: the thread polls the device's status ("now >= completion") back to back with
 //!   a pause hint; past the spin budget it sleeps on the timer instead;
-//! - `hybrid`, `poll`, `half-mean` (crate::wait): the policy polls at the instants it
-//!   chooses and sleeps with clock_nanosleep in between;
+//! - `hybrid`, `dip`, `poll`, `half-mean`, `iopoll-hybrid`, `pas` (crate::wait): the policy
+//!   polls at the instants it chooses and sleeps with clock_nanosleep in between; a policy
+//!   that blocks (`pas` in its interrupt mode) waits as `block` does, on the ring's timer;
 //! - `sync`: programmed I/O. The caller does the device's work inline, as a PIO driver or a
 //!   DAX copy would: it moves the data and stays busy for the device time, with no queue,
 //!   no ring and no timer. It differs from `spin` in what it skips (submission through the
@@ -283,6 +284,36 @@ impl Status for EmuStatus<'_> {
     }
 }
 
+/// A request in service with the port's ring, for policies that also block: their
+/// blocking wait is `block`'s (the ring's timer at the completion instant).
+struct EmuRingStatus<'s, 'a> {
+    status: &'s mut EmuStatus<'a>,
+    ring: &'s mut Ring,
+}
+
+impl Status for EmuRingStatus<'_, '_> {
+    fn now_ns(&self) -> u64 {
+        self.status.now_ns()
+    }
+
+    fn poll(&mut self) -> Result<bool, Error> {
+        self.status.poll()
+    }
+
+    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        self.status.sleep_until(at_ns)
+    }
+
+    fn spin_until(&mut self, at_ns: u64) {
+        self.status.spin_until(at_ns)
+    }
+
+    fn block(&mut self) -> Result<(), Error> {
+        let ring = &mut *self.ring;
+        wait_in_slices(self.status.submit_ns, self.status.done_ns, |t| ring.sleep_until(t))
+    }
+}
+
 struct EmuPort<'a> {
     target: &'a EmuTarget,
     ring: Ring,
@@ -385,7 +416,8 @@ impl Port for EmuPort<'_> {
             })?,
             PortWait::Poll { policy, ahead } => {
                 let req = Pending { op, bytes: bytes as u64, ahead, submit_ns: arrival };
-                outcome.polled = Some(policy.wait(&req, &mut status)?);
+                let mut with_ring = EmuRingStatus { status: &mut status, ring };
+                outcome.polled = Some(policy.wait(&req, &mut with_ring)?);
             }
         }
         if status.failed {
