@@ -34,7 +34,7 @@ use crate::error::{Error, ErrorKind};
 use crate::monitor::{SystemMonitor, ThreadRegistration};
 use crate::profile::{profile_path, Profile};
 use crate::target::file::{describe_fd, FilePort};
-use crate::target::{InFlight, IoBuf, Port, PortWait, Target};
+use crate::target::{DeviceQueue, InFlight, IoBuf, Port, PortWait, Target};
 use crate::wait::{self, PollParams, WaitPolicy};
 use crate::Op;
 
@@ -259,13 +259,18 @@ impl<'t> SmartTargetPort<'t> {
         options.validate()?;
         let device_id = target.device_id();
         let (profile, note) = resolve_profile(&device_id, options.profile.clone(), target.builtin_profile())?;
-        let inflight = match options.inflight.clone() {
-            Some(c) => Counters::Shared(c),
-            None => Counters::Borrowed(target.inflight()),
+        let queue = target.device_queue();
+        let (inflight, queue) = match options.inflight.clone() {
+            Some(c) => {
+                let queue = queue.map(|q| DeviceQueue { inflight: c.clone(), ..q });
+                (Counters::Shared(c), queue)
+            }
+            None => (Counters::Borrowed(target.inflight()), queue),
         };
         let mut port = SmartTargetPort::assemble(
             Backend::Target(target.open_port()?),
             inflight,
+            queue,
             device_id,
             target.block_bytes(),
             target.direct(),
@@ -296,10 +301,17 @@ impl<'t> SmartTargetPort<'t> {
         let info = describe_fd(fd)?;
         let (profile, note) = resolve_profile(&info.device_id, options.profile.clone(), None)?;
         let inflight = inflight.unwrap_or_else(|| Counters::Shared(shared_inflight(&info.device_id)));
+        // Counters of our own are watched here; borrowed ones belong to a target whose
+        // own ports have them watched.
+        let queue = match (&inflight, &info.stat_path) {
+            (Counters::Shared(c), Some(p)) => Some(DeviceQueue { inflight: c.clone(), stat_path: p.clone() }),
+            _ => None,
+        };
         let backend = Backend::Fd(Box::new(FilePort::new(fd)?));
         let mut port = SmartTargetPort::assemble(
             backend,
             inflight,
+            queue,
             info.device_id,
             info.block_bytes,
             info.direct,
@@ -316,9 +328,11 @@ impl<'t> SmartTargetPort<'t> {
         Ok(port)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
         backend: Backend<'t>,
         inflight: Counters<'t>,
+        queue: Option<DeviceQueue>,
         device_id: String,
         block_bytes: u64,
         direct: bool,
@@ -333,6 +347,10 @@ impl<'t> SmartTargetPort<'t> {
                 m
             }
         };
+        // Others' requests on the device, from the kernel's count, read on the ticker.
+        if let Some(q) = &queue {
+            monitor.watch_device(q);
+        }
         let mut counters = PortCounters::new();
         counters.begin();
         let policy = match options.strategy {
@@ -693,6 +711,27 @@ mod tests {
                 assert_eq!(c.by_reason.iter().sum::<u64>(), 4, "{name}: every I/O was decided");
             }
         }
+    }
+
+    #[test]
+    fn a_port_on_a_file_has_its_disk_queue_watched_by_its_monitor() {
+        let target = crate::target::open(
+            &crate::target::parse_target("tmp:1m").unwrap(),
+            crate::target::OpenOptions::default(),
+        )
+        .unwrap();
+        let Some(queue) = target.device_queue() else {
+            eprintln!("skipped: the temp directory is not on a block device sysfs knows");
+            return;
+        };
+        assert!(queue.stat_path.ends_with("stat"), "{}", queue.stat_path.display());
+        let monitor = Arc::new(SystemMonitor::start(crate::monitor::WINDOW_NS_MIN));
+        let options = SmartPortOptions { monitor: Some(monitor.clone()), ..fixed(Strategy::Block) };
+        let a = SmartTargetPort::on_target(target.as_ref(), options.clone()).unwrap();
+        let b = SmartTargetPort::on_target(target.as_ref(), options).unwrap();
+        assert_eq!(monitor.watched_devices(), 1, "one device, however many ports");
+        drop((a, b));
+        monitor.stop();
     }
 
     #[test]
