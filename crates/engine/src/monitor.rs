@@ -42,11 +42,23 @@
 //! preempts it. The threshold it is compared against is unchanged (Table II: 100% less one
 //! spinner's share).
 //!
+//! The ticker also reads the kernel's count of requests in flight on the block devices
+//! the ports use ([`SystemMonitor::watch_device`]: the device's `stat` file in sysfs, the
+//! fields of /proc/diskstats), and publishes, per device, the requests of everyone else:
+//! the kernel's count less this process's own at the same instant, and their bytes at the
+//! device's mean request size over the tick. The decision adds them to our own backlog
+//! (branches 2 and 3 of [`crate::decision::decide`]), so another process's I/O on the same
+//! disk is in the queue it sees, as the paper's block layer would see it. Like the
+//! utilization it costs the I/O path two relaxed loads ([`crate::target::InFlight::enter`]).
+//!
 //! Non-goals: per-CPU or per-cgroup views; a machine-wide share is what the paper uses.
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use crate::target::{DeviceQueue, InFlight};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -94,6 +106,68 @@ struct Shared {
     /// Run-queue wait (beyond the allowance) of every I/O thread, counted at each tick and
     /// when a thread deregisters.
     own_wait_ns: AtomicU64,
+    /// The block devices whose kernel queue the ticker reads.
+    devices: Mutex<Vec<WatchedDevice>>,
+}
+
+/// A device whose queue the ticker reads: our counters for it (weak: a device nobody uses
+/// any more is dropped from the list), its stat file, and the ticker's last reading.
+struct WatchedDevice {
+    inflight: Weak<InFlight>,
+    stat_path: PathBuf,
+    last: Option<DiskStat>,
+    mean_bytes: u64,
+}
+
+/// The fields of a block device's `stat` file (sysfs; the same as /proc/diskstats after
+/// the device's name) that the queue needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskStat {
+    /// Reads and writes completed, since boot.
+    pub ios: u64,
+    /// 512-byte sectors read and written, since boot.
+    pub sectors: u64,
+    /// Requests the device has in flight now (field 9).
+    pub in_flight: u32,
+}
+
+/// Parses a sysfs `stat` file: reads, read merges, read sectors, read ticks, writes,
+/// write merges, write sectors, write ticks, in flight, ... (Documentation/block/stat.rst).
+pub fn parse_disk_stat(text: &str) -> Option<DiskStat> {
+    let mut f = [0u64; 9];
+    let mut fields = text.split_whitespace();
+    for v in f.iter_mut() {
+        *v = fields.next()?.parse().ok()?;
+    }
+    Some(DiskStat { ios: f[0] + f[4], sectors: f[2] + f[6], in_flight: f[8].min(u32::MAX as u64) as u32 })
+}
+
+/// The line of device `name` in /proc/diskstats (major, minor, name, then the stat fields).
+pub fn parse_diskstats(text: &str, name: &str) -> Option<DiskStat> {
+    text.lines().find_map(|line| {
+        let mut f = line.split_whitespace();
+        let (_major, _minor, dev) = (f.next()?, f.next()?, f.next()?);
+        if dev != name {
+            return None;
+        }
+        parse_disk_stat(&line[line.find(dev)? + dev.len()..])
+    })
+}
+
+/// What a reading of the kernel's count says is in flight beyond our own `ours`
+/// requests: (count, bytes, the mean request size used). The bytes are at the device's
+/// mean request size over the interval since `last` (since boot at the first reading;
+/// the previous mean when nothing completed meanwhile). Requests the kernel has not seen
+/// yet (ours, entered but not submitted) make the difference at most smaller, never
+/// negative.
+pub fn others_in_flight(now: DiskStat, last: Option<DiskStat>, ours: u32, mean_prev: u64) -> (u32, u64, u64) {
+    let (ios, sectors) = match last {
+        Some(l) => (now.ios.saturating_sub(l.ios), now.sectors.saturating_sub(l.sectors)),
+        None => (now.ios, now.sectors),
+    };
+    let mean = sectors.saturating_mul(512).checked_div(ios).unwrap_or(mean_prev);
+    let count = now.in_flight.saturating_sub(ours);
+    (count, (count as u64).saturating_mul(mean), mean)
 }
 
 /// A registered I/O thread: its CPU clock and CPU time at registration, its task id, and
@@ -252,6 +326,7 @@ impl SystemMonitor {
             threads: Mutex::new(Vec::new()),
             retired_own_ns: AtomicU64::new(0),
             own_wait_ns: AtomicU64::new(0),
+            devices: Mutex::new(Vec::new()),
         });
         let period_ns = (window_ns / 10).max(10_000_000);
         let inner = shared.clone();
@@ -276,6 +351,7 @@ impl SystemMonitor {
                 threads: Mutex::new(Vec::new()),
                 retired_own_ns: AtomicU64::new(0),
                 own_wait_ns: AtomicU64::new(0),
+                devices: Mutex::new(Vec::new()),
             }),
             ticker: Arc::new(Mutex::new(None)),
         }
@@ -326,6 +402,31 @@ impl SystemMonitor {
         ThreadRegistration { shared: self.shared.clone(), clock: start.map(|_| clock) }
     }
 
+    /// Reads the kernel's count of the device's queue on every tick from now on and
+    /// publishes the others' requests into `queue.inflight` (see the module's doc). Once
+    /// per port, not per I/O; a device already watched is not added again. A monitor that
+    /// does not tick ([`SystemMonitor::fixed`]) publishes nothing.
+    pub fn watch_device(&self, queue: &DeviceQueue) {
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut devices = self.shared.devices.lock().unwrap();
+        if devices.iter().any(|d| std::ptr::eq(d.inflight.as_ptr(), Arc::as_ptr(&queue.inflight))) {
+            return;
+        }
+        devices.push(WatchedDevice {
+            inflight: Arc::downgrade(&queue.inflight),
+            stat_path: queue.stat_path.clone(),
+            last: None,
+            mean_bytes: 0,
+        });
+    }
+
+    /// The devices whose queue the ticker reads (for tests and reports).
+    pub fn watched_devices(&self) -> usize {
+        self.shared.devices.lock().unwrap().len()
+    }
+
     /// Stops the ticker and waits for it.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Relaxed);
@@ -373,7 +474,44 @@ fn ticker(shared: Arc<Shared>, window_ns: u64, period_ns: u64) {
     let mut samples: VecDeque<Sample> = VecDeque::with_capacity(samples_max);
     while !shared.stop.load(Ordering::Relaxed) {
         tick(&shared, &mut samples, samples_max, window_ns);
+        read_device_queues(&shared);
         std::thread::sleep(Duration::from_nanos(period_ns));
+    }
+    // Nobody reads the queues any more: what was published would go stale.
+    for d in shared.devices.lock().unwrap().iter() {
+        if let Some(inflight) = d.inflight.upgrade() {
+            inflight.set_others(0, 0);
+        }
+    }
+}
+
+/// One reading of every watched device's queue, published into its counters. The list
+/// is taken out while the files are read (no system call with the lock held), and put
+/// back with the devices added meanwhile; devices nobody uses any more are dropped.
+fn read_device_queues(shared: &Shared) {
+    let mut mine = std::mem::take(&mut *shared.devices.lock().unwrap());
+    if mine.is_empty() {
+        return;
+    }
+    mine.retain_mut(|d| {
+        let Some(inflight) = d.inflight.upgrade() else { return false };
+        let ours = inflight.ours();
+        match std::fs::read_to_string(&d.stat_path).ok().as_deref().and_then(parse_disk_stat) {
+            Some(now) => {
+                let (count, bytes, mean) = others_in_flight(now, d.last, ours, d.mean_bytes);
+                inflight.set_others(count, bytes);
+                d.last = Some(now);
+                d.mean_bytes = mean;
+            }
+            None => inflight.set_others(0, 0),
+        }
+        true
+    });
+    let mut devices = shared.devices.lock().unwrap();
+    for d in mine {
+        if !devices.iter().any(|x| Weak::ptr_eq(&x.inflight, &d.inflight)) {
+            devices.push(d);
+        }
     }
 }
 
@@ -605,6 +743,120 @@ mod tests {
                 assert!(m & (1 << (sig - 1)) != 0, "signal {sig} not blocked on the monitor's thread: {m:x}");
             }
         }
+    }
+
+    #[test]
+    fn the_disk_stat_parsers_read_the_in_flight_count_and_the_totals() {
+        // /sys/block/vda/stat and the same disk's /proc/diskstats line, read on the team VM.
+        let sysfs = "   27791     5317  2176658    12725     6245    14258  3373800    21311        3     6940    34502     3529       21   143904      449      252       16\n";
+        let want = DiskStat { ios: 27791 + 6245, sectors: 2176658 + 3373800, in_flight: 3 };
+        assert_eq!(parse_disk_stat(sysfs), Some(want));
+        let diskstats = "   7       0 loop0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n 254       0 vda 27791 5317 2176658 12725 6245 14258 3373800 21311 3 6940 34502 3529 21 143904 449 252 16\n 253       0 zram0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+        assert_eq!(parse_diskstats(diskstats, "vda"), Some(want));
+        assert_eq!(parse_diskstats(diskstats, "zram0").map(|d| d.in_flight), Some(0));
+        assert_eq!(parse_diskstats(diskstats, "vdb"), None);
+        // Old kernels have 11 fields; fewer than 9 is not a stat file.
+        assert_eq!(
+            parse_disk_stat("1 0 8 0 2 0 16 0 4 0 0").map(|d| (d.ios, d.sectors, d.in_flight)),
+            Some((3, 24, 4))
+        );
+        assert_eq!(parse_disk_stat("1 0 8 0 2 0 16 0"), None);
+        assert_eq!(parse_disk_stat("1 0 8 0 x 0 16 0 4"), None);
+        // The real files, where this machine has them, parse.
+        if let Ok(text) = std::fs::read_to_string("/proc/diskstats") {
+            let name = text.lines().next().and_then(|l| l.split_whitespace().nth(2)).unwrap_or("").to_string();
+            if !name.is_empty() {
+                assert!(parse_diskstats(&text, &name).is_some(), "{name} in /proc/diskstats");
+            }
+        }
+    }
+
+    #[test]
+    fn the_others_are_the_kernels_count_less_ours_at_the_mean_size() {
+        let at = |ios, sectors, in_flight| DiskStat { ios, sectors, in_flight };
+        // First reading: the mean since boot, 100 I/Os of 8 sectors (4 KiB); 5 in flight,
+        // 1 of them ours: 4 others of 4 KiB.
+        assert_eq!(others_in_flight(at(100, 800, 5), None, 1, 0), (4, 4 * 4096, 4096));
+        // Next tick: 10 more I/Os of 256 sectors (128 KiB) each: the mean is the tick's.
+        assert_eq!(others_in_flight(at(110, 800 + 2560, 2,), Some(at(100, 800, 5)), 0, 4096), (2, 2 << 17, 128 << 10));
+        // Nothing completed meanwhile: the previous mean stays.
+        assert_eq!(others_in_flight(at(110, 3360, 3), Some(at(110, 3360, 1)), 1, 4096), (2, 8192, 4096));
+        // Ours not yet submitted: more of ours than the kernel has is no one else's.
+        assert_eq!(others_in_flight(at(110, 3360, 1), Some(at(110, 3360, 1)), 4, 4096), (0, 0, 4096));
+    }
+
+    /// The wiring: what the monitor publishes is what the decision sees ahead, with our own
+    /// requests, and it moves the decision's reason (no ticker, values fed by hand).
+    #[test]
+    fn the_kernels_count_feeds_the_queue_and_backlog_branches() {
+        use crate::decision::{decide, DeviceClass, Reason, Request, SystemState, Thresholds};
+        let t = Thresholds {
+            class: DeviceClass::Fast,
+            size_threshold_bytes: 64 << 10,
+            cpu_threshold_pct: 50,
+            queue_limit: 1,
+            spin_cheaper_bytes_max: 0,
+        };
+        let reason = |inflight: &InFlight, bytes: u64| {
+            let ahead = inflight.enter(bytes);
+            inflight.leave(bytes);
+            decide(Request { bytes }, ahead, SystemState { cpu_utilization_pct: 0 }, &t).reason
+        };
+        let inflight = InFlight::default();
+        assert_eq!(reason(&inflight, 4096), Reason::CpuAvailable, "an idle device: spin");
+        // Another process has 2 requests in flight: over Q = 1, though we have none.
+        let (count, bytes, _) =
+            others_in_flight(DiskStat { ios: 10, sectors: 80, in_flight: 2 }, None, inflight.ours(), 0);
+        inflight.set_others(count, bytes);
+        assert_eq!(inflight.others(), (2, 8192));
+        assert_eq!(reason(&inflight, 4096), Reason::QueueOverLimit);
+        // One of them, with one of ours ahead: 2 ahead, still over Q.
+        inflight.set_others(1, 4096);
+        let _ours = inflight.enter(4096);
+        assert_eq!(reason(&inflight, 4096), Reason::QueueOverLimit);
+        inflight.leave(4096);
+        assert_eq!(reason(&inflight, 4096), Reason::CpuAvailable, "one ahead is within Q = 1");
+        // One large request of another process: its bytes reach the size threshold.
+        inflight.set_others(1, 60 << 10);
+        assert_eq!(reason(&inflight, 8192), Reason::SizeAtThreshold);
+        inflight.set_others(0, 0);
+        assert_eq!(reason(&inflight, 8192), Reason::CpuAvailable);
+    }
+
+    /// Through the ticker: a stat file (here a file of our own holding what the kernel's
+    /// would) is read and published, our requests subtracted; a device is watched once, and
+    /// the published figure is cleared when the monitor stops. Bounded by tick counts, not
+    /// by time: the loops end as soon as the value is there.
+    #[test]
+    fn the_ticker_publishes_the_others_of_a_watched_device() {
+        let dir = std::env::temp_dir().join(format!("smartcon-monitor-stat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let stat_path = dir.join("stat");
+        std::fs::write(&stat_path, "100 0 800 0 0 0 0 0 5 0 0\n").unwrap();
+        let queue = DeviceQueue { inflight: Arc::new(InFlight::default()), stat_path: stat_path.clone() };
+        let mon = SystemMonitor::start(WINDOW_NS_MIN);
+        let _ours = queue.inflight.enter(4096);
+        mon.watch_device(&queue);
+        mon.watch_device(&queue);
+        assert_eq!(mon.watched_devices(), 1, "watched once");
+        let wait_for = |want: (u32, u64)| {
+            for _ in 0..1000 {
+                if queue.inflight.others() == want {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            false
+        };
+        assert!(wait_for((4, 4 * 4096)), "published: {:?}", queue.inflight.others());
+        std::fs::write(&stat_path, "100 0 800 0 0 0 0 0 1 0 0\n").unwrap();
+        assert!(wait_for((0, 0)), "only ours in flight: {:?}", queue.inflight.others());
+        std::fs::write(&stat_path, "100 0 800 0 0 0 0 0 3 0 0\n").unwrap();
+        assert!(wait_for((2, 2 * 4096)));
+        mon.stop();
+        assert_eq!(queue.inflight.others(), (0, 0), "cleared when the monitor stops");
+        queue.inflight.leave(4096);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -20,7 +20,11 @@ use std::path::{Path, PathBuf};
 
 use smartcon_devemu::units::format_size;
 
-use super::{io_error, AlignedBuf, InFlight, IoBuf, Port, PortWait, Target, WaitOutcome};
+use std::sync::Arc;
+
+use super::{
+    device_stat_path, io_error, AlignedBuf, DeviceQueue, InFlight, IoBuf, Port, PortWait, Target, WaitOutcome,
+};
 use crate::clock::now_ns;
 use crate::decision::Strategy;
 use crate::error::{Error, ErrorKind};
@@ -35,7 +39,9 @@ pub struct FileTarget {
     block_bytes: u64,
     device_id: String,
     warnings: Vec<String>,
-    inflight: InFlight,
+    inflight: Arc<InFlight>,
+    /// The block device's stat file (the kernel's count of its queue), if found.
+    stat_path: Option<PathBuf>,
     /// Opened with O_DIRECT (false where the file system refused it).
     direct: bool,
     /// Removed on drop (temporary files smartcon created).
@@ -82,6 +88,8 @@ pub(crate) struct FdInfo {
     pub is_block: bool,
     /// The descriptor's status flags say O_DIRECT.
     pub direct: bool,
+    /// The stat file of the block device it is on (see [`device_stat_path`]).
+    pub stat_path: Option<PathBuf>,
 }
 
 /// Describes `fd`: a regular file (the device of its file system) or a block device.
@@ -127,7 +135,14 @@ pub(crate) fn describe_fd(fd: libc::c_int) -> Result<FdInfo, Error> {
     };
     let (ma, mi) = dev_major_minor(dev);
     let device_id = format!("blk:{}", sysfs_block_name(ma, mi).unwrap_or_else(|| format!("{ma}-{mi}")));
-    Ok(FdInfo { device_id, block_bytes, capacity_bytes, is_block, direct: flags & libc::O_DIRECT != 0 })
+    Ok(FdInfo {
+        device_id,
+        block_bytes,
+        capacity_bytes,
+        is_block,
+        direct: flags & libc::O_DIRECT != 0,
+        stat_path: device_stat_path(ma, mi),
+    })
 }
 
 impl FileTarget {
@@ -190,7 +205,8 @@ impl FileTarget {
             block_bytes: info.block_bytes,
             device_id: info.device_id,
             warnings,
-            inflight: InFlight::default(),
+            inflight: Arc::new(InFlight::default()),
+            stat_path: info.stat_path,
             direct,
             remove_on_drop: false,
         })
@@ -297,6 +313,14 @@ impl Target for FileTarget {
 
     fn inflight(&self) -> &InFlight {
         &self.inflight
+    }
+
+    fn device_queue(&self) -> Option<DeviceQueue> {
+        Some(DeviceQueue { inflight: self.inflight.clone(), stat_path: self.stat_path.clone()? })
+    }
+
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.fd)
     }
 
     fn warnings(&self) -> Vec<String> {

@@ -74,19 +74,36 @@ pub struct OpenOptions {
 }
 
 /// Counters of what is in flight on a device. `enter` returns what was ahead.
+///
+/// Two parts: this process's own requests (`enter`/`leave`, exact, per I/O), and the
+/// requests of everyone else on the same block device, as the kernel counts them, less
+/// ours: published by the System Monitor's ticker from the device's stat file
+/// ([`crate::monitor::SystemMonitor::watch_device`]), never read on the I/O path. A
+/// device the kernel does not count (an emulated one), or one nobody watches, has no
+/// others: then only our own requests are ahead.
 #[derive(Debug, Default)]
 pub struct InFlight {
     count: AtomicU32,
     bytes: AtomicU64,
+    /// Other processes' requests in flight on the device at the monitor's last tick.
+    others_count: AtomicU32,
+    /// Their bytes, estimated from the device's mean request size over the last tick.
+    others_bytes: AtomicU64,
 }
 
 impl InFlight {
-    /// Adds a request and returns the state ahead of it.
+    /// Adds a request and returns the state ahead of it: our own requests now, plus the
+    /// others' at the monitor's last tick (two more relaxed loads, no syscall).
     #[inline]
     pub fn enter(&self, bytes: u64) -> DeviceState {
-        let inflight_count = self.count.fetch_add(1, Ordering::Relaxed);
-        let inflight_bytes = self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        DeviceState { inflight_count, inflight_bytes }
+        let ours_count = self.count.fetch_add(1, Ordering::Relaxed);
+        let ours_bytes = self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let others_count = self.others_count.load(Ordering::Relaxed);
+        let others_bytes = self.others_bytes.load(Ordering::Relaxed);
+        DeviceState {
+            inflight_count: ours_count.saturating_add(others_count),
+            inflight_bytes: ours_bytes.saturating_add(others_bytes),
+        }
     }
 
     #[inline]
@@ -94,6 +111,39 @@ impl InFlight {
         self.count.fetch_sub(1, Ordering::Relaxed);
         self.bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
+
+    /// Our own requests in flight now (the monitor subtracts them from the kernel's count).
+    pub fn ours(&self) -> u32 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Publishes what the kernel counts beyond our requests (the monitor's ticker; tests).
+    pub fn set_others(&self, count: u32, bytes: u64) {
+        self.others_count.store(count, Ordering::Relaxed);
+        self.others_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The others' requests and bytes as last published.
+    pub fn others(&self) -> (u32, u64) {
+        (self.others_count.load(Ordering::Relaxed), self.others_bytes.load(Ordering::Relaxed))
+    }
+}
+
+/// Where the kernel counts a target's device queue: our counters for it, and the stat
+/// file of its block device (`/sys/dev/block/MAJ:MIN/stat`, the whole disk's for a
+/// partition), which the System Monitor reads on its ticker.
+#[derive(Debug, Clone)]
+pub struct DeviceQueue {
+    pub inflight: std::sync::Arc<InFlight>,
+    pub stat_path: PathBuf,
+}
+
+/// The stat file of block device `major:minor` (of the whole disk when it is a partition),
+/// if sysfs has one.
+pub fn device_stat_path(major: u32, minor: u32) -> Option<PathBuf> {
+    let base = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    let path = if base.join("partition").exists() { base.join("../stat") } else { base.join("stat") };
+    path.exists().then_some(path)
 }
 
 /// The buffer of one I/O: where a read puts its data, or what a write sends.
@@ -250,6 +300,16 @@ pub trait Target: Send + Sync {
         false
     }
     fn inflight(&self) -> &InFlight;
+    /// The device queue the kernel counts for this target (files and block devices), so
+    /// the monitor can add other processes' requests to [`Target::inflight`].
+    fn device_queue(&self) -> Option<DeviceQueue> {
+        None
+    }
+    /// The descriptor I/O goes through (files and block devices): what the I/O load's
+    /// worker processes read from.
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
     /// Thresholds computed from the model, for emulated devices.
     fn builtin_profile(&self) -> Option<Profile> {
         None
