@@ -144,9 +144,13 @@ fn kernel_inflight(ctx: usize) -> u64 {
 /// Whether `cb` is a request this module serves from the model.
 ///
 /// # Safety
-/// `cb` points to a valid iocb (the caller's promise to io_submit).
+/// `cb` is null or points to a valid iocb (the caller's promise to io_submit; a null one is
+/// left to the kernel, which answers EFAULT).
 unsafe fn emulated(cb: *const Iocb) -> bool {
-    // SAFETY: the caller's promise.
+    if cb.is_null() {
+        return false;
+    }
+    // SAFETY: non-null: the caller's promise.
     let cb = unsafe { &*cb };
     matches!(cb.opcode, IO_CMD_PREAD | IO_CMD_PWRITE | IO_CMD_PREADV | IO_CMD_PWRITEV)
         && cb.flags & IOCB_FLAG_RESFD == 0
