@@ -26,9 +26,10 @@
 //! are here so they run in the same jobs as smartcon's own (peers, not improvements).
 //!
 //! A policy sees the device only through [`Status`]: a poll, a sleep, a wait without
-//! touching the device, a blocking wait for the completion, and the clock. Ports implement it on real time (emulated devices
-//! charge each poll to the device's channel; files poll io_uring's completion queue); tests
-//! implement it on virtual time, so every policy runs deterministically there.
+//! touching the device, a blocking wait for the completion, and the clock. Ports implement
+//! it on real time (emulated devices charge each poll to the device's channel; files poll
+//! io_uring's completion queue); tests implement it on virtual time, so every policy runs
+//! deterministically there.
 //!
 //! Non-goals: more than one request in flight per thread (the callers are synchronous).
 
