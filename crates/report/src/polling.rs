@@ -144,6 +144,7 @@ pub fn study_md(study: &Study) -> String {
         ]);
     }
     md += &format!("```\n{}```\n", t.render());
+    md += &verdicts_md(&study.verdicts);
     md += "\nCriteria (Shin et al.: hybrid near spin's latency at a fraction of its CPU):\n\n";
     for c in &study.checks {
         let cell = format!("{} ({})", c.target, c.load);
@@ -273,4 +274,31 @@ pub fn study_plots(dir: &std::path::Path, study: &Study) -> Result<usize> {
         n += 1;
     }
     Ok(n)
+}
+
+/// smart-hybrid against each peer, round by round: the evaluate's paired rule.
+fn verdicts_md(verdicts: &[smartcon_study::polling::PeerVerdict]) -> String {
+    if verdicts.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "\nsmart-hybrid against each strategy, round by round (the Pareto criterion's paired rule: IOPS surely >= 1.05 x at no cost on the other axis, or the same IOPS at a clear gain; `neither` is a trade-off or a tie within the rounds' noise):\n\n",
+    );
+    let mut t = Table::new(&["target", "load", "peer", "verdict", "IOPS x peer (90%)", "CPU more", "co-runner x peer"]);
+    for v in verdicts {
+        t.row(vec![
+            v.target.clone(),
+            v.load.to_string(),
+            v.peer.clone(),
+            v.verdict.to_string(),
+            format!(
+                "{:.2} ({:.2}-{:.2}, {} rounds)",
+                v.iops_ratio, v.iops_ratio_interval[0], v.iops_ratio_interval[1], v.rounds
+            ),
+            format!("{:+.0} pts", v.cpu_pct_more),
+            v.corunner_ratio.map_or("-".into(), |k| format!("{k:.3}")),
+        ]);
+    }
+    md += &format!("```\n{}```\n", t.render());
+    md
 }

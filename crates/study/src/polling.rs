@@ -27,6 +27,8 @@ use smartcon_workloads::load::CpuLoad;
 use smartcon_workloads::merge::job::{run_merge_job, MergeJobSpec};
 use smartcon_workloads::merge::{MergeConfig, MergeDevice};
 
+use crate::evaluate::judge::beats;
+use crate::evaluate::TurnFigures;
 use crate::merge_bench::{standard_configs, MergeRecord, Row};
 
 /// The best fixed polling interval of one cell (`bench --sweep-interval`).
@@ -156,6 +158,9 @@ pub struct StudyPlan {
     pub poll_cost_strategies: Vec<StrategyChoice>,
     pub intervals_ns: Vec<u64>,
     pub duration_ns: u64,
+    /// Each device and load's time is split into this many rounds, every strategy once a
+    /// round in a balanced order, so smart-hybrid is judged against its peers round by round.
+    pub rounds: usize,
     pub poll: PollParams,
     /// The temporal-merge part: its device, threads and ops (random 4 KiB).
     pub merge_target: String,
@@ -193,6 +198,7 @@ impl StudyPlan {
             poll_cost_strategies: [Strategy::Dip, Strategy::Hybrid].map(StrategyChoice::Fixed).to_vec(),
             intervals_ns,
             duration_ns,
+            rounds: if tiny { 1 } else { STUDY_ROUNDS },
             // A sampling phase well inside every run, also the tiny ones.
             poll: PollParams {
                 sampling_ns: (duration_ns / 4).min(PollParams::DEFAULT.sampling_ns),
@@ -211,13 +217,17 @@ impl StudyPlan {
 
     /// How many runs the study makes (for a progress bar).
     pub fn runs(&self) -> usize {
-        self.targets.len() * self.loads.len() * self.strategies.len()
+        self.targets.len() * self.loads.len() * self.strategies.len() * self.rounds.max(1)
             + self.intervals_ns.len()
             + 2
             + self.poll_cost_strategies.len()
             + self.merge_ops.len() * self.merge_configs().len()
     }
 }
+
+/// Rounds of the polling study's strategies per device and load (the default and
+/// `--quick`): four, so the paired interval has three degrees of freedom.
+pub const STUDY_ROUNDS: usize = 4;
 
 /// The channel time of one status poll in the sweep's device: a PCIe register read of the
 /// paper's DRAM SSD takes on the order of a few hundred ns.
@@ -230,13 +240,87 @@ pub const WORKLOAD_POLLING: &str = "polling-study";
 pub const WORKLOAD_SWEEP: &str = "poll-interval-sweep";
 pub const WORKLOAD_MERGE: &str = "merge-study";
 
-/// One run of the study.
+/// One run of the study (a polling-study run merges its turns; `turns` has each).
 #[derive(Debug, Clone, Serialize)]
 pub struct StudyRun {
     #[serde(flatten)]
     pub result: JobResult,
     pub load: &'static str,
     pub workload: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnFigures>,
+}
+
+/// smart-hybrid against one other strategy of the polling study, on one device and load,
+/// by the evaluate's paired rule ([`crate::evaluate::judge::beats`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PeerVerdict {
+    #[serde(rename = "type")]
+    pub record_type: &'static str,
+    pub target: String,
+    pub load: &'static str,
+    pub strategy: String,
+    pub peer: String,
+    /// `dominates` (the strategy beats the peer on both axes), `dominated`, or `neither`
+    /// (a trade-off, or a tie within the rounds' noise).
+    pub verdict: &'static str,
+    /// The strategy's IOPS over the peer's, geometric mean of the per-round ratios, and its
+    /// 90% interval.
+    pub iops_ratio: f64,
+    pub iops_ratio_interval: [f64; 2],
+    pub rounds: usize,
+    /// The strategy's CPU less the peer's, mean over the rounds, points of one CPU.
+    pub cpu_pct_more: f64,
+    /// Under the CPU load: the crunchers' work beside the strategy over beside the peer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corunner_ratio: Option<f64>,
+}
+
+/// The strategy the peers are judged against.
+pub const VERDICT_STRATEGY: StrategyChoice = StrategyChoice::SmartHybrid;
+
+/// smart-hybrid against every other strategy of each device and load, round by round.
+pub fn peer_verdicts(runs: &[StudyRun]) -> Vec<PeerVerdict> {
+    use smartcon_util::stats::{mean, PairedRatio};
+    let mut out = Vec::new();
+    for sh in runs.iter().filter(|r| r.workload == WORKLOAD_POLLING && r.result.strategy == VERDICT_STRATEGY) {
+        let peers = runs.iter().filter(|r| {
+            r.workload == WORKLOAD_POLLING
+                && r.load == sh.load
+                && r.result.target == sh.result.target
+                && r.result.strategy != VERDICT_STRATEGY
+        });
+        for p in peers {
+            let with_corunner = sh.load == LOAD_CPU_INTENSIVE;
+            let perf = |t: &[TurnFigures]| t.iter().map(|x| x.perf).collect::<Vec<f64>>();
+            let Some(r) = PairedRatio::of(&perf(&sh.turns), &perf(&p.turns)) else { continue };
+            let work = |t: &[TurnFigures]| t.iter().map(|x| x.corunner_work_per_s.unwrap_or(0.0)).collect::<Vec<f64>>();
+            let corunner_ratio =
+                if with_corunner { PairedRatio::of(&work(&sh.turns), &work(&p.turns)).map(|k| k.gmean) } else { None };
+            let diffs: Vec<f64> = sh.turns.iter().zip(&p.turns).map(|(a, b)| a.cpu_pct - b.cpu_pct).collect();
+            let verdict = if beats(&sh.turns, &p.turns, with_corunner).is_some() {
+                "dominates"
+            } else if beats(&p.turns, &sh.turns, with_corunner).is_some() {
+                "dominated"
+            } else {
+                "neither"
+            };
+            out.push(PeerVerdict {
+                record_type: "peer_verdict",
+                target: sh.result.target.clone(),
+                load: sh.load,
+                strategy: VERDICT_STRATEGY.name().to_string(),
+                peer: p.result.strategy.name().to_string(),
+                verdict,
+                iops_ratio: r.gmean,
+                iops_ratio_interval: [r.lo, r.hi],
+                rounds: r.rounds,
+                cpu_pct_more: mean(&diffs).unwrap_or(0.0),
+                corunner_ratio,
+            });
+        }
+    }
+    out
 }
 
 /// A merge run of the study: a `merge_result` record with `load` and `workload`.
@@ -252,6 +336,8 @@ pub struct StudyMergeRecord<'a> {
 #[derive(Debug)]
 pub struct Study {
     pub runs: Vec<StudyRun>,
+    /// smart-hybrid against each other strategy, round by round.
+    pub verdicts: Vec<PeerVerdict>,
     pub sweeps: Vec<SweepRecord>,
     pub checks: Vec<HybridCheck>,
     pub merge_target: String,
@@ -302,12 +388,19 @@ pub fn run_study(
     mut progress: impl FnMut(&str),
 ) -> Result<Study, Error> {
     let stopped = || stop.load(Ordering::Relaxed);
-    let one = |target: &dyn Target, profile: &Profile, strategy: StrategyChoice, poll: PollParams| {
+    let one_for = |target: &dyn Target, profile: &Profile, strategy: StrategyChoice, poll: PollParams, ns: u64| {
         let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, strategy);
-        js.duration_ns = plan.duration_ns;
+        js.duration_ns = ns;
         js.poll = poll;
         run_job(target, &js, profile, monitor, stop)
     };
+    let one = |target: &dyn Target, profile: &Profile, strategy: StrategyChoice, poll: PollParams| {
+        one_for(target, profile, strategy, poll, plan.duration_ns)
+    };
+    let rounds = plan.rounds.max(1);
+    let turn_ns = (plan.duration_ns / rounds as u64).max(1_000_000);
+    // Each turn samples for a share of its own time, however short.
+    let turn_poll = PollParams { sampling_ns: plan.poll.sampling_ns.min(turn_ns / 4), ..plan.poll };
     let mut runs = Vec::new();
     'loads: for &load in &plan.loads {
         let cpu = if load == LOAD_CPU_INTENSIVE {
@@ -319,17 +412,41 @@ pub fn run_study(
         };
         for t in &plan.targets {
             let (target, profile) = open(t)?;
-            for &s in &plan.strategies {
-                if stopped() {
-                    break 'loads;
+            // The strategies take turns in rounds, in a balanced order, so each round's
+            // turns share the machine's state and are compared round by round.
+            let n = plan.strategies.len();
+            let mut merged: Vec<Option<JobResult>> = vec![None; n];
+            let mut turns: Vec<Vec<TurnFigures>> = vec![Vec::new(); n];
+            for round in 0..rounds {
+                for i in crate::turn_order(n, round) {
+                    if stopped() {
+                        break 'loads;
+                    }
+                    let s = plan.strategies[i];
+                    progress(&format!("polling study: {t} {load} {} ({}/{rounds})", s.name(), round + 1));
+                    let before = cpu.as_ref().map(|l| l.snapshot());
+                    let r = one_for(target.as_ref(), &profile, s, turn_poll, turn_ns)?;
+                    let work = cpu.as_ref().zip(before).map(|(l, b)| b.delta_to(&l.snapshot()).work_per_s);
+                    turns[i].push(TurnFigures {
+                        perf: r.iops,
+                        corunner_work_per_s: work,
+                        cpu_pct: r.cpu_user_pct + r.cpu_sys_pct,
+                    });
+                    match &mut merged[i] {
+                        Some(m) => m.merge(&r),
+                        slot => *slot = Some(r),
+                    }
                 }
-                progress(&format!("polling study: {t} {load} {}", s.name()));
-                let result = one(target.as_ref(), &profile, s, plan.poll)?;
-                runs.push(StudyRun { result, load, workload: WORKLOAD_POLLING });
+            }
+            for (result, turns) in merged.into_iter().zip(turns) {
+                if let Some(result) = result {
+                    runs.push(StudyRun { result, load, workload: WORKLOAD_POLLING, turns });
+                }
             }
         }
         drop(cpu);
     }
+    let verdicts = peer_verdicts(&runs);
     let (target, profile) = open(&plan.sweep_target)?;
     let references = [Strategy::Block, Strategy::Spin]
         .map(StrategyChoice::Fixed)
@@ -355,11 +472,17 @@ pub fn run_study(
         checks.extend(hybrid_checks(&of_load, load));
     }
     let sweeps = sweeps(&sweep_runs);
-    runs.extend(sweep_runs.into_iter().map(|result| StudyRun { result, load: LOAD_BM_ONLY, workload: WORKLOAD_SWEEP }));
+    runs.extend(sweep_runs.into_iter().map(|result| StudyRun {
+        result,
+        load: LOAD_BM_ONLY,
+        workload: WORKLOAD_SWEEP,
+        turns: Vec::new(),
+    }));
     let merge_configs = plan.merge_configs();
     let merge_rows = run_merges(plan, &merge_configs, stop, &mut progress)?;
     Ok(Study {
         runs,
+        verdicts,
         sweeps,
         checks,
         merge_target: plan.merge_target.clone(),
@@ -426,8 +549,63 @@ mod tests {
         // poll_cost device + 2 ops x 5 merges.
         assert_eq!(tiny.runs(), 18 + 2 + 4 + 10);
         assert_eq!(tiny.merge_threads, 4);
+        // The full study: 2 targets x 2 loads x 9 strategies x 4 rounds.
         let full = StudyPlan::for_evaluate(false, 1_000_000_000);
-        assert_eq!(full.runs(), 36 + 7 + 4 + 10);
+        assert_eq!(full.runs(), 36 * 4 + 7 + 4 + 10);
         assert!(full.sweep_target.contains("poll_cost=200ns"));
+    }
+
+    fn run(strategy: StrategyChoice, load: &'static str, turns: &[(f64, f64, f64)]) -> StudyRun {
+        let mut result = crate::evaluate::merge::tests::record(strategy, &[10_000; 10], 1_000_000_000, 10.0);
+        result.target = "emu:optane".into();
+        StudyRun {
+            result,
+            load,
+            workload: WORKLOAD_POLLING,
+            turns: turns
+                .iter()
+                .map(|&(perf, cpu_pct, w)| TurnFigures {
+                    perf,
+                    cpu_pct,
+                    corunner_work_per_s: (load == LOAD_CPU_INTENSIVE).then_some(w),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn smart_hybrid_is_judged_against_each_peer_round_by_round() {
+        let pas = StrategyChoice::Fixed(Strategy::Pas);
+        let spin = StrategyChoice::Fixed(Strategy::Spin);
+        let iopoll = StrategyChoice::Fixed(Strategy::IopollHybrid);
+        let b = LOAD_BM_ONLY;
+        // Rounds swing 2x together; smart-hybrid has 10% more IOPS than pas in each at the
+        // same CPU: it dominates. Spin has the same IOPS at 60 points more CPU: dominated
+        // by smart-hybrid too. iopoll-hybrid: the same IOPS at 30 points less CPU: it
+        // dominates smart-hybrid.
+        let runs = vec![
+            run(VERDICT_STRATEGY, b, &[(110.0, 40.0, 0.0), (220.0, 40.0, 0.0), (110.0, 40.0, 0.0)]),
+            run(pas, b, &[(100.0, 40.0, 0.0), (200.0, 40.0, 0.0), (100.0, 40.0, 0.0)]),
+            run(spin, b, &[(110.0, 100.0, 0.0), (220.0, 100.0, 0.0), (110.0, 100.0, 0.0)]),
+            run(iopoll, b, &[(110.0, 10.0, 0.0), (220.0, 10.0, 0.0), (110.0, 10.0, 0.0)]),
+        ];
+        let v = peer_verdicts(&runs);
+        let of = |peer: &str| v.iter().find(|x| x.peer == peer).map(|x| x.verdict);
+        assert_eq!(v.len(), 3);
+        assert_eq!(of("pas"), Some("dominates"));
+        assert_eq!(of("spin"), Some("dominates"));
+        assert_eq!(of("iopoll-hybrid"), Some("dominated"));
+        let pas_v = v.iter().find(|x| x.peer == "pas").unwrap();
+        assert!((pas_v.iops_ratio - 1.1).abs() < 1e-9 && pas_v.rounds == 3, "{pas_v:?}");
+        // Under the CPU load the co-runner decides: 10% more IOPS but the crunchers keep
+        // only 90%: neither.
+        let c = LOAD_CPU_INTENSIVE;
+        let runs = vec![
+            run(VERDICT_STRATEGY, c, &[(110.0, 40.0, 900.0), (220.0, 40.0, 450.0)]),
+            run(pas, c, &[(100.0, 40.0, 1000.0), (200.0, 40.0, 500.0)]),
+        ];
+        let v = peer_verdicts(&runs);
+        assert_eq!((v.len(), v[0].verdict), (1, "neither"));
+        assert!((v[0].corunner_ratio.unwrap() - 0.9).abs() < 1e-9);
     }
 }

@@ -214,6 +214,9 @@ fn polling_study(
     for r in &study.runs {
         line(jsonl, r)?;
     }
+    for r in &study.verdicts {
+        line(jsonl, r)?;
+    }
     for r in &study.sweeps {
         line(jsonl, r)?;
     }

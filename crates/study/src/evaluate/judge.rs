@@ -150,42 +150,72 @@ fn rounds_of(c: &Cell, turn: impl Fn(&super::TurnFigures) -> Option<f64>, whole:
 /// Whether `fixed` dominates `smart` in their cell, compared round by round (see
 /// [`pareto`]); the lost cell if so.
 pub fn dominates(smart: &Cell, fixed: &Cell) -> Option<LostCell> {
-    use smartcon_util::stats::PairedRatio;
     let better = fixed_strategy(fixed).filter(|s| matches!(s, Strategy::Block | Strategy::Spin | Strategy::Sync))?;
-    let perf = |c: &Cell| rounds_of(c, |t| Some(t.perf), Some(c.perf()));
-    let r = PairedRatio::of(&perf(fixed), &perf(smart))?;
-    let lost = |corunner_ratio, cpu_pct_more| LostCell {
+    let with_corunner = match (smart.corunner_rate(), fixed.corunner_rate()) {
+        (Some(_), Some(_)) => true,
+        (None, None) if smart.load == Load::BmOnly => false,
+        _ => return None,
+    };
+    let b = beats(&turns_of(fixed), &turns_of(smart), with_corunner)?;
+    Some(LostCell {
         cell: cell_name(smart),
         load: smart.load,
         target: smart.result.target.clone(),
         better,
-        perf_ratio: r.gmean,
-        perf_ratio_interval: [r.lo, r.hi],
-        rounds: r.rounds,
-        corunner_ratio,
-        cpu_pct_more,
+        perf_ratio: b.perf.gmean,
+        perf_ratio_interval: [b.perf.lo, b.perf.hi],
+        rounds: b.perf.rounds,
+        corunner_ratio: b.corunner_ratio,
+        cpu_pct_more: b.cpu_pct_more,
         smart_reason: main_reason(smart),
-    };
+    })
+}
+
+/// A cell's turns; the whole cell as one turn if the record has none (a record of an
+/// older run, or a test's).
+fn turns_of(c: &Cell) -> Vec<super::TurnFigures> {
+    if c.turns.is_empty() {
+        vec![super::TurnFigures { perf: c.perf(), corunner_work_per_s: c.corunner_rate(), cpu_pct: c.cpu_pct() }]
+    } else {
+        c.turns.clone()
+    }
+}
+
+/// How `a` beat `b`, round by round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Beat {
+    /// a's figure of merit over b's, per round.
+    pub perf: smartcon_util::stats::PairedRatio,
+    /// The co-runner's work beside a over beside b (geometric mean of the rounds), under a load.
+    pub corunner_ratio: Option<f64>,
+    /// a's CPU less b's, mean over the rounds, points of one CPU (no co-runner).
+    pub cpu_pct_more: Option<f64>,
+}
+
+/// Whether `a` dominates `b` on both axes, comparing their turns round by round (turn `i`
+/// of each ran in round `i`). With a co-runner: a's figure of merit is surely >= 1.05 x
+/// b's (geometric mean of the per-round ratios, lower end of the 90% interval above 1)
+/// while the co-runner keeps >= 0.97 of its work, or >= 0.98 x with the co-runner's work
+/// surely >= 1.03 x. Without one: the same figure-of-merit test at no more than 5 points
+/// more CPU, or >= 0.98 x at 20 or more points less. The rule of [`pareto`], for any two
+/// strategies (the polling study uses it for smart-hybrid against its peers).
+pub fn beats(a: &[super::TurnFigures], b: &[super::TurnFigures], with_corunner: bool) -> Option<Beat> {
+    use smartcon_util::stats::PairedRatio;
+    let axis = |t: &[super::TurnFigures], f: fn(&super::TurnFigures) -> f64| t.iter().map(f).collect::<Vec<f64>>();
+    let r = PairedRatio::of(&axis(a, |t| t.perf), &axis(b, |t| t.perf))?;
     let faster = r.surely_at_least(1.0 + PARETO_PERF_GAIN);
-    let work = |c: &Cell| rounds_of(c, |t| t.corunner_work_per_s, c.corunner_rate());
-    match (smart.corunner_rate(), fixed.corunner_rate()) {
-        (Some(_), Some(_)) => {
-            let k = PairedRatio::of(&work(fixed), &work(smart))?;
-            let lost_here = (faster && k.gmean >= PARETO_CORUNNER_KEPT)
-                || (r.gmean >= PARETO_PERF_SAME && k.surely_at_least(1.0 + PARETO_CORUNNER_GAIN));
-            lost_here.then(|| lost(Some(k.gmean), None))
-        }
-        // No co-runner (bm-only): the IOPS axis and the CPU the I/O threads spent, both
-        // compared within a round.
-        (None, None) if smart.load == Load::BmOnly => {
-            let cpu = |c: &Cell| rounds_of(c, |t| Some(t.cpu_pct), Some(c.cpu_pct()));
-            let diffs: Vec<f64> = cpu(fixed).iter().zip(cpu(smart)).map(|(f, s)| f - s).collect();
-            let more = smartcon_util::stats::mean(&diffs)?;
-            let lost_here = (faster && more <= PARETO_CPU_PCT_MORE_MAX)
-                || (r.gmean >= PARETO_PERF_SAME && more <= -PARETO_CPU_PCT_LESS_MIN);
-            lost_here.then(|| lost(None, Some(more)))
-        }
-        _ => None,
+    if with_corunner {
+        let work = |t: &super::TurnFigures| t.corunner_work_per_s.unwrap_or(0.0);
+        let k = PairedRatio::of(&axis(a, work), &axis(b, work))?;
+        let won = (faster && k.gmean >= PARETO_CORUNNER_KEPT)
+            || (r.gmean >= PARETO_PERF_SAME && k.surely_at_least(1.0 + PARETO_CORUNNER_GAIN));
+        won.then_some(Beat { perf: r, corunner_ratio: Some(k.gmean), cpu_pct_more: None })
+    } else {
+        let diffs: Vec<f64> = a.iter().zip(b).map(|(x, y)| x.cpu_pct - y.cpu_pct).collect();
+        let more = smartcon_util::stats::mean(&diffs)?;
+        let won = (faster && more <= PARETO_CPU_PCT_MORE_MAX)
+            || (r.gmean >= PARETO_PERF_SAME && more <= -PARETO_CPU_PCT_LESS_MIN);
+        won.then_some(Beat { perf: r, corunner_ratio: None, cpu_pct_more: Some(more) })
     }
 }
 
