@@ -88,6 +88,80 @@ fn replay_closed_loop_and_traces_in_virtual_and_real_time() {
 }
 
 #[test]
+fn replay_reads_the_public_trace_formats_and_refuses_bad_input_in_one_line() {
+    let home = scratch("formats");
+    let h = home.as_path();
+    // MSR Cambridge (filetime ticks, bytes), two disks; Alibaba (us, bytes); Tencent
+    // (seconds, sectors): lines as their READMEs describe them.
+    let msr = home.join("hm_1.csv");
+    std::fs::write(
+        &msr,
+        "128166372003061629,hm,1,Read,3154152960,32768,8742\n\
+         128166372003062629,hm,1,Write,3154185728,4096,1231\n\
+         128166372003064629,hm,0,Write,1048576,4096,2001\n",
+    )
+    .unwrap();
+    let alibaba = home.join("alibaba.csv");
+    std::fs::write(
+        &alibaba,
+        "419,W,8792731648,16384,1577808144360767\n419,R,4096,4096,1577808144360800\n7,R,0,4096,1577808144361767\n",
+    )
+    .unwrap();
+    let tencent = home.join("tencent.csv");
+    std::fs::write(&tencent, "1538323200,2466120,8,1,1283\n1538323200,13446248,16,0,1283\n").unwrap();
+    for (path, format, ios) in [(&msr, "msr", 3), (&alibaba, "alibaba", 3), (&tencent, "tencent", 2)] {
+        let p = path.to_str().unwrap();
+        let r = record(h, &["emulate", "replay", "--device", "emu:nvme", "--trace", p, "--json"], "replay_result");
+        assert_eq!(r["ios"], ios, "{p}");
+        assert_eq!(r["workload"], format!("trace:{format}:{p}"));
+        assert_eq!(r["trace"]["late"], 0);
+        assert!(r["requests_per_s_cpu"].as_f64().unwrap() > 0.0);
+    }
+    // One volume of a multi-volume trace.
+    let p = msr.to_str().unwrap();
+    let args = ["emulate", "replay", "--device", "emu:nvme", "--trace", p, "--device-filter", "hm_1", "--json"];
+    let r = record(h, &args, "replay_result");
+    assert_eq!((r["ios"].as_u64(), r["trace"]["filtered"].as_u64()), (Some(2), Some(1)));
+    // Gzip, detected by its magic bytes, as the public traces ship.
+    let gz = home.join("hm_1.csv.gz");
+    let status = Command::new("gzip").arg("-k").arg(&msr).status();
+    if status.is_ok_and(|s| s.success()) {
+        let r = record(
+            h,
+            &["emulate", "replay", "--device", "emu:nvme", "--trace", gz.to_str().unwrap(), "--json"],
+            "replay_result",
+        );
+        assert_eq!(r["ios"], 3);
+    }
+    // Bad input: one line naming the file and line, exit status 2.
+    let bad = home.join("bad.csv");
+    std::fs::write(
+        &bad,
+        "419,W,0,4096,1577808144360767\n419,W,0,4096,1577808144360768\n419,X,0,4096,1577808144360769\n",
+    )
+    .unwrap();
+    let unknown = home.join("unknown.txt");
+    std::fs::write(&unknown, "hello world\n").unwrap();
+    let b = bad.to_str().unwrap();
+    let u = unknown.to_str().unwrap();
+    for (args, want) in [
+        (vec!["--trace", b], format!("{b}: line 3: opcode \"X\"")),
+        (vec!["--trace", u], format!("{u}: line 1: unknown trace format")),
+        (vec!["--trace", "/dev/zero"], "/dev/zero: line 1: longer than".to_string()),
+        (vec!["--trace", b, "--format", "msr"], format!("{b}: line 1: msr lines have 7 fields")),
+    ] {
+        let mut argv = vec!["emulate", "replay", "--device", "emu:nvme"];
+        argv.extend(args);
+        let out = run(h, &argv);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{argv:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(&want), "{err} lacks {want}");
+    }
+    std::fs::remove_dir_all(&home).unwrap();
+}
+
+#[test]
 fn faults_in_the_device_spec_fail_io_and_count_in_replays() {
     let home = scratch("faults");
     let h = home.as_path();

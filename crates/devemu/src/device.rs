@@ -164,6 +164,10 @@ struct Core {
     discipline: Discipline,
     now_ns: u64,
     channels: Vec<Channel>,
+    /// Each channel's completion instant, u64::MAX when idle: the same as `channels[i].busy`,
+    /// kept apart so that finding the next completion or an idle channel reads one cache
+    /// line (the replay loop asks twice per request).
+    done_at: Vec<u64>,
     queue: VecDeque<Queued>,
     streams: Streams,
     seq: u64,
@@ -173,11 +177,13 @@ struct Core {
 impl Core {
     fn new(spec: EmuSpec, discipline: Discipline, faults: FaultPlan) -> Core {
         let channels = vec![Channel::default(); spec.model.channels as usize];
+        let done_at = vec![u64::MAX; channels.len()];
         Core {
             spec,
             discipline,
             now_ns: 0,
             channels,
+            done_at,
             queue: VecDeque::new(),
             streams: Streams::default(),
             seq: 0,
@@ -194,19 +200,25 @@ impl Core {
             self.faults.stalled_ns(start_ns + self.faults.spiked_ns(start_ns, service))
         };
         ch.busy = Some(InService { q, start_ns, complete_ns });
+        self.done_at[channel] = complete_ns;
+    }
+
+    /// Puts a channel back as it was (a rollback).
+    fn restore(&mut self, channel: usize, before: Channel) {
+        self.channels[channel] = before;
+        self.done_at[channel] = before.busy.map_or(u64::MAX, |s| s.complete_ns);
     }
 
     /// The busy channel that completes first (ties to the lowest index).
+    #[inline]
     fn earliest(&self) -> Option<(usize, u64)> {
-        let mut best: Option<(usize, u64)> = None;
-        for (i, ch) in self.channels.iter().enumerate() {
-            if let Some(s) = ch.busy {
-                if best.is_none_or(|(_, t)| s.complete_ns < t) {
-                    best = Some((i, s.complete_ns));
-                }
+        let (mut index, mut best) = (0, u64::MAX);
+        for (i, &t) in self.done_at.iter().enumerate() {
+            if t < best {
+                (index, best) = (i, t);
             }
         }
-        best
+        (best != u64::MAX).then_some((index, best))
     }
 
     /// The queue index the discipline serves next.
@@ -237,7 +249,7 @@ impl Core {
         };
         let q = Queued { req, pattern, key, seq: self.seq };
         self.seq += 1;
-        match self.channels.iter().position(|c| c.busy.is_none()) {
+        match self.done_at.iter().position(|&t| t == u64::MAX) {
             Some(i) => self.start(i, q, req.arrival_ns),
             None => self.queue.push_back(q),
         }
@@ -247,6 +259,7 @@ impl Core {
     /// completion and the queue entry it took (index, entry) so that it can be undone.
     fn complete(&mut self, channel: usize) -> (Completion, Option<(usize, Queued)>) {
         let s = self.channels[channel].busy.take().expect("complete() on a busy channel");
+        self.done_at[channel] = u64::MAX;
         self.now_ns = s.complete_ns;
         let done = Completion {
             id: s.q.req.id,
@@ -260,11 +273,19 @@ impl Core {
             error: !self.faults.is_empty()
                 && self.faults.fails(s.q.req.id, s.q.req.op, s.q.req.offset, s.q.req.bytes, s.q.req.arrival_ns),
         };
-        let taken = self.pick().map(|i| (i, self.queue.remove(i).expect("picked index exists")));
-        if let Some((_, q)) = taken {
-            self.start(channel, q, s.complete_ns);
-        }
+        let taken = self.dispatch(channel, s.complete_ns);
         (done, taken)
+    }
+
+    /// Starts the queued request the discipline picks on the freed `channel`.
+    #[inline]
+    fn dispatch(&mut self, channel: usize, at_ns: u64) -> Option<(usize, Queued)> {
+        let i = self.pick()?;
+        // FCFS takes the front: a pop, not a general removal (the common case, and the
+        // replay loop's hot path).
+        let q = if i == 0 { self.queue.pop_front() } else { self.queue.remove(i) }.expect("picked index exists");
+        self.start(channel, q, at_ns);
+        Some((i, q))
     }
 }
 
@@ -318,7 +339,7 @@ impl Device {
             if let Some((i, q)) = a.taken {
                 self.core.queue.insert(i, q);
             }
-            self.core.channels[a.channel] = a.channel_before;
+            self.core.restore(a.channel, a.channel_before);
             self.core.now_ns = a.now_before_ns;
         }
     }

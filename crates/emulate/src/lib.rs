@@ -96,6 +96,8 @@ pub struct ReplayResult {
     pub wall_ns: u64,
     pub speedup: f64,
     pub requests_per_s_wall: f64,
+    /// Requests per second of the replay thread's CPU time.
+    pub requests_per_s_cpu: f64,
     pub iops: f64,
     pub throughput_bytes_per_s: f64,
     pub device_utilization: f64,
@@ -144,6 +146,7 @@ pub fn replay_result(spec: &EmuSpec, workload: String, v: &VirtualRun, real: Opt
         wall_ns: v.wall_ns,
         speedup: v.speedup(),
         requests_per_s_wall: v.ios as f64 / (v.wall_ns.max(1) as f64 / 1e9),
+        requests_per_s_cpu: v.ios as f64 / (v.cpu_ns.max(1) as f64 / 1e9),
         iops: if sim_s > 0.0 { v.ios as f64 / sim_s } else { 0.0 },
         throughput_bytes_per_s: if sim_s > 0.0 { v.bytes as f64 / sim_s } else { 0.0 },
         device_utilization: v.device_utilization,

@@ -78,8 +78,14 @@ impl LatencyHist {
         LatencyHist { hist, sum: 0, min: u64::MAX, max: 0, distinct: Some(Vec::new()) }
     }
 
+    #[inline]
     fn count_distinct(distinct: &mut Option<Vec<(u64, u64)>>, ns: u64, n: u64) {
         if let Some(d) = distinct {
+            // A table-driven device repeats its last latency: check the smallest first.
+            if let Some(e) = d.first_mut().filter(|e| e.0 == ns) {
+                e.1 += n;
+                return;
+            }
             match d.binary_search_by_key(&ns, |e| e.0) {
                 Ok(i) => d[i].1 += n,
                 Err(_) if d.len() == DISTINCT_MAX => *distinct = None,

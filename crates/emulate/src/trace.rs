@@ -268,19 +268,19 @@ fn parse_seconds_ns(n: usize, text: &[u8]) -> Result<u64, TraceError> {
     secs.checked_mul(1_000_000_000).and_then(|v| v.checked_add(frac_ns)).ok_or_else(err)
 }
 
-/// Splits on ASCII whitespace into `out` (at most `out.len()` fields; returns how many).
+/// Splits on spaces, tabs (any byte up to b' ') into `out` (at most `out.len()` fields; returns how many).
 fn split_ws<'a>(line: &'a [u8], out: &mut [&'a [u8]]) -> usize {
     let mut n = 0;
     let mut i = 0;
     while i < line.len() && n < out.len() {
-        while i < line.len() && line[i].is_ascii_whitespace() {
+        while i < line.len() && line[i] <= b' ' {
             i += 1;
         }
         if i == line.len() {
             break;
         }
         let start = i;
-        while i < line.len() && !line[i].is_ascii_whitespace() {
+        while i < line.len() && line[i] > b' ' {
             i += 1;
         }
         out[n] = &line[start..i];
@@ -456,33 +456,20 @@ impl<R: BufRead> TraceReader<R> {
     fn read_raw(&mut self, buf: &mut Vec<u8>) -> Result<bool, TraceError> {
         buf.clear();
         let n = self.stats.lines as usize + 1;
-        loop {
-            let chunk = match self.input.fill_buf() {
-                Ok(c) => c,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(bad(n, format!("cannot read: {e}"))),
-            };
-            if chunk.is_empty() {
-                if buf.is_empty() {
-                    return Ok(false);
-                }
-                break;
-            }
-            let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
-                Some(i) => (i + 1, true),
-                None => (chunk.len(), false),
-            };
-            let room = LINE_BYTES_MAX + 1 - buf.len();
-            buf.extend_from_slice(&chunk[..take.min(room)]);
-            self.input.consume(take);
-            self.stats.bytes_read += take as u64;
-            if buf.len() > LINE_BYTES_MAX {
-                return Err(bad(n, format!("longer than {LINE_BYTES_MAX} bytes: not a text trace")));
-            }
-            if end {
-                buf.pop();
-                break;
-            }
+        // At most one byte more than a line may have: a longer line is an error, not a
+        // buffer that grows (std's read_until finds the newline a word at a time).
+        let read = (&mut self.input)
+            .take(LINE_BYTES_MAX as u64 + 1)
+            .read_until(b'\n', buf)
+            .map_err(|e| bad(n, format!("cannot read: {e}")))?;
+        if read == 0 {
+            return Ok(false);
+        }
+        self.stats.bytes_read += read as u64;
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+        } else if buf.len() > LINE_BYTES_MAX {
+            return Err(bad(n, format!("longer than {LINE_BYTES_MAX} bytes: not a text trace")));
         }
         if buf.last() == Some(&b'\r') {
             buf.pop();

@@ -332,11 +332,12 @@ fn print_human(r: &ReplayResult) {
         println!("  injected errors: {} reads, {} writes", r.errors_read, r.errors_write);
     }
     println!(
-        "  simulated {} in {} of wall time: {:.0}x real time, {:.2} M requests/s",
+        "  simulated {} in {} of wall time: {:.0}x real time, {:.2} M requests/s ({:.2} M/s of CPU time)",
         format_ns(r.sim_ns as f64),
         format_ns(r.wall_ns as f64),
         r.speedup,
-        r.requests_per_s_wall / 1e6
+        r.requests_per_s_wall / 1e6,
+        r.requests_per_s_cpu / 1e6
     );
     if let (Some(rt), Some(w2), Some(w20), Some(late)) = (&r.real_time, r.within_2pct, r.within_20us, r.lateness_ns_p99)
     {
