@@ -312,13 +312,16 @@ pub fn probe_target(
     let (mut profile, block_cpu_ns) =
         conclude(device, &plan.sizes, latencies, wakeup_ns, switch_ns, plan.cpus.as_deref());
     let done = (plan.sizes.len() * ops.len() * strategies.len() + queue_steps) as u64;
-    check_threshold(target, plan, span, &ops, &mut profile, monitor, stop, done, progress)?;
+    check_threshold(target, plan, span, &ops, &mut profile, stop, done, progress)?;
     Ok(ProbeOutcome { profile, ios: ios_of, wakeup_source, block_cpu_ns, notes })
 }
 
 /// The probe's last step: `smart` on the drawn thresholds against `block`, at the measured
 /// sizes just below the size threshold (where smart spins and block does not), without a
-/// load, in [`PROBE_ROUNDS`] rounds of one turn each, back to back in alternating order,
+/// load and deciding as on an idle machine (a monitor fixed at 0%: the check is of the
+/// size rule, not of the CPU branch, which a neighbour's burst during the probe would
+/// otherwise turn into blocking, and the check into block against block), in
+/// [`PROBE_ROUNDS`] rounds of one turn each, back to back in alternating order,
 /// compared round by round. Where smart loses on either axis
 /// ([`rules::check_verdict`]), the threshold moves down to that size and the next size
 /// down is checked; the first size where smart is no worse ends it. At and above the
@@ -332,7 +335,6 @@ fn check_threshold(
     span: u64,
     ops: &[Op],
     profile: &mut Profile,
-    monitor: &SystemMonitor,
     stop: &AtomicBool,
     done: u64,
     progress: &mut Progress<'_>,
@@ -345,12 +347,13 @@ fn check_threshold(
     progress(Event::Steps(done + (sizes.len() * ops.len()) as u64));
     let mut threshold = drawn;
     let mut points = Vec::new();
+    let idle = SystemMonitor::fixed(0);
     for bs in sizes {
         let candidate = Profile { size_threshold_bytes: threshold, ..profile.clone() };
         let mut lost = false;
         for &op in ops {
             progress(Event::Starting(&format!("check {} {} smart/block", op.name(), format_size(bs))));
-            let point = check_point(target, plan, span, op, bs, &candidate, monitor, stop)?;
+            let point = check_point(target, plan, span, op, bs, &candidate, &idle, stop)?;
             lost |= point.verdict != profile::CheckVerdict::NoWorse;
             points.push(point);
             progress(Event::Done);
