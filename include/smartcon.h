@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define SMARTCON_ABI_VERSION 1u
+#define SMARTCON_ABI_VERSION 2u
 
 /* Indices of smartcon_counters.by_strategy: how an I/O was waited for. */
 enum {
@@ -36,7 +36,10 @@ enum {
     SMARTCON_STRATEGY_SYNC = 2,
     SMARTCON_STRATEGY_HYBRID = 3,
     SMARTCON_STRATEGY_POLL = 4,
-    SMARTCON_STRATEGY_HALF_MEAN = 5
+    SMARTCON_STRATEGY_HALF_MEAN = 5,
+    SMARTCON_STRATEGY_IOPOLL_HYBRID = 6,
+    SMARTCON_STRATEGY_PAS = 7,
+    SMARTCON_STRATEGY_DIP = 8
 };
 
 /* Indices of smartcon_counters.by_reason: the decision's branch (smart only). */
@@ -50,7 +53,7 @@ enum {
     SMARTCON_REASON_SPIN_CHEAPER = 6 /* spinning costs no more CPU than blocking: spun at any load */
 };
 
-#define SMARTCON_COUNTER_SLOTS 8
+#define SMARTCON_COUNTER_SLOTS 16
 
 struct smartcon_counters {
     uint64_t ios;   /* I/Os completed through the port */

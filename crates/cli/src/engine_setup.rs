@@ -28,13 +28,13 @@ pub struct RunFlags {
     /// Allow writing to a file or block device smartcon did not create (destroys its data).
     #[arg(long)]
     pub destructive: bool,
-    /// `poll`: time between two status polls; `hybrid`: its sampling phase's interval.
+    /// `poll`: time between two status polls; `hybrid` and `dip`: their sampling phase's interval.
     #[arg(long, default_value = "1us")]
     pub poll_interval: String,
-    /// `hybrid`: poll interval after the predicted completion, and its correction step.
+    /// `hybrid` and `dip`: poll interval after the predicted completion, and its correction step.
     #[arg(long, default_value = "100ns")]
     pub alpha: String,
-    /// `hybrid`: how long each thread samples response times before predicting them.
+    /// `hybrid` and `dip`: how long each thread samples response times before predicting them.
     #[arg(long, default_value = "20ms")]
     pub sampling: String,
     /// Where the I/O threads run: any (the scheduler decides), irq (the CPUs that take the

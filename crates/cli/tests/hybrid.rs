@@ -37,7 +37,7 @@ fn interval_sweep_reports_the_best_interval_and_draws_the_curve() {
         "--sizes",
         "4k",
         "--strategies",
-        "block,spin,hybrid",
+        "block,spin,hybrid,dip",
         "--sweep-interval",
         "500ns,2us,8us",
         "--duration",
@@ -60,13 +60,19 @@ fn interval_sweep_reports_the_best_interval_and_draws_the_curve() {
         polls.iter().min_by(|a, b| a["lat_ns_mean"].as_f64().partial_cmp(&b["lat_ns_mean"].as_f64()).unwrap()).unwrap();
     assert_eq!(lowest["polling"]["interval_ns"].as_u64(), Some(best));
     assert!(sweep["block_lat_ns_mean"].as_f64().unwrap() > 0.0 && sweep["spin_lat_ns_mean"].as_f64().unwrap() > 0.0);
+    assert!(sweep["dip_lat_ns_mean"].as_f64().unwrap() > 0.0 && sweep["hybrid_lat_ns_mean"].as_f64().unwrap() > 0.0);
     let check = recs.iter().find(|r| r["type"] == "hybrid_check").expect("a hybrid_check record");
     assert!(check["iops_vs_spin"].as_f64().unwrap() > 0.0);
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
-    for series in
-        ["fixed-interval polling", "block (interrupt-like sleep)", "spin (back-to-back polls)", "poll interval (us)"]
-    {
+    for series in [
+        "fixed-interval polling",
+        "block (interrupt-like sleep)",
+        "spin (back-to-back polls)",
+        "dip (wait without polling, then poll)",
+        "hybrid (sleep, then poll)",
+        "poll interval (us)",
+    ] {
         assert!(text.contains(series), "missing {series:?} in the plot");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -74,7 +80,7 @@ fn interval_sweep_reports_the_best_interval_and_draws_the_curve() {
 
 #[test]
 fn hybrid_records_carry_the_prediction_after_sampling() {
-    for strategy in ["hybrid", "poll", "half-mean"] {
+    for strategy in ["hybrid", "dip", "poll", "half-mean", "iopoll-hybrid", "pas"] {
         let out = run(&[
             "io",
             "--target",
@@ -91,7 +97,7 @@ fn hybrid_records_carry_the_prediction_after_sampling() {
         let p = &r["polling"];
         assert_eq!(p["ios"].as_u64(), r["ios"].as_u64(), "{strategy}: every I/O polled");
         assert!(p["polls_per_io"].as_f64().unwrap() >= 1.0);
-        if strategy == "hybrid" {
+        if strategy == "hybrid" || strategy == "dip" {
             let predicted = p["predicted_ios"].as_u64().unwrap();
             assert!(predicted > 0 && predicted < r["ios"].as_u64().unwrap(), "sampled first, then predicted: {p}");
             // (The overshoot is only measured when the CPUs are not busy, so it is not asserted.)
@@ -139,7 +145,7 @@ fn evaluate_reports_the_polling_study() {
     let text = std::fs::read_to_string(out_dir.join("results.jsonl")).unwrap();
     let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let study: Vec<_> = recs.iter().filter(|r| r["workload"] == "polling-study").collect();
-    for strategy in ["block", "spin", "hybrid", "poll", "half-mean"] {
+    for strategy in ["block", "spin", "hybrid", "dip", "poll", "half-mean", "iopoll-hybrid", "pas", "smart-hybrid"] {
         for load in ["bm-only", "cpu-intensive"] {
             assert!(study.iter().any(|r| r["strategy"] == strategy && r["load"] == load), "{strategy} under {load}");
         }
@@ -148,6 +154,14 @@ fn evaluate_reports_the_polling_study() {
     assert_eq!(recs.iter().filter(|r| r["type"] == "hybrid_check").count(), 2, "one check per load");
     let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
     assert!(summary.contains("## Hybrid waiting and polling") && summary.contains("best interval"));
+    let sweep_runs: Vec<_> = recs.iter().filter(|r| r["workload"] == "poll-interval-sweep").collect();
+    for strategy in ["block", "spin", "dip", "hybrid"] {
+        assert!(sweep_runs.iter().any(|r| r["strategy"] == strategy), "{strategy} on the poll_cost device");
+    }
+    let contention = &summary[summary.find("Fig. 1's contention").expect("the poll_cost table")..];
+    for strategy in ["dip", "hybrid"] {
+        assert!(contention.lines().any(|l| l.split_whitespace().any(|w| w == strategy)), "{strategy}: {contention}");
+    }
     let merges: Vec<_> =
         recs.iter().filter(|r| r["type"] == "merge_result" && r["workload"] == "merge-study").collect();
     assert_eq!(merges.len(), 10, "read and write x (merge off + 4 merge configurations)");

@@ -1,11 +1,13 @@
 //! Replay on emulated devices: the fifth seed's storage device emulator as a library.
 //!
-//! [`replay::run_virtual`] drives devemu's stateful device (look-ahead and rollback) with
-//! a trace ([`trace`]: blkparse, fio iolog v2/v3) or a closed-loop job, in virtual time:
-//! idle gaps are skipped, so a replay takes the CPU time of its events, not the device's
-//! time. [`realtime::run_real_time`] replays the same arrivals through the engine's
-//! emulated target in real time (the seed's reference system) and measures how late real
-//! completions are against the model. [`replay_result`] turns both into the
+//! [`replay::replay_trace`] and [`replay::replay_closed`] drive devemu's stateful device
+//! with a trace streamed from a file ([`trace`]: blkparse, fio iolog v2/v3, the MSR
+//! Cambridge, Alibaba and Tencent block-trace CSVs, gzip or not) or a closed-loop job, in
+//! virtual time and constant memory: idle gaps are skipped, so a replay takes the CPU time
+//! of its events, not the device's time, and latencies go into histograms ([`stats`]).
+//! [`realtime::run_real_time`] replays the same arrivals (streamed again) through the
+//! engine's emulated target in real time (the seed's reference system) and measures how
+//! late real completions are against the model. [`replay_result`] turns both into the
 //! `replay_result` record (docs/json.md).
 //!
 //! [`mount`] exposes an emulated device to unmodified programs as a block device (a FUSE
@@ -42,21 +44,12 @@ impl From<TraceError> for Error {
 }
 
 /// Offsets of a trace taken on a larger device are folded into the emulated capacity
-/// (block-aligned modulo), keeping their distances within the span; returns how many moved.
+/// (block-aligned modulo, keeping their distances within the span); returns how many moved.
+/// A streamed trace folds as it reads ([`trace::TraceOptions::capacity_bytes`]).
 pub fn fit_to_capacity(ios: &mut [TraceIo], capacity_bytes: u64) -> Result<u64, Error> {
     let mut moved = 0;
     for io in ios.iter_mut() {
-        if io.bytes > capacity_bytes {
-            return Err(Error::new(
-                ErrorKind::Usage,
-                format!("an I/O of {} bytes is larger than the emulated device ({capacity_bytes} bytes)", io.bytes),
-            ));
-        }
-        if io.offset + io.bytes > capacity_bytes {
-            let room = capacity_bytes - io.bytes;
-            io.offset = (io.offset % (room + 1)) / 512 * 512;
-            moved += 1;
-        }
+        moved += u64::from(trace::fold_into(io, capacity_bytes).map_err(|m| Error::new(ErrorKind::Usage, m))?);
     }
     Ok(moved)
 }
@@ -119,6 +112,9 @@ pub struct ReplayResult {
     pub lateness_ns_p99: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub real_time: Option<RealTimeFields>,
+    /// A trace replay: what its reader saw (set by the caller).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<trace::TraceStats>,
 }
 
 fn error_pct(real: f64, model: f64) -> f64 {
@@ -175,6 +171,7 @@ pub fn replay_result(spec: &EmuSpec, workload: String, v: &VirtualRun, real: Opt
             errors_write: r.errors[1],
             p99_error_pct: error_pct(r.all.lat_ns_p99 as f64, v.all.lat_ns_p99 as f64),
         }),
+        trace: None,
     }
 }
 
@@ -205,6 +202,7 @@ mod tests {
             seed: 1,
         });
         let v = replay::run_virtual(&spec, &w, false).unwrap();
+        assert_eq!(v.bytes_max, 4096);
         let r = replay_result(&spec, "closed".into(), &v, None);
         let json = serde_json::to_value(&r).unwrap();
         for key in ["device", "ios", "lat_ns_mean", "lat_ns_p50", "lat_ns_p99", "sim_ns", "wall_ns", "speedup"] {

@@ -30,6 +30,7 @@
 //! the virtual run) and close to it with several.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use serde::Serialize;
 use smartcon_devemu::{EmuSpec, Op};
@@ -40,8 +41,9 @@ use smartcon_engine::target::emu::EmuTarget;
 use smartcon_engine::target::{AlignedBuf, IoBuf, PortWait, Target};
 use smartcon_engine::wait::PollParams;
 
-use crate::replay::{PerOp, VirtualRun};
-use crate::stats::{quantile, LatencySummary};
+use crate::replay::PerOp;
+use crate::stats::{quantile, LatencyHist, LatencySummary};
+use crate::trace::{TraceError, TraceIo};
 
 /// The most threads a trace replay starts.
 pub const THREADS_MAX: u64 = 64;
@@ -65,15 +67,6 @@ pub struct RealTimeRun {
     pub start_late_ns_p99: u64,
     /// I/Os the fault scenario failed: reads, writes.
     pub errors: [u64; 2],
-}
-
-#[derive(Clone, Copy, Default)]
-struct Sample {
-    op_write: bool,
-    latency_ns: u64,
-    model_ns: u64,
-    lateness_ns: u64,
-    start_late_ns: u64,
 }
 
 /// The margin a `block` waiter's timer is armed early by: the p99 of the wake-up
@@ -128,7 +121,6 @@ impl WakeMargin {
     }
 }
 
-/// Replays `virt.records` (which must be kept) on a real emulated target.
 /// Puts the calling thread under SCHED_FIFO at priority 1.
 fn enter_fifo() -> Result<(), Error> {
     let param = libc::sched_param { sched_priority: 1 };
@@ -145,35 +137,54 @@ fn enter_fifo() -> Result<(), Error> {
     Ok(())
 }
 
-pub fn run_real_time(
+/// What the replay threads measured, shared (each records after its I/O is timed).
+struct Shared {
+    lat: [LatencyHist; 2],
+    lateness: LatencyHist,
+    start_late: LatencyHist,
+    within_2pct: u64,
+    within_20us: u64,
+}
+
+/// Replays `ios` (the I/Os the virtual run replayed, streamed again) on a real emulated
+/// target with `threads` threads, in constant memory: latencies and lateness go into
+/// histograms. `closed` is a closed loop's (qd, think); a trace's I/Os start at their
+/// instants. `bytes_max` is the largest request (the buffer size).
+#[allow(clippy::too_many_arguments)]
+pub fn run_real_time<I>(
     spec: &EmuSpec,
-    virt: &VirtualRun,
+    ios: I,
+    threads: u64,
+    bytes_max: u64,
     closed: Option<(u32, u64)>,
     strategy: Strategy,
     fifo: bool,
-) -> Result<RealTimeRun, Error> {
-    let records = &virt.records;
-    if records.len() as u64 != virt.ios {
-        return Err(Error::new(ErrorKind::Internal, "the virtual run kept no per-I/O records"));
-    }
+) -> Result<RealTimeRun, Error>
+where
+    I: Iterator<Item = Result<TraceIo, TraceError>> + Send,
+{
     // Time for every thread to start (and a block waiter to measure its wake-up).
     let base_ns = now_ns() + 20_000_000;
     // Fault windows count from the replay's start, as in virtual time.
     let target = EmuTarget::with_fault_origin(spec.clone(), base_ns)?;
-    let threads = match closed {
-        Some((qd, _)) => u64::from(qd).min(virt.ios.max(1)),
-        None => (virt.outstanding_max + 1).min(THREADS_MAX),
-    };
-    let buf_bytes = records.iter().map(|r| r.bytes).max().unwrap_or(4096).next_multiple_of(4096) as usize;
-    let next = AtomicU64::new(0);
+    let threads = threads.clamp(1, THREADS_MAX.max(closed.map_or(0, |(qd, _)| u64::from(qd))));
+    let buf_bytes = bytes_max.max(4096).next_multiple_of(4096) as usize;
+    let source = Mutex::new(ios);
+    let shared = Mutex::new(Shared {
+        lat: [LatencyHist::new(), LatencyHist::new()],
+        lateness: LatencyHist::new(),
+        start_late: LatencyHist::new(),
+        within_2pct: 0,
+        within_20us: 0,
+    });
     let failed = [AtomicU64::new(0), AtomicU64::new(0)];
     let wall = std::time::Instant::now();
     let faulty = spec.faults.is_some();
-    let results: Vec<Result<Vec<Sample>, Error>> = std::thread::scope(|scope| {
+    let results: Vec<Result<(), Error>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
-                let (target, next, failed) = (&target, &next, &failed);
-                scope.spawn(move || -> Result<Vec<Sample>, Error> {
+                let (target, source, shared, failed) = (&target, &source, &shared, &failed);
+                scope.spawn(move || -> Result<(), Error> {
                     // The default 50 us slack would make every timed wait late by that much.
                     tighten_timer_slack();
                     if fifo {
@@ -183,12 +194,15 @@ pub fn run_real_time(
                     let mut hybrid = (strategy == Strategy::Hybrid)
                         .then(|| smartcon_engine::wait::hybrid::Hybrid::new(PollParams::DEFAULT, now_ns()));
                     let mut buf = AlignedBuf::new(buf_bytes);
-                    let mut out = Vec::new();
                     let mut first = true;
                     let mut margin = (strategy == Strategy::Block).then(WakeMargin::calibrate);
                     loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(r) = records.get(i as usize) else { break };
+                        let next = source.lock().unwrap_or_else(|e| e.into_inner()).next();
+                        let r = match next {
+                            None => break,
+                            Some(Ok(r)) => r,
+                            Some(Err(e)) => return Err(e.into()),
+                        };
                         let mut start_late_ns = 0;
                         match closed {
                             Some((_, think_ns)) => {
@@ -238,15 +252,16 @@ pub fn run_real_time(
                             other => other?,
                         };
                         let t1 = now_ns();
-                        out.push(Sample {
-                            op_write: r.op == Op::Write,
-                            latency_ns: t1 - t0,
-                            model_ns: outcome.done_ns.saturating_sub(t0),
-                            lateness_ns: t1.saturating_sub(outcome.done_ns),
-                            start_late_ns,
-                        });
+                        let model_ns = outcome.done_ns.saturating_sub(t0);
+                        let lateness_ns = t1.saturating_sub(outcome.done_ns);
+                        let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());
+                        s.lat[(r.op == Op::Write) as usize].record(t1 - t0);
+                        s.lateness.record(lateness_ns);
+                        s.start_late.record(start_late_ns);
+                        s.within_2pct += u64::from(lateness_ns as f64 <= 0.02 * model_ns as f64);
+                        s.within_20us += u64::from(lateness_ns <= 20_000);
                     }
-                    Ok(out)
+                    Ok(())
                 })
             })
             .collect();
@@ -256,30 +271,26 @@ pub fn run_real_time(
             .collect()
     });
     let wall_ns = wall.elapsed().as_nanos() as u64;
-    let mut samples = Vec::new();
     for r in results {
-        samples.extend(r?);
+        r?;
     }
-    let n = samples.len().max(1) as f64;
-    let within_2pct = samples.iter().filter(|s| s.lateness_ns as f64 <= 0.02 * s.model_ns as f64).count() as f64 / n;
-    let within_20us = samples.iter().filter(|s| s.lateness_ns <= 20_000).count() as f64 / n;
-    let mut late: Vec<u64> = samples.iter().map(|s| s.lateness_ns).collect();
-    let mut start_late: Vec<u64> = samples.iter().map(|s| s.start_late_ns).collect();
-    let mut reads: Vec<u64> = samples.iter().filter(|s| !s.op_write).map(|s| s.latency_ns).collect();
-    let mut writes: Vec<u64> = samples.iter().filter(|s| s.op_write).map(|s| s.latency_ns).collect();
-    let mut all: Vec<u64> = samples.iter().map(|s| s.latency_ns).collect();
+    let s = shared.into_inner().unwrap_or_else(|e| e.into_inner());
+    let [reads, writes] = &s.lat;
+    let mut all = reads.clone();
+    all.add(writes);
+    let n = all.count().max(1) as f64;
     Ok(RealTimeRun {
         strategy: strategy.name(),
         threads,
         fifo,
-        all: LatencySummary::of(&mut all),
-        by_op: PerOp { read: LatencySummary::of(&mut reads), write: LatencySummary::of(&mut writes) },
+        all: all.summary(),
+        by_op: PerOp { read: reads.summary(), write: writes.summary() },
         wall_ns,
-        within_2pct,
-        within_20us,
-        lateness_ns_p50: quantile(&mut late, 0.5),
-        lateness_ns_p99: quantile(&mut late, 0.99),
-        start_late_ns_p99: quantile(&mut start_late, 0.99),
+        within_2pct: s.within_2pct as f64 / n,
+        within_20us: s.within_20us as f64 / n,
+        lateness_ns_p50: s.lateness.quantile(0.5),
+        lateness_ns_p99: s.lateness.quantile(0.99),
+        start_late_ns_p99: s.start_late.quantile(0.99),
         errors: failed.map(|f| f.into_inner()),
     })
 }
@@ -287,8 +298,7 @@ pub fn run_real_time(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replay::{run_virtual, ClosedLoop, Workload};
-    use crate::trace::TraceIo;
+    use crate::replay::ClosedLoop;
     use smartcon_devemu::parse_spec;
 
     fn ring_available() -> bool {
@@ -325,8 +335,8 @@ mod tests {
         let spec = parse_spec("emu:sdcard,channels=2").unwrap();
         let closed =
             ClosedLoop { op: Op::Read, sequential: false, bs_bytes: 4096, qd: 2, ios: 40, think_ns: 0, seed: 3 };
-        let v = run_virtual(&spec, &Workload::Closed(closed), true).unwrap();
-        let r = run_real_time(&spec, &v, Some((2, 0)), Strategy::Spin, false).unwrap();
+        let ios = closed.trace_ios(spec.capacity_bytes);
+        let r = run_real_time(&spec, ios, 2, 4096, Some((2, 0)), Strategy::Spin, false).unwrap();
         assert_eq!(r.all.ios, 40);
         assert_eq!(r.threads, 2);
         // A thread never sees its I/O before the model's instant, so latency >= the table's.
@@ -334,12 +344,13 @@ mod tests {
         assert!((0.0..=1.0).contains(&r.within_2pct) && (0.0..=1.0).contains(&r.within_20us));
         // An open-loop trace: I/Os start no earlier than their instants.
         let at = |t| TraceIo { arrival_ns: t, op: Op::Write, offset: t * 8, bytes: 4096, stream: 0 };
-        let v = run_virtual(&spec, &Workload::Trace(vec![at(0), at(100_000), at(200_000)]), true).unwrap();
-        let r = run_real_time(&spec, &v, None, Strategy::Block, false).unwrap();
+        let trace = [at(0), at(100_000), at(200_000)];
+        let r = run_real_time(&spec, trace.iter().map(|io| Ok(*io)), 2, 4096, None, Strategy::Block, false).unwrap();
         assert_eq!(r.all.ios, 3);
         assert!(r.all.lat_ns_p50 >= 1_160_100);
-        // Without per-I/O records there is nothing to replay.
-        let v = run_virtual(&spec, &Workload::Trace(vec![at(0)]), false).unwrap();
-        assert!(run_real_time(&spec, &v, None, Strategy::Block, false).is_err());
+        // A stream's error ends the replay with it.
+        let broken = [Ok(at(0)), Err(crate::trace::TraceError { path: None, line_number: 7, message: "bad".into() })];
+        let e = run_real_time(&spec, broken.into_iter(), 1, 4096, None, Strategy::Spin, false).unwrap_err();
+        assert!(e.message.contains("line 7"), "{}", e.message);
     }
 }

@@ -18,8 +18,8 @@ use std::time::Instant;
 use serde::Serialize;
 use smartcon_devemu::{Completion, Device, EmuSpec, FaultPlan, Op, Request};
 
-use crate::stats::LatencySummary;
-use crate::trace::TraceIo;
+use crate::stats::{LatencyHist, LatencySummary};
+use crate::trace::{TraceError, TraceIo};
 
 /// A closed-loop job: `qd` slots, each with one request outstanding, `ios` requests in all.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,7 +70,17 @@ impl ClosedLoop {
     }
 }
 
-/// What to replay.
+impl ClosedLoop {
+    /// The same request stream as trace I/Os, all stamped 0 (the real-time replay paces a
+    /// closed loop by completions).
+    pub fn trace_ios(&self, capacity_bytes: u64) -> impl Iterator<Item = Result<TraceIo, TraceError>> + Send + '_ {
+        self.requests(capacity_bytes)
+            .map(|(op, offset, bytes)| Ok(TraceIo { arrival_ns: 0, op, offset, bytes, stream: 0 }))
+    }
+}
+
+/// What to replay, held in memory (tests and small jobs; a trace file streams through
+/// [`replay_trace`]).
 #[derive(Debug, Clone)]
 pub enum Workload {
     /// Open loop: arrivals at the trace's instants.
@@ -78,15 +88,17 @@ pub enum Workload {
     Closed(ClosedLoop),
 }
 
-/// One I/O's fate in virtual time, in issue order.
+/// One I/O's fate in virtual time, handed to an observer as it completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IoRecord {
+    /// The issue index.
+    pub id: u64,
     pub op: Op,
-    pub offset: u64,
     pub bytes: u64,
     pub arrival_ns: u64,
     pub complete_ns: u64,
     pub service_ns: u64,
+    pub error: bool,
 }
 
 /// Per-op latency summaries.
@@ -108,6 +120,8 @@ pub struct VirtualRun {
     /// Wall time of the event loop.
     pub wall_ns: u64,
     pub bytes: u64,
+    /// The largest request.
+    pub bytes_max: u64,
     /// Busy channel time over channels x sim_ns.
     pub device_utilization: f64,
     pub rollbacks: u64,
@@ -115,9 +129,6 @@ pub struct VirtualRun {
     pub outstanding_max: u64,
     /// Failed I/Os (fault scenario), reads and writes.
     pub errors: [u64; 2],
-    /// Every I/O, in issue order (only when asked for: the real-time comparison needs it).
-    #[serde(skip)]
-    pub records: Vec<IoRecord>,
 }
 
 impl VirtualRun {
@@ -126,20 +137,159 @@ impl VirtualRun {
     }
 }
 
-/// Runs `workload` on a fresh device in virtual time. `keep_records` keeps every I/O's
-/// instants (needed by the real-time comparison; costs memory per I/O).
+/// Optional hooks of a replay: every completion, and progress (the I/Os issued so far,
+/// every [`PROGRESS_EVERY`] issues).
+#[derive(Default)]
+pub struct Hooks<'a> {
+    pub on_complete: Option<&'a mut dyn FnMut(&IoRecord)>,
+    pub progress: Option<&'a mut dyn FnMut(u64)>,
+}
+
+/// How often [`Hooks::progress`] is called, in I/Os.
+pub const PROGRESS_EVERY: u64 = 1 << 20;
+
+/// Runs `workload` on a fresh device in virtual time. `keep_records` returns every I/O's
+/// instants in issue order (memory per I/O: for tests and small runs).
 pub fn run_virtual(spec: &EmuSpec, workload: &Workload, keep_records: bool) -> Result<VirtualRun, String> {
-    run_virtual_with_faults(spec, workload, keep_records, &FaultPlan::default())
+    let (run, _) = run_virtual_records(spec, workload, keep_records, &FaultPlan::default())?;
+    Ok(run)
+}
+
+/// [`run_virtual`] with a fault scenario, returning the records when kept.
+pub fn run_virtual_records(
+    spec: &EmuSpec,
+    workload: &Workload,
+    keep_records: bool,
+    faults: &FaultPlan,
+) -> Result<(VirtualRun, Vec<IoRecord>), String> {
+    let mut records = Vec::new();
+    let mut keep = |r: &IoRecord| records.push(*r);
+    let hooks = Hooks { on_complete: keep_records.then_some(&mut keep as &mut dyn FnMut(&IoRecord)), progress: None };
+    let run = match workload {
+        Workload::Trace(t) => replay_trace(spec, t.iter().map(|io| Ok(*io)), faults, hooks),
+        Workload::Closed(c) => replay_closed(spec, c, faults, hooks),
+    }?;
+    records.sort_by_key(|r| r.id);
+    Ok((run, records))
 }
 
 /// [`run_virtual`] with a fault scenario (crate::scenario): failed I/Os are counted per op
 /// and keep their latency (a failed request still took its time). An empty `faults` takes
 /// the spec's own scenario (`emu:PRESET,faults=FILE`), if it has one.
-pub fn run_virtual_with_faults(
+pub fn run_virtual_with_faults(spec: &EmuSpec, workload: &Workload, faults: &FaultPlan) -> Result<VirtualRun, String> {
+    Ok(run_virtual_records(spec, workload, false, faults)?.0)
+}
+
+/// A closed-loop job in virtual time, in constant memory.
+pub fn replay_closed(spec: &EmuSpec, job: &ClosedLoop, faults: &FaultPlan, hooks: Hooks) -> Result<VirtualRun, String> {
+    job.validate(spec.capacity_bytes)?;
+    let mut slots = BinaryHeap::new();
+    for _ in 0..u64::from(job.qd).min(job.ios) {
+        slots.push(Reverse(0));
+    }
+    let src = Closed { gen: job.requests(spec.capacity_bytes), slots, pending: job.ios, think_ns: job.think_ns };
+    run_loop(spec, src, faults, hooks)
+}
+
+/// A trace in virtual time as it streams: I/Os in arrival order (a [`crate::trace::TraceReader`]
+/// sorts within its window), in constant memory. The first error of the stream ends the
+/// replay with its message.
+pub fn replay_trace<I>(spec: &EmuSpec, ios: I, faults: &FaultPlan, hooks: Hooks) -> Result<VirtualRun, String>
+where
+    I: Iterator<Item = Result<TraceIo, TraceError>>,
+{
+    run_loop(spec, Open { ios, next: None, first_ns: None, last_ns: 0 }, faults, hooks)
+}
+
+/// Where arrivals come from.
+trait Arrivals {
+    /// The next arrival's instant, without taking it.
+    fn peek(&mut self) -> Result<Option<u64>, String>;
+    /// Takes the arrival [`Arrivals::peek`] returned.
+    fn take(&mut self) -> TraceIo;
+    /// A request completed (a closed-loop slot issues again).
+    fn completed(&mut self, _complete_ns: u64) {}
+    fn first_arrival_ns(&self) -> u64 {
+        0
+    }
+}
+
+struct Open<I> {
+    ios: I,
+    next: Option<TraceIo>,
+    first_ns: Option<u64>,
+    last_ns: u64,
+}
+
+impl<I: Iterator<Item = Result<TraceIo, TraceError>>> Arrivals for Open<I> {
+    #[inline]
+    fn peek(&mut self) -> Result<Option<u64>, String> {
+        if self.next.is_none() {
+            match self.ios.next() {
+                Some(Ok(io)) => {
+                    if io.arrival_ns < self.last_ns {
+                        return Err(format!(
+                            "arrivals out of order: {} ns after {} ns (sort the trace)",
+                            io.arrival_ns, self.last_ns
+                        ));
+                    }
+                    self.last_ns = io.arrival_ns;
+                    self.first_ns.get_or_insert(io.arrival_ns);
+                    self.next = Some(io);
+                }
+                Some(Err(e)) => return Err(e.to_string()),
+                None => return Ok(None),
+            }
+        }
+        Ok(self.next.map(|io| io.arrival_ns))
+    }
+
+    #[inline]
+    fn take(&mut self) -> TraceIo {
+        self.next.take().expect("peeked")
+    }
+
+    fn first_arrival_ns(&self) -> u64 {
+        self.first_ns.unwrap_or(0)
+    }
+}
+
+struct Closed<G> {
+    gen: G,
+    /// The instants at which slots issue next (min-heap).
+    slots: BinaryHeap<Reverse<u64>>,
+    /// Requests not yet given to a slot.
+    pending: u64,
+    think_ns: u64,
+}
+
+impl<G: Iterator<Item = (Op, u64, u64)>> Arrivals for Closed<G> {
+    #[inline]
+    fn peek(&mut self) -> Result<Option<u64>, String> {
+        Ok(self.slots.peek().map(|r| r.0))
+    }
+
+    #[inline]
+    fn take(&mut self) -> TraceIo {
+        let Reverse(at) = self.slots.pop().expect("peeked");
+        self.pending -= 1;
+        let (op, offset, bytes) = self.gen.next().expect("ios bounded");
+        TraceIo { arrival_ns: at, op, offset, bytes, stream: 0 }
+    }
+
+    #[inline]
+    fn completed(&mut self, complete_ns: u64) {
+        if self.pending > self.slots.len() as u64 {
+            self.slots.push(Reverse(complete_ns + self.think_ns));
+        }
+    }
+}
+
+fn run_loop<A: Arrivals>(
     spec: &EmuSpec,
-    workload: &Workload,
-    keep_records: bool,
+    mut src: A,
     faults: &FaultPlan,
+    mut hooks: Hooks,
 ) -> Result<VirtualRun, String> {
     let faults = match &spec.faults {
         Some(own) if faults.is_empty() => own,
@@ -148,49 +298,16 @@ pub fn run_virtual_with_faults(
     let wall = Instant::now();
     let mut dev = Device::with_faults(spec.clone(), spec.discipline, faults.clone());
     let mut errors = [0u64; 2];
-    let total = match workload {
-        Workload::Trace(t) => t.len() as u64,
-        Workload::Closed(c) => {
-            c.validate(spec.capacity_bytes)?;
-            c.ios
-        }
-    };
-    let mut lat: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
-    let mut records: Vec<IoRecord> = Vec::new();
-    if keep_records {
-        records.reserve(total as usize);
-    }
+    let mut lat = [LatencyHist::new(), LatencyHist::new()];
     let mut busy_ns: u128 = 0;
     let mut bytes: u64 = 0;
+    let mut bytes_max: u64 = 0;
     let mut last_complete_ns = 0;
     let mut outstanding: u64 = 0;
     let mut outstanding_max: u64 = 0;
-    // Issue state.
     let mut issued: u64 = 0;
-    let mut closed_gen = match workload {
-        Workload::Closed(c) => Some(c.requests(spec.capacity_bytes)),
-        Workload::Trace(_) => None,
-    };
-    // Closed loop: the instants at which slots issue next (min-heap).
-    let mut slots: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
-    let think_ns = match workload {
-        Workload::Closed(c) => {
-            for _ in 0..c.qd.min(c.ios as u32) {
-                slots.push(Reverse(0));
-            }
-            c.think_ns
-        }
-        Workload::Trace(_) => 0,
-    };
     loop {
-        let arrival = if issued >= total {
-            None
-        } else {
-            match workload {
-                Workload::Trace(t) => t.get(issued as usize).map(|io| io.arrival_ns),
-                Workload::Closed(_) => slots.peek().map(|r| r.0),
-            }
-        };
+        let arrival = src.peek()?;
         // The arrival is known here, so compare it with the next completion without
         // simulating ahead; the look-ahead (and a rollback) is for drivers that do not know
         // their next arrival (devemu::device).
@@ -201,74 +318,72 @@ pub fn run_virtual_with_faults(
             (None, Some(_)) => false,
             (None, None) => break,
         };
-        match arrival {
-            _ if take => {
-                let done: Completion = dev.take_completion().expect("looked ahead");
-                outstanding -= 1;
-                let latency = done.complete_ns - done.arrival_ns;
-                errors[(done.op == Op::Write) as usize] += u64::from(done.error);
-                lat[(done.op == Op::Write) as usize].push(latency);
-                busy_ns += (done.complete_ns - done.start_ns) as u128;
-                bytes += done.bytes;
-                last_complete_ns = last_complete_ns.max(done.complete_ns);
-                if keep_records {
-                    let r = &mut records[done.id as usize];
-                    r.complete_ns = done.complete_ns;
-                    r.service_ns = done.complete_ns - done.start_ns;
-                }
-                if closed_gen.is_some() && issued + (slots.len() as u64) < total {
-                    slots.push(Reverse(done.complete_ns + think_ns));
+        if take {
+            let done: Completion = dev.take_completion().expect("looked ahead");
+            outstanding -= 1;
+            let w = (done.op == Op::Write) as usize;
+            errors[w] += u64::from(done.error);
+            lat[w].record(done.complete_ns - done.arrival_ns);
+            busy_ns += (done.complete_ns - done.start_ns) as u128;
+            bytes += done.bytes;
+            last_complete_ns = last_complete_ns.max(done.complete_ns);
+            if let Some(f) = hooks.on_complete.as_mut() {
+                f(&IoRecord {
+                    id: done.id,
+                    op: done.op,
+                    bytes: done.bytes,
+                    arrival_ns: done.arrival_ns,
+                    complete_ns: done.complete_ns,
+                    service_ns: done.complete_ns - done.start_ns,
+                    error: done.error,
+                });
+            }
+            src.completed(done.complete_ns);
+        } else {
+            let io = src.take();
+            let req = Request {
+                id: issued,
+                arrival_ns: io.arrival_ns,
+                op: io.op,
+                offset: io.offset,
+                bytes: io.bytes,
+                priority: 0,
+                stream: io.stream,
+            };
+            dev.submit(req).map_err(|e| e.to_string())?;
+            bytes_max = bytes_max.max(io.bytes);
+            issued += 1;
+            outstanding += 1;
+            outstanding_max = outstanding_max.max(outstanding);
+            if issued.is_multiple_of(PROGRESS_EVERY) {
+                if let Some(p) = hooks.progress.as_mut() {
+                    p(issued);
                 }
             }
-            Some(a) => {
-                let (op, offset, len, stream) = match workload {
-                    Workload::Trace(t) => {
-                        let io = t[issued as usize];
-                        (io.op, io.offset, io.bytes, io.stream)
-                    }
-                    Workload::Closed(_) => {
-                        slots.pop();
-                        let (op, offset, len) = closed_gen.as_mut().and_then(|g| g.next()).expect("ios bounded");
-                        (op, offset, len, 0)
-                    }
-                };
-                let req = Request { id: issued, arrival_ns: a, op, offset, bytes: len, priority: 0, stream };
-                dev.submit(req).map_err(|e| e.to_string())?;
-                if keep_records {
-                    records.push(IoRecord { op, offset, bytes: len, arrival_ns: a, complete_ns: 0, service_ns: 0 });
-                }
-                issued += 1;
-                outstanding += 1;
-                outstanding_max = outstanding_max.max(outstanding);
-            }
-            None => break, // not reached: no arrival and no completion broke above
         }
     }
-    let first_arrival_ns = match workload {
-        Workload::Trace(t) => t.first().map_or(0, |io| io.arrival_ns),
-        Workload::Closed(_) => 0,
-    };
-    let sim_ns = last_complete_ns.saturating_sub(first_arrival_ns);
-    let [mut reads, mut writes] = lat;
-    let mut all: Vec<u64> = Vec::with_capacity(reads.len() + writes.len());
-    all.extend_from_slice(&reads);
-    all.extend_from_slice(&writes);
+    if issued == 0 {
+        return Err("nothing to replay: no reads or writes".into());
+    }
+    let sim_ns = last_complete_ns.saturating_sub(src.first_arrival_ns());
+    let [reads, writes] = lat;
+    let mut all = reads.clone();
+    all.add(&writes);
     let channels = u128::from(spec.model.channels);
-    let run = VirtualRun {
+    Ok(VirtualRun {
         device: spec.label.clone(),
         ios: issued,
-        all: LatencySummary::of(&mut all),
-        by_op: PerOp { read: LatencySummary::of(&mut reads), write: LatencySummary::of(&mut writes) },
+        all: all.summary(),
+        by_op: PerOp { read: reads.summary(), write: writes.summary() },
         sim_ns,
-        wall_ns: 0,
+        wall_ns: wall.elapsed().as_nanos() as u64,
         bytes,
+        bytes_max,
         device_utilization: if sim_ns == 0 { 0.0 } else { busy_ns as f64 / (channels * sim_ns as u128) as f64 },
         rollbacks: dev.rollbacks(),
         outstanding_max,
         errors,
-        records,
-    };
-    Ok(VirtualRun { wall_ns: wall.elapsed().as_nanos() as u64, ..run })
+    })
 }
 
 #[cfg(test)]
@@ -319,8 +434,8 @@ mod tests {
         let at = |t, off| TraceIo { arrival_ns: t, op: Op::Write, offset: off, bytes: 4096, stream: 0 };
         let trace =
             vec![at(0, 0), at(0, 1 << 20), at(0, 2 << 20), at(0, 3 << 20), at(0, 4 << 20), at(3_600_000_000_000, 0)];
-        let run = run_virtual(&spec, &Workload::Trace(trace), true).unwrap();
-        assert_eq!(run.records[4].complete_ns, 2 * 1_160_100);
+        let (run, records) = run_virtual_records(&spec, &Workload::Trace(trace), true, &FaultPlan::default()).unwrap();
+        assert_eq!(records[4].complete_ns, 2 * 1_160_100);
         // An hour of idle is simulated, not waited for.
         assert_eq!(run.sim_ns, 3_600_000_000_000 + 1_160_100);
         assert!(run.speedup() > 1e6);
@@ -336,7 +451,7 @@ mod tests {
         )
         .unwrap();
         let w = job(Op::Write, false, 4096, 1, 400);
-        let run = run_virtual_with_faults(&spec, &w, false, &plan).unwrap();
+        let run = run_virtual_with_faults(&spec, &w, &plan).unwrap();
         assert!((150..250).contains(&run.errors[1]), "{:?}", run.errors);
         assert_eq!(run.errors[0], 0);
         // 400 writes at twice the table's time all start inside the 1 s window.

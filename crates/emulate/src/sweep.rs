@@ -54,6 +54,79 @@ pub fn parse_emulate_arg(text: &str) -> Result<(String, PathBuf), Error> {
     Ok((spec.to_string(), PathBuf::from(path)))
 }
 
+/// Checks (and, when missing, creates) the image of `smartcon run --emulate SPEC=PATH`
+/// before the program runs, so a mistyped path is one line and exit 2, not a run on the
+/// wrong file: PATH must be a regular file or a block device that can be read, not on a
+/// pseudo file system (procfs, sysfs, ...); a missing PATH is created as a sparse file of
+/// the device's capacity in a directory that must exist. Returns whether it was created.
+pub fn prepare_image(spec: &str, path: &Path) -> Result<bool, Error> {
+    use std::os::unix::fs::FileTypeExt;
+    let usage = |why: String| Error::new(ErrorKind::Usage, format!("--emulate image {}: {why}", path.display()));
+    match std::fs::metadata(path) {
+        Ok(m) => {
+            let t = m.file_type();
+            if t.is_dir() {
+                return Err(usage(
+                    "is a directory; give a file (created at the device's capacity when missing)".into(),
+                ));
+            }
+            if !t.is_file() && !t.is_block_device() {
+                return Err(usage("is neither a regular file nor a block device".into()));
+            }
+            if let Some(fs) = pseudo_file_system(path) {
+                return Err(usage(format!("is on {fs}, not a file that holds data")));
+            }
+            std::fs::File::open(path).map_err(|e| usage(format!("cannot be read: {e}")))?;
+            Ok(false)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                return Err(usage(format!("the directory {} does not exist", parent.display())));
+            }
+            let capacity = smartcon_devemu::parse_spec(spec)
+                .map_err(|e| Error::new(ErrorKind::Usage, format!("--emulate: {e}")))?
+                .capacity_bytes;
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| usage(format!("cannot be created: {e}")))?;
+            f.set_len(capacity).map_err(|e| usage(format!("cannot be sized to {capacity} bytes: {e}")))?;
+            Ok(true)
+        }
+        Err(e) => Err(usage(e.to_string())),
+    }
+}
+
+/// The name of the pseudo file system `path` is on, if it is on one.
+#[allow(clippy::unnecessary_cast)] // f_type and the magic numbers' types differ between libcs
+fn pseudo_file_system(path: &Path) -> Option<&'static str> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statfs is valid; statfs only writes it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a valid out pointer.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let kind = st.f_type as i64;
+    [
+        (libc::PROC_SUPER_MAGIC as i64, "procfs"),
+        (libc::SYSFS_MAGIC as i64, "sysfs"),
+        (libc::DEBUGFS_MAGIC as i64, "debugfs"),
+        (libc::TRACEFS_MAGIC as i64, "tracefs"),
+        (libc::CGROUP_SUPER_MAGIC as i64, "cgroupfs"),
+        (libc::CGROUP2_SUPER_MAGIC as i64, "cgroup2fs"),
+        (libc::SECURITYFS_MAGIC as i64, "securityfs"),
+        (libc::DEVPTS_SUPER_MAGIC as i64, "devpts"),
+    ]
+    .into_iter()
+    .find(|(m, _)| *m == kind)
+    .map(|(_, name)| name)
+}
+
 /// What the `emu_process` records of one run add up to.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct EmuTotals {
@@ -64,6 +137,11 @@ pub struct EmuTotals {
     pub device_ns: u64,
     pub skew_ns: i64,
     pub cpu_ns: u64,
+    /// Descriptors of the image the program opened.
+    pub image_opens: u64,
+    /// I/O to the image that went around the model, by kind (`io_uring` rings, `libaio`
+    /// requests, `mmap` maps, `raw_syscall` calls).
+    pub around_model: std::collections::BTreeMap<String, u64>,
 }
 
 /// Sums `emu_process` records (JSON Lines; other lines are skipped).
@@ -81,25 +159,30 @@ pub fn sum_records(text: &str) -> EmuTotals {
         t.device_ns += u("device_ns");
         t.cpu_ns += u("cpu_ns");
         t.skew_ns += r["skew_ns"].as_i64().unwrap_or(0);
+        t.image_opens += u("image_opens");
+        for (k, v) in r["around_model"].as_object().into_iter().flatten() {
+            *t.around_model.entry(k.clone()).or_default() += v.as_u64().unwrap_or(0);
+        }
     }
     t
 }
 
-/// The line `smartcon run --emulate` prints: what the records in `stats` add up to (the file
-/// is removed).
-pub fn summary(spec: &str, virtual_time: bool, stats: &Path) -> String {
+/// The line `smartcon run --emulate` prints, and what the records in `stats` add up to (the
+/// file is removed).
+pub fn summary(spec: &str, virtual_time: bool, stats: &Path) -> (String, EmuTotals) {
     let t = sum_records(&std::fs::read_to_string(stats).unwrap_or_default());
     let _ = std::fs::remove_file(stats);
     let clock =
         if virtual_time { format!("the clock skipped {:.3} s", t.skew_ns as f64 / 1e9) } else { "real time".into() };
-    format!(
+    let line = format!(
         "{spec} served {} reads and {} writes ({} bytes) in {} process(es), device time {:.3} s; {clock}",
         t.reads,
         t.writes,
         t.bytes,
         t.processes,
         t.device_ns as f64 / 1e9
-    )
+    );
+    (line, t)
 }
 
 /// What to sweep.
@@ -363,6 +446,21 @@ mod tests {
         assert_eq!((s.as_str(), p.as_path()), ("emu:hdd,size=64m", Path::new("/tmp/x.img")));
         assert!(parse_emulate_arg("emu:nosuch=/tmp/x").is_err());
         assert!(parse_emulate_arg("/tmp/x").is_err());
+    }
+
+    #[test]
+    fn an_image_must_be_a_readable_file_in_a_directory_that_exists() {
+        let dir = std::env::temp_dir().join(format!("smartcon-image-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for bad in [dir.clone(), PathBuf::from("/proc/self/mem"), dir.join("no-such-dir/disk.img")] {
+            let e = prepare_image("emu:hdd", &bad).expect_err(&bad.display().to_string());
+            assert_eq!(e.kind, ErrorKind::Usage, "{e}");
+        }
+        let img = dir.join("disk.img");
+        assert!(prepare_image("emu:nvram,size=16m", &img).unwrap(), "created");
+        assert_eq!(std::fs::metadata(&img).unwrap().len(), 16 << 20);
+        assert!(!prepare_image("emu:nvram,size=16m", &img).unwrap(), "used as it is");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

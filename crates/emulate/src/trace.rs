@@ -1,25 +1,46 @@
-//! Trace formats a user already has: `blkparse` text output (blktrace) and fio's
-//! `write_iolog` (versions 2 and 3).
+//! Trace formats a user already has, read as a stream: `blkparse` text output (blktrace),
+//! fio's `write_iolog` (versions 2 and 3), and the public block-trace CSVs of MSR Cambridge
+//! (SNIA IOTTA), Alibaba cloud block storage and Tencent cloud block storage (SNIA IOTTA).
 //!
 //! - blkparse (default output format): `MAJ,MIN CPU SEQ SEC.NSEC PID ACTION RWBS SECTOR +
 //!   COUNT [PROCESS]`. The arrival is the issue to the driver (action `D`); a trace without
-//!   `D` events (captured above the scheduler) uses the queue events (`Q`). Requests with no
-//!   data (flushes, zero-length) and discards are skipped; the stream is the PID. The
-//!   summary blkparse prints at the end (from a line starting `CPU` or `Total`) ends the
-//!   events.
+//!   `D` events in its first [`DETECT_LINES`] lines (captured above the scheduler) uses the
+//!   queue events (`Q`). Requests with no data (flushes, zero-length) and discards are
+//!   skipped; the stream is the PID, the device `MAJ,MIN`. The summary blkparse prints at
+//!   the end (from a line starting `CPU` or `Total`) ends the events.
 //! - fio v2 (`fio version 2 iolog`): `FILE ACTION [OFFSET LENGTH]`; `wait` lines (`FILE wait
 //!   USEC`) advance the clock, so requests between waits arrive together.
 //! - fio v3 (`fio version 3 iolog`): `USEC FILE ACTION [OFFSET LENGTH]`, the timestamp in
 //!   microseconds since the start (fio's log_io_u writes utime_since_now).
-//!   For fio, actions add/open/close, sync, datasync and trim are skipped; the stream is the
-//!   file.
+//!   For fio, actions add/open/close, sync, datasync and trim are skipped; the stream and
+//!   the device are the file.
+//! - MSR Cambridge (`msr`): `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`,
+//!   the timestamp in Windows filetime (100 ns ticks), Type `Read` or `Write`, offset and
+//!   size in bytes; the recorded ResponseTime is ignored (the model decides). The stream
+//!   and the device are `HOSTNAME_DISKNUMBER`, as the trace files are named (`hm_0`).
+//! - Alibaba (`alibaba`): `device_id,opcode,offset,length,timestamp`, opcode `R` or `W`,
+//!   offset and length in bytes, the timestamp in microseconds.
+//! - Tencent (`tencent`): `Timestamp,Offset,Size,IOType,VolumeID`, the timestamp in
+//!   seconds, offset and size in 512-byte sectors, IOType 0 (read) or 1 (write).
+//!   For the CSVs the device is the volume (device_id, VolumeID) and so is the stream;
+//!   zero-length requests are skipped and a header line naming the columns is allowed.
+//!
+//! The reader holds a bounded window of I/Os ([`TraceOptions::reorder_window`]) and hands
+//! them out by timestamp, so a trace that is out of order by fewer records than the window
+//! is replayed in order; an I/O older than one already handed out is replayed at that
+//! instant and counted ([`TraceStats::late`]). Memory is bounded: the window, one line (at
+//! most [`LINE_BYTES_MAX`]), the first [`DETECT_LINES`] lines while detecting, and one
+//! entry per distinct stream (at most [`STREAMS_MAX`]; beyond, streams share entries).
+//! Gzip input (`.gz`, detected by its magic bytes) is decompressed as it streams.
 //!
 //! Every line that is neither an event nor something documented as skipped is an error
 //! naming its line number. Non-goals: blktrace's binary format (run blkparse first), and
 //! merging, requeues or completions in the trace (the device model decides completions).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 
 use smartcon_devemu::Op;
 
@@ -39,21 +60,42 @@ pub enum TraceFormat {
     Blkparse,
     FioV2,
     FioV3,
+    Msr,
+    Alibaba,
+    Tencent,
 }
 
 impl TraceFormat {
+    pub const ALL: [TraceFormat; 6] = [
+        TraceFormat::Blkparse,
+        TraceFormat::FioV2,
+        TraceFormat::FioV3,
+        TraceFormat::Msr,
+        TraceFormat::Alibaba,
+        TraceFormat::Tencent,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             TraceFormat::Blkparse => "blkparse",
             TraceFormat::FioV2 => "fio-iolog-v2",
             TraceFormat::FioV3 => "fio-iolog-v3",
+            TraceFormat::Msr => "msr",
+            TraceFormat::Alibaba => "alibaba",
+            TraceFormat::Tencent => "tencent",
         }
+    }
+
+    pub fn parse(text: &str) -> Option<TraceFormat> {
+        Self::ALL.into_iter().find(|f| f.name() == text)
     }
 }
 
 /// A line the parser cannot read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceError {
+    /// The file, when the trace came from one.
+    pub path: Option<String>,
     /// 1-based; 0 when the problem is the whole file (empty, unreadable).
     pub line_number: usize,
     pub message: String,
@@ -61,6 +103,9 @@ pub struct TraceError {
 
 impl fmt::Display for TraceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(p) = &self.path {
+            write!(f, "{p}: ")?;
+        }
         if self.line_number == 0 {
             write!(f, "{}", self.message)
         } else {
@@ -72,10 +117,725 @@ impl fmt::Display for TraceError {
 impl std::error::Error for TraceError {}
 
 fn bad(line_number: usize, message: impl Into<String>) -> TraceError {
-    TraceError { line_number, message: message.into() }
+    TraceError { path: None, line_number, message: message.into() }
 }
 
-/// A parsed trace: its I/Os sorted by arrival, and what was skipped.
+/// The longest line a trace may have (a binary file read as text fails here, not by
+/// growing a buffer without end).
+pub const LINE_BYTES_MAX: usize = 4096;
+/// Lines read ahead to detect the format (and blkparse's arrival event).
+pub const DETECT_LINES: usize = 10_000;
+/// Distinct streams tracked for sequential detection; more share entries.
+pub const STREAMS_MAX: usize = 1 << 16;
+/// The default reorder window, in I/Os.
+pub const REORDER_WINDOW_DEFAULT: usize = 4096;
+/// The largest reorder window.
+pub const REORDER_WINDOW_MAX: usize = 1 << 20;
+
+/// How to read a trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceOptions {
+    /// None: detect from the first lines.
+    pub format: Option<TraceFormat>,
+    /// Keep only this device's I/Os (the device as each format names it, module docs).
+    pub device_filter: Option<String>,
+    /// I/Os held to reorder by timestamp (at least 1).
+    pub reorder_window: usize,
+    /// Offsets beyond this capacity are folded into it ([`fold_into`]).
+    pub capacity_bytes: Option<u64>,
+}
+
+impl Default for TraceOptions {
+    fn default() -> TraceOptions {
+        TraceOptions { format: None, device_filter: None, reorder_window: REORDER_WINDOW_DEFAULT, capacity_bytes: None }
+    }
+}
+
+/// What the reader saw so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TraceStats {
+    /// Lines read (the trace's own numbering).
+    pub lines: u64,
+    /// Bytes read from the (decompressed) input.
+    pub bytes_read: u64,
+    /// I/Os handed out.
+    pub ios: u64,
+    /// Events documented as skipped (flushes, discards, opens, zero-length requests).
+    pub skipped: u64,
+    /// I/Os of other devices (`device_filter`).
+    pub filtered: u64,
+    /// I/Os older than one already handed out (beyond the reorder window): replayed at the
+    /// instant last handed out.
+    pub late: u64,
+    /// I/Os whose offsets were folded into the emulated capacity.
+    pub folded: u64,
+    /// The most I/Os held in the reorder window at once.
+    pub window_max: u64,
+}
+
+/// Folds an I/O of a trace taken on a larger device into `capacity_bytes` (block-aligned
+/// modulo, keeping distances within the span); returns whether it moved.
+pub fn fold_into(io: &mut TraceIo, capacity_bytes: u64) -> Result<bool, String> {
+    if io.bytes > capacity_bytes {
+        return Err(format!(
+            "an I/O of {} bytes is larger than the emulated device ({capacity_bytes} bytes)",
+            io.bytes
+        ));
+    }
+    if io.offset.saturating_add(io.bytes) > capacity_bytes {
+        let room = capacity_bytes - io.bytes;
+        io.offset = (io.offset % (room + 1)) / 512 * 512;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Dense stream numbers for the keys a format names streams by (a PID, a file, a volume).
+#[derive(Debug, Default)]
+struct Streams {
+    ids: HashMap<Vec<u8>, u32>,
+    last: Option<(Vec<u8>, u32)>,
+}
+
+impl Streams {
+    fn id(&mut self, key: &[u8]) -> u32 {
+        if let Some((k, id)) = &self.last {
+            if k.as_slice() == key {
+                return *id;
+            }
+        }
+        let id = match self.ids.get(key) {
+            Some(&id) => id,
+            None if self.ids.len() < STREAMS_MAX => {
+                let id = self.ids.len() as u32;
+                self.ids.insert(key.to_vec(), id);
+                id
+            }
+            // Full: the key shares an entry (FNV-1a of the key).
+            None => {
+                let h =
+                    key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+                (h % STREAMS_MAX as u64) as u32
+            }
+        };
+        match &mut self.last {
+            Some((k, last_id)) => {
+                k.clear();
+                k.extend_from_slice(key);
+                *last_id = id;
+            }
+            None => self.last = Some((key.to_vec(), id)),
+        }
+        id
+    }
+}
+
+fn parse_u64(n: usize, what: &str, text: &[u8]) -> Result<u64, TraceError> {
+    let err = || bad(n, format!("{what} {:?} is not a whole number", String::from_utf8_lossy(text)));
+    if text.is_empty() || text.len() > 20 {
+        return Err(err());
+    }
+    let mut v: u64 = 0;
+    for &b in text {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return Err(err());
+        }
+        v = v.checked_mul(10).and_then(|v| v.checked_add(u64::from(d))).ok_or_else(err)?;
+    }
+    Ok(v)
+}
+
+fn scaled(n: usize, what: &str, v: u64, by: u64) -> Result<u64, TraceError> {
+    v.checked_mul(by).ok_or_else(|| bad(n, format!("{what} {v} is out of range")))
+}
+
+/// `SEC.NSEC` (blkparse prints nine digits) as ns.
+fn parse_seconds_ns(n: usize, text: &[u8]) -> Result<u64, TraceError> {
+    let err = || bad(n, format!("time {:?} is not SECONDS.NANOSECONDS", String::from_utf8_lossy(text)));
+    let (s, frac) = match text.iter().position(|&b| b == b'.') {
+        Some(i) => (&text[..i], &text[i + 1..]),
+        None => (text, &text[..0]),
+    };
+    if frac.len() > 9 || !frac.iter().all(u8::is_ascii_digit) {
+        return Err(err());
+    }
+    let secs = parse_u64(n, "time", s).map_err(|_| err())?;
+    let mut frac_ns = 0u64;
+    for i in 0..9 {
+        frac_ns = frac_ns * 10 + frac.get(i).map_or(0, |&d| u64::from(d - b'0'));
+    }
+    secs.checked_mul(1_000_000_000).and_then(|v| v.checked_add(frac_ns)).ok_or_else(err)
+}
+
+/// Splits on ASCII whitespace into `out` (at most `out.len()` fields; returns how many).
+fn split_ws<'a>(line: &'a [u8], out: &mut [&'a [u8]]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < line.len() && n < out.len() {
+        while i < line.len() && line[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i == line.len() {
+            break;
+        }
+        let start = i;
+        while i < line.len() && !line[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        out[n] = &line[start..i];
+        n += 1;
+    }
+    n
+}
+
+/// Splits on commas (fields trimmed of spaces) into `out`; returns the number of fields in
+/// the line, which may be more than `out.len()`.
+fn split_csv<'a>(line: &'a [u8], out: &mut [&'a [u8]]) -> usize {
+    let mut n = 0;
+    for field in line.split(|&b| b == b',') {
+        if n < out.len() {
+            out[n] = field.trim_ascii();
+        }
+        n += 1;
+    }
+    n
+}
+
+fn lossy(line: &[u8]) -> String {
+    let s = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
+    if line.len() > 80 {
+        format!("{s}...")
+    } else {
+        s
+    }
+}
+
+fn is_maj_min(field: &[u8]) -> bool {
+    match field.iter().position(|&b| b == b',') {
+        Some(i) => {
+            let (a, b) = (&field[..i], &field[i + 1..]);
+            !a.is_empty() && !b.is_empty() && a.iter().all(u8::is_ascii_digit) && b.iter().all(u8::is_ascii_digit)
+        }
+        None => false,
+    }
+}
+
+/// The format a line is in, if it tells: `Ok(Some((format, is_header)))`.
+fn detect_line(n: usize, line: &[u8]) -> Result<Option<(TraceFormat, bool)>, TraceError> {
+    let text = String::from_utf8_lossy(line);
+    let t = text.trim();
+    match t {
+        "fio version 2 iolog" => return Ok(Some((TraceFormat::FioV2, true))),
+        "fio version 3 iolog" => return Ok(Some((TraceFormat::FioV3, true))),
+        _ if t.starts_with("fio version") => return Err(bad(n, format!("unsupported fio iolog version {t:?}"))),
+        _ => {}
+    }
+    let mut ws = [&b""[..]; 7];
+    if split_ws(line, &mut ws) >= 7 && is_maj_min(ws[0]) {
+        return Ok(Some((TraceFormat::Blkparse, false)));
+    }
+    let lower = t.to_ascii_lowercase().replace(' ', "");
+    match lower.as_str() {
+        "timestamp,hostname,disknumber,type,offset,size,responsetime" => return Ok(Some((TraceFormat::Msr, true))),
+        "device_id,opcode,offset,length,timestamp" => return Ok(Some((TraceFormat::Alibaba, true))),
+        "timestamp,offset,size,iotype,volumeid" => return Ok(Some((TraceFormat::Tencent, true))),
+        _ => {}
+    }
+    let mut f = [&b""[..]; 7];
+    let numeric = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    match split_csv(line, &mut f) {
+        7 if numeric(f[0]) && (f[3].eq_ignore_ascii_case(b"read") || f[3].eq_ignore_ascii_case(b"write")) => {
+            Ok(Some((TraceFormat::Msr, false)))
+        }
+        5 if (f[1] == b"R" || f[1] == b"W") && numeric(f[2]) && numeric(f[4]) => {
+            Ok(Some((TraceFormat::Alibaba, false)))
+        }
+        5 if numeric(f[0]) && (f[3] == b"0" || f[3] == b"1") && numeric(f[1]) => {
+            Ok(Some((TraceFormat::Tencent, false)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// What one line holds.
+enum Event {
+    Io { time_ns: u64, op: Op, offset: u64, bytes: u64, stream: u32 },
+    Skip,
+    Filtered,
+    Nothing,
+    End,
+}
+
+/// A trace read line by line: an iterator of I/Os in arrival order (within the window),
+/// arrivals relative to the first I/O handed out. Errors end the iteration.
+pub struct TraceReader<R: BufRead> {
+    input: R,
+    path: Option<String>,
+    format: TraceFormat,
+    options: TraceOptions,
+    /// Lines read while detecting, handed to the parser first.
+    ahead: VecDeque<Vec<u8>>,
+    line: Vec<u8>,
+    line_number: usize,
+    header_pending: bool,
+    /// blkparse: the action taken as the arrival (b'D' or b'Q').
+    blk_action: u8,
+    fio_clock_ns: u64,
+    streams: Streams,
+    /// Held I/Os sorted by (arrival, order read).
+    window: VecDeque<TraceIo>,
+    t0: Option<u64>,
+    last_out_ns: u64,
+    input_done: bool,
+    failed: bool,
+    stats: TraceStats,
+}
+
+impl TraceReader<BufReader<Box<dyn Read + Send>>> {
+    /// Opens a trace file (`-` is standard input), gzip or not.
+    pub fn open(path: &Path, options: TraceOptions) -> Result<Self, TraceError> {
+        let name = path.display().to_string();
+        let with_path = |e: TraceError| TraceError { path: Some(name.clone()), ..e };
+        let raw: Box<dyn Read + Send> = if path.as_os_str() == "-" {
+            Box::new(std::io::stdin())
+        } else {
+            Box::new(std::fs::File::open(path).map_err(|e| with_path(bad(0, format!("cannot read: {e}"))))?)
+        };
+        let mut buffered = BufReader::with_capacity(1 << 16, raw);
+        let head = buffered.fill_buf().map_err(|e| with_path(bad(0, format!("cannot read: {e}"))))?;
+        let input: Box<dyn Read + Send> = if head.starts_with(&[0x1f, 0x8b]) {
+            Box::new(flate2::bufread::MultiGzDecoder::new(buffered))
+        } else {
+            Box::new(buffered)
+        };
+        let mut r = TraceReader::new(BufReader::with_capacity(1 << 16, input), options).map_err(with_path)?;
+        r.path = Some(name);
+        Ok(r)
+    }
+}
+
+impl<R: BufRead> TraceReader<R> {
+    /// Detects the format (unless given) from the first lines and prepares to read.
+    pub fn new(input: R, options: TraceOptions) -> Result<Self, TraceError> {
+        if options.reorder_window == 0 || options.reorder_window > REORDER_WINDOW_MAX {
+            return Err(bad(0, format!("the reorder window must be 1..={REORDER_WINDOW_MAX} I/Os")));
+        }
+        let mut r = TraceReader {
+            input,
+            path: None,
+            format: options.format.unwrap_or(TraceFormat::Blkparse),
+            options,
+            ahead: VecDeque::new(),
+            line: Vec::with_capacity(256),
+            line_number: 0,
+            header_pending: false,
+            blk_action: b'D',
+            fio_clock_ns: 0,
+            streams: Streams::default(),
+            window: VecDeque::new(),
+            t0: None,
+            last_out_ns: 0,
+            input_done: false,
+            failed: false,
+            stats: TraceStats::default(),
+        };
+        r.detect()?;
+        Ok(r)
+    }
+
+    pub fn format(&self) -> TraceFormat {
+        self.format
+    }
+
+    pub fn stats(&self) -> TraceStats {
+        self.stats
+    }
+
+    /// Reads one raw line into `buf` (without its newline); false at the end.
+    fn read_raw(&mut self, buf: &mut Vec<u8>) -> Result<bool, TraceError> {
+        buf.clear();
+        let n = self.stats.lines as usize + 1;
+        loop {
+            let chunk = match self.input.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(bad(n, format!("cannot read: {e}"))),
+            };
+            if chunk.is_empty() {
+                if buf.is_empty() {
+                    return Ok(false);
+                }
+                break;
+            }
+            let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            let room = LINE_BYTES_MAX + 1 - buf.len();
+            buf.extend_from_slice(&chunk[..take.min(room)]);
+            self.input.consume(take);
+            self.stats.bytes_read += take as u64;
+            if buf.len() > LINE_BYTES_MAX {
+                return Err(bad(n, format!("longer than {LINE_BYTES_MAX} bytes: not a text trace")));
+            }
+            if end {
+                buf.pop();
+                break;
+            }
+        }
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+        self.stats.lines += 1;
+        Ok(true)
+    }
+
+    fn detect(&mut self) -> Result<(), TraceError> {
+        let mut detected = self.options.format.map(|f| (f, false));
+        let mut first_meaningful = true;
+        let mut any_d = false;
+        let mut saw_q = false;
+        while self.ahead.len() < DETECT_LINES {
+            let mut buf = Vec::new();
+            if !self.read_raw(&mut buf)? {
+                break;
+            }
+            let n = self.stats.lines as usize;
+            if first_meaningful && !buf.trim_ascii().is_empty() {
+                first_meaningful = false;
+                match detect_line(n, &buf)? {
+                    Some((f, header)) if self.options.format.is_none_or(|given| given == f) => {
+                        detected = Some((f, header));
+                        self.header_pending = header;
+                    }
+                    // A header of the given format's family (fio) is still a header.
+                    Some((f, header)) if header && matches!(f, TraceFormat::FioV2 | TraceFormat::FioV3) => {
+                        self.header_pending = true;
+                    }
+                    Some(_) => {}
+                    None if detected.is_none() => {
+                        let names: Vec<&str> = TraceFormat::ALL.iter().map(|f| f.name()).collect();
+                        return Err(bad(
+                            n,
+                            format!(
+                                "unknown trace format: {:?} is a line of none of {} (or give --format)",
+                                lossy(&buf),
+                                names.join(", ")
+                            ),
+                        ));
+                    }
+                    None => {}
+                }
+            }
+            if detected.is_some_and(|(f, _)| f == TraceFormat::Blkparse) {
+                let mut f = [&b""[..]; 6];
+                if split_ws(&buf, &mut f) == 6 {
+                    any_d |= f[5] == b"D";
+                    saw_q |= f[5] == b"Q";
+                }
+            } else if detected.is_some() && self.ahead.len() > 1 {
+                self.ahead.push_back(buf);
+                break; // only blkparse looks further ahead
+            }
+            self.ahead.push_back(buf);
+        }
+        let Some((format, _)) = detected else {
+            return Err(bad(0, "the trace is empty"));
+        };
+        self.format = format;
+        self.blk_action = if any_d || !saw_q { b'D' } else { b'Q' };
+        self.line_number = 0;
+        Ok(())
+    }
+
+    fn next_line(&mut self) -> Result<bool, TraceError> {
+        self.line_number += 1;
+        if let Some(l) = self.ahead.pop_front() {
+            self.line = l;
+            return Ok(true);
+        }
+        let mut buf = std::mem::take(&mut self.line);
+        let more = self.read_raw(&mut buf)?;
+        self.line = buf;
+        Ok(more)
+    }
+
+    fn device_matches(&self, device: &[u8]) -> bool {
+        self.options.device_filter.as_deref().is_none_or(|d| d.as_bytes() == device)
+    }
+
+    /// Parses the current line.
+    fn event(&mut self) -> Result<Event, TraceError> {
+        let n = self.line_number;
+        let line = std::mem::take(&mut self.line);
+        let result = self.event_of(n, &line);
+        self.line = line;
+        result
+    }
+
+    fn event_of(&mut self, n: usize, raw: &[u8]) -> Result<Event, TraceError> {
+        let line = raw.trim_ascii();
+        if line.is_empty() {
+            return Ok(Event::Nothing);
+        }
+        if self.header_pending {
+            self.header_pending = false;
+            return Ok(Event::Nothing);
+        }
+        match self.format {
+            TraceFormat::Blkparse => self.blkparse(n, line),
+            TraceFormat::FioV2 | TraceFormat::FioV3 => self.fio(n, line),
+            TraceFormat::Msr | TraceFormat::Alibaba | TraceFormat::Tencent => self.csv(n, line),
+        }
+    }
+
+    fn blkparse(&mut self, n: usize, line: &[u8]) -> Result<Event, TraceError> {
+        if line.starts_with(b"CPU") || line.starts_with(b"Total") {
+            return Ok(Event::End); // the summary
+        }
+        let mut f = [&b""[..]; 11];
+        let count = split_ws(line, &mut f);
+        if !is_maj_min(f[0]) {
+            return Err(bad(n, format!("not a blkparse event (expected MAJ,MIN first): {:?}", lossy(line))));
+        }
+        if count < 7 {
+            return Err(bad(n, "a blkparse event needs at least 7 fields"));
+        }
+        let time_ns = parse_seconds_ns(n, f[3])?;
+        parse_u64(n, "pid", f[4])?;
+        if f[5] != [self.blk_action] {
+            return Ok(Event::Nothing); // other stages of the same requests
+        }
+        let rwbs = f[6];
+        let op = if rwbs.contains(&b'D') {
+            None // discard
+        } else if rwbs.contains(&b'W') {
+            Some(Op::Write)
+        } else if rwbs.contains(&b'R') {
+            Some(Op::Read)
+        } else {
+            None
+        };
+        // Data requests carry `SECTOR + COUNT`; flushes may not.
+        let (Some(op), true) = (op, count >= 10 && f[8] == b"+") else {
+            return Ok(Event::Skip);
+        };
+        let sector = parse_u64(n, "sector", f[7])?;
+        let sectors = parse_u64(n, "sector count", f[9])?;
+        if sectors == 0 {
+            return Ok(Event::Skip);
+        }
+        if !self.device_matches(f[0]) {
+            return Ok(Event::Filtered);
+        }
+        let stream = self.streams.id(f[4]);
+        let (offset, bytes) = (scaled(n, "sector", sector, 512)?, scaled(n, "sector count", sectors, 512)?);
+        Ok(Event::Io { time_ns, op, offset, bytes, stream })
+    }
+
+    fn fio(&mut self, n: usize, line: &[u8]) -> Result<Event, TraceError> {
+        let v3 = self.format == TraceFormat::FioV3;
+        let mut all = [&b""[..]; 6];
+        let count = split_ws(line, &mut all);
+        let (f, count) = if v3 {
+            let us = parse_u64(n, "timestamp (us)", all[0])?;
+            self.fio_clock_ns = us.checked_mul(1_000).ok_or_else(|| bad(n, "timestamp too large"))?;
+            (&all[1..], count - 1)
+        } else {
+            (&all[..], count)
+        };
+        if count < 2 {
+            return Err(bad(n, "expected FILE ACTION [OFFSET LENGTH]"));
+        }
+        let op = match f[1] {
+            b"read" => Op::Read,
+            b"write" => Op::Write,
+            b"add" | b"open" | b"close" | b"sync" | b"datasync" | b"trim" => return Ok(Event::Skip),
+            b"wait" if !v3 => {
+                let us = parse_u64(n, "wait (us)", f[2])?;
+                self.fio_clock_ns = self.fio_clock_ns.saturating_add(us.saturating_mul(1_000));
+                return Ok(Event::Nothing);
+            }
+            other => return Err(bad(n, format!("unknown fio iolog action {:?}", lossy(other)))),
+        };
+        if count != 4 {
+            return Err(bad(n, format!("{} needs OFFSET LENGTH", op.name())));
+        }
+        let offset = parse_u64(n, "offset", f[2])?;
+        let bytes = parse_u64(n, "length", f[3])?;
+        if bytes == 0 {
+            return Err(bad(n, "zero-length I/O"));
+        }
+        if !self.device_matches(f[0]) {
+            return Ok(Event::Filtered);
+        }
+        let stream = self.streams.id(f[0]);
+        Ok(Event::Io { time_ns: self.fio_clock_ns, op, offset, bytes, stream })
+    }
+
+    fn csv(&mut self, n: usize, line: &[u8]) -> Result<Event, TraceError> {
+        let mut f = [&b""[..]; 7];
+        let fields = split_csv(line, &mut f);
+        let (want, columns) = match self.format {
+            TraceFormat::Msr => (7, "Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime"),
+            TraceFormat::Alibaba => (5, "device_id,opcode,offset,length,timestamp"),
+            _ => (5, "Timestamp,Offset,Size,IOType,VolumeID"),
+        };
+        if fields != want {
+            let name = self.format.name();
+            return Err(bad(n, format!("{name} lines have {want} fields ({columns}), this one {fields}")));
+        }
+        let (time_ns, op, offset, bytes, device): (u64, Op, u64, u64, &[u8]) = match self.format {
+            TraceFormat::Msr => {
+                let ticks = parse_u64(n, "timestamp (filetime)", f[0])?;
+                let op = match f[3] {
+                    t if t.eq_ignore_ascii_case(b"read") => Op::Read,
+                    t if t.eq_ignore_ascii_case(b"write") => Op::Write,
+                    t => return Err(bad(n, format!("type {:?} is neither Read nor Write", lossy(t)))),
+                };
+                parse_u64(n, "disk number", f[2])?;
+                let offset = parse_u64(n, "offset", f[4])?;
+                let bytes = parse_u64(n, "size", f[5])?;
+                // HOSTNAME_DISKNUMBER, as the trace files are named.
+                let mut key = [0u8; 128];
+                let (h, d) = (f[1], f[2]);
+                if h.len() + 1 + d.len() > key.len() {
+                    return Err(bad(n, "hostname too long"));
+                }
+                key[..h.len()].copy_from_slice(h);
+                key[h.len()] = b'_';
+                key[h.len() + 1..h.len() + 1 + d.len()].copy_from_slice(d);
+                let device = &key[..h.len() + 1 + d.len()];
+                if bytes == 0 {
+                    return Ok(Event::Skip);
+                }
+                if !self.device_matches(device) {
+                    return Ok(Event::Filtered);
+                }
+                let stream = self.streams.id(device);
+                let time_ns = scaled(n, "timestamp (filetime)", ticks, 100)?;
+                return Ok(Event::Io { time_ns, op, offset, bytes, stream });
+            }
+            TraceFormat::Alibaba => {
+                parse_u64(n, "device_id", f[0])?;
+                let op = match f[1] {
+                    b"R" | b"r" => Op::Read,
+                    b"W" | b"w" => Op::Write,
+                    t => return Err(bad(n, format!("opcode {:?} is neither R nor W", lossy(t)))),
+                };
+                let offset = parse_u64(n, "offset", f[2])?;
+                let bytes = parse_u64(n, "length", f[3])?;
+                let us = parse_u64(n, "timestamp (us)", f[4])?;
+                (scaled(n, "timestamp (us)", us, 1_000)?, op, offset, bytes, f[0])
+            }
+            _ => {
+                let secs = parse_u64(n, "timestamp (s)", f[0])?;
+                let sector = parse_u64(n, "offset (sectors)", f[1])?;
+                let sectors = parse_u64(n, "size (sectors)", f[2])?;
+                let op = match f[3] {
+                    b"0" => Op::Read,
+                    b"1" => Op::Write,
+                    t => return Err(bad(n, format!("IOType {:?} is neither 0 (read) nor 1 (write)", lossy(t)))),
+                };
+                parse_u64(n, "VolumeID", f[4])?;
+                let offset = scaled(n, "offset (sectors)", sector, 512)?;
+                let bytes = scaled(n, "size (sectors)", sectors, 512)?;
+                (scaled(n, "timestamp (s)", secs, 1_000_000_000)?, op, offset, bytes, f[4])
+            }
+        };
+        if bytes == 0 {
+            return Ok(Event::Skip);
+        }
+        if !self.device_matches(device) {
+            return Ok(Event::Filtered);
+        }
+        let stream = self.streams.id(device);
+        Ok(Event::Io { time_ns, op, offset, bytes, stream })
+    }
+
+    /// Reads until the window is full or the input ends.
+    fn fill(&mut self) -> Result<(), TraceError> {
+        while !self.input_done && self.window.len() < self.options.reorder_window {
+            if !self.next_line()? {
+                self.input_done = true;
+                break;
+            }
+            let (time_ns, op, offset, bytes, stream) = match self.event()? {
+                Event::Io { time_ns, op, offset, bytes, stream } => (time_ns, op, offset, bytes, stream),
+                Event::Skip => {
+                    self.stats.skipped += 1;
+                    continue;
+                }
+                Event::Filtered => {
+                    self.stats.filtered += 1;
+                    continue;
+                }
+                Event::Nothing => continue,
+                Event::End => {
+                    self.input_done = true;
+                    break;
+                }
+            };
+            let mut io = TraceIo { arrival_ns: time_ns, op, offset, bytes, stream };
+            if let Some(cap) = self.options.capacity_bytes {
+                if fold_into(&mut io, cap).map_err(|m| bad(self.line_number, m))? {
+                    self.stats.folded += 1;
+                }
+            }
+            // Insert by arrival, after equal ones (stable): nearly sorted traces cost one
+            // comparison.
+            let mut i = self.window.len();
+            while i > 0 && self.window[i - 1].arrival_ns > io.arrival_ns {
+                i -= 1;
+            }
+            self.window.insert(i, io);
+            self.stats.window_max = self.stats.window_max.max(self.window.len() as u64);
+        }
+        Ok(())
+    }
+
+    fn next_io(&mut self) -> Result<Option<TraceIo>, TraceError> {
+        if self.window.len() < self.options.reorder_window {
+            self.fill()?;
+        }
+        let Some(mut io) = self.window.pop_front() else {
+            if self.stats.ios == 0 {
+                return Err(bad(0, format!("the {} trace has no reads or writes", self.format.name())));
+            }
+            return Ok(None);
+        };
+        let t0 = *self.t0.get_or_insert(io.arrival_ns);
+        let mut t = io.arrival_ns.saturating_sub(t0);
+        if io.arrival_ns < t0 || t < self.last_out_ns {
+            self.stats.late += 1;
+            t = self.last_out_ns;
+        }
+        io.arrival_ns = t;
+        self.last_out_ns = t;
+        self.stats.ios += 1;
+        Ok(Some(io))
+    }
+}
+
+impl<R: BufRead> Iterator for TraceReader<R> {
+    type Item = Result<TraceIo, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        match self.next_io() {
+            Ok(io) => io.map(Ok),
+            Err(e) => {
+                self.failed = true;
+                Some(Err(TraceError { path: self.path.clone(), ..e }))
+            }
+        }
+    }
+}
+
+/// A whole trace in memory (small traces and tests): its I/Os in arrival order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trace {
     pub format: TraceFormat,
@@ -83,165 +843,21 @@ pub struct Trace {
     pub skipped: u64,
 }
 
-/// Detects the format from the first meaningful line and parses.
+/// Detects the format from the first meaningful line and parses a whole trace held in
+/// memory, with a window as large as the trace (fully sorted).
 pub fn parse(text: &str) -> Result<Trace, TraceError> {
-    let first = text.lines().map(str::trim).find(|l| !l.is_empty());
-    match first {
-        Some("fio version 2 iolog") => parse_fio(text, false),
-        Some("fio version 3 iolog") => parse_fio(text, true),
-        Some(l) if l.starts_with("fio version") => Err(bad(1, format!("unsupported fio iolog version {l:?}"))),
-        Some(_) => parse_blkparse(text),
-        None => Err(bad(0, "the trace is empty")),
-    }
+    let options = TraceOptions { reorder_window: REORDER_WINDOW_MAX, ..TraceOptions::default() };
+    let mut r = TraceReader::new(text.as_bytes(), options)?;
+    let ios = r.by_ref().collect::<Result<Vec<_>, _>>()?;
+    Ok(Trace { format: r.format(), ios, skipped: r.stats().skipped })
 }
 
-fn finish(format: TraceFormat, mut ios: Vec<TraceIo>, skipped: u64) -> Result<Trace, TraceError> {
-    if ios.is_empty() {
-        return Err(bad(0, format!("the {} trace has no reads or writes", format.name())));
-    }
-    // Stable: I/Os stamped with the same instant keep the trace's order.
-    ios.sort_by_key(|io| io.arrival_ns);
-    let t0 = ios[0].arrival_ns;
-    for io in &mut ios {
-        io.arrival_ns -= t0;
-    }
-    Ok(Trace { format, ios, skipped })
-}
-
-fn parse_u64(line_number: usize, what: &str, text: &str) -> Result<u64, TraceError> {
-    text.parse().map_err(|_| bad(line_number, format!("{what} {text:?} is not a whole number")))
-}
-
-/// `SEC.NSEC` (blkparse prints nine digits) as ns.
-fn parse_seconds_ns(line_number: usize, text: &str) -> Result<u64, TraceError> {
-    let err = || bad(line_number, format!("time {text:?} is not SECONDS.NANOSECONDS"));
-    let (s, frac) = text.split_once('.').unwrap_or((text, ""));
-    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(err());
-    }
-    let secs: u64 = s.parse().map_err(|_| err())?;
-    let frac_ns: u64 = if frac.is_empty() { 0 } else { format!("{frac:0<9}").parse().map_err(|_| err())? };
-    secs.checked_mul(1_000_000_000).and_then(|n| n.checked_add(frac_ns)).ok_or_else(err)
-}
-
-/// blkparse text output.
-pub fn parse_blkparse(text: &str) -> Result<Trace, TraceError> {
-    // (action, io) for every read/write event; pick D or Q after the pass.
-    let mut events: Vec<(u8, TraceIo)> = Vec::new();
-    let mut skipped = 0;
-    for (index, raw) in text.lines().enumerate() {
-        let n = index + 1;
-        let line = raw.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if line.starts_with("CPU") || line.starts_with("Total") {
-            break; // the summary
-        }
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let dev_ok = f[0].split_once(',').is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok());
-        if !dev_ok {
-            return Err(bad(n, format!("not a blkparse event (expected MAJ,MIN first): {line:?}")));
-        }
-        if f.len() < 7 {
-            return Err(bad(n, "a blkparse event needs at least 7 fields"));
-        }
-        let time_ns = parse_seconds_ns(n, f[3])?;
-        let pid = parse_u64(n, "pid", f[4])? as u32;
-        let action = f[5];
-        let rwbs = f[6];
-        if action != "D" && action != "Q" {
-            continue; // other stages of the same requests
-        }
-        let op = if rwbs.contains('D') {
-            None // discard
-        } else if rwbs.contains('W') {
-            Some(Op::Write)
-        } else if rwbs.contains('R') {
-            Some(Op::Read)
-        } else {
-            None
-        };
-        // Data requests carry `SECTOR + COUNT`; flushes may not.
-        let (Some(op), true) = (op, f.len() >= 10 && f[8] == "+") else {
-            skipped += 1;
-            continue;
-        };
-        let sector = parse_u64(n, "sector", f[7])?;
-        let count = parse_u64(n, "sector count", f[9])?;
-        if count == 0 {
-            skipped += 1;
-            continue;
-        }
-        let io = TraceIo { arrival_ns: time_ns, op, offset: sector * 512, bytes: count * 512, stream: pid };
-        events.push((action.as_bytes()[0], io));
-    }
-    let use_d = events.iter().any(|(a, _)| *a == b'D');
-    let want = if use_d { b'D' } else { b'Q' };
-    let ios: Vec<TraceIo> = events.iter().filter(|(a, _)| *a == want).map(|(_, io)| *io).collect();
-    finish(TraceFormat::Blkparse, ios, skipped)
-}
-
-/// fio write_iolog v2 or v3.
-pub fn parse_fio(text: &str, v3: bool) -> Result<Trace, TraceError> {
-    let format = if v3 { TraceFormat::FioV3 } else { TraceFormat::FioV2 };
-    let mut streams: HashMap<String, u32> = HashMap::new();
-    let mut ios = Vec::new();
-    let mut skipped = 0;
-    let mut clock_ns: u64 = 0;
-    let mut header_seen = false;
-    for (index, raw) in text.lines().enumerate() {
-        let n = index + 1;
-        let line = raw.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if !header_seen {
-            header_seen = true; // parse() checked it
-            continue;
-        }
-        let mut f: Vec<&str> = line.split_whitespace().collect();
-        if v3 {
-            let us = parse_u64(n, "timestamp (us)", f[0])?;
-            clock_ns = us.checked_mul(1_000).ok_or_else(|| bad(n, "timestamp too large"))?;
-            f.remove(0);
-        }
-        if f.len() < 2 {
-            return Err(bad(n, "expected FILE ACTION [OFFSET LENGTH]"));
-        }
-        let next = streams.len() as u32;
-        let stream = *streams.entry(f[0].to_string()).or_insert(next);
-        let op = match f[1] {
-            "read" => Op::Read,
-            "write" => Op::Write,
-            "add" | "open" | "close" | "sync" | "datasync" | "trim" => {
-                skipped += 1;
-                continue;
-            }
-            "wait" if !v3 => {
-                let us = parse_u64(n, "wait (us)", f.get(2).copied().unwrap_or(""))?;
-                clock_ns += us * 1_000;
-                continue;
-            }
-            other => return Err(bad(n, format!("unknown fio iolog action {other:?}"))),
-        };
-        if f.len() != 4 {
-            return Err(bad(n, format!("{} needs OFFSET LENGTH", f[1])));
-        }
-        let offset = parse_u64(n, "offset", f[2])?;
-        let bytes = parse_u64(n, "length", f[3])?;
-        if bytes == 0 {
-            return Err(bad(n, "zero-length I/O"));
-        }
-        ios.push(TraceIo { arrival_ns: clock_ns, op, offset, bytes, stream });
-    }
-    finish(format, ios, skipped)
-}
-
-/// Reads and parses a trace file.
-pub fn load(path: &std::path::Path) -> Result<Trace, TraceError> {
-    let text = std::fs::read_to_string(path).map_err(|e| bad(0, format!("cannot read {}: {e}", path.display())))?;
-    parse(&text).map_err(|e| TraceError { message: format!("{}: {}", path.display(), e.message), ..e })
+/// Reads a whole trace file (gzip or not) into memory.
+pub fn load(path: &Path) -> Result<Trace, TraceError> {
+    let options = TraceOptions { reorder_window: REORDER_WINDOW_MAX, ..TraceOptions::default() };
+    let mut r = TraceReader::open(path, options)?;
+    let ios = r.by_ref().collect::<Result<Vec<_>, _>>()?;
+    Ok(Trace { format: r.format(), ios, skipped: r.stats().skipped })
 }
 
 #[cfg(test)]
@@ -261,15 +877,22 @@ CPU0 (8,0):
  Reads Queued:           1,        4KiB\t Writes Queued:           0,        0KiB
 ";
 
+    fn read_with(text: &str, options: TraceOptions) -> Result<(Vec<TraceIo>, TraceStats), TraceError> {
+        let mut r = TraceReader::new(text.as_bytes(), options)?;
+        let ios = r.by_ref().collect::<Result<Vec<_>, _>>()?;
+        Ok((ios, r.stats()))
+    }
+
     #[test]
     fn blkparse_takes_driver_issues_and_skips_flushes_and_discards() {
         let t = parse(BLK).unwrap();
         assert_eq!(t.format, TraceFormat::Blkparse);
+        // Streams are numbered densely in order of appearance (PID 4162, then 4163).
         assert_eq!(
             t.ios,
             vec![
-                TraceIo { arrival_ns: 0, op: Op::Read, offset: 2048 * 512, bytes: 4096, stream: 4162 },
-                TraceIo { arrival_ns: 97_500, op: Op::Write, offset: 4096 * 512, bytes: 8192, stream: 4163 },
+                TraceIo { arrival_ns: 0, op: Op::Read, offset: 2048 * 512, bytes: 4096, stream: 0 },
+                TraceIo { arrival_ns: 97_500, op: Op::Write, offset: 4096 * 512, bytes: 8192, stream: 1 },
             ]
         );
         assert_eq!(t.skipped, 2);
@@ -309,6 +932,194 @@ CPU0 (8,0):
         assert_eq!(parse("fio version 2 iolog\nf frobnicate 0 1\n").unwrap_err().line_number, 2);
         assert!(parse("fio version 9 iolog\n").is_err());
     }
+
+    /// Lines as the MSR Cambridge README (SNIA IOTTA) describes them: filetime stamps,
+    /// Read/Write, bytes, the response time last (ignored).
+    const MSR: &str = "\
+128166372003061629,hm,1,Read,3154152960,32768,8742
+128166372003062629,hm,1,Write,3154185728,4096,1231
+128166372003064629,hm,0,Write,1048576,4096,2001
+128166372003065629,hm,1,Read,3154189824,0,100
+";
+
+    #[test]
+    fn msr_cambridge_filetime_ticks_and_hostname_disk_devices() {
+        let t = parse(MSR).unwrap();
+        assert_eq!(t.format, TraceFormat::Msr);
+        assert_eq!(t.skipped, 1, "the zero-size request");
+        // Filetime counts 100 ns ticks.
+        assert_eq!(t.ios.iter().map(|io| io.arrival_ns).collect::<Vec<_>>(), vec![0, 100_000, 300_000]);
+        assert_eq!((t.ios[0].op, t.ios[0].offset, t.ios[0].bytes), (Op::Read, 3154152960, 32768));
+        assert_eq!(t.ios[1].op, Op::Write);
+        assert_ne!(t.ios[0].stream, t.ios[2].stream, "disks are streams");
+        // The device filter names HOSTNAME_DISKNUMBER, as the trace files are named.
+        let only = TraceOptions { device_filter: Some("hm_0".into()), ..TraceOptions::default() };
+        let (ios, stats) = read_with(MSR, only).unwrap();
+        assert_eq!((ios.len(), stats.filtered), (1, 2));
+        // A header line naming the columns is allowed.
+        let with_header = format!("Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n{MSR}");
+        assert_eq!(parse(&with_header).unwrap().ios.len(), 3);
+        let e = parse("128166372003061629,hm,1,Read,3154152960,32768,8742\n128166372003061630,hm,1,Erase,0,512,1\n")
+            .unwrap_err();
+        assert_eq!(e.line_number, 2);
+        assert!(e.message.contains("Erase"), "{e}");
+        let e = parse("128166372003061629,hm,1,Read,3154152960,32768,8742\n1,hm,1,Read,0,512\n").unwrap_err();
+        assert_eq!(e.line_number, 2);
+    }
+
+    /// Lines as Alibaba's block-traces README describes them: device_id, opcode R/W,
+    /// offset and length in bytes, timestamp in microseconds.
+    const ALIBABA: &str = "\
+419,W,8792731648,16384,1577808144360767
+419,R,4096,4096,1577808144360800
+7,R,1073741824,65536,1577808144361767
+";
+
+    #[test]
+    fn alibaba_microseconds_and_device_filter() {
+        let t = parse(ALIBABA).unwrap();
+        assert_eq!(t.format, TraceFormat::Alibaba);
+        assert_eq!(t.ios.iter().map(|io| io.arrival_ns).collect::<Vec<_>>(), vec![0, 33_000, 1_000_000]);
+        assert_eq!((t.ios[0].op, t.ios[0].offset, t.ios[0].bytes), (Op::Write, 8792731648, 16384));
+        let only = TraceOptions { device_filter: Some("7".into()), ..TraceOptions::default() };
+        let (ios, stats) = read_with(ALIBABA, only).unwrap();
+        assert_eq!((ios.len(), ios[0].bytes, stats.filtered), (1, 65536, 2));
+        let e = parse("419,W,0,4096,1\n419,X,0,4096,2\n").unwrap_err();
+        assert_eq!(e.line_number, 2);
+    }
+
+    /// Lines as the Tencent CBS README (SNIA IOTTA) describes them: seconds, sectors,
+    /// IOType 0 read / 1 write, VolumeID.
+    const TENCENT: &str = "\
+1538323200,2466120,8,1,1283
+1538323200,13446248,16,0,1283
+1538323201,81920,8,0,27
+";
+
+    #[test]
+    fn tencent_seconds_and_sectors() {
+        let t = parse(TENCENT).unwrap();
+        assert_eq!(t.format, TraceFormat::Tencent);
+        assert_eq!(t.ios.iter().map(|io| io.arrival_ns).collect::<Vec<_>>(), vec![0, 0, 1_000_000_000]);
+        assert_eq!((t.ios[0].op, t.ios[0].offset, t.ios[0].bytes), (Op::Write, 2466120 * 512, 4096));
+        assert_eq!(t.ios[1].op, Op::Read);
+        let e = parse("1538323200,2466120,8,1,1283\n1538323200,2466120,8,2,1283\n").unwrap_err();
+        assert_eq!(e.line_number, 2);
+    }
+
+    #[test]
+    fn unknown_formats_and_binary_input_are_one_error() {
+        let e = parse("hello,world\n").unwrap_err();
+        assert_eq!(e.line_number, 1);
+        assert!(e.message.contains("unknown trace format"), "{e}");
+        // /dev/zero as a trace: one endless line, refused at the line limit.
+        let zeros = vec![0u8; 3 * LINE_BYTES_MAX];
+        let e = TraceReader::new(&zeros[..], TraceOptions::default()).err().unwrap();
+        assert_eq!(e.line_number, 1);
+        assert!(e.message.contains("not a text trace"), "{e}");
+        // A format given on the command line wins over detection (and then fails on it).
+        let msr = TraceOptions { format: Some(TraceFormat::Msr), ..TraceOptions::default() };
+        let e = read_with(ALIBABA, msr).unwrap_err();
+        assert_eq!(e.line_number, 1);
+        assert!(e.message.contains("7 fields"), "{e}");
+    }
+
+    #[test]
+    fn the_window_reorders_what_it_holds_and_counts_what_it_cannot() {
+        let text = "fio version 3 iolog\n10 f read 0 4096\n30 f read 0 4096\n20 f read 0 4096\n5 f read 0 4096\n";
+        // A window of 4 holds all: sorted, the earliest (5 us) is the origin.
+        let (ios, stats) = read_with(text, TraceOptions { reorder_window: 4, ..TraceOptions::default() }).unwrap();
+        assert_eq!(ios.iter().map(|io| io.arrival_ns).collect::<Vec<_>>(), vec![0, 5_000, 15_000, 25_000]);
+        assert_eq!(stats.late, 0);
+        // A window of 1 reorders nothing: the 20 and 5 us I/Os are late, replayed at 30 us.
+        let (ios, stats) = read_with(text, TraceOptions { reorder_window: 1, ..TraceOptions::default() }).unwrap();
+        assert_eq!(ios.iter().map(|io| io.arrival_ns).collect::<Vec<_>>(), vec![0, 20_000, 20_000, 20_000]);
+        assert_eq!(stats.late, 2);
+        assert_eq!(stats.window_max, 1);
+    }
+
+    /// An endless generator of iolog lines, as a reader.
+    struct Lines {
+        next: u64,
+        total: u64,
+        pending: Vec<u8>,
+        at: usize,
+    }
+
+    impl Read for Lines {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            if self.at == self.pending.len() {
+                self.pending.clear();
+                self.at = 0;
+                if self.next == 0 {
+                    self.pending.extend_from_slice(b"fio version 3 iolog\n");
+                }
+                while self.pending.len() < 4096 && self.next < self.total {
+                    let i = self.next;
+                    // Arrivals jitter backwards by up to 3 records' worth.
+                    let us = i * 10 + [0, 25, 5, 17][(i % 4) as usize];
+                    let op = if i.is_multiple_of(3) { "write" } else { "read" };
+                    self.pending
+                        .extend_from_slice(format!("{us} f{} {op} {} 4096\n", i % 5, (i % 1000) * 4096).as_bytes());
+                    self.next += 1;
+                }
+            }
+            let n = out.len().min(self.pending.len() - self.at);
+            out[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_long_stream_is_read_in_bounded_memory() {
+        // 2 M records streamed through a window of 64: what the reader holds is counted,
+        // and it does not grow with the records.
+        let total = 2_000_000;
+        let options = TraceOptions { reorder_window: 64, ..TraceOptions::default() };
+        let input = BufReader::with_capacity(8192, Lines { next: 0, total, pending: Vec::new(), at: 0 });
+        let mut r = TraceReader::new(input, options).unwrap();
+        let (mut n, mut last) = (0u64, 0u64);
+        while let Some(io) = r.next() {
+            let io = io.unwrap();
+            assert!(io.arrival_ns >= last, "in order");
+            last = io.arrival_ns;
+            n += 1;
+            if n % 100_000 == 0 {
+                assert!(r.window.len() <= 64 && r.window.capacity() <= 128, "{}", r.window.capacity());
+                assert!(r.ahead.is_empty() && r.line.capacity() <= LINE_BYTES_MAX + 1);
+                assert_eq!(r.streams.ids.len(), 5);
+            }
+        }
+        let s = r.stats();
+        assert_eq!((n, s.ios, s.late), (total, total, 0));
+        assert!(s.window_max <= 64);
+        assert_eq!(r.streams.ids.len(), 5);
+    }
+
+    #[test]
+    fn streams_beyond_the_limit_share_entries() {
+        let mut s = Streams::default();
+        for pid in 0..(STREAMS_MAX as u64 + 1000) {
+            let id = s.id(pid.to_string().as_bytes());
+            assert!((id as usize) < STREAMS_MAX);
+        }
+        assert_eq!(s.ids.len(), STREAMS_MAX);
+    }
+
+    #[test]
+    fn gzip_input_is_read_as_it_streams() {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!("smartcon-emulate-gz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("hm_1.csv.gz");
+        let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::fast());
+        gz.write_all(MSR.as_bytes()).unwrap();
+        gz.finish().unwrap();
+        let t = load(&path).unwrap();
+        assert_eq!((t.format, t.ios.len()), (TraceFormat::Msr, 3));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
 
 #[cfg(test)]
@@ -324,7 +1135,7 @@ mod file_tests {
             .unwrap();
         let e = load(&path).unwrap_err();
         assert_eq!(e.line_number, 5);
-        assert!(e.to_string().contains("t.iolog") && e.to_string().starts_with("line 5"), "{e}");
+        assert!(e.to_string().contains("t.iolog: line 5: "), "{e}");
         std::fs::write(&path, "fio version 3 iolog\n0 f add\n10 f write 0 4096\n5000 f write 4096 4096\n").unwrap();
         let t = load(&path).unwrap();
         let spec = smartcon_devemu::parse_spec("emu:sdcard").unwrap();

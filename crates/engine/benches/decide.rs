@@ -10,13 +10,14 @@ fn bench(c: &mut Criterion) {
         cpu_threshold_pct: 50,
         queue_limit: 0,
         spin_cheaper_bytes_max: 2048,
+        spin_cheaper_write_bytes_max: 2048,
     };
     let mut i = 0u64;
     c.bench_function("decide (fast device, all five checks)", |b| {
         b.iter(|| {
             i = i.wrapping_add(4096);
             decide(
-                black_box(Request { bytes: 4096 + (i & 0xfff) }),
+                black_box(Request { bytes: 4096 + (i & 0xfff), write: i & 0x1000 != 0 }),
                 black_box(DeviceState { inflight_count: 0, inflight_bytes: 0 }),
                 black_box(SystemState { cpu_utilization_pct: (i % 100) as u32 }),
                 black_box(&t),

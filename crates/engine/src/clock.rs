@@ -44,3 +44,20 @@ pub fn spin_until_ns(at_ns: u64) {
         std::hint::spin_loop();
     }
 }
+
+/// How late `clock_nanosleep` wakes this thread for a sleep of `asked_ns`, over `count`
+/// sleeps with the tightened timer slack: the overshoots in ns, sorted. It is the host's
+/// wake-up cost as a sleeping waiter sees it (timer interrupt, a halted vCPU's exit,
+/// scheduling), and it takes about `count * (asked_ns + overshoot)`.
+pub fn sleep_overshoots_ns(asked_ns: u64, count: usize) -> Vec<u64> {
+    tighten_timer_slack();
+    let mut v: Vec<u64> = (0..count)
+        .map(|_| {
+            let at = now_ns() + asked_ns;
+            sleep_until_ns(at);
+            now_ns().saturating_sub(at)
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}

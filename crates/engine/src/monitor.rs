@@ -796,11 +796,12 @@ mod tests {
             cpu_threshold_pct: 50,
             queue_limit: 1,
             spin_cheaper_bytes_max: 0,
+            spin_cheaper_write_bytes_max: 0,
         };
         let reason = |inflight: &InFlight, bytes: u64| {
             let ahead = inflight.enter(bytes);
             inflight.leave(bytes);
-            decide(Request { bytes }, ahead, SystemState { cpu_utilization_pct: 0 }, &t).reason
+            decide(Request { bytes, write: false }, ahead, SystemState { cpu_utilization_pct: 0 }, &t).reason
         };
         let inflight = InFlight::default();
         assert_eq!(reason(&inflight, 4096), Reason::CpuAvailable, "an idle device: spin");

@@ -102,12 +102,45 @@ pub struct HostWaitCost {
     /// `smartcon ctx`'s direct context-switch cost, if it was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switch_ns: Option<f64>,
+    /// The longest device time at which a spinning I/O thread took no more of co-running
+    /// crunchers' work (one per CPU) than a blocking one did, >= 0.97 of it round by round,
+    /// while doing at least as much I/O, and at every shorter device time measured. It is
+    /// what a blocking wait costs everyone (the waking CPU's interrupt, a VM's halt exit,
+    /// the preempted cruncher's switch and cache), which the waiting thread's own CPU clock
+    /// does not see. `Some(0.0)`: spinning cost the crunchers even at the shortest device
+    /// time measured. `None`: not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spin_harmless_service_ns_max: Option<f64>,
+    /// The measured points behind it, shortest device time first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beside_crunchers: Vec<HarmPoint>,
     /// How the figures were obtained.
     pub source: String,
 }
 
+/// Spin against block beside one cruncher per CPU, on an emulated device of one service
+/// time, in interleaved rounds: each ratio is the geometric mean of the per-round ratios.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HarmPoint {
+    pub service_ns: f64,
+    pub rounds: usize,
+    /// IOPS spinning over IOPS blocking.
+    pub iops_ratio: f64,
+    /// The crunchers' work beside the spinner over beside the blocker.
+    pub corunner_ratio: f64,
+}
+
 impl HostWaitCost {
-    pub const VERSION: u32 = 1;
+    /// 2: the co-runner comparison ([`HostWaitCost::spin_harmless_service_ns_max`]); a
+    /// version-1 file is measured again, since it may come from another host.
+    pub const VERSION: u32 = 2;
+
+    /// The most CPU a spinning wait may burn and still cost everyone no more than a
+    /// blocking one: the measured harmless device time plus the spin's own overhead, when
+    /// the co-runner comparison was made.
+    pub fn spin_cpu_ns_harmless_max(&self) -> Option<f64> {
+        self.spin_harmless_service_ns_max.map(|l| l + self.spin_overhead_ns)
+    }
 
     /// Where the host's figures are stored.
     pub fn path() -> PathBuf {
@@ -170,6 +203,10 @@ pub struct Profile {
     /// utilization: spinning costs no more CPU than blocking there. 0: no such size.
     #[serde(default)]
     pub spin_cheaper_bytes_max: u64,
+    /// The same bound for writes, where the probe measured writes (absent: the read bound,
+    /// as profiles written before the bounds were per op).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spin_cheaper_write_bytes_max: Option<u64>,
     /// The CPUs the probe's I/O thread was pinned to (a CPU list, `any` when unpinned;
     /// absent in profiles written before placement was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -240,6 +277,7 @@ impl Profile {
             cpu_threshold_pct: self.cpu_threshold_pct,
             queue_limit: self.queue_limit,
             spin_cheaper_bytes_max: self.spin_cheaper_bytes_max,
+            spin_cheaper_write_bytes_max: self.spin_cheaper_write_bytes_max.unwrap_or(self.spin_cheaper_bytes_max),
         }
     }
 
@@ -258,6 +296,7 @@ impl Profile {
             switch_ns: None,
             wait_costs: Vec::new(),
             spin_cheaper_bytes_max: 0,
+            spin_cheaper_write_bytes_max: None,
             io_cpus: None,
             latencies: Vec::new(),
             threshold_check: None,
@@ -496,16 +535,49 @@ pub mod rules {
     /// at the first size where spinning costs more; a size between two cheap measured
     /// sizes is cheap, and nothing beyond the largest measured size is.
     pub fn spin_cheaper_bytes_max(costs: &[super::WaitCost], switch_ns: f64) -> u64 {
+        cheap_sizes_max(costs, |c| c.spin_cpu_ns <= c.block_cpu_ns + switch_ns.max(0.0))
+    }
+
+    /// The CPU-clock rule [`spin_cheaper_bytes_max`] with the host's switch cost, raised to
+    /// what the host measured blocking to cost everyone when it did
+    /// ([`super::HostWaitCost::spin_cpu_ns_harmless_max`]: the largest size up to which
+    /// every op's spin burns no more than that). The larger of the two, because the
+    /// measured bound is noisy from run to run (two default runs on one host measured 40.5
+    /// us and 5.5 us), so it may lift a bound the CPU clocks set too low (a host whose
+    /// blocking wait burnt 9.7 us lost nothing to a spinner on a 10 us device) but not cut one.
+    pub fn spin_cheaper_bytes_max_on(costs: &[super::WaitCost], host: Option<&super::HostWaitCost>) -> u64 {
+        let clocks = spin_cheaper_bytes_max(costs, host.and_then(|h| h.switch_ns).unwrap_or(0.0));
+        match host.and_then(|h| h.spin_cpu_ns_harmless_max()) {
+            Some(max_ns) => clocks.max(spin_within_bytes_max(costs, max_ns)),
+            None => clocks,
+        }
+    }
+
+    /// Per op: the bounds of [`spin_cheaper_bytes_max_on`] over the reads' costs and over
+    /// the writes' (`None` for writes when none was measured).
+    pub fn spin_cheaper_by_op(costs: &[super::WaitCost], host: Option<&super::HostWaitCost>) -> (u64, Option<u64>) {
+        let of = |op: &str| costs.iter().filter(|c| c.op == op).cloned().collect::<Vec<_>>();
+        let (reads, writes) = (of("read"), of("write"));
+        let reads = if reads.is_empty() { costs.to_vec() } else { reads };
+        (
+            spin_cheaper_bytes_max_on(&reads, host),
+            (!writes.is_empty()).then(|| spin_cheaper_bytes_max_on(&writes, host)),
+        )
+    }
+
+    /// The largest size up to which every op's spin burns at most `spin_cpu_ns_max`.
+    pub fn spin_within_bytes_max(costs: &[super::WaitCost], spin_cpu_ns_max: f64) -> u64 {
+        cheap_sizes_max(costs, |c| c.spin_cpu_ns <= spin_cpu_ns_max)
+    }
+
+    /// The largest size at which, and at every smaller one, `cheap` holds for every op.
+    fn cheap_sizes_max(costs: &[super::WaitCost], cheap: impl Fn(&super::WaitCost) -> bool) -> u64 {
         let mut sizes: Vec<u64> = costs.iter().map(|c| c.bs_bytes).collect();
         sizes.sort_unstable();
         sizes.dedup();
         let mut max = 0;
         for bs in sizes {
-            let cheap = costs
-                .iter()
-                .filter(|c| c.bs_bytes == bs)
-                .all(|c| c.spin_cpu_ns.is_finite() && c.spin_cpu_ns <= c.block_cpu_ns + switch_ns.max(0.0));
-            if !cheap {
+            if !costs.iter().filter(|c| c.bs_bytes == bs).all(|c| c.spin_cpu_ns.is_finite() && cheap(c)) {
                 break;
             }
             max = bs;

@@ -458,6 +458,13 @@ impl Status for RingStatus<'_> {
     fn spin_until(&mut self, at_ns: u64) {
         spin_until_ns(at_ns);
     }
+
+    fn block(&mut self) -> Result<(), Error> {
+        if self.res.is_none() {
+            self.res = Some(self.ring.wait_block()?);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -411,12 +411,12 @@ impl<'t> SmartTargetPort<'t> {
     /// The decision for a request of `bytes` with `ahead` in flight before it: the
     /// strategy to wait with and, for the SmartCon choices, why.
     #[inline]
-    fn choose(&self, bytes: u64, ahead: DeviceState) -> (Strategy, Option<Reason>) {
+    fn choose(&self, bytes: u64, write: bool, ahead: DeviceState) -> (Strategy, Option<Reason>) {
         match self.strategy {
             StrategyChoice::Fixed(s) => (s, None),
             StrategyChoice::Smart | StrategyChoice::SmartHybrid => {
                 let system = SystemState { cpu_utilization_pct: self.monitor.cpu_utilization_pct() };
-                let d = decide(Request { bytes }, ahead, system, &self.thresholds);
+                let d = decide(Request { bytes, write }, ahead, system, &self.thresholds);
                 let s = match (self.strategy, d.strategy) {
                     (StrategyChoice::SmartHybrid, Strategy::Spin) => Strategy::Hybrid,
                     (_, s) => s,
@@ -460,7 +460,7 @@ impl<'t> SmartTargetPort<'t> {
         let t0 = now_ns();
         let entered = Entered { inflight: &self.inflight, bytes };
         let ahead = entered.inflight.enter(bytes);
-        let (strategy, reason) = self.choose(bytes, ahead);
+        let (strategy, reason) = self.choose(bytes, matches!(buf, IoBuf::Write(_)), ahead);
         let wait: PortWait<'_> = match PortWait::simple(strategy, self.spin_budget_ns) {
             Some(w) => w,
             None => {

@@ -23,9 +23,9 @@ use crate::port::Port;
 use crate::process::Busy;
 
 /// Bumped when a function's meaning or a struct's layout changes.
-pub const ABI_VERSION: c_uint = 1;
+pub const ABI_VERSION: c_uint = 2;
 /// Slots of `by_strategy` and `by_reason` in `smartcon_counters` (room to grow).
-pub const COUNTER_SLOTS: usize = 8;
+pub const COUNTER_SLOTS: usize = 16;
 const _: () = assert!(Strategy::COUNT <= COUNTER_SLOTS && Reason::ALL.len() <= COUNTER_SLOTS);
 
 /// An open port (opaque to C).
@@ -40,7 +40,8 @@ pub struct SmartconPort {
 pub struct SmartconCounters {
     pub ios: u64,
     pub bytes: u64,
-    /// Indexed by SMARTCON_STRATEGY_* (block, spin, sync, hybrid, poll, half-mean).
+    /// Indexed by SMARTCON_STRATEGY_* (block, spin, sync, hybrid, poll, half-mean,
+    /// iopoll-hybrid, pas, dip).
     pub by_strategy: [u64; COUNTER_SLOTS],
     /// Indexed by SMARTCON_REASON_* (the decision's branches).
     pub by_reason: [u64; COUNTER_SLOTS],

@@ -55,6 +55,8 @@ static WRITES: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
 /// Sum over requests of completion minus arrival on the model.
 static DEVICE_NS: AtomicU64 = AtomicU64::new(0);
+/// Descriptors of the image the program opened (any name).
+static IMAGE_OPENS: AtomicU64 = AtomicU64::new(0);
 static FLUSHED: AtomicBool = AtomicBool::new(false);
 static IMAGE_PID: AtomicU64 = AtomicU64::new(0);
 static START_REAL_NS: AtomicU64 = AtomicU64::new(0);
@@ -120,6 +122,7 @@ pub fn init() {
 }
 
 extern "C" fn fork_prepare() {
+    crate::aio::fork_prepare();
     std::mem::forget(DEVICE.lock());
     crate::waits::fork_prepare();
     vclock::fork_prepare();
@@ -129,13 +132,16 @@ extern "C" fn fork_parent() {
     vclock::fork_parent();
     crate::waits::fork_parent_or_child();
     DEVICE.unlock_after_fork();
+    crate::aio::fork_parent();
 }
 
 extern "C" fn fork_child() {
     vclock::fork_child();
     crate::waits::fork_parent_or_child();
     DEVICE.unlock_after_fork();
-    for c in [&READS, &WRITES, &BYTES, &DEVICE_NS] {
+    crate::aio::fork_child();
+    crate::bypass::reset();
+    for c in [&READS, &WRITES, &BYTES, &DEVICE_NS, &IMAGE_OPENS] {
         c.store(0, Ordering::Relaxed);
     }
     FLUSHED.store(false, Ordering::Relaxed);
@@ -151,6 +157,19 @@ extern "C" fn at_exit() {
 pub fn forget(fd: c_int) {
     if let Some(c) = usize::try_from(fd).ok().and_then(|i| FD_CLASS.get(i)) {
         c.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Whether `fd` is a descriptor of the emulated image (false when nothing is emulated).
+pub fn is_image_fd(fd: c_int) -> bool {
+    EMU.get().is_some_and(|emu| is_image(emu, fd))
+}
+
+/// Called after `fd` was opened: counts the image's opens (a run whose program opened the
+/// image and had nothing served is then reported as such).
+pub fn note_open(fd: c_int) {
+    if is_image_fd(fd) {
+        IMAGE_OPENS.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -192,6 +211,24 @@ pub enum Buf {
 /// As pread(2)/pwrite(2) (or read(2)/write(2) when `off` is `None`): the buffer is valid for
 /// `len` bytes.
 pub unsafe fn serve(fd: c_int, buf: Buf, len: size_t, off: Option<off_t>) -> Option<ssize_t> {
+    let read = matches!(buf, Buf::Read(_));
+    serve_with(fd, read, off, || {
+        // SAFETY: the caller's promise on the buffer.
+        unsafe {
+            match (buf, off) {
+                (Buf::Read(p), Some(o)) => real::pread(fd, p.cast(), len, o),
+                (Buf::Write(p), Some(o)) => real::pwrite(fd, p.cast(), len, o),
+                (Buf::Read(p), None) => real::read(fd, p.cast(), len),
+                (Buf::Write(p), None) => real::write(fd, p.cast(), len),
+            }
+        }
+    })
+}
+
+/// As [`serve`], with the data half given as the real call to make on `fd` (a vectored
+/// call, `preadv2` with its flags): `off` is where the model puts the request (`None`: the
+/// file offset before the call).
+pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce() -> ssize_t) -> Option<ssize_t> {
     let emu = EMU.get()?;
     if !is_image(emu, fd) {
         return None;
@@ -200,45 +237,59 @@ pub unsafe fn serve(fd: c_int, buf: Buf, len: size_t, off: Option<off_t>) -> Opt
     let arrival_ns = if emu.virtual_time { vclock::observe_ns().0 } else { vclock::real_ns(libc::CLOCK_MONOTONIC) };
     let offset = match off {
         Some(o) => o,
-        // SAFETY: lseek has no memory preconditions; errno is restored below.
-        None => unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) },
-    };
-    // SAFETY: the caller's promise on the buffer.
-    let n = unsafe {
-        match (buf, off) {
-            (Buf::Read(p), Some(o)) => real::pread(fd, p.cast(), len, o),
-            (Buf::Write(p), Some(o)) => real::pwrite(fd, p.cast(), len, o),
-            (Buf::Read(p), None) => real::read(fd, p.cast(), len),
-            (Buf::Write(p), None) => real::write(fd, p.cast(), len),
+        None => {
+            let saved = real::errno();
+            // SAFETY: lseek has no memory preconditions.
+            let o = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) };
+            real::set_errno(saved);
+            o
         }
     };
+    let n = data();
     if n <= 0 {
         // An error or end of file: the kernel answered without the device.
         return Some(n);
     }
     let saved = real::errno();
-    let op = if matches!(buf, Buf::Read(_)) { Op::Read } else { Op::Write };
+    let op = if read { Op::Read } else { Op::Write };
+    let complete_ns = schedule(op, offset.max(0) as u64, n as u64, arrival_ns)?;
+    // Not inside the library while waiting: a signal handler that runs meanwhile reads the
+    // virtual clock (the real one is behind it) and may do its own I/O.
+    drop(busy);
+    wait_for(emu, complete_ns);
+    real::set_errno(saved);
+    Some(n)
+}
+
+/// Puts one request (libaio's, served by [`crate::aio`]) on the model and counts it: its
+/// completion instant, `None` when nothing is emulated.
+pub fn schedule_request(op: Op, offset: u64, bytes: u64, arrival_ns: u64) -> Option<u64> {
+    EMU.get()?;
+    schedule(op, offset, bytes, arrival_ns)
+}
+
+/// Puts one request on the model and counts it: its completion instant.
+fn schedule(op: Op, offset: u64, bytes: u64, arrival_ns: u64) -> Option<u64> {
     let complete_ns = {
         let mut d = DEVICE.lock();
-        let Some(d) = d.as_mut() else { return Some(n) };
-        d.schedule(op, offset.max(0) as u64, n as u64, arrival_ns).complete_ns
+        d.as_mut()?.schedule(op, offset, bytes, arrival_ns).complete_ns
     };
     match op {
         Op::Read => READS.fetch_add(1, Ordering::Relaxed),
         Op::Write => WRITES.fetch_add(1, Ordering::Relaxed),
     };
-    BYTES.fetch_add(n as u64, Ordering::Relaxed);
+    BYTES.fetch_add(bytes, Ordering::Relaxed);
     DEVICE_NS.fetch_add(complete_ns.saturating_sub(arrival_ns), Ordering::Relaxed);
-    // Not inside the library while waiting: a signal handler that runs meanwhile reads the
-    // virtual clock (the real one is behind it) and may do its own I/O.
-    drop(busy);
+    Some(complete_ns)
+}
+
+/// Waits until the program's clock (virtual or real) reaches `complete_ns`.
+fn wait_for(emu: &Emu, complete_ns: u64) {
     if emu.virtual_time {
         vclock::wait_until(complete_ns);
     } else {
         vclock::real_sleep_until(complete_ns);
     }
-    real::set_errno(saved);
-    Some(n)
 }
 
 /// Whether emulation is on in this process (any descriptor may be the image).
@@ -268,6 +319,8 @@ pub fn flush() {
         "writes": WRITES.load(Ordering::Relaxed), "bytes": BYTES.load(Ordering::Relaxed),
         "device_ns": DEVICE_NS.load(Ordering::Relaxed), "wall_ns": wall_ns, "skew_ns": clock.skew_ns,
         "jumped_ns": clock.jumped_ns, "jumps": clock.jumps, "cpu_ns": tv_ns(ru.ru_utime) + tv_ns(ru.ru_stime),
+        "image_opens": IMAGE_OPENS.load(Ordering::Relaxed),
+        "around_model": crate::bypass::around_model_by().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
     });
     let _busy = Busy::try_enter();
     // One write of one line on an O_APPEND file: concurrent processes' lines do not mix.

@@ -3,8 +3,8 @@
 //! One shared object with two faces:
 //!
 //! - **Interposition** (`LD_PRELOAD`, set up by `smartcon run -- CMD`): the library takes
-//!   over `pread`/`pwrite` (and `pread64`, `pwrite64`, single-buffer `preadv`/`pwritev`,
-//!   `read`, `write`) on descriptors of regular files and block devices opened with
+//!   over `pread`/`pwrite` (and `pread64`, `pwrite64`, single-buffer `preadv`/`pwritev`
+//!   and `preadv2`/`pwritev2` with flags 0 or RWF_HIPRI, `read`, `write`) on descriptors of regular files and block devices opened with
 //!   O_DIRECT, and sends each through a per-thread port of the engine, which decides per
 //!   I/O how the thread waits ([`shim`], [`port`]). Everything else goes to the real libc
 //!   function, and so does anything the library cannot do exactly as the system call
@@ -13,11 +13,17 @@
 //! - **A C ABI** ([`capi`], `include/smartcon.h`): open a port on a descriptor, read and
 //!   write at an offset with the decision, read the counters, close.
 //!
+//! What it cannot take it names ([`bypass`]): io_uring rings, libaio requests, memory maps
+//! of files, raw `syscall(2)` I/O, and passed-through calls by reason, in each record. On an
+//! `--emulate` image libaio is emulated ([`aio`]).
+//!
 //! Non-goals: statically linked programs (LD_PRELOAD cannot reach them; `smartcon run`
-//! says so), asynchronous I/O interfaces (io_uring, libaio: the program already chose how
-//! to wait), memory-mapped files, and vectored calls with more than one buffer (passed
-//! through).
+//! says so), taking io_uring or libaio waits outside an emulated image (the program already
+//! chose how to wait), memory-mapped files, and vectored calls with more than one buffer
+//! (passed through).
 
+pub mod aio;
+pub mod bypass;
 pub mod capi;
 pub mod config;
 pub mod emu;

@@ -37,7 +37,6 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Bumped in a fork's child: thread states from before it are stale.
 static FORK_EPOCH: AtomicU64 = AtomicU64::new(0);
 static FORKS: AtomicU64 = AtomicU64::new(0);
-static PASSED_THROUGH: AtomicU64 = AtomicU64::new(0);
 /// The pid the image's record belongs to. A vfork child (no fork handlers run, memory
 /// shared with the parent) has another pid and must neither write the parent's record
 /// nor allocate in the parent's heap, so it skips the flush at `_exit` and exec.
@@ -169,8 +168,8 @@ pub fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
 }
 
-pub fn count_passed_through() {
-    PASSED_THROUGH.fetch_add(1, Ordering::Relaxed);
+pub fn count_passed_through(why: crate::bypass::Pass) {
+    crate::bypass::passed(why);
 }
 
 fn new_image() -> String {
@@ -240,7 +239,7 @@ extern "C" fn fork_child() {
     IMAGE.unlock_after_fork();
     REGISTRY.unlock_after_fork();
     crate::shim::unlock_stripes_after_fork();
-    PASSED_THROUGH.store(0, Ordering::Relaxed);
+    crate::bypass::reset();
     crate::fdtable::mark_all_shared();
 }
 
@@ -458,8 +457,11 @@ pub fn flush(_why: &str) {
     let Some(path) = config().and_then(|c| c.stats_path.as_ref()) else { return };
     let (counters, notes) = snapshot();
     let image = IMAGE.lock().clone();
-    let record =
-        ProcessRecord::new(std::process::id(), image, &counters, PASSED_THROUGH.load(Ordering::Relaxed), notes);
+    let mut record = ProcessRecord::new(std::process::id(), image, &counters, crate::bypass::passed_total(), notes);
+    let owned = |v: Vec<(&str, u64)>| v.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
+    record.passed_through_by = owned(crate::bypass::passed_by());
+    record.not_taken = owned(crate::bypass::seen_by());
+    record.hipri = crate::bypass::hipri_count();
     let Ok(mut line) = serde_json::to_vec(&record) else { return };
     line.push(b'\n');
     // One write of one line on an O_APPEND file: records of concurrent processes do not

@@ -46,6 +46,10 @@ pub static PREAD: Sym = Sym::new(c"pread64");
 pub static PWRITE: Sym = Sym::new(c"pwrite64");
 pub static PREADV: Sym = Sym::new(c"preadv64");
 pub static PWRITEV: Sym = Sym::new(c"pwritev64");
+pub static PREADV2: Sym = Sym::new(c"preadv64v2");
+pub static PWRITEV2: Sym = Sym::new(c"pwritev64v2");
+pub static SYSCALL: Sym = Sym::new(c"syscall");
+pub static MMAP: Sym = Sym::new(c"mmap64");
 pub static CLOSE: Sym = Sym::new(c"close");
 pub static DUP: Sym = Sym::new(c"dup");
 pub static DUP2: Sym = Sym::new(c"dup2");
@@ -76,6 +80,10 @@ pub fn resolve_all() {
         &PWRITE,
         &PREADV,
         &PWRITEV,
+        &PREADV2,
+        &PWRITEV2,
+        &SYSCALL,
+        &MMAP,
         &CLOSE,
         &DUP,
         &DUP2,
@@ -119,6 +127,7 @@ type WriteFn = unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t;
 type PreadFn = unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t) -> ssize_t;
 type PwriteFn = unsafe extern "C" fn(c_int, *const c_void, size_t, off_t) -> ssize_t;
 type PreadvFn = unsafe extern "C" fn(c_int, *const iovec, c_int, off_t) -> ssize_t;
+type Preadv2Fn = unsafe extern "C" fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t;
 pub type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
 
 /// The real `read`.
@@ -205,6 +214,42 @@ pub unsafe fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> s
         iov,
         cnt,
         off
+    )
+}
+
+/// The real `preadv64v2`.
+///
+/// # Safety
+/// As [`preadv`].
+pub unsafe fn preadv2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t {
+    // SAFETY: (fallback) the caller's guarantee is preadv2(2)'s; the offset in two longs.
+    call_real!(
+        PREADV2,
+        Preadv2Fn,
+        unsafe { libc::syscall(libc::SYS_preadv2, fd, iov, cnt, off, 0, flags) as ssize_t },
+        fd,
+        iov,
+        cnt,
+        off,
+        flags
+    )
+}
+
+/// The real `pwritev64v2`.
+///
+/// # Safety
+/// As [`pwritev`].
+pub unsafe fn pwritev2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t {
+    // SAFETY: (fallback) as preadv2.
+    call_real!(
+        PWRITEV2,
+        Preadv2Fn,
+        unsafe { libc::syscall(libc::SYS_pwritev2, fd, iov, cnt, off, 0, flags) as ssize_t },
+        fd,
+        iov,
+        cnt,
+        off,
+        flags
     )
 }
 

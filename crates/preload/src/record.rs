@@ -68,6 +68,18 @@ pub struct ProcessRecord {
     /// Calls on taken descriptors that went to the real system call instead (unaligned
     /// O_DIRECT buffers, errors, vectors of more than one buffer, re-entrant calls).
     pub passed_through: u64,
+    /// `passed_through` by reason (`refused`, `reentrant`, `no_port`, `shared_offset`,
+    /// `append`, `vectored`, `rwf_flags`).
+    #[serde(default)]
+    pub passed_through_by: BTreeMap<String, u64>,
+    /// Ways of reaching data the library saw and did not take: `io_uring` (rings set up),
+    /// `libaio` (requests submitted), `mmap` (file mappings), `raw_syscall` (I/O through
+    /// syscall(2)).
+    #[serde(default)]
+    pub not_taken: BTreeMap<String, u64>,
+    /// Taken `preadv2`/`pwritev2` calls that asked to be polled (RWF_HIPRI).
+    #[serde(default)]
+    pub hipri: u64,
     /// The latency histogram: `[value_ns, count]` for each recorded bucket.
     pub lat_ns: Vec<[u64; 2]>,
     /// Lines the user should see once (no profile for a device, ...).
@@ -95,6 +107,9 @@ impl ProcessRecord {
                 .map(|r| (r.name().to_string(), c.by_reason[r.index()]))
                 .collect(),
             passed_through,
+            passed_through_by: BTreeMap::new(),
+            not_taken: BTreeMap::new(),
+            hipri: 0,
             lat_ns: c.hist.iter_recorded().map(|v| [v.value_iterated_to(), v.count_at_value()]).collect(),
             notes,
         }

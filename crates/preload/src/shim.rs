@@ -24,8 +24,9 @@
 //! optional argument as a plain third (or fourth) parameter, which the x86-64 and AArch64
 //! Linux calling conventions pass in the same register either way.
 
-use libc::{c_char, c_int, c_uint, c_void, iovec, mode_t, off_t, size_t, ssize_t};
+use libc::{c_char, c_int, c_long, c_uint, c_void, iovec, mode_t, off_t, size_t, ssize_t};
 
+use crate::bypass::{self, Pass, Seen};
 use crate::emu;
 use crate::fdtable::{self, Class};
 use crate::process::{self, Busy, Spin};
@@ -76,10 +77,13 @@ unsafe fn taken_at(fd: c_int, generation: u64, dir: Dir, len: size_t, off: off_t
     if len == 0 || len > isize::MAX as usize || off < 0 || null {
         return None;
     }
-    let _busy = Busy::try_enter()?;
+    let Some(_busy) = Busy::try_enter() else {
+        process::count_passed_through(Pass::Reentrant);
+        return None;
+    };
     let saved = real::errno();
     let r = process::with_thread(|st| {
-        let port = st.port(fd, generation)?;
+        let Some(port) = st.port(fd, generation) else { return Some(Err(Pass::NoPort)) };
         let res = match dir {
             // SAFETY: the caller's promise: valid for len bytes of writes.
             Dir::Read(p) => port.read_at(unsafe { std::slice::from_raw_parts_mut(p, len) }, off as u64),
@@ -87,23 +91,30 @@ unsafe fn taken_at(fd: c_int, generation: u64, dir: Dir, len: size_t, off: off_t
             Dir::Write(p) => port.write_at(unsafe { std::slice::from_raw_parts(p, len) }, off as u64),
         };
         match res {
-            Ok(n) => Some(n as ssize_t),
+            Ok(n) => Some(Ok(n as ssize_t)),
             Err(e) => {
                 // Alignment is refused before any I/O; anything else may have left the
                 // port's ring unusable (a program that closed its descriptor).
                 if e.raw_os_error() != Some(libc::EINVAL) {
                     st.drop_port(fd);
                 }
-                None
+                Some(Err(Pass::Refused))
             }
         }
     })
-    .flatten();
+    .flatten()
+    // The thread is exiting (its state is gone): no port.
+    .unwrap_or(Err(Pass::NoPort));
     match r {
-        Some(_) => real::set_errno(saved),
-        None => process::count_passed_through(),
+        Ok(n) => {
+            real::set_errno(saved);
+            Some(n)
+        }
+        Err(why) => {
+            process::count_passed_through(why);
+            None
+        }
     }
-    r
 }
 
 /// pread/pwrite: the port, else the real call.
@@ -120,7 +131,9 @@ unsafe fn positional(fd: c_int, dir: Dir, len: size_t, off: off_t) -> ssize_t {
     if process::active() {
         if let Some((generation, _, append)) = taken_class(fd) {
             // pwrite on O_APPEND appends at the end whatever the offset (Linux): real call.
-            if !(append && matches!(dir, Dir::Write(_))) {
+            if append && matches!(dir, Dir::Write(_)) {
+                process::count_passed_through(Pass::Append);
+            } else {
                 // SAFETY: forwarded caller promise.
                 if let Some(n) = unsafe { taken_at(fd, generation, dir, len, off) } {
                     return n;
@@ -177,7 +190,7 @@ unsafe fn streaming(fd: c_int, dir: Dir, len: size_t) -> ssize_t {
     }
     let Some((generation, shared, append)) = taken_class(fd) else { return real_call() };
     if shared || (append && matches!(dir, Dir::Write(_))) {
-        process::count_passed_through();
+        process::count_passed_through(if shared { Pass::SharedOffset } else { Pass::Append });
         return real_call();
     }
     let _stripe = STRIPES[fd as usize % STRIPES.len()].lock();
@@ -209,29 +222,71 @@ unsafe fn streaming(fd: c_int, dir: Dir, len: size_t) -> ssize_t {
     n
 }
 
-/// Vectored calls with one buffer are a positional call; more buffers pass through (one
-/// request with the kernel's own alignment rule for each segment).
+/// Vectored calls (`preadv`/`pwritev`, and `preadv2`/`pwritev2` when `flags` is given).
+///
+/// - On the emulated image every one is served, whatever its buffers and flags: the data
+///   half is the real call itself (results, errno and offset are the kernel's), the timing
+///   the model's.
+/// - On a taken descriptor, one buffer with flags 0 or RWF_HIPRI is a positional call (or,
+///   at offset -1 of `preadv2`/`pwritev2`, a `read`/`write` at the file offset); RWF_HIPRI
+///   is the program asking to be polled, so it goes through the decision like any other
+///   taken I/O and is counted. More buffers (one request with the kernel's own alignment
+///   rule for each segment) and other flags (RWF_NOWAIT, RWF_DSYNC, RWF_APPEND, ... keep
+///   the kernel's meaning) pass through, counted by reason.
 ///
 /// # Safety
-/// As preadv(2)/pwritev(2).
-unsafe fn vectored(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, read: bool) -> ssize_t {
-    if (process::active() || emu::active()) && cnt == 1 && !iov.is_null() {
-        // SAFETY: cnt == 1: the caller promises one valid iovec.
-        let v = unsafe { *iov };
-        let dir = if read { Dir::Read(v.iov_base.cast()) } else { Dir::Write(v.iov_base.cast()) };
-        // SAFETY: the iovec's buffer is valid for iov_len bytes (caller promise).
-        return unsafe { positional(fd, dir, v.iov_len, off) };
-    }
-    if process::active() && taken_class(fd).is_some() {
-        process::count_passed_through();
-    }
-    // SAFETY: forwarded caller promise.
-    unsafe {
-        if read {
-            real::preadv(fd, iov, cnt, off)
-        } else {
-            real::pwritev(fd, iov, cnt, off)
+/// As preadv(2)/pwritev(2) (preadv2(2)/pwritev2(2)).
+unsafe fn vectored(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: Option<c_int>, read: bool) -> ssize_t {
+    let real_call = || {
+        // SAFETY: forwarded caller promise.
+        unsafe {
+            match (flags, read) {
+                (None, true) => real::preadv(fd, iov, cnt, off),
+                (None, false) => real::pwritev(fd, iov, cnt, off),
+                (Some(f), true) => real::preadv2(fd, iov, cnt, off, f),
+                (Some(f), false) => real::pwritev2(fd, iov, cnt, off, f),
+            }
         }
+    };
+    if emu::active() {
+        // preadv2 at offset -1 reads at the file offset, as read(2) does.
+        let at = if flags.is_some() && off == -1 { None } else { Some(off) };
+        if let Some(n) = emu::serve_with(fd, read, at, real_call) {
+            return n;
+        }
+    }
+    if !process::active() {
+        return real_call();
+    }
+    let Some((generation, _, append)) = taken_class(fd) else { return real_call() };
+    let f = flags.unwrap_or(0);
+    if f & !libc::RWF_HIPRI != 0 {
+        process::count_passed_through(Pass::RwfFlags);
+        return real_call();
+    }
+    if cnt != 1 || iov.is_null() {
+        process::count_passed_through(Pass::Vectored);
+        return real_call();
+    }
+    // SAFETY: cnt == 1: the caller promises one valid iovec.
+    let v = unsafe { *iov };
+    let dir = if read { Dir::Read(v.iov_base.cast()) } else { Dir::Write(v.iov_base.cast()) };
+    if f & libc::RWF_HIPRI != 0 {
+        bypass::hipri();
+    }
+    if flags.is_some() && off == -1 {
+        // SAFETY: the iovec's buffer is valid for iov_len bytes (caller promise).
+        return unsafe { streaming(fd, dir, v.iov_len) };
+    }
+    if append && !read {
+        // pwritev on O_APPEND appends at the end whatever the offset (Linux).
+        process::count_passed_through(Pass::Append);
+        return real_call();
+    }
+    // SAFETY: the iovec's buffer is valid for iov_len bytes (caller promise).
+    match unsafe { taken_at(fd, generation, dir, v.iov_len, off) } {
+        Some(n) => n,
+        None => real_call(),
     }
 }
 
@@ -288,7 +343,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
 #[no_mangle]
 pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
     // SAFETY: forwarded caller promise.
-    unsafe { vectored(fd, iov, cnt, off, true) }
+    unsafe { vectored(fd, iov, cnt, off, None, true) }
 }
 
 /// # Safety
@@ -296,7 +351,7 @@ pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: o
 #[no_mangle]
 pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
     // SAFETY: forwarded caller promise.
-    unsafe { vectored(fd, iov, cnt, off, true) }
+    unsafe { vectored(fd, iov, cnt, off, None, true) }
 }
 
 /// # Safety
@@ -304,7 +359,7 @@ pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off:
 #[no_mangle]
 pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
     // SAFETY: forwarded caller promise.
-    unsafe { vectored(fd, iov, cnt, off, false) }
+    unsafe { vectored(fd, iov, cnt, off, None, false) }
 }
 
 /// # Safety
@@ -312,8 +367,24 @@ pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
     // SAFETY: forwarded caller promise.
-    unsafe { vectored(fd, iov, cnt, off, false) }
+    unsafe { vectored(fd, iov, cnt, off, None, false) }
 }
+
+macro_rules! v2_like {
+    ($name:ident, $read:expr) => {
+        /// # Safety
+        /// As preadv2(2)/pwritev2(2).
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t {
+            // SAFETY: forwarded caller promise.
+            unsafe { vectored(fd, iov, cnt, off, Some(flags), $read) }
+        }
+    };
+}
+v2_like!(preadv2, true);
+v2_like!(preadv64v2, true);
+v2_like!(pwritev2, false);
+v2_like!(pwritev64v2, false);
 
 #[no_mangle]
 pub extern "C" fn close(fd: c_int) -> c_int {
@@ -402,6 +473,9 @@ fn after_open(r: c_int) -> c_int {
     if r >= 0 {
         let e = real::errno();
         fdtable::reset(r, false);
+        if emu::active() {
+            emu::note_open(r);
+        }
         real::set_errno(e);
     }
     r
@@ -571,3 +645,176 @@ fn environ_ptr() -> *const *const c_char {
     // SAFETY: reading the process's environ pointer, which libc keeps valid.
     unsafe { environ }
 }
+
+/// Counts a memory map of a file the program's I/O could otherwise have gone through: a
+/// regular file on a block device (page faults read it, no call does), and the image.
+fn note_mmap(fd: c_int, flags: c_int) {
+    if fd < 0 || flags & libc::MAP_ANONYMOUS != 0 || process::inside() {
+        return;
+    }
+    if emu::active() && emu::is_image_fd(fd) {
+        bypass::around_model(Seen::Mmap, 1);
+        bypass::seen(Seen::Mmap, 1);
+        return;
+    }
+    if process::active() && fdtable::probe(fd).is_some_and(|p| p.regular && p.on_block_device) {
+        bypass::seen(Seen::Mmap, 1);
+    }
+}
+
+macro_rules! mmap_like {
+    ($name:ident) => {
+        /// # Safety
+        /// As mmap(2).
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            addr: *mut c_void,
+            len: size_t,
+            prot: c_int,
+            flags: c_int,
+            fd: c_int,
+            off: off_t,
+        ) -> *mut c_void {
+            type F = unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
+            let r = call_real!(
+                real::MMAP,
+                F,
+                // SAFETY: (fallback) the caller's promise is mmap(2)'s.
+                unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void },
+                addr,
+                len,
+                prot,
+                flags,
+                fd,
+                off
+            );
+            if r != libc::MAP_FAILED {
+                let e = real::errno();
+                note_mmap(fd, flags);
+                real::set_errno(e);
+            }
+            r
+        }
+    };
+}
+mmap_like!(mmap);
+mmap_like!(mmap64);
+
+/// Counts what a program does with `syscall(2)` that the library would otherwise see: rings
+/// set up (io_uring), libaio submissions, and reads and writes on taken descriptors or the
+/// image. Calls the library makes itself (its own rings, inside it) are not the program's.
+fn note_syscall(n: c_long, a1: c_long, a2: c_long) {
+    const IO: [c_long; 10] = [
+        libc::SYS_read,
+        libc::SYS_write,
+        libc::SYS_pread64,
+        libc::SYS_pwrite64,
+        libc::SYS_readv,
+        libc::SYS_writev,
+        libc::SYS_preadv,
+        libc::SYS_pwritev,
+        libc::SYS_preadv2,
+        libc::SYS_pwritev2,
+    ];
+    // The futexes and io_uring_enter of every program pass here: the cheap test first.
+    let interesting = n == libc::SYS_io_uring_setup || n == libc::SYS_io_submit || IO.contains(&n);
+    if !interesting || process::inside() || !(process::active() || emu::active()) {
+        return;
+    }
+    match n {
+        libc::SYS_io_uring_setup => {
+            bypass::seen(Seen::IoUring, 1);
+            if emu::active() {
+                bypass::around_model(Seen::IoUring, 1);
+            }
+        }
+        libc::SYS_io_submit => {
+            let n = a2.max(0) as u64;
+            bypass::seen(Seen::Libaio, n);
+            if emu::active() {
+                bypass::around_model(Seen::Libaio, n);
+            }
+        }
+        _ => {
+            let Ok(fd) = c_int::try_from(a1) else { return };
+            let saved = real::errno();
+            if emu::is_image_fd(fd) {
+                bypass::around_model(Seen::RawSyscall, 1);
+                bypass::seen(Seen::RawSyscall, 1);
+            } else if process::active() && taken_class(fd).is_some() {
+                bypass::seen(Seen::RawSyscall, 1);
+            }
+            real::set_errno(saved);
+        }
+    }
+}
+
+/// syscall(3), declared with its six optional arguments as plain parameters (the x86-64 and
+/// AArch64 Linux conventions pass them in the same registers either way; the real function
+/// reads six whatever the call passed, as the kernel does).
+///
+/// # Safety
+/// As syscall(2) for the system call `n`.
+#[no_mangle]
+pub unsafe extern "C" fn syscall(
+    n: c_long,
+    a1: c_long,
+    a2: c_long,
+    a3: c_long,
+    a4: c_long,
+    a5: c_long,
+    a6: c_long,
+) -> c_long {
+    note_syscall(n, a1, a2);
+    type F = unsafe extern "C" fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long;
+    call_real!(
+        real::SYSCALL,
+        F,
+        {
+            // libc without syscall(3) (never glibc): the call cannot be made from here
+            // without it, and calling libc::syscall would come back to this function.
+            real::set_errno(libc::ENOSYS);
+            -1
+        },
+        n,
+        a1,
+        a2,
+        a3,
+        a4,
+        a5,
+        a6
+    )
+}
+
+/// A liburing set-up function: counted as an io_uring ring, then the real one (liburing
+/// makes its own system calls, which no preload reaches). Returns -ENOSYS, as liburing
+/// returns errors, where there is no liburing (nothing the program linked calls it then).
+macro_rules! liburing_like {
+    ($name:ident, $sym:literal, ($($arg:ident: $ty:ty),*)) => {
+        /// # Safety
+        /// As liburing's function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            static SYM: real::Sym = real::Sym::new($sym);
+            let counted = !process::inside() && (process::active() || emu::active());
+            // Nested set-up calls inside liburing are one ring.
+            let _busy = Busy::try_enter();
+            if counted {
+                bypass::seen(Seen::IoUring, 1);
+                if emu::active() {
+                    bypass::around_model(Seen::IoUring, 1);
+                }
+            }
+            type F = unsafe extern "C" fn($($ty),*) -> c_int;
+            call_real!(SYM, F, -libc::ENOSYS, $($arg),*)
+        }
+    };
+}
+liburing_like!(io_uring_queue_init, c"io_uring_queue_init", (entries: c_uint, ring: *mut c_void, flags: c_uint));
+liburing_like!(io_uring_queue_init_params, c"io_uring_queue_init_params", (entries: c_uint, ring: *mut c_void, p: *mut c_void));
+liburing_like!(
+    io_uring_queue_init_mem,
+    c"io_uring_queue_init_mem",
+    (entries: c_uint, ring: *mut c_void, p: *mut c_void, buf: *mut c_void, size: size_t)
+);
+liburing_like!(io_uring_setup, c"io_uring_setup", (entries: c_uint, p: *mut c_void));

@@ -141,3 +141,56 @@ fn a_pid_executed_under_the_library(recs: &[serde_json::Value]) -> bool {
     pids.dedup();
     pids.len() < n
 }
+
+/// preadv2/pwritev2 (c/contract_v2.c): flags 0 and RWF_HIPRI taken, RWF_NOWAIT, RWF_DSYNC
+/// and several buffers passed through, each call's result, errno, offset and data the raw
+/// system call's. Before the library took them, none was taken (`ios` was 0).
+fn contract_v2_under(strategy: &str) {
+    let Some(cc) = cc() else {
+        eprintln!("skipped: no C compiler (cc, gcc or clang) on PATH");
+        return;
+    };
+    let dir = temp_dir(&format!("contract-v2-{strategy}"));
+    if !direct_io_works(&dir) {
+        eprintln!("skipped: {} refuses O_DIRECT", dir.display());
+        return;
+    }
+    let exe = compile(&cc, "contract_v2.c", &dir, &[]);
+    let plain = Command::new(&exe).arg(&dir).output().expect("run contract_v2");
+    let plain_out = String::from_utf8_lossy(&plain.stdout);
+    assert!(plain.status.success(), "contract_v2 fails even without the library:\n{plain_out}");
+    let stats = dir.join("stats.jsonl");
+    let pre = run_preloaded(Command::new(&exe).arg(&dir), strategy, &stats);
+    let pre_out = String::from_utf8_lossy(&pre.stdout);
+    let mismatches: Vec<&str> = pre_out.lines().filter(|l| l.starts_with("MISMATCH")).collect();
+    assert!(mismatches.is_empty(), "under {strategy} the contract broke:\n{}", mismatches.join("\n"));
+    assert!(pre.status.success(), "under {strategy}: {:?}\n{pre_out}", pre.status);
+    assert_eq!(plain_out, pre_out, "the transcript differs with the library");
+    let recs = records(&stats);
+    // 1,200 reads and 1,200 writes with each of flags 0 and RWF_HIPRI, plus the single calls.
+    let ios = total(&recs, "ios");
+    assert!(ios >= 4800, "only {ios} preadv2/pwritev2 calls were taken: {recs:?}");
+    assert!(total(&recs, "hipri") >= 2400, "RWF_HIPRI calls not counted: {recs:?}");
+    let by = |reason: &str| recs.iter().map(|r| r["passed_through_by"][reason].as_u64().unwrap_or(0)).sum::<u64>();
+    assert!(by("rwf_flags") >= 1200, "RWF_NOWAIT calls were not passed through by reason: {recs:?}");
+    assert!(by("vectored") >= 2, "two-buffer calls: {recs:?}");
+    // The raw system calls of the other side were seen and named, not taken.
+    let raw: u64 = recs.iter().map(|r| r["not_taken"]["raw_syscall"].as_u64().unwrap_or(0)).sum();
+    assert!(raw >= 6000, "the syscall(2) side was not named: {recs:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_preadv2_contract_holds_under_smart() {
+    contract_v2_under("smart");
+}
+
+#[test]
+fn the_preadv2_contract_holds_under_spin() {
+    contract_v2_under("spin");
+}
+
+#[test]
+fn the_preadv2_contract_holds_under_block() {
+    contract_v2_under("block");
+}

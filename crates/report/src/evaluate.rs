@@ -83,11 +83,17 @@ pub struct Header<'a> {
     pub notes: &'a [String],
     /// Ctrl-C stopped the run: the summary says its results are partial.
     pub interrupted: bool,
+    /// What the host was, measured in this run.
+    pub host: &'a smartcon_study::evaluate::host::HostRecord,
 }
 
 pub fn summary_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Cell], criteria: &[Criterion]) -> String {
     let m = h.machine;
     let mut s = String::from("# smartcon evaluate\n\n");
+    if let Some(line) = pareto_headline(cells) {
+        s += &format!("**{line}**\n\n");
+    }
+    s += &format!("{}\n\n", h.host.text());
     for n in h.notes {
         s += &format!("Note: {n}.\n\n");
     }
@@ -116,9 +122,6 @@ pub fn summary_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Ce
         "I/O threads are pinned per target for every strategy alike (--io-cpus {}): `irq` puts them on the CPUs that take the device's completion interrupts; `any` means unpinned (devices without such an interrupt: emulated, loop, zram).\n\n",
         plan.placement.name()
     );
-    if let Some(line) = pareto_headline(cells) {
-        s += &format!("**{line}**\n\n");
-    }
     s += &criteria_md(criteria);
     s += &gain_md(plan, cells);
     s += &postmark_md(plan, cells);

@@ -5,7 +5,7 @@
 
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_study::merge_bench::ratios;
-use smartcon_study::polling::{find, LOAD_BM_ONLY, SWEEP_POLL_COST_NS, WORKLOAD_POLLING};
+use smartcon_study::polling::{find, StudyRun, LOAD_BM_ONLY, SWEEP_POLL_COST_NS, WORKLOAD_POLLING, WORKLOAD_SWEEP};
 pub use smartcon_study::polling::{hybrid_checks, sweeps, HybridCheck, Study, StudyPlan, SweepRecord};
 
 use crate::merge::draw as draw_merge;
@@ -17,8 +17,14 @@ pub fn render_polling(sweeps: &[SweepRecord], checks: &[HybridCheck]) -> String 
     let mut out = String::new();
     for s in sweeps {
         let reference = |v: Option<f64>| v.map_or("-".to_string(), format_ns);
+        let mut others = String::new();
+        for (name, v) in [("dip", s.dip_lat_ns_mean), ("hybrid", s.hybrid_lat_ns_mean)] {
+            if let Some(v) = v {
+                others += &format!(", {name} {}", format_ns(v));
+            }
+        }
         out += &format!(
-            "\nfixed-interval polling, {} {} {}: mean latency by interval (block {}, spin {})\n",
+            "\nfixed-interval polling, {} {} {}: mean latency by interval (block {}, spin {}{others})\n",
             s.target,
             s.op,
             format_size(s.bs_bytes),
@@ -67,9 +73,12 @@ pub fn plot_sweeps(path: &std::path::Path, sweeps: &[SweepRecord]) -> Result<()>
             name: format!("fixed-interval polling{cell}"),
             points: s.points_ns.iter().map(|&(i, l)| (i as f64 / 1e3, l / 1e3)).collect(),
         });
-        for (name, v) in
-            [("block (interrupt-like sleep)", s.block_lat_ns_mean), ("spin (back-to-back polls)", s.spin_lat_ns_mean)]
-        {
+        for (name, v) in [
+            ("block (interrupt-like sleep)", s.block_lat_ns_mean),
+            ("spin (back-to-back polls)", s.spin_lat_ns_mean),
+            ("dip (wait without polling, then poll)", s.dip_lat_ns_mean),
+            ("hybrid (sleep, then poll)", s.hybrid_lat_ns_mean),
+        ] {
             if let Some(v) = v {
                 series.push(Series { name: format!("{name}{cell}"), points: vec![(lo, v / 1e3), (hi, v / 1e3)] });
             }
@@ -95,7 +104,11 @@ pub fn study_md(study: &Study) -> String {
     let mut md = String::from("\n## Hybrid waiting and polling (Shin et al., dynamic interval polling, Fig. 1)\n\n");
     md += "4 KiB random reads, one thread, per emulated device and load. `hybrid` = dynamic interval polling \
            (sampling phase, then sleep until the predicted completion less the measured wake-up overshoot, \
-           then polls every alpha); `poll` = fixed interval; `half-mean` = Linux's removed hybrid polling. \
+           then polls every alpha); `dip` = the same prediction with the paper's wait (a busy delay that \
+           does not poll, no sleep); `poll` = fixed interval; `half-mean` = Linux's removed hybrid polling; \
+           `iopoll-hybrid` = Linux 6.13's hybrid IOPOLL (sleep half the ring's minimum completion time); \
+           `pas` = DPAS (per-I/O adaptive sleep, switching between polling, PAS and interrupts); \
+           `smart-hybrid` = SmartCon's decision with hybrid where it would spin. \
            CPU = the I/O thread's user+sys time, % of one CPU. See docs/hybrid.md.\n\n";
     let mut t = Table::new(&[
         "target",
@@ -161,6 +174,32 @@ pub fn study_md(study: &Study) -> String {
                 if b >= 0.97 { "pass" } else { "miss" }
             );
         }
+    }
+    let poll_cost: Vec<&StudyRun> = study
+        .runs
+        .iter()
+        .filter(|r| r.workload == WORKLOAD_SWEEP && r.result.polling.as_ref().is_none_or(|p| p.interval_ns.is_none()))
+        .collect();
+    if !poll_cost.is_empty() {
+        md += &format!(
+            "\nOn a device whose status poll takes {} of the data channel (Fig. 1's contention), the waits that \
+             are not fixed-interval polling, both axes:\n\n",
+            format_ns(SWEEP_POLL_COST_NS as f64)
+        );
+        let mut t = Table::new(&["target", "strategy", "mean latency", "IOPS", "CPU", "polls/IO", "sleeps/IO"]);
+        for r in poll_cost {
+            let p = r.result.polling.as_ref();
+            t.row(vec![
+                r.result.target.clone(),
+                r.result.strategy.to_string(),
+                format_ns(r.result.lat_ns_mean),
+                format!("{:.0}", r.result.iops),
+                format!("{:.0}%", r.result.cpu_user_pct + r.result.cpu_sys_pct),
+                p.map_or("-".into(), |p| format!("{:.1}", p.polls_per_io)),
+                p.map_or("-".into(), |p| format!("{:.2}", p.sleeps_per_io)),
+            ]);
+        }
+        md += &format!("```\n{}```\n\n", t.render());
     }
     for s in &study.sweeps {
         md += &format!(

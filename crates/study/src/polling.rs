@@ -1,8 +1,11 @@
 //! The polling study (docs/hybrid.md), shared by `bench` and `evaluate`: the interval sweep of
-//! fixed-interval polling (paper 002, Fig. 1) and its best interval, the check of hybrid
-//! against spin and block, and the small study `evaluate` runs with them, which also runs
-//! the merge study's configurations (temporal merge, serialized or pipelined post-I/O
-//! processing, Fig. 4) on 16 threads.
+//! fixed-interval polling (paper 002, Fig. 1) and its best interval, with `dip` (the
+//! paper's wait without polling) and `hybrid` (sleep, then poll) on the same device whose
+//! polls take channel time; the check of hybrid against spin and block; and the small study
+//! `evaluate` runs with them: block, spin, smartcon's polling strategies and the peers'
+//! rules (`half-mean`, `iopoll-hybrid`, `pas`) per emulated device and load, and the merge
+//! study's configurations (temporal merge, serialized or pipelined post-I/O processing,
+//! Fig. 4) on 16 threads.
 //!
 //! Typed plan in ([`StudyPlan`]), typed records out ([`Study`]), a progress callback and a
 //! stop flag. Non-goals: printing, plots and markdown (the CLI renders a [`Study`]).
@@ -40,6 +43,9 @@ pub struct SweepRecord {
     pub best_lat_ns_mean: f64,
     pub block_lat_ns_mean: Option<f64>,
     pub spin_lat_ns_mean: Option<f64>,
+    /// `dip` and `hybrid` on the same device, where they ran.
+    pub dip_lat_ns_mean: Option<f64>,
+    pub hybrid_lat_ns_mean: Option<f64>,
 }
 
 /// Hybrid against spin and block in one cell.
@@ -91,6 +97,8 @@ pub fn sweeps(results: &[JobResult]) -> Vec<SweepRecord> {
                 best_lat_ns_mean: f64::INFINITY,
                 block_lat_ns_mean: find(results, r, "block").map(|b| b.lat_ns_mean),
                 spin_lat_ns_mean: find(results, r, "spin").map(|b| b.lat_ns_mean),
+                dip_lat_ns_mean: find(results, r, "dip").map(|b| b.lat_ns_mean),
+                hybrid_lat_ns_mean: find(results, r, "hybrid").map(|b| b.lat_ns_mean),
             }),
         }
     }
@@ -132,9 +140,10 @@ pub fn hybrid_checks(results: &[JobResult], load: &str) -> Vec<HybridCheck> {
 pub const LOAD_BM_ONLY: &str = "bm-only";
 pub const LOAD_CPU_INTENSIVE: &str = "cpu-intensive";
 
-/// What `evaluate` measures of the polling strategies: per target and load, block, spin and
-/// the polling strategies on 4 KiB random reads with one thread, and the interval sweep on
-/// a device whose status polls cost channel time.
+/// What `evaluate` measures of the polling strategies: per target and load, block, spin,
+/// the polling strategies and the peers' rules on 4 KiB random reads with one thread; and on
+/// a device whose status polls cost channel time, block, spin, `poll_cost_strategies` and the
+/// interval sweep.
 #[derive(Debug, Clone)]
 pub struct StudyPlan {
     pub targets: Vec<String>,
@@ -142,6 +151,9 @@ pub struct StudyPlan {
     pub loads: Vec<&'static str>,
     pub strategies: Vec<StrategyChoice>,
     pub sweep_target: String,
+    /// Run on `sweep_target` beside block, spin and the sweep (`dip` against `hybrid`:
+    /// Fig. 1's channel contention, which a wait without polls avoids).
+    pub poll_cost_strategies: Vec<StrategyChoice>,
     pub intervals_ns: Vec<u64>,
     pub duration_ns: u64,
     pub poll: PollParams,
@@ -154,7 +166,17 @@ pub struct StudyPlan {
 impl StudyPlan {
     /// The study for `evaluate`'s default, `--quick` and `--tiny` matrices.
     pub fn for_evaluate(tiny: bool, duration_ns: u64) -> StudyPlan {
-        let strategies = [Strategy::Block, Strategy::Spin, Strategy::Hybrid, Strategy::FixedPoll, Strategy::HalfMean];
+        let strategies = [
+            StrategyChoice::Fixed(Strategy::Block),
+            StrategyChoice::Fixed(Strategy::Spin),
+            StrategyChoice::Fixed(Strategy::Hybrid),
+            StrategyChoice::Fixed(Strategy::Dip),
+            StrategyChoice::Fixed(Strategy::FixedPoll),
+            StrategyChoice::Fixed(Strategy::HalfMean),
+            StrategyChoice::Fixed(Strategy::IopollHybrid),
+            StrategyChoice::Fixed(Strategy::Pas),
+            StrategyChoice::SmartHybrid,
+        ];
         let (targets, intervals_ns): (Vec<String>, Vec<u64>) = if tiny {
             (vec!["emu:optane,size=16m".into()], vec![500, 2_000])
         } else {
@@ -166,8 +188,9 @@ impl StudyPlan {
         StudyPlan {
             targets,
             loads: vec![LOAD_BM_ONLY, LOAD_CPU_INTENSIVE],
-            strategies: strategies.into_iter().map(StrategyChoice::Fixed).collect(),
+            strategies: strategies.to_vec(),
             sweep_target: format!("emu:optane,size=16m,poll_cost={SWEEP_POLL_COST_NS}ns"),
+            poll_cost_strategies: [Strategy::Dip, Strategy::Hybrid].map(StrategyChoice::Fixed).to_vec(),
             intervals_ns,
             duration_ns,
             // A sampling phase well inside every run, also the tiny ones.
@@ -191,6 +214,7 @@ impl StudyPlan {
         self.targets.len() * self.loads.len() * self.strategies.len()
             + self.intervals_ns.len()
             + 2
+            + self.poll_cost_strategies.len()
             + self.merge_ops.len() * self.merge_configs().len()
     }
 }
@@ -307,13 +331,17 @@ pub fn run_study(
         drop(cpu);
     }
     let (target, profile) = open(&plan.sweep_target)?;
-    let references = [Strategy::Block, Strategy::Spin].map(|s| (StrategyChoice::Fixed(s), plan.poll));
+    let references = [Strategy::Block, Strategy::Spin]
+        .map(StrategyChoice::Fixed)
+        .into_iter()
+        .chain(plan.poll_cost_strategies.iter().copied())
+        .map(|s| (s, plan.poll));
     let polls = plan
         .intervals_ns
         .iter()
         .map(|&i| (StrategyChoice::Fixed(Strategy::FixedPoll), PollParams { interval_ns: i, ..plan.poll }));
     let mut sweep_runs = Vec::new();
-    for (s, poll) in references.into_iter().chain(polls) {
+    for (s, poll) in references.chain(polls) {
         if stopped() {
             break;
         }
@@ -389,13 +417,17 @@ mod tests {
     #[test]
     fn the_evaluate_plan_counts_its_runs_and_samples_inside_each_run() {
         let tiny = StudyPlan::for_evaluate(true, 40_000_000);
-        assert_eq!(tiny.strategies.len(), 5);
+        assert_eq!(tiny.strategies.len(), 9);
+        for peer in ["iopoll-hybrid", "pas", "dip", "half-mean", "hybrid", "smart-hybrid"] {
+            assert!(tiny.strategies.iter().any(|s| s.name() == peer), "{peer} is in the study");
+        }
         assert!(tiny.poll.sampling_ns <= 10_000_000);
-        // 1 target x 2 loads x 5 strategies + 2 intervals + block and spin + 2 ops x 5 merges.
-        assert_eq!(tiny.runs(), 10 + 2 + 2 + 10);
+        // 1 target x 2 loads x 9 strategies + 2 intervals + block, spin, dip and hybrid on the
+        // poll_cost device + 2 ops x 5 merges.
+        assert_eq!(tiny.runs(), 18 + 2 + 4 + 10);
         assert_eq!(tiny.merge_threads, 4);
         let full = StudyPlan::for_evaluate(false, 1_000_000_000);
-        assert_eq!(full.runs(), 20 + 7 + 2 + 10);
+        assert_eq!(full.runs(), 36 + 7 + 4 + 10);
         assert!(full.sweep_target.contains("poll_cost=200ns"));
     }
 }

@@ -165,13 +165,81 @@ pub fn measure_host_wait_cost(
     if block.is_empty() || spin.is_empty() {
         return Err(Error::new(ErrorKind::Io, "emu:nvram completed no I/O while measuring the host's wait cost"));
     }
+    let (spin_harmless_service_ns_max, beside_crunchers) = measure_beside_crunchers(monitor, stop)?;
     Ok(HostWaitCost {
         version: HostWaitCost::VERSION,
         block_cpu_ns: median(&mut block).max(1.0),
         spin_overhead_ns: median(&mut spin).max(0.0),
         switch_ns: host_switch_ns(host_profile),
-        source: "measured: median CPU per 4 KiB read of three block and spin turns on emu:nvram".into(),
+        spin_harmless_service_ns_max,
+        beside_crunchers,
+        source: "measured: median CPU per 4 KiB read of three block and spin turns on emu:nvram; spin against block beside one cruncher per CPU on emulated devices of 5-80 us, round by round".into(),
     })
+}
+
+/// Device times at which spinning is weighed against blocking beside the crunchers.
+pub const HARM_SERVICE_US: [u64; 5] = [5, 10, 20, 40, 80];
+/// Rounds per device time (each runs block and spin once, in a balanced order).
+pub const HARM_ROUNDS: usize = 6;
+/// One turn's time.
+pub const HARM_TURN_NS: u64 = 40_000_000;
+/// The crunchers keep at least this share of their work beside the spinner: harmless.
+pub const HARM_CORUNNER_KEPT: f64 = 0.97;
+
+/// What a blocking wait costs everyone, measured by its outcome: one cruncher per CPU runs
+/// while an I/O thread reads 4 KiB from an emulated device, spinning or blocking in
+/// interleaved rounds, at device times from 5 us up. At each time: does the spinner do at
+/// least as much I/O while the crunchers keep >= 0.97 of the work they do beside the
+/// blocker (geometric means of the per-round ratios)? The bound is the longest time at
+/// which, and at every shorter one, it does; the walk stops at the first that fails.
+/// This is what the waiting thread's CPU clock cannot show: on one host a blocking wait
+/// burnt 9.7 us of its thread's CPU, yet spinning on a 10 us device cost the crunchers
+/// nothing; on another it burnt 23.5 us and spinning on the same device cost them 4.5%.
+pub fn measure_beside_crunchers(
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+) -> Result<(Option<f64>, Vec<profile::HarmPoint>), Error> {
+    use smartcon_util::stats::PairedRatio;
+    let load = smartcon_workloads::load::CpuLoad::start(profile::online_cpus().max(1))?;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let strategies = [Strategy::Block, Strategy::Spin];
+    let mut points = Vec::new();
+    let mut bound = None;
+    for &us in &HARM_SERVICE_US {
+        let t =
+            target::open(&target::parse_target(&format!("emu:nvram,lat={us}us,size=16m"))?, OpenOptions::default())?;
+        let p = Profile::paper_default(&t.device_id());
+        let (mut iops, mut work): ([Vec<f64>; 2], [Vec<f64>; 2]) = Default::default();
+        for round in 0..HARM_ROUNDS {
+            for i in turn_order(strategies.len(), round) {
+                if stop.load(Ordering::Relaxed) {
+                    return Err(interrupted());
+                }
+                let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(strategies[i]));
+                js.duration_ns = HARM_TURN_NS;
+                js.warmup_ios = TURN_WARMUP_IOS;
+                js.seed = 1 + round as u64;
+                let before = load.snapshot();
+                let r = run_job(t.as_ref(), &js, &p, monitor, stop)?;
+                iops[i].push(r.iops);
+                work[i].push(before.delta_to(&load.snapshot()).work_per_s);
+            }
+        }
+        let (Some(r), Some(k)) = (PairedRatio::of(&iops[1], &iops[0]), PairedRatio::of(&work[1], &work[0])) else {
+            break;
+        };
+        let service_ns = t.model_service_ns(Op::Read, 4096).unwrap_or(us * 1000) as f64;
+        points.push(profile::HarmPoint { service_ns, rounds: r.rounds, iops_ratio: r.gmean, corunner_ratio: k.gmean });
+        if r.gmean < 1.0 || k.gmean < HARM_CORUNNER_KEPT {
+            break;
+        }
+        bound = Some(service_ns);
+    }
+    // Measured, and harmful already at the shortest time: nothing is harmless.
+    if bound.is_none() && !points.is_empty() {
+        bound = Some(0.0);
+    }
+    Ok((bound, points))
 }
 
 /// The host's stored wait cost, else measured now and stored (a note says so).
@@ -219,7 +287,8 @@ pub fn probe_target(
         js.validate(target)?;
     }
     let (wakeup_ns, wakeup_source) = host_wakeup_ns(monitor, plan.host_profile.as_deref(), stop, progress)?;
-    // Emulated presets compare against it; measured once per host, before the device.
+    // Emulated presets compare against it (their spin bound comes from its co-runner
+    // comparison); measured once per host, before the device.
     ensure_host_wait_cost(monitor, plan.host_profile.as_deref(), stop, progress)?;
     let switch_ns = host_switch_ns(plan.host_profile.as_deref());
     let queue_steps = QUEUE_PROBE_BACKGROUND_MAX as usize * 2;
@@ -309,8 +378,20 @@ pub fn probe_target(
     if !plan.writes {
         notes.push("reads only: pass --destructive to also measure writes (overwrites the target's data)".into());
     }
-    let (mut profile, block_cpu_ns) =
-        conclude(device, &plan.sizes, latencies, wakeup_ns, switch_ns, plan.cpus.as_deref());
+    let (mut profile, block_cpu_ns) = conclude(
+        device,
+        &plan.sizes,
+        latencies,
+        wakeup_ns,
+        switch_ns,
+        // A probed device's bound stays with the CPU clocks: the co-runner comparison runs on
+        // emulated devices, whose service takes no host CPU, while a loop device's kernel
+        // worker or a disk's completion work competes with the spinner and the crunchers
+        // alike (one default run: the bound let loop0 spin 16 KiB reads beside the
+        // crunchers, which kept 0.816 of their work).
+        None,
+        plan.cpus.as_deref(),
+    );
     let done = (plan.sizes.len() * ops.len() * strategies.len() + queue_steps) as u64;
     check_threshold(target, plan, span, &ops, &mut profile, stop, done, progress)?;
     Ok(ProbeOutcome { profile, ios: ios_of, wakeup_source, block_cpu_ns, notes })
@@ -482,6 +563,7 @@ pub fn conclude(
     latencies: Vec<LatencyPoint>,
     wakeup_ns: f64,
     switch_ns: Option<f64>,
+    spin_cpu_ns_harmless_max: Option<f64>,
     cpus: Option<&[usize]>,
 ) -> (Profile, f64) {
     let queue_points = queue_points_of(&latencies);
@@ -505,6 +587,15 @@ pub fn conclude(
         .map(|p| p.lat_ns_mean)
         .fold(f64::INFINITY, f64::min);
     let wait_costs = profile::wait_costs_of(&latencies);
+    // Branch 4's bound per op, from what the host measured blocking to cost everyone when
+    // it did; else from the CPU clocks.
+    let spin_bound = |costs: &[profile::WaitCost]| match spin_cpu_ns_harmless_max {
+        Some(max_ns) => rules::spin_within_bytes_max(costs, max_ns),
+        None => rules::spin_cheaper_bytes_max(costs, switch_ns.unwrap_or(0.0)),
+    };
+    let of = |op: &str| wait_costs.iter().filter(|c| c.op == op).cloned().collect::<Vec<_>>();
+    let (reads, writes) = (of("read"), of("write"));
+    let reads = if reads.is_empty() { wait_costs.clone() } else { reads };
     let profile = Profile {
         version: PROFILE_VERSION,
         device,
@@ -515,7 +606,8 @@ pub fn conclude(
         queue_limit: if queue_points.is_empty() { 0 } else { rules::queue_limit(&queue_points) },
         wakeup_ns: Some(wakeup_ns),
         switch_ns,
-        spin_cheaper_bytes_max: rules::spin_cheaper_bytes_max(&wait_costs, switch_ns.unwrap_or(0.0)),
+        spin_cheaper_bytes_max: spin_bound(&reads),
+        spin_cheaper_write_bytes_max: (!writes.is_empty()).then(|| spin_bound(&writes)),
         wait_costs,
         io_cpus: Some(cpus.map_or_else(|| "any".to_string(), format_cpu_list)),
         latencies,
@@ -630,7 +722,7 @@ mod tests {
             lp("read", 65536, "spin", 49.9e3, 0),
             lp("read", 65536, "sync", 50e3, 0),
         ];
-        let (p, block_cpu_ns) = conclude("blk:test".into(), &[4096, 65536], l.clone(), 5e3, None, Some(&[1]));
+        let (p, block_cpu_ns) = conclude("blk:test".into(), &[4096, 65536], l.clone(), 5e3, None, None, Some(&[1]));
         assert_eq!(p.size_threshold_bytes, 65536);
         // CPU per I/O (lp's 50% share): block 10 us, spin 5 us at 4k; 25 us each at 64k.
         assert_eq!(p.wait_costs.len(), 2);
@@ -638,8 +730,12 @@ mod tests {
         assert_eq!(p.spin_cheaper_bytes_max, 65536, "spinning costs no more CPU at either size");
         assert_eq!(p.thresholds().spin_cheaper_bytes_max, 65536);
         // ctx's switch cost is recorded with the profile.
-        let (p2, _) = conclude("blk:test".into(), &[4096, 65536], l, 5e3, Some(2e3), None);
+        let (p2, _) = conclude("blk:test".into(), &[4096, 65536], l.clone(), 5e3, Some(2e3), None, None);
         assert_eq!(p2.switch_ns, Some(2e3));
+        // With the host's co-runner comparison, its bound decides instead of the CPU
+        // clocks: spinning that burns 6 us harms no one, so 4k spins and 64k (25 us) not.
+        let (p3, _) = conclude("blk:test".into(), &[4096, 65536], l, 5e3, None, Some(6e3), None);
+        assert_eq!(p3.spin_cheaper_bytes_max, 4096);
         assert_eq!(p.source, "probe");
         assert_eq!(p.io_cpus.as_deref(), Some("1"));
         assert_eq!(block_cpu_ns, 0.5 * 20e3);

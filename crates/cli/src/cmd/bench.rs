@@ -43,7 +43,9 @@ pub struct BenchArgs {
     /// Comma-separated ops.
     #[arg(long, value_delimiter = ',', value_parser = |s: &str| parse_op(s).map_err(|e| e.to_string()), default_value = "read,write")]
     pub ops: Vec<Op>,
-    /// Comma-separated strategies; block is always run as the baseline.
+    /// Comma-separated strategies; block is always run as the baseline. block, spin, sync,
+    /// smart, hybrid, smart-hybrid, dip, poll, half-mean, iopoll-hybrid, pas
+    /// (docs/hybrid.md).
     #[arg(long, value_delimiter = ',', value_parser = strategy_value, default_value = "block,spin,sync,smart")]
     pub strategies: Vec<StrategyChoice>,
     /// seq or rand.

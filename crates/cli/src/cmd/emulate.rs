@@ -3,15 +3,17 @@
 //! through the engine to measure how late real completions are. The logic lives in the
 //! smartcon-emulate crate; this file parses flags and prints.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use smartcon_emulate::replay::{run_virtual_with_faults, ClosedLoop, Workload};
-use smartcon_emulate::{fit_to_capacity, realtime, replay_result, scenario, trace, ReplayResult};
+use smartcon_emulate::realtime::{self, THREADS_MAX};
+use smartcon_emulate::replay::{replay_closed, replay_trace, ClosedLoop, Hooks, VirtualRun};
+use smartcon_emulate::trace::{TraceFormat, TraceOptions, TraceReader, REORDER_WINDOW_DEFAULT};
+use smartcon_emulate::{replay_result, scenario, ReplayResult};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::Pattern;
 
-use crate::common::emit_json;
+use crate::common::{emit_json, progress_bar};
 use crate::engine_setup::{engine_err, parse_duration_arg, parse_op, parse_pattern, parse_size_arg};
 
 #[derive(Args, Debug)]
@@ -22,7 +24,7 @@ pub struct EmulateArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum EmulateCommand {
-    /// Replay a trace (blkparse text, fio iolog v2/v3) or a closed-loop job on an emulated device.
+    /// Replay a trace (blkparse, fio iolog, MSR/Alibaba/Tencent CSV, gzip or not) or a closed-loop job on an emulated device.
     Replay(ReplayArgs),
     /// Run a program (default: tar and wc) on the device scaled by each factor, in virtual time.
     Sweep(SweepArgs),
@@ -62,9 +64,18 @@ pub struct ReplayArgs {
     /// emu:PRESET[,key=value...], e.g. emu:sdcard,channels=4,speedup=2 or emu:hdd,queue=sjf.
     #[arg(long)]
     pub device: String,
-    /// A trace file (open loop: arrivals at its timestamps). Without it, a closed-loop job.
+    /// A trace file, gzip or not, `-` for standard input (open loop: arrivals at its timestamps). Without it, a closed-loop job.
     #[arg(long)]
     pub trace: Option<std::path::PathBuf>,
+    /// The trace's format (default: detected from its first lines).
+    #[arg(long, value_parser = ["blkparse", "fio-iolog-v2", "fio-iolog-v3", "msr", "alibaba", "tencent"])]
+    pub format: Option<String>,
+    /// Replay only this device's I/Os: blkparse MAJ,MIN; fio the file; msr HOSTNAME_DISK; alibaba device_id; tencent VolumeID.
+    #[arg(long)]
+    pub device_filter: Option<String>,
+    /// I/Os held to put the trace in timestamp order (older ones are replayed late and counted).
+    #[arg(long, default_value_t = REORDER_WINDOW_DEFAULT)]
+    pub reorder_window: usize,
     /// Also replay the same arrivals in real time through the engine and report lateness.
     #[arg(long)]
     pub real_time: bool,
@@ -162,14 +173,69 @@ fn replay(args: ReplayArgs) -> Result<()> {
         "hybrid" => Strategy::Hybrid,
         other => bail!("--strategy {other:?}: real-time replay waits with block, spin or hybrid"),
     };
-    let (workload, label, closed) = match &args.trace {
+    let faults = match &args.faults {
+        Some(path) if args.real_time => {
+            bail!("--faults {}: real-time replay does not inject faults yet", path.display())
+        }
+        Some(path) => scenario::load(path).map_err(anyhow::Error::msg)?,
+        None => Default::default(),
+    };
+    if args.trace.is_none() && (args.format.is_some() || args.device_filter.is_some()) {
+        bail!("--format and --device-filter read a --trace");
+    }
+    // Progress: a bar on a terminal; in logs a line every few seconds.
+    let bar = progress_bar(if args.trace.is_none() { args.ios } else { 0 }, "replay");
+    let mut last_line = std::time::Instant::now();
+    let mut progress = |issued: u64| {
+        bar.set_position(issued);
+        if last_line.elapsed() >= std::time::Duration::from_secs(5) {
+            last_line = std::time::Instant::now();
+            bar.inc(0);
+        }
+    };
+    let hooks = || Hooks { on_complete: None, progress: None };
+    match &args.trace {
         Some(path) => {
-            let mut t = trace::load(path).map_err(|e| engine_err(e.into()))?;
-            let moved = fit_to_capacity(&mut t.ios, spec.capacity_bytes).map_err(engine_err)?;
-            if moved > 0 && !args.json {
-                eprintln!("smartcon: {moved} I/Os beyond the emulated capacity were folded into it");
+            let options = TraceOptions {
+                format: args.format.as_deref().and_then(TraceFormat::parse),
+                device_filter: args.device_filter.clone(),
+                reorder_window: args.reorder_window,
+                capacity_bytes: Some(spec.capacity_bytes),
+            };
+            let open = || TraceReader::open(path, options.clone()).map_err(|e| engine_err(e.into()));
+            let mut reader = open()?;
+            let label = format!("trace:{}:{}", reader.format().name(), path.display());
+            let with_progress = Hooks { progress: Some(&mut progress), ..hooks() };
+            let virt = replay_trace(&spec, reader.by_ref(), &faults, with_progress).map_err(usage)?;
+            bar.finish_and_clear();
+            let stats = reader.stats();
+            if !args.json {
+                if stats.folded > 0 {
+                    eprintln!("smartcon: {} I/Os beyond the emulated capacity were folded into it", stats.folded);
+                }
+                if stats.late > 0 {
+                    eprintln!(
+                        "smartcon: {} I/Os were older than the reorder window ({} I/Os) and replayed late",
+                        stats.late, args.reorder_window
+                    );
+                }
             }
-            (Workload::Trace(t.ios), format!("trace:{}:{}", t.format.name(), path.display()), None)
+            let real = if args.real_time {
+                if path.as_os_str() == "-" {
+                    bail!("--real-time reads the trace twice: give a file, not standard input");
+                }
+                let threads = (virt.outstanding_max + 1).min(THREADS_MAX);
+                let again = open()?;
+                Some(
+                    realtime::run_real_time(&spec, again, threads, virt.bytes_max, None, strategy, args.fifo)
+                        .map_err(engine_err)?,
+                )
+            } else {
+                None
+            };
+            let mut record = replay_result(&spec, label, &virt, real.as_ref());
+            record.trace = Some(stats);
+            output(&args, &record)
         }
         None => {
             let job = ClosedLoop {
@@ -189,36 +255,54 @@ fn replay(args: ReplayArgs) -> Result<()> {
                 job.qd,
                 job.think_ns
             );
-            let closed = Some((job.qd, job.think_ns));
-            (Workload::Closed(job), label, closed)
+            let with_progress = Hooks { progress: Some(&mut progress), ..hooks() };
+            let virt: VirtualRun = replay_closed(&spec, &job, &faults, with_progress).map_err(usage)?;
+            bar.finish_and_clear();
+            let real = if args.real_time {
+                let ios = job.trace_ios(spec.capacity_bytes);
+                let threads = u64::from(job.qd).min(job.ios);
+                Some(
+                    realtime::run_real_time(
+                        &spec,
+                        ios,
+                        threads,
+                        job.bs_bytes,
+                        Some((job.qd, job.think_ns)),
+                        strategy,
+                        args.fifo,
+                    )
+                    .map_err(engine_err)?,
+                )
+            } else {
+                None
+            };
+            output(&args, &replay_result(&spec, label, &virt, real.as_ref()))
         }
-    };
-    let faults = match &args.faults {
-        Some(path) if args.real_time => {
-            bail!("--faults {}: real-time replay does not inject faults yet", path.display())
-        }
-        Some(path) => scenario::load(path).map_err(anyhow::Error::msg)?,
-        None => Default::default(),
-    };
-    let virt = run_virtual_with_faults(&spec, &workload, args.real_time, &faults)
-        .map_err(anyhow::Error::msg)
-        .context("replay")?;
-    let real = if args.real_time {
-        Some(realtime::run_real_time(&spec, &virt, closed, strategy, args.fifo).map_err(engine_err)?)
-    } else {
-        None
-    };
-    let record = replay_result(&spec, label, &virt, real.as_ref());
+    }
+}
+
+/// A replay's error (a bad trace line, a bad job): one line, exit status 2.
+fn usage(message: String) -> anyhow::Error {
+    anyhow::anyhow!("replay: {message}")
+}
+
+fn output(args: &ReplayArgs, record: &ReplayResult) -> Result<()> {
     if args.json {
-        emit_json(&record)
+        emit_json(record)
     } else {
-        print_human(&record);
+        print_human(record);
         Ok(())
     }
 }
 
 fn print_human(r: &ReplayResult) {
     println!("{} on {}: {} I/Os", r.workload, r.device, r.ios);
+    if let Some(t) = &r.trace {
+        println!(
+            "  trace: {} lines, {} skipped, {} other devices, {} replayed late, {} folded",
+            t.lines, t.skipped, t.filtered, t.late, t.folded
+        );
+    }
     println!(
         "  virtual time: mean {}  p50 {}  p99 {}  max {}",
         format_ns(r.lat_ns_mean),

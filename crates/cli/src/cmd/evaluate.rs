@@ -13,9 +13,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use smartcon_engine::job::StrategyChoice;
 use smartcon_engine::placement::Placement;
+use smartcon_engine::profile::HostWaitCost;
 use smartcon_report::evaluate::{headline, profile_row, summary_md, write_plots, Header};
-use smartcon_study::evaluate::judge;
 use smartcon_study::evaluate::plan::{self, Plan, PlanOptions, Preset};
+use smartcon_study::evaluate::{host, judge};
 use smartcon_study::evaluate::{loadavg, run, Cell, Load, MachineRecord, ProfileRecord, Workload};
 use smartcon_study::polling::{Study, StudyPlan};
 
@@ -83,8 +84,10 @@ pub struct EvaluateArgs {
     /// scheduler decides), or a CPU list. See docs/evaluate.md for why it is pinned.
     #[arg(long, default_value = "irq", value_parser = placement_value)]
     pub io_cpus: Placement,
-    /// Skip the polling study (hybrid, fixed-interval and half-mean polling on emulated
-    /// devices, and the poll-interval sweep; about 10 s).
+    /// Skip the polling study (block, spin, hybrid, dip, fixed-interval polling, smart-hybrid
+    /// and the peers' rules half-mean, iopoll-hybrid and pas on emulated devices; dip and
+    /// hybrid against the poll-interval sweep on a device whose polls cost channel time;
+    /// about 20 s).
     #[arg(long)]
     pub skip_polling: bool,
 }
@@ -156,6 +159,9 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     };
     monitor.stop();
     let infos: Vec<_> = session.opened.iter().map(|o| o.info()).collect();
+    let overshoots = smartcon_engine::clock::sleep_overshoots_ns(host::SLEEP_ASKED_NS, host::SLEEP_COUNT);
+    let host_record = host::HostRecord::of(&cells, &infos, HostWaitCost::stored().as_ref(), &overshoots);
+    line(&mut jsonl, &host_record)?;
     let criteria = judge::criteria(&cells, &infos);
     for c in &criteria {
         line(&mut jsonl, c)?;
@@ -168,6 +174,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         secs: started.elapsed().as_secs_f64(),
         notes: &session.notes,
         interrupted: interrupted(),
+        host: &host_record,
     };
     let mut summary = summary_md(&header, &plan, &profiles, &cells, &criteria);
     let mut plots = write_plots(&args.out, &plan, &cells)?;
@@ -179,6 +186,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     smartcon_report::html::write_report_html(&args.out, "smartcon evaluate")?;
     drop(session);
     println!("{}", headline(&cells, &criteria));
+    println!("{}", host_record.text());
     let secs = started.elapsed().as_secs_f64();
     println!("report: {} (report.html, results.jsonl, summary.md, {plots} plots) in {secs:.0} s", args.out.display());
     if interrupted() {
@@ -187,7 +195,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     Ok(())
 }
 
-/// The polling study (hybrid, fixed-interval and half-mean polling on emulated devices).
+/// The polling study (smartcon's polling strategies and the peers' rules on emulated devices).
 fn polling_study(
     args: &EvaluateArgs,
     plan: &Plan,

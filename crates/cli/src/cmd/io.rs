@@ -27,7 +27,9 @@ pub struct IoArgs {
     /// The region used, from offset 0 (default: the whole target).
     #[arg(long, value_parser = size_value)]
     pub span: Option<u64>,
-    /// block, spin, sync, smart, hybrid, smart-hybrid, poll (fixed interval) or half-mean.
+    /// block, spin, sync, smart, hybrid, smart-hybrid, dip (the paper's wait without polling),
+    /// poll (fixed interval), or a peer's rule: half-mean (Linux's removed hybrid polling),
+    /// iopoll-hybrid (Linux 6.13's hybrid IOPOLL), pas (DPAS). See docs/hybrid.md.
     #[arg(long, default_value = "smart", value_parser = strategy_value)]
     pub strategy: StrategyChoice,
     /// I/O threads, each with one request in flight.

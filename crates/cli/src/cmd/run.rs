@@ -54,6 +54,25 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+/// The exit status of `run --emulate` when the program exited 0 but part of its I/O to the
+/// image went around the model (or none of it reached the model).
+pub const EXIT_AROUND_MODEL: i32 = 3;
+
+/// "io_uring 1 ring(s) set up, libaio 8 request(s)" from a count by kind.
+fn describe(by_kind: &BTreeMap<String, u64>) -> String {
+    by_kind
+        .iter()
+        .map(|(k, n)| match k.as_str() {
+            "io_uring" => format!("io_uring: {n} ring(s) set up"),
+            "libaio" => format!("libaio: {n} request(s)"),
+            "mmap" => format!("mmap: {n} file map(s)"),
+            "raw_syscall" => format!("{n} read/write call(s) made with syscall(2)"),
+            other => format!("{other}: {n}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// libsmartcon.so beside this binary, as cargo builds it.
 pub(crate) fn library() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot find the smartcon binary's path")?;
@@ -131,6 +150,14 @@ pub fn run(args: RunArgs) -> Result<()> {
     let _ = std::fs::remove_file(&emu_tmp);
     let _ = std::fs::remove_file(&stats_tmp);
     let skip = unloadable(&exe);
+    if let Some((spec, path)) = &emulate {
+        if let Some(why) = &skip {
+            bail!("--emulate: {} cannot be emulated: {why}", program.display());
+        }
+        if sweep::prepare_image(spec, path).map_err(|e| anyhow::anyhow!(e.message))? {
+            eprintln!("smartcon: note: created {} (sparse, {spec}'s capacity)", path.display());
+        }
+    }
     if let Some(why) = &skip {
         eprintln!("smartcon: note: {} runs untouched: {why}", program.display());
     } else {
@@ -179,26 +206,64 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
     }
     let (ios, p50, p99) = (sum("ios"), hist.value_at_quantile(0.5), hist.value_at_quantile(0.99));
+    let (passed_by, not_taken) = (by("passed_through_by"), by("not_taken"));
     for n in &notes {
         eprintln!("smartcon: note: {n}");
     }
     let list = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");
     let us = |ns: u64| format!("{:.1} us", ns as f64 / 1000.0);
+    let hipri = sum("hipri");
     eprintln!(
-        "smartcon run: {ios} I/Os taken in {} process(es) with {} ({}; {}), p50 {}, p99 {}; {} calls passed through{}",
+        "smartcon run: {ios} I/Os taken in {} process(es) with {} ({}; {}), p50 {}, p99 {}{}; {} calls passed through{}{}",
         images.len(),
         args.strategy,
         if by_strategy.is_empty() { "none".into() } else { list(&by_strategy) },
         if by_reason.is_empty() { "no decisions".into() } else { list(&by_reason) },
         us(p50),
         us(p99),
+        if hipri > 0 { format!(", {hipri} asked to be polled (RWF_HIPRI)") } else { String::new() },
         sum("passed_through"),
+        if passed_by.is_empty() { String::new() } else { format!(" ({})", list(&passed_by)) },
         if skip.is_some() || !images.is_empty() { "" } else { "; no process loaded the library" }
     );
-    if let Some((spec, _)) = &emulate {
-        eprintln!("smartcon run: {}", sweep::summary(spec, args.virtual_time, &emu_tmp));
+    if !not_taken.is_empty() {
+        eprintln!(
+            "smartcon run: warning: not taken: {}; that I/O went to the kernel without smartcon's decision (io_uring, memory maps and raw system calls cannot be interposed; libaio is served only on an --emulate image)",
+            describe(&not_taken)
+        );
     }
-    let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let mut bypassed_model = false;
+    let emu_totals = emulate.as_ref().map(|(spec, path)| {
+        let (line, t) = sweep::summary(spec, args.virtual_time, &emu_tmp);
+        eprintln!("smartcon run: {line}");
+        let image = path.display();
+        let served = t.reads + t.writes;
+        if !t.around_model.is_empty() {
+            bypassed_model = true;
+            eprintln!(
+                "smartcon run: error: part of {}'s I/O to {image} went around the emulated device ({}): its timing is the host's, not {spec}'s. Use read/write/pread/pwrite/preadv(2) or libaio on the image (fio: psync, pvsync, pvsync2, libaio), or `smartcon emulate mount` for a device any I/O path reaches, or the co-simulator for a whole OS",
+                program.display(),
+                describe(&t.around_model)
+            );
+        } else if t.image_opens > 0 && served == 0 {
+            bypassed_model = true;
+            eprintln!(
+                "smartcon run: error: {} opened {image} {} time(s) but no read or write of it was served by {spec}",
+                program.display(),
+                t.image_opens
+            );
+        } else if t.image_opens == 0 && served == 0 {
+            eprintln!(
+                "smartcon run: warning: {} never opened {image}: nothing was emulated (is the path the program uses the same file?)",
+                program.display()
+            );
+        }
+        t
+    });
+    let program_exit = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    // A program that succeeded while its I/O to the image went around the model did not
+    // measure what was asked: not a success.
+    let exit_code = if program_exit == 0 && bypassed_model { EXIT_AROUND_MODEL } else { program_exit };
     if let Some(path) = &args.stats {
         let record = json!({
             "type": "run_result", "command": args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
@@ -206,8 +271,13 @@ pub fn run(args: RunArgs) -> Result<()> {
             "io_cpus": cpus.map(|c| smartcon_engine::placement::format_cpu_list(&c)), "preloaded": skip.is_none(),
             "exit_code": exit_code, "duration_ns": duration_ns, "processes": images.len(), "ios": ios,
             "bytes": sum("bytes"), "by_strategy": by_strategy, "by_reason": by_reason,
-            "passed_through": sum("passed_through"), "lat_ns_p50": p50, "lat_ns_p99": p99, "lat_ns_max": hist.max(),
-            "notes": notes,
+            "passed_through": sum("passed_through"), "passed_through_by": passed_by, "not_taken": not_taken,
+            "hipri": hipri, "lat_ns_p50": p50, "lat_ns_p99": p99, "lat_ns_max": hist.max(),
+            "notes": notes, "program_exit_code": program_exit,
+            "emulated": emu_totals.as_ref().map(|t| json!({
+                "reads": t.reads, "writes": t.writes, "bytes": t.bytes, "image_opens": t.image_opens,
+                "around_model": t.around_model,
+            })),
         });
         let open = std::fs::OpenOptions::new().append(true).create(true).open(path);
         let mut f = open.with_context(|| format!("cannot write {}", path.display()))?;

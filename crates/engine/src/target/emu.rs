@@ -10,8 +10,9 @@
 //!   context switch of this host;
 //! - `spin`: the thread polls the device's status ("now >= completion") back to back with
 //!   a pause hint; past the spin budget it sleeps on the timer instead;
-//! - `hybrid`, `poll`, `half-mean` (crate::wait): the policy polls at the instants it
-//!   chooses and sleeps with clock_nanosleep in between;
+//! - `hybrid`, `dip`, `poll`, `half-mean`, `iopoll-hybrid`, `pas` (crate::wait): the policy
+//!   polls at the instants it chooses and sleeps with clock_nanosleep in between; a policy
+//!   that blocks (`pas` in its interrupt mode) waits as `block` does, on the ring's timer;
 //! - `sync`: programmed I/O. The caller does the device's work inline, as a PIO driver or a
 //!   DAX copy would: it moves the data and stays busy for the device time, with no queue,
 //!   no ring and no timer. It differs from `spin` in what it skips (submission through the
@@ -283,6 +284,36 @@ impl Status for EmuStatus<'_> {
     }
 }
 
+/// A request in service with the port's ring, for policies that also block: their
+/// blocking wait is `block`'s (the ring's timer at the completion instant).
+struct EmuRingStatus<'s, 'a> {
+    status: &'s mut EmuStatus<'a>,
+    ring: &'s mut Ring,
+}
+
+impl Status for EmuRingStatus<'_, '_> {
+    fn now_ns(&self) -> u64 {
+        self.status.now_ns()
+    }
+
+    fn poll(&mut self) -> Result<bool, Error> {
+        self.status.poll()
+    }
+
+    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        self.status.sleep_until(at_ns)
+    }
+
+    fn spin_until(&mut self, at_ns: u64) {
+        self.status.spin_until(at_ns)
+    }
+
+    fn block(&mut self) -> Result<(), Error> {
+        let ring = &mut *self.ring;
+        wait_in_slices(self.status.submit_ns, self.status.done_ns, |t| ring.sleep_until(t))
+    }
+}
+
 struct EmuPort<'a> {
     target: &'a EmuTarget,
     ring: Ring,
@@ -326,6 +357,8 @@ impl Target for EmuTarget {
         let host = HostWaitCost::stored();
         let wait_costs = model_wait_costs(&self.spec, host.as_ref());
         let switch_ns = host.as_ref().and_then(|h| h.switch_ns);
+        let (spin_cheaper_bytes_max, spin_cheaper_write_bytes_max) =
+            rules::spin_cheaper_by_op(&wait_costs, host.as_ref());
         Some(Profile {
             version: PROFILE_VERSION,
             device: self.device_id(),
@@ -338,7 +371,8 @@ impl Target for EmuTarget {
             queue_limit: self.spec.model.channels.saturating_sub(1),
             wakeup_ns: Some(ASSUMED_WAKEUP_NS),
             switch_ns,
-            spin_cheaper_bytes_max: rules::spin_cheaper_bytes_max(&wait_costs, switch_ns.unwrap_or(0.0)),
+            spin_cheaper_bytes_max,
+            spin_cheaper_write_bytes_max,
             wait_costs,
             io_cpus: None,
             latencies: Vec::new(),
@@ -383,7 +417,8 @@ impl Port for EmuPort<'_> {
             })?,
             PortWait::Poll { policy, ahead } => {
                 let req = Pending { op, bytes: bytes as u64, ahead, submit_ns: arrival };
-                outcome.polled = Some(policy.wait(&req, &mut status)?);
+                let mut with_ring = EmuRingStatus { status: &mut status, ring };
+                outcome.polled = Some(policy.wait(&req, &mut with_ring)?);
             }
         }
         if status.failed {
@@ -413,6 +448,8 @@ mod tests {
             block_cpu_ns: 19_000.0,
             spin_overhead_ns: 500.0,
             switch_ns: None,
+            spin_harmless_service_ns_max: None,
+            beside_crunchers: Vec::new(),
             source: "test".into(),
         };
         // A 10 us device costs less CPU spinning than blocking at small sizes, whatever op.
@@ -427,5 +464,39 @@ mod tests {
         // The rule is monotone in the host's block cost: a dearer wake-up spins at more sizes.
         let dear = HostWaitCost { block_cpu_ns: 60_000.0, ..kvm.clone() };
         assert!(cheap("emu:optane", Some(&dear)) > optane);
+    }
+
+    #[test]
+    fn a_measured_harmless_device_time_overrides_the_cpu_clocks() {
+        let spec = smartcon_devemu::preset::parse_spec("emu:optane").unwrap();
+        // A host whose blocking wait burns little of its own thread's CPU (9.7 us, less
+        // than optane's 10 us), yet spinning on 10-20 us devices cost the crunchers nothing.
+        let cheap_block = HostWaitCost {
+            version: HostWaitCost::VERSION,
+            block_cpu_ns: 9_700.0,
+            spin_overhead_ns: 300.0,
+            switch_ns: None,
+            spin_harmless_service_ns_max: None,
+            beside_crunchers: Vec::new(),
+            source: "test".into(),
+        };
+        let costs = model_wait_costs(&spec, Some(&cheap_block));
+        assert_eq!(rules::spin_cheaper_bytes_max_on(&costs, Some(&cheap_block)), 0, "CPU clocks alone: never");
+        let measured = HostWaitCost { spin_harmless_service_ns_max: Some(20_000.0), ..cheap_block.clone() };
+        let bound = rules::spin_cheaper_bytes_max_on(&costs, Some(&measured));
+        assert!(bound >= 4096, "spinning harmed no one up to 20 us: {bound}");
+        // Per op: an NVMe-like device whose writes take 20 us and reads 80 us spins its
+        // small writes on such a host, and not its reads.
+        let nvme = smartcon_devemu::preset::parse_spec("emu:nvme").unwrap();
+        let host40 = HostWaitCost { spin_harmless_service_ns_max: Some(40_000.0), ..cheap_block.clone() };
+        let (reads, writes) = rules::spin_cheaper_by_op(&model_wait_costs(&nvme, Some(&host40)), Some(&host40));
+        assert_eq!(reads, 0);
+        assert!(writes.is_some_and(|w| w >= 4096), "{writes:?}");
+        // A measurement that found no harmless time does not cut what the CPU clocks allow
+        // (the measurement is noisy from run to run): a dear blocking wait still spins.
+        let harmful = HostWaitCost { block_cpu_ns: 40_000.0, spin_harmless_service_ns_max: Some(0.0), ..cheap_block };
+        let clocks = rules::spin_cheaper_bytes_max(&model_wait_costs(&spec, Some(&harmful)), 0.0);
+        assert!(clocks >= 4096);
+        assert_eq!(rules::spin_cheaper_bytes_max_on(&model_wait_costs(&spec, Some(&harmful)), Some(&harmful)), clocks);
     }
 }

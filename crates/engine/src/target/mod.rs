@@ -203,7 +203,12 @@ impl<'p> PortWait<'p> {
             Strategy::Block => Some(PortWait::Block),
             Strategy::Spin => Some(PortWait::Spin { budget_ns: spin_budget_ns }),
             Strategy::Sync => Some(PortWait::Sync),
-            Strategy::Hybrid | Strategy::FixedPoll | Strategy::HalfMean => None,
+            Strategy::Hybrid
+            | Strategy::FixedPoll
+            | Strategy::HalfMean
+            | Strategy::IopollHybrid
+            | Strategy::Pas
+            | Strategy::Dip => None,
         }
     }
 }

@@ -9,20 +9,36 @@
 //!   additions: a sampling phase of fixed-interval polls, then sleep (or wait without
 //!   polling) until the predicted completion minus this host's measured wake-up overshoot,
 //!   then poll every `alpha`, correcting the prediction both ways ([`predictor`]);
+//! - [`dip::Dip`] (`dip`): the paper's own wait: the same sampling and prediction, then a
+//!   busy delay on the clock (no sleep, no poll) until the predicted completion, then
+//!   polls every `alpha`;
 //! - [`halfmean::HalfMean`] (`half-mean`): Linux's removed blk-mq hybrid polling, which
 //!   slept half the mean completion time of the request's size bucket, then polled
-//!   continuously.
+//!   continuously;
+//! - [`iopoll::IopollHybrid`] (`iopoll-hybrid`): Linux 6.13's hybrid IOPOLL, one sleep of
+//!   half the ring's minimum completion time, then continuous polls, the minimum updated
+//!   after each poll;
+//! - [`pas::Pas`] (`pas`): DPAS (FAST '26), a per-class sleep adjusted every I/O from
+//!   whether the first poll after waking found the request done, and a per-thread switch
+//!   over polling, PAS and interrupts re-evaluated every 100 I/Os.
+//!
+//! The last two are the published adaptive rules of other systems, in-kernel there; they
+//! are here so they run in the same jobs as smartcon's own (peers, not improvements).
 //!
 //! A policy sees the device only through [`Status`]: a poll, a sleep, a wait without
-//! touching the device, and the clock. Ports implement it on real time (emulated devices
-//! charge each poll to the device's channel; files poll io_uring's completion queue); tests
-//! implement it on virtual time, so every policy runs deterministically there.
+//! touching the device, a blocking wait for the completion, and the clock. Ports implement
+//! it on real time (emulated devices charge each poll to the device's channel; files poll
+//! io_uring's completion queue); tests implement it on virtual time, so every policy runs
+//! deterministically there.
 //!
 //! Non-goals: more than one request in flight per thread (the callers are synchronous).
 
+pub mod dip;
 pub mod fixed;
 pub mod halfmean;
 pub mod hybrid;
+pub mod iopoll;
+pub mod pas;
 pub mod predictor;
 
 use smartcon_devemu::units::format_ns;
@@ -45,6 +61,15 @@ pub trait Status {
     fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error>;
     /// Busy-waits until `at_ns` without touching the device (reading the clock only).
     fn spin_until(&mut self, at_ns: u64);
+    /// Sleeps until the device's completion wakes the thread (an interrupt: `block`'s
+    /// wait). Returns once the request is done. A device that cannot wake a thread is
+    /// polled back to back instead (the default).
+    fn block(&mut self) -> Result<(), Error> {
+        while !self.poll()? {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
 }
 
 /// The request being waited for.
@@ -144,6 +169,9 @@ pub fn policy_for(strategy: Strategy, params: PollParams, start_ns: u64) -> Opti
         Strategy::FixedPoll => Some(Box::new(fixed::FixedInterval::new(params.interval_ns))),
         Strategy::Hybrid => Some(Box::new(hybrid::Hybrid::new(params, start_ns))),
         Strategy::HalfMean => Some(Box::new(halfmean::HalfMean::new(start_ns))),
+        Strategy::IopollHybrid => Some(Box::new(iopoll::IopollHybrid::new())),
+        Strategy::Pas => Some(Box::new(pas::Pas::new(crate::profile::online_cpus()))),
+        Strategy::Dip => Some(Box::new(dip::Dip::new(params, start_ns))),
         Strategy::Block | Strategy::Spin | Strategy::Sync => None,
     }
 }
@@ -171,9 +199,10 @@ pub(crate) mod virt {
     use super::Status;
     use crate::error::Error;
 
-    /// Completes at `done_ns`; a sleep wakes `overshoot_ns` late; a poll costs `poll_ns`
-    /// of the thread's time and, while the request is in service, delays it by
-    /// `poll_cost_ns` (the channel is the paper's PCIe link).
+    /// Completes at `done_ns`; a sleep (or a block) wakes `overshoot_ns` late; a poll costs
+    /// `poll_ns` of the thread's time and, while the request is in service, delays it by
+    /// `poll_cost_ns` (the channel is the paper's PCIe link), at most half the time since
+    /// the last poll (the channel's arbiter, as on emulated devices).
     pub struct VirtualDevice {
         pub now_ns: u64,
         pub done_ns: u64,
@@ -181,12 +210,27 @@ pub(crate) mod virt {
         pub poll_ns: u64,
         pub poll_cost_ns: u64,
         pub polls: u32,
+        /// The instant of every poll.
+        pub poll_at_ns: Vec<u64>,
         pub slept_ns: u64,
+        pub blocks: u32,
+        last_poll_ns: u64,
     }
 
     impl VirtualDevice {
         pub fn new(now_ns: u64, done_ns: u64, overshoot_ns: u64) -> Self {
-            VirtualDevice { now_ns, done_ns, overshoot_ns, poll_ns: 20, poll_cost_ns: 0, polls: 0, slept_ns: 0 }
+            VirtualDevice {
+                now_ns,
+                done_ns,
+                overshoot_ns,
+                poll_ns: 20,
+                poll_cost_ns: 0,
+                polls: 0,
+                poll_at_ns: Vec::new(),
+                slept_ns: 0,
+                blocks: 0,
+                last_poll_ns: now_ns,
+            }
         }
     }
 
@@ -196,10 +240,12 @@ pub(crate) mod virt {
         }
         fn poll(&mut self) -> Result<bool, Error> {
             self.polls += 1;
+            self.poll_at_ns.push(self.now_ns);
             let done = self.now_ns >= self.done_ns;
             if !done {
-                self.done_ns += self.poll_cost_ns;
+                self.done_ns += self.poll_cost_ns.min((self.now_ns - self.last_poll_ns) / 2);
             }
+            self.last_poll_ns = self.now_ns;
             self.now_ns += self.poll_ns;
             Ok(done)
         }
@@ -211,6 +257,13 @@ pub(crate) mod virt {
         }
         fn spin_until(&mut self, at_ns: u64) {
             self.now_ns = self.now_ns.max(at_ns);
+        }
+        fn block(&mut self) -> Result<(), Error> {
+            self.blocks += 1;
+            let wake = self.now_ns.max(self.done_ns) + self.overshoot_ns;
+            self.slept_ns += wake - self.now_ns;
+            self.now_ns = wake;
+            Ok(())
         }
     }
 }

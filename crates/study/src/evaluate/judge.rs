@@ -68,13 +68,21 @@ pub fn main_reason(c: &Cell) -> String {
 }
 
 /// The Pareto criterion's bounds: a fixed strategy beats smart in a cell when it gives at
-/// least this much more of the figure of merit...
+/// least this much more of the figure of merit (the geometric mean of the per-round
+/// ratios, with the lower end of its 90% interval above 1)...
 pub const PARETO_PERF_GAIN: f64 = 0.05;
-/// ...while the co-runner keeps at least this share of the work it does beside smart,
+/// ...while the co-runner keeps at least this share of the work it does beside smart
+/// (the geometric mean of the per-round ratios),
 pub const PARETO_CORUNNER_KEPT: f64 = 0.97;
-/// or the same figure of merit (within [`PARETO_PERF_GAIN`]) with at least this much more
-/// co-runner work.
+/// or nearly the same figure of merit (at least [`PARETO_PERF_SAME`]) with at least this
+/// much more co-runner work (lower end of its interval above 1).
 pub const PARETO_CORUNNER_GAIN: f64 = 0.03;
+/// "Nearly the same figure of merit": the geometric mean of the per-round ratios.
+pub const PARETO_PERF_SAME: f64 = 0.98;
+/// bm-only: the faster strategy may spend at most this many more points of one CPU,
+pub const PARETO_CPU_PCT_MORE_MAX: f64 = 5.0;
+/// or one with nearly the same IOPS at least this many points less.
+pub const PARETO_CPU_PCT_LESS_MIN: f64 = 20.0;
 
 const FIXED: [StrategyChoice; 3] = [BLOCK, SPIN, StrategyChoice::Fixed(Strategy::Sync)];
 
@@ -87,25 +95,30 @@ pub struct LostCell {
     pub target: String,
     /// The fixed strategy that dominates (the one with the most IOPS among those that do).
     pub better: Strategy,
-    /// Its figure of merit over smart's.
+    /// Its figure of merit over smart's: the geometric mean of the per-round ratios.
     pub perf_ratio: f64,
-    /// The co-runner's work beside it over beside smart (loads with a co-runner).
+    /// The 90% interval of `perf_ratio` from the rounds (both ends equal with one round).
+    pub perf_ratio_interval: [f64; 2],
+    /// Rounds compared.
+    pub rounds: usize,
+    /// The co-runner's work beside it over beside smart, per round (loads with a co-runner).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub corunner_ratio: Option<f64>,
-    /// Its I/O threads' CPU less smart's, points of one CPU (bm-only).
+    /// Its I/O threads' CPU less smart's, mean over the rounds, points of one CPU (bm-only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_pct_more: Option<f64>,
-    /// The largest relative spread of the two strategies' turns on the axis that decided.
-    pub turn_spread: f64,
     /// The decision branch smart took most there, with its share.
     pub smart_reason: String,
 }
 
-/// The Pareto judgement of a run: how many cells were judged, and the lost ones.
+/// The Pareto judgement of a run: how many cells were judged, the lost ones (round by
+/// round), and how many the earlier whole-cell rule called lost, for comparison.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Pareto {
     pub judged: usize,
     pub lost: Vec<LostCell>,
+    /// Cells lost by [`dominates_whole_cell`] (the rule of earlier reports).
+    pub lost_whole_cell: usize,
 }
 
 /// How far turns of the same thing differ: (max - min) / median of the values; 0 with
@@ -124,47 +137,81 @@ pub fn turn_spread(values: &[f64]) -> f64 {
     }
 }
 
-/// Whether `fixed` dominates `smart` in their cell (see [`pareto`]); the lost cell if so.
+/// A cell's per-round figures on one axis; the whole cell's as one round if the record has
+/// no turns (a record of an older run, or a test's).
+fn rounds_of(c: &Cell, turn: impl Fn(&super::TurnFigures) -> Option<f64>, whole: Option<f64>) -> Vec<f64> {
+    if c.turns.is_empty() {
+        whole.into_iter().collect()
+    } else {
+        c.turns.iter().map(|t| turn(t).unwrap_or(0.0)).collect()
+    }
+}
+
+/// Whether `fixed` dominates `smart` in their cell, compared round by round (see
+/// [`pareto`]); the lost cell if so.
 pub fn dominates(smart: &Cell, fixed: &Cell) -> Option<LostCell> {
+    use smartcon_util::stats::PairedRatio;
+    let better = fixed_strategy(fixed).filter(|s| matches!(s, Strategy::Block | Strategy::Spin | Strategy::Sync))?;
+    let perf = |c: &Cell| rounds_of(c, |t| Some(t.perf), Some(c.perf()));
+    let r = PairedRatio::of(&perf(fixed), &perf(smart))?;
+    let lost = |corunner_ratio, cpu_pct_more| LostCell {
+        cell: cell_name(smart),
+        load: smart.load,
+        target: smart.result.target.clone(),
+        better,
+        perf_ratio: r.gmean,
+        perf_ratio_interval: [r.lo, r.hi],
+        rounds: r.rounds,
+        corunner_ratio,
+        cpu_pct_more,
+        smart_reason: main_reason(smart),
+    };
+    let faster = r.surely_at_least(1.0 + PARETO_PERF_GAIN);
+    let work = |c: &Cell| rounds_of(c, |t| t.corunner_work_per_s, c.corunner_rate());
+    match (smart.corunner_rate(), fixed.corunner_rate()) {
+        (Some(_), Some(_)) => {
+            let k = PairedRatio::of(&work(fixed), &work(smart))?;
+            let lost_here = (faster && k.gmean >= PARETO_CORUNNER_KEPT)
+                || (r.gmean >= PARETO_PERF_SAME && k.surely_at_least(1.0 + PARETO_CORUNNER_GAIN));
+            lost_here.then(|| lost(Some(k.gmean), None))
+        }
+        // No co-runner (bm-only): the IOPS axis and the CPU the I/O threads spent, both
+        // compared within a round.
+        (None, None) if smart.load == Load::BmOnly => {
+            let cpu = |c: &Cell| rounds_of(c, |t| Some(t.cpu_pct), Some(c.cpu_pct()));
+            let diffs: Vec<f64> = cpu(fixed).iter().zip(cpu(smart)).map(|(f, s)| f - s).collect();
+            let more = smartcon_util::stats::mean(&diffs)?;
+            let lost_here = (faster && more <= PARETO_CPU_PCT_MORE_MAX)
+                || (r.gmean >= PARETO_PERF_SAME && more <= -PARETO_CPU_PCT_LESS_MIN);
+            lost_here.then(|| lost(None, Some(more)))
+        }
+        _ => None,
+    }
+}
+
+/// The rule of earlier reports: whole cells against each other, a difference counted
+/// only beyond the larger of the two strategies' turn spreads. A swing that hits every
+/// strategy of a round alike widens that spread, so this rule forgives real losses; it is
+/// kept to show the difference beside the paired figure.
+pub fn dominates_whole_cell(smart: &Cell, fixed: &Cell) -> bool {
     let (ps, pf) = (smart.perf(), fixed.perf());
-    if ps <= 0.0 || pf <= 0.0 {
-        return None;
+    if ps <= 0.0 || pf <= 0.0 || fixed_strategy(fixed).is_none() {
+        return false;
     }
     let r = pf / ps;
     let perf_turns = |c: &Cell| c.turns.iter().map(|t| t.perf).collect::<Vec<f64>>();
     let perf_spread = turn_spread(&perf_turns(smart)).max(turn_spread(&perf_turns(fixed)));
     let faster = r >= 1.0 + PARETO_PERF_GAIN && r - 1.0 > perf_spread;
-    let better = fixed_strategy(fixed).filter(|s| matches!(s, Strategy::Block | Strategy::Spin | Strategy::Sync))?;
-    let lost = |corunner_ratio, cpu_pct_more, turn_spread| LostCell {
-        cell: cell_name(smart),
-        load: smart.load,
-        target: smart.result.target.clone(),
-        better,
-        perf_ratio: r,
-        corunner_ratio,
-        cpu_pct_more,
-        turn_spread,
-        smart_reason: main_reason(smart),
-    };
     match (smart.corunner_rate(), fixed.corunner_rate()) {
         (Some(ks), Some(kf)) if ks > 0.0 => {
             let k = kf / ks;
             let rate_turns = |c: &Cell| c.turns.iter().filter_map(|t| t.corunner_work_per_s).collect::<Vec<f64>>();
             let rate_spread = turn_spread(&rate_turns(smart)).max(turn_spread(&rate_turns(fixed)));
-            if faster && k >= PARETO_CORUNNER_KEPT {
-                Some(lost(Some(k), None, perf_spread))
-            } else if (r - 1.0).abs() <= PARETO_PERF_GAIN && k >= 1.0 + PARETO_CORUNNER_GAIN && k - 1.0 > rate_spread {
-                Some(lost(Some(k), None, rate_spread))
-            } else {
-                None
-            }
+            (faster && k >= PARETO_CORUNNER_KEPT)
+                || ((r - 1.0).abs() <= PARETO_PERF_GAIN && k >= 1.0 + PARETO_CORUNNER_GAIN && k - 1.0 > rate_spread)
         }
-        // No co-runner (bm-only): the IOPS axis and the CPU the I/O threads spent.
-        (None, None) if smart.load == Load::BmOnly => {
-            let more = fixed.cpu_pct() - smart.cpu_pct();
-            (faster && more <= 0.0).then(|| lost(None, Some(more), perf_spread))
-        }
-        _ => None,
+        (None, None) if smart.load == Load::BmOnly => faster && fixed.cpu_pct() - smart.cpu_pct() <= 0.0,
+        _ => false,
     }
 }
 
@@ -176,40 +223,52 @@ fn fixed_strategy(c: &Cell) -> Option<Strategy> {
 }
 
 /// smart against every fixed strategy (block, spin, sync) in every single-thread cell, on
-/// both axes. A cell is lost when a fixed strategy gives >= 5% more IOPS (transactions for
-/// postmark) while its co-runner keeps >= 97% of the work it does beside smart, or the
-/// same IOPS (within 5%) with >= 3% more co-runner work; in bm-only cells, which have no
-/// co-runner, when it gives >= 5% more IOPS at no more CPU of the I/O threads. A
-/// difference counts only beyond the spread of the cell's turns (the larger of the two
-/// strategies' (max - min) / median). Multi-thread cells are left out: their threads share
-/// the device queue, which the criterion's single-thread figures do not speak to.
+/// both axes, round by round: each round ran every strategy once in a balanced order, so
+/// round i of smart and of a fixed strategy shared the machine's state, and their ratio
+/// cancels what hit both. A cell is lost when a fixed strategy's figure of merit (IOPS;
+/// transactions for postmark) over smart's, the geometric mean of the per-round ratios,
+/// at least 1.05 with the lower end of its 90% interval above 1, while its co-runner keeps
+/// at least 97% of the work it does beside smart; or when it gives at least 98% of smart's
+/// figure with at least 3% more co-runner work (lower end above 1). In bm-only cells,
+/// which have no co-runner: the same IOPS test at no more than 5 points more CPU of the
+/// I/O threads, or at least 98% of smart's IOPS at 20 or more points less CPU. Multi-thread cells are left out:
+/// their threads share the device queue, which the criterion's single-thread figures do
+/// not speak to.
 pub fn pareto(cells: &[Cell]) -> Pareto {
     let mut judged = 0;
     let mut lost = Vec::new();
+    let mut lost_whole_cell = 0;
     for c in cells.iter().filter(|c| c.result.strategy == SMART && c.result.threads == 1) {
         let rivals: Vec<&Cell> = FIXED.iter().filter_map(|s| find(cells, c, *s)).collect();
         if rivals.is_empty() || c.perf() <= 0.0 {
             continue;
         }
         judged += 1;
+        if rivals.iter().any(|f| dominates_whole_cell(c, f)) {
+            lost_whole_cell += 1;
+        }
         if let Some(worst) =
             rivals.iter().filter_map(|f| dominates(c, f)).max_by(|a, b| a.perf_ratio.total_cmp(&b.perf_ratio))
         {
             lost.push(worst);
         }
     }
-    Pareto { judged, lost }
+    Pareto { judged, lost, lost_whole_cell }
 }
 
-/// One line for the report's head: how many single-thread cells smart is on the front in.
+/// One line for the report's head: how many single-thread cells smart is on the front in,
+/// round by round, with the earlier whole-cell figure beside it.
 pub fn pareto_headline(cells: &[Cell]) -> Option<String> {
     let p = pareto(cells);
+    let pct = |n: usize| n as f64 * 100.0 / p.judged.max(1) as f64;
     (p.judged > 0).then(|| {
         format!(
-            "smart on the Pareto front against block, spin and sync in {} of {} single-thread cells ({:.0}%; a cell is lost where a fixed strategy gives >= 5% more IOPS at no cost to the co-runner or the CPU, beyond the spread of the turns).",
+            "smart on the Pareto front against block, spin and sync in {} of {} single-thread cells ({:.0}%), compared round by round (a cell is lost where a fixed strategy gives >= 5% more IOPS, the lower end of the 90% interval of the per-round ratios above 1, at no cost to the co-runner or, in bm-only, at no more than 5 points more CPU; or the same IOPS at a clear gain on the other axis). By whole cells against the turns' spread, the rule of earlier reports: {} of {}.",
             p.judged - p.lost.len(),
             p.judged,
-            (p.judged - p.lost.len()) as f64 * 100.0 / p.judged as f64
+            pct(p.judged - p.lost.len()),
+            p.judged - p.lost_whole_cell,
+            p.judged
         )
     })
 }
@@ -401,19 +460,18 @@ pub struct CorunnerKept {
     pub cell: String,
     /// Work rate beside smart / beside block, over the whole cell.
     pub ratio: f64,
-    /// The rounds' ratios (each round runs every strategy once, in a balanced order, so a
-    /// round's two turns saw the same machine): their mean and its standard error.
-    pub paired_mean: f64,
-    pub paired_se: f64,
+    /// The same round by round (each round runs every strategy once, in a balanced order,
+    /// so a round's two turns saw the same machine): geometric mean and 90% interval.
+    pub paired: smartcon_util::stats::PairedRatio,
     pub smart_reason: String,
 }
 
 impl CorunnerKept {
-    /// Below `kept` beyond the turns' noise: the paired mean plus two standard errors is
-    /// under it (one-sided, about 97.5% confidence with normal noise). Without two rounds
-    /// there is no yardstick and the whole-cell ratio alone decides.
+    /// Below `kept` beyond the noise of the rounds: the whole cell's ratio is under it and
+    /// so is the upper end of the paired 90% interval. With one round the interval is the
+    /// ratio itself.
     pub fn lost_beyond_noise(&self, kept: f64) -> bool {
-        self.ratio < kept && self.paired_mean + 2.0 * self.paired_se < kept
+        self.ratio < kept && self.paired.hi < kept
     }
 }
 
@@ -425,20 +483,9 @@ pub fn corunner_kept(cells: &[Cell]) -> Vec<CorunnerKept> {
         .filter_map(|s| {
             let b = find(cells, s, BLOCK)?;
             let ratio = rate(s)? / rate(b)?;
-            let pairs: Vec<f64> = s
-                .turns
-                .iter()
-                .zip(&b.turns)
-                .filter_map(|(x, y)| match (x.corunner_work_per_s, y.corunner_work_per_s) {
-                    (Some(x), Some(y)) if y > 0.0 => Some(x / y),
-                    _ => None,
-                })
-                .collect();
-            let (paired_mean, paired_se) = match smartcon_util::stats::mean_sample_sd(&pairs) {
-                Some((mean, sd)) => (mean, sd / (pairs.len() as f64).sqrt()),
-                None => (ratio, 0.0),
-            };
-            Some(CorunnerKept { cell: cell_name(s), ratio, paired_mean, paired_se, smart_reason: main_reason(s) })
+            let work = |c: &Cell| rounds_of(c, |t| t.corunner_work_per_s, rate(c));
+            let paired = smartcon_util::stats::PairedRatio::of(&work(s), &work(b))?;
+            Some(CorunnerKept { cell: cell_name(s), ratio, paired, smart_reason: main_reason(s) })
         })
         .collect()
 }
@@ -450,8 +497,8 @@ fn corunner_every_cell(cells: &[Cell]) -> Criterion {
     let lost: Vec<&CorunnerKept> = kept.iter().filter(|k| k.lost_beyond_noise(bound)).collect();
     let name = |k: &CorunnerKept| {
         format!(
-            "{} {:.3} (rounds {:.3} +- {:.3}; smart: {})",
-            k.cell, k.ratio, k.paired_mean, k.paired_se, k.smart_reason
+            "{} {:.3} (rounds {:.3}, 90% {:.3}-{:.3}; smart: {})",
+            k.cell, k.ratio, k.paired.gmean, k.paired.lo, k.paired.hi, k.smart_reason
         )
     };
     let measured = if kept.is_empty() {
@@ -476,7 +523,7 @@ fn corunner_every_cell(cells: &[Cell]) -> Criterion {
         m
     };
     criterion(
-        "cpu-intensive, every cell: the co-runner keeps >= 97% of the work it does beside block (a cell is lost when below, beyond the noise of its rounds: paired rounds' mean + 2 standard errors < 0.97)",
+        "cpu-intensive, every cell: the co-runner keeps >= 97% of the work it does beside block (a cell is lost when below, beyond the noise of its rounds: the upper end of the 90% interval of the per-round ratios < 0.97)",
         "SmartCon Sec. 7.3, Table VI (Dhrystone beside SmartCon), per cell",
         measured,
         (!kept.is_empty()).then_some(lost.is_empty()),
@@ -504,18 +551,21 @@ fn pareto_front(cells: &[Cell]) -> Criterion {
             (None, None) => String::new(),
         };
         format!(
-            "{}: {} {:.2}x, {axis}, turns' spread {:.2} (smart: {})",
+            "{}: {} {:.2}x (90% {:.2}-{:.2}, {} rounds), {axis} (smart: {})",
             l.cell,
             l.better.name(),
             l.perf_ratio,
-            l.turn_spread,
+            l.perf_ratio_interval[0],
+            l.perf_ratio_interval[1],
+            l.rounds,
             l.smart_reason
         )
     };
     let mut measured = format!(
-        "{front} of {} single-thread cells on the front ({:.1}%)",
+        "{front} of {} single-thread cells on the front ({:.1}%) round by round; {} by whole cells against the turns' spread (the rule of earlier reports)",
         p.judged,
-        front as f64 * 100.0 / p.judged.max(1) as f64
+        front as f64 * 100.0 / p.judged.max(1) as f64,
+        p.judged - p.lost_whole_cell
     );
     if !p.lost.is_empty() {
         measured += "; lost by load and target: ";
@@ -531,7 +581,7 @@ fn pareto_front(cells: &[Cell]) -> Criterion {
     }
     Criterion {
         record_type: "criterion",
-        criterion: "single-thread cells: smart on the Pareto front in >= 95% (no fixed strategy gives >= 5% more IOPS with its co-runner keeping >= 97% of its work beside smart, or the same IOPS with >= 3% more co-runner work; bm-only: >= 5% more IOPS at no more CPU; beyond the spread of the cell's turns)".into(),
+        criterion: "single-thread cells: smart on the Pareto front in >= 95%, round by round (no fixed strategy gives >= 5% more IOPS, the geometric mean of the per-round ratios with the lower end of its 90% interval above 1, with its co-runner keeping >= 97% of its work beside smart, or >= 98% of smart's IOPS with >= 3% more co-runner work; bm-only: the same IOPS test at no more than 5 points more CPU, or >= 98% of smart's IOPS at 20 or more points less CPU)".into(),
         source: "SmartCon Sec. 7, Fig. 9, 12, 15 and Table VI (the adaptive choice against the fixed mechanisms, and its side effect on co-running work)",
         measured: if p.judged == 0 { NONE.into() } else { measured },
         met: (p.judged > 0).then_some(front as f64 >= 0.95 * p.judged as f64),
@@ -636,7 +686,7 @@ mod tests {
         let front = by_name(&criteria(&cells, &disk()), "single-thread cells: smart on the Pareto").clone();
         assert_eq!(front.met, Some(false));
         assert!(
-            front.measured.starts_with("0 of 1 single-thread cells on the front (0.0%); lost by load and target: bm-only disk 1; lost cells: bm-only disk iozone-rand-read 4k: spin 1.12x, CPU +0.0 points"),
+            front.measured.starts_with("0 of 1 single-thread cells on the front (0.0%) round by round; 0 by whole cells against the turns' spread (the rule of earlier reports); lost by load and target: bm-only disk 1; lost cells: bm-only disk iozone-rand-read 4k: spin 1.12x (90% 1.12-1.12, 1 rounds), CPU +0.0 points"),
             "{front:?}"
         );
         assert_eq!(front.lost.len(), 1);
@@ -748,35 +798,96 @@ mod tests {
     fn loaded(load: Load, strategy: StrategyChoice, iops: f64, work: u64, turns: &[(f64, f64)]) -> Cell {
         let mut c = cell(load, "emu:optane", 4096, strategy, iops);
         c.corunner = Some(corunner(work));
-        c.turns = turns.iter().map(|&(perf, w)| TurnFigures { perf, corunner_work_per_s: Some(w) }).collect();
+        c.turns =
+            turns.iter().map(|&(perf, w)| TurnFigures { perf, corunner_work_per_s: Some(w), cpu_pct: 10.0 }).collect();
         c
     }
 
     const SYNC: StrategyChoice = StrategyChoice::Fixed(Strategy::Sync);
 
     #[test]
-    fn a_fixed_strategy_dominates_only_on_both_axes_and_beyond_the_turns_spread() {
+    fn a_fixed_strategy_dominates_only_on_both_axes_and_beyond_the_rounds_noise() {
         let l = Load::IoIntensive;
         let smart = loaded(l, SMART, 1000.0, 1000, &[]);
         let lost = |f: Cell| dominates(&smart, &f).map(|x| (x.better, (x.perf_ratio * 100.0).round() / 100.0));
-        // 10% more IOPS, the co-runner keeps 98%: dominated.
+        // Without turns each cell is one round: 10% more IOPS, the co-runner keeps 98%.
         assert_eq!(lost(loaded(l, SPIN, 1100.0, 980, &[])), Some((Strategy::Spin, 1.1)));
         // 10% more IOPS but the co-runner keeps 96%: a trade-off, not a loss.
         assert_eq!(lost(loaded(l, SPIN, 1100.0, 960, &[])), None);
         // 4% more IOPS: within the 5% bound.
         assert_eq!(lost(loaded(l, SPIN, 1040.0, 1000, &[])), None);
-        // The same IOPS (within 5%) with 4% more co-runner work: dominated; 2% more: not.
-        assert_eq!(lost(loaded(l, BLOCK, 960.0, 1040, &[])), Some((Strategy::Block, 0.96)));
+        // 98% of the IOPS with 4% more co-runner work: dominated; 2% more: not.
+        assert_eq!(lost(loaded(l, BLOCK, 980.0, 1040, &[])), Some((Strategy::Block, 0.98)));
         assert_eq!(lost(loaded(l, BLOCK, 1000.0, 1020, &[])), None);
-        // 10% more IOPS, but its turns spread 15% apart: within the noise of this cell.
-        assert_eq!(lost(loaded(l, SPIN, 1100.0, 1000, &[(1000.0, 1000.0), (1150.0, 1000.0), (1100.0, 1000.0)])), None);
-        // The same with turns 2% apart: beyond the spread, dominated.
-        assert_eq!(
-            lost(loaded(l, SPIN, 1100.0, 1000, &[(1090.0, 1000.0), (1110.0, 1000.0)])),
-            Some((Strategy::Spin, 1.1))
-        );
-        // More co-runner work at the same IOPS, but the co-runner's turns spread 10%: not.
-        assert_eq!(lost(loaded(l, BLOCK, 1000.0, 1050, &[(1000.0, 1000.0), (1000.0, 1100.0)])), None);
+        // 96% of the IOPS with more co-runner work: a trade-off.
+        assert_eq!(lost(loaded(l, BLOCK, 960.0, 1100, &[])), None);
+    }
+
+    /// Rounds that swing 2x for every strategy alike (as a shared VM's do) and a fixed
+    /// strategy 10% ahead of smart in every one of them.
+    fn swinging(ahead: &[f64]) -> (Cell, Cell) {
+        let l = Load::CpuIntensive;
+        let swing = [32.0, 37.0, 51.0, 51.0, 52.0, 52.0, 29.0, 36.0];
+        let smart_turns: Vec<(f64, f64)> = swing.iter().map(|k| (k * 1000.0, 2000.0 - k * 10.0)).collect();
+        let fixed_turns: Vec<(f64, f64)> =
+            swing.iter().zip(ahead.iter().cycle()).map(|(k, a)| (k * 1000.0 * a, 2000.0 - k * 10.0)).collect();
+        let mean = |t: &[(f64, f64)]| t.iter().map(|x| x.0).sum::<f64>() / t.len() as f64;
+        let smart = loaded(l, SMART, mean(&smart_turns), 1500, &smart_turns);
+        let spin = loaded(l, SPIN, mean(&fixed_turns), 1500, &fixed_turns);
+        (smart, spin)
+    }
+
+    #[test]
+    fn a_common_swing_no_longer_hides_a_loss() {
+        let (smart, spin) = swinging(&[1.10]);
+        // The whole-cell rule of earlier reports forgives it: the turns spread 0.5 apart.
+        assert!(!dominates_whole_cell(&smart, &spin));
+        // Round by round every ratio is 1.10: lost, with a tight interval.
+        let l = dominates(&smart, &spin).expect("a 10% loss in every round is a loss");
+        assert_eq!((l.better, l.rounds), (Strategy::Spin, 8));
+        assert!((l.perf_ratio - 1.10).abs() < 1e-9 && l.perf_ratio_interval[0] > 1.09, "{l:?}");
+        assert_eq!(l.corunner_ratio.map(|k| (k * 1000.0).round()), Some(1000.0));
+        let p = pareto(&[smart, spin]);
+        assert_eq!((p.judged, p.lost.len(), p.lost_whole_cell), (1, 1, 0));
+    }
+
+    #[test]
+    fn a_real_tie_is_not_called_a_loss() {
+        // Rounds that go either way by up to 12% around a tie, under the same common swing.
+        let (smart, spin) = swinging(&[1.12, 0.90, 1.08, 0.94]);
+        assert_eq!(dominates(&smart, &spin), None);
+        // A gain of 8% on average that one round of four contradicts: not surely above 1...
+        let (smart, spin) = swinging(&[1.25, 1.20, 0.85, 1.20]);
+        let r = smartcon_util::stats::PairedRatio::of(
+            &spin.turns.iter().map(|t| t.perf).collect::<Vec<_>>(),
+            &smart.turns.iter().map(|t| t.perf).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert!(r.gmean >= 1.05, "{r:?}");
+        assert!(r.lo <= 1.0, "{r:?}");
+        assert_eq!(dominates(&smart, &spin), None);
+    }
+
+    #[test]
+    fn bm_only_compares_cpu_round_by_round() {
+        let mut smart = cell(Load::BmOnly, "disk", 256 << 10, SMART, 1000.0);
+        let mut block = cell(Load::BmOnly, "disk", 256 << 10, BLOCK, 1000.0);
+        let turns = |perf: [f64; 2], cpu: [f64; 2]| {
+            perf.iter().zip(cpu).map(|(&p, c)| TurnFigures { perf: p, corunner_work_per_s: None, cpu_pct: c }).collect()
+        };
+        // The same IOPS in both rounds, smart spinning at 90 points more CPU: block wins.
+        smart.turns = turns([1000.0, 600.0], [100.0, 100.0]);
+        block.turns = turns([990.0, 600.0], [10.0, 12.0]);
+        let l = dominates(&smart, &block).expect("the same IOPS at 89 points less CPU");
+        assert_eq!((l.better, l.cpu_pct_more.map(f64::round)), (Strategy::Block, Some(-89.0)));
+        // Block at 95% of smart's IOPS: a trade-off.
+        block.turns = turns([950.0, 570.0], [10.0, 12.0]);
+        assert_eq!(dominates(&smart, &block), None);
+        // 10% more IOPS at 4 points more CPU: lost; at 6 points more: a trade-off.
+        block.turns = turns([1100.0, 660.0], [104.0, 104.0]);
+        assert!(dominates(&smart, &block).is_some());
+        block.turns = turns([1100.0, 660.0], [106.0, 106.0]);
+        assert_eq!(dominates(&smart, &block), None);
     }
 
     #[test]
@@ -851,7 +962,7 @@ mod tests {
         assert_eq!(c.met, Some(false), "1 of 2 on the front is below 95%");
         assert!(
             c.measured.starts_with(
-                "1 of 2 single-thread cells on the front (50.0%); lost by load and target: cpu-intensive emu:optane 1; lost cells: cpu-intensive emu:optane iozone-rand-read 4k: sync 2.60x, co-runner 0.99, turns' spread 0.00 (smart: cpu_busy 90%)"
+                "1 of 2 single-thread cells on the front (50.0%) round by round; 1 by whole cells against the turns' spread (the rule of earlier reports); lost by load and target: cpu-intensive emu:optane 1; lost cells: cpu-intensive emu:optane iozone-rand-read 4k: sync 2.60x (90% 2.60-2.60, 1 rounds), co-runner 0.99 (smart: cpu_busy 90%)"
             ),
             "{c:?}"
         );

@@ -20,6 +20,7 @@ use smartcon_engine::profile::Profile;
 use smartcon_engine::stats::JobResult;
 use smartcon_workloads::postmark::PostmarkCounts;
 
+pub mod host;
 pub mod judge;
 pub mod merge;
 pub mod plan;
@@ -163,8 +164,8 @@ pub struct Cell {
     /// Postmark only: what the transactions did, and the directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub postmark: Option<PostmarkRecord>,
-    /// Each turn's own figures before the merge: how far turns of the same thing differ
-    /// here, the yardstick the Pareto criterion holds a difference against.
+    /// Each turn's own figures before the merge, in round order: the Pareto criterion
+    /// compares strategies round by round, since a round's turns shared the machine.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub turns: Vec<TurnFigures>,
 }
@@ -177,6 +178,8 @@ pub struct TurnFigures {
     /// The co-runner's work per second during the turn, if a load ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub corunner_work_per_s: Option<f64>,
+    /// CPU of the I/O threads during the turn, percent of one CPU (user + system).
+    pub cpu_pct: f64,
 }
 
 impl Cell {

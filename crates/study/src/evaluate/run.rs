@@ -424,6 +424,7 @@ fn run_cell(
             figures[i].push(TurnFigures {
                 perf: turn.counts.as_ref().map_or(turn.result.iops, |c| c.tps),
                 corunner_work_per_s: turn.corunner.as_ref().map(|k| k.work_per_s),
+                cpu_pct: turn.result.cpu_user_pct + turn.result.cpu_sys_pct,
             });
             match &mut merged[i] {
                 Some(m) => m.merge(turn),

@@ -1,0 +1,229 @@
+//! No silent bypass (issue 22): every way a program reaches its data under `smartcon run`
+//! is taken, emulated, or named, and `--emulate` does not report success when the
+//! program's I/O to the image went around the model. Real programs: fio's pvsync2
+//! (RWF_HIPRI), libaio, io_uring and mmap engines, and Python's `os.preadv` (preadv2).
+//! Tests that need fio or python3 say why they skip. No timing is asserted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn smartcon() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_smartcon"));
+    c.env("SMARTCON_HOME", scratch("home"));
+    c
+}
+
+fn scratch(name: &str) -> PathBuf {
+    // On the local disk (O_DIRECT), not a tmpfs.
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("bypass-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success())
+}
+
+fn run_result(stats: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(stats).expect("the --stats file");
+    serde_json::from_str(text.lines().last().expect("one record")).expect("JSON")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn fio_args(file: &Path, engine: &str, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "fio",
+        "--name=r",
+        "--size=16m",
+        "--direct=1",
+        "--rw=randread",
+        "--bs=4k",
+        "--clocksource=clock_gettime",
+        "--output-format=terse",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.push(format!("--filename={}", file.display()));
+    v.push(format!("--ioengine={engine}"));
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+/// `smartcon run [flags] --stats STATS -- fio ...`.
+fn run_fio(flags: &[&str], stats: &Path, fio: &[String]) -> Output {
+    smartcon().arg("run").args(flags).arg("--stats").arg(stats).arg("--").args(fio).output().unwrap()
+}
+
+/// fio's pvsync2 engine (preadv2), with and without --hipri: every read is taken, and the
+/// RWF_HIPRI ones are counted as asking to be polled. Before, none was taken.
+#[test]
+fn fio_pvsync2_reads_are_taken_and_hipri_is_counted() {
+    if !have("fio") {
+        eprintln!("skipped: fio is not installed (apt-get install fio)");
+        return;
+    }
+    let dir = scratch("pvsync2");
+    let file = dir.join("data");
+    for hipri in [false, true] {
+        let stats = dir.join(format!("stats-{hipri}.jsonl"));
+        let mut extra = vec!["--number_ios=1000"];
+        if hipri {
+            extra.push("--hipri");
+        }
+        let o = run_fio(&["--strategy", "smart"], &stats, &fio_args(&file, "pvsync2", &extra));
+        assert!(o.status.success(), "hipri={hipri}: {}", stderr(&o));
+        let r = run_result(&stats);
+        assert!(r["ios"].as_u64().unwrap() >= 1000, "hipri={hipri}: {r}");
+        let counted = r["hipri"].as_u64().unwrap();
+        if hipri {
+            assert!(counted >= 1000, "RWF_HIPRI reads not counted: {r}");
+            assert!(stderr(&o).contains("asked to be polled (RWF_HIPRI)"), "{}", stderr(&o));
+        } else {
+            assert_eq!(counted, 0, "{r}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// fio's libaio engine outside --emulate: not taken, but named in the record and the line.
+#[test]
+fn fio_libaio_is_named_when_not_taken() {
+    if !have("fio") {
+        eprintln!("skipped: fio is not installed (apt-get install fio)");
+        return;
+    }
+    let dir = scratch("libaio");
+    let stats = dir.join("stats.jsonl");
+    let o = run_fio(&[], &stats, &fio_args(&dir.join("data"), "libaio", &["--iodepth=8", "--number_ios=500"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = run_result(&stats);
+    assert!(r["not_taken"]["libaio"].as_u64().unwrap_or(0) >= 500, "{r}");
+    assert!(stderr(&o).contains("not taken: libaio"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// fio's libaio engine on an emulated image, at iodepth 1 and 4, in virtual and real
+/// time: every read is served by the model (counted), exit 0.
+#[test]
+fn fio_libaio_on_an_emulated_image_is_served_by_the_model() {
+    if !have("fio") {
+        eprintln!("skipped: fio is not installed (apt-get install fio)");
+        return;
+    }
+    let dir = scratch("libaio-emu");
+    let img = dir.join("disk.img");
+    let emulate = format!("emu:nvram,size=64m={}", img.display());
+    for (depth, vt) in [("1", true), ("4", true), ("4", false)] {
+        let stats = dir.join(format!("stats-{depth}-{vt}.jsonl"));
+        let mut flags = vec!["--emulate", &emulate];
+        if vt {
+            flags.push("--virtual-time");
+        }
+        let iodepth = format!("--iodepth={depth}");
+        let o = run_fio(&flags, &stats, &fio_args(&img, "libaio", &[&iodepth, "--number_ios=300"]));
+        assert!(o.status.success(), "iodepth {depth}, virtual {vt}: {}", stderr(&o));
+        let r = run_result(&stats);
+        assert!(r["emulated"]["reads"].as_u64().unwrap() >= 300, "iodepth {depth}: {r}");
+        assert!(r["emulated"]["around_model"].as_object().unwrap().is_empty(), "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// io_uring and mmap on an emulated image: named on stderr and in the record, exit 3 (the
+/// program exited 0, but its I/O went around the model). Before: exit 0, "served 0 reads".
+#[test]
+fn io_uring_and_mmap_on_an_emulated_image_are_named_and_fail_the_run() {
+    if !have("fio") {
+        eprintln!("skipped: fio is not installed (apt-get install fio)");
+        return;
+    }
+    let dir = scratch("around");
+    let img = dir.join("disk.img");
+    let emulate = format!("emu:nvram,size=64m={}", img.display());
+    for engine in ["io_uring", "mmap"] {
+        let stats = dir.join(format!("stats-{engine}.jsonl"));
+        let o =
+            run_fio(&["--emulate", &emulate, "--virtual-time"], &stats, &fio_args(&img, engine, &["--number_ios=50"]));
+        assert_eq!(o.status.code(), Some(3), "{engine}: {}", stderr(&o));
+        assert!(stderr(&o).contains("went around the emulated device"), "{engine}: {}", stderr(&o));
+        let r = run_result(&stats);
+        assert_eq!(r["program_exit_code"], 0, "{r}");
+        assert!(r["emulated"]["around_model"][engine].as_u64().unwrap_or(0) >= 1, "{engine}: {r}");
+        assert!(r["not_taken"][engine].as_u64().unwrap_or(0) >= 1, "{engine}: {r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// CPython's os.preadv/os.pwritev (preadv2 when glibc has it) on an emulated image: every
+/// call is served by the model. Before: "served 0 reads", exit 0.
+#[test]
+fn python_preadv_on_an_emulated_image_is_served() {
+    if !have("python3") {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let dir = scratch("python");
+    let img = dir.join("disk.img");
+    let script = dir.join("pv.py");
+    std::fs::write(
+        &script,
+        "import mmap, os, sys\n\
+         fd = os.open(sys.argv[1], os.O_RDWR | os.O_DIRECT)\n\
+         buf = mmap.mmap(-1, 4096)\n\
+         n = sum(os.preadv(fd, [buf], (i * 7919 % 1000) * 4096) for i in range(100))\n\
+         os.pwritev(fd, [buf], 0)\n\
+         os.close(fd)\n\
+         print(n)\n",
+    )
+    .unwrap();
+    let stats = dir.join("stats.jsonl");
+    let emulate = format!("emu:nvram,size=64m={}", img.display());
+    let o = smartcon()
+        .args(["run", "--emulate", &emulate, "--stats"])
+        .arg(&stats)
+        .arg("--")
+        .arg("python3")
+        .arg(&script)
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "409600");
+    let r = run_result(&stats);
+    assert_eq!(r["emulated"]["reads"], 100, "{r}");
+    assert_eq!(r["emulated"]["writes"], 1, "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--emulate SPEC=PATH` with a directory, /proc/self/mem or a path in a directory that
+/// does not exist: one line, exit 2, and the program does not run. A missing file in an
+/// existing directory is created at the capacity. Before: each ran to exit 0.
+#[test]
+fn an_emulate_path_that_is_not_an_image_is_refused_before_the_program_runs() {
+    let dir = scratch("validate");
+    let marker = dir.join("ran");
+    let touch = format!("touch {}", marker.display());
+    let bad = [dir.display().to_string(), "/proc/self/mem".into(), dir.join("missing/disk.img").display().to_string()];
+    for path in &bad {
+        let o = smartcon()
+            .args(["run", "--emulate", &format!("emu:hdd={path}"), "--", "sh", "-c", &touch])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{path}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{path}: one line: {}", stderr(&o));
+        assert!(!marker.exists(), "{path}: the program ran");
+    }
+    let img = dir.join("disk.img");
+    let o = smartcon()
+        .args(["run", "--emulate", &format!("emu:nvram,size=16m={}", img.display()), "--", "true"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 16 << 20);
+    assert!(stderr(&o).contains("never opened"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
