@@ -213,6 +213,60 @@ pub struct Profile {
     pub io_cpus: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub latencies: Vec<LatencyPoint>,
+    /// What the probe's last step did: smart against block just below the size threshold,
+    /// and where that left the threshold (absent: not checked, e.g. not a fast device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_check: Option<ThresholdCheck>,
+}
+
+/// The probe's check of its size threshold: `smart` (on the thresholds drawn) against
+/// `block`, without a load, at the measured sizes just below the threshold, where smart
+/// spins and block does not. Where smart loses ([`rules::check_verdict`]), the threshold
+/// moves down to that size (smart then blocks there too) and the next size down is checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThresholdCheck {
+    /// The threshold the rules drew from the latency points.
+    pub drawn_bytes: u64,
+    /// The threshold after the check (the profile's `size_threshold_bytes`).
+    pub kept_bytes: u64,
+    /// Rounds per point; each round one smart and one block turn, back to back.
+    pub rounds: u32,
+    pub points: Vec<CheckPoint>,
+}
+
+/// One size and op of the threshold check, from paired rounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckPoint {
+    pub op: String,
+    pub bs_bytes: u64,
+    /// Geometric mean over the rounds of smart's IOPS over block's in the same round.
+    pub iops_ratio: f64,
+    /// Mean over the rounds of smart's CPU less block's, points of one CPU.
+    pub cpu_delta_pts: f64,
+    /// Share of smart's I/Os that did not block (spun or went inline), percent.
+    pub smart_not_blocked_pct: f64,
+    pub verdict: CheckVerdict,
+}
+
+/// Whether smart was no worse than block at a check point, or on which axis it lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckVerdict {
+    NoWorse,
+    /// Fewer IOPS than block beyond the tolerance.
+    LostIops,
+    /// No IOPS gain worth the name, at more CPU than the tolerance.
+    LostCpu,
+}
+
+impl CheckVerdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckVerdict::NoWorse => "no worse",
+            CheckVerdict::LostIops => "lost on IOPS",
+            CheckVerdict::LostCpu => "lost on CPU",
+        }
+    }
 }
 
 impl Profile {
@@ -245,6 +299,7 @@ impl Profile {
             spin_cheaper_write_bytes_max: None,
             io_cpus: None,
             latencies: Vec::new(),
+            threshold_check: None,
         }
     }
 
@@ -530,6 +585,39 @@ pub mod rules {
         max
     }
 
+    /// The threshold check's tolerance on IOPS: smart within this share of block's.
+    pub const CHECK_IOPS_TOLERANCE: f64 = 0.03;
+    /// ... at no more than this many points of one CPU more than block.
+    pub const CHECK_CPU_POINTS: f64 = 5.0;
+    /// More CPU than that is paid for by at least this IOPS gain: then block gives no
+    /// more than 0.98 x smart's IOPS, and no saving in CPU makes it better on both axes.
+    pub const CHECK_GAIN_MIN: f64 = 1.0 / 0.98;
+
+    /// The verdict of one check point from smart's IOPS over block's (paired rounds'
+    /// geometric mean) and smart's CPU less block's (points): smart loses on IOPS below
+    /// 1 - [`CHECK_IOPS_TOLERANCE`], and on CPU when it spends more than
+    /// [`CHECK_CPU_POINTS`] extra without gaining [`CHECK_GAIN_MIN`]. A ratio that is not
+    /// a number (no I/O) is a loss.
+    pub fn check_verdict(iops_ratio: f64, cpu_delta_pts: f64) -> super::CheckVerdict {
+        use super::CheckVerdict::*;
+        if iops_ratio.is_nan() || iops_ratio < 1.0 - CHECK_IOPS_TOLERANCE {
+            LostIops
+        } else if cpu_delta_pts > CHECK_CPU_POINTS && iops_ratio < CHECK_GAIN_MIN {
+            LostCpu
+        } else {
+            NoWorse
+        }
+    }
+
+    /// The sizes the check measures, in order: the measured sizes below `threshold`,
+    /// largest first. It stops at the first size where smart is no worse.
+    pub fn check_sizes(sizes: &[u64], threshold: u64) -> Vec<u64> {
+        let mut below: Vec<u64> = sizes.iter().copied().filter(|&s| s < threshold).collect();
+        below.sort_unstable_by(|a, b| b.cmp(a));
+        below.dedup();
+        below
+    }
+
     /// Table II: the CPU threshold is 100% minus the share of the machine busy-waiting costs.
     /// `spin_cpu_pct_of_one_cpu` is what one spinning I/O thread used of one CPU (about 100).
     pub fn cpu_threshold_pct(spin_cpu_pct_of_one_cpu: f64, cpus: u32) -> u32 {
@@ -667,6 +755,25 @@ mod tests {
         let file = pts(&[(4096, 67_832.0, 71_417.0), (8192, 51_462.0, 77_240.0)]);
         let block_cpu_ns = 0.34 * 67_832.0;
         assert_eq!(classify_with_inline(&file, 86_728.0, block_cpu_ns), classify(&file, block_cpu_ns));
+    }
+
+    #[test]
+    fn the_check_calls_a_loss_on_either_axis() {
+        use crate::profile::CheckVerdict::*;
+        // The same IOPS at the same CPU, and within the tolerances: no worse.
+        assert_eq!(check_verdict(1.0, 0.0), NoWorse);
+        assert_eq!(check_verdict(0.975, 4.9), NoWorse);
+        // Fewer IOPS: lost, whatever the CPU.
+        assert_eq!(check_verdict(0.96, -20.0), LostIops);
+        assert_eq!(check_verdict(f64::NAN, 0.0), LostIops);
+        // The multistreamread cell of issue 20: +87 points for 0.606 x block.
+        assert_eq!(check_verdict(0.606, 87.0), LostIops);
+        // Spinning for nothing: the same IOPS at 40 points more CPU.
+        assert_eq!(check_verdict(1.01, 40.0), LostCpu);
+        // A real gain pays for the CPU: block would give under 0.98 x smart's IOPS.
+        assert_eq!(check_verdict(1.03, 40.0), NoWorse);
+        assert_eq!(check_sizes(&[4096, 8192, 65536, 131072, 262144], 262144), vec![131072, 65536, 8192, 4096]);
+        assert_eq!(check_sizes(&[4096, 8192], 4096), Vec::<u64>::new());
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
         format_size(p.size_threshold_bytes),
         rules::GAIN_TOLERANCE * 100.0
     );
+    out += &check_lines(p);
     out += &format!(
         "device class    {}   (very fast when an I/O of the smallest size, spinning or inline (sync), takes less than the CPU one blocking I/O burns: {}; mainstream when spinning pays at no size; this host's wake-up {} from {})\n",
         p.class.name(),
@@ -77,6 +78,40 @@ pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
     out
 }
 
+/// The threshold check's lines: what the rules drew, each point smart / block, and what
+/// was kept (nothing when the probe did not check: not a fast device).
+fn check_lines(p: &profile::Profile) -> String {
+    let Some(c) = &p.threshold_check else { return String::new() };
+    let mut out = if c.points.is_empty() {
+        format!("threshold check {}   (no measured size below it: nothing to check)\n", format_size(c.kept_bytes))
+    } else if c.kept_bytes == c.drawn_bytes {
+        format!(
+            "threshold check kept {}   (smart against block just below it, {} paired rounds, no load: no worse on IOPS and CPU)\n",
+            format_size(c.kept_bytes),
+            c.rounds
+        )
+    } else {
+        format!(
+            "threshold check moved {} -> {}   (smart against block below it, {} paired rounds, no load: smart lost where it spun)\n",
+            format_size(c.drawn_bytes),
+            format_size(c.kept_bytes),
+            c.rounds
+        )
+    };
+    for x in &c.points {
+        out += &format!(
+            "                {} {}: IOPS smart/block {:.3}, CPU {:+.1} points, {:.0}% of smart's I/Os not blocked: {}\n",
+            x.op,
+            format_size(x.bs_bytes),
+            x.iops_ratio,
+            x.cpu_delta_pts,
+            x.smart_not_blocked_pct,
+            x.verdict.name()
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +139,34 @@ mod tests {
         assert!(render("t", &outcome(Some("1")), &[4096]).contains("I/O thread      CPUs 1   (pinned"));
         assert!(render("t", &outcome(Some("any")), &[4096]).contains("I/O thread      unpinned"));
         assert!(render("t", &outcome(None), &[4096]).contains("I/O thread      unpinned"));
+        assert!(!render("t", &outcome(None), &[4096]).contains("threshold check"), "not checked: no line");
+    }
+
+    #[test]
+    fn the_threshold_check_says_what_it_did() {
+        use smartcon_engine::profile::{CheckPoint, CheckVerdict, ThresholdCheck};
+        let point = |bs, iops_ratio, cpu_delta_pts, verdict| CheckPoint {
+            op: "read".into(),
+            bs_bytes: bs,
+            iops_ratio,
+            cpu_delta_pts,
+            smart_not_blocked_pct: 100.0,
+            verdict,
+        };
+        let mut p = Profile::paper_default("blk:vda");
+        p.threshold_check = Some(ThresholdCheck {
+            drawn_bytes: 1 << 20,
+            kept_bytes: 256 << 10,
+            rounds: 6,
+            points: vec![
+                point(512 << 10, 0.61, 87.0, CheckVerdict::LostIops),
+                point(256 << 10, 1.0, 45.0, CheckVerdict::LostCpu),
+                point(128 << 10, 1.10, 40.0, CheckVerdict::NoWorse),
+            ],
+        });
+        let text = check_lines(&p);
+        assert!(text.starts_with("threshold check moved 1m -> 256k"), "{text}");
+        assert!(text.contains("read 512k: IOPS smart/block 0.610, CPU +87.0 points"), "{text}");
+        assert!(text.contains("lost on CPU") && text.contains("no worse"), "{text}");
     }
 }

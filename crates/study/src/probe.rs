@@ -378,7 +378,7 @@ pub fn probe_target(
     if !plan.writes {
         notes.push("reads only: pass --destructive to also measure writes (overwrites the target's data)".into());
     }
-    let (profile, block_cpu_ns) = conclude(
+    let (mut profile, block_cpu_ns) = conclude(
         device,
         &plan.sizes,
         latencies,
@@ -392,7 +392,120 @@ pub fn probe_target(
         None,
         plan.cpus.as_deref(),
     );
+    let done = (plan.sizes.len() * ops.len() * strategies.len() + queue_steps) as u64;
+    check_threshold(target, plan, span, &ops, &mut profile, stop, done, progress)?;
     Ok(ProbeOutcome { profile, ios: ios_of, wakeup_source, block_cpu_ns, notes })
+}
+
+/// The probe's last step: `smart` on the drawn thresholds against `block`, at the measured
+/// sizes just below the size threshold (where smart spins and block does not), without a
+/// load and deciding as on an idle machine (a monitor fixed at 0%: the check is of the
+/// size rule, not of the CPU branch, which a neighbour's burst during the probe would
+/// otherwise turn into blocking, and the check into block against block), in
+/// [`PROBE_ROUNDS`] rounds of one turn each, back to back in alternating order,
+/// compared round by round. Where smart loses on either axis
+/// ([`rules::check_verdict`]), the threshold moves down to that size and the next size
+/// down is checked; the first size where smart is no worse ends it. At and above the
+/// threshold smart blocks by the rule, so there is nothing to check there. Only fast
+/// devices: a mainstream one always blocks and a very fast one goes inline whatever the
+/// size. The result is recorded in the profile ([`profile::ThresholdCheck`]).
+#[allow(clippy::too_many_arguments)]
+fn check_threshold(
+    target: &dyn Target,
+    plan: &ProbePlan,
+    span: u64,
+    ops: &[Op],
+    profile: &mut Profile,
+    stop: &AtomicBool,
+    done: u64,
+    progress: &mut Progress<'_>,
+) -> Result<(), Error> {
+    if profile.class != smartcon_engine::decision::DeviceClass::Fast {
+        return Ok(());
+    }
+    let drawn = profile.size_threshold_bytes;
+    let sizes = rules::check_sizes(&plan.sizes, drawn);
+    progress(Event::Steps(done + (sizes.len() * ops.len()) as u64));
+    let mut threshold = drawn;
+    let mut points = Vec::new();
+    let idle = SystemMonitor::fixed(0);
+    for bs in sizes {
+        let candidate = Profile { size_threshold_bytes: threshold, ..profile.clone() };
+        let mut lost = false;
+        for &op in ops {
+            progress(Event::Starting(&format!("check {} {} smart/block", op.name(), format_size(bs))));
+            let point = check_point(target, plan, span, op, bs, &candidate, &idle, stop)?;
+            lost |= point.verdict != profile::CheckVerdict::NoWorse;
+            points.push(point);
+            progress(Event::Done);
+        }
+        if !lost {
+            break;
+        }
+        threshold = bs;
+    }
+    profile.size_threshold_bytes = threshold;
+    // Smart blocks at every measured size now: spinning pays nowhere, as the class rule
+    // calls a device where it never did.
+    if plan.sizes.iter().all(|&s| s >= threshold) {
+        profile.class = smartcon_engine::decision::DeviceClass::Mainstream;
+    }
+    profile.threshold_check = Some(profile::ThresholdCheck {
+        drawn_bytes: drawn,
+        kept_bytes: threshold,
+        rounds: PROBE_ROUNDS as u32,
+        points,
+    });
+    Ok(())
+}
+
+/// One point of the threshold check: smart and block take one turn each per round, the
+/// order alternating, and the rounds are compared pairwise.
+#[allow(clippy::too_many_arguments)]
+fn check_point(
+    target: &dyn Target,
+    plan: &ProbePlan,
+    span: u64,
+    op: Op,
+    bs: u64,
+    candidate: &Profile,
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+) -> Result<profile::CheckPoint, Error> {
+    let pair = [StrategyChoice::Smart, StrategyChoice::Fixed(Strategy::Block)];
+    let (mut log_ratio, mut cpu_delta, mut smart_ios, mut smart_blocked) = (0.0f64, 0.0f64, 0u64, 0u64);
+    for round in 0..PROBE_ROUNDS {
+        let mut r: [Option<JobResult>; 2] = [None, None];
+        for k in 0..2 {
+            if stop.load(Ordering::Relaxed) {
+                return Err(interrupted());
+            }
+            let i = (k + round) % 2;
+            let mut js = JobSpec::new(op, Pattern::Rand, bs, pair[i]);
+            js.span_bytes = Some(span);
+            js.cpus = plan.cpus.clone();
+            js.warmup_ios = TURN_WARMUP_IOS;
+            js.duration_ns = (plan.duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
+            js.seed = 201 + round as u64;
+            r[i] = Some(run_job(target, &js, candidate, monitor, stop)?);
+        }
+        let [Some(smart), Some(block)] = r else { unreachable!("both turns ran") };
+        log_ratio += (smart.iops / block.iops).ln();
+        cpu_delta += (smart.cpu_user_pct + smart.cpu_sys_pct) - (block.cpu_user_pct + block.cpu_sys_pct);
+        smart_ios += smart.ios;
+        smart_blocked += smart.decisions.count(Strategy::Block);
+    }
+    let rounds = PROBE_ROUNDS as f64;
+    let iops_ratio = (log_ratio / rounds).exp();
+    let cpu_delta_pts = cpu_delta / rounds;
+    Ok(profile::CheckPoint {
+        op: op.name().into(),
+        bs_bytes: bs,
+        iops_ratio,
+        cpu_delta_pts,
+        smart_not_blocked_pct: 100.0 * smart_ios.saturating_sub(smart_blocked) as f64 / smart_ios.max(1) as f64,
+        verdict: rules::check_verdict(iops_ratio, cpu_delta_pts),
+    })
 }
 
 /// The queue probe's block and spin points with `k` background readers in flight (Fig. 7).
@@ -498,6 +611,7 @@ pub fn conclude(
         wait_costs,
         io_cpus: Some(cpus.map_or_else(|| "any".to_string(), format_cpu_list)),
         latencies,
+        threshold_check: None,
     };
     (profile, block_cpu_ns)
 }

@@ -376,6 +376,7 @@ impl Target for EmuTarget {
             wait_costs,
             io_cpus: None,
             latencies: Vec::new(),
+            threshold_check: None,
         })
     }
 
