@@ -7,8 +7,11 @@
 //!   never registered with the System Monitor: `smart` sees them as load, as in the paper.
 //!   Their user and system CPU time is read from /proc/PID/stat between snapshots.
 //! - [`IoLoad`]: I/O workers on the same target, each with one request in flight on the
-//!   mainstream (blocking) path, counting I/Os. They enter the target's in-flight counters,
-//!   so `smart` sees the device queue as the kernel's decision would.
+//!   mainstream (blocking) path, counting I/Os. As threads ([`IoLoad::spawn`]) they enter
+//!   the target's in-flight counters, so `smart` sees the device queue as the kernel's
+//!   decision would. As processes ([`IoLoad::spawn_processes`], files and block devices
+//!   only) they are another program's I/O on the same disk: `smart` sees them only through
+//!   the kernel's count of the device's queue, which the System Monitor reads.
 //!
 //! Non-goals: a faithful SPEC-like benchmark mix; the children do nothing but arithmetic
 //! (no allocation, no locks), which is what makes `fork` from a threaded process safe.
@@ -185,22 +188,184 @@ impl Drop for CpuLoad {
     }
 }
 
-/// I/O workers on the mainstream path; they run until `stop` and count I/Os in `done`.
+/// I/O workers on the mainstream path; they run until `stop` and count I/Os in `done`
+/// (threads), or in their shared counters (processes, killed and reaped on drop).
 pub struct IoLoad {
     pub done: AtomicU64,
     pub stop: AtomicBool,
     pub errors: AtomicU64,
+    processes: std::sync::Mutex<Option<IoProcesses>>,
 }
 
 impl Default for IoLoad {
     fn default() -> Self {
-        IoLoad { done: AtomicU64::new(0), stop: AtomicBool::new(false), errors: AtomicU64::new(0) }
+        IoLoad {
+            done: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            errors: AtomicU64::new(0),
+            processes: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+/// The worker processes of an I/O load: their pids and their counters (done, errors; two
+/// per worker) in a shared mapping. Dropping it kills and reaps them, then unmaps.
+struct IoProcesses {
+    pids: Vec<libc::pid_t>,
+    counters: *mut AtomicU64,
+    map_bytes: usize,
+    /// One buffer per worker, allocated before the fork (a child must not allocate).
+    _buffers: Vec<AlignedBuf>,
+}
+
+// SAFETY: the counters are atomics in a mapping owned by this value until drop; the
+// buffers are only written by the children, in their own copies of the memory.
+unsafe impl Send for IoProcesses {}
+
+impl IoProcesses {
+    fn counter(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.pids.len() * 2);
+        // SAFETY: i is inside the mapping (checked above), which lives until drop.
+        unsafe { &*self.counters.add(i) }
+    }
+}
+
+impl Drop for IoProcesses {
+    fn drop(&mut self) {
+        for &pid in &self.pids {
+            // SAFETY: our own children; kill and reap them.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+            }
+        }
+        // SAFETY: the mapping was created with this size and no child uses it any more.
+        unsafe { libc::munmap(self.counters as *mut libc::c_void, self.map_bytes) };
     }
 }
 
 impl IoLoad {
+    /// The work done so far (I/Os of the threads, or of the processes) and, for processes,
+    /// their CPU time.
     pub fn snapshot(&self) -> LoadSnapshot {
-        LoadSnapshot { at_ns: now_ns(), work: self.done.load(Ordering::Relaxed), user_ns: 0, sys_ns: 0 }
+        let mut s = LoadSnapshot { at_ns: now_ns(), work: self.done.load(Ordering::Relaxed), user_ns: 0, sys_ns: 0 };
+        if let Some(p) = self.processes.lock().unwrap().as_ref() {
+            for (i, &pid) in p.pids.iter().enumerate() {
+                s.work += p.counter(2 * i).load(Ordering::Relaxed);
+                if let Some((u, k)) = smartcon_util::procfs::process_cpu_ns(pid) {
+                    s.user_ns += u;
+                    s.sys_ns += k;
+                }
+            }
+        }
+        s
+    }
+
+    /// I/Os that failed so far (a failing worker stops).
+    pub fn failures(&self) -> u64 {
+        let mut n = self.errors.load(Ordering::Relaxed);
+        if let Some(p) = self.processes.lock().unwrap().as_ref() {
+            n += (0..p.pids.len()).map(|i| p.counter(2 * i + 1).load(Ordering::Relaxed)).sum::<u64>();
+        }
+        n
+    }
+
+    /// Whether the workers run as processes.
+    pub fn as_processes(&self) -> bool {
+        self.processes.lock().unwrap().is_some()
+    }
+
+    /// Forks `workers` processes doing `bs_bytes` random reads on `target`'s descriptor,
+    /// each a plain pread(2) that sleeps in the kernel until the device completes it (the
+    /// mainstream path), until [`IoLoad::stop_processes`] or drop. They enter none of our
+    /// counters: to this process they are another program's I/O on the same disk. Only
+    /// targets with a descriptor (files, block devices): an emulated device lives in this
+    /// process's memory, and a child would have a copy of its own.
+    ///
+    /// The children run only system calls and atomics on memory set up before the fork
+    /// (no allocation, no locks), which is what makes forking a threaded process safe,
+    /// and die with the parent (PR_SET_PDEATHSIG).
+    pub fn spawn_processes(
+        &self,
+        target: &dyn Target,
+        workers: u32,
+        bs_bytes: u64,
+        span_bytes: u64,
+    ) -> Result<(), Error> {
+        if workers == 0 || workers > IO_WORKERS_MAX {
+            return Err(Error::new(ErrorKind::Usage, format!("I/O load workers must be 1..={IO_WORKERS_MAX}")));
+        }
+        let Some(fd) = target.raw_fd() else {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!("{}: I/O workers run as processes only on files and block devices", target.label()),
+            ));
+        };
+        let slots = span_bytes / bs_bytes;
+        if slots == 0 || !bs_bytes.is_multiple_of(target.block_bytes()) {
+            return Err(Error::new(ErrorKind::Usage, "the I/O load's request size does not fit the target"));
+        }
+        let mut slot = self.processes.lock().unwrap();
+        if slot.is_some() {
+            return Err(Error::new(ErrorKind::Usage, "this I/O load already has its worker processes"));
+        }
+        let map_bytes = (2 * workers as usize * std::mem::size_of::<AtomicU64>()).max(4096);
+        // SAFETY: an anonymous shared mapping; the result is checked before use.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::new(
+                ErrorKind::Setup,
+                format!("mmap for I/O load counters: {}", std::io::Error::last_os_error()),
+            ));
+        }
+        let buffers: Vec<AlignedBuf> = (0..workers).map(|_| AlignedBuf::new(bs_bytes as usize)).collect();
+        // Zero-filled anonymous memory is a valid array of AtomicU64 zeros.
+        let mut procs = IoProcesses {
+            pids: Vec::with_capacity(workers as usize),
+            counters: ptr as *mut AtomicU64,
+            map_bytes,
+            _buffers: Vec::new(),
+        };
+        let addrs: Vec<usize> = buffers.iter().map(|b| b.as_slice().as_ptr() as usize).collect();
+        procs._buffers = buffers;
+        let parent = std::process::id() as libc::pid_t;
+        for (index, &buf) in addrs.iter().enumerate() {
+            // SAFETY: the child runs only `io_child_main`: prctl, getppid, pread and atomics
+            // on the shared mapping, with a buffer allocated before the fork; it never
+            // returns.
+            let pid = unsafe { libc::fork() };
+            if pid < 0 {
+                // `procs` drops here: the workers forked so far are killed and reaped.
+                return Err(Error::new(
+                    ErrorKind::Setup,
+                    format!("fork of an I/O load worker: {}", std::io::Error::last_os_error()),
+                ));
+            }
+            if pid == 0 {
+                // SAFETY: 2 * index + 1 < 2 * workers: inside the mapping, which the child
+                // inherited; the buffer holds bs_bytes bytes in the child's copy of memory.
+                let (done, errors) = unsafe { (&*procs.counters.add(2 * index), &*procs.counters.add(2 * index + 1)) };
+                io_child_main(fd, buf as *mut u8, bs_bytes, slots, index as u64, done, errors, parent);
+            }
+            procs.pids.push(pid);
+        }
+        *slot = Some(procs);
+        Ok(())
+    }
+
+    /// Kills and reaps the worker processes (also done on drop).
+    pub fn stop_processes(&self) {
+        self.processes.lock().unwrap().take();
     }
 
     /// Spawns `workers` threads in `scope` doing `bs_bytes` random reads on `target` until
@@ -253,6 +418,42 @@ impl IoLoad {
     }
 }
 
+/// An I/O load worker process: blocking random reads until killed.
+#[allow(clippy::too_many_arguments)]
+fn io_child_main(
+    fd: libc::c_int,
+    buf: *mut u8,
+    bs: u64,
+    slots: u64,
+    index: u64,
+    done: &AtomicU64,
+    errors: &AtomicU64,
+    parent: libc::pid_t,
+) -> ! {
+    // SAFETY: prctl and getppid are plain syscalls.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+        if libc::getppid() != parent {
+            libc::_exit(0);
+        }
+    }
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ ((index + 1) << 17);
+    // Bounded by the parent: it kills us; the death signal covers a parent that died.
+    loop {
+        x = crunch(x, 1);
+        let slot = ((x as u128 * slots as u128) >> 64) as u64;
+        // SAFETY: buf holds bs bytes (allocated before the fork); fd is the target's,
+        // inherited and open until we are killed.
+        let n = unsafe { libc::pread(fd, buf as *mut libc::c_void, bs as usize, (slot * bs) as libc::off_t) };
+        if n != bs as isize {
+            errors.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: ends this child only; nothing to flush (no stdio used).
+            unsafe { libc::_exit(1) };
+        }
+        done.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Machine-wide iowait and total time from /proc/stat, in ns (tick resolution).
 pub fn proc_stat_iowait_total_ns() -> Option<(u64, u64)> {
     smartcon_util::procfs::cpu_times().map(|t| (t.iowait_ns, t.total_ns))
@@ -291,6 +492,40 @@ mod tests {
     fn bad_worker_counts_are_refused() {
         assert!(CpuLoad::start(0).is_err());
         assert!(CpuLoad::start(CPU_WORKERS_MAX + 1).is_err());
+    }
+
+    #[test]
+    fn io_load_processes_read_a_file_count_and_are_reaped() {
+        let spec = smartcon_engine::target::parse_target("tmp:4m").unwrap();
+        let target = smartcon_engine::target::open(&spec, Default::default()).unwrap();
+        let load = IoLoad::default();
+        load.spawn_processes(target.as_ref(), 2, 4096, 4 << 20).unwrap();
+        assert!(load.as_processes());
+        let pids = load.processes.lock().unwrap().as_ref().unwrap().pids.clone();
+        assert_eq!(pids.len(), 2);
+        // Wait on counts, not on time: bounded number of short sleeps.
+        for _ in 0..2000 {
+            if load.snapshot().work >= 100 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(load.snapshot().work >= 100, "the worker processes did no I/O");
+        assert_eq!(load.failures(), 0);
+        assert!(load.spawn_processes(target.as_ref(), 1, 4096, 4 << 20).is_err(), "once per load");
+        load.stop_processes();
+        for pid in pids {
+            // SAFETY: kill with signal 0 only checks existence.
+            assert!(unsafe { libc::kill(pid, 0) } != 0, "worker {pid} survived");
+        }
+        // An emulated device has no descriptor a child could share.
+        let emu = smartcon_engine::target::open(
+            &smartcon_engine::target::parse_target("emu:nvram,size=8m").unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        let e = IoLoad::default().spawn_processes(emu.as_ref(), 1, 4096, 8 << 20).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Usage, "{e}");
     }
 
     #[test]

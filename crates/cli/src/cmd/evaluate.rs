@@ -57,6 +57,11 @@ pub struct EvaluateArgs {
     /// I/O workers of the IO-intensive load.
     #[arg(long, default_value_t = 4)]
     pub io_workers: u32,
+    /// Run the IO-intensive load's workers as separate processes (files and block devices;
+    /// emulated targets keep threads): another program's I/O on the same disk, which smart
+    /// sees only through the kernel's count of the device's queue.
+    #[arg(long)]
+    pub io_workers_as_processes: bool,
     /// Turns per cell: each strategy's time is split into this many pieces, interleaved
     /// with the other strategies in a balanced order (default: 8 under a load, 2 without;
     /// 1 with --tiny).
@@ -104,6 +109,7 @@ fn plan_of(args: &EvaluateArgs) -> Result<Plan> {
         file_size_bytes: args.file_size,
         cpu_workers: args.cpu_workers,
         io_workers: args.io_workers,
+        io_workers_as_processes: args.io_workers_as_processes,
         rounds: args.rounds,
         postmark_dir: args.postmark_dir.clone(),
         placement: args.io_cpus.clone(),

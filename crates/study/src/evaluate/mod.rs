@@ -128,8 +128,11 @@ fn parse_named<T: Copy>(text: &str, all: &[T], name: fn(T) -> &'static str, what
 pub enum CorunnerKind {
     /// Number crunchers; work is crunch batches.
     Cpu,
-    /// I/O workers; work is I/Os.
+    /// I/O workers (threads of this process); work is I/Os.
     Io,
+    /// I/O workers as separate processes (`--io-workers-as-processes`); work is I/Os.
+    #[serde(rename = "io_processes")]
+    IoProcesses,
 }
 
 /// What the co-running load did during one cell (Table VI).

@@ -50,6 +50,8 @@ pub struct PlanOptions {
     pub file_size_bytes: Option<u64>,
     pub cpu_workers: Option<u32>,
     pub io_workers: u32,
+    /// The IO-intensive load's workers as processes, on targets with a descriptor.
+    pub io_workers_as_processes: bool,
     pub rounds: Option<u32>,
     pub postmark_dir: Option<PathBuf>,
     pub placement: Placement,
@@ -68,6 +70,7 @@ impl Default for PlanOptions {
             file_size_bytes: None,
             cpu_workers: None,
             io_workers: 4,
+            io_workers_as_processes: false,
             rounds: None,
             postmark_dir: None,
             placement: Placement::Irq,
@@ -86,6 +89,10 @@ pub struct Plan {
     pub duration_ns: u64,
     pub cpu_workers: u32,
     pub io_workers: u32,
+    /// The IO-intensive load's workers run as processes where the target has a
+    /// descriptor (files and block devices): smart sees them only through the kernel's
+    /// count of the device's queue, as another program's I/O.
+    pub io_processes: bool,
     /// Time per point of the probe of targets without a profile.
     pub probe_ns: u64,
     /// Each cell's time is split into this many turns, strategies interleaved (under a
@@ -193,6 +200,7 @@ pub fn plan(o: &PlanOptions) -> Result<Plan, Error> {
         duration_ns,
         cpu_workers,
         io_workers: if tiny { o.io_workers.min(2) } else { o.io_workers },
+        io_processes: o.io_workers_as_processes,
         probe_ns: if o.preset == Preset::Full { 150_000_000 } else { 60_000_000 },
         // Under a load, eight short turns rather than three long ones, so the co-runner's
         // scheduling luck averages out within a cell (one run each, smart/block under the

@@ -290,7 +290,11 @@ impl Corunners<'_> {
             _ => 0.0,
         };
         Some(Corunner {
-            kind: if self.cpu.is_some() { CorunnerKind::Cpu } else { CorunnerKind::Io },
+            kind: match (self.cpu.is_some(), self.io.as_processes()) {
+                (true, _) => CorunnerKind::Cpu,
+                (false, true) => CorunnerKind::IoProcesses,
+                (false, false) => CorunnerKind::Io,
+            },
             workers: self.workers,
             real_ns: d.real_ns,
             work: d.work,
@@ -328,9 +332,20 @@ pub fn run(
             let io = IoLoad::default();
             let workers = if cpu.is_some() { plan.cpu_workers } else { plan.io_workers };
             let corunners = Corunners { load, cpu: cpu.as_ref(), io: &io, workers };
-            stopping_scope(&io.stop, "measuring thread", |s| {
+            let ran = stopping_scope(&io.stop, "measuring thread", |s| {
                 if load == Load::IoIntensive {
-                    io.spawn(s, o.target.as_ref(), plan.io_workers, o.target.block_bytes().max(4096), o.span)?;
+                    let bs = o.target.block_bytes().max(4096);
+                    if plan.io_processes && o.target.raw_fd().is_some() {
+                        io.spawn_processes(o.target.as_ref(), plan.io_workers, bs, o.span)?;
+                    } else {
+                        if plan.io_processes {
+                            progress(Event::Note(&format!(
+                                "{}: the I/O workers run as threads (an emulated device lives in this process)",
+                                o.target.label()
+                            )));
+                        }
+                        io.spawn(s, o.target.as_ref(), plan.io_workers, bs, o.span)?;
+                    }
                 }
                 if load != Load::BmOnly {
                     std::thread::sleep(std::time::Duration::from_nanos(SETTLE_NS));
@@ -347,7 +362,9 @@ pub fn run(
                     }
                 }
                 Ok(())
-            })?;
+            });
+            io.stop_processes();
+            ran?;
         }
     }
     Ok(cells)
