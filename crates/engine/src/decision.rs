@@ -8,7 +8,8 @@
 //!    spinning on a ring instead would compete with the kernel worker that io_uring hands
 //!    such inline-completing devices to, as measured on zram);
 //! 2. the request size plus the bytes already in flight ahead of it on the same device
-//!    against the size threshold (the backlog rule of Sec. 5.1): at or above it, block;
+//!    against the size threshold (the backlog rule of Sec. 5.1): at or above it, block
+//!    (the paper says "greater than"; `>=` is smartcon's reading, see below);
 //! 3. the number of I/Os in flight ahead of it against the queue limit Q (Fig. 7): more than
 //!    Q, block (Q = 0: spin only when no other I/O is in flight);
 //! 4. (not in the paper) whether spinning for this request costs everyone no more than
@@ -23,7 +24,9 @@
 //!    them to Q. Then spin whatever the utilization: the paper's CPU check exists to spare
 //!    other work the CPU a spinner burns, and where blocking costs them as much it spares
 //!    no one;
-//! 5. CPU utilization against the CPU threshold (Sec. 4.2): above it, block.
+//! 5. CPU utilization against the CPU threshold (Sec. 4.2): above it, block. (The paper's
+//!    figure is machine-wide, the spinner included; leaving our threads out, below, is
+//!    smartcon's own.)
 //!
 //! Otherwise spin. Every result carries its reason so a run can count the branches taken.
 //! The inline path (`sync`) needs no branch of its own here: a device whose smallest

@@ -227,8 +227,8 @@ impl Profile {
         }
     }
 
-    /// The paper's defaults for a device nobody probed: fast, 64 KiB (Sec. 7.2), Q = 0
-    /// (Fig. 7), and a CPU threshold that leaves one core's worth for the spinner.
+    /// The paper's defaults for a device nobody probed: fast, 64 KiB (Sec. 4.1, 7.1, 7.3), Q = 0
+    /// (Sec. 7.1, Fig. 7), and a CPU threshold that leaves one core's worth for the spinner.
     pub fn paper_default(device: &str) -> Profile {
         Profile {
             version: PROFILE_VERSION,
