@@ -24,6 +24,19 @@ fn bench(c: &mut Criterion) {
             )
         })
     });
+    // The paper's rule (`paper`): the same branches less spin-cheaper.
+    let tp = t.paper(DeviceClass::Fast, 0);
+    c.bench_function("decide_paper (fast device, all four checks)", |b| {
+        b.iter(|| {
+            i = i.wrapping_add(4096);
+            decide_paper(
+                black_box(Request { bytes: 4096 + (i & 0xfff), write: i & 0x1000 != 0 }),
+                black_box(DeviceState { inflight_count: 0, inflight_bytes: 0 }),
+                black_box(SystemState { cpu_utilization_pct: (i % 100) as u32 }),
+                black_box(&tp),
+            )
+        })
+    });
 }
 
 criterion_group!(benches, bench);

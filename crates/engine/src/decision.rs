@@ -8,7 +8,8 @@
 //!    spinning on a ring instead would compete with the kernel worker that io_uring hands
 //!    such inline-completing devices to, as measured on zram);
 //! 2. the request size plus the bytes already in flight ahead of it on the same device
-//!    against the size threshold (the backlog rule of Sec. 5.1): at or above it, block;
+//!    against the size threshold (the backlog rule of Sec. 5.1): at or above it, block
+//!    (the paper says "greater than"; `>=` is smartcon's reading, see below);
 //! 3. the number of I/Os in flight ahead of it against the queue limit Q (Fig. 7): more than
 //!    Q, block (Q = 0: spin only when no other I/O is in flight);
 //! 4. (not in the paper) whether spinning for this request costs everyone no more than
@@ -23,7 +24,9 @@
 //!    them to Q. Then spin whatever the utilization: the paper's CPU check exists to spare
 //!    other work the CPU a spinner burns, and where blocking costs them as much it spares
 //!    no one;
-//! 5. CPU utilization against the CPU threshold (Sec. 4.2): above it, block.
+//! 5. CPU utilization against the CPU threshold (Sec. 4.2): above it, block. (The paper's
+//!    figure is machine-wide, the spinner included; leaving our threads out, below, is
+//!    smartcon's own.)
 //!
 //! Otherwise spin. Every result carries its reason so a run can count the branches taken.
 //! The inline path (`sync`) needs no branch of its own here: a device whose smallest
@@ -34,6 +37,11 @@
 //! The CPU utilization is that of everything on the machine except this engine's own I/O
 //! threads: counting our own spinning would make a spinning thread see a busy CPU and stop
 //! spinning, then see an idle one and start again (on 2 cores one spinner alone is 50%).
+//!
+//! [`decide_paper`] is the paper's rule as written, for the `paper` strategy beside `smart`:
+//! declared classes ([`declared_class`]), `>` at the size threshold, Q = 0, no branch 4,
+//! and machine-wide CPU utilization with the spinner included. docs/evaluate.md has the
+//! table of where the two differ and why.
 //!
 //! Non-goals: learning, hysteresis, per-thread state. The function is a table; tests pin it.
 
@@ -203,7 +211,8 @@ pub struct DeviceState {
 /// The System Monitor's reading.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemState {
-    /// CPU utilization of everything but this engine's I/O threads, 0..=100.
+    /// CPU utilization, 0..=100: for [`decide`] everything but this engine's I/O threads
+    /// (the others' demand); for [`decide_paper`] the whole machine's, the spinner included.
     pub cpu_utilization_pct: u32,
 }
 
@@ -222,6 +231,52 @@ pub struct Thresholds {
     pub spin_cheaper_bytes_max: u64,
     /// The same for writes.
     pub spin_cheaper_write_bytes_max: u64,
+}
+
+impl Thresholds {
+    /// The thresholds the paper's rule ([`decide_paper`]) runs on: the device class as
+    /// declared (see [`declared_class`]), Q as given (the paper's 0, or Fig. 7's 1), no
+    /// spin-cheaper bound; the size and CPU thresholds as profiled (the same rules as the
+    /// paper's: Sec. 4.1's size sweep, Table II's "100% minus busy-wait's share").
+    pub fn paper(self, class: DeviceClass, queue_limit: u32) -> Thresholds {
+        Thresholds { class, queue_limit, spin_cheaper_bytes_max: 0, spin_cheaper_write_bytes_max: 0, ..self }
+    }
+}
+
+/// What the kernel and the device's name say of a device, for [`declared_class`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeclaredFacts {
+    /// The kernel marks the device rotational (`queue/rotational`).
+    pub rotational: bool,
+    /// The device's data lives in RAM: zram, brd, pmem, or a loop device whose backing
+    /// file is on tmpfs (e.g. /dev/shm).
+    pub ram_backed: bool,
+}
+
+/// The device class as the paper sets it: declared by the device's type, not measured
+/// (Sec. 4.1: two bits in the request queue, set for ramdisks and NVRAM, and for
+/// mainstream devices). Very fast: RAM-backed block devices and the emulated NVRAM;
+/// mainstream: rotating disks (the kernel's flag) and SATA-class devices (`sd*` that the
+/// kernel calls non-rotational; the emulated SATA SSD, HDD and SD card); fast otherwise.
+/// `device_id` is a port's (`blk:zram0`, `emu:optane,size=16m`). Pure: the caller reads
+/// the facts (see `profile::declared_class_of`).
+pub fn declared_class(device_id: &str, facts: DeclaredFacts) -> DeviceClass {
+    if let Some(emu) = device_id.strip_prefix("emu:") {
+        return match emu.split(',').next().unwrap_or("") {
+            "nvram" => DeviceClass::VeryFast,
+            "sata-ssd" | "hdd" | "sdcard" => DeviceClass::Mainstream,
+            _ => DeviceClass::Fast,
+        };
+    }
+    let name = device_id.strip_prefix("blk:").unwrap_or(device_id);
+    let ram_name = ["zram", "ram", "pmem"].iter().any(|p| name.starts_with(p));
+    if ram_name || facts.ram_backed {
+        DeviceClass::VeryFast
+    } else if facts.rotational || name.starts_with("sd") {
+        DeviceClass::Mainstream
+    } else {
+        DeviceClass::Fast
+    }
 }
 
 /// A decision and its reason.
@@ -246,6 +301,35 @@ pub fn decide(request: Request, device: DeviceState, system: SystemState, t: &Th
                 <= if request.write { t.spin_cheaper_write_bytes_max } else { t.spin_cheaper_bytes_max }
             {
                 (Strategy::Spin, Reason::SpinCheaper)
+            } else if system.cpu_utilization_pct > t.cpu_threshold_pct {
+                (Strategy::Block, Reason::CpuBusy)
+            } else {
+                (Strategy::Spin, Reason::CpuAvailable)
+            }
+        }
+    };
+    Decision { strategy, reason }
+}
+
+/// The paper's Decision Module as written (Sec. 4.1, 4.2, 5.1), for the `paper` strategy:
+/// the class bits, then "if total IO size is *greater than* IO size threshold ... context
+/// switch" (size plus the bytes ahead, `>`), then the queue against Q (the paper's Q = 0:
+/// busy-wait "only when the respective IO device is not busy"), then CPU utilization, last.
+/// No spin-cheaper branch. `system.cpu_utilization_pct` must be the machine-wide figure,
+/// the spinner included (the paper's CPU_Stat), and `t` thresholds from
+/// [`Thresholds::paper`]. The very fast branch answers `Sync` (busy-waiting in the
+/// caller's context), as [`decide`] does: in user space the paper's busy-wait on a ramdisk
+/// is the plain call. Pure, allocation-free, as [`decide`].
+#[inline]
+pub fn decide_paper(request: Request, device: DeviceState, system: SystemState, t: &Thresholds) -> Decision {
+    let (strategy, reason) = match t.class {
+        DeviceClass::Mainstream => (Strategy::Block, Reason::MainstreamDevice),
+        DeviceClass::VeryFast => (Strategy::Sync, Reason::VeryFastDevice),
+        DeviceClass::Fast => {
+            if request.bytes.saturating_add(device.inflight_bytes) > t.size_threshold_bytes {
+                (Strategy::Block, Reason::SizeAtThreshold)
+            } else if device.inflight_count > t.queue_limit {
+                (Strategy::Block, Reason::QueueOverLimit)
             } else if system.cpu_utilization_pct > t.cpu_threshold_pct {
                 (Strategy::Block, Reason::CpuBusy)
             } else {
@@ -374,6 +458,87 @@ mod tests {
         assert_eq!(d(512, 0, 0, 100, &main), (Block, MainstreamDevice));
         let vfast = Thresholds { class: DeviceClass::VeryFast, ..t };
         assert_eq!(d(512, 0, 0, 100, &vfast), (Sync, VeryFastDevice));
+    }
+
+    fn p(bytes: u64, count: u32, ahead: u64, cpu: u32, t: &Thresholds) -> (Strategy, Reason) {
+        let r = decide_paper(
+            Request { bytes, write: false },
+            DeviceState { inflight_count: count, inflight_bytes: ahead },
+            SystemState { cpu_utilization_pct: cpu },
+            t,
+        );
+        (r.strategy, r.reason)
+    }
+
+    #[test]
+    fn paper_rule_every_branch() {
+        use Reason::*;
+        use Strategy::*;
+        // A profile with a spin-cheaper bound and Q = 3, as smart's may have: `paper`
+        // drops the bound and takes Q = 0.
+        let profiled = Thresholds {
+            spin_cheaper_bytes_max: 8 << 10,
+            spin_cheaper_write_bytes_max: 8 << 10,
+            queue_limit: 3,
+            ..FAST
+        };
+        let t = profiled.paper(DeviceClass::Fast, 0);
+        assert_eq!((t.queue_limit, t.spin_cheaper_bytes_max, t.spin_cheaper_write_bytes_max), (0, 0, 0));
+        let table: &[(u64, u32, u64, u32, Strategy, Reason)] = &[
+            // bytes, in flight, bytes ahead, cpu%, expected
+            (4096, 0, 0, 0, Spin, CpuAvailable),
+            (4096, 0, 0, 50, Spin, CpuAvailable), // at the CPU threshold still spins
+            (4096, 0, 0, 51, Block, CpuBusy),     // no spin-cheaper: a busy CPU blocks 4 KiB
+            (64 << 10, 0, 0, 0, Spin, CpuAvailable), // "greater than": at the threshold spins
+            ((64 << 10) + 512, 0, 0, 0, Block, SizeAtThreshold),
+            (4096, 1, 4096, 0, Block, QueueOverLimit), // Q = 0: one ahead blocks
+            (4096, 1, 60 << 10, 0, Block, QueueOverLimit), // total 64 KiB: not over the size
+            (4096, 1, (60 << 10) + 512, 0, Block, SizeAtThreshold), // backlog counts toward the size
+            (1 << 20, 5, 0, 100, Block, SizeAtThreshold), // order: size, queue, CPU
+            (4096, 5, 0, 100, Block, QueueOverLimit),
+        ];
+        for &(bytes, count, ahead, cpu, s, r) in table {
+            assert_eq!(p(bytes, count, ahead, cpu, &t), (s, r), "bytes={bytes} count={count} ahead={ahead} cpu={cpu}");
+        }
+        // smart on the same profile spins the busy 4 KiB and the queued one: the difference.
+        assert_eq!(d(4096, 0, 0, 51, &profiled), (Spin, SpinCheaper));
+        assert_eq!(p(4096, 0, 0, 51, &t), (Block, CpuBusy));
+        // Fig. 7's Q = 1 as an option.
+        let q1 = profiled.paper(DeviceClass::Fast, 1);
+        assert_eq!(p(4096, 1, 4096, 0, &q1), (Spin, CpuAvailable));
+        assert_eq!(p(4096, 2, 8192, 0, &q1), (Block, QueueOverLimit));
+        // The class bits come first, whatever else holds.
+        assert_eq!(p(1 << 20, 9, 1 << 30, 100, &profiled.paper(DeviceClass::VeryFast, 0)), (Sync, VeryFastDevice));
+        assert_eq!(p(512, 0, 0, 0, &profiled.paper(DeviceClass::Mainstream, 0)), (Block, MainstreamDevice));
+        assert_eq!(p(u64::MAX, 0, u64::MAX, 0, &t).0, Block, "a saturated sum blocks");
+    }
+
+    #[test]
+    fn declared_classes_follow_the_device_type() {
+        use DeviceClass::*;
+        let none = DeclaredFacts::default();
+        let rot = DeclaredFacts { rotational: true, ..none };
+        let ram = DeclaredFacts { ram_backed: true, ..none };
+        let table: &[(&str, DeclaredFacts, DeviceClass)] = &[
+            ("blk:zram0", none, VeryFast),
+            ("blk:ram0", none, VeryFast),
+            ("blk:pmem1", none, VeryFast),
+            ("blk:loop0", ram, VeryFast),  // a loop over /dev/shm
+            ("blk:loop0", none, Fast),     // a loop over a file on disk: as its name says nothing
+            ("blk:vda", rot, Mainstream),  // the kernel's rotational flag
+            ("blk:sda", none, Mainstream), // SATA-class
+            ("blk:nvme0n1", none, Fast),
+            ("emu:nvram", none, VeryFast),
+            ("emu:nvram,size=16m", none, VeryFast),
+            ("emu:optane,size=16m,channels=2", none, Fast),
+            ("emu:nvme", none, Fast),
+            ("emu:sata-ssd", none, Mainstream),
+            ("emu:hdd", none, Mainstream),
+            ("emu:sdcard", none, Mainstream),
+        ];
+        for &(id, facts, want) in table {
+            assert_eq!(declared_class(id, facts), want, "{id} {facts:?}");
+        }
     }
 
     #[test]

@@ -70,12 +70,17 @@ pub enum StrategyChoice {
     Smart,
     /// The SmartCon decision, busy-waiting the `hybrid` way where it would spin.
     SmartHybrid,
+    /// The paper's Decision Module as written (`decision::decide_paper`): declared device
+    /// classes, Q = 0, machine-wide CPU utilization, no spin-cheaper branch.
+    Paper,
+    /// The same with Fig. 7's Q = 1.
+    PaperQ1,
 }
 
 impl StrategyChoice {
-    /// Every name `parse` takes: the fixed strategies, then the two decisions.
+    /// Every name `parse` takes: the fixed strategies, then the decisions.
     pub fn names() -> Vec<&'static str> {
-        Strategy::ALL.iter().map(|s| s.name()).chain(["smart", "smart-hybrid"]).collect()
+        Strategy::ALL.iter().map(|s| s.name()).chain(["smart", "smart-hybrid", "paper", "paper-q1"]).collect()
     }
 
     pub fn name(self) -> &'static str {
@@ -83,6 +88,8 @@ impl StrategyChoice {
             StrategyChoice::Fixed(s) => s.name(),
             StrategyChoice::Smart => "smart",
             StrategyChoice::SmartHybrid => "smart-hybrid",
+            StrategyChoice::Paper => "paper",
+            StrategyChoice::PaperQ1 => "paper-q1",
         }
     }
 
@@ -90,6 +97,8 @@ impl StrategyChoice {
         Some(match text {
             "smart" => StrategyChoice::Smart,
             "smart-hybrid" => StrategyChoice::SmartHybrid,
+            "paper" => StrategyChoice::Paper,
+            "paper-q1" => StrategyChoice::PaperQ1,
             _ => StrategyChoice::Fixed(*Strategy::ALL.iter().find(|s| s.name() == text)?),
         })
     }
@@ -98,7 +107,7 @@ impl StrategyChoice {
     pub fn polls(self) -> bool {
         match self {
             StrategyChoice::Fixed(s) => s.is_polling(),
-            StrategyChoice::Smart => false,
+            StrategyChoice::Smart | StrategyChoice::Paper | StrategyChoice::PaperQ1 => false,
             StrategyChoice::SmartHybrid => true,
         }
     }

@@ -51,6 +51,10 @@
 //! disk is in the queue it sees, as the paper's block layer would see it. Like the
 //! utilization it costs the I/O path two relaxed loads ([`crate::target::InFlight::enter`]).
 //!
+//! The machine-wide figure, our own threads included (`total`), is published on the same
+//! tick as a second atomic: the `paper` strategy decides with it, as the paper's System
+//! Monitor does ([`SystemMonitor::machine_utilization_pct`]).
+//!
 //! Non-goals: per-CPU or per-cgroup views; a machine-wide share is what the paper uses.
 
 use std::collections::VecDeque;
@@ -362,6 +366,15 @@ impl SystemMonitor {
     #[inline]
     pub fn cpu_utilization_pct(&self) -> u32 {
         self.shared.others_pct_x100.load(Ordering::Relaxed) / 100
+    }
+
+    /// Machine-wide CPU utilization in whole percent, this engine's own threads (a spinner)
+    /// included, over the window: the paper's CPU_Stat (Sec. 4.2), which the `paper`
+    /// strategy decides with. One relaxed atomic load, published by the ticker with the
+    /// others' figure.
+    #[inline]
+    pub fn machine_utilization_pct(&self) -> u32 {
+        self.shared.total_pct_x100.load(Ordering::Relaxed) / 100
     }
 
     /// Our I/O threads' run-queue wait beyond wake-ups, percent of all CPUs' time: the
@@ -863,5 +876,6 @@ mod tests {
     #[test]
     fn fixed_monitor_reports_its_value() {
         assert_eq!(SystemMonitor::fixed(73).cpu_utilization_pct(), 73);
+        assert_eq!(SystemMonitor::fixed(73).machine_utilization_pct(), 73);
     }
 }

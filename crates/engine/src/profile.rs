@@ -281,8 +281,8 @@ impl Profile {
         }
     }
 
-    /// The paper's defaults for a device nobody probed: fast, 64 KiB (Sec. 7.2), Q = 0
-    /// (Fig. 7), and a CPU threshold that leaves one core's worth for the spinner.
+    /// The paper's defaults for a device nobody probed: fast, 64 KiB (Sec. 4.1, 7.1, 7.3), Q = 0
+    /// (Sec. 7.1, Fig. 7), and a CPU threshold that leaves one core's worth for the spinner.
     pub fn paper_default(device: &str) -> Profile {
         Profile {
             version: PROFILE_VERSION,
@@ -420,6 +420,41 @@ pub fn profile_path(device: &str) -> PathBuf {
     let name: String =
         device.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
     smartcon_home().join("profiles").join(format!("{name}.json"))
+}
+
+/// The class the paper would give a port's device: declared by its type, not measured
+/// ([`crate::decision::declared_class`]). Reads the kernel's rotational flag and, for a
+/// loop device, whether its backing file is on tmpfs (a loop over /dev/shm is a ramdisk).
+/// Once per port, never per I/O.
+pub fn declared_class_of(device_id: &str) -> DeviceClass {
+    use crate::decision::{declared_class, DeclaredFacts};
+    let facts = match device_id.strip_prefix("blk:") {
+        Some(name) => {
+            let base = std::path::Path::new("/sys/class/block").join(name);
+            let read = |rel: &str| std::fs::read_to_string(base.join(rel)).ok();
+            // A partition has no queue of its own: its disk's (the kernel resolves the
+            // symlink before `..`).
+            let rotational =
+                read("queue/rotational").or_else(|| read("../queue/rotational")).is_some_and(|t| t.trim() == "1");
+            let ram_backed = read("loop/backing_file").is_some_and(|f| on_ram_fs(f.trim()));
+            DeclaredFacts { rotational, ram_backed }
+        }
+        None => DeclaredFacts::default(),
+    };
+    declared_class(device_id, facts)
+}
+
+/// Whether `path` lies on tmpfs or ramfs.
+fn on_ram_fs(path: &str) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let Ok(c) = std::ffi::CString::new(path) else { return false };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statfs; the result is
+    // checked before `st` is read.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
 }
 
 /// The number of online CPUs.

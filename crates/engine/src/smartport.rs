@@ -29,7 +29,7 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::clock::now_ns;
-use crate::decision::{decide, DeviceState, Reason, Request, Strategy, SystemState, Thresholds};
+use crate::decision::{decide, decide_paper, DeviceState, Reason, Request, Strategy, SystemState, Thresholds};
 use crate::error::{Error, ErrorKind};
 use crate::monitor::{SystemMonitor, ThreadRegistration};
 use crate::profile::{profile_path, Profile};
@@ -355,8 +355,17 @@ impl<'t> SmartTargetPort<'t> {
         counters.begin();
         let policy = match options.strategy {
             StrategyChoice::Fixed(s) => wait::policy_for(s, options.poll, counters.start_ns),
-            StrategyChoice::Smart => None,
+            StrategyChoice::Smart | StrategyChoice::Paper | StrategyChoice::PaperQ1 => None,
             StrategyChoice::SmartHybrid => wait::policy_for(Strategy::Hybrid, options.poll, counters.start_ns),
+        };
+        // `paper` decides on the profile's size and CPU thresholds with the class the
+        // device's type declares (read once here, never per I/O) and the paper's Q.
+        let thresholds = match options.strategy {
+            StrategyChoice::Paper | StrategyChoice::PaperQ1 => profile.thresholds().paper(
+                crate::profile::declared_class_of(&device_id),
+                (options.strategy == StrategyChoice::PaperQ1) as u32,
+            ),
+            _ => profile.thresholds(),
         };
         Ok(SmartTargetPort {
             backend,
@@ -366,7 +375,7 @@ impl<'t> SmartTargetPort<'t> {
             direct,
             strategy: options.strategy,
             spin_budget_ns: options.spin_budget_ns,
-            thresholds: profile.thresholds(),
+            thresholds,
             profile_source: profile.source.clone(),
             monitor,
             policy,
@@ -422,6 +431,12 @@ impl<'t> SmartTargetPort<'t> {
                     (_, s) => s,
                 };
                 (s, Some(d.reason))
+            }
+            StrategyChoice::Paper | StrategyChoice::PaperQ1 => {
+                // The machine-wide figure, the spinner included (the paper's CPU_Stat).
+                let system = SystemState { cpu_utilization_pct: self.monitor.machine_utilization_pct() };
+                let d = decide_paper(Request { bytes, write }, ahead, system, &self.thresholds);
+                (d.strategy, Some(d.reason))
             }
         }
     }
@@ -512,7 +527,7 @@ impl<'t> SmartTargetPort<'t> {
     /// mailserver cell, a write and a flush per I/O, ran at 1/1.32 to 1/1.76 of `sync`).
     pub fn fsync_strategy(&self) -> Strategy {
         match self.strategy {
-            StrategyChoice::Smart | StrategyChoice::SmartHybrid
+            StrategyChoice::Smart | StrategyChoice::SmartHybrid | StrategyChoice::Paper | StrategyChoice::PaperQ1
                 if self.thresholds.class == crate::decision::DeviceClass::VeryFast =>
             {
                 Strategy::Sync
@@ -732,6 +747,31 @@ mod tests {
     }
 
     #[test]
+    fn paper_takes_the_class_the_device_type_declares_whatever_the_profile_measured() {
+        use crate::decision::{DeviceClass, Reason};
+        for (spec, strategy, reason) in [
+            ("emu:nvram,size=1m", Strategy::Sync, Reason::VeryFastDevice),
+            ("emu:hdd,size=1m", Strategy::Block, Reason::MainstreamDevice),
+            ("emu:optane,size=1m", Strategy::Spin, Reason::CpuAvailable),
+        ] {
+            let target = crate::target::open(&crate::target::parse_target(spec).unwrap(), Default::default()).unwrap();
+            // A profile that measured every device fast, and a machine that reads idle.
+            let profile = Profile { class: DeviceClass::Fast, ..Profile::paper_default("test") };
+            let options = SmartPortOptions {
+                strategy: StrategyChoice::Paper,
+                profile: Some(profile),
+                monitor: Some(Arc::new(SystemMonitor::fixed(0))),
+                ..fixed(Strategy::Block)
+            };
+            let mut port = SmartTargetPort::on_target(target.as_ref(), options).unwrap();
+            let mut buf = vec![0u8; 4096];
+            port.read_at(&mut buf, 0).unwrap();
+            let c = port.finish();
+            assert_eq!((c.by_strategy[strategy.index()], c.by_reason[reason.index()]), (1, 1), "{spec}");
+        }
+    }
+
+    #[test]
     fn smart_flushes_inline_on_a_very_fast_device_and_blocks_elsewhere() {
         let (path, f) = temp_file("fsync", 4096);
         let port = |strategy, class| {
@@ -743,6 +783,7 @@ mod tests {
         for (choice, class, want) in [
             (StrategyChoice::Smart, VeryFast, Strategy::Sync),
             (StrategyChoice::SmartHybrid, VeryFast, Strategy::Sync),
+            (StrategyChoice::Paper, Fast, Strategy::Block),
             (StrategyChoice::Smart, Fast, Strategy::Block),
             (StrategyChoice::Smart, Mainstream, Strategy::Block),
             (StrategyChoice::Fixed(Strategy::Spin), VeryFast, Strategy::Spin),

@@ -7,7 +7,9 @@ use std::path::Path;
 
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::StrategyChoice;
-use smartcon_study::evaluate::judge::{corunner_rate, find, gain, pareto_headline, Criterion};
+use smartcon_study::evaluate::judge::{
+    corunner_rate, find, gain, paper_headline, paper_tally, pareto_headline, smart_vs_paper, Criterion, Verdict,
+};
 use smartcon_study::evaluate::plan::Plan;
 use smartcon_study::evaluate::{run, Cell, Load, MachineRecord, Workload};
 
@@ -34,6 +36,9 @@ const BLOCK: StrategyChoice = StrategyChoice::Fixed(smartcon_engine::decision::S
 
 pub fn headline(cells: &[Cell], criteria: &[Criterion]) -> String {
     let mut out = pareto_headline(cells).unwrap_or_else(|| "no smart cells measured".into());
+    if let Some(line) = paper_headline(cells) {
+        out += &format!("\n{line}");
+    }
     let judged: Vec<&Criterion> = criteria.iter().filter(|c| c.met.is_some()).collect();
     if !judged.is_empty() {
         let met = judged.iter().filter(|c| c.met == Some(true)).count();
@@ -93,6 +98,9 @@ pub fn summary_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Ce
     if let Some(line) = pareto_headline(cells) {
         s += &format!("**{line}**\n\n");
     }
+    if let Some(line) = paper_headline(cells) {
+        s += &format!("**{line}**\n\n");
+    }
     s += &format!("{}\n\n", h.host.text());
     for n in h.notes {
         s += &format!("Note: {n}.\n\n");
@@ -112,8 +120,14 @@ pub fn summary_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Ce
         if h.interrupted { " **Interrupted: partial results.**" } else { "" }
     );
     s += &format!(
-        "Loads: bm-only (nothing else), cpu-intensive ({} number-cruncher processes), io-intensive ({} I/O workers, 4 KiB random reads on the same target, blocking).\n\n",
-        plan.cpu_workers, plan.io_workers
+        "Loads: bm-only (nothing else), cpu-intensive ({} number-cruncher processes), io-intensive ({} I/O workers, 4 KiB random reads on the same target, blocking, {}).\n\n",
+        plan.cpu_workers,
+        plan.io_workers,
+        if plan.io_processes {
+            "as separate processes on files and block devices (threads on emulated devices)"
+        } else {
+            "threads of this process"
+        }
     );
     s += "## Profiles used by smart\n\n";
     let header = ["target", "device", "source", "class", "size threshold", "CPU threshold", "Q", "I/O threads on CPUs"];
@@ -127,6 +141,7 @@ pub fn summary_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Ce
     s += &postmark_md(plan, cells);
     s += &switches_md(plan, cells);
     s += &corunner_md(plan, cells);
+    s += &paper_md(cells);
     s += "Plots: `fig8-cpu-*.svg` (CPU per strategy by size, bm-only), `fig9-gain-*.svg` (gain by size per load), `fig10-csw-*.svg` (context switches per I/O), `fig11-workloads-*.svg` (gain per workload), `table6-corunner.svg` (co-runner work rate against block), `pareto-*.svg` (each fixed strategy's IOPS and co-runner work against smart's, per cell).\n";
     s
 }
@@ -220,6 +235,56 @@ fn switches_md(plan: &Plan, cells: &[Cell]) -> String {
     "## Context switches per I/O, voluntary + involuntary (Fig. 10), and CPU of the I/O thread (% of one CPU; Fig. 8)\n\n"
         .to_string()
         + &table_md(&header, rows)
+}
+
+/// smart against paper per load and target, on the paired rule, with what decided the
+/// cells that were not tied.
+fn paper_md(cells: &[Cell]) -> String {
+    let v = smart_vs_paper(cells);
+    if v.is_empty() {
+        return String::new();
+    }
+    let mut s = "## smart against paper (beyond the paper, measured)\n\n".to_string();
+    s += "`paper` is the paper's Decision Module as written (declared device class, size > threshold, Q = 0, machine-wide CPU with the spinner included, no spin-cheaper); docs/evaluate.md lists where it and smart differ. A cell is won where smart dominates paper on the Pareto criterion's paired rule, lost where paper dominates smart, tied otherwise. \"What decided\" compares the branch each took most in the cells won or lost.\n\n";
+    let declared = |t: &str| {
+        cells
+            .iter()
+            .find(|c| c.result.target == t)
+            .map_or("-", |c| smartcon_engine::profile::declared_class_of(&c.result.device).name())
+    };
+    let rows = paper_tally(&v).into_iter().map(|(load, target, [w, t, l], why)| {
+        let why: Vec<String> = why.iter().map(|(a, n)| format!("{a}: {n}")).collect();
+        vec![
+            load.name().to_string(),
+            target.clone(),
+            declared(&target).to_string(),
+            w.to_string(),
+            t.to_string(),
+            l.to_string(),
+            if why.is_empty() { "-".into() } else { why.join("; ") },
+        ]
+    });
+    s += &table_md(
+        &strings(&["load", "target", "paper's class", "won", "tied", "lost", "what decided (won or lost)"]),
+        rows,
+    );
+    let decided: Vec<Vec<String>> = v
+        .iter()
+        .filter(|c| c.verdict != Verdict::Tied)
+        .map(|c| {
+            vec![
+                c.cell.clone(),
+                format!("{:?}", c.verdict).to_lowercase(),
+                format!("{:.2}x", c.perf_ratio),
+                c.smart_reason.clone(),
+                c.paper_reason.clone(),
+            ]
+        })
+        .collect();
+    if !decided.is_empty() {
+        s += &table_md(&strings(&["cell", "smart", "IOPS smart/paper", "smart's branch", "paper's branch"]), decided);
+    }
+    s
 }
 
 fn corunner_md(plan: &Plan, cells: &[Cell]) -> String {

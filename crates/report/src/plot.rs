@@ -165,7 +165,10 @@ pub fn bar_chart(path: &Path, chart: &BarChart<'_>) -> Result<()> {
             let slot = x.floor() as usize;
             let group = slot / (bars + 1);
             let within = slot % (bars + 1);
-            let centre = (bars as f64) / 2.0;
+            // The whole slot nearest the group's centre: the ticks fall on whole and half
+            // slots, so with an odd number of bars the exact centre (a half slot past a
+            // quarter) may get no tick and the category would go unlabelled.
+            let centre = (bars / 2) as f64;
             if (x - (group * (bars + 1)) as f64 - centre).abs() < 0.26 && within < bars + 1 {
                 categories.get(group).cloned().unwrap_or_default()
             } else {

@@ -3,7 +3,8 @@
 //!
 //! - [`LoopDevice`]: a loop device over a file on tmpfs (/dev/shm). The loop driver
 //!   completes every request from a kernel worker thread, so each I/O involves a context
-//!   switch: the paper's context-switching ramdisk;
+//!   switch. smart's probe measures it `fast`; the paper's ramdisk is very fast (always
+//!   busy-waited), and the `paper` strategy declares a loop over tmpfs very fast;
 //! - [`ZramDevice`]: a zram device, completed inline in the submitting thread: the very
 //!   fast device;
 //! - [`LoopFs`]: a loop device as above with an ext4 file system made and mounted on it,

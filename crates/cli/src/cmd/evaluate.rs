@@ -43,7 +43,7 @@ pub struct EvaluateArgs {
     #[arg(long, value_delimiter = ',', value_parser = size_value)]
     pub sizes: Option<Vec<u64>>,
     /// Comma-separated strategies; block is always run (the baseline).
-    #[arg(long, value_delimiter = ',', value_parser = strategy_value, default_value = "block,spin,sync,smart")]
+    #[arg(long, value_delimiter = ',', value_parser = strategy_value, default_value = "block,spin,sync,smart,paper")]
     pub strategies: Vec<StrategyChoice>,
     /// Time per cell.
     #[arg(long, value_parser = duration_value)]
@@ -62,9 +62,15 @@ pub struct EvaluateArgs {
     /// sees only through the kernel's count of the device's queue.
     #[arg(long)]
     pub io_workers_as_processes: bool,
+    /// The paper's loads and sweep (Sec. 7.1, Fig. 9 and 17): ten number crunchers, the
+    /// I/O workers as separate processes, and IOZone sequential reads at 4K-512K in powers
+    /// of two (unless --cpu-workers, --workloads or --sizes say otherwise).
+    #[arg(long)]
+    pub paper_loads: bool,
     /// Turns per cell: each strategy's time is split into this many pieces, interleaved
-    /// with the other strategies in a balanced order (default: 8 under a load, 2 without;
-    /// 1 with --tiny).
+    /// with the other strategies in a balanced order (default under a load: at least 8, a
+    /// whole number of cycles of the balanced order, 10 for the default five strategies;
+    /// 2 without a load; 1 with --tiny).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: Option<u32>,
     /// The report directory (must not exist or be empty).
@@ -110,6 +116,7 @@ fn plan_of(args: &EvaluateArgs) -> Result<Plan> {
         cpu_workers: args.cpu_workers,
         io_workers: args.io_workers,
         io_workers_as_processes: args.io_workers_as_processes,
+        paper_loads: args.paper_loads,
         rounds: args.rounds,
         postmark_dir: args.postmark_dir.clone(),
         placement: args.io_cpus.clone(),

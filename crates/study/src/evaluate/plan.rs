@@ -25,6 +25,28 @@ pub const SETTLE_NS: u64 = 250_000_000;
 /// The longest time per cell.
 pub const DURATION_NS_MAX: u64 = 600_000_000_000;
 
+/// The paper's number crunchers (Sec. 7.1: "ten number crunching applications").
+pub const PAPER_CPU_WORKERS: u32 = 10;
+/// IOZone's record sizes in the paper's sequential-read figures (Fig. 9: 4K-256K; Fig. 17:
+/// 128K-512K): 4 KiB to 512 KiB in powers of two.
+pub const PAPER_SIZES: [u64; 8] = [4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10];
+
+/// Turns per cell under a load by default: at least eight (the co-runner's luck averages
+/// out), and a whole number of cycles of the balanced order ([`crate::turn_order`]: `n`
+/// rounds for an even number `n` of strategies, `2n` for an odd one), so every strategy
+/// leads and follows every other equally often; eight where that would take more than 16.
+/// Four strategies: 8; five (block, spin, sync, smart, paper): 10; three: 12.
+pub fn balanced_rounds(strategies: usize) -> u32 {
+    let n = strategies.max(1);
+    let cycle = if n.is_multiple_of(2) { n } else { 2 * n };
+    let rounds = 8usize.div_ceil(cycle) * cycle;
+    if rounds > 16 {
+        8
+    } else {
+        rounds as u32
+    }
+}
+
 /// Which preset the defaults come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Preset {
@@ -52,6 +74,10 @@ pub struct PlanOptions {
     pub io_workers: u32,
     /// The IO-intensive load's workers as processes, on targets with a descriptor.
     pub io_workers_as_processes: bool,
+    /// The paper's loads and IOZone sweep (Sec. 7.1, Fig. 9 and 17): ten crunchers, the
+    /// I/O workers as processes, and sequential reads at 4 KiB-512 KiB in powers of two,
+    /// where the caller gives no other cruncher count, workloads or sizes.
+    pub paper_loads: bool,
     pub rounds: Option<u32>,
     pub postmark_dir: Option<PathBuf>,
     pub placement: Placement,
@@ -71,6 +97,7 @@ impl Default for PlanOptions {
             cpu_workers: None,
             io_workers: 4,
             io_workers_as_processes: false,
+            paper_loads: false,
             rounds: None,
             postmark_dir: None,
             placement: Placement::Irq,
@@ -152,6 +179,8 @@ pub fn plan(o: &PlanOptions) -> Result<Plan, Error> {
     let targets = o.targets.clone().unwrap_or_else(|| targets.replace("{FILE}", &size_text(file_bytes)));
     let targets = split_targets(&targets)?;
     let loads = o.loads.clone().unwrap_or_else(|| Load::ALL.to_vec());
+    let (workloads, sizes) =
+        if o.paper_loads { (vec![IozoneSeqRead], PAPER_SIZES.to_vec()) } else { (workloads, sizes) };
     let workloads = o.workloads.clone().unwrap_or(workloads);
     let mut sizes = o.sizes.clone().unwrap_or(sizes);
     sizes.sort_unstable();
@@ -176,7 +205,11 @@ pub fn plan(o: &PlanOptions) -> Result<Plan, Error> {
     if duration_ns == 0 || duration_ns > DURATION_NS_MAX {
         return Err(usage("--duration must be more than 0 and at most 10 min per cell"));
     }
-    let cpu_workers = o.cpu_workers.unwrap_or(if tiny { 1 } else { smartcon_engine::profile::online_cpus() });
+    let cpu_workers = o.cpu_workers.unwrap_or(match (tiny, o.paper_loads) {
+        (_, true) => PAPER_CPU_WORKERS,
+        (true, false) => 1,
+        (false, false) => smartcon_engine::profile::online_cpus(),
+    });
     if cpu_workers == 0 || cpu_workers > CPU_WORKERS_MAX {
         return Err(usage(format!("--cpu-workers must be 1..={CPU_WORKERS_MAX}")));
     }
@@ -188,6 +221,7 @@ pub fn plan(o: &PlanOptions) -> Result<Plan, Error> {
             .map_err(|e| Error { message: format!("--postmark-dir: {}", e.message), ..e })?;
     }
     let cells = targets.len() * loads.len() * workloads.len() * sizes.len() * strategies.len();
+    let rounds_loaded = balanced_rounds(strategies.len());
     if cells > CELLS_MAX {
         return Err(usage(format!("{cells} cells is more than {CELLS_MAX}; narrow the matrix")));
     }
@@ -200,14 +234,14 @@ pub fn plan(o: &PlanOptions) -> Result<Plan, Error> {
         duration_ns,
         cpu_workers,
         io_workers: if tiny { o.io_workers.min(2) } else { o.io_workers },
-        io_processes: o.io_workers_as_processes,
+        io_processes: o.io_workers_as_processes || o.paper_loads,
         probe_ns: if o.preset == Preset::Full { 150_000_000 } else { 60_000_000 },
         // Under a load, eight short turns rather than three long ones, so the co-runner's
         // scheduling luck averages out within a cell (one run each, smart/block under the
         // CPU-intensive load: lowest 0.918 with 3 rounds, 0.962 with 9; docs/evaluate.md).
-        // Eight, a multiple of the default four strategies, completes the balanced order
-        // twice.
-        rounds: o.rounds.unwrap_or(if tiny { 1 } else { 8 }).clamp(1, 100),
+        // At least eight, and a whole number of cycles of the balanced order (see
+        // [`balanced_rounds`]): ten for the default five strategies.
+        rounds: o.rounds.unwrap_or(if tiny { 1 } else { rounds_loaded }).clamp(1, 100),
         // Without a load, two turns: a spinner that starts right after a blocking turn runs
         // about 12% slower for its first tens of milliseconds (the host raises the vCPU's
         // clock as its utilization climbs; docs/evaluate.md), so short turns would measure
@@ -304,12 +338,45 @@ mod tests {
         assert_eq!(p.sizes, vec![4 << 10, 64 << 10, 256 << 10]);
         assert_eq!(p.strategies[0], StrategyChoice::Fixed(Strategy::Block));
         assert_eq!(p.strategies.len(), 3);
-        assert_eq!((p.rounds, p.rounds_bm_only), (8, 2));
+        assert_eq!((p.rounds, p.rounds_bm_only), (12, 2), "three strategies: two cycles of six");
         let full = plan(&PlanOptions { file_size_bytes: Some(1 << 30), ..opts(Preset::Full) }).unwrap();
         assert!(full.targets.contains(&"loop:1g".to_string()), "{:?}", full.targets);
         assert_eq!(full.workloads.len(), 9);
         let tiny = plan(&PlanOptions { io_workers: 8, ..opts(Preset::Tiny) }).unwrap();
         assert_eq!((tiny.rounds, tiny.io_workers, tiny.cpu_workers), (1, 2, 1));
+    }
+
+    #[test]
+    fn default_rounds_complete_the_balanced_order() {
+        let table = [(1, 8), (2, 8), (3, 12), (4, 8), (5, 10), (6, 12), (7, 14), (8, 8), (9, 8)];
+        for (n, want) in table {
+            assert_eq!(balanced_rounds(n), want, "{n} strategies");
+            let cycle = if n.is_multiple_of(2) { n } else { 2 * n };
+            assert!(want >= 8 && ((want as usize).is_multiple_of(cycle) || want == 8), "{n}");
+        }
+    }
+
+    #[test]
+    fn paper_loads_take_ten_crunchers_io_processes_and_the_sequential_sweep() {
+        let p = plan(&PlanOptions { paper_loads: true, ..opts(Preset::Quick) }).unwrap();
+        assert_eq!((p.cpu_workers, p.io_processes), (PAPER_CPU_WORKERS, true));
+        assert_eq!(p.workloads, vec![Workload::IozoneSeqRead]);
+        assert_eq!(p.sizes, (12..=19).map(|k| 1u64 << k).collect::<Vec<_>>());
+        // What the caller gives still wins.
+        let given = PlanOptions {
+            paper_loads: true,
+            cpu_workers: Some(3),
+            sizes: Some(vec![4096]),
+            workloads: Some(vec![Workload::IozoneRandRead]),
+            ..opts(Preset::Quick)
+        };
+        let p = plan(&given).unwrap();
+        assert_eq!(
+            (p.cpu_workers, p.sizes.clone(), p.workloads.clone()),
+            (3, vec![4096], vec![Workload::IozoneRandRead])
+        );
+        let plain = plan(&opts(Preset::Quick)).unwrap();
+        assert_eq!((plain.io_processes, plain.workloads.clone()), (false, vec![Workload::IozoneRandRead]));
     }
 
     #[test]
@@ -333,8 +400,9 @@ mod tests {
         .unwrap();
         assert_eq!(p.rounds_for(Load::CpuIntensive, Workload::Postmark), POSTMARK_ROUNDS_MAX);
         assert_eq!(p.rounds_for(Load::BmOnly, Workload::Postmark), 2);
-        // bm-only: 1 cell x 2 turns (+ postmark 2 turns on the fs target); cpu: 8 (+ 3).
-        let per_strategy = (2 + 8) + (2 + 2 + 8 + 3);
+        // bm-only: 1 cell x 2 turns (+ postmark 2 turns on the fs target); cpu: 12 with
+        // three strategies (+ 3).
+        let per_strategy = (2 + 12) + (2 + 2 + 12 + 3);
         assert_eq!(p.turns(&[false, true]), per_strategy * p.strategies.len());
     }
 }
