@@ -97,24 +97,7 @@ impl CpuLoad {
         if workers == 0 || workers > CPU_WORKERS_MAX {
             return Err(Error::new(ErrorKind::Usage, format!("CPU load workers must be 1..={CPU_WORKERS_MAX}")));
         }
-        let map_bytes = (workers as usize * std::mem::size_of::<AtomicU64>()).max(4096);
-        // SAFETY: an anonymous shared mapping; the result is checked before use.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Error::new(
-                ErrorKind::Setup,
-                format!("mmap for load counters: {}", std::io::Error::last_os_error()),
-            ));
-        }
+        let (ptr, map_bytes) = map_shared_counters(workers as usize, "load counters")?;
         // Zero-filled anonymous memory is a valid array of AtomicU64 zeros.
         let mut load =
             CpuLoad { pids: Vec::with_capacity(workers as usize), counters: ptr as *mut AtomicU64, map_bytes };
@@ -310,24 +293,7 @@ impl IoLoad {
         if slot.is_some() {
             return Err(Error::new(ErrorKind::Usage, "this I/O load already has its worker processes"));
         }
-        let map_bytes = (2 * workers as usize * std::mem::size_of::<AtomicU64>()).max(4096);
-        // SAFETY: an anonymous shared mapping; the result is checked before use.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Error::new(
-                ErrorKind::Setup,
-                format!("mmap for I/O load counters: {}", std::io::Error::last_os_error()),
-            ));
-        }
+        let (ptr, map_bytes) = map_shared_counters(2 * workers as usize, "I/O load counters")?;
         let buffers: Vec<AlignedBuf> = (0..workers).map(|_| AlignedBuf::new(bs_bytes as usize)).collect();
         // Zero-filled anonymous memory is a valid array of AtomicU64 zeros.
         let mut procs = IoProcesses {
@@ -457,6 +423,29 @@ fn io_child_main(
 /// Machine-wide iowait and total time from /proc/stat, in ns (tick resolution).
 pub fn proc_stat_iowait_total_ns() -> Option<(u64, u64)> {
     smartcon_util::procfs::cpu_times().map(|t| (t.iowait_ns, t.total_ns))
+}
+
+/// An anonymous shared mapping for `count` counters that forked workers and the parent
+/// both see, zero-filled (a valid array of `AtomicU64` zeros), at least a page; the
+/// pointer and the mapping's length, which the owner unmaps on drop. `what` names it in
+/// the error.
+fn map_shared_counters(count: usize, what: &str) -> Result<(*mut libc::c_void, usize), Error> {
+    let map_bytes = (count * std::mem::size_of::<AtomicU64>()).max(4096);
+    // SAFETY: an anonymous shared mapping; the result is checked before use.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            map_bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(Error::new(ErrorKind::Setup, format!("mmap for {what}: {}", std::io::Error::last_os_error())));
+    }
+    Ok((ptr, map_bytes))
 }
 
 #[cfg(test)]
