@@ -113,7 +113,7 @@ impl HostRecord {
             _ => "the blocking wait's CPU was not measured in this run; ".into(),
         };
         s += &format!(
-            "a timed sleep of {} wakes {} late (median; p99 {}) ",
+            "a timed sleep of {} wakes {} late (median; p99 {})",
             us(self.sleep_asked_ns as f64),
             us(self.sleep_overshoot_ns_p50 as f64),
             us(self.sleep_overshoot_ns_p99 as f64)
