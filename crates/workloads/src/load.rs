@@ -158,16 +158,7 @@ fn child_main(counter: &AtomicU64, parent: libc::pid_t) -> ! {
 
 impl Drop for CpuLoad {
     fn drop(&mut self) {
-        for &pid in &self.pids {
-            // SAFETY: these are our own children; kill and reap them.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                let mut status = 0;
-                libc::waitpid(pid, &mut status, 0);
-            }
-        }
-        // SAFETY: the mapping was created in start() with this size and is no longer used.
-        unsafe { libc::munmap(self.counters as *mut libc::c_void, self.map_bytes) };
+        end_workers(&self.pids, self.counters, self.map_bytes);
     }
 }
 
@@ -215,16 +206,7 @@ impl IoProcesses {
 
 impl Drop for IoProcesses {
     fn drop(&mut self) {
-        for &pid in &self.pids {
-            // SAFETY: our own children; kill and reap them.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                let mut status = 0;
-                libc::waitpid(pid, &mut status, 0);
-            }
-        }
-        // SAFETY: the mapping was created with this size and no child uses it any more.
-        unsafe { libc::munmap(self.counters as *mut libc::c_void, self.map_bytes) };
+        end_workers(&self.pids, self.counters, self.map_bytes);
     }
 }
 
@@ -423,6 +405,23 @@ fn io_child_main(
 /// Machine-wide iowait and total time from /proc/stat, in ns (tick resolution).
 pub fn proc_stat_iowait_total_ns() -> Option<(u64, u64)> {
     smartcon_util::procfs::cpu_times().map(|t| (t.iowait_ns, t.total_ns))
+}
+
+/// Kills and reaps forked workers, then unmaps their shared counters: every worker is
+/// gone before the mapping it writes to is.
+fn end_workers(pids: &[libc::pid_t], counters: *mut AtomicU64, map_bytes: usize) {
+    for &pid in pids {
+        // SAFETY: these are our own children; kill and reap them.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+        }
+    }
+    // SAFETY: the mapping was made by `map_shared_counters` with this size, and every
+    // child that used it has been reaped above; the parent's references ended with its
+    // owner, which is being dropped.
+    unsafe { libc::munmap(counters as *mut libc::c_void, map_bytes) };
 }
 
 /// An anonymous shared mapping for `count` counters that forked workers and the parent
