@@ -16,7 +16,7 @@
 //! driver has neither); use `hybrid` for those.
 
 use super::predictor::{Feedback, Predictor};
-use super::{poll_every, Pending, PollParams, Status, WaitPolicy, Waited};
+use super::{poll_every, predict_or_sample, Pending, PollParams, Status, WaitPolicy, Waited};
 use crate::error::Error;
 
 pub struct Dip {
@@ -42,17 +42,17 @@ impl Dip {
 impl WaitPolicy for Dip {
     fn wait(&mut self, req: &Pending, status: &mut dyn Status) -> Result<Waited, Error> {
         let mut waited = Waited::default();
-        if !self.predictor.sampling_over() && status.now_ns() >= self.sampling_end_ns {
-            self.predictor.end_sampling();
-        }
+        let sampled = predict_or_sample(
+            &mut self.predictor,
+            self.sampling_end_ns,
+            self.params.interval_ns,
+            req,
+            status,
+            &mut waited,
+        )?;
+        // Sampling phase: the request was waited for by fixed-interval polling.
+        let Some(latency) = sampled else { return Ok(waited) };
         let ahead_bytes = req.ahead.inflight_bytes;
-        let Some(latency) = self.predictor.predict(req.op, req.bytes, ahead_bytes) else {
-            // Sampling phase: fixed-interval polling.
-            let interval = self.params.interval_ns;
-            poll_every(status, req.submit_ns + interval, interval, &mut waited)?;
-            self.predictor.sample(req.op, req.bytes, waited.seen_ns - req.submit_ns);
-            return Ok(waited);
-        };
         let predicted = req.submit_ns + latency;
         waited.predicted_done_ns = Some(predicted);
         // Wait without polling: the clock only.

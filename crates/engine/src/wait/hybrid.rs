@@ -35,7 +35,7 @@
 //! predicted wait: spin's latency, and no CPU saved, because none can be.
 
 use super::predictor::{Feedback, Predictor};
-use super::{poll_every, Pending, PollParams, Status, WaitPolicy, Waited};
+use super::{poll_every, predict_or_sample, Pending, PollParams, Status, WaitPolicy, Waited};
 use crate::error::Error;
 
 /// The overshoot quantile tracker: a step is this fraction of the estimate (at least
@@ -99,16 +99,17 @@ impl Hybrid {
 impl WaitPolicy for Hybrid {
     fn wait(&mut self, req: &Pending, status: &mut dyn Status) -> Result<Waited, Error> {
         let mut waited = Waited::default();
-        if !self.predictor.sampling_over() && status.now_ns() >= self.sampling_end_ns {
-            self.predictor.end_sampling();
-        }
+        let sampled = predict_or_sample(
+            &mut self.predictor,
+            self.sampling_end_ns,
+            self.params.interval_ns,
+            req,
+            status,
+            &mut waited,
+        )?;
+        // Sampling phase: the request was waited for by fixed-interval polling.
+        let Some(latency) = sampled else { return Ok(waited) };
         let ahead_bytes = req.ahead.inflight_bytes;
-        let Some(latency) = self.predictor.predict(req.op, req.bytes, ahead_bytes) else {
-            let interval = self.params.interval_ns;
-            poll_every(status, req.submit_ns + interval, interval, &mut waited)?;
-            self.predictor.sample(req.op, req.bytes, waited.seen_ns - req.submit_ns);
-            return Ok(waited);
-        };
         let predicted = req.submit_ns + latency;
         waited.predicted_done_ns = Some(predicted);
         let alpha = self.params.alpha_ns;

@@ -192,6 +192,29 @@ pub fn poll_every(status: &mut dyn Status, from_ns: u64, interval_ns: u64, waite
     }
 }
 
+/// The shared start of the predicting policies (`hybrid`, `dip`): ends the sampling phase
+/// at `sampling_end_ns`, then returns the predicted latency of `req`. While still sampling
+/// there is none: the request is waited for by polling every `interval_ns`, its latency
+/// is sampled, `waited` holds the wait, and `None` is returned.
+pub fn predict_or_sample(
+    predictor: &mut predictor::Predictor,
+    sampling_end_ns: u64,
+    interval_ns: u64,
+    req: &Pending,
+    status: &mut dyn Status,
+    waited: &mut Waited,
+) -> Result<Option<u64>, Error> {
+    if !predictor.sampling_over() && status.now_ns() >= sampling_end_ns {
+        predictor.end_sampling();
+    }
+    if let Some(latency) = predictor.predict(req.op, req.bytes, req.ahead.inflight_bytes) {
+        return Ok(Some(latency));
+    }
+    poll_every(status, req.submit_ns + interval_ns, interval_ns, waited)?;
+    predictor.sample(req.op, req.bytes, waited.seen_ns - req.submit_ns);
+    Ok(None)
+}
+
 #[cfg(test)]
 pub(crate) mod virt {
     //! A device on virtual time for the policies' tests.
