@@ -50,7 +50,9 @@ enum {
     SMARTCON_REASON_QUEUE_OVER_LIMIT = 3,
     SMARTCON_REASON_CPU_BUSY = 4,
     SMARTCON_REASON_CPU_AVAILABLE = 5,
-    SMARTCON_REASON_SPIN_CHEAPER = 6 /* spinning costs no more CPU than blocking: spun at any load */
+    SMARTCON_REASON_SPIN_CHEAPER = 6, /* spinning costs no more CPU than blocking: spun at any load */
+    SMARTCON_REASON_SPIN_UNPAID = 7, /* the rule said spin; this thread's waits showed it gains < 5%: blocked */
+    SMARTCON_REASON_TRIAL = 8 /* the rule said spin; waited the other way to keep measuring both */
 };
 
 #define SMARTCON_COUNTER_SLOTS 16

@@ -161,10 +161,16 @@ pub enum Reason {
     /// Spinning for this request costs no more CPU than blocking would (branch 4): spun
     /// whatever the utilization. Last, so the earlier indices (and the C header's) stay.
     SpinCheaper,
+    /// Not a branch of [`decide`]: the rule said spin, and the port blocked because its
+    /// own waits showed spinning gaining too little there (see [`crate::learn`]).
+    SpinUnpaid,
+    /// Not a branch of [`decide`]: the rule said spin, and the port waited the way it
+    /// does not currently prefer, to keep measuring it (see [`crate::learn`]).
+    Trial,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 9] = [
         Reason::MainstreamDevice,
         Reason::VeryFastDevice,
         Reason::SizeAtThreshold,
@@ -172,6 +178,8 @@ impl Reason {
         Reason::CpuBusy,
         Reason::CpuAvailable,
         Reason::SpinCheaper,
+        Reason::SpinUnpaid,
+        Reason::Trial,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -184,6 +192,8 @@ impl Reason {
             Reason::CpuBusy => "cpu_busy",
             Reason::CpuAvailable => "cpu_available",
             Reason::SpinCheaper => "spin_cheaper",
+            Reason::SpinUnpaid => "spin_unpaid",
+            Reason::Trial => "trial",
         }
     }
 

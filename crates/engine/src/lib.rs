@@ -14,6 +14,7 @@ pub mod clock;
 pub mod decision;
 pub mod error;
 pub mod job;
+pub mod learn;
 pub mod monitor;
 pub mod profile;
 pub mod ring;

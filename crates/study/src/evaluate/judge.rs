@@ -275,6 +275,7 @@ pub fn addition(s: Option<smartcon_engine::decision::Reason>, p: Option<smartcon
     match (s, p) {
         (Some(a), Some(b)) if a == b => format!("same branch ({})", a.name()),
         (Some(SpinCheaper), _) => "spin_cheaper (smart's own branch)".into(),
+        (Some(SpinUnpaid | Trial), _) => "spin check (smart's own, from its measured waits)".into(),
         _ if class(s) || class(p) => "device class (measured, not declared)".into(),
         (_, Some(QueueOverLimit)) => "queue limit Q (profiled, not 0)".into(),
         _ if cpu(s) && cpu(p) => "CPU signal (others' demand, not machine-wide)".into(),
@@ -1092,6 +1093,7 @@ mod tests {
         let a = |s, p| addition(Some(s), Some(p));
         assert_eq!(a(CpuBusy, CpuBusy), "same branch (cpu_busy)");
         assert_eq!(a(SpinCheaper, CpuBusy), "spin_cheaper (smart's own branch)");
+        assert_eq!(a(SpinUnpaid, CpuAvailable), "spin check (smart's own, from its measured waits)");
         assert_eq!(a(CpuAvailable, MainstreamDevice), "device class (measured, not declared)");
         assert_eq!(a(VeryFastDevice, CpuAvailable), "device class (measured, not declared)");
         assert_eq!(a(CpuAvailable, QueueOverLimit), "queue limit Q (profiled, not 0)");

@@ -1,0 +1,371 @@
+//! The online check of the spin branches: does spinning pay here, now?
+//!
+//! The Decision Module spins (branches `cpu_available` and `spin_cheaper`) on thresholds a
+//! probe measured once, on a host that may have changed since: the same VM's local disk
+//! gave 1.45 x at 4 KiB by spinning one day and 1.02 x the next, and a workload can make
+//! spinning slower than blocking where the probe saw it pay (postmark on the local disk:
+//! its buffered I/O goes to io_uring's worker thread, and a spinner competes with that
+//! worker for the CPU, 2.7 x slower than blocking). Spinning that does not shorten the wait
+//! by a clear margin only burns a CPU the others could use.
+//!
+//! [`SpinCheck`] keeps, per port, for each (op, power-of-two size) the mean wait of the
+//! I/Os that spun and of those that blocked, measured as the port sees them (submit to
+//! completion), and it now and then waits the other way to keep both figures current
+//! (a *trial*): a burst of [`TRIAL_BURST`] I/Os, the first of which are not counted, since
+//! a way's wait depends on the way before it. A size starts blocking, then tries spinning;
+//! then one burst in [`TRIAL_PERIOD`] I/Os, or, once the two figures are far apart, as few
+//! as keep the trials' cost near 1 %.
+//! Where blocking waits no more than `1 + `[`GAIN_MIN`] times as long as spinning, the
+//! port blocks instead, with reason `spin_unpaid`, until the figures say otherwise.
+//!
+//! It only ever turns a spin into a block, never the other way: what spinning takes from
+//! *other* runnable work is not seen from one thread's waits, so where the rule blocks,
+//! it keeps blocking. It is not part of [`crate::decision::decide`], which stays pure: the
+//! port applies it after the decision, for `smart` and `smart-hybrid` only (`paper` is the
+//! paper's rule as written).
+//!
+//! Non-goals: sharing what one port learnt with the others (each thread sees its own
+//! waits, which is what it decides for), or learning anything about a device's other
+//! branches (class, size threshold, queue limit).
+
+use crate::decision::{Reason, Strategy};
+
+/// Spinning pays when blocking waits longer than spinning by more than this share. The
+/// evaluate's judge calls a spinning smart beaten, with no load, when blocking gives 0.98 x
+/// its IOPS at 20 points less CPU, and the probe's size rule tolerates 3 %: 5 % keeps a
+/// margin above both for the noise of the two means.
+pub const GAIN_MIN: f64 = 0.05;
+/// I/Os in a row that a trial waits the other way. A way's wait depends on what the thread
+/// did just before (a vCPU that halted between blocking waits, a spinner's first wait
+/// after sleeping): a lone trial measures the switch, not the way. Measured on the team's
+/// VM: lone spins among blocks waited as long as the blocks, while spinning throughout was
+/// 1.28 x faster.
+pub const TRIAL_BURST: u32 = 8;
+/// The first waits after each change of way are not counted.
+pub const SWITCH_SKIP: u32 = 2;
+/// Samples of each way a size needs before its verdict counts (one burst's worth).
+pub const WARM_SAMPLES: u32 = TRIAL_BURST - SWITCH_SKIP;
+/// I/Os between trials near the boundary (by [`SURE_MARGIN`]): 3 % of the I/Os.
+pub const TRIAL_PERIOD: u32 = 256;
+/// At least this many I/Os between trials once the means are far from the boundary.
+pub const TRIAL_PERIOD_SURE: u32 = 1024;
+/// At most this many.
+pub const TRIAL_PERIOD_MAX: u32 = 65_536;
+/// Far from the boundary, the trials' extra wait is kept to this share of the whole.
+pub const TRIAL_COST: f64 = 0.01;
+/// How far (as a share of the boundary) the ratio of the means must lie from it for the
+/// verdict to count as sure.
+pub const SURE_MARGIN: f64 = 0.25;
+/// Means this many times apart (either way) decide after one sample each.
+pub const DECISIVE_FACTOR: f64 = 2.0;
+/// A trial's wait this many times the preferred way's mean ends the trial at once and is
+/// counted, even where a first wait after a change would not be: a spinner that starves
+/// the kernel worker its I/O waits for takes a scheduler slice per wait (4 ms against
+/// 60 us), far beyond what a change of way costs.
+pub const HOPELESS_FACTOR: f64 = 8.0;
+/// The weight of a new sample in a mean.
+const ALPHA: f64 = 0.125;
+/// A sample above this many times the mean counts as this many times (a preemption or a
+/// page fault must not swing the verdict on its own).
+const OUTLIER_FACTOR: f64 = 4.0;
+/// Power-of-two size classes: 512 B and below, ..., 16 MiB and above.
+const BUCKETS: usize = 16;
+const BUCKET_SHIFT_MIN: u32 = 9;
+
+/// A mean with a sample count.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mean {
+    ns: f64,
+    n: u32,
+}
+
+impl Mean {
+    fn add(&mut self, sample_ns: f64) {
+        if self.n == 0 {
+            self.ns = sample_ns;
+        } else {
+            let s = sample_ns.min(self.ns * OUTLIER_FACTOR);
+            // The first samples weigh as a plain mean, then as an exponential one.
+            let w = (1.0 / (self.n + 1) as f64).max(ALPHA);
+            self.ns += w * (s - self.ns);
+        }
+        self.n = self.n.saturating_add(1);
+    }
+}
+
+/// One (op, size) class.
+#[derive(Debug, Clone, Copy)]
+struct Class {
+    spin: Mean,
+    block: Mean,
+    /// I/Os since the last trial ended.
+    since_trial: u32,
+    /// I/Os left in the trial under way (0: none).
+    trial_left: u32,
+    /// Samples still to leave out after a change of way.
+    skip: u32,
+    /// The way of the last sample (`None` before any).
+    last_spun: Option<bool>,
+    /// Spinning does not pay here: block, and try spinning now and then. Blocking first
+    /// until measured: it is never far worse than spinning, while a spin can be.
+    unpaid: bool,
+}
+
+impl Default for Class {
+    fn default() -> Self {
+        Class {
+            spin: Mean::default(),
+            block: Mean::default(),
+            since_trial: 0,
+            trial_left: 0,
+            skip: 0,
+            last_spun: None,
+            unpaid: true,
+        }
+    }
+}
+
+impl Class {
+    /// Enough samples of both ways: [`WARM_SAMPLES`] each, or one each when they differ by
+    /// more than [`DECISIVE_FACTOR`].
+    fn warm(&self) -> bool {
+        let (s, b) = (self.spin.n, self.block.n);
+        (s >= WARM_SAMPLES && b >= WARM_SAMPLES) || (s >= 1 && b >= 1 && self.decisive())
+    }
+
+    fn decisive(&self) -> bool {
+        !(1.0 / DECISIVE_FACTOR..=DECISIVE_FACTOR).contains(&self.ratio())
+    }
+
+    /// Blocking's mean wait over spinning's.
+    fn ratio(&self) -> f64 {
+        if self.spin.ns > 0.0 {
+            self.block.ns / self.spin.ns
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// I/Os between trials: one burst until warm; [`TRIAL_PERIOD`] near the boundary; far
+    /// from it, as many as keep the trials' extra wait within [`TRIAL_COST`] of the total
+    /// (at least [`TRIAL_PERIOD_SURE`], at most [`TRIAL_PERIOD_MAX`]).
+    fn period(&self) -> u32 {
+        if !self.warm() {
+            return TRIAL_BURST;
+        }
+        let r = self.ratio();
+        if (r / (1.0 + GAIN_MIN) - 1.0).abs() <= SURE_MARGIN {
+            return TRIAL_PERIOD;
+        }
+        let worse_over_better = if r >= 1.0 { r } else { 1.0 / r };
+        let period = (TRIAL_BURST as f64 * (worse_over_better - 1.0) / TRIAL_COST).ceil();
+        period.clamp(TRIAL_PERIOD_SURE as f64, TRIAL_PERIOD_MAX as f64) as u32
+    }
+}
+
+/// How the port waits for one I/O the rule said to spin for, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    pub strategy: Strategy,
+    pub reason: Reason,
+    /// The way the wait is measured under: `true` spun, `false` blocked.
+    pub spun: bool,
+}
+
+/// One port's figures (see the module doc). Allocation-free, a few nanoseconds a call.
+#[derive(Debug, Clone, Default)]
+pub struct SpinCheck {
+    classes: [[Class; BUCKETS]; 2],
+}
+
+fn bucket(bytes: u64) -> usize {
+    let log2 = 63 - bytes.max(1).leading_zeros();
+    (log2.saturating_sub(BUCKET_SHIFT_MIN) as usize).min(BUCKETS - 1)
+}
+
+impl SpinCheck {
+    pub fn new() -> SpinCheck {
+        SpinCheck::default()
+    }
+
+    fn class(&mut self, bytes: u64, write: bool) -> &mut Class {
+        &mut self.classes[write as usize][bucket(bytes)]
+    }
+
+    /// The wait for an I/O whose decision was to spin for `reason`: spin as decided, a
+    /// block where spinning was measured not to pay (`spin_unpaid`), or a trial of the
+    /// way not preferred now, and every wait until both ways are measured (`trial`).
+    /// `spin` is the strategy the port spins with (`Spin`, or `Hybrid` for smart-hybrid).
+    #[inline]
+    pub fn choose(&mut self, bytes: u64, write: bool, reason: Reason, spin: Strategy) -> Choice {
+        let c = self.class(bytes, write);
+        let trial = if c.trial_left > 0 {
+            c.trial_left -= 1;
+            true
+        } else {
+            c.since_trial += 1;
+            if c.since_trial > c.period() {
+                c.since_trial = 0;
+                c.trial_left = TRIAL_BURST - 1;
+                true
+            } else {
+                false
+            }
+        };
+        let spins = c.unpaid == trial;
+        let reason = if trial || !c.warm() {
+            Reason::Trial
+        } else if spins {
+            reason
+        } else {
+            Reason::SpinUnpaid
+        };
+        Choice { strategy: if spins { spin } else { Strategy::Block }, reason, spun: spins }
+    }
+
+    /// What one such I/O waited, from submission to completion as the port saw it.
+    #[inline]
+    pub fn record(&mut self, bytes: u64, write: bool, spun: bool, wait_ns: u64) {
+        let c = self.class(bytes, write);
+        if c.last_spun != Some(spun) {
+            c.skip = SWITCH_SKIP;
+            c.last_spun = Some(spun);
+        }
+        let (this, other) = if spun { (&mut c.spin, c.block) } else { (&mut c.block, c.spin) };
+        // A trial's wait far beyond the preferred way's mean: the way is worse now, and
+        // more of it would only cost; counted, and the trial ends.
+        let hopeless = spun == c.unpaid && other.n > 0 && wait_ns as f64 > HOPELESS_FACTOR * other.ns;
+        if hopeless {
+            c.trial_left = 0;
+            this.add(wait_ns as f64);
+        } else if c.skip > 0 {
+            c.skip -= 1;
+        } else {
+            this.add(wait_ns as f64);
+        }
+        if c.warm() {
+            c.unpaid = c.ratio() <= 1.0 + GAIN_MIN;
+        }
+    }
+
+    /// Whether spinning was measured not to pay for this op and size (for tests, reports).
+    pub fn unpaid(&self, bytes: u64, write: bool) -> bool {
+        self.classes[write as usize][bucket(bytes)].unpaid
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `n` decisions of `bytes` reads where spinning waits `spin_ns` and blocking
+    /// `block_ns`; returns how many spun.
+    fn run(check: &mut SpinCheck, n: u32, bytes: u64, spin_ns: u64, block_ns: u64) -> u32 {
+        let mut spun = 0;
+        for _ in 0..n {
+            let c = check.choose(bytes, false, Reason::CpuAvailable, Strategy::Spin);
+            check.record(bytes, false, c.spun, if c.spun { spin_ns } else { block_ns });
+            spun += c.spun as u32;
+        }
+        spun
+    }
+
+    #[test]
+    fn where_spinning_pays_it_spins_but_for_the_trials() {
+        let mut check = SpinCheck::new();
+        let spun = run(&mut check, 10_000, 4096, 10_000, 14_000);
+        assert!(!check.unpaid(4096, false));
+        // Blocks first (8), a burst of spins, then 1.4 x is sure: a burst of 8 blocks
+        // after every 1024 spins.
+        let blocked = 10_000 - spun;
+        assert!((70..=90).contains(&blocked), "blocked {blocked}");
+    }
+
+    #[test]
+    fn where_blocking_is_as_fast_it_blocks_and_keeps_trying_spin() {
+        let mut check = SpinCheck::new();
+        let spun = run(&mut check, 10_000, 256 << 10, 500_000, 510_000);
+        assert!(check.unpaid(256 << 10, false));
+        // 1.02 x is near the boundary: a burst of 8 spins after every 256 blocks.
+        assert!((290..=330).contains(&spun), "spun {spun}");
+        // Spinning slower than blocking (a spinner beside io_uring's worker on its CPU):
+        // a burst of 8 spins after every 1136 blocks (a spin costs 2.4 x a block).
+        let mut check = SpinCheck::new();
+        let spun = run(&mut check, 10_000, 4096, 160_000, 66_000);
+        assert!(check.unpaid(4096, false));
+        assert!((60..=80).contains(&spun), "spun {spun}");
+        // A spinner that waits a scheduler slice (4 ms) for a 60 us I/O: each trial ends at
+        // its first spin, twice in 100,000 I/Os.
+        let mut check = SpinCheck::new();
+        let spun = run(&mut check, 100_000, 4096, 4_000_000, 60_000);
+        assert!((1..=3).contains(&spun), "spun {spun}");
+    }
+
+    #[test]
+    fn a_lone_wait_after_a_change_of_way_is_not_counted() {
+        // Each way's first two waits after a change are slow (the switch), the rest as the
+        // way goes: spinning pays 1.15 x, which counting the switch would hide (the first
+        // trial of spinning would average 15 us against blocking's 11.5 us).
+        let mut check = SpinCheck::new();
+        let (mut last, mut run_len) = (None, 0);
+        for _ in 0..5_000 {
+            let c = check.choose(4096, false, Reason::CpuAvailable, Strategy::Spin);
+            run_len = if last == Some(c.spun) { run_len + 1 } else { 0 };
+            last = Some(c.spun);
+            let steady = if c.spun { 10_000 } else { 11_500 };
+            check.record(4096, false, c.spun, if run_len < 2 { 30_000 } else { steady });
+        }
+        assert!(!check.unpaid(4096, false));
+    }
+
+    #[test]
+    fn the_verdict_follows_the_host_when_it_changes() {
+        let mut check = SpinCheck::new();
+        run(&mut check, 2_000, 4096, 10_000, 15_000);
+        assert!(!check.unpaid(4096, false));
+        run(&mut check, 2_000, 4096, 10_000, 10_100);
+        assert!(check.unpaid(4096, false), "blocking became as fast: block");
+        run(&mut check, 2_000, 4096, 10_000, 15_000);
+        assert!(!check.unpaid(4096, false), "and back");
+    }
+
+    #[test]
+    fn sizes_and_ops_are_judged_apart() {
+        let mut check = SpinCheck::new();
+        run(&mut check, 1_000, 4096, 10_000, 15_000);
+        run(&mut check, 1_000, 1 << 20, 2_000_000, 2_010_000);
+        assert!(!check.unpaid(4096, false));
+        assert!(check.unpaid(1 << 20, false));
+        assert!(check.unpaid(1 << 20, true), "writes of that size were never measured: block first");
+        assert_eq!((bucket(1), bucket(512), bucket(4096), bucket(u64::MAX)), (0, 0, 3, BUCKETS - 1));
+    }
+
+    #[test]
+    fn one_outlier_does_not_flip_a_verdict() {
+        let mut check = SpinCheck::new();
+        run(&mut check, 1_000, 4096, 10_000, 15_000);
+        // A spin that took 8 ms (the thread was preempted): counted as 4 x the mean.
+        check.record(4096, false, true, 8_000_000);
+        assert!(!check.unpaid(4096, false));
+    }
+
+    #[test]
+    fn the_reasons_name_what_happened() {
+        let mut check = SpinCheck::new();
+        let mut choices = Vec::new();
+        for _ in 0..2_000 {
+            let c = check.choose(4096, false, Reason::SpinCheaper, Strategy::Hybrid);
+            check.record(4096, false, c.spun, if c.spun { 10_000 } else { 20_000 });
+            choices.push(c);
+        }
+        // Measuring both ways: a burst of blocks, then of spins, all trials.
+        let block = Choice { strategy: Strategy::Block, reason: Reason::Trial, spun: false };
+        let hybrid = Choice { strategy: Strategy::Hybrid, reason: Reason::Trial, spun: true };
+        assert!(choices[..8].iter().all(|c| *c == block));
+        assert_eq!(choices[8], hybrid);
+        // Then the rule's own reason while spinning, and trials of blocking now and then.
+        let decided = Choice { strategy: Strategy::Hybrid, reason: Reason::SpinCheaper, spun: true };
+        assert!(choices[20..1000].iter().all(|c| *c == decided));
+        assert!(choices.iter().filter(|c| **c == block).count() > 8);
+    }
+}
