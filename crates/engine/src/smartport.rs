@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::clock::now_ns;
 use crate::decision::{decide, decide_paper, DeviceState, Reason, Request, Strategy, SystemState, Thresholds};
 use crate::error::{Error, ErrorKind};
-use crate::learn::SpinCheck;
+use crate::learn::{BlockCheck, SpinCheck};
 use crate::monitor::{SystemMonitor, ThreadRegistration};
 use crate::profile::{profile_path, Profile};
 use crate::target::file::{describe_fd, FilePort};
@@ -163,6 +163,18 @@ pub struct SmartTargetPort<'t> {
     emulated: bool,
     /// Whether spinning pays, as this port's own waits say (smart and smart-hybrid).
     spin_check: SpinCheck,
+    /// How to block, as this port's own waits say: `None` on an emulated device, whose
+    /// `sync` spins.
+    block_check: Option<BlockCheck>,
+}
+
+/// Which of the port's checks measures an I/O's wait, and the way it waited.
+#[derive(Debug, Clone, Copy)]
+enum Checked {
+    /// The spin check; `true` spun.
+    Spin(bool),
+    /// The block check; `true` the plain call.
+    Block(bool),
 }
 
 thread_local! {
@@ -283,6 +295,9 @@ impl<'t> SmartTargetPort<'t> {
         port.notes.extend(note);
         port.notes.extend(target.warnings());
         port.emulated = target.model_service_ns(Op::Read, 4096).is_some();
+        if port.emulated {
+            port.block_check = None;
+        }
         Ok(port)
     }
 
@@ -386,6 +401,7 @@ impl<'t> SmartTargetPort<'t> {
             notes: Vec::new(),
             emulated: false,
             spin_check: SpinCheck::new(),
+            block_check: Some(BlockCheck::new()),
         })
     }
 
@@ -432,13 +448,20 @@ impl<'t> SmartTargetPort<'t> {
         monitor: &SystemMonitor,
         thresholds: &Thresholds,
         spin_check: &mut SpinCheck,
+        block_check: Option<&mut BlockCheck>,
         (bytes, write, ahead): (u64, bool, DeviceState),
-    ) -> (Strategy, Option<Reason>, Option<bool>) {
+    ) -> (Strategy, Option<Reason>, Option<Checked>) {
         match strategy {
             StrategyChoice::Fixed(s) => (s, None, None),
             StrategyChoice::Smart | StrategyChoice::SmartHybrid => {
                 let system = SystemState { cpu_utilization_pct: monitor.cpu_utilization_pct() };
                 let d = decide(Request { bytes, write }, ahead, system, thresholds);
+                if d.strategy == Strategy::Block {
+                    if let Some(check) = block_check {
+                        let s = check.choose(bytes, write);
+                        return (s, Some(d.reason), Some(Checked::Block(s == Strategy::Sync)));
+                    }
+                }
                 if d.strategy != Strategy::Spin {
                     return (d.strategy, Some(d.reason), None);
                 }
@@ -447,7 +470,7 @@ impl<'t> SmartTargetPort<'t> {
                     _ => Strategy::Spin,
                 };
                 let c = spin_check.choose(bytes, write, d.reason, spin);
-                (c.strategy, Some(c.reason), Some(c.spun))
+                (c.strategy, Some(c.reason), Some(Checked::Spin(c.spun)))
             }
             StrategyChoice::Paper | StrategyChoice::PaperQ1 => {
                 // The machine-wide figure, the spinner included (the paper's CPU_Stat).
@@ -493,8 +516,14 @@ impl<'t> SmartTargetPort<'t> {
         let entered = Entered { inflight: &self.inflight, bytes };
         let ahead = entered.inflight.enter(bytes);
         let write = matches!(buf, IoBuf::Write(_));
-        let (strategy, reason, checked) =
-            Self::choose(self.strategy, &self.monitor, &self.thresholds, &mut self.spin_check, (bytes, write, ahead));
+        let (strategy, reason, checked) = Self::choose(
+            self.strategy,
+            &self.monitor,
+            &self.thresholds,
+            &mut self.spin_check,
+            self.block_check.as_mut(),
+            (bytes, write, ahead),
+        );
         let wait: PortWait<'_> = match PortWait::simple(strategy, self.spin_budget_ns) {
             Some(w) => w,
             None => {
@@ -515,8 +544,10 @@ impl<'t> SmartTargetPort<'t> {
         drop(entered);
         let outcome = outcome?;
         let t1 = now_ns();
-        if let Some(spun) = checked {
-            self.spin_check.record(bytes, write, spun, t1 - t0);
+        match (checked, self.block_check.as_mut()) {
+            (Some(Checked::Spin(spun)), _) => self.spin_check.record(bytes, write, spun, t1 - t0),
+            (Some(Checked::Block(sync)), Some(check)) => check.record(bytes, write, sync, t1 - t0),
+            _ => {}
         }
         self.counters.record(t1 - t0, outcome.bytes as u64, strategy, reason, outcome.fell_back);
         if self.emulated {
