@@ -75,12 +75,19 @@ pub enum StrategyChoice {
     Paper,
     /// The same with Fig. 7's Q = 1.
     PaperQ1,
+    /// smart without the port's checks of its own waits (`crate::learn`): the rule on the
+    /// probe's thresholds alone, to measure what the checks change, in the same rounds.
+    SmartStatic,
 }
 
 impl StrategyChoice {
     /// Every name `parse` takes: the fixed strategies, then the decisions.
     pub fn names() -> Vec<&'static str> {
-        Strategy::ALL.iter().map(|s| s.name()).chain(["smart", "smart-hybrid", "paper", "paper-q1"]).collect()
+        Strategy::ALL
+            .iter()
+            .map(|s| s.name())
+            .chain(["smart", "smart-hybrid", "paper", "paper-q1", "smart-static"])
+            .collect()
     }
 
     pub fn name(self) -> &'static str {
@@ -90,6 +97,7 @@ impl StrategyChoice {
             StrategyChoice::SmartHybrid => "smart-hybrid",
             StrategyChoice::Paper => "paper",
             StrategyChoice::PaperQ1 => "paper-q1",
+            StrategyChoice::SmartStatic => "smart-static",
         }
     }
 
@@ -99,6 +107,7 @@ impl StrategyChoice {
             "smart-hybrid" => StrategyChoice::SmartHybrid,
             "paper" => StrategyChoice::Paper,
             "paper-q1" => StrategyChoice::PaperQ1,
+            "smart-static" => StrategyChoice::SmartStatic,
             _ => StrategyChoice::Fixed(*Strategy::ALL.iter().find(|s| s.name() == text)?),
         })
     }
@@ -107,7 +116,9 @@ impl StrategyChoice {
     pub fn polls(self) -> bool {
         match self {
             StrategyChoice::Fixed(s) => s.is_polling(),
-            StrategyChoice::Smart | StrategyChoice::Paper | StrategyChoice::PaperQ1 => false,
+            StrategyChoice::Smart | StrategyChoice::SmartStatic | StrategyChoice::Paper | StrategyChoice::PaperQ1 => {
+                false
+            }
             StrategyChoice::SmartHybrid => true,
         }
     }

@@ -373,7 +373,9 @@ impl<'t> SmartTargetPort<'t> {
         counters.begin();
         let policy = match options.strategy {
             StrategyChoice::Fixed(s) => wait::policy_for(s, options.poll, counters.start_ns),
-            StrategyChoice::Smart | StrategyChoice::Paper | StrategyChoice::PaperQ1 => None,
+            StrategyChoice::Smart | StrategyChoice::SmartStatic | StrategyChoice::Paper | StrategyChoice::PaperQ1 => {
+                None
+            }
             StrategyChoice::SmartHybrid => wait::policy_for(Strategy::Hybrid, options.poll, counters.start_ns),
         };
         // `paper` decides on the profile's size and CPU thresholds with the class the
@@ -453,6 +455,11 @@ impl<'t> SmartTargetPort<'t> {
     ) -> (Strategy, Option<Reason>, Option<Checked>) {
         match strategy {
             StrategyChoice::Fixed(s) => (s, None, None),
+            StrategyChoice::SmartStatic => {
+                let system = SystemState { cpu_utilization_pct: monitor.cpu_utilization_pct() };
+                let d = decide(Request { bytes, write }, ahead, system, thresholds);
+                (d.strategy, Some(d.reason), None)
+            }
             StrategyChoice::Smart | StrategyChoice::SmartHybrid => {
                 let system = SystemState { cpu_utilization_pct: monitor.cpu_utilization_pct() };
                 let d = decide(Request { bytes, write }, ahead, system, thresholds);
@@ -580,7 +587,11 @@ impl<'t> SmartTargetPort<'t> {
     /// mailserver cell, a write and a flush per I/O, ran at 1/1.32 to 1/1.76 of `sync`).
     pub fn fsync_strategy(&self) -> Strategy {
         match self.strategy {
-            StrategyChoice::Smart | StrategyChoice::SmartHybrid | StrategyChoice::Paper | StrategyChoice::PaperQ1
+            StrategyChoice::Smart
+            | StrategyChoice::SmartHybrid
+            | StrategyChoice::SmartStatic
+            | StrategyChoice::Paper
+            | StrategyChoice::PaperQ1
                 if self.thresholds.class == crate::decision::DeviceClass::VeryFast =>
             {
                 Strategy::Sync
