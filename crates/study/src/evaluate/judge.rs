@@ -713,7 +713,7 @@ fn corunner_no_loss(cells: &[Cell]) -> Criterion {
     )
     .figure(|| {
         let lowest = ratios.iter().map(|(_, r)| *r).fold(f64::INFINITY, f64::min);
-        format!("{lowest:.3}{}", if ratios.len() > 1 { " (lowest target)" } else { "" })
+        format!("smart/block {lowest:.3}{}", if ratios.len() > 1 { " (lowest target)" } else { "" })
     })
 }
 
