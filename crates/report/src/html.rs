@@ -226,7 +226,7 @@ h2{font-size:17px;border-bottom:1px solid #ccc;padding-bottom:3px;margin:14px 0 
 details.section>summary{font-size:16px;font-weight:bold;padding:4px 0;border-bottom:1px solid #ddd;cursor:pointer}\
 pre{background:#f6f8fa;padding:8px;overflow-x:auto;font-size:12px}\
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}\
-table.map{font-size:11px}table.map td,table.map th{padding:2px 4px;white-space:nowrap}\
+table.map{font-size:11px}table.map td,table.map th{padding:2px 4px}table.map tbody th{white-space:nowrap}\
 table.map thead th{white-space:normal;font-weight:normal;text-align:center}table.map th.load{font-weight:bold}\
 table.map .first{border-left:2px solid #555}table.map a{color:#111;text-decoration:none}\
 table.map td.none{color:#aaa;text-align:center}\

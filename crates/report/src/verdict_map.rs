@@ -211,6 +211,16 @@ fn title(cells: &[Cell], j: &JudgedCell) -> String {
     t
 }
 
+/// A cell's label for the page: a narrow column breaks it only after the strategy's name
+/// ("spin" over "+12%&nbsp;IOPS").
+fn html_label(j: &JudgedCell) -> String {
+    let text = escape(&label(j));
+    match text.split_once(' ') {
+        Some((strategy, margin)) => format!("{strategy} {}", margin.replace(' ', "&nbsp;")),
+        None => text,
+    }
+}
+
 /// A target's label with places a narrow column may break it.
 fn breakable(t: &str) -> String {
     let mut out = String::new();
@@ -280,7 +290,7 @@ pub fn html(map: &VerdictMap, cells: &[Cell]) -> String {
                             l.name(),
                             escape(&title(cells, j)),
                             anchor(j),
-                            escape(&label(j))
+                            html_label(j)
                         );
                     }
                     None => s += &format!("<td class=\"none{first}\">-</td>"),
@@ -420,4 +430,166 @@ pub fn write_svg(path: &Path, map: &VerdictMap) -> Result<usize> {
     };
     grid_chart(path, &chart)?;
     Ok(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smartcon_engine::decision::{Reason, Strategy};
+    use smartcon_engine::stats::{Decisions, JobResult, RecordOp, RecordPattern};
+    use smartcon_study::evaluate::{Corunner, CorunnerKind, TurnFigures};
+
+    const SMART: StrategyChoice = StrategyChoice::Smart;
+    const BLOCK: StrategyChoice = StrategyChoice::Fixed(Strategy::Block);
+    const SPIN: StrategyChoice = StrategyChoice::Fixed(Strategy::Spin);
+
+    /// A cell of `target` and size `bs` under `load` whose rounds gave `perf` each, at
+    /// `cpu` % and (under a load) co-runner work `work` per s.
+    fn cell(load: Load, target: &str, bs: u64, strategy: StrategyChoice, perf: &[f64], cpu: f64, work: f64) -> Cell {
+        let mut decisions = Decisions::default();
+        decisions.by_reason.insert(Reason::CpuAvailable, 90);
+        decisions.by_reason.insert(Reason::SpinCheaper, 10);
+        let iops = perf.iter().sum::<f64>() / perf.len() as f64;
+        let result = JobResult {
+            record_type: "result",
+            target: target.into(),
+            device: "d".into(),
+            op: RecordOp::Read,
+            pattern: RecordPattern::Rand,
+            bs_bytes: bs,
+            strategy,
+            threads: 1,
+            duration_ns: 1_000_000_000,
+            ios: iops as u64,
+            bytes: iops as u64 * bs,
+            iops,
+            bw_bytes_per_s: 0.0,
+            lat_ns_mean: 0.0,
+            lat_ns_min: 0,
+            lat_ns_p50: 0,
+            lat_ns_p99: 0,
+            lat_ns_p999: 0,
+            lat_ns_max: 0,
+            cpu_user_pct: cpu,
+            cpu_sys_pct: 0.0,
+            ctx_voluntary: 0,
+            ctx_involuntary: 0,
+            decisions,
+            spin_fallbacks: 0,
+            fsyncs: 0,
+            polling: None,
+            profile_source: "test".into(),
+            model_service_ns: None,
+            accuracy: None,
+            verified: false,
+            interrupted: false,
+            latency_hist: smartcon_engine::stats::new_histogram(),
+        };
+        let loaded = load != Load::BmOnly;
+        Cell {
+            result,
+            load,
+            workload: Workload::IozoneRandRead,
+            corunner: loaded.then_some(Corunner {
+                kind: CorunnerKind::Cpu,
+                workers: 2,
+                real_ns: 1_000_000_000,
+                work: work as u64,
+                work_per_s: work,
+                user_ns: 0,
+                sys_ns: 0,
+                iowait_pct: 0.0,
+            }),
+            tps: None,
+            postmark: None,
+            turns: perf
+                .iter()
+                .map(|&p| TurnFigures { perf: p, corunner_work_per_s: loaded.then_some(work), cpu_pct: cpu })
+                .collect(),
+        }
+    }
+
+    /// Two targets under two loads: spin 20% faster than smart in every round of one cell
+    /// (lost on IOPS), block as fast as smart at 80 points less CPU in another (lost on
+    /// CPU), smart on the front elsewhere; one place has no smart cell (not judged).
+    fn run() -> Vec<Cell> {
+        let (bm, cpu) = (Load::BmOnly, Load::CpuIntensive);
+        let r = [1000.0, 1500.0, 1200.0];
+        let up = |k: f64| r.iter().map(|x| x * k).collect::<Vec<f64>>();
+        vec![
+            cell(cpu, "a", 4096, SMART, &r, 50.0, 1000.0),
+            cell(cpu, "a", 4096, BLOCK, &up(0.5), 10.0, 1000.0),
+            cell(cpu, "a", 4096, SPIN, &up(1.2), 100.0, 1000.0),
+            cell(bm, "a", 4096, SMART, &r, 100.0, 0.0),
+            cell(bm, "a", 4096, BLOCK, &r, 20.0, 0.0),
+            cell(bm, "b", 4096, SMART, &r, 30.0, 0.0),
+            cell(bm, "b", 4096, BLOCK, &up(0.6), 10.0, 0.0),
+            cell(bm, "b", 65536, BLOCK, &r, 10.0, 0.0),
+        ]
+    }
+
+    #[test]
+    fn the_map_holds_the_judges_verdict_in_every_judged_cell_and_nothing_else() {
+        let cells = run();
+        let map = VerdictMap::of(&cells);
+        assert_eq!(
+            (map.loads.clone(), map.targets.clone()),
+            (vec![Load::BmOnly, Load::CpuIntensive], vec!["a".to_string(), "b".into()])
+        );
+        let judged = judge_cells(&cells);
+        assert_eq!(map.judged.len(), judged.len());
+        assert_eq!(map.front(), 1);
+        assert_eq!(map.lost_by(), vec![("block", 1), ("spin", 1)]);
+        let at = |l, t, bs| map.at(l, t, (Workload::IozoneRandRead, bs)).map(label);
+        assert_eq!(at(Load::CpuIntensive, "a", 4096).as_deref(), Some("spin +20% IOPS"));
+        assert_eq!(at(Load::BmOnly, "a", 4096).as_deref(), Some("block -80 pt CPU"));
+        assert_eq!(at(Load::BmOnly, "b", 4096).as_deref(), Some("front"));
+        assert_eq!(at(Load::BmOnly, "b", 65536), None, "no smart cell there: not judged");
+
+        let html = html(&map, &cells);
+        assert_eq!(html.matches("data-verdict=").count(), judged.len());
+        for j in &judged {
+            let c = j.smart;
+            let tag = format!(
+                "data-target=\"{}\" data-workload=\"iozone-rand-read\" data-size=\"{}\" data-load=\"{}\" data-verdict=\"{}\"",
+                c.result.target,
+                c.result.bs_bytes,
+                c.load.name(),
+                j.verdict()
+            );
+            assert!(html.contains(&tag), "{tag} in {html}");
+        }
+        // Rows only where a cell was judged (4k): 2 loads x 2 targets, 3 judged, 1 empty.
+        assert_eq!(html.matches("<td class=\"none").count(), 1);
+        assert!(!html.contains("64k"), "a size with no judged cell has no row");
+        assert!(html.contains("spin beats smart on perf: IOPS 1.20x"), "the hover names the figures");
+        assert!(html.contains(">block -80&nbsp;pt&nbsp;CPU</a>"), "{html}");
+        let rounds = rounds_html(&map, &cells);
+        assert_eq!(rounds.matches("<details id=\"cell-").count(), 3);
+        assert!(rounds.contains("<td>1800</td>") && rounds.contains("cpu_available 90%, spin_cheaper 10%"), "{rounds}");
+        // Every link of the map leads to its cell's rounds.
+        for (i, _) in html.match_indices("href=\"#") {
+            let id = &html[i + 7..i + 7 + html[i + 7..].find('"').unwrap()];
+            assert!(rounds.contains(&format!("<details id=\"{id}\"")), "{id}");
+        }
+
+        let md = md(&map);
+        assert!(md.contains("bm-only:") && md.contains("cpu-intensive:"), "{md}");
+        assert!(md.contains("spin +20% IOPS"), "{md}");
+        let dir = std::env::temp_dir().join(format!("smartcon-map-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(write_svg(&dir.join("m.svg"), &map).unwrap(), 1);
+        let svg = std::fs::read_to_string(dir.join("m.svg")).unwrap();
+        assert!(svg.contains("spin +20% IOPS") && svg.contains("cpu-intensive") && svg.contains("#C7E9C0"), "{svg}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_run_without_judged_cells_draws_no_map() {
+        let cells = vec![cell(Load::BmOnly, "a", 4096, BLOCK, &[1.0], 1.0, 0.0)];
+        let map = VerdictMap::of(&cells);
+        assert!(map.judged.is_empty());
+        assert!(html(&map, &cells).contains("no map") && md(&map).is_empty());
+        assert_eq!(write_svg(Path::new("/nonexistent/m.svg"), &map).unwrap(), 0);
+    }
 }
