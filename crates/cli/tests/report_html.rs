@@ -179,6 +179,15 @@ fn report_html_shows_the_judges_map_first_and_renders_in_a_browser() {
         assert!(page.contains(&format!("<figure id=\"{name}\">")), "{name} is on the page");
     }
     assert!(page.contains("<h2 id=\"criteria\">Criteria, measured in this run</h2>"), "the criteria table");
+    // One row per criterion record, each linking to the criterion in full.
+    let criteria =
+        std::fs::read_to_string(report.join("results.jsonl")).unwrap().matches("\"type\":\"criterion\"").count();
+    let table = &page[page.find("<table class=\"criteria\">").unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    assert_eq!(table.matches("<tr><td>").count(), criteria, "one row per criterion");
+    for i in 0..criteria {
+        assert!(page.contains(&format!("<details id=\"criterion-{i}\"")), "criterion {i} in full");
+    }
     assert!(page.contains("<details class=\"section\"><summary>Profiles used by smart</summary>"), "folded");
     assert!(page.contains("<pre><code>"), "the tables of the summary");
     // One file: nothing to run, nothing fetched (the SVGs' xmlns is a name, not a fetch).

@@ -285,28 +285,35 @@ fn host_html(host: &HostRecord) -> String {
 }
 
 /// The criteria for a person to scan: one row each with its short figure and met or
-/// missed; the criterion in full, its source and every cell folded beside it.
+/// missed, linking to the criterion in full, its source and every cell, folded under the
+/// table (so a terminal browser, which opens every fold, keeps the table narrow).
 pub fn criteria_html(criteria: &[Criterion]) -> String {
     let mut s = String::from(
-        "<h2 id=\"criteria\">Criteria, measured in this run</h2>\n<table class=\"criteria\"><thead><tr><th>criterion</th><th>measured</th><th>met?</th><th>in full</th></tr></thead>\n<tbody>\n",
+        "<h2 id=\"criteria\">Criteria, measured in this run</h2>\n<table class=\"criteria\"><thead><tr><th>criterion</th><th>measured</th><th>met?</th><th></th></tr></thead>\n<tbody>\n",
     );
-    for c in criteria {
+    let mut full = String::new();
+    for (i, c) in criteria.iter().enumerate() {
         let class = match c.met {
             Some(true) => "met",
             Some(false) => "missed",
             None => "na",
         };
         s += &format!(
-            "<tr><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td><details><summary>criterion, source, cells</summary><p>{}</p><p>Source: {}</p><p>{}</p></details></td></tr>\n",
+            "<tr><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td><a href=\"#criterion-{i}\">in full</a></td></tr>\n",
             escape(criterion_short(c)),
             escape(&c.figure),
+            met_text(c.met),
+        );
+        full += &format!(
+            "<details id=\"criterion-{i}\" class=\"criterion\"><summary>{} ({})</summary><p>{}</p><p>Source: {}</p><p>Measured: {}</p></details>\n",
+            escape(criterion_short(c)),
             met_text(c.met),
             escape(&c.criterion),
             escape(c.source),
             escape(&c.measured)
         );
     }
-    s + "</tbody></table>\n"
+    s + "</tbody></table>\n" + &full
 }
 
 fn gain_text(cells: &[Cell], c: Option<&Cell>) -> String {

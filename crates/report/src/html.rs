@@ -231,7 +231,7 @@ table.map thead th{white-space:normal;font-weight:normal;text-align:center}table
 table.map .first{border-left:2px solid #555}table.map a{color:#111;text-decoration:none}\
 table.map td.none{color:#aaa;text-align:center}\
 table.criteria td.met{color:#176117}table.criteria td.missed{color:#b00;font-weight:bold}\
-details.cell{font-size:13px}details.cell:target{outline:2px solid #2c3e50}table.rounds{font-size:12px}\
+details.cell,details.criterion{font-size:13px}details:target{outline:2px solid #2c3e50}table.rounds{font-size:12px}\
 section.plots{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:24px}\
 @media(max-width:1100px){section.plots{grid-template-columns:1fr}}\
 figure{margin:0 0 24px 0}svg.plot{width:100%;height:auto;border:1px solid #ddd}\
