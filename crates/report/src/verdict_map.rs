@@ -212,11 +212,11 @@ fn title(cells: &[Cell], j: &JudgedCell) -> String {
 }
 
 /// A cell's label for the page: a narrow column breaks it only after the strategy's name
-/// ("spin" over "+12%&nbsp;IOPS").
+/// ("spin" over "+12%&nbsp;IOPS"; hyphens and minus signs do not break either).
 fn html_label(j: &JudgedCell) -> String {
     let text = escape(&label(j));
     match text.split_once(' ') {
-        Some((strategy, margin)) => format!("{strategy} {}", margin.replace(' ', "&nbsp;")),
+        Some((strategy, margin)) => format!("{strategy} {}", margin.replace(' ', "&nbsp;").replace('-', "&#8209;")),
         None => text,
     }
 }
@@ -563,7 +563,7 @@ mod tests {
         assert_eq!(html.matches("<td class=\"none").count(), 1);
         assert!(!html.contains("64k"), "a size with no judged cell has no row");
         assert!(html.contains("spin beats smart on perf: IOPS 1.20x"), "the hover names the figures");
-        assert!(html.contains(">block -80&nbsp;pt&nbsp;CPU</a>"), "{html}");
+        assert!(html.contains(">block &#8209;80&nbsp;pt&nbsp;CPU</a>"), "{html}");
         let rounds = rounds_html(&map, &cells);
         assert_eq!(rounds.matches("<details id=\"cell-").count(), 3);
         assert!(rounds.contains("<td>1800</td>") && rounds.contains("cpu_available 90%, spin_cheaper 10%"), "{rounds}");
