@@ -1,20 +1,25 @@
 //! Rendering of `smartcon evaluate`'s report (`smartcon_study::evaluate`): summary.md (the
-//! profiles, the criteria, the tables of Fig. 8-11 and Table VI) and the SVG plots in the
-//! manner of the paper's figures. Every number comes from the typed cells and criteria;
+//! headlines, the verdict map, the criteria, the profiles, the tables of Fig. 8-11 and
+//! Table VI), report.html's first screen (the paired headline, the host's figures and the
+//! verdict map, [`verdict_map`]) and criteria table, and the SVG plots in the manner of the
+//! paper's figures. Every number comes from the typed cells and criteria;
 //! this file only formats them. Non-goals: measuring or judging (the study does both).
 
 use std::path::Path;
 
 use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::StrategyChoice;
+use smartcon_study::evaluate::host::HostRecord;
 use smartcon_study::evaluate::judge::{
-    corunner_rate, find, gain, paper_headline, paper_tally, pareto_headline, smart_vs_paper, Criterion, Verdict,
+    corunner_rate, find, gain, paper_headline, paper_tally, pareto, pareto_headline, smart_vs_paper, Criterion, Verdict,
 };
 use smartcon_study::evaluate::plan::Plan;
 use smartcon_study::evaluate::{run, Cell, Load, MachineRecord, Workload};
 
+use crate::html::escape;
 use crate::plot::{bar_chart, line_chart, scatter_chart, BarChart, LineChart, ScatterChart, Series};
 use crate::table::Table;
+use crate::verdict_map::{self, VerdictMap};
 use crate::Result;
 
 pub fn profile_row(o: &run::Opened) -> Vec<String> {
@@ -48,18 +53,16 @@ pub fn headline(cells: &[Cell], criteria: &[Criterion]) -> String {
 }
 
 fn criteria_md(criteria: &[Criterion]) -> String {
-    let mut s = String::from(
-        "## Criteria, measured in this run\n\n| criterion | source | measured | met? |\n|---|---|---|---|\n",
-    );
+    let mut s = String::from("## Criteria, measured in this run\n\n| criterion | measured | met? |\n|---|---|---|\n");
     for c in criteria {
-        let met = match c.met {
-            Some(true) => "pass",
-            Some(false) => "**miss**",
-            None => "n/a",
-        };
-        s += &format!("| {} | {} | {} | {met} |\n", c.criterion, c.source, c.measured.replace('|', "/"));
+        let met = if c.met == Some(false) { "**missed**" } else { met_text(c.met) };
+        s += &format!("| {} | {} | {met} |\n", criterion_short(c).replace('|', "/"), c.figure.replace('|', "/"));
     }
-    s += "\nA miss names the cell and the decision branch smart took most there: `cpu_busy` in bm-only means other processes used more CPU than the threshold (a shared machine); `mainstream_device` means the profile says spinning never pays on this device; `queue_over_limit` means more I/Os were in flight ahead than Q; `very_fast_device` means smart completes every I/O inline (sync): the I/O thread never sleeps, so beside crunchers it takes its fair share of the CPU and does many times block's I/O, and the crunchers lose that share. The load average before and after the run is in the header.\n\n";
+    s += "\n### The criteria in full\n\n";
+    for c in criteria {
+        s += &format!("- **{}** ({}): {}\n", c.criterion, c.source, c.measured);
+    }
+    s += "\nA miss names the cell and the decision branch smart took most there: `cpu_busy` in bm-only means other processes used more CPU than the threshold (a shared machine); `mainstream_device` means the profile says spinning never pays on this device; `queue_over_limit` means more I/Os were in flight ahead than Q; `very_fast_device` means smart completes every I/O inline (sync): the I/O thread never sleeps, so beside crunchers it takes its fair share of the CPU and does many times block's I/O, and the crunchers lose that share. The load average before and after the run is under \"About this run\".\n\n";
     s
 }
 
@@ -92,9 +95,14 @@ pub struct Header<'a> {
     pub host: &'a smartcon_study::evaluate::host::HostRecord,
 }
 
-pub fn summary_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Cell], criteria: &[Criterion]) -> String {
-    let m = h.machine;
+/// The head of summary.md: the headlines, the host, the verdict map and the criteria
+/// (a short table, then each in full). report.html shows the same from the typed records
+/// ([`first_screen_html`], [`criteria_html`]).
+pub fn summary_head_md(h: &Header, cells: &[Cell], criteria: &[Criterion], map: &VerdictMap) -> String {
     let mut s = String::from("# smartcon evaluate\n\n");
+    if h.interrupted {
+        s += "**Interrupted: partial results.**\n\n";
+    }
     if let Some(line) = pareto_headline(cells) {
         s += &format!("**{line}**\n\n");
     }
@@ -102,6 +110,15 @@ pub fn summary_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Ce
         s += &format!("**{line}**\n\n");
     }
     s += &format!("{}\n\n", h.host.text());
+    s += &verdict_map::md(map);
+    s + &criteria_md(criteria)
+}
+
+/// The rest of summary.md: the run's notes, machine and loads, the profiles, and the
+/// tables of the paper's figures. report.html folds each of its sections.
+pub fn summary_body_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Cell]) -> String {
+    let m = h.machine;
+    let mut s = String::from("## About this run: notes, load, machine\n\n");
     for n in h.notes {
         s += &format!("Note: {n}.\n\n");
     }
@@ -136,14 +153,167 @@ pub fn summary_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells: &[Ce
         "I/O threads are pinned per target for every strategy alike (--io-cpus {}): `irq` puts them on the CPUs that take the device's completion interrupts; `any` means unpinned (devices without such an interrupt: emulated, loop, zram).\n\n",
         plan.placement.name()
     );
-    s += &criteria_md(criteria);
     s += &gain_md(plan, cells);
     s += &postmark_md(plan, cells);
     s += &switches_md(plan, cells);
     s += &corunner_md(plan, cells);
     s += &paper_md(cells);
-    s += "Plots: `fig8-cpu-*.svg` (CPU per strategy by size, bm-only), `fig9-gain-*.svg` (gain by size per load), `fig10-csw-*.svg` (context switches per I/O), `fig11-workloads-*.svg` (gain per workload), `table6-corunner.svg` (co-runner work rate against block), `pareto-*.svg` (each fixed strategy's IOPS and co-runner work against smart's, per cell).\n";
+    s += "## Plots\n\n`verdict-map.svg` (the verdict map), `fig8-cpu-*.svg` (CPU per strategy by size, bm-only), `fig9-gain-*.svg` (gain by size per load), `fig10-csw-*.svg` (context switches per I/O), `fig11-workloads-*.svg` (gain per workload), `table6-corunner.svg` (co-runner work rate against block), `pareto-*.svg` (each fixed strategy's IOPS and co-runner work against smart's, per cell).\n\n";
     s
+}
+
+/// A criterion's name without its parenthesised details: what a table row shows.
+fn criterion_short(c: &Criterion) -> &str {
+    c.criterion.split(" (").next().unwrap_or(&c.criterion)
+}
+
+fn met_text(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "missed",
+        None => "not judged",
+    }
+}
+
+/// The subtitle of report.html: the machine and the run in one line.
+pub fn subtitle(h: &Header, plan: &Plan, cells: &[Cell]) -> String {
+    let m = h.machine;
+    format!(
+        "Linux {}, {}, {} CPUs · {} cells in {:.0} s, {} per cell · load average {} before, {} after",
+        m.kernel,
+        m.cpu_model,
+        m.cpus,
+        cells.len(),
+        h.secs,
+        format_ns(plan.duration_ns as f64),
+        h.loadavg.0.split_whitespace().next().unwrap_or("?"),
+        h.loadavg.1.split_whitespace().next().unwrap_or("?"),
+    )
+}
+
+/// The first screen of report.html: the paired headline, the host's own figures and the
+/// verdict map. Every number is the judge's or the host record's.
+pub fn first_screen_html(h: &Header, cells: &[Cell], criteria: &[Criterion], map: &VerdictMap) -> String {
+    let mut s = String::new();
+    if h.interrupted {
+        s += "<p class=\"warn\">Interrupted: the report holds the cells measured so far.</p>\n";
+    }
+    let p = pareto(cells);
+    s += "<p class=\"headline\">";
+    if p.judged > 0 {
+        let front = p.judged - p.lost.len();
+        s += &format!(
+            "<strong>smart on the Pareto front in {front} of {} single-thread cells ({:.0}%)</strong>, judged round by round against block, spin and sync",
+            p.judged,
+            front as f64 * 100.0 / p.judged as f64
+        );
+        let by: Vec<String> = map.lost_by().iter().map(|(n, k)| format!("{n} {k}")).collect();
+        if !by.is_empty() {
+            s += &format!("; lost {} (beaten by {})", p.lost.len(), by.join(", "));
+        }
+        s += ".";
+    } else {
+        s += "No single-thread cell where smart and a fixed strategy both ran.";
+    }
+    let v = smart_vs_paper(cells);
+    if !v.is_empty() {
+        let n = |x: Verdict| v.iter().filter(|c| c.verdict == x).count();
+        s += &format!(
+            " Against the paper's rule as written: won {}, tied {}, lost {}.",
+            n(Verdict::Won),
+            n(Verdict::Tied),
+            n(Verdict::Lost)
+        );
+    }
+    let judged: Vec<&Criterion> = criteria.iter().filter(|c| c.met.is_some()).collect();
+    if !judged.is_empty() {
+        s += &format!(
+            " Criteria: {} of {} met (<a href=\"#criteria\">below</a>).",
+            judged.iter().filter(|c| c.met == Some(true)).count(),
+            judged.len()
+        );
+    }
+    s += "</p>\n";
+    if let Some(rule) = pareto_headline(cells) {
+        s += &format!("<details class=\"rule\"><summary>The paired rule, and the rule of earlier reports</summary><p>{}</p></details>\n", escape(&rule));
+    }
+    s += &host_html(h.host);
+    if !h.notes.is_empty() {
+        s += &format!(
+            "<p class=\"notes\">{} note{} on this run (what was skipped and why) under “About this run” below.</p>\n",
+            h.notes.len(),
+            if h.notes.len() == 1 { "" } else { "s" }
+        );
+    }
+    s += "<h2 id=\"map\">Where smart holds, and where a fixed strategy beats it</h2>\n";
+    s + &verdict_map::html(map, cells)
+}
+
+/// The host's own figures as a row of small boxes (the host record's text is their title).
+fn host_html(host: &HostRecord) -> String {
+    let us = |ns: f64| format!("{:.1} us", ns / 1000.0);
+    let mut items = Vec::new();
+    match (host.block_cpu_ns, host.spin_overhead_ns) {
+        (Some(b), Some(sp)) => {
+            items.push(format!("a blocking wait burns <b>{}</b> of CPU", us(b)));
+            items.push(format!("a spinning one <b>{}</b> beyond the device", us(sp)));
+        }
+        _ => items.push("blocking wait's CPU: not measured".into()),
+    }
+    items.push(format!(
+        "wake-up: a {} sleep wakes <b>{}</b> late (p99 {})",
+        us(host.sleep_asked_ns as f64),
+        us(host.sleep_overshoot_ns_p50 as f64),
+        us(host.sleep_overshoot_ns_p99 as f64)
+    ));
+    if let (Some(sp), Some(sm)) = (host.local_disk_4k_spin_gain, host.local_disk_4k_smart_gain) {
+        items.push(format!("local disk, 4 KiB reads: spin <b>{sp:.2}x</b>, smart <b>{sm:.2}x</b> block"));
+    }
+    if !host.common_swing.is_empty() {
+        let w: Vec<String> = host
+            .common_swing
+            .iter()
+            .map(|w| format!("{} <b>{:.0}%</b> (max {:.0}%)", w.load.name(), w.median * 100.0, w.max * 100.0))
+            .collect();
+        items.push(format!("rounds swing alike: {}", w.join(", ")));
+    }
+    let mut s = format!("<ul class=\"host\" title=\"{}\"><li>This host:</li>", escape(&host.text()));
+    for i in items {
+        s += &format!("<li>{i}</li>");
+    }
+    s + "</ul>\n"
+}
+
+/// The criteria for a person to scan: one row each with its short figure and met or
+/// missed, linking to the criterion in full, its source and every cell, folded under the
+/// table (so a terminal browser, which opens every fold, keeps the table narrow).
+pub fn criteria_html(criteria: &[Criterion]) -> String {
+    let mut s = String::from(
+        "<h2 id=\"criteria\">Criteria, measured in this run</h2>\n<table class=\"criteria\"><thead><tr><th>criterion</th><th>measured</th><th>met?</th><th></th></tr></thead>\n<tbody>\n",
+    );
+    let mut full = String::new();
+    for (i, c) in criteria.iter().enumerate() {
+        let class = match c.met {
+            Some(true) => "met",
+            Some(false) => "missed",
+            None => "na",
+        };
+        s += &format!(
+            "<tr><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td><a href=\"#criterion-{i}\">in full</a></td></tr>\n",
+            escape(criterion_short(c)),
+            escape(&c.figure),
+            met_text(c.met),
+        );
+        full += &format!(
+            "<details id=\"criterion-{i}\" class=\"criterion\"><summary>{} ({})</summary><p>{}</p><p>Source: {}</p><p>Measured: {}</p></details>\n",
+            escape(criterion_short(c)),
+            met_text(c.met),
+            escape(&c.criterion),
+            escape(c.source),
+            escape(&c.measured)
+        );
+    }
+    s + "</tbody></table>\n" + &full
 }
 
 fn gain_text(cells: &[Cell], c: Option<&Cell>) -> String {

@@ -1,5 +1,9 @@
 //! `report.html`: a report folder's summary and every plot in one self-contained page.
 //!
+//! The page is a first screen the caller writes (for evaluate: the paired headline, the
+//! host's figures and the verdict map), then the summary's sections folded into
+//! `<details>`, the plots, and a bottom part for long lists.
+//!
 //! The summary (summary.md) is turned into HTML by a tiny renderer for the subset smartcon
 //! writes: `#`/`##`/`###` headings, paragraphs, `- ` lists, fenced code blocks, pipe tables,
 //! and inline `code` and **bold**. Each SVG plot is inlined (no external files, so the page
@@ -154,6 +158,11 @@ pub fn caption(file_name: &str) -> String {
         "Table VI: the CPU benchmark's work rate beside each strategy, relative to beside block. Look for: below \
          1.0 means the strategy took CPU from the co-runner; smart should stay near block."
             .into()
+    } else if stem == "verdict-map" {
+        "Not in the paper: the verdict map, per load every target and (workload, size) cell by the paired \
+         rule. Green: smart on the front; otherwise the fixed strategy that beats it, by how much and on which \
+         axis. The table at the top of this page is the same map."
+            .into()
     } else if stem.starts_with("pareto-") {
         format!(
             "Not in the paper: each fixed strategy against smart, one point per cell, load {}. x: what the others \
@@ -182,8 +191,18 @@ pub fn caption(file_name: &str) -> String {
 
 /// The order a reader meets the plots in: the paper's figures in order, then the rest.
 fn plot_rank(file_name: &str) -> usize {
-    const ORDER: [&str; 9] =
-        ["fig8-", "fig9-", "fig10-", "fig11-", "table6-", "pareto-", "polling-interval", "hybrid", "merge"];
+    const ORDER: [&str; 10] = [
+        "verdict-map",
+        "fig8-",
+        "fig9-",
+        "fig10-",
+        "fig11-",
+        "table6-",
+        "pareto-",
+        "polling-interval",
+        "hybrid",
+        "merge",
+    ];
     ORDER.iter().position(|p| file_name.starts_with(p)).unwrap_or(ORDER.len())
 }
 
@@ -194,38 +213,100 @@ fn inline_svg(svg: &str) -> String {
 }
 
 const STYLE: &str = "body{font-family:sans-serif;margin:0;color:#222;background:#fff}\
-header{padding:12px 24px;background:#2c3e50;color:#fff}header h1{margin:0;font-size:22px}\
-main{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:24px;padding:16px 24px}\
-@media(max-width:1100px){main{grid-template-columns:1fr}}\
-section.summary{font-size:14px;line-height:1.45}section.summary h1{display:none}\
-h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px}\
+header{padding:8px 24px;background:#2c3e50;color:#fff}header h1{margin:0;font-size:20px;display:inline}\
+header p{display:inline;margin:0 0 0 16px;font-size:13px;color:#dde}\
+main{padding:8px 24px}\
+section.top p.headline{font-size:16px;margin:8px 0}\
+ul.host{display:flex;flex-wrap:wrap;gap:6px;list-style:none;padding:0;margin:6px 0;font-size:13px}\
+ul.host li{border:1px solid #ccc;border-radius:3px;padding:3px 8px;background:#f8f8f8}\
+p.legend{font-size:12px;margin:4px 0}p.legend .key{padding:1px 6px;border:1px solid #bbb}\
+p.warn{background:#fdd;padding:4px 8px;font-weight:bold}p.notes{font-size:13px;color:#444}\
+section.summary{font-size:14px;line-height:1.45}\
+h2{font-size:17px;border-bottom:1px solid #ccc;padding-bottom:3px;margin:14px 0 6px 0}\
+details.section>summary{font-size:16px;font-weight:bold;padding:4px 0;border-bottom:1px solid #ddd;cursor:pointer}\
 pre{background:#f6f8fa;padding:8px;overflow-x:auto;font-size:12px}\
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}\
+table.map{font-size:11px}table.map td,table.map th{padding:2px 4px}table.map tbody th{white-space:nowrap}\
+table.map thead th{white-space:normal;font-weight:normal;text-align:center}table.map th.load{font-weight:bold}\
+table.map .first{border-left:2px solid #555}table.map a{color:#111;text-decoration:none}\
+table.map td.none{color:#aaa;text-align:center}\
+table.criteria td.met{color:#176117}table.criteria td.missed{color:#b00;font-weight:bold}\
+details.cell,details.criterion{font-size:13px}details:target{outline:2px solid #2c3e50}table.rounds{font-size:12px}\
+section.plots{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:24px}\
+@media(max-width:1100px){section.plots{grid-template-columns:1fr}}\
 figure{margin:0 0 24px 0}svg.plot{width:100%;height:auto;border:1px solid #ddd}\
 figcaption{font-size:13px;color:#444;margin-top:4px}";
 
-/// Writes `report.html` into `dir` from its `summary.md` and every `*.svg` there; returns
-/// the page's path. Fails (kind `Io`) when the summary or a plot cannot be read or the page
-/// cannot be written.
-pub fn write_report_html(dir: &Path, title: &str) -> Result<PathBuf> {
+/// Renders `md` (the subset of [`markdown`]) with every `## ` section folded into a
+/// `<details>` whose summary is the heading; what comes before the first section stays open.
+pub fn folded(md: &str) -> String {
+    let mut out = String::new();
+    let mut part = String::new();
+    let mut heading: Option<String> = None;
+    let flush = |heading: &Option<String>, part: &str, out: &mut String| match heading {
+        Some(h) => out.push_str(&format!(
+            "<details class=\"section\"><summary>{}</summary>\n{}</details>\n",
+            inline(h),
+            markdown(part)
+        )),
+        None => out.push_str(&markdown(part)),
+    };
+    let mut in_code = false;
+    for line in md.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        }
+        if !in_code && line.starts_with("## ") {
+            flush(&heading, &part, &mut out);
+            part.clear();
+            heading = Some(line[3..].trim().to_string());
+            continue;
+        }
+        part.push_str(line);
+        part.push('\n');
+    }
+    flush(&heading, &part, &mut out);
+    out
+}
+
+/// What a report page holds besides its folder's plots.
+pub struct Page<'a> {
+    pub title: &'a str,
+    /// One line beside the title (the machine, the run's size).
+    pub subtitle: &'a str,
+    /// HTML of the first screen and what follows it directly.
+    pub top: &'a str,
+    /// Markdown of the rest, each `## ` section folded.
+    pub body_md: &'a str,
+    /// HTML after the plots (long lists a reader opens from a link).
+    pub bottom: &'a str,
+}
+
+/// Writes `report.html` into `dir`: the page's top, its folded body, every `*.svg` of the
+/// folder with its caption, and its bottom; returns the page's path. One file, no script,
+/// nothing fetched. Fails (kind `Io`) when a plot cannot be read or the page cannot be
+/// written.
+pub fn write_report_html(dir: &Path, page: &Page) -> Result<PathBuf> {
     let read = |path: &Path| std::fs::read_to_string(path).map_err(|e| Error::io(ErrorKind::Io, path, e));
-    let summary = read(&dir.join("summary.md"))?;
     let mut plots: Vec<String> = std::fs::read_dir(dir)
         .map_err(|e| Error::io(ErrorKind::Io, dir, e))?
         .filter_map(|e| e.ok().and_then(|e| e.file_name().into_string().ok()))
         .filter(|name| name.ends_with(".svg"))
         .collect();
     plots.sort_by(|a, b| plot_rank(a).cmp(&plot_rank(b)).then(a.cmp(b)));
-    let mut page = format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<header><h1>{}</h1></header>\n<main>\n<section class=\"summary\">\n",
-        escape(title),
-        escape(title)
+    let mut html = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<header><h1>{}</h1><p>{}</p></header>\n<main>\n<section class=\"top\">\n",
+        escape(page.title),
+        escape(page.title),
+        escape(page.subtitle)
     );
-    page.push_str(&markdown(&summary));
-    page.push_str("</section>\n<section class=\"plots\">\n");
+    html.push_str(page.top);
+    html.push_str("</section>\n<section class=\"summary\">\n");
+    html.push_str(&folded(page.body_md));
+    html.push_str("</section>\n<h2>Plots</h2>\n<section class=\"plots\">\n");
     for name in &plots {
         let svg = read(&dir.join(name))?;
-        page.push_str(&format!(
+        html.push_str(&format!(
             "<figure id=\"{}\">\n{}\n<figcaption><strong>{}</strong>: {}</figcaption>\n</figure>\n",
             escape(name),
             inline_svg(&svg),
@@ -233,9 +314,11 @@ pub fn write_report_html(dir: &Path, title: &str) -> Result<PathBuf> {
             escape(&caption(name))
         ));
     }
-    page.push_str("</section>\n</main>\n</body>\n</html>\n");
+    html.push_str("</section>\n");
+    html.push_str(page.bottom);
+    html.push_str("</main>\n</body>\n</html>\n");
     let path = dir.join("report.html");
-    std::fs::write(&path, page).map_err(|e| Error::io(ErrorKind::Io, &path, e))?;
+    std::fs::write(&path, html).map_err(|e| Error::io(ErrorKind::Io, &path, e))?;
     Ok(path)
 }
 
@@ -253,6 +336,15 @@ mod tests {
         assert!(html.contains("<th>a</th><th>b</th>") && html.contains("<td>1</td><td><strong>miss</strong></td>"));
         assert!(html.contains("<li>one <code>two</code></li>\n<li>three</li>"));
         assert!(html.contains("<pre><code>t  &lt;x&gt;\n</code></pre>"));
+    }
+
+    #[test]
+    fn sections_fold_under_their_headings_but_not_inside_code() {
+        let html = folded("lead\n\n## One\n\na\n\n```\n## not a heading\n```\n\n## Two `x`\n\nb\n");
+        assert!(html.starts_with("<p>lead</p>"), "{html}");
+        assert_eq!(html.matches("<details class=\"section\">").count(), 2, "{html}");
+        assert!(html.contains("<summary>Two <code>x</code></summary>"), "{html}");
+        assert!(html.contains("## not a heading"), "{html}");
     }
 
     #[test]
@@ -276,18 +368,28 @@ mod tests {
     fn the_page_inlines_every_plot_with_its_caption() {
         let dir = std::env::temp_dir().join(format!("smartcon-html-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("summary.md"), "# t\n\n## Gain\n\ntext\n").unwrap();
         let svg = "<?xml version=\"1.0\"?>\n<svg width=\"10\" height=\"10\" viewBox=\"0 0 10 10\"><rect/></svg>\n";
         std::fs::write(dir.join("table6-corunner.svg"), svg).unwrap();
         std::fs::write(dir.join("fig8-cpu-x.svg"), svg).unwrap();
-        let path = write_report_html(&dir, "smartcon <evaluate>").unwrap();
-        let page = std::fs::read_to_string(&path).unwrap();
-        assert!(page.contains("<title>smartcon &lt;evaluate&gt;</title>"));
-        assert_eq!(page.matches("<svg class=\"plot\"").count(), 2);
-        assert!(!page.contains("<?xml"));
-        assert!(page.find("fig8-cpu-x.svg").unwrap() < page.find("table6-corunner.svg").unwrap());
-        assert!(page.contains("<h2>Gain</h2>") && page.contains("Table VI"));
+        let page = Page {
+            title: "smartcon <evaluate>",
+            subtitle: "2 CPUs",
+            top: "<p class=\"headline\">first</p>",
+            body_md: "open\n\n## Gain\n\ntext\n",
+            bottom: "<p>last</p>",
+        };
+        let path = write_report_html(&dir, &page).unwrap();
+        let html = std::fs::read_to_string(&path).unwrap();
+        assert!(html.contains("<title>smartcon &lt;evaluate&gt;</title>"));
+        assert_eq!(html.matches("<svg class=\"plot\"").count(), 2);
+        assert!(!html.contains("<?xml"));
+        assert!(html.find("fig8-cpu-x.svg").unwrap() < html.find("table6-corunner.svg").unwrap());
+        assert!(html.contains("<details class=\"section\"><summary>Gain</summary>") && html.contains("Table VI"));
+        let order = ["class=\"headline\"", "<p>open</p>", "<summary>Gain", "fig8-cpu-x.svg", "<p>last</p>"];
+        let at: Vec<usize> = order.iter().map(|s| html.find(s).unwrap()).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "top, body, plots, bottom in that order: {at:?}");
+        assert!(!html.contains("<script") && !html.contains("<link"), "nothing to run or fetch");
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(write_report_html(&dir, "t").is_err(), "a missing folder is an error, not a panic");
+        assert!(write_report_html(&dir, &page).is_err(), "a missing folder is an error, not a panic");
     }
 }

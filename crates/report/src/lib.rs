@@ -21,6 +21,7 @@ pub mod polling;
 pub mod printers;
 pub mod probe;
 pub mod table;
+pub mod verdict_map;
 
 pub use smartcon_engine::error::{Error, ErrorKind};
 

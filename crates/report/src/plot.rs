@@ -364,3 +364,72 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// A grid of coloured, labelled cells: column groups side by side (each with its own
+/// columns), one row per name. The verdict map is drawn with it.
+#[derive(Debug, Clone)]
+pub struct GridChart<'a> {
+    pub title: &'a str,
+    /// (group name, its column names), left to right.
+    pub groups: Vec<(String, Vec<String>)>,
+    pub rows: Vec<String>,
+    /// Per row, per column over all groups: the fill and the label, or `None` (no cell).
+    pub cells: Vec<Vec<Option<(RGBColor, String)>>>,
+    /// Fill colours and what they mean.
+    pub legend: Vec<(RGBColor, String)>,
+}
+
+/// Draws a grid chart to `path`.
+pub fn grid_chart(path: &Path, chart: &GridChart<'_>) -> Result<()> {
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    // Sizes in pixels from the longest texts (about 7 px per character at 12 px).
+    let chars = |s: &str| s.chars().count() as u32;
+    let label_w = chart.rows.iter().map(|r| chars(r)).max().unwrap_or(8) * 7 + 16;
+    let longest_cell = chart.cells.iter().flatten().flatten().map(|(_, l)| chars(l)).max().unwrap_or(5);
+    let longest_col = chart.groups.iter().flat_map(|g| g.1.iter()).map(|c| chars(c)).max().unwrap_or(5);
+    let col_w = (longest_cell.max(longest_col) * 7 + 12).max(70);
+    let columns: u32 = chart.groups.iter().map(|g| g.1.len() as u32).sum();
+    let (row_h, top, legend_h) = (22u32, 96u32, 34u32);
+    let width = (label_w + columns * col_w + 24).max(640);
+    let height = top + chart.rows.len() as u32 * row_h + legend_h + 16;
+    let root = SVGBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let at = |x: u32, y: u32| (x as i32, y as i32);
+    let text = |size: u32, h: HPos| TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(h, VPos::Center));
+    root.draw(&Text::new(chart.title.to_string(), at(12, 18), text(18, HPos::Left))).map_err(err)?;
+    let mut x = label_w;
+    for (name, cols) in &chart.groups {
+        let w = cols.len() as u32 * col_w;
+        root.draw(&Text::new(name.clone(), at(x + w / 2, 50), text(15, HPos::Center))).map_err(err)?;
+        for (i, c) in cols.iter().enumerate() {
+            let cx = x + i as u32 * col_w + col_w / 2;
+            root.draw(&Text::new(c.clone(), at(cx, 76), text(11, HPos::Center))).map_err(err)?;
+        }
+        root.draw(&PathElement::new(vec![at(x, 40), at(x, top + chart.rows.len() as u32 * row_h)], BLACK))
+            .map_err(err)?;
+        x += w;
+    }
+    for (r, name) in chart.rows.iter().enumerate() {
+        let y = top + r as u32 * row_h;
+        root.draw(&Text::new(name.clone(), at(8, y + row_h / 2), text(12, HPos::Left))).map_err(err)?;
+        for (c, cell) in chart.cells.get(r).into_iter().flatten().enumerate() {
+            let x = label_w + c as u32 * col_w;
+            let (fill, label) = match cell {
+                Some((fill, label)) => (*fill, label.clone()),
+                None => (RGBColor(245, 245, 245), "-".to_string()),
+            };
+            root.draw(&Rectangle::new([at(x + 1, y + 1), at(x + col_w - 1, y + row_h - 1)], fill.filled()))
+                .map_err(err)?;
+            root.draw(&Text::new(label, at(x + col_w / 2, y + row_h / 2), text(12, HPos::Center))).map_err(err)?;
+        }
+    }
+    let mut x = 12;
+    let y = top + chart.rows.len() as u32 * row_h + legend_h / 2 + 8;
+    for (fill, name) in &chart.legend {
+        root.draw(&Rectangle::new([at(x, y - 7), at(x + 18, y + 7)], fill.filled())).map_err(err)?;
+        root.draw(&Text::new(name.clone(), at(x + 24, y), text(12, HPos::Left))).map_err(err)?;
+        x += 24 + chars(name) * 7 + 20;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}

@@ -14,7 +14,11 @@ use clap::Args;
 use smartcon_engine::job::StrategyChoice;
 use smartcon_engine::placement::Placement;
 use smartcon_engine::profile::HostWaitCost;
-use smartcon_report::evaluate::{headline, profile_row, summary_md, write_plots, Header};
+use smartcon_report::evaluate::{
+    criteria_html, first_screen_html, headline, profile_row, subtitle, summary_body_md, summary_head_md, write_plots,
+    Header,
+};
+use smartcon_report::verdict_map::{self, VerdictMap};
 use smartcon_study::evaluate::plan::{self, Plan, PlanOptions, Preset};
 use smartcon_study::evaluate::{host, judge};
 use smartcon_study::evaluate::{loadavg, run, Cell, Load, MachineRecord, ProfileRecord, Workload};
@@ -183,14 +187,29 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         interrupted: interrupted(),
         host: &host_record,
     };
-    let mut summary = summary_md(&header, &plan, &profiles, &cells, &criteria);
+    let map = VerdictMap::of(&cells);
+    let head = summary_head_md(&header, &cells, &criteria, &map);
+    let mut body = summary_body_md(&header, &plan, &profiles, &cells);
     let mut plots = write_plots(&args.out, &plan, &cells)?;
+    plots += verdict_map::write_svg(&args.out.join("verdict-map.svg"), &map)?;
     if let Some(study) = &study {
-        summary += &smartcon_report::polling::study_md(study);
+        body += &smartcon_report::polling::study_md(study);
         plots += smartcon_report::polling::study_plots(&args.out, study)?;
     }
-    std::fs::write(args.out.join("summary.md"), &summary)?;
-    smartcon_report::html::write_report_html(&args.out, "smartcon evaluate")?;
+    std::fs::write(args.out.join("summary.md"), head + &body)?;
+    let top = first_screen_html(&header, &cells, &criteria, &map) + &criteria_html(&criteria);
+    let bottom = format!(
+        "<h2 id=\"rounds\">Every cell of the map, round by round</h2>\n{}",
+        verdict_map::rounds_html(&map, &cells)
+    );
+    let page = smartcon_report::html::Page {
+        title: "smartcon evaluate",
+        subtitle: &subtitle(&header, &plan, &cells),
+        top: &top,
+        body_md: &body,
+        bottom: &bottom,
+    };
+    smartcon_report::html::write_report_html(&args.out, &page)?;
     drop(session);
     println!("{}", headline(&cells, &criteria));
     println!("{}", host_record.text());

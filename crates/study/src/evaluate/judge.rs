@@ -26,6 +26,9 @@ pub struct Criterion {
     /// Where the criterion comes from: the paper's section, figure or table.
     pub source: &'static str,
     pub measured: String,
+    /// The measured figure in a few words ("244 of 273 cells (89%)"), for a table a person
+    /// scans; `measured` has the whole of it.
+    pub figure: String,
     /// `None` when this run has no cell the criterion applies to.
     pub met: Option<bool>,
     /// The Pareto criterion's lost cells, each with smart's main branch there.
@@ -110,8 +113,33 @@ pub struct LostCell {
     /// Its I/O threads' CPU less smart's, mean over the rounds, points of one CPU (bm-only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_pct_more: Option<f64>,
+    /// The axis it won on: more of the figure of merit, or nearly the same figure at a
+    /// clear gain for the co-runner (or, in bm-only, at clearly less CPU).
+    pub axis: Axis,
     /// The decision branch smart took most there, with its share.
     pub smart_reason: String,
+}
+
+/// The axis on which one strategy beat another in a cell (see [`beats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Axis {
+    /// >= 5% more of the figure of merit (IOPS; transactions for postmark), surely.
+    Perf,
+    /// Nearly the same figure with >= 3% more co-runner work, surely.
+    Corunner,
+    /// bm-only: nearly the same figure at 20 or more points less CPU.
+    Cpu,
+}
+
+impl Axis {
+    pub fn name(self) -> &'static str {
+        match self {
+            Axis::Perf => "perf",
+            Axis::Corunner => "co-runner",
+            Axis::Cpu => "cpu",
+        }
+    }
 }
 
 /// The Pareto judgement of a run: how many cells were judged, the lost ones (round by
@@ -177,6 +205,7 @@ pub fn dominates(smart: &Cell, fixed: &Cell) -> Option<LostCell> {
         rounds: b.perf.rounds,
         corunner_ratio: b.corunner_ratio,
         cpu_pct_more: b.cpu_pct_more,
+        axis: b.axis,
         smart_reason: main_reason(smart),
     })
 }
@@ -200,6 +229,8 @@ pub struct Beat {
     pub corunner_ratio: Option<f64>,
     /// a's CPU less b's, mean over the rounds, points of one CPU (no co-runner).
     pub cpu_pct_more: Option<f64>,
+    /// Which test a passed: the figure of merit, or the other axis at nearly the same figure.
+    pub axis: Axis,
 }
 
 /// Whether `a` dominates `b` on both axes, comparing their turns round by round (turn `i`
@@ -217,15 +248,17 @@ pub fn beats(a: &[super::TurnFigures], b: &[super::TurnFigures], with_corunner: 
     if with_corunner {
         let work = |t: &super::TurnFigures| t.corunner_work_per_s.unwrap_or(0.0);
         let k = PairedRatio::of(&axis(a, work), &axis(b, work))?;
-        let won = (faster && k.gmean >= PARETO_CORUNNER_KEPT)
-            || (r.gmean >= PARETO_PERF_SAME && k.surely_at_least(1.0 + PARETO_CORUNNER_GAIN));
-        won.then_some(Beat { perf: r, corunner_ratio: Some(k.gmean), cpu_pct_more: None })
+        let by_perf = faster && k.gmean >= PARETO_CORUNNER_KEPT;
+        let won = by_perf || (r.gmean >= PARETO_PERF_SAME && k.surely_at_least(1.0 + PARETO_CORUNNER_GAIN));
+        let axis = if by_perf { Axis::Perf } else { Axis::Corunner };
+        won.then_some(Beat { perf: r, corunner_ratio: Some(k.gmean), cpu_pct_more: None, axis })
     } else {
         let diffs: Vec<f64> = a.iter().zip(b).map(|(x, y)| x.cpu_pct - y.cpu_pct).collect();
         let more = smartcon_util::stats::mean(&diffs)?;
-        let won = (faster && more <= PARETO_CPU_PCT_MORE_MAX)
-            || (r.gmean >= PARETO_PERF_SAME && more <= -PARETO_CPU_PCT_LESS_MIN);
-        won.then_some(Beat { perf: r, corunner_ratio: None, cpu_pct_more: Some(more) })
+        let by_perf = faster && more <= PARETO_CPU_PCT_MORE_MAX;
+        let won = by_perf || (r.gmean >= PARETO_PERF_SAME && more <= -PARETO_CPU_PCT_LESS_MIN);
+        let axis = if by_perf { Axis::Perf } else { Axis::Cpu };
+        won.then_some(Beat { perf: r, corunner_ratio: None, cpu_pct_more: Some(more), axis })
     }
 }
 
@@ -408,25 +441,46 @@ fn fixed_strategy(c: &Cell) -> Option<Strategy> {
 /// their threads share the device queue, which the criterion's single-thread figures do
 /// not speak to.
 pub fn pareto(cells: &[Cell]) -> Pareto {
-    let mut judged = 0;
-    let mut lost = Vec::new();
-    let mut lost_whole_cell = 0;
+    let judged = judge_cells(cells);
+    Pareto {
+        judged: judged.len(),
+        lost_whole_cell: judged.iter().filter(|j| j.lost_whole_cell).count(),
+        lost: judged.into_iter().filter_map(|j| j.lost).collect(),
+    }
+}
+
+/// One single-thread cell as [`pareto`] judges it: smart's record there, the fixed
+/// strategy that dominates smart (the one with the most IOPS among those that do) if any,
+/// and whether the whole-cell rule of earlier reports called it lost.
+#[derive(Debug, Clone)]
+pub struct JudgedCell<'a> {
+    pub smart: &'a Cell,
+    pub lost: Option<LostCell>,
+    pub lost_whole_cell: bool,
+}
+
+impl JudgedCell<'_> {
+    /// `front`, or the name of the fixed strategy that beats smart: what a report's map
+    /// shows of the cell.
+    pub fn verdict(&self) -> &'static str {
+        self.lost.as_ref().map_or("front", |l| l.better.name())
+    }
+}
+
+/// Every cell [`pareto`] judges, in the order of `cells`, with its verdict: the one place
+/// the Pareto rule is applied to a run (the criterion, the headline and the report's map
+/// all read it).
+pub fn judge_cells(cells: &[Cell]) -> Vec<JudgedCell<'_>> {
+    let mut out = Vec::new();
     for c in cells.iter().filter(|c| c.result.strategy == SMART && c.result.threads == 1) {
         let rivals: Vec<&Cell> = FIXED.iter().filter_map(|s| find(cells, c, *s)).collect();
         if rivals.is_empty() || c.perf() <= 0.0 {
             continue;
         }
-        judged += 1;
-        if rivals.iter().any(|f| dominates_whole_cell(c, f)) {
-            lost_whole_cell += 1;
-        }
-        if let Some(worst) =
-            rivals.iter().filter_map(|f| dominates(c, f)).max_by(|a, b| a.perf_ratio.total_cmp(&b.perf_ratio))
-        {
-            lost.push(worst);
-        }
+        let lost = rivals.iter().filter_map(|f| dominates(c, f)).max_by(|a, b| a.perf_ratio.total_cmp(&b.perf_ratio));
+        out.push(JudgedCell { smart: c, lost, lost_whole_cell: rivals.iter().any(|f| dominates_whole_cell(c, f)) });
     }
-    Pareto { judged, lost, lost_whole_cell }
+    out
 }
 
 /// One line for the report's head: how many single-thread cells smart is on the front in,
@@ -478,6 +532,8 @@ pub fn corunner_rate(cells: &[Cell], t: &str, strategy: StrategyChoice) -> Optio
 }
 
 const NONE: &str = "no such cell in this run";
+/// The short figure of a criterion no cell applies to.
+const NO_CELL: &str = "no cell";
 
 /// Every criterion, judged on `cells`; `targets` says what smart knew of each target.
 pub fn criteria(cells: &[Cell], targets: &[TargetInfo]) -> Vec<Criterion> {
@@ -496,6 +552,7 @@ pub fn criteria(cells: &[Cell], targets: &[TargetInfo]) -> Vec<Criterion> {
             source: "SmartCon Sec. 4.1 (Device Monitor)",
             measured: "not measured by evaluate: run `smartcon probe TARGET` twice (docs/evaluate.md has the figures)"
                 .into(),
+            figure: "not measured".into(),
             met: None,
             lost: Vec::new(),
             versus_paper: Vec::new(),
@@ -509,9 +566,20 @@ fn criterion(criterion: &str, source: &'static str, measured: String, met: Optio
         criterion: criterion.into(),
         source,
         measured,
+        figure: NO_CELL.into(),
         met,
         lost: Vec::new(),
         versus_paper: Vec::new(),
+    }
+}
+
+impl Criterion {
+    /// The criterion with its short figure, where a cell was judged.
+    fn figure(mut self, figure: impl FnOnce() -> String) -> Criterion {
+        if self.met.is_some() {
+            self.figure = figure();
+        }
+        self
     }
 }
 
@@ -549,6 +617,10 @@ fn small_reads_gain(cells: &[Cell], targets: &[TargetInfo]) -> Criterion {
         if parts.is_empty() { NONE.into() } else { parts.join("; ") },
         (!v.is_empty()).then(|| v.iter().all(|c| gain(cells, c).unwrap_or(0.0) >= 1.3)),
     )
+    .figure(|| {
+        let lowest = v.iter().map(|c| gain(cells, c).unwrap_or(0.0)).fold(f64::INFINITY, f64::min);
+        format!("smart {lowest:.2}x block{}", if v.len() > 1 { " (lowest target)" } else { "" })
+    })
 }
 
 fn large_requests_block(cells: &[Cell], targets: &[TargetInfo]) -> Criterion {
@@ -579,6 +651,7 @@ fn large_requests_block(cells: &[Cell], targets: &[TargetInfo]) -> Criterion {
         },
         (!v.is_empty()).then(|| v.iter().all(|c| ok(c))),
     )
+    .figure(|| format!("{} of {} cells", v.iter().filter(|c| ok(c)).count(), v.len()))
 }
 
 fn cpu_load_no_loss(cells: &[Cell]) -> Criterion {
@@ -608,6 +681,10 @@ fn cpu_load_no_loss(cells: &[Cell]) -> Criterion {
         },
         worst.map(|(w, _)| w >= 0.97),
     )
+    .figure(|| {
+        let lowest = worst.map_or(0.0, |(w, _)| w);
+        format!("{} of {} cells >= 0.97x; lowest {lowest:.3}", v.iter().filter(|c| g(c) >= 0.97).count(), v.len())
+    })
 }
 
 fn corunner_no_loss(cells: &[Cell]) -> Criterion {
@@ -635,6 +712,10 @@ fn corunner_no_loss(cells: &[Cell]) -> Criterion {
         },
         (!ratios.is_empty()).then(|| ratios.iter().all(|(_, r)| *r >= 0.97)),
     )
+    .figure(|| {
+        let lowest = ratios.iter().map(|(_, r)| *r).fold(f64::INFINITY, f64::min);
+        format!("smart/block {lowest:.3}{}", if ratios.len() > 1 { " (lowest target)" } else { "" })
+    })
 }
 
 /// One cpu-intensive cell's co-runner beside smart against beside block.
@@ -711,6 +792,7 @@ fn corunner_every_cell(cells: &[Cell]) -> Criterion {
         measured,
         (!kept.is_empty()).then_some(lost.is_empty()),
     )
+    .figure(|| format!("{} of {} cells lost beyond noise", lost.len(), kept.len()))
 }
 
 /// Lost cells listed in the criterion's text; the record's `lost` field has them all.
@@ -767,6 +849,11 @@ fn pareto_front(cells: &[Cell]) -> Criterion {
         criterion: "single-thread cells: smart on the Pareto front in >= 95%, round by round (no fixed strategy gives >= 5% more IOPS, the geometric mean of the per-round ratios with the lower end of its 90% interval above 1, with its co-runner keeping >= 97% of its work beside smart, or >= 98% of smart's IOPS with >= 3% more co-runner work; bm-only: the same IOPS test at no more than 5 points more CPU, or >= 98% of smart's IOPS at 20 or more points less CPU)".into(),
         source: "SmartCon Sec. 7, Fig. 9, 12, 15 and Table VI (the adaptive choice against the fixed mechanisms, and its side effect on co-running work)",
         measured: if p.judged == 0 { NONE.into() } else { measured },
+        figure: if p.judged == 0 {
+            NO_CELL.into()
+        } else {
+            format!("{front} of {} cells ({:.0}%)", p.judged, front as f64 * 100.0 / p.judged as f64)
+        },
         met: (p.judged > 0).then_some(front as f64 >= 0.95 * p.judged as f64),
         lost: p.lost,
         versus_paper: Vec::new(),
@@ -790,6 +877,12 @@ fn versus_paper(cells: &[Cell]) -> Criterion {
         criterion: "single-thread cells: smart not dominated by paper (the paper's Decision Module as written) in >= 95%, on the Pareto criterion's paired rule; won/tied/lost per load and target, with what decided the cells won or lost".into(),
         source: "smartcon's own: smart's additions to SmartCon Sec. 4-5 (spin-cheaper, measured classes, profiled Q, the others' CPU demand, >= at the size threshold) against the paper's rule on the same machine",
         measured,
+        figure: if v.is_empty() {
+            NO_CELL.into()
+        } else {
+            let n = |x: Verdict| v.iter().filter(|c| c.verdict == x).count();
+            format!("won {}, tied {}, lost {} of {}", n(Verdict::Won), n(Verdict::Tied), lost, v.len())
+        },
         met: (!v.is_empty()).then(|| (v.len() - lost) as f64 >= 0.95 * v.len() as f64),
         lost: Vec::new(),
         versus_paper: v,
@@ -829,6 +922,14 @@ fn fewer_switches(cells: &[Cell], targets: &[TargetInfo]) -> Criterion {
         },
         worst.map(|(r, _)| r <= 0.2),
     )
+    .figure(|| {
+        format!(
+            "{} of {} cells; highest {:.2}",
+            v.iter().filter(|c| ratio(c).is_some_and(|r| r <= 0.2)).count(),
+            v.len(),
+            worst.map_or(0.0, |(r, _)| r)
+        )
+    })
 }
 
 #[cfg(test)]
@@ -873,6 +974,7 @@ mod tests {
         let c = criteria(&[], &[]);
         assert_eq!(c.len(), 9);
         assert!(c.iter().all(|x| x.met.is_none() && !x.source.is_empty()), "{c:?}");
+        assert!(c.iter().all(|x| x.figure == "no cell" || x.figure == "not measured"), "{c:?}");
         assert!(c.iter().all(|x| !x.criterion.contains("issue") && !x.measured.contains("issue")));
     }
 
@@ -1028,6 +1130,10 @@ mod tests {
         assert_eq!(lost(loaded(l, BLOCK, 1000.0, 1020, &[])), None);
         // 96% of the IOPS with more co-runner work: a trade-off.
         assert_eq!(lost(loaded(l, BLOCK, 960.0, 1100, &[])), None);
+        // The lost cell says which axis decided.
+        let axis = |f: Cell| dominates(&smart, &f).map(|x| x.axis);
+        assert_eq!(axis(loaded(l, SPIN, 1100.0, 980, &[])), Some(Axis::Perf));
+        assert_eq!(axis(loaded(l, BLOCK, 980.0, 1040, &[])), Some(Axis::Corunner));
     }
 
     /// Rounds that swing 2x for every strategy alike (as a shared VM's do) and a fixed
@@ -1080,6 +1186,7 @@ mod tests {
         let c = by_name(&criteria(&cells, &[]), "single-thread cells: smart not dominated by paper").clone();
         assert_eq!(c.met, Some(false), "1 of 3 lost is more than 5%");
         assert!(c.measured.contains("won 1, tied 1, lost 1 of 3"), "{}", c.measured);
+        assert_eq!(c.figure, "won 1, tied 1, lost 1 of 3");
         assert!(c.measured.contains("cpu-intensive a: 1/0/0 (spin_cheaper"), "{}", c.measured);
         assert_eq!(c.versus_paper.len(), 3);
         // A cell won alone meets it; without a paper cell it is not judged.
@@ -1144,7 +1251,7 @@ mod tests {
         smart.turns = turns([1000.0, 600.0], [100.0, 100.0]);
         block.turns = turns([990.0, 600.0], [10.0, 12.0]);
         let l = dominates(&smart, &block).expect("the same IOPS at 89 points less CPU");
-        assert_eq!((l.better, l.cpu_pct_more.map(f64::round)), (Strategy::Block, Some(-89.0)));
+        assert_eq!((l.better, l.cpu_pct_more.map(f64::round), l.axis), (Strategy::Block, Some(-89.0), Axis::Cpu));
         // Block at 95% of smart's IOPS: a trade-off.
         block.turns = turns([950.0, 570.0], [10.0, 12.0]);
         assert_eq!(dominates(&smart, &block), None);
@@ -1232,7 +1339,13 @@ mod tests {
             "{c:?}"
         );
         assert_eq!(c.lost, p.lost);
+        assert_eq!(c.figure, "1 of 2 cells (50%)");
         assert!(pareto_headline(&cells).unwrap().contains("in 1 of 2 single-thread cells (50%"));
+        // The cells one by one, as a report's map reads them: the same rule, cell by cell.
+        let j = judge_cells(&cells);
+        let verdicts: Vec<(u64, &str)> = j.iter().map(|j| (j.smart.result.bs_bytes, j.verdict())).collect();
+        assert_eq!(verdicts, vec![(4096, "sync"), (8192, "front")]);
+        assert_eq!(j[0].lost.as_ref(), p.lost.first());
         // Without the dominated cell, every judged cell is on the front: met.
         let rest: Vec<Cell> = cells.into_iter().filter(|c| c.result.bs_bytes != 4096).collect();
         assert_eq!(by_name(&criteria(&rest, &[]), "single-thread cells: smart on the Pareto").met, Some(true));
