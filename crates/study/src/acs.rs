@@ -90,7 +90,7 @@ impl AcsPattern {
     pub fn block(self, i: u64, blocks: u64) -> u64 {
         match self {
             AcsPattern::Sequential => i,
-            AcsPattern::Random if i % 2 == 0 => i / 2,
+            AcsPattern::Random if i.is_multiple_of(2) => i / 2,
             AcsPattern::Random => blocks - 1 - i / 2,
         }
     }
@@ -127,7 +127,9 @@ pub struct AcsPlan {
     pub group_budget_ns: u64,
     /// The 1 + 9 experiment's crunchers; 0 skips it. It runs under the first scheduler.
     pub cpu_workers: u32,
-    /// smart's probe of each created device, per point.
+    /// smart's probe of each created device, per point; 0 skips the probe (smart then runs
+    /// on the paper's default thresholds: the tiny run, which would otherwise spend most of
+    /// its time measuring the host's wait cost on a fresh machine).
     pub probe_ns: u64,
     /// `smartcon run -- dd/fio` turns per (device, pattern, strategy); 0 skips them.
     pub reader_rounds: u32,
@@ -140,7 +142,7 @@ pub struct AcsPlan {
 impl AcsPlan {
     pub fn preset(p: AcsPreset) -> AcsPlan {
         let (file_bytes, rounds_min, rounds_max, budget_s, reader_rounds, probe_ms) = match p {
-            AcsPreset::Tiny => (4 << 20, 2, 2, 5, 2, 20),
+            AcsPreset::Tiny => (4 << 20, 2, 2, 5, 2, 0),
             AcsPreset::Quick => (8 << 20, 3, 5, 20, 3, 40),
             AcsPreset::Default => (FILE_BYTES_PAPER, 10, 60, 150, 5, 100),
             AcsPreset::Full => (FILE_BYTES_PAPER, ROUNDS_PAPER, ROUNDS_PAPER, u64::MAX / 2_000_000_000, 10, 150),
@@ -568,13 +570,17 @@ pub fn run(
             cpus: None,
             host_profile: plan.host_profile.clone(),
         };
-        progress(Event::Note(&format!("{name}: probing the ext2 file for smart's thresholds ...")));
-        let mut notes_only = |e: Event<'_>| {
-            if let Event::Note(n) = e {
-                progress(Event::Note(n));
-            }
+        let profile = if plan.probe_ns > 0 {
+            progress(Event::Note(&format!("{name}: probing the ext2 file for smart's thresholds ...")));
+            let mut notes_only = |e: Event<'_>| {
+                if let Event::Note(n) = e {
+                    progress(Event::Note(n));
+                }
+            };
+            probe_target(t.as_ref(), &probe, monitor, stop, &mut notes_only)?.profile
+        } else {
+            Profile::paper_default(&t.device_id())
         };
-        let profile = probe_target(t.as_ref(), &probe, monitor, stop, &mut notes_only)?.profile;
         out.profiles.push((name.to_string(), profile.clone()));
         let mut guard = match kind {
             FsDeviceKind::Loop => Some(SchedulerGuard::of(fs.device_path())?),
