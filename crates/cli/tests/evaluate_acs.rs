@@ -63,7 +63,7 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("noop-vs-noop") && stdout.contains("host: a blocking wait costs"), "{stdout}");
+    assert!(stdout.contains("noop-vs-noop: smart") && stdout.contains("host: a blocking wait costs"), "{stdout}");
     let text = std::fs::read_to_string(report.join("results.jsonl")).unwrap();
     let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let of = |t: &str| recs.iter().filter(|r| r["type"] == t).collect::<Vec<_>>();
@@ -84,9 +84,11 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
             assert_eq!(r["improvement_pct"], 0.0, "block against itself: {r}");
         }
     }
-    // Fig. 1: both bars on loop per pattern, one (no bfq) on zram and under the load.
+    // Fig. 1: both bars on loop per pattern, one (no bfq) on zram and under the load, for
+    // smart, spin and sync each.
     let bars = of("acs_bar");
-    assert_eq!(bars.len(), 4 + 2 + if zram { 4 } else { 0 }, "{text}");
+    assert_eq!(bars.len(), 3 * (4 + 2 + if zram { 4 } else { 0 }), "{text}");
+    assert_eq!(bars.iter().filter(|b| b["adaptive"] == "smart").count(), bars.len() / 3);
     assert!(bars.iter().all(|b| b["rounds"] == 2 && b["interval_pct"].as_array().unwrap().len() == 2));
     // The unmodified readers, where installed.
     let readers = of("acs_reader");

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use smartcon_engine::clock::now_ns;
-use smartcon_engine::decision::Strategy;
+use smartcon_engine::decision::{Reason, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::StrategyChoice;
 use smartcon_engine::monitor::SystemMonitor;
@@ -142,8 +142,8 @@ pub struct AcsPlan {
 impl AcsPlan {
     pub fn preset(p: AcsPreset) -> AcsPlan {
         let (file_bytes, rounds_min, rounds_max, budget_s, reader_rounds, probe_ms) = match p {
-            AcsPreset::Tiny => (4 << 20, 2, 2, 5, 2, 0),
-            AcsPreset::Quick => (8 << 20, 3, 5, 20, 3, 40),
+            AcsPreset::Tiny => (2 << 20, 2, 2, 5, 2, 0),
+            AcsPreset::Quick => (4 << 20, 3, 5, 20, 3, 40),
             AcsPreset::Default => (FILE_BYTES_PAPER, 10, 60, 150, 5, 100),
             AcsPreset::Full => (FILE_BYTES_PAPER, ROUNDS_PAPER, ROUNDS_PAPER, u64::MAX / 2_000_000_000, 10, 150),
         };
@@ -228,8 +228,8 @@ pub struct AcsResult {
     pub improvement_vs_bfq_pct: Option<f64>,
 }
 
-/// One bar of Fig. 1 (or the 1 + 9 reduction): adaptive (smart under the first scheduler)
-/// against original (block under `original_scheduler`), round by round.
+/// One bar of Fig. 1 (or the 1 + 9 reduction): adaptive (smart, or spin or sync, under the
+/// first scheduler) against original (block under `original_scheduler`), round by round.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AcsBar {
     #[serde(rename = "type")]
@@ -239,6 +239,7 @@ pub struct AcsBar {
     pub cpu_workers: u32,
     /// `noop-vs-noop` or `anti-vs-noop` (the paper's names; here none and bfq).
     pub bar: &'static str,
+    /// `smart` (the paper's adaptive), `spin` or `sync`.
     pub adaptive: &'static str,
     pub original_scheduler: String,
     pub improvement_pct: f64,
@@ -248,8 +249,12 @@ pub struct AcsBar {
     /// Whether adaptive dominates original by the evaluate's Pareto rule
     /// ([`judge::beats`]: >= 5% surely faster at no more CPU, or keeping the crunchers' work).
     pub dominates: bool,
-    /// The share of smart's I/Os it busy-waited (spin or sync), percent.
-    pub smart_busy_pct: f64,
+    /// The share of the adaptive strategy's I/Os waited for without a switch (spin or
+    /// sync), percent.
+    pub busy_pct: f64,
+    /// The decision branch smart took most, with its share ("cpu_busy 97%"); `fixed` for
+    /// spin and sync.
+    pub reason: String,
 }
 
 /// One `acs_reader` record: an unmodified reader (dd, fio) under `smartcon run`.
@@ -291,6 +296,8 @@ pub struct Turn {
     /// I/Os smart (or the fixed strategy) busy-waited (spin or sync), and all I/Os.
     pub busy_ios: u64,
     pub ios: u64,
+    /// smart's I/Os per decision branch ([`Reason::index`]).
+    pub by_reason: [u64; Reason::COUNT],
 }
 
 /// The turns of one (scheduler, strategy) over a group's rounds.
@@ -323,6 +330,20 @@ fn saved_pct(r: &PairedRatio) -> (f64, [f64; 2]) {
     ((1.0 - r.gmean) * 100.0, [(1.0 - r.hi) * 100.0, (1.0 - r.lo) * 100.0])
 }
 
+/// The decision branch taken most over `turns`, with its share ("cpu_busy 97%"); "fixed"
+/// for a fixed strategy (no decisions).
+fn main_reason(turns: &[Turn]) -> String {
+    let mut reasons = [0u64; Reason::COUNT];
+    for t in turns {
+        for (a, b) in reasons.iter_mut().zip(t.by_reason) {
+            *a += b;
+        }
+    }
+    let total: u64 = reasons.iter().sum();
+    let main = Reason::ALL.iter().max_by_key(|r| reasons[r.index()]).filter(|_| total > 0);
+    main.map_or("fixed".into(), |r| format!("{} {:.0}%", r.name(), reasons[r.index()] as f64 * 100.0 / total as f64))
+}
+
 /// The records of one group's series: a result per series and the bars.
 pub fn conclude(
     device: &'static str,
@@ -353,28 +374,32 @@ pub fn conclude(
     }
     let mut bars = Vec::new();
     let Some(first) = series.first().map(|s| s.scheduler.clone()) else { return (results, bars) };
-    let Some(smart) = find(&first, StrategyChoice::Smart) else { return (results, bars) };
-    for (bar, original) in [("noop-vs-noop", first.as_str()), ("anti-vs-noop", "bfq")] {
-        let Some(block) = find(original, BLOCK) else { continue };
-        let Some(r) = ratio(smart, block) else { continue };
-        let (pct, interval) = saved_pct(&r);
-        let with_corunner = cpu_workers > 0;
-        let dominates = judge::beats(&smart.figures(), &block.figures(), with_corunner).is_some();
-        let (busy, ios) = smart.turns.iter().fold((0, 0), |(b, n), t| (b + t.busy_ios, n + t.ios));
-        bars.push(AcsBar {
-            record_type: "acs_bar",
-            device,
-            pattern,
-            cpu_workers,
-            bar,
-            adaptive: "smart",
-            original_scheduler: original.to_string(),
-            improvement_pct: pct,
-            interval_pct: interval,
-            rounds: r.rounds,
-            dominates,
-            smart_busy_pct: if ios > 0 { busy as f64 * 100.0 / ios as f64 } else { 0.0 },
-        });
+    // smart is the paper's "adaptive"; spin and sync (always busy-waiting, always inline)
+    // are the two ways it may wait without a switch, each a bar of its own.
+    for adaptive in series.iter().filter(|s| s.scheduler == first && s.strategy != BLOCK) {
+        for (bar, original) in [("noop-vs-noop", first.as_str()), ("anti-vs-noop", "bfq")] {
+            let Some(block) = find(original, BLOCK) else { continue };
+            let Some(r) = ratio(adaptive, block) else { continue };
+            let (pct, interval) = saved_pct(&r);
+            let with_corunner = cpu_workers > 0;
+            let dominates = judge::beats(&adaptive.figures(), &block.figures(), with_corunner).is_some();
+            let (busy, ios) = adaptive.turns.iter().fold((0, 0), |(b, n), t| (b + t.busy_ios, n + t.ios));
+            bars.push(AcsBar {
+                record_type: "acs_bar",
+                device,
+                pattern,
+                cpu_workers,
+                bar,
+                adaptive: adaptive.strategy.name(),
+                original_scheduler: original.to_string(),
+                improvement_pct: pct,
+                interval_pct: interval,
+                rounds: r.rounds,
+                dominates,
+                busy_pct: if ios > 0 { busy as f64 * 100.0 / ios as f64 } else { 0.0 },
+                reason: main_reason(&adaptive.turns),
+            });
+        }
     }
     (results, bars)
 }
@@ -512,6 +537,7 @@ fn repetition(
         corunner_work_per_s: before.zip(load.map(CpuLoad::snapshot)).map(|(a, b)| a.delta_to(&b).work_per_s),
         busy_ios: busy,
         ios: c.ios,
+        by_reason: c.by_reason,
     })
 }
 
@@ -899,7 +925,19 @@ mod tests {
             strategy: s,
             turns: times_us
                 .iter()
-                .map(|t| Turn { time_ns: (t * 1e3) as u64, cpu_pct: 50.0, ios: 10, busy_ios: 5, ..Turn::default() })
+                .map(|t| {
+                    let mut by_reason = [0; Reason::COUNT];
+                    by_reason[Reason::CpuBusy.index()] = 3;
+                    by_reason[Reason::CpuAvailable.index()] = 1;
+                    Turn {
+                        time_ns: (t * 1e3) as u64,
+                        cpu_pct: 50.0,
+                        ios: 10,
+                        busy_ios: 5,
+                        by_reason,
+                        ..Turn::default()
+                    }
+                })
                 .collect(),
         }
     }
@@ -964,7 +1002,8 @@ mod tests {
         assert_eq!((bars[0].bar, bars[1].bar), ("noop-vs-noop", "anti-vs-noop"));
         assert!((bars[0].improvement_pct - 10.0).abs() < 1e-6 && (bars[1].improvement_pct - 20.0).abs() < 1e-6);
         assert!((bars[0].interval_pct[0] - 10.0).abs() < 1e-6 && bars[0].dominates && bars[1].dominates);
-        assert_eq!((bars[0].rounds, bars[0].smart_busy_pct), (4, 50.0));
+        assert_eq!((bars[0].rounds, bars[0].busy_pct), (4, 50.0));
+        assert_eq!((bars[0].adaptive, bars[0].reason.as_str()), ("smart", "cpu_busy 75%"));
         // zram: no bfq figure, and no anti-vs-noop bar.
         let (results, bars) = conclude("zram", AcsPattern::Sequential, 9, &all[..2]);
         assert!(results.iter().all(|r| r.improvement_vs_bfq_pct.is_none() && r.cpu_workers == 9));

@@ -108,11 +108,12 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
     }
     for b in &outcome.bars {
         println!(
-            "{} {} cpu_workers={} {}: smart {:+.1}% time saved [{:+.1}, {:+.1}] over {} rounds{}",
+            "{} {} cpu_workers={} {}: {} {:+.1}% time saved [{:+.1}, {:+.1}] over {} rounds{}",
             b.device,
             b.pattern.name(),
             b.cpu_workers,
             b.bar,
+            b.adaptive,
             b.improvement_pct,
             b.interval_pct[0],
             b.interval_pct[1],
@@ -150,24 +151,26 @@ fn summary_md(plan: &AcsPlan, o: &AcsOutcome, host: &str, secs: f64) -> String {
     for n in &o.notes {
         s += &format!("- {n}\n");
     }
-    s += "\n## Fig. 1: adaptive (smart, none) against original (block)\n\n";
+    s += "\n## Fig. 1: adaptive (smart; spin, sync beside it) under none against original (block)\n\n";
     s += "Time saved per repetition, geometric mean of the per-round ratios, 90% interval; \
           `dominates` is the evaluate's Pareto rule.\n\n";
-    s += "| device | pattern | cpu workers | bar | original | saved % | interval % | rounds | dominates | smart busy-waited % |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    s += "| device | pattern | cpu workers | bar | adaptive | original | saved % | interval % | rounds | dominates | without a switch % | main branch |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for b in &o.bars {
         s += &format!(
-            "| {} | {} | {} | {} | block, {} | {:+.1} | {:+.1} .. {:+.1} | {} | {} | {:.0} |\n",
+            "| {} | {} | {} | {} | {} | block, {} | {:+.1} | {:+.1} .. {:+.1} | {} | {} | {:.0} | {} |\n",
             b.device,
             b.pattern.name(),
             b.cpu_workers,
             b.bar,
+            b.adaptive,
             b.original_scheduler,
             b.improvement_pct,
             b.interval_pct[0],
             b.interval_pct[1],
             b.rounds,
             b.dominates,
-            b.smart_busy_pct
+            b.busy_pct,
+            b.reason
         );
     }
     s += "\n## Every cell\n\nMean time of one repetition (the whole file), 95% interval.\n\n";
