@@ -37,6 +37,12 @@ fn ctx_quick_then_model_reads_the_host_profile() {
         positive(r, "us_per_switch_raw");
         assert!(r["us_per_switch"].as_f64().unwrap().is_finite());
     }
+    // lat_ctx's two figures side by side: 2 MiB is always among the quick sizes.
+    let lat = of("lat_ctx").next().expect("lat_ctx record");
+    assert_eq!(lat["procs"], 2);
+    let s2048 = of("ctx_indirect").find(|r| r["array_bytes"] == 2 << 20).expect("a 2 MiB point");
+    assert_eq!(lat["s2048_us"], s2048["us_per_switch"]);
+    assert_eq!(lat["plain_us"], two["us_per_switch"]);
     let wake = of("wakeup").next().expect("wakeup record");
     positive(wake, "same_cpu_us");
     if !wake["cross_cpu_us"].is_null() {

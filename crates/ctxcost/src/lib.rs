@@ -33,6 +33,10 @@ pub const HOST_PROFILE_VERSION: u32 = 1;
 /// `perf bench sched pipe` runs taken the best of.
 pub const PERF_RUNS: u32 = 3;
 
+/// lmbench's `lat_ctx -s 2048`: the working set each process touches per switch in seed
+/// 001's figure (180-330 us on a Core 2 Duo E6550); always among the indirect sizes.
+pub const LAT_CTX_S_BYTES: u64 = 2 << 20;
+
 /// Largest array per process we accept: beyond this the ring's N copies risk the OOM killer.
 pub const ARRAY_BYTES_MAX: u64 = 1 << 30;
 
@@ -83,9 +87,14 @@ impl Plan {
         } else {
             (0..10).map(|i| (32u64 << 10) << i).collect()
         };
-        for extra in [cache.l2_bytes, cache.llc_bytes, if quick { None } else { cache.llc_bytes.map(|b| 2 * b) }]
-            .into_iter()
-            .flatten()
+        for extra in [
+            Some(LAT_CTX_S_BYTES),
+            cache.l2_bytes,
+            cache.llc_bytes,
+            if quick { None } else { cache.llc_bytes.map(|b| 2 * b) },
+        ]
+        .into_iter()
+        .flatten()
         {
             if extra <= ARRAY_BYTES_MAX {
                 sizes.push(extra);
@@ -402,6 +411,9 @@ mod tests {
         assert_eq!((plan.cpu, plan.cross_cpu), (5, Some(7)));
         assert!(plan.pin(Some(3), None, &allowed).is_err());
         assert!(plan.pin(None, Some(5), &allowed).is_err(), "the cross CPU must be another one");
+        for quick in [true, false] {
+            assert!(Plan::new(quick, &CacheSizes::default(), &allowed).array_sizes_bytes.contains(&LAT_CTX_S_BYTES));
+        }
         let mut one = Plan::new(true, &CacheSizes::default(), &[4]);
         one.pin(Some(4), None, &[4]).unwrap();
         assert_eq!(one.cross_cpu, None);

@@ -43,6 +43,17 @@ pub struct WakeupRecord {
     pub cross_cpu_us: Option<f64>,
 }
 
+/// lmbench's `lat_ctx` figures side by side (`"type":"lat_ctx"`): the plain per-switch cost
+/// (`-s 0`) and with a 2 MB working set per process (`-s 2048`), both for a ring of
+/// `procs` with the single-process time subtracted, as lat_ctx subtracts its overhead.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatCtxRecord {
+    pub r#type: &'static str,
+    pub procs: usize,
+    pub plain_us: Option<f64>,
+    pub s2048_us: Option<f64>,
+}
+
 /// The outside check (`"type":"perf_sched_pipe"`).
 #[derive(Debug, Clone, Serialize)]
 pub struct PerfRecord {
@@ -99,6 +110,17 @@ impl HostProfile {
             us_per_kib_refilled: self.us_per_kib_refilled(p),
         };
         self.indirect.iter().map(record).collect()
+    }
+
+    /// lat_ctx's two figures for a ring of `procs` (the indirect ring's size): `None` where
+    /// that ring size or the 2 MiB array was not measured.
+    pub fn lat_ctx_record(&self, procs: usize) -> LatCtxRecord {
+        LatCtxRecord {
+            r#type: "lat_ctx",
+            procs,
+            plain_us: self.direct.iter().find(|p| p.procs == procs).map(|p| p.us_per_switch),
+            s2048_us: self.indirect.iter().find(|p| p.array_bytes == crate::LAT_CTX_S_BYTES).map(|p| p.us_per_switch),
+        }
     }
 
     pub fn wakeup_record(&self) -> WakeupRecord {

@@ -59,6 +59,14 @@ pub fn profile_text(profile: &HostProfile, indirect_procs: usize, elapsed_s: f64
             profile.us_per_kib_refilled(p)
         );
     }
+    let lat = profile.lat_ctx_record(indirect_procs);
+    let us = |v: Option<f64>, how: &str| v.map_or(format!("not measured ({how})"), |v| format!("{v:.2} us"));
+    let _ = writeln!(
+        out,
+        "lat_ctx, {indirect_procs} processes: {} per switch plain (-s 0), {} with a 2 MB working set (-s 2048); seed 001's Core 2 Duo E6550: under 1 us and 180-330 us",
+        us(lat.plain_us, "add the ring size to --procs"),
+        us(lat.s2048_us, "add 2m to --sizes")
+    );
     out.push('\n');
     let _ = writeln!(out, "wake-up latency (thread ping-pong, one way, pipe work included)");
     let _ = writeln!(out, "  same CPU:  {:>10.2} us", profile.wakeup_same_cpu_us);

@@ -20,6 +20,7 @@ use std::sync::atomic::AtomicBool;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::stop::StopOnDrop;
 
+pub mod acs;
 pub mod bench;
 pub mod compare_fio;
 pub mod evaluate;

@@ -48,6 +48,27 @@ pub fn t90(df: usize) -> f64 {
     }
 }
 
+/// Student's t quantile for a two-sided 95% interval (the 97.5th percentile) with `df`
+/// degrees of freedom; 1.96 beyond 30 (2.04 at 30 and falling).
+pub fn t95(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        d if d <= T.len() => T[d - 1],
+        _ => 1.96,
+    }
+}
+
+/// The mean and the half-width of its two-sided 95% interval (Student's t on the sample
+/// standard deviation); `None` with fewer than two values.
+pub fn mean_ci95(values: &[f64]) -> Option<(f64, f64)> {
+    let (m, sd) = mean_sample_sd(values)?;
+    Some((m, t95(values.len() - 1) * sd / (values.len() as f64).sqrt()))
+}
+
 /// A ratio of two things measured in the same rounds, taken round by round: round `i` of
 /// both shared the machine's state, so a swing that hits both alike cancels in their ratio.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -142,6 +163,11 @@ mod tests {
         assert_eq!(t90(0), f64::INFINITY);
         assert_eq!(t90(1), 6.314);
         assert_eq!(t90(100), 1.645);
+        assert_eq!((t95(0), t95(1), t95(200)), (f64::INFINITY, 12.706, 1.96));
+        // Two values 1 and 3: mean 2, sd sqrt(2), half-width 12.706 * sqrt(2) / sqrt(2).
+        let (m, half) = mean_ci95(&[1.0, 3.0]).unwrap();
+        assert!((m - 2.0).abs() < 1e-12 && (half - 12.706).abs() < 1e-9, "{m} {half}");
+        assert_eq!(mean_ci95(&[1.0]), None);
     }
 
     #[test]

@@ -79,6 +79,8 @@ pub enum Recorded {
     Mount { mount: PathBuf, backing: PathBuf },
     /// zram device `id`, of `size_bytes`.
     Zram { id: u32, size_bytes: u64 },
+    /// A file system mounted at `mount` from zram device `id`.
+    ZramMount { mount: PathBuf, id: u32 },
 }
 
 impl Recorded {
@@ -87,6 +89,7 @@ impl Recorded {
             Recorded::Loop { backing } => format!("loop\n{}\n", backing.display()),
             Recorded::Mount { mount, backing } => format!("mount\n{}\n{}\n", mount.display(), backing.display()),
             Recorded::Zram { id, size_bytes } => format!("zram\n{id}\n{size_bytes}\n"),
+            Recorded::ZramMount { mount, id } => format!("zram-mount\n{}\n{id}\n", mount.display()),
         }
     }
 
@@ -95,6 +98,7 @@ impl Recorded {
             ["loop", b, ..] => Some(Recorded::Loop { backing: b.into() }),
             ["mount", m, b, ..] => Some(Recorded::Mount { mount: m.into(), backing: b.into() }),
             ["zram", id, size, ..] => Some(Recorded::Zram { id: id.parse().ok()?, size_bytes: size.parse().ok()? }),
+            ["zram-mount", m, id, ..] => Some(Recorded::ZramMount { mount: m.into(), id: id.parse().ok()? }),
             _ => None,
         }
     }
@@ -290,7 +294,7 @@ pub fn cleanup_recorded() -> Result<CleanupReport, Error> {
     }
     // Mounts, then loops, then zram: a mount holds its loop device.
     records.sort_by_key(|(_, w)| match w {
-        Recorded::Mount { .. } => 0,
+        Recorded::Mount { .. } | Recorded::ZramMount { .. } => 0,
         Recorded::Loop { .. } => 1,
         Recorded::Zram { .. } => 2,
     });
@@ -300,6 +304,22 @@ pub fn cleanup_recorded() -> Result<CleanupReport, Error> {
                 let ours = loops_backed_by(backing);
                 let mounted: Vec<(String, PathBuf)> = mounts().into_iter().filter(|(_, m)| m == mount).collect();
                 if mounted.iter().any(|(src, _)| !ours.iter().any(|d| d.as_os_str() == src.as_str())) {
+                    report.kept.push(format!("{}: mounted from a device smartcon did not record", mount.display()));
+                    false
+                } else {
+                    if !mounted.is_empty() {
+                        unmount_and_remove(mount);
+                        report.removed.push(format!("mount {}", mount.display()));
+                    } else if std::fs::remove_dir(mount).is_ok() {
+                        report.removed.push(format!("directory {}", mount.display()));
+                    }
+                    true
+                }
+            }
+            Recorded::ZramMount { mount, id } => {
+                let node = format!("/dev/zram{id}");
+                let mounted: Vec<(String, PathBuf)> = mounts().into_iter().filter(|(_, m)| m == mount).collect();
+                if mounted.iter().any(|(src, _)| *src != node) {
                     report.kept.push(format!("{}: mounted from a device smartcon did not record", mount.display()));
                     false
                 } else {
@@ -462,6 +482,52 @@ impl Drop for LoopDevice {
     }
 }
 
+/// Makes a file system of `fstype` (`mkfs.FSTYPE -q -F ARGS DEVICE`) on a device this
+/// process created, records the mount (`record` names it) and mounts it on a fresh
+/// directory under the temporary directory. On an error nothing is left mounted and the
+/// directory is gone; the record goes when the returned one is dropped.
+fn make_and_mount(
+    device: &Path,
+    fstype: &str,
+    mkfs_args: &[&str],
+    tag: &str,
+    record: impl FnOnce(PathBuf) -> Recorded,
+) -> Result<(PathBuf, Record), Error> {
+    let setup = |m: String| Error::new(ErrorKind::Setup, m);
+    let out = Command::new(format!("mkfs.{fstype}"))
+        .args(["-q", "-F"])
+        .args(mkfs_args)
+        .arg(device)
+        .process_group(0)
+        .output()
+        .map_err(|e| setup(format!("cannot run mkfs.{fstype} (Debian package e2fsprogs): {e}")))?;
+    if !out.status.success() {
+        return Err(setup(format!(
+            "mkfs.{fstype} {} failed: {}",
+            device.display(),
+            String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("").trim()
+        )));
+    }
+    let mount = std::env::temp_dir().join(format!(
+        "smartcon-{tag}-{}-{}",
+        std::process::id(),
+        smartcon_engine::clock::now_ns() % 1_000_000_007
+    ));
+    let record = Record::write(&record(mount.clone()))?;
+    std::fs::create_dir(&mount).map_err(|e| Error::io(ErrorKind::Setup, &mount, e))?;
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL in paths we made");
+    let (dev_c, mount_c) = (c(device), c(&mount));
+    let fs_c = std::ffi::CString::new(fstype).map_err(|_| setup(format!("bad file system type {fstype:?}")))?;
+    // SAFETY: valid NUL-terminated strings that outlive the call; no mount data.
+    let rc = unsafe { libc::mount(dev_c.as_ptr(), mount_c.as_ptr(), fs_c.as_ptr(), 0, std::ptr::null()) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        let _ = std::fs::remove_dir(&mount);
+        return Err(setup(format!("mount {} on {} ({fstype}): {e}", device.display(), mount.display())));
+    }
+    Ok((mount, record))
+}
+
 /// A loop ramdisk with a fresh ext4 file system mounted in a temporary directory;
 /// unmounted, the directory removed and the loop device detached on drop.
 #[derive(Debug)]
@@ -478,36 +544,10 @@ impl LoopFs {
             return Err(Error::new(ErrorKind::Usage, "a loop file system needs at least 16 MiB"));
         }
         let device = LoopDevice::create(size_bytes)?;
-        let setup = |m: String| Error::new(ErrorKind::Setup, m);
-        let out = Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-E", "nodiscard"])
-            .arg(device.path())
-            .process_group(0)
-            .output()
-            .map_err(|e| setup(format!("cannot run mkfs.ext4 (Debian package e2fsprogs): {e}")))?;
-        if !out.status.success() {
-            return Err(setup(format!(
-                "mkfs.ext4 {} failed: {}",
-                device.path().display(),
-                String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("").trim()
-            )));
-        }
-        let mount = std::env::temp_dir().join(format!(
-            "smartcon-loopfs-{}-{}",
-            std::process::id(),
-            smartcon_engine::clock::now_ns() % 1_000_000_007
-        ));
-        let record = Record::write(&Recorded::Mount { mount: mount.clone(), backing: device.backing.clone() })?;
-        std::fs::create_dir(&mount).map_err(|e| Error::io(ErrorKind::Setup, &mount, e))?;
-        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL in paths we made");
-        let (dev_c, mount_c) = (c(device.path()), c(&mount));
-        // SAFETY: valid NUL-terminated strings; no mount data.
-        let rc = unsafe { libc::mount(dev_c.as_ptr(), mount_c.as_ptr(), c"ext4".as_ptr(), 0, std::ptr::null()) };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            let _ = std::fs::remove_dir(&mount);
-            return Err(setup(format!("mount {} on {}: {e}", device.path().display(), mount.display())));
-        }
+        let backing = device.backing.clone();
+        let (mount, record) = make_and_mount(device.path(), "ext4", &["-E", "nodiscard"], "loopfs", |mount| {
+            Recorded::Mount { mount, backing }
+        })?;
         Ok(LoopFs { mount, _record: record, device })
     }
 
@@ -593,6 +633,92 @@ impl Drop for ZramDevice {
     }
 }
 
+/// The device under a [`DeviceFs`].
+#[derive(Debug)]
+pub enum FsDevice {
+    /// A loop device over a /dev/shm file (completed by a kernel worker).
+    Loop(LoopDevice),
+    /// A zram device (completed inline).
+    Zram(ZramDevice),
+}
+
+/// Which device a [`DeviceFs`] is made on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsDeviceKind {
+    Loop,
+    Zram,
+}
+
+/// A loop or zram device created for the run with a fresh file system of a given type
+/// (`ext2` for seed 001's study) mounted in a temporary directory; unmounted, the
+/// directory removed and the device removed on drop (the mount is recorded, so
+/// [`cleanup_recorded`] finds it after SIGKILL).
+#[derive(Debug)]
+pub struct DeviceFs {
+    mount: PathBuf,
+    /// Dropped after `Drop::drop` unmounted the file system.
+    _record: Record,
+    device: FsDevice,
+}
+
+impl DeviceFs {
+    /// `fstype` is `ext2`, `ext3` or `ext4` (made with 4 KiB blocks).
+    pub fn create(kind: FsDeviceKind, size_bytes: u64, fstype: &str) -> Result<DeviceFs, Error> {
+        if !["ext2", "ext3", "ext4"].contains(&fstype) {
+            return Err(Error::new(ErrorKind::Usage, format!("file system {fstype:?}: use ext2, ext3 or ext4")));
+        }
+        if size_bytes < 16 << 20 {
+            return Err(Error::new(ErrorKind::Usage, "a file system device needs at least 16 MiB"));
+        }
+        let args = ["-b", "4096", "-E", "nodiscard"];
+        let (device, mount, record) = match kind {
+            FsDeviceKind::Loop => {
+                let d = LoopDevice::create(size_bytes)?;
+                let backing = d.backing.clone();
+                let (m, r) = make_and_mount(d.path(), fstype, &args, &format!("{fstype}-loop"), |mount| {
+                    Recorded::Mount { mount, backing }
+                })?;
+                (FsDevice::Loop(d), m, r)
+            }
+            FsDeviceKind::Zram => {
+                let d = ZramDevice::create(size_bytes)?;
+                let id = d.id();
+                let (m, r) = make_and_mount(d.path(), fstype, &args, &format!("{fstype}-zram"), |mount| {
+                    Recorded::ZramMount { mount, id }
+                })?;
+                (FsDevice::Zram(d), m, r)
+            }
+        };
+        Ok(DeviceFs { mount, _record: record, device })
+    }
+
+    /// Where the file system is mounted.
+    pub fn path(&self) -> &Path {
+        &self.mount
+    }
+
+    /// The block device (`/dev/loopN`, `/dev/zramN`).
+    pub fn device_path(&self) -> &Path {
+        match &self.device {
+            FsDevice::Loop(d) => d.path(),
+            FsDevice::Zram(d) => d.path(),
+        }
+    }
+
+    pub fn kind(&self) -> FsDeviceKind {
+        match &self.device {
+            FsDevice::Loop(_) => FsDeviceKind::Loop,
+            FsDevice::Zram(_) => FsDeviceKind::Zram,
+        }
+    }
+}
+
+impl Drop for DeviceFs {
+    fn drop(&mut self) {
+        unmount_and_remove(&self.mount);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -608,6 +734,7 @@ mod tests {
             Recorded::Loop { backing: "/dev/shm/smartcon-loop-1-2.img".into() },
             Recorded::Mount { mount: "/tmp/a b/smartcon-loopfs-1-2".into(), backing: "/dev/shm/x.img".into() },
             Recorded::Zram { id: 3, size_bytes: 16 << 20 },
+            Recorded::ZramMount { mount: "/tmp/smartcon-ext2-1-2".into(), id: 4 },
         ] {
             let text = what.to_text();
             assert_eq!(Recorded::parse(&text.lines().collect::<Vec<_>>()), Some(what));
@@ -674,6 +801,35 @@ mod tests {
             assert!(!mount.exists() && !backing.exists() && !loop_attached(&backing));
         } else {
             eprintln!("loop file system part skipped: mkfs.ext4 is not installed (e2fsprogs)");
+        }
+        // ext2 on zram and on a loop device (seed 001's pseudo device): mounted while held,
+        // nothing left after.
+        if Command::new("mkfs.ext2").arg("-V").output().is_ok() {
+            for kind in [FsDeviceKind::Zram, FsDeviceKind::Loop] {
+                let (mount, device) = match DeviceFs::create(kind, 24 << 20, "ext2") {
+                    Ok(fs) => {
+                        std::fs::write(fs.path().join("f"), b"x").unwrap();
+                        let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+                        let line = mounts.lines().find(|l| l.contains(&fs.path().display().to_string()));
+                        assert!(line.is_some_and(|l| l.contains(" ext2 ")), "{kind:?} mounted as ext2: {line:?}");
+                        (fs.path().to_path_buf(), fs.device_path().to_path_buf())
+                    }
+                    Err(e) if kind == FsDeviceKind::Zram => {
+                        eprintln!("ext2 on zram skipped: {e}");
+                        continue;
+                    }
+                    Err(e) => panic!("ext2 on loop: {e}"),
+                };
+                let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+                assert!(!mounts.contains(&mount.display().to_string()) && !mount.exists(), "{kind:?} unmounted");
+                if kind == FsDeviceKind::Zram {
+                    let name = device.file_name().unwrap().to_string_lossy().to_string();
+                    assert!(!Path::new("/sys/block").join(name).exists(), "{} removed", device.display());
+                }
+            }
+            assert!(DeviceFs::create(FsDeviceKind::Loop, 24 << 20, "xfs").is_err());
+        } else {
+            eprintln!("ext2 part skipped: mkfs.ext2 is not installed (e2fsprogs)");
         }
         // Bad sizes are refused before anything is created.
         assert!(LoopDevice::create(1000).is_err());

@@ -141,6 +141,7 @@ pub fn run(args: CtxArgs) -> Result<()> {
     if args.json {
         profile.direct_records().iter().try_for_each(common::emit_json)?;
         profile.indirect_records().iter().try_for_each(common::emit_json)?;
+        common::emit_json(&profile.lat_ctx_record(plan.indirect_procs))?;
         common::emit_json(&profile.wakeup_record())?;
         common::emit_json(&profile.perf_record())?;
         let path = profile_path.map(|p| p.display().to_string());

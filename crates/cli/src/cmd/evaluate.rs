@@ -29,6 +29,16 @@ use crate::engine_setup::*;
 
 #[derive(Args, Debug)]
 pub struct EvaluateArgs {
+    /// Which study: smartcon (the SmartCon paper's, the default) or acs (seed 001, the
+    /// adaptive context switch on ext2 over a loop and a zram device; root; docs/fidelity.md).
+    #[arg(long, default_value = "smartcon", value_parser = ["smartcon", "acs"])]
+    pub study: String,
+    /// acs: the paper's 1000 repetitions of every cell (hours).
+    #[arg(long, conflicts_with_all = ["quick", "tiny"])]
+    pub full: bool,
+    /// acs: comma-separated schedulers set on the loop device (none, bfq, mq-deadline, kyber).
+    #[arg(long, value_delimiter = ',')]
+    pub schedulers: Option<Vec<String>>,
     /// Comma-separated targets (default: emu:optane, emu:nvme and a tmp file on /var/tmp).
     #[arg(long)]
     pub targets: Option<String>,
@@ -134,6 +144,12 @@ fn line(out: &mut impl Write, record: &impl serde::Serialize) -> std::io::Result
 }
 
 pub fn run(args: EvaluateArgs) -> Result<()> {
+    if args.study == "acs" {
+        return super::evaluate_acs::run(&args);
+    }
+    if args.full || args.schedulers.is_some() {
+        bail!("--full and --schedulers belong to --study acs");
+    }
     let plan = plan_of(&args)?;
     // In logs: a line per finished load and target (the first two words of a turn's name).
     let bar = progress_bar(0, "evaluate").grouped(2);

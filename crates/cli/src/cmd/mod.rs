@@ -8,6 +8,7 @@ pub mod devices;
 pub mod emulate;
 pub mod ets;
 pub mod evaluate;
+pub mod evaluate_acs;
 pub mod io;
 pub mod merge_bench;
 pub mod model;

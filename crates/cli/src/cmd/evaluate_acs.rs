@@ -1,0 +1,215 @@
+//! `smartcon evaluate --study acs`: seed 001 (Gim, Lee, Won, "Adaptive Context Switch for
+//! Very Fast Block Device") on this machine. The study is `smartcon_study::acs`; this module
+//! turns flags into its plan, writes the report directory (results.jsonl, summary.md) and
+//! prints Fig. 1's bars with the host's own blocking-wait and wake-up figures.
+
+use std::io::Write;
+
+use anyhow::{bail, Context, Result};
+use smartcon_engine::job::StrategyChoice;
+use smartcon_engine::profile::HostWaitCost;
+use smartcon_study::acs::{self, AcsOutcome, AcsPlan, AcsPreset};
+use smartcon_study::evaluate::MachineRecord;
+
+use super::evaluate::EvaluateArgs;
+use crate::common::{interrupt_flag, interrupted, on_event, prepare_out_dir, progress_bar, smartcon_home};
+use crate::engine_setup::*;
+
+fn plan_of(args: &EvaluateArgs) -> Result<AcsPlan> {
+    let preset = match (args.tiny, args.quick, args.full) {
+        (true, _, _) => AcsPreset::Tiny,
+        (_, true, _) => AcsPreset::Quick,
+        (_, _, true) => AcsPreset::Full,
+        _ => AcsPreset::Default,
+    };
+    let mut plan = AcsPlan::preset(preset);
+    if let Some(b) = args.file_size {
+        plan.file_bytes = b;
+    }
+    if let Some(w) = args.cpu_workers {
+        plan.cpu_workers = w;
+    }
+    if let Some(r) = args.rounds {
+        (plan.rounds_min, plan.rounds_max) = (r, r);
+    }
+    if let Some(s) = &args.schedulers {
+        plan.schedulers = s.clone();
+    }
+    let ignored: Vec<&str> = [
+        (args.targets.is_some(), "--targets"),
+        (args.loads.is_some(), "--loads"),
+        (args.workloads.is_some(), "--workloads"),
+        (args.sizes.is_some(), "--sizes"),
+        (args.paper_loads, "--paper-loads"),
+        (args.strategies != default_strategies(), "--strategies"),
+    ]
+    .into_iter()
+    .filter_map(|(given, flag)| given.then_some(flag))
+    .collect();
+    if !ignored.is_empty() {
+        bail!(
+            "{} do(es) not apply to --study acs (it reads one ext2 file with block, spin, sync and smart)",
+            ignored.join(", ")
+        );
+    }
+    plan.smartcon_exe = Some(std::env::current_exe().context("cannot find the smartcon binary's path")?);
+    plan.host_profile = Some(smartcon_home().join("host.json"));
+    plan.validate().map_err(engine_err)?;
+    Ok(plan)
+}
+
+fn default_strategies() -> Vec<StrategyChoice> {
+    ["block", "spin", "sync", "smart", "paper"].iter().filter_map(|s| StrategyChoice::parse(s)).collect()
+}
+
+pub fn run(args: &EvaluateArgs) -> Result<()> {
+    let plan = plan_of(args)?;
+    let _claim = prepare_out_dir(&args.out)?;
+    let started = std::time::Instant::now();
+    let jsonl_path = args.out.join("results.jsonl");
+    let file = std::fs::File::create(&jsonl_path).with_context(|| format!("create {}", jsonl_path.display()))?;
+    let mut jsonl = std::io::BufWriter::new(file);
+    serde_json::to_writer(&mut jsonl, &MachineRecord::here())?;
+    jsonl.write_all(b"\n")?;
+    let monitor = start_monitor(None)?;
+    let bar = progress_bar(0, "acs");
+    let mut write = |r: &dyn acs::erased::Record| -> Result<(), smartcon_engine::error::Error> {
+        let io = |e: std::io::Error| {
+            smartcon_engine::error::Error::io(smartcon_engine::error::ErrorKind::Setup, &jsonl_path, e)
+        };
+        let line = r.json().map_err(|e| io(std::io::Error::other(e)))?;
+        writeln!(jsonl, "{line}").map_err(io)
+    };
+    let outcome = acs::run(&plan, &monitor, interrupt_flag(), &mut on_event(&bar), &mut write).map_err(engine_err)?;
+    bar.finish_and_clear();
+    // The host's own figures beside the study's: what a blocking wait costs and a wake-up.
+    let wait = HostWaitCost::stored();
+    let mut notes_only = |_e: smartcon_study::Event<'_>| {};
+    let wakeup = smartcon_study::probe::host_wakeup_ns(
+        &monitor,
+        plan.host_profile.as_deref(),
+        interrupt_flag(),
+        &mut notes_only,
+    )
+    .ok();
+    monitor.stop();
+    let host = host_line(wait.as_ref(), wakeup.as_ref());
+    writeln!(
+        jsonl,
+        "{}",
+        serde_json::json!({"type": "acs_host", "block_cpu_us": wait.as_ref().map(|w| w.block_cpu_ns / 1e3), "wakeup_us": wakeup.as_ref().map(|w| w.0 / 1e3), "wakeup_source": wakeup.as_ref().map(|w| w.1.clone())})
+    )?;
+    jsonl.flush()?;
+    let secs = started.elapsed().as_secs_f64();
+    let summary = summary_md(&plan, &outcome, &host, secs);
+    std::fs::write(args.out.join("summary.md"), &summary)?;
+    for n in &outcome.notes {
+        eprintln!("smartcon: note: {n}");
+    }
+    for b in &outcome.bars {
+        println!(
+            "{} {} cpu_workers={} {}: {} {:+.1}% time saved [{:+.1}, {:+.1}] over {} rounds{}",
+            b.device,
+            b.pattern.name(),
+            b.cpu_workers,
+            b.bar,
+            b.adaptive,
+            b.improvement_pct,
+            b.interval_pct[0],
+            b.interval_pct[1],
+            b.rounds,
+            if b.dominates { " (dominates)" } else { "" }
+        );
+    }
+    println!("{host}");
+    println!("report: {} (results.jsonl, summary.md) in {secs:.0} s", args.out.display());
+    if interrupted() {
+        println!("(interrupted: the report holds the groups measured so far)");
+    }
+    Ok(())
+}
+
+fn host_line(wait: Option<&HostWaitCost>, wakeup: Option<&(f64, String)>) -> String {
+    let w = wait.map_or("not measured".to_string(), |w| format!("{:.1} us of CPU", w.block_cpu_ns / 1e3));
+    let k = wakeup.map_or("not measured".to_string(), |(ns, src)| format!("{:.1} us ({src})", ns / 1e3));
+    format!("host: a blocking wait costs {w} (host-wait.json); a wake-up {k}")
+}
+
+fn summary_md(plan: &AcsPlan, o: &AcsOutcome, host: &str, secs: f64) -> String {
+    let mut s = String::new();
+    let m = MachineRecord::here();
+    s += "# smartcon evaluate --study acs (seed 001: adaptive context switch)\n\n";
+    s += &format!(
+        "{} on {} ({} CPUs), {secs:.0} s; ext2 file of {} MiB, 4 KiB O_DIRECT reads; rounds {}-{}.\n\n{host}\n\n",
+        m.kernel,
+        m.cpu_model,
+        m.cpus,
+        plan.file_bytes >> 20,
+        plan.rounds_min,
+        plan.rounds_max
+    );
+    for n in &o.notes {
+        s += &format!("- {n}\n");
+    }
+    s += "\n## Fig. 1: adaptive (smart; spin, sync beside it) under none against original (block)\n\n";
+    s += "Time saved per repetition, geometric mean of the per-round ratios, 90% interval; \
+          `dominates` is the evaluate's Pareto rule.\n\n";
+    s += "| device | pattern | cpu workers | bar | adaptive | original | saved % | interval % | rounds | dominates | without a switch % | main branch |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for b in &o.bars {
+        s += &format!(
+            "| {} | {} | {} | {} | {} | block, {} | {:+.1} | {:+.1} .. {:+.1} | {} | {} | {:.0} | {} |\n",
+            b.device,
+            b.pattern.name(),
+            b.cpu_workers,
+            b.bar,
+            b.adaptive,
+            b.original_scheduler,
+            b.improvement_pct,
+            b.interval_pct[0],
+            b.interval_pct[1],
+            b.rounds,
+            b.dominates,
+            b.busy_pct,
+            b.reason
+        );
+    }
+    s += "\n## Every cell\n\nMean time of one repetition (the whole file), 95% interval.\n\n";
+    s += "| device | scheduler | pattern | cpu workers | strategy | mean ms | ci95 ms | saved vs block % | saved vs block@bfq % |\n|---|---|---|---|---|---|---|---|---|\n";
+    for r in &o.results {
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:+.1} | {} |\n",
+            r.device,
+            r.scheduler,
+            r.pattern.name(),
+            r.cpu_workers,
+            r.strategy,
+            r.mean_us / 1e3,
+            r.ci95_us / 1e3,
+            r.improvement_pct,
+            r.improvement_vs_bfq_pct.map_or("".into(), |v| format!("{v:+.1}"))
+        );
+    }
+    if !o.readers.is_empty() {
+        s += "\n## Unmodified readers under `smartcon run`\n\n| device | pattern | reader | strategy | mean ms | ci95 ms | saved vs block % | runs |\n|---|---|---|---|---|---|---|---|\n";
+        for r in &o.readers {
+            s += &format!(
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {:+.1} | {} |\n",
+                r.device,
+                r.pattern.name(),
+                r.reader,
+                r.strategy,
+                r.mean_us / 1e3,
+                r.ci95_us / 1e3,
+                r.improvement_pct,
+                r.rounds
+            );
+        }
+    }
+    if !o.profiles.is_empty() {
+        s += "\n## smart's thresholds (probed on each ext2 file)\n\n";
+        for (d, p) in &o.profiles {
+            s += &format!("- {d}: class {:?}, size threshold {} bytes\n", p.class, p.size_threshold_bytes);
+        }
+    }
+    s
+}

@@ -1,0 +1,1057 @@
+//! Seed 001 reproduced: Gim, Lee, Won, "Adaptive Context Switch for Very Fast Block Device"
+//! (SmartCon's predecessor), `smartcon evaluate --study acs`.
+//!
+//! The paper's setup: a memory pseudo block device formatted EXT2 holding a 100 MB file,
+//! the mean time of reading it over 1000 repetitions, "random" (4 KiB blocks alternately
+//! from the first and the last position) and "sequential" (4 KiB blocks from the start),
+//! adaptive against original under the noop and the anticipatory scheduler (Fig. 1), and
+//! one reading process beside 9 arithmetic-only processes. Here:
+//!
+//! - the pseudo devices are a loop device over a /dev/shm file (completed by a kernel
+//!   worker, so a wait is a context switch) and zram (completed inline; no scheduler), each
+//!   with ext2 (`mkfs.ext2`) and a file of [`AcsPlan::file_bytes`] of incompressible data,
+//!   created, recorded and removed by [`smartcon_workloads::blockdev::DeviceFs`];
+//! - one repetition reads the whole file with O_DIRECT through the file system, 4 KiB at a
+//!   time, on the engine's port ([`SmartTargetPort`]) with the strategy of its turn:
+//!   `block` is the paper's "original", `smart` its "adaptive", `spin` and `sync` beside;
+//! - the schedulers (`none`, noop's successor; `bfq` with idling on, the nearest descendant
+//!   of the anticipatory scheduler, which left Linux in 2.6.33; `mq-deadline`, `kyber`) are
+//!   set on the loop device for their turn and restored ([`SchedulerGuard`]);
+//! - a round is one repetition of every (scheduler, strategy) in a balanced order
+//!   ([`crate::turn_order`]), so every comparison, also block under bfq against smart under
+//!   none (the paper's "anti vs noop"), is a ratio taken round by round
+//!   ([`PairedRatio`]) and judged with the evaluate's rule ([`judge::beats`]);
+//! - the 1 + 9 experiment runs the same beside `cpu_workers` forked crunchers.
+//!
+//! Non-goals: the paper's modified `make_request` path (user space here), and lmbench
+//! (`smartcon ctx` measures lat_ctx's figure with a 2 MB working set).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::Serialize;
+use smartcon_engine::clock::now_ns;
+use smartcon_engine::decision::{Reason, Strategy};
+use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::job::StrategyChoice;
+use smartcon_engine::monitor::SystemMonitor;
+use smartcon_engine::profile::Profile;
+use smartcon_engine::smartport::{SmartPortOptions, SmartTargetPort};
+use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
+use smartcon_util::stats::{mean_ci95, PairedRatio};
+use smartcon_workloads::blockdev::{DeviceFs, FsDeviceKind};
+use smartcon_workloads::load::{CpuLoad, LoadSnapshot};
+
+use crate::evaluate::judge;
+use crate::evaluate::TurnFigures;
+use crate::probe::{probe_target, ProbePlan, PROBE_SIZES_BYTES};
+use crate::{turn_order, Event, Progress};
+
+/// The paper's request size.
+pub const BLOCK_BYTES: u64 = 4096;
+/// The paper's file.
+pub const FILE_BYTES_PAPER: u64 = 100_000_000 / 4096 * 4096;
+/// The paper's repetitions (`--full`).
+pub const ROUNDS_PAPER: u32 = 1000;
+/// The paper's arithmetic-only processes beside the reader.
+pub const CPU_WORKERS_PAPER: u32 = 9;
+/// Schedulers in the order of the report; the first is the baseline ("noop").
+pub const SCHEDULERS: [&str; 4] = ["none", "bfq", "mq-deadline", "kyber"];
+/// bfq's idling, milliseconds, where the kernel's default is off for the device.
+pub const BFQ_SLICE_IDLE_MS: u32 = 8;
+/// How long the crunchers run before the first turn (more than a System Monitor window).
+pub const SETTLE_NS: u64 = 250_000_000;
+
+const BLOCK: StrategyChoice = StrategyChoice::Fixed(Strategy::Block);
+
+/// The two access patterns of Fig. 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AcsPattern {
+    /// 4 KiB blocks alternately from the first and the last position of the file, moving
+    /// inwards: 0, n-1, 1, n-2, ...
+    Random,
+    /// 4 KiB blocks from the start of the file.
+    Sequential,
+}
+
+impl AcsPattern {
+    pub const ALL: [AcsPattern; 2] = [AcsPattern::Random, AcsPattern::Sequential];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AcsPattern::Random => "random",
+            AcsPattern::Sequential => "sequential",
+        }
+    }
+
+    /// The block read `i`-th of a file of `blocks` blocks.
+    pub fn block(self, i: u64, blocks: u64) -> u64 {
+        match self {
+            AcsPattern::Sequential => i,
+            AcsPattern::Random if i.is_multiple_of(2) => i / 2,
+            AcsPattern::Random => blocks - 1 - i / 2,
+        }
+    }
+}
+
+/// How much to measure (see [`AcsPlan::preset`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcsPreset {
+    /// A few seconds per device (what the integration test runs).
+    Tiny,
+    /// Within 5 minutes.
+    Quick,
+    /// Rounds until each 95% interval is narrower than the effect (or a time cap).
+    Default,
+    /// The paper's 1000 repetitions.
+    Full,
+}
+
+/// What `--study acs` measures.
+#[derive(Debug, Clone)]
+pub struct AcsPlan {
+    pub devices: Vec<FsDeviceKind>,
+    /// On the loop device; zram has no scheduler (its queue takes bios directly).
+    pub schedulers: Vec<String>,
+    /// block first (the baseline).
+    pub strategies: Vec<StrategyChoice>,
+    pub patterns: Vec<AcsPattern>,
+    pub file_bytes: u64,
+    /// Rounds before the stopping rule is asked; `rounds_max` ends a group in any case.
+    pub rounds_min: u32,
+    pub rounds_max: u32,
+    /// A group (device, load, pattern) ends after this much time, once it has two rounds
+    /// (the least an interval needs), whatever `rounds_min` says.
+    pub group_budget_ns: u64,
+    /// The 1 + 9 experiment's crunchers; 0 skips it. It runs under the first scheduler.
+    pub cpu_workers: u32,
+    /// smart's probe of each created device, per point; 0 skips the probe (smart then runs
+    /// on the paper's default thresholds: the tiny run, which would otherwise spend most of
+    /// its time measuring the host's wait cost on a fresh machine).
+    pub probe_ns: u64,
+    /// `smartcon run -- dd/fio` turns per (device, pattern, strategy); 0 skips them.
+    pub reader_rounds: u32,
+    /// The smartcon binary for the unmodified readers (`None`: skip them).
+    pub smartcon_exe: Option<PathBuf>,
+    /// `smartcon ctx`'s host profile, for the probe's wake-up figure.
+    pub host_profile: Option<PathBuf>,
+}
+
+impl AcsPlan {
+    pub fn preset(p: AcsPreset) -> AcsPlan {
+        let (file_bytes, rounds_min, rounds_max, budget_s, reader_rounds, probe_ms) = match p {
+            AcsPreset::Tiny => (2 << 20, 2, 2, 5, 2, 0),
+            AcsPreset::Quick => (4 << 20, 3, 5, 20, 3, 40),
+            AcsPreset::Default => (FILE_BYTES_PAPER, 10, 60, 150, 5, 100),
+            AcsPreset::Full => (FILE_BYTES_PAPER, ROUNDS_PAPER, ROUNDS_PAPER, u64::MAX / 2_000_000_000, 10, 150),
+        };
+        AcsPlan {
+            devices: vec![FsDeviceKind::Loop, FsDeviceKind::Zram],
+            schedulers: if p == AcsPreset::Tiny {
+                vec!["none".into(), "bfq".into()]
+            } else {
+                SCHEDULERS.iter().map(|s| s.to_string()).collect()
+            },
+            strategies: [Strategy::Block, Strategy::Spin, Strategy::Sync]
+                .map(StrategyChoice::Fixed)
+                .into_iter()
+                .chain([StrategyChoice::Smart])
+                .collect(),
+            patterns: AcsPattern::ALL.to_vec(),
+            file_bytes,
+            rounds_min,
+            rounds_max,
+            group_budget_ns: budget_s * 1_000_000_000,
+            cpu_workers: CPU_WORKERS_PAPER,
+            probe_ns: probe_ms * 1_000_000,
+            reader_rounds,
+            smartcon_exe: None,
+            host_profile: None,
+        }
+    }
+
+    /// Checks sizes and counts before anything is created.
+    pub fn validate(&self) -> Result<(), Error> {
+        let usage = |m: String| Err(Error::new(ErrorKind::Usage, m));
+        if self.file_bytes < 1 << 20 || self.file_bytes > 4 << 30 || !self.file_bytes.is_multiple_of(BLOCK_BYTES) {
+            return usage("--file-size must be a multiple of 4 KiB between 1 MiB and 4 GiB".into());
+        }
+        if self.rounds_min < 2 || self.rounds_max < self.rounds_min {
+            return usage("--rounds must be at least 2 (an interval needs two repetitions)".into());
+        }
+        if self.reader_rounds == 1 {
+            return usage("the unmodified readers need at least 2 rounds (0 skips them)".into());
+        }
+        if self.strategies.first() != Some(&BLOCK) {
+            return usage("block must be the first strategy (the baseline)".into());
+        }
+        for s in &self.schedulers {
+            if !SCHEDULERS.contains(&s.as_str()) {
+                return usage(format!("unknown scheduler {s:?}; use {}", SCHEDULERS.join(", ")));
+            }
+        }
+        if self.cpu_workers > smartcon_workloads::load::CPU_WORKERS_MAX {
+            return usage(format!("--cpu-workers must be at most {}", smartcon_workloads::load::CPU_WORKERS_MAX));
+        }
+        Ok(())
+    }
+
+    /// The device's size: the file, ext2's metadata (about 1/64 with 4 KiB blocks) and room.
+    pub fn device_bytes(&self) -> u64 {
+        (self.file_bytes + self.file_bytes / 16 + (16 << 20)).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+    }
+}
+
+/// One `acs_result` record: a (device, scheduler, pattern, strategy, load) cell, exactly
+/// the fields of issue 31.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AcsResult {
+    #[serde(rename = "type")]
+    pub record_type: &'static str,
+    /// `loop` or `zram`.
+    pub device: &'static str,
+    pub scheduler: String,
+    pub pattern: AcsPattern,
+    pub strategy: &'static str,
+    pub cpu_workers: u32,
+    /// The mean time of one repetition (reading the whole file), microseconds.
+    pub mean_us: f64,
+    /// The half-width of the mean's 95% interval (Student's t over the repetitions).
+    pub ci95_us: f64,
+    /// The time saved against block under the same scheduler, percent: 100 x (1 - the
+    /// geometric mean of the per-round ratios of this strategy's time to block's).
+    pub improvement_pct: f64,
+    /// The same against block under bfq (the paper's "anti vs noop"); loop only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub improvement_vs_bfq_pct: Option<f64>,
+}
+
+/// One bar of Fig. 1 (or the 1 + 9 reduction): adaptive (smart, or spin or sync, under the
+/// first scheduler) against original (block under `original_scheduler`), round by round.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AcsBar {
+    #[serde(rename = "type")]
+    pub record_type: &'static str,
+    pub device: &'static str,
+    pub pattern: AcsPattern,
+    pub cpu_workers: u32,
+    /// `noop-vs-noop` or `anti-vs-noop` (the paper's names; here none and bfq).
+    pub bar: &'static str,
+    /// `smart` (the paper's adaptive), `spin` or `sync`.
+    pub adaptive: &'static str,
+    pub original_scheduler: String,
+    pub improvement_pct: f64,
+    /// The 90% interval of `improvement_pct` (the judge's paired interval).
+    pub interval_pct: [f64; 2],
+    pub rounds: usize,
+    /// Whether adaptive dominates original by the evaluate's Pareto rule
+    /// ([`judge::beats`]: >= 5% surely faster at no more CPU, or keeping the crunchers' work).
+    pub dominates: bool,
+    /// The share of the adaptive strategy's I/Os waited for without a switch (spin or
+    /// sync), percent.
+    pub busy_pct: f64,
+    /// The decision branch smart took most, with its share ("cpu_busy 97%"); `fixed` for
+    /// spin and sync.
+    pub reason: String,
+}
+
+/// One `acs_reader` record: an unmodified reader (dd, fio) under `smartcon run`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AcsReader {
+    #[serde(rename = "type")]
+    pub record_type: &'static str,
+    pub device: &'static str,
+    pub scheduler: String,
+    pub pattern: AcsPattern,
+    /// `dd` (sequential: its own copy time) or `fio` (random: an iolog replay; the sum of
+    /// its per-read latencies).
+    pub reader: &'static str,
+    pub strategy: &'static str,
+    pub mean_us: f64,
+    pub ci95_us: f64,
+    pub improvement_pct: f64,
+    pub rounds: usize,
+}
+
+/// Everything the study measured.
+#[derive(Debug, Clone, Default)]
+pub struct AcsOutcome {
+    pub results: Vec<AcsResult>,
+    pub bars: Vec<AcsBar>,
+    pub readers: Vec<AcsReader>,
+    /// What was skipped and why, and what was set (bfq's idling).
+    pub notes: Vec<String>,
+    /// The probed profile of each device (smart's thresholds).
+    pub profiles: Vec<(String, Profile)>,
+}
+
+/// One turn's figures: a repetition's time, its thread's CPU and what it decided.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Turn {
+    pub time_ns: u64,
+    pub cpu_pct: f64,
+    pub corunner_work_per_s: Option<f64>,
+    /// I/Os smart (or the fixed strategy) busy-waited (spin or sync), and all I/Os.
+    pub busy_ios: u64,
+    pub ios: u64,
+    /// smart's I/Os per decision branch ([`Reason::index`]).
+    pub by_reason: [u64; Reason::COUNT],
+}
+
+/// The turns of one (scheduler, strategy) over a group's rounds.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub scheduler: String,
+    pub strategy: StrategyChoice,
+    pub turns: Vec<Turn>,
+}
+
+impl Series {
+    fn times_us(&self) -> Vec<f64> {
+        self.turns.iter().map(|t| t.time_ns as f64 / 1e3).collect()
+    }
+
+    fn figures(&self) -> Vec<TurnFigures> {
+        self.turns
+            .iter()
+            .map(|t| TurnFigures {
+                perf: if t.time_ns > 0 { 1e9 / t.time_ns as f64 } else { 0.0 },
+                corunner_work_per_s: t.corunner_work_per_s,
+                cpu_pct: t.cpu_pct,
+            })
+            .collect()
+    }
+}
+
+/// `(1 - r) x 100` of a time ratio, with its interval the other way round.
+fn saved_pct(r: &PairedRatio) -> (f64, [f64; 2]) {
+    ((1.0 - r.gmean) * 100.0, [(1.0 - r.hi) * 100.0, (1.0 - r.lo) * 100.0])
+}
+
+/// The decision branch taken most over `turns`, with its share ("cpu_busy 97%"); "fixed"
+/// for a fixed strategy (no decisions).
+fn main_reason(turns: &[Turn]) -> String {
+    let mut reasons = [0u64; Reason::COUNT];
+    for t in turns {
+        for (a, b) in reasons.iter_mut().zip(t.by_reason) {
+            *a += b;
+        }
+    }
+    let total: u64 = reasons.iter().sum();
+    let main = Reason::ALL.iter().max_by_key(|r| reasons[r.index()]).filter(|_| total > 0);
+    main.map_or("fixed".into(), |r| format!("{} {:.0}%", r.name(), reasons[r.index()] as f64 * 100.0 / total as f64))
+}
+
+/// The records of one group's series: a result per series and the bars.
+pub fn conclude(
+    device: &'static str,
+    pattern: AcsPattern,
+    cpu_workers: u32,
+    series: &[Series],
+) -> (Vec<AcsResult>, Vec<AcsBar>) {
+    let find = |sched: &str, s: StrategyChoice| series.iter().find(|x| x.scheduler == sched && x.strategy == s);
+    let ratio = |a: &Series, b: &Series| PairedRatio::of(&a.times_us(), &b.times_us());
+    let mut results = Vec::new();
+    for s in series {
+        let times = s.times_us();
+        // A series cut short by Ctrl-C before its second repetition has no interval: left out.
+        let Some((mean, half)) = mean_ci95(&times) else { continue };
+        let vs = |sched: &str| find(sched, BLOCK).and_then(|b| ratio(s, b)).map(|r| saved_pct(&r).0);
+        results.push(AcsResult {
+            record_type: "acs_result",
+            device,
+            scheduler: s.scheduler.clone(),
+            pattern,
+            strategy: s.strategy.name(),
+            cpu_workers,
+            mean_us: mean,
+            ci95_us: half,
+            improvement_pct: vs(&s.scheduler).unwrap_or(0.0),
+            improvement_vs_bfq_pct: (device == "loop").then(|| vs("bfq")).flatten(),
+        });
+    }
+    let mut bars = Vec::new();
+    let Some(first) = series.first().map(|s| s.scheduler.clone()) else { return (results, bars) };
+    // smart is the paper's "adaptive"; spin and sync (always busy-waiting, always inline)
+    // are the two ways it may wait without a switch, each a bar of its own.
+    for adaptive in series.iter().filter(|s| s.scheduler == first && s.strategy != BLOCK) {
+        for (bar, original) in [("noop-vs-noop", first.as_str()), ("anti-vs-noop", "bfq")] {
+            let Some(block) = find(original, BLOCK) else { continue };
+            let Some(r) = ratio(adaptive, block) else { continue };
+            let (pct, interval) = saved_pct(&r);
+            let with_corunner = cpu_workers > 0;
+            let dominates = judge::beats(&adaptive.figures(), &block.figures(), with_corunner).is_some();
+            let (busy, ios) = adaptive.turns.iter().fold((0, 0), |(b, n), t| (b + t.busy_ios, n + t.ios));
+            bars.push(AcsBar {
+                record_type: "acs_bar",
+                device,
+                pattern,
+                cpu_workers,
+                bar,
+                adaptive: adaptive.strategy.name(),
+                original_scheduler: original.to_string(),
+                improvement_pct: pct,
+                interval_pct: interval,
+                rounds: r.rounds,
+                dominates,
+                busy_pct: if ios > 0 { busy as f64 * 100.0 / ios as f64 } else { 0.0 },
+                reason: main_reason(&adaptive.turns),
+            });
+        }
+    }
+    (results, bars)
+}
+
+/// Whether a group has measured enough: under every scheduler, smart's and block's 95%
+/// intervals are each narrower than the difference of their means.
+pub fn settled(series: &[Series]) -> bool {
+    let by_sched = |sched: &str, s: StrategyChoice| {
+        series.iter().find(|x| x.scheduler == sched && x.strategy == s).and_then(|x| mean_ci95(&x.times_us()))
+    };
+    let mut scheds: Vec<&str> = series.iter().map(|s| s.scheduler.as_str()).collect();
+    scheds.dedup();
+    scheds.iter().all(|sched| match (by_sched(sched, BLOCK), by_sched(sched, StrategyChoice::Smart)) {
+        (Some((mb, hb)), Some((ms, hs))) => {
+            let effect = (mb - ms).abs();
+            hb < effect && hs < effect
+        }
+        _ => true,
+    })
+}
+
+/// The scheduler of a block device this process created, set for a turn and put back when
+/// dropped (also on errors and Ctrl-C: the run unwinds). bfq gets idling on
+/// (`slice_idle` > 0) and its old value back.
+pub struct SchedulerGuard {
+    queue: PathBuf,
+    original: String,
+    /// bfq's slice_idle before we set it, if we did.
+    slice_idle: Option<String>,
+}
+
+/// The scheduler in brackets of a `queue/scheduler` file ("none [mq-deadline] kyber bfq").
+pub fn current_scheduler(text: &str) -> Option<&str> {
+    text.split_whitespace().find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
+}
+
+impl SchedulerGuard {
+    /// The guard of `device` (`/dev/loopN`): remembers its scheduler.
+    pub fn of(device: &Path) -> Result<SchedulerGuard, Error> {
+        let name = device.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        let queue = Path::new("/sys/block").join(name).join("queue");
+        let text = std::fs::read_to_string(queue.join("scheduler"))
+            .map_err(|e| Error::io(ErrorKind::Setup, &queue.join("scheduler"), e))?;
+        let original = current_scheduler(&text).unwrap_or("none").to_string();
+        Ok(SchedulerGuard { queue, original, slice_idle: None })
+    }
+
+    /// The schedulers the kernel offers for the device.
+    pub fn available(&self) -> Vec<String> {
+        std::fs::read_to_string(self.queue.join("scheduler"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|w| w.trim_matches(['[', ']']).to_string())
+            .collect()
+    }
+
+    /// Sets `sched`; for bfq, idling on. Returns what was set (for the notes).
+    pub fn set(&mut self, sched: &str) -> Result<Option<String>, Error> {
+        let path = self.queue.join("scheduler");
+        std::fs::write(&path, sched).map_err(|e| Error::io(ErrorKind::Setup, &path, e))?;
+        if sched != "bfq" {
+            return Ok(None);
+        }
+        let idle = self.queue.join("iosched/slice_idle");
+        let now = std::fs::read_to_string(&idle).map_err(|e| Error::io(ErrorKind::Setup, &idle, e))?;
+        if now.trim().parse::<u64>().unwrap_or(0) > 0 {
+            return Ok(Some(format!("bfq slice_idle {} ms (the kernel's)", now.trim())));
+        }
+        std::fs::write(&idle, BFQ_SLICE_IDLE_MS.to_string()).map_err(|e| Error::io(ErrorKind::Setup, &idle, e))?;
+        self.slice_idle.get_or_insert(now.trim().to_string());
+        Ok(Some(format!("bfq slice_idle set to {BFQ_SLICE_IDLE_MS} ms (was {})", now.trim())))
+    }
+}
+
+impl Drop for SchedulerGuard {
+    fn drop(&mut self) {
+        if let Some(idle) = &self.slice_idle {
+            // Only while bfq is still the scheduler: its tunables exist only then.
+            let _ = std::fs::write(self.queue.join("scheduler"), "bfq");
+            let _ = std::fs::write(self.queue.join("iosched/slice_idle"), idle);
+        }
+        let _ = std::fs::write(self.queue.join("scheduler"), &self.original);
+    }
+}
+
+/// Writes the study's file: `bytes` of incompressible data (zram would store a uniform page
+/// without compressing it), synced and dropped from the page cache so O_DIRECT reads find
+/// it on the device only.
+fn write_file(path: &Path, bytes: u64) -> Result<(), Error> {
+    let io = |e| Error::io(ErrorKind::Setup, path, e);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(io)?;
+    let mut rng = smartcon_util::rng::Rng::new(0xac5);
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut written = 0;
+    while written < bytes {
+        for w in chunk.chunks_exact_mut(8) {
+            w.copy_from_slice(&rng.next_u64().to_le_bytes());
+        }
+        let n = chunk.len().min((bytes - written) as usize);
+        f.write_all(&chunk[..n]).map_err(io)?;
+        written += n as u64;
+    }
+    f.sync_all().map_err(io)?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid open descriptor; posix_fadvise only advises the kernel.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    Ok(())
+}
+
+/// One repetition: the whole file in `pattern`'s order on `port`.
+fn repetition(
+    port: &mut SmartTargetPort<'_>,
+    buf: &mut [u8],
+    pattern: AcsPattern,
+    blocks: u64,
+    load: Option<&CpuLoad>,
+) -> Result<Turn, Error> {
+    let before: Option<LoadSnapshot> = load.map(CpuLoad::snapshot);
+    port.reset_counters();
+    let t0 = now_ns();
+    for i in 0..blocks {
+        let off = pattern.block(i, blocks) * BLOCK_BYTES;
+        let n = port.read_at(buf, off)?;
+        if n != buf.len() {
+            return Err(Error::new(ErrorKind::Io, format!("short read of {n} bytes at {off}")));
+        }
+    }
+    let time_ns = now_ns() - t0;
+    let c = port.finish();
+    let cpu_ns = (c.usage.user_ns + c.usage.sys_ns) as f64;
+    let busy = c.by_strategy[Strategy::Spin.index()] + c.by_strategy[Strategy::Sync.index()];
+    Ok(Turn {
+        time_ns,
+        cpu_pct: cpu_ns * 100.0 / time_ns.max(1) as f64,
+        corunner_work_per_s: before.zip(load.map(CpuLoad::snapshot)).map(|(a, b)| a.delta_to(&b).work_per_s),
+        busy_ios: busy,
+        ios: c.ios,
+        by_reason: c.by_reason,
+    })
+}
+
+fn device_name(kind: FsDeviceKind) -> &'static str {
+    match kind {
+        FsDeviceKind::Loop => "loop",
+        FsDeviceKind::Zram => "zram",
+    }
+}
+
+/// Runs the study. Records go to `on_record` as each group ends (an interrupted run keeps
+/// what it measured). Root only: without it, returns with a note and nothing measured.
+pub fn run(
+    plan: &AcsPlan,
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+    progress: &mut Progress<'_>,
+    on_record: &mut dyn FnMut(&dyn erased::Record) -> Result<(), Error>,
+) -> Result<AcsOutcome, Error> {
+    plan.validate()?;
+    let mut out = AcsOutcome::default();
+    if let Some(why) = smartcon_workloads::blockdev::unavailable_reason() {
+        out.notes.push(format!("the acs study skipped: {why} (it creates a loop and a zram device with ext2)"));
+        progress(Event::Note(out.notes.last().expect("just pushed")));
+        return Ok(out);
+    }
+    let loads: Vec<u32> = [0, plan.cpu_workers].into_iter().filter(|&w| w == 0 || plan.cpu_workers > 0).collect();
+    let groups = plan.devices.len() * loads.len() * plan.patterns.len();
+    progress(Event::Steps(groups as u64));
+    for &kind in &plan.devices {
+        if stopped(stop) {
+            break;
+        }
+        let name = device_name(kind);
+        progress(Event::Note(&format!("{name}: creating ext2 on {} ...", name)));
+        let fs = match DeviceFs::create(kind, plan.device_bytes(), "ext2") {
+            Ok(fs) => fs,
+            Err(e) if kind == FsDeviceKind::Zram => {
+                out.notes.push(format!("zram skipped: {}", e.message));
+                progress(Event::Note(out.notes.last().expect("just pushed")));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let file = fs.path().join("acs.dat");
+        write_file(&file, plan.file_bytes)?;
+        let opts = OpenOptions { write: false, destructive: false, created_by_tool: true };
+        let t = target::open(&TargetSpec::Path(file.clone()), opts)?;
+        if t.block_bytes() > BLOCK_BYTES {
+            return Err(Error::new(ErrorKind::Setup, format!("{} needs {}-byte I/O", t.label(), t.block_bytes())));
+        }
+        let probe = ProbePlan {
+            sizes: PROBE_SIZES_BYTES.iter().copied().filter(|&s| s <= plan.file_bytes / 4).collect(),
+            duration_ns: plan.probe_ns,
+            writes: false,
+            cpus: None,
+            host_profile: plan.host_profile.clone(),
+        };
+        let profile = if plan.probe_ns > 0 {
+            progress(Event::Note(&format!("{name}: probing the ext2 file for smart's thresholds ...")));
+            let mut notes_only = |e: Event<'_>| {
+                if let Event::Note(n) = e {
+                    progress(Event::Note(n));
+                }
+            };
+            probe_target(t.as_ref(), &probe, monitor, stop, &mut notes_only)?.profile
+        } else {
+            Profile::paper_default(&t.device_id())
+        };
+        out.profiles.push((name.to_string(), profile.clone()));
+        let mut guard = match kind {
+            FsDeviceKind::Loop => Some(SchedulerGuard::of(fs.device_path())?),
+            FsDeviceKind::Zram => None,
+        };
+        let scheds: Vec<String> = match &guard {
+            Some(g) => {
+                let have = g.available();
+                let (ok, missing): (Vec<String>, Vec<String>) =
+                    plan.schedulers.iter().cloned().partition(|s| have.contains(s));
+                if !missing.is_empty() {
+                    out.notes.push(format!("{name}: schedulers not offered by this kernel: {}", missing.join(", ")));
+                }
+                ok
+            }
+            None => vec!["none".to_string()],
+        };
+        for &workers in &loads {
+            let load = if workers > 0 && !stopped(stop) {
+                let l = CpuLoad::start(workers)?;
+                std::thread::sleep(std::time::Duration::from_nanos(SETTLE_NS));
+                Some(l)
+            } else {
+                None
+            };
+            // The 1 + 9 experiment: under the first scheduler only (the paper's noop).
+            let scheds_here: Vec<String> = if workers > 0 { scheds[..1].to_vec() } else { scheds.clone() };
+            for &pattern in &plan.patterns {
+                if stopped(stop) {
+                    break;
+                }
+                progress(Event::Starting(&format!("{name} {} cpu_workers={workers}", pattern.name())));
+                let series = run_group(
+                    plan,
+                    t.as_ref(),
+                    &profile,
+                    monitor,
+                    &mut guard,
+                    &scheds_here,
+                    pattern,
+                    load.as_ref(),
+                    stop,
+                    &mut out.notes,
+                )?;
+                let (results, bars) = conclude(name, pattern, workers, &series);
+                for r in &results {
+                    on_record(r)?;
+                }
+                for b in &bars {
+                    on_record(b)?;
+                }
+                out.results.extend(results);
+                out.bars.extend(bars);
+                progress(Event::Done);
+            }
+        }
+        // The scheduler back before the unmodified readers (they run under the first).
+        if let (Some(g), Some(first)) = (guard.as_mut(), scheds.first()) {
+            g.set(first)?;
+        }
+        if plan.reader_rounds > 0 && !stopped(stop) {
+            match &plan.smartcon_exe {
+                Some(exe) => {
+                    let first = scheds.first().cloned().unwrap_or_else(|| "none".into());
+                    let blocks = plan.file_bytes / BLOCK_BYTES;
+                    for r in
+                        readers(exe, &file, blocks, name, &first, plan.reader_rounds, stop, &mut out.notes, progress)?
+                    {
+                        on_record(&r)?;
+                        out.readers.push(r);
+                    }
+                }
+                None => out.notes.push("unmodified readers skipped: no smartcon binary given".into()),
+            }
+        }
+        drop(guard);
+        drop(t);
+        drop(fs);
+    }
+    out.notes.dedup();
+    Ok(out)
+}
+
+fn stopped(stop: &AtomicBool) -> bool {
+    stop.load(Ordering::Relaxed) || smartcon_engine::stop::requested()
+}
+
+/// One group's rounds: every (scheduler, strategy) reads the file once per round, in a
+/// balanced order, on the I/O thread of this group (registered with the System Monitor, so
+/// smart does not count its own spinning as load).
+#[allow(clippy::too_many_arguments)]
+fn run_group(
+    plan: &AcsPlan,
+    t: &dyn Target,
+    profile: &Profile,
+    monitor: &SystemMonitor,
+    guard: &mut Option<SchedulerGuard>,
+    scheds: &[String],
+    pattern: AcsPattern,
+    load: Option<&CpuLoad>,
+    stop: &AtomicBool,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Series>, Error> {
+    let blocks = plan.file_bytes / BLOCK_BYTES;
+    let mut series: Vec<Series> = scheds
+        .iter()
+        .flat_map(|sc| {
+            plan.strategies.iter().map(move |&s| Series { scheduler: sc.clone(), strategy: s, turns: Vec::new() })
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> Result<(), Error> {
+                let _registration = monitor.register_current_thread();
+                let mut ports: Vec<SmartTargetPort<'_>> = Vec::new();
+                for &s in &plan.strategies {
+                    let options = SmartPortOptions {
+                        strategy: s,
+                        profile: Some(profile.clone()),
+                        monitor: Some(std::sync::Arc::new(monitor.clone())),
+                        ..SmartPortOptions::default()
+                    };
+                    ports.push(SmartTargetPort::on_target(t, options)?);
+                }
+                let mut buf = smartcon_engine::target::AlignedBuf::new(BLOCK_BYTES as usize);
+                // Warm-up: a fresh ring and the file's block map pay once.
+                for port in ports.iter_mut() {
+                    repetition(port, buf.as_mut_slice(), pattern, blocks.min(256), None)?;
+                }
+                let started = now_ns();
+                for round in 0..plan.rounds_max as usize {
+                    for si in turn_order(scheds.len(), round) {
+                        if let Some(g) = guard.as_mut() {
+                            if let Some(n) = g.set(&scheds[si])? {
+                                if !notes.contains(&n) {
+                                    notes.push(n);
+                                }
+                            }
+                        }
+                        for k in turn_order(plan.strategies.len(), round) {
+                            if stopped(stop) {
+                                return Ok(());
+                            }
+                            let turn = repetition(&mut ports[k], buf.as_mut_slice(), pattern, blocks, load)?;
+                            series[si * plan.strategies.len() + k].turns.push(turn);
+                        }
+                    }
+                    let enough = round + 1 >= plan.rounds_min as usize && settled(&series);
+                    if enough || (round >= 1 && now_ns() - started > plan.group_budget_ns) {
+                        break;
+                    }
+                }
+                Ok(())
+            })
+            .join()
+            .unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "the acs I/O thread panicked")))
+    })?;
+    Ok(series)
+}
+
+/// The unmodified readers: `dd iflag=direct` (sequential) and fio replaying the random
+/// order from an iolog, each under `smartcon run --strategy block|smart`, in alternating
+/// order, `rounds` times.
+#[allow(clippy::too_many_arguments)]
+fn readers(
+    exe: &Path,
+    file: &Path,
+    blocks: u64,
+    device: &'static str,
+    scheduler: &str,
+    rounds: u32,
+    stop: &AtomicBool,
+    notes: &mut Vec<String>,
+    progress: &mut Progress<'_>,
+) -> Result<Vec<AcsReader>, Error> {
+    let have = |tool: &str| std::process::Command::new(tool).arg("--version").output().is_ok();
+    let strategies = ["block", "smart"];
+    let mut out = Vec::new();
+    let log = file.with_extension("iolog");
+    for pattern in AcsPattern::ALL {
+        let reader = match pattern {
+            AcsPattern::Sequential => "dd",
+            AcsPattern::Random => "fio",
+        };
+        if !have(reader) {
+            notes.push(format!("{reader} is not installed: the unmodified {} reader skipped", pattern.name()));
+            continue;
+        }
+        if pattern == AcsPattern::Random {
+            write_iolog(&log, file, blocks)?;
+        }
+        progress(Event::Note(&format!("{device}: {reader} under smartcon run ({} reads) ...", pattern.name())));
+        let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..rounds as usize {
+            for k in turn_order(2, round) {
+                if stopped(stop) {
+                    break;
+                }
+                let ns = reader_turn(exe, strategies[k], pattern, file, &log, blocks)?;
+                times[k].push(ns / 1e3);
+            }
+        }
+        let r = PairedRatio::of(&times[1], &times[0]);
+        for (k, t) in times.iter().enumerate() {
+            let Some((mean, half)) = mean_ci95(t) else { continue };
+            out.push(AcsReader {
+                record_type: "acs_reader",
+                device,
+                scheduler: scheduler.to_string(),
+                pattern,
+                reader,
+                strategy: strategies[k],
+                mean_us: mean,
+                ci95_us: half,
+                improvement_pct: if k == 0 { 0.0 } else { r.map_or(0.0, |r| saved_pct(&r).0) },
+                rounds: t.len(),
+            });
+        }
+    }
+    let _ = std::fs::remove_file(&log);
+    Ok(out)
+}
+
+/// fio's iolog (version 2) of the random pattern over `file`.
+fn write_iolog(log: &Path, file: &Path, blocks: u64) -> Result<(), Error> {
+    let io = |e| Error::io(ErrorKind::Setup, log, e);
+    let mut w = std::io::BufWriter::new(std::fs::File::create(log).map_err(io)?);
+    let f = file.display();
+    writeln!(w, "fio version 2 iolog\n{f} add\n{f} open").map_err(io)?;
+    for i in 0..blocks {
+        writeln!(w, "{f} read {} {BLOCK_BYTES}", AcsPattern::Random.block(i, blocks) * BLOCK_BYTES).map_err(io)?;
+    }
+    writeln!(w, "{f} close").map_err(io)?;
+    w.flush().map_err(io)
+}
+
+/// One reader run under `smartcon run --strategy S`: its own figure of the read time, ns.
+fn reader_turn(
+    exe: &Path,
+    strategy: &str,
+    pattern: AcsPattern,
+    file: &Path,
+    log: &Path,
+    blocks: u64,
+) -> Result<f64, Error> {
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["run", "--strategy", strategy, "--"]).env("LC_ALL", "C");
+    match pattern {
+        AcsPattern::Sequential => {
+            cmd.arg("dd").arg(format!("if={}", file.display())).args([
+                "of=/dev/null",
+                "bs=4096",
+                "iflag=direct",
+                &format!("count={blocks}"),
+            ]);
+        }
+        AcsPattern::Random => {
+            cmd.args(["fio", "--name=acs", "--ioengine=psync", "--direct=1", "--output-format=json"])
+                .arg(format!("--read_iolog={}", log.display()))
+                .arg(format!("--filename={}", file.display()));
+        }
+    }
+    let out = cmd.output().map_err(|e| Error::new(ErrorKind::Setup, format!("cannot run {}: {e}", exe.display())))?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
+        return Err(Error::new(
+            ErrorKind::Setup,
+            format!("smartcon run --strategy {strategy} -- {pattern:?} reader failed: {last}"),
+        ));
+    }
+    let parsed = match pattern {
+        AcsPattern::Sequential => dd_seconds(&text).map(|s| s * 1e9),
+        AcsPattern::Random => fio_read_ns(&String::from_utf8_lossy(&out.stdout)),
+    };
+    parsed.ok_or_else(|| Error::new(ErrorKind::Setup, format!("no time in the {} reader's output", pattern.name())))
+}
+
+/// dd's own time of the copy: "... copied, 0.534 s, 196 MB/s".
+pub fn dd_seconds(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.contains(" copied, "))?;
+    line.split(" copied, ").nth(1)?.split(" s").next()?.trim().parse().ok()
+}
+
+/// fio's summed read latency (mean x count), ns, from its JSON output (text before the
+/// JSON, such as a preload's notes, is skipped).
+pub fn fio_read_ns(text: &str) -> Option<f64> {
+    let v: serde_json::Value = serde_json::from_str(&text[text.find('{')?..]).ok()?;
+    let read = &v["jobs"][0]["read"];
+    let mean = read["lat_ns"]["mean"].as_f64()?;
+    let n = read["total_ios"].as_f64()?;
+    (n > 0.0).then_some(mean * n)
+}
+
+/// The records `run` hands over, of whatever type.
+pub mod erased {
+    /// A record the caller writes as one JSON line.
+    pub trait Record {
+        fn json(&self) -> serde_json::Result<String>;
+    }
+
+    impl<T: serde::Serialize> Record for T {
+        fn json(&self) -> serde_json::Result<String> {
+            serde_json::to_string(self)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(sched: &str, s: StrategyChoice, times_us: &[f64]) -> Series {
+        Series {
+            scheduler: sched.into(),
+            strategy: s,
+            turns: times_us
+                .iter()
+                .map(|t| {
+                    let mut by_reason = [0; Reason::COUNT];
+                    by_reason[Reason::CpuBusy.index()] = 3;
+                    by_reason[Reason::CpuAvailable.index()] = 1;
+                    Turn {
+                        time_ns: (t * 1e3) as u64,
+                        cpu_pct: 50.0,
+                        ios: 10,
+                        busy_ios: 5,
+                        by_reason,
+                        ..Turn::default()
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn patterns_read_every_block_once_in_the_papers_orders() {
+        let n = 7;
+        let rand: Vec<u64> = (0..n).map(|i| AcsPattern::Random.block(i, n)).collect();
+        assert_eq!(rand, [0, 6, 1, 5, 2, 4, 3]);
+        let seq: Vec<u64> = (0..n).map(|i| AcsPattern::Sequential.block(i, n)).collect();
+        assert_eq!(seq, [0, 1, 2, 3, 4, 5, 6]);
+        let mut r4: Vec<u64> = (0..4).map(|i| AcsPattern::Random.block(i, 4)).collect();
+        assert_eq!(r4, [0, 3, 1, 2]);
+        r4.sort_unstable();
+        assert_eq!(r4, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn records_have_exactly_the_issues_fields_and_paired_improvements() {
+        let block_none = series("none", BLOCK, &[100.0, 200.0, 100.0, 150.0]);
+        // smart: 10% less time than block in every round although rounds swing 2x.
+        let smart_none = series("none", StrategyChoice::Smart, &[90.0, 180.0, 90.0, 135.0]);
+        // block under bfq: smart takes 80% of its time.
+        let block_bfq = series("bfq", BLOCK, &[112.5, 225.0, 112.5, 168.75]);
+        let smart_bfq = series("bfq", StrategyChoice::Smart, &[112.5, 225.0, 112.5, 168.75]);
+        let all = [block_none, smart_none, block_bfq, smart_bfq];
+        let (results, bars) = conclude("loop", AcsPattern::Random, 0, &all);
+        assert_eq!(results.len(), 4);
+        let v = serde_json::to_value(&results[1]).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "ci95_us",
+                "cpu_workers",
+                "device",
+                "improvement_pct",
+                "improvement_vs_bfq_pct",
+                "mean_us",
+                "pattern",
+                "scheduler",
+                "strategy",
+                "type"
+            ]
+        );
+        assert_eq!(
+            (v["type"].as_str(), v["pattern"].as_str(), v["strategy"].as_str()),
+            (Some("acs_result"), Some("random"), Some("smart"))
+        );
+        let smart = &results[1];
+        assert!((smart.improvement_pct - 10.0).abs() < 1e-6, "{smart:?}");
+        assert!((smart.improvement_vs_bfq_pct.unwrap() - 20.0).abs() < 1e-6, "{smart:?}");
+        assert!((smart.mean_us - 123.75).abs() < 1e-9);
+        // The mean's interval: Student's t with 3 degrees of freedom.
+        let (_, half) = mean_ci95(&[90.0, 180.0, 90.0, 135.0]).unwrap();
+        assert!((smart.ci95_us - half).abs() < 1e-9 && half > 0.0);
+        assert_eq!(results[0].improvement_pct, 0.0);
+        // Fig. 1's bars: the common swing cancels, so the intervals are tight, and the
+        // judge says smart dominates (>= 5% surely faster at the same CPU).
+        assert_eq!(bars.len(), 2);
+        assert_eq!((bars[0].bar, bars[1].bar), ("noop-vs-noop", "anti-vs-noop"));
+        assert!((bars[0].improvement_pct - 10.0).abs() < 1e-6 && (bars[1].improvement_pct - 20.0).abs() < 1e-6);
+        assert!((bars[0].interval_pct[0] - 10.0).abs() < 1e-6 && bars[0].dominates && bars[1].dominates);
+        assert_eq!((bars[0].rounds, bars[0].busy_pct), (4, 50.0));
+        assert_eq!((bars[0].adaptive, bars[0].reason.as_str()), ("smart", "cpu_busy 75%"));
+        // zram: no bfq figure, and no anti-vs-noop bar.
+        let (results, bars) = conclude("zram", AcsPattern::Sequential, 9, &all[..2]);
+        assert!(results.iter().all(|r| r.improvement_vs_bfq_pct.is_none() && r.cpu_workers == 9));
+        assert!(serde_json::to_value(&results[1]).unwrap().get("improvement_vs_bfq_pct").is_none());
+        assert_eq!(bars.len(), 1);
+    }
+
+    #[test]
+    fn a_difference_within_the_noise_is_not_dominance_and_not_settled() {
+        let block = series("none", BLOCK, &[100.0, 100.0, 100.0, 100.0]);
+        let smart = series("none", StrategyChoice::Smart, &[80.0, 120.0, 95.0, 104.0]);
+        let all = [block.clone(), smart];
+        let (_, bars) = conclude("loop", AcsPattern::Sequential, 0, &all);
+        assert!(!bars[0].dominates && bars[0].interval_pct[0] < 0.0 && bars[0].interval_pct[1] > 0.0, "{:?}", bars[0]);
+        assert!(!settled(&all));
+        let clear = [block, series("none", StrategyChoice::Smart, &[80.0, 81.0, 79.0, 80.0])];
+        assert!(settled(&clear), "both intervals narrower than the 20 us effect");
+        let noisy_block = series("none", BLOCK, &[60.0, 140.0, 70.0, 130.0]);
+        assert!(!settled(&[noisy_block, clear[1].clone()]), "block's interval is wider than the effect");
+    }
+
+    #[test]
+    fn reader_outputs_are_parsed_and_odd_ones_refused() {
+        let dd =
+            "25600+0 records in\n25600+0 records out\n104857600 bytes (105 MB, 100 MiB) copied, 0.534 s, 196 MB/s\n";
+        assert_eq!(dd_seconds(dd), Some(0.534));
+        assert_eq!(dd_seconds("dd: failed to open"), None);
+        let fio = "smartcon: note\n{\"jobs\":[{\"read\":{\"total_ios\":100,\"lat_ns\":{\"mean\":2500.0}}}]}";
+        assert_eq!(fio_read_ns(fio), Some(250_000.0));
+        assert_eq!(fio_read_ns("{\"jobs\":[{\"read\":{\"total_ios\":0,\"lat_ns\":{\"mean\":1.0}}}]}"), None);
+        assert_eq!(current_scheduler("none [mq-deadline] kyber bfq\n"), Some("mq-deadline"));
+        assert_eq!(current_scheduler("[none] \n"), Some("none"));
+    }
+
+    #[test]
+    fn plans_are_checked_before_anything_is_created() {
+        let mut p = AcsPlan::preset(AcsPreset::Quick);
+        assert!(p.validate().is_ok());
+        assert_eq!(AcsPlan::preset(AcsPreset::Full).rounds_min, 1000);
+        assert_eq!(AcsPlan::preset(AcsPreset::Default).file_bytes, FILE_BYTES_PAPER);
+        p.file_bytes = 4097;
+        assert_eq!(p.validate().unwrap_err().kind, ErrorKind::Usage);
+        let mut p = AcsPlan::preset(AcsPreset::Quick);
+        p.schedulers = vec!["cfq".into()];
+        assert!(p.validate().unwrap_err().message.contains("cfq"));
+        let mut p = AcsPlan::preset(AcsPreset::Quick);
+        p.strategies.swap(0, 1);
+        assert!(p.validate().is_err());
+        assert!(AcsPlan::preset(AcsPreset::Default).device_bytes() > FILE_BYTES_PAPER + (16 << 20));
+    }
+}
