@@ -475,6 +475,7 @@ fn boot(
 /// Where UML puts its memory file (created and unlinked at once, so nothing is left): a
 /// tmpfs when there is one (/dev/shm), else the working directory (UML warns that guest
 /// memory on a disk-backed file is slow).
+#[allow(clippy::unnecessary_cast)] // f_type and the magic numbers' types differ between libcs
 fn uml_tmp_dir(work: &Path) -> PathBuf {
     let shm = Path::new("/dev/shm");
     let on_tmpfs = || {

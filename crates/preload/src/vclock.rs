@@ -69,6 +69,9 @@ struct Slot {
     /// Bumped by a jump that reaches the target; a clock waiter sleeps on it (a shared
     /// futex), so a jump wakes only the waits it ends, not every waiter of the program.
     wake: AtomicU32,
+    /// Nonzero: the signal a jump that reaches the target sends the waiting thread (a
+    /// wait that sleeps in the kernel with a signal mask, not on `wake`: see crate::vtimer).
+    signal: AtomicU32,
 }
 
 /// The clock one program shares among its processes: a page mapped `MAP_SHARED` before
@@ -77,7 +80,7 @@ struct Slot {
 /// the lock by `clock_gettime`; the lock serialises registration and the jump decision.
 #[repr(C)]
 struct Domain {
-    /// 0, or the pid of the process holding it (a dead holder's lock is taken over).
+    /// 0, or the thread id of the holder (a dead holder's lock is taken over).
     lock: AtomicU32,
     /// Bumped at each jump; clock waiters sleep on it (a shared futex).
     epoch: AtomicU32,
@@ -119,6 +122,7 @@ impl Domain {
                     target_ns: AtomicU64::new(0),
                     event: AtomicU32::new(0),
                     wake: AtomicU32::new(0),
+                    signal: AtomicU32::new(0),
                 }
             }; DOMAIN_WAITS_MAX],
         }
@@ -150,24 +154,22 @@ fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-thread_local! {
-    /// Whether this thread holds the domain lock.
-    static HOLDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// The domain lock: a spin lock whose word holds the holder's pid, so a process killed
-/// while holding it does not stop the others (they take it over once the pid is gone).
+/// The domain lock: a spin lock whose word holds the holder's thread id, so a process
+/// killed while holding it does not stop the others (they take it over once the holder is
+/// gone), and a signal handler that waits while the code it interrupted holds it is seen
+/// (the word is this thread's id; a thread-local flag would not do: a clone helper shares
+/// its creator's TLS, see crate::helper).
 struct DomainLock(&'static Domain);
 
 impl DomainLock {
-    /// The lock, or None when this thread holds it already (a signal handler that waits
-    /// while the code it interrupted holds it: the caller then skips what needed it).
+    /// The lock, or None when this thread holds it already (the caller then skips what
+    /// needed it).
     fn take() -> Option<DomainLock> {
-        if HOLDING.try_with(|h| h.replace(true)).unwrap_or(true) {
+        let d = dom();
+        let me = gettid();
+        if d.lock.load(Ordering::Acquire) == me {
             return None;
         }
-        let d = dom();
-        let me = getpid();
         let mut spins = 0u32;
         loop {
             let owner = d.lock.load(Ordering::Relaxed);
@@ -176,7 +178,7 @@ impl DomainLock {
             }
             spins = spins.wrapping_add(1);
             // A holder killed while in it is rare: look for one only now and then.
-            // SAFETY: signal 0 only checks that the process exists.
+            // SAFETY: signal 0 only checks that the task exists.
             if spins.is_multiple_of(1024)
                 && owner != 0
                 && owner != me
@@ -197,7 +199,6 @@ impl DomainLock {
 impl Drop for DomainLock {
     fn drop(&mut self) {
         self.0.lock.store(0, Ordering::Release);
-        let _ = HOLDING.try_with(|h| h.set(false));
     }
 }
 
@@ -456,6 +457,11 @@ const FILLING: u64 = u64::MAX;
 /// the table is full (the thread then counts as running). Lock-free: a slot is claimed
 /// with FILLING, filled, then published with its id.
 pub fn register(target_ns: u64, event: bool) -> Option<Registration> {
+    register_with_signal(target_ns, event, 0)
+}
+
+/// [`register`], with `signal` sent to the thread by a jump that reaches `target_ns`.
+pub fn register_with_signal(target_ns: u64, event: bool, signal: c_int) -> Option<Registration> {
     let d = dom();
     let id = d.next_id.fetch_add(1, Ordering::Relaxed);
     let index =
@@ -465,6 +471,7 @@ pub fn register(target_ns: u64, event: bool) -> Option<Registration> {
     s.tid.store(gettid(), Ordering::Relaxed);
     s.target_ns.store(target_ns, Ordering::Relaxed);
     s.event.store(event as u32, Ordering::Relaxed);
+    s.signal.store(signal as u32, Ordering::Relaxed);
     s.id.store(id, Ordering::Release);
     d.generation.fetch_add(1, Ordering::AcqRel);
     Some(Registration { index, id, target_ns })
@@ -569,6 +576,18 @@ pub fn jump_if_idle() -> u64 {
         let id = s.id.load(Ordering::Acquire);
         if id != 0 && id != FILLING && s.target_ns.load(Ordering::Relaxed) <= to {
             s.wake.fetch_add(1, Ordering::Release);
+            let signal = s.signal.load(Ordering::Relaxed);
+            if signal != 0 {
+                // SAFETY: a signal the waiter installed a handler for, to its own thread.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_tgkill,
+                        s.pid.load(Ordering::Relaxed),
+                        s.tid.load(Ordering::Relaxed),
+                        signal as c_int,
+                    )
+                };
+            }
             futex_wake_all(&s.wake);
         }
     }
@@ -609,6 +628,26 @@ pub fn stats() -> ClockStats {
 pub fn fork_prepare() {}
 
 pub fn fork_parent() {}
+
+/// A clone helper (crate::helper) joins its creator's domain: its thread is counted, so
+/// the clock does not jump while it runs. The domain page is already shared with it (the
+/// helper shares all memory).
+pub fn join_domain() {
+    if !on() {
+        return;
+    }
+    let d = dom();
+    let me = getpid();
+    let _lock = DomainLock::take();
+    if d.pids.iter().any(|p| p.load(Ordering::Relaxed) == me) {
+        return;
+    }
+    match d.pids.iter().find(|p| p.load(Ordering::Relaxed) == 0) {
+        Some(p) => p.store(me, Ordering::Relaxed),
+        None => d.overflow.store(1, Ordering::Relaxed),
+    }
+    d.generation.fetch_add(1, Ordering::AcqRel);
+}
 
 /// A forked child joins its parent's domain (same clock, its threads counted too).
 pub fn fork_child() {
