@@ -260,6 +260,8 @@ fn init_script(opts: &VmOptions, work: &Path) -> String {
          off() {{ sync; poweroff -f -f >/dev/null 2>&1; echo o > /proc/sysrq-trigger; }}\n\
          fail() {{ echo \"$1\" > $W/setup-error; off; }}\n\
          mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev 2>/dev/null\n\
+         # The console passes CMD's bytes as they are (no \\n to \\r\\n).\n\
+         stty -opost 2>/dev/null\n\
          mount -t tmpfs tmp /tmp && mkdir -p $W && mount -t hostfs none $W -o {work_q} || {{ echo 'smartcon vm: cannot mount the working directory' >&2; off; }}\n\
          {sched}{mount}cd /mnt || fail 'cannot enter /mnt'\n\
          date +%s%N > $W/started\n\
