@@ -227,9 +227,53 @@ pub fn enable() {
         SHARED.store(d, Ordering::Release);
     }
     let d = dom();
-    d.last_ns.store(real_ns(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
+    if let Some(ppm) = std::env::var(ENV_CPU_SPEED).ok().and_then(|t| speed_ppm(&t)) {
+        SPEED_PPM.store(ppm, Ordering::Relaxed);
+    }
+    // The clock starts at the real one, whatever the speed.
+    let real = real_ns(libc::CLOCK_MONOTONIC);
+    d.skew_ns.store(real as i64 - scaled(real) as i64, Ordering::Relaxed);
+    d.last_ns.store(real, Ordering::Relaxed);
     d.pids[0].store(getpid(), Ordering::Relaxed);
     ON.store(true, Ordering::Release);
+}
+
+/// `--cpu-speed X`: the program's CPU is X times the host's, so its virtual clock moves by
+/// 1/X of the real time it runs (the seed's faster-CPU study). Jumps are not scaled: an
+/// idle wait still ends at its virtual instant.
+pub const ENV_CPU_SPEED: &str = "SMARTCON_PRELOAD_CPU_SPEED";
+/// The speed in millionths (1_000_000: the host's own).
+static SPEED_PPM: AtomicU64 = AtomicU64::new(1_000_000);
+/// The speeds accepted: 1/1000 to 1000 times the host's.
+const SPEED_PPM_MIN: u64 = 1_000;
+const SPEED_PPM_MAX: u64 = 1_000_000_000;
+
+/// A speed factor's text in millionths, None when it is not a number in range.
+fn speed_ppm(text: &str) -> Option<u64> {
+    let x: f64 = text.trim().parse().ok()?;
+    let ppm = (x * 1e6).round();
+    (ppm.is_finite() && (SPEED_PPM_MIN as f64..=SPEED_PPM_MAX as f64).contains(&ppm)).then_some(ppm as u64)
+}
+
+/// Real ns as the program's CPU lives them (divided by the speed).
+#[inline]
+fn scaled(real_ns: u64) -> u64 {
+    let ppm = SPEED_PPM.load(Ordering::Relaxed);
+    if ppm == 1_000_000 {
+        return real_ns;
+    }
+    (real_ns as u128 * 1_000_000 / ppm as u128) as u64
+}
+
+/// The real ns a stretch of `virtual_ns` takes while the program runs (times the speed):
+/// how far ahead a real timer for a virtual instant is armed.
+#[inline]
+pub fn real_for(virtual_ns: u64) -> u64 {
+    let ppm = SPEED_PPM.load(Ordering::Relaxed);
+    if ppm == 1_000_000 {
+        return virtual_ns;
+    }
+    (virtual_ns as u128 * ppm as u128 / 1_000_000).min(u64::MAX as u128) as u64
 }
 
 #[inline]
@@ -254,7 +298,7 @@ fn real_gettime(clock: clockid_t, ts: *mut timespec) -> c_int {
 /// The virtual monotonic instant now, without recording it as seen.
 pub fn peek_ns() -> u64 {
     let d = dom();
-    let v = (real_ns(libc::CLOCK_MONOTONIC) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    let v = (scaled(real_ns(libc::CLOCK_MONOTONIC)) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
     v.max(d.last_ns.load(Ordering::Acquire))
 }
 
@@ -263,7 +307,7 @@ pub fn peek_ns() -> u64 {
 pub fn observe_ns() -> (u64, u64) {
     let d = dom();
     let real = real_ns(libc::CLOCK_MONOTONIC);
-    let v = (real as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    let v = (scaled(real) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
     let last = d.last_ns.fetch_max(v, Ordering::AcqRel);
     (v.max(last), real)
 }
@@ -564,7 +608,7 @@ pub fn jump_if_idle() -> u64 {
     }
     let real = real_ns(libc::CLOCK_MONOTONIC);
     let old_skew = d.skew_ns.load(Ordering::Acquire);
-    let new_skew = to as i64 - real as i64;
+    let new_skew = to as i64 - scaled(real) as i64;
     JUMPED_NS.fetch_add(to - now, Ordering::Relaxed);
     JUMPS.fetch_add(1, Ordering::Relaxed);
     SKEW_MADE_NS.fetch_add(new_skew - old_skew, Ordering::Relaxed);
@@ -939,6 +983,18 @@ mod tests {
     fn stat_paths_are_built_without_allocating() {
         assert_eq!(StatPath::new(42, None).as_cstr(), c"/proc/42/stat");
         assert_eq!(StatPath::new(4_294_967_295, Some(7)).as_cstr(), c"/proc/4294967295/task/7/stat");
+    }
+
+    #[test]
+    fn cpu_speeds_parse_in_range_and_scale_both_ways() {
+        assert_eq!(speed_ppm("2"), Some(2_000_000));
+        assert_eq!(speed_ppm("0.5"), Some(500_000));
+        assert_eq!(speed_ppm("0"), None);
+        assert_eq!(speed_ppm("1e9"), None);
+        assert_eq!(speed_ppm("fast"), None);
+        // The default (the host's speed) leaves every instant as it is.
+        assert_eq!(scaled(123_456_789), 123_456_789);
+        assert_eq!(real_for(987), 987);
     }
 
     #[test]

@@ -261,8 +261,9 @@ fn abs_expiry(value_ns: u64, now: u64) -> u64 {
 fn arm_real(t: libc::timer_t, slot: &Timer, now: u64) -> c_int {
     let next = expire(slot, now);
     let interval = slot.interval_ns.load(Ordering::Acquire);
+    // While the program runs its clock moves at 1/speed of the real one.
     let value = match next {
-        Some(e) => spec((e - now).max(1), interval),
+        Some(e) => spec(vclock::real_for((e - now).max(1)), vclock::real_for(interval)),
         None => spec(0, 0),
     };
     real_settime(t, &value)
