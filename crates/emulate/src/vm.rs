@@ -239,7 +239,7 @@ fn init_script(opts: &VmOptions, work: &Path) -> String {
     let work_q = quote(work.as_os_str().as_bytes());
     let sched = match opts.scheduler.as_deref() {
         None => String::new(),
-        Some("bfq") => "grep -qw bfq /sys/block/ubda/queue/scheduler || insmod \"$(find /usr/lib/uml/modules/$(uname -r) -name bfq.ko | head -n 1)\" || fail 'cannot load bfq'\n\
+        Some("bfq") => "grep -qw bfq /sys/block/ubda/queue/scheduler || insmod \"$(find /usr/lib/uml/modules/$(uname -r) -name bfq.ko | head -n 1)\" || fail 'cannot load the bfq module (insmod is the host'\\''s: apt-get install kmod)'\n\
                         echo bfq > /sys/block/ubda/queue/scheduler || fail 'cannot set scheduler bfq'\n"
             .to_string(),
         Some(s) => format!("echo {s} > /sys/block/ubda/queue/scheduler || fail 'cannot set scheduler {s}'\n"),
