@@ -18,6 +18,9 @@ command -v chromium >/dev/null || want+=(chromium)
 command -v postmark >/dev/null || want+=(postmark)
 command -v hdparm >/dev/null || want+=(hdparm)
 command -v bc >/dev/null || want+=(bc)
+# emulate vm's guest (crates/cli/tests/vm.rs): User-Mode Linux.
+command -v linux.uml >/dev/null || want+=(user-mode-linux)
+command -v insmod >/dev/null || want+=(kmod)
 if [ ${#want[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "scripts/test.sh: installing ${want[*]} (used by tests that otherwise skip)"

@@ -28,6 +28,7 @@ pub mod scenario;
 pub mod stats;
 pub mod sweep;
 pub mod trace;
+pub mod vm;
 
 use serde::Serialize;
 use smartcon_devemu::EmuSpec;

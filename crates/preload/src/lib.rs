@@ -28,12 +28,14 @@ pub mod capi;
 pub mod config;
 pub mod emu;
 pub mod fdtable;
+pub mod helper;
 pub mod port;
 pub mod process;
 pub mod real;
 pub mod record;
 pub mod shim;
 pub mod vclock;
+pub mod vtimer;
 pub mod waits;
 
 /// Runs when the shared object is loaded (before the program's `main`).

@@ -363,26 +363,47 @@ pub struct Busy(());
 impl Busy {
     /// `None` when the thread is already inside the library.
     pub fn try_enter() -> Option<Busy> {
-        let was = BUSY.try_with(|b| b.replace(true)).unwrap_or(true);
+        // A helper sharing its creator's TLS (crate::helper) keeps its own flag.
+        let was = match crate::helper::current() {
+            Some(i) => crate::helper::swap_busy(i, true),
+            None => BUSY.try_with(|b| b.replace(true)).unwrap_or(true),
+        };
         // Lazily: a guard built and dropped here would clear the flag of the outer call.
         (!was).then(|| Busy(()))
     }
 
     fn enter() -> Busy {
-        let _ = BUSY.try_with(|b| b.set(true));
+        match crate::helper::current() {
+            Some(i) => {
+                crate::helper::swap_busy(i, true);
+            }
+            None => {
+                let _ = BUSY.try_with(|b| b.set(true));
+            }
+        }
         Busy(())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let _ = BUSY.try_with(|b| b.set(false));
+        match crate::helper::current() {
+            Some(i) => {
+                crate::helper::swap_busy(i, false);
+            }
+            None => {
+                let _ = BUSY.try_with(|b| b.set(false));
+            }
+        }
     }
 }
 
 /// Whether the thread is inside the library now (its own calls see real time).
 pub fn inside() -> bool {
-    BUSY.try_with(|b| b.get()).unwrap_or(true)
+    match crate::helper::current() {
+        Some(i) => crate::helper::busy(i),
+        None => BUSY.try_with(|b| b.get()).unwrap_or(true),
+    }
 }
 
 /// Runs `f` on this thread's state; `None` when the thread is exiting (TLS gone).

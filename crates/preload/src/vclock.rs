@@ -69,6 +69,9 @@ struct Slot {
     /// Bumped by a jump that reaches the target; a clock waiter sleeps on it (a shared
     /// futex), so a jump wakes only the waits it ends, not every waiter of the program.
     wake: AtomicU32,
+    /// Nonzero: the signal a jump that reaches the target sends the waiting thread (a
+    /// wait that sleeps in the kernel with a signal mask, not on `wake`: see crate::vtimer).
+    signal: AtomicU32,
 }
 
 /// The clock one program shares among its processes: a page mapped `MAP_SHARED` before
@@ -77,7 +80,7 @@ struct Slot {
 /// the lock by `clock_gettime`; the lock serialises registration and the jump decision.
 #[repr(C)]
 struct Domain {
-    /// 0, or the pid of the process holding it (a dead holder's lock is taken over).
+    /// 0, or the thread id of the holder (a dead holder's lock is taken over).
     lock: AtomicU32,
     /// Bumped at each jump; clock waiters sleep on it (a shared futex).
     epoch: AtomicU32,
@@ -119,6 +122,7 @@ impl Domain {
                     target_ns: AtomicU64::new(0),
                     event: AtomicU32::new(0),
                     wake: AtomicU32::new(0),
+                    signal: AtomicU32::new(0),
                 }
             }; DOMAIN_WAITS_MAX],
         }
@@ -150,24 +154,22 @@ fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-thread_local! {
-    /// Whether this thread holds the domain lock.
-    static HOLDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// The domain lock: a spin lock whose word holds the holder's pid, so a process killed
-/// while holding it does not stop the others (they take it over once the pid is gone).
+/// The domain lock: a spin lock whose word holds the holder's thread id, so a process
+/// killed while holding it does not stop the others (they take it over once the holder is
+/// gone), and a signal handler that waits while the code it interrupted holds it is seen
+/// (the word is this thread's id; a thread-local flag would not do: a clone helper shares
+/// its creator's TLS, see crate::helper).
 struct DomainLock(&'static Domain);
 
 impl DomainLock {
-    /// The lock, or None when this thread holds it already (a signal handler that waits
-    /// while the code it interrupted holds it: the caller then skips what needed it).
+    /// The lock, or None when this thread holds it already (the caller then skips what
+    /// needed it).
     fn take() -> Option<DomainLock> {
-        if HOLDING.try_with(|h| h.replace(true)).unwrap_or(true) {
+        let d = dom();
+        let me = gettid();
+        if d.lock.load(Ordering::Acquire) == me {
             return None;
         }
-        let d = dom();
-        let me = getpid();
         let mut spins = 0u32;
         loop {
             let owner = d.lock.load(Ordering::Relaxed);
@@ -176,7 +178,7 @@ impl DomainLock {
             }
             spins = spins.wrapping_add(1);
             // A holder killed while in it is rare: look for one only now and then.
-            // SAFETY: signal 0 only checks that the process exists.
+            // SAFETY: signal 0 only checks that the task exists.
             if spins.is_multiple_of(1024)
                 && owner != 0
                 && owner != me
@@ -197,7 +199,6 @@ impl DomainLock {
 impl Drop for DomainLock {
     fn drop(&mut self) {
         self.0.lock.store(0, Ordering::Release);
-        let _ = HOLDING.try_with(|h| h.set(false));
     }
 }
 
@@ -226,9 +227,53 @@ pub fn enable() {
         SHARED.store(d, Ordering::Release);
     }
     let d = dom();
-    d.last_ns.store(real_ns(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
+    if let Some(ppm) = std::env::var(ENV_CPU_SPEED).ok().and_then(|t| speed_ppm(&t)) {
+        SPEED_PPM.store(ppm, Ordering::Relaxed);
+    }
+    // The clock starts at the real one, whatever the speed.
+    let real = real_ns(libc::CLOCK_MONOTONIC);
+    d.skew_ns.store(real as i64 - scaled(real) as i64, Ordering::Relaxed);
+    d.last_ns.store(real, Ordering::Relaxed);
     d.pids[0].store(getpid(), Ordering::Relaxed);
     ON.store(true, Ordering::Release);
+}
+
+/// `--cpu-speed X`: the program's CPU is X times the host's, so its virtual clock moves by
+/// 1/X of the real time it runs (the seed's faster-CPU study). Jumps are not scaled: an
+/// idle wait still ends at its virtual instant.
+pub const ENV_CPU_SPEED: &str = "SMARTCON_PRELOAD_CPU_SPEED";
+/// The speed in millionths (1_000_000: the host's own).
+static SPEED_PPM: AtomicU64 = AtomicU64::new(1_000_000);
+/// The speeds accepted: 1/1000 to 1000 times the host's.
+const SPEED_PPM_MIN: u64 = 1_000;
+const SPEED_PPM_MAX: u64 = 1_000_000_000;
+
+/// A speed factor's text in millionths, None when it is not a number in range.
+fn speed_ppm(text: &str) -> Option<u64> {
+    let x: f64 = text.trim().parse().ok()?;
+    let ppm = (x * 1e6).round();
+    (ppm.is_finite() && (SPEED_PPM_MIN as f64..=SPEED_PPM_MAX as f64).contains(&ppm)).then_some(ppm as u64)
+}
+
+/// Real ns as the program's CPU lives them (divided by the speed).
+#[inline]
+fn scaled(real_ns: u64) -> u64 {
+    let ppm = SPEED_PPM.load(Ordering::Relaxed);
+    if ppm == 1_000_000 {
+        return real_ns;
+    }
+    (real_ns as u128 * 1_000_000 / ppm as u128) as u64
+}
+
+/// The real ns a stretch of `virtual_ns` takes while the program runs (times the speed):
+/// how far ahead a real timer for a virtual instant is armed.
+#[inline]
+pub fn real_for(virtual_ns: u64) -> u64 {
+    let ppm = SPEED_PPM.load(Ordering::Relaxed);
+    if ppm == 1_000_000 {
+        return virtual_ns;
+    }
+    (virtual_ns as u128 * ppm as u128 / 1_000_000).min(u64::MAX as u128) as u64
 }
 
 #[inline]
@@ -253,7 +298,7 @@ fn real_gettime(clock: clockid_t, ts: *mut timespec) -> c_int {
 /// The virtual monotonic instant now, without recording it as seen.
 pub fn peek_ns() -> u64 {
     let d = dom();
-    let v = (real_ns(libc::CLOCK_MONOTONIC) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    let v = (scaled(real_ns(libc::CLOCK_MONOTONIC)) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
     v.max(d.last_ns.load(Ordering::Acquire))
 }
 
@@ -262,7 +307,7 @@ pub fn peek_ns() -> u64 {
 pub fn observe_ns() -> (u64, u64) {
     let d = dom();
     let real = real_ns(libc::CLOCK_MONOTONIC);
-    let v = (real as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    let v = (scaled(real) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
     let last = d.last_ns.fetch_max(v, Ordering::AcqRel);
     (v.max(last), real)
 }
@@ -456,6 +501,11 @@ const FILLING: u64 = u64::MAX;
 /// the table is full (the thread then counts as running). Lock-free: a slot is claimed
 /// with FILLING, filled, then published with its id.
 pub fn register(target_ns: u64, event: bool) -> Option<Registration> {
+    register_with_signal(target_ns, event, 0)
+}
+
+/// [`register`], with `signal` sent to the thread by a jump that reaches `target_ns`.
+pub fn register_with_signal(target_ns: u64, event: bool, signal: c_int) -> Option<Registration> {
     let d = dom();
     let id = d.next_id.fetch_add(1, Ordering::Relaxed);
     let index =
@@ -465,6 +515,7 @@ pub fn register(target_ns: u64, event: bool) -> Option<Registration> {
     s.tid.store(gettid(), Ordering::Relaxed);
     s.target_ns.store(target_ns, Ordering::Relaxed);
     s.event.store(event as u32, Ordering::Relaxed);
+    s.signal.store(signal as u32, Ordering::Relaxed);
     s.id.store(id, Ordering::Release);
     d.generation.fetch_add(1, Ordering::AcqRel);
     Some(Registration { index, id, target_ns })
@@ -557,7 +608,7 @@ pub fn jump_if_idle() -> u64 {
     }
     let real = real_ns(libc::CLOCK_MONOTONIC);
     let old_skew = d.skew_ns.load(Ordering::Acquire);
-    let new_skew = to as i64 - real as i64;
+    let new_skew = to as i64 - scaled(real) as i64;
     JUMPED_NS.fetch_add(to - now, Ordering::Relaxed);
     JUMPS.fetch_add(1, Ordering::Relaxed);
     SKEW_MADE_NS.fetch_add(new_skew - old_skew, Ordering::Relaxed);
@@ -569,6 +620,18 @@ pub fn jump_if_idle() -> u64 {
         let id = s.id.load(Ordering::Acquire);
         if id != 0 && id != FILLING && s.target_ns.load(Ordering::Relaxed) <= to {
             s.wake.fetch_add(1, Ordering::Release);
+            let signal = s.signal.load(Ordering::Relaxed);
+            if signal != 0 {
+                // SAFETY: a signal the waiter installed a handler for, to its own thread.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_tgkill,
+                        s.pid.load(Ordering::Relaxed),
+                        s.tid.load(Ordering::Relaxed),
+                        signal as c_int,
+                    )
+                };
+            }
             futex_wake_all(&s.wake);
         }
     }
@@ -609,6 +672,26 @@ pub fn stats() -> ClockStats {
 pub fn fork_prepare() {}
 
 pub fn fork_parent() {}
+
+/// A clone helper (crate::helper) joins its creator's domain: its thread is counted, so
+/// the clock does not jump while it runs. The domain page is already shared with it (the
+/// helper shares all memory).
+pub fn join_domain() {
+    if !on() {
+        return;
+    }
+    let d = dom();
+    let me = getpid();
+    let _lock = DomainLock::take();
+    if d.pids.iter().any(|p| p.load(Ordering::Relaxed) == me) {
+        return;
+    }
+    match d.pids.iter().find(|p| p.load(Ordering::Relaxed) == 0) {
+        Some(p) => p.store(me, Ordering::Relaxed),
+        None => d.overflow.store(1, Ordering::Relaxed),
+    }
+    d.generation.fetch_add(1, Ordering::AcqRel);
+}
 
 /// A forked child joins its parent's domain (same clock, its threads counted too).
 pub fn fork_child() {
@@ -900,6 +983,18 @@ mod tests {
     fn stat_paths_are_built_without_allocating() {
         assert_eq!(StatPath::new(42, None).as_cstr(), c"/proc/42/stat");
         assert_eq!(StatPath::new(4_294_967_295, Some(7)).as_cstr(), c"/proc/4294967295/task/7/stat");
+    }
+
+    #[test]
+    fn cpu_speeds_parse_in_range_and_scale_both_ways() {
+        assert_eq!(speed_ppm("2"), Some(2_000_000));
+        assert_eq!(speed_ppm("0.5"), Some(500_000));
+        assert_eq!(speed_ppm("0"), None);
+        assert_eq!(speed_ppm("1e9"), None);
+        assert_eq!(speed_ppm("fast"), None);
+        // The default (the host's speed) leaves every instant as it is.
+        assert_eq!(scaled(123_456_789), 123_456_789);
+        assert_eq!(real_for(987), 987);
     }
 
     #[test]

@@ -13,7 +13,9 @@ pub fn run(_args: CleanupArgs) -> anyhow::Result<()> {
     report.kept.iter().for_each(|k| eprintln!("smartcon: note: kept {k}"));
     let mounts = smartcon_emulate::mount::cleanup();
     mounts.iter().for_each(|line| println!("{line}"));
-    if report.removed.is_empty() && report.kept.is_empty() && mounts.is_empty() {
+    let vms = smartcon_emulate::vm::cleanup();
+    vms.iter().for_each(|line| println!("{line}"));
+    if report.removed.is_empty() && report.kept.is_empty() && mounts.is_empty() && vms.is_empty() {
         println!(
             "nothing to clean up ({}, {})",
             smartcon_workloads::blockdev::records_dir().display(),

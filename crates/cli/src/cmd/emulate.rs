@@ -32,8 +32,43 @@ pub enum EmulateCommand {
     Mount(MountArgs),
     /// End a `mount --detach` at DIR and print its accuracy report.
     Umount { dir: std::path::PathBuf },
-    /// Remove what killed `emulate mount` runs left (only what their records name).
+    /// Remove what killed `emulate mount` and `emulate vm` runs left (only what their records name).
     Cleanup,
+    /// Boot a User-Mode Linux guest whose block device is the emulated device, run CMD in it.
+    Vm(VmArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct VmArgs {
+    /// emu:PRESET[,key=value...], e.g. emu:hdd or emu:nvme,speedup=10.
+    pub spec: String,
+    /// Device (and image) size (default: the spec's size=, else 1 GiB).
+    #[arg(long)]
+    pub size: Option<String>,
+    /// ext4: format a new image on the host and mount it at /mnt in the guest; none: /dev/ubda only.
+    #[arg(long, default_value = "ext4", value_parser = ["ext4", "none"])]
+    pub fs: String,
+    /// The guest's I/O scheduler for /dev/ubda (default: the kernel's, mq-deadline).
+    #[arg(long, value_parser = ["none", "mq-deadline", "bfq", "kyber"])]
+    pub scheduler: Option<String>,
+    /// Keep the image at PATH (created and formatted when missing; an existing one is used as it is).
+    #[arg(long)]
+    pub image: Option<std::path::PathBuf>,
+    /// The guest's clock and timers run in virtual time: device waits and idle time cost no wall time.
+    #[arg(long)]
+    pub virtual_time: bool,
+    /// With --virtual-time: the guest's CPU is this many times the host's (its CPU time is divided by it).
+    #[arg(long, default_value_t = 1.0)]
+    pub cpu_speed: f64,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = smartcon_emulate::vm::GUEST_MEM_MIB_DEFAULT)]
+    pub mem: u64,
+    /// JSON Lines output (one "emulate_vm" record on stdout after CMD's own output).
+    #[arg(long)]
+    pub json: bool,
+    /// The program and its arguments, run in the guest in /mnt (after --).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Args, Debug)]
@@ -125,9 +160,58 @@ pub fn run(args: EmulateArgs) -> Result<()> {
         }
         EmulateCommand::Cleanup => {
             smartcon_emulate::mount::cleanup().iter().for_each(|line| println!("{line}"));
+            smartcon_emulate::vm::cleanup().iter().for_each(|line| println!("{line}"));
             Ok(())
         }
+        EmulateCommand::Vm(a) => vm(a),
     }
+}
+
+fn vm(a: VmArgs) -> Result<()> {
+    use smartcon_emulate::vm::{self, Fs, VmOptions};
+    let mut spec = a.spec.clone();
+    let parsed = smartcon_engine::devemu::parse_spec(&spec).map_err(anyhow::Error::msg)?;
+    let has_size = spec.split(',').skip(1).any(|kv| kv.starts_with("size="));
+    match (&a.size, has_size) {
+        (Some(_), true) => bail!("give the size once: --size or size= in the spec"),
+        (Some(s), false) => {
+            parse_size_arg("size", s)?;
+            spec.push_str(&format!(",size={s}"));
+        }
+        (None, false) if parsed.capacity_bytes != vm::IMAGE_BYTES_DEFAULT => {
+            spec.push_str(&format!(",size={}", vm::IMAGE_BYTES_DEFAULT));
+        }
+        _ => {}
+    }
+    if !(a.cpu_speed > 0.0 && a.cpu_speed.is_finite()) {
+        bail!("--cpu-speed {}: must be a number above 0", a.cpu_speed);
+    }
+    if a.cpu_speed != 1.0 && !a.virtual_time {
+        bail!("--cpu-speed needs --virtual-time (in real time the guest's CPU is the host's)");
+    }
+    if a.mem < 32 {
+        bail!("--mem {}: the guest needs at least 32 MiB", a.mem);
+    }
+    let opts = VmOptions {
+        spec,
+        fs: if a.fs == "ext4" { Fs::Ext4 } else { Fs::None },
+        scheduler: a.scheduler,
+        image: a.image,
+        virtual_time: a.virtual_time,
+        cpu_speed: a.cpu_speed,
+        command: a.command,
+        library: super::run::library()?,
+        kernel: vm::find_kernel().map_err(engine_err)?,
+        mem_mib: a.mem,
+        tmp_dir: std::env::temp_dir(),
+    };
+    let r = vm::run_vm(&opts, crate::common::interrupt_flag(), &mut |line| eprintln!("smartcon: {line}"))
+        .map_err(engine_err)?;
+    eprintln!("smartcon {}", vm::summary_line(&r));
+    if a.json {
+        emit_json(&r)?;
+    }
+    std::process::exit(r.exit_code)
 }
 
 fn mount(a: MountArgs) -> Result<()> {

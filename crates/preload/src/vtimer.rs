@@ -1,0 +1,470 @@
+//! POSIX timers and `sigsuspend` on the virtual clock (`--virtual-time`): what a whole
+//! operating system's kernel running as a host program (User-Mode Linux) needs for its
+//! clock interrupt and its idle loop to follow the virtual clock.
+//!
+//! Design: a timer the program creates on a wall or monotonic clock with a signal
+//! notification (the default SIGALRM to the process, another signal, or one thread) is
+//! kept twice: its virtual expiry and interval here ([`Timer`]), and the real kernel
+//! timer armed for the same remaining time. While the program runs, the virtual clock
+//! moves with the real one, so the real timer fires at the virtual instant (the guest's
+//! timer interrupt preempts a guest CPU loop). The clock jumps only while every thread is
+//! idle; for UML that is its idle loop, `sigsuspend` with SIGALRM unblocked, which this
+//! module takes over:
+//!
+//! - the real timers are disarmed (after a jump they would fire late);
+//! - the thread registers as idle until the earliest virtual expiry (an event wait: a
+//!   signal, such as the SIGIO of a completed device request, ends it) and waits in real
+//!   `ppoll` slices with the caller's mask, so a signal ends it as it ends sigsuspend;
+//! - when the virtual clock reaches an expiry (by a jump when everything is idle), the
+//!   timer's signal is raised and delivered in the same masked wait, and the periodic
+//!   timer moves on (a one-shot timer is disarmed);
+//! - on return the real timers are armed again for their remaining virtual time.
+//!
+//! `timer_gettime` and the `old_value` of `timer_settime` report virtual time. Overruns
+//! are not counted (`timer_getoverrun` stays the kernel's).
+//!
+//! Non-goals: SIGEV_THREAD timers (glibc's helper thread: left real), CPU-time clocks
+//! (left real), more than [`TIMERS_MAX`] timers (the rest stay real), signals that the
+//! mask of the `sigsuspend` blocks (a timer whose signal is blocked stays pending).
+
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+
+use libc::{c_int, clockid_t, itimerspec, sigset_t, timespec};
+
+use crate::real::{call_real, Sym};
+use crate::vclock::{self, NO_TARGET};
+
+/// Virtual timers at most; later ones stay real.
+pub const TIMERS_MAX: usize = 16;
+
+struct Timer {
+    /// The timer_t value + 1; 0: free.
+    id: AtomicUsize,
+    signo: AtomicI32,
+    /// 0: the process; else the thread id (SIGEV_THREAD_ID).
+    tid: AtomicI32,
+    /// The virtual monotonic expiry; 0: disarmed.
+    expiry_ns: AtomicU64,
+    interval_ns: AtomicU64,
+}
+
+static TIMERS: [Timer; TIMERS_MAX] = [const {
+    Timer {
+        id: AtomicUsize::new(0),
+        signo: AtomicI32::new(0),
+        tid: AtomicI32::new(0),
+        expiry_ns: AtomicU64::new(0),
+        interval_ns: AtomicU64::new(0),
+    }
+}; TIMERS_MAX];
+
+fn find(t: libc::timer_t) -> Option<&'static Timer> {
+    let key = (t as usize).wrapping_add(1);
+    TIMERS.iter().find(|s| s.id.load(Ordering::Acquire) == key)
+}
+
+fn its_ns(ts: timespec) -> u64 {
+    (ts.tv_sec.max(0) as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec.max(0) as u64)
+}
+
+/// The timer's next expiry after `now` (periodic ones move on; a one-shot one whose
+/// instant has passed is disarmed): None when disarmed, and whether an expiry at or before
+/// `now` was passed over. Every caller raises the signal then ([`expire`]): the virtual
+/// expiry is the event, whether or not the real timer has fired yet.
+fn next_expiry(t: &Timer, now: u64) -> (Option<u64>, bool) {
+    let expiry = t.expiry_ns.load(Ordering::Acquire);
+    if expiry == 0 {
+        return (None, false);
+    }
+    if expiry > now {
+        return (Some(expiry), false);
+    }
+    let interval = t.interval_ns.load(Ordering::Acquire);
+    if interval == 0 {
+        t.expiry_ns.store(0, Ordering::Release);
+        return (None, true);
+    }
+    let periods = (now - expiry) / interval + 1;
+    let next = expiry.saturating_add(periods.saturating_mul(interval));
+    t.expiry_ns.store(next, Ordering::Release);
+    (Some(next), true)
+}
+
+/// [`next_expiry`], raising the timer's signal when an expiry was passed over.
+fn expire(t: &Timer, now: u64) -> Option<u64> {
+    let (next, fired) = next_expiry(t, now);
+    if fired {
+        raise(t);
+    }
+    next
+}
+
+static TIMER_CREATE: Sym = Sym::new(c"timer_create");
+static TIMER_SETTIME: Sym = Sym::new(c"timer_settime");
+static TIMER_GETTIME: Sym = Sym::new(c"timer_gettime");
+static TIMER_DELETE: Sym = Sym::new(c"timer_delete");
+static SIGSUSPEND: Sym = Sym::new(c"sigsuspend");
+
+type SetFn = unsafe extern "C" fn(libc::timer_t, c_int, *const itimerspec, *mut itimerspec) -> c_int;
+
+fn real_settime(t: libc::timer_t, value: &itimerspec) -> c_int {
+    // SAFETY: (fallback) glibc's timer_t for kernel timers is the kernel's id; the struct is valid.
+    call_real!(
+        TIMER_SETTIME,
+        SetFn,
+        unsafe {
+            libc::syscall(libc::SYS_timer_settime, t as usize as c_int, 0, value, std::ptr::null_mut::<itimerspec>())
+                as c_int
+        },
+        t,
+        0,
+        value,
+        std::ptr::null_mut()
+    )
+}
+
+fn spec(value_ns: u64, interval_ns: u64) -> itimerspec {
+    itimerspec { it_value: vclock::to_ts(value_ns), it_interval: vclock::to_ts(interval_ns) }
+}
+
+fn applies() -> bool {
+    vclock::on() && !crate::process::inside()
+}
+
+/// # Safety
+/// As timer_create(2).
+#[no_mangle]
+pub unsafe extern "C" fn timer_create(clock: clockid_t, sev: *mut libc::sigevent, out: *mut libc::timer_t) -> c_int {
+    type F = unsafe extern "C" fn(clockid_t, *mut libc::sigevent, *mut libc::timer_t) -> c_int;
+    // SAFETY: (fallback) none: glibc's timer_t cannot be made without glibc.
+    let r = call_real!(
+        TIMER_CREATE,
+        F,
+        {
+            crate::real::set_errno(libc::ENOSYS);
+            -1
+        },
+        clock,
+        sev,
+        out
+    );
+    if r != 0 || out.is_null() || !applies() || !vclock::virtualized(clock) {
+        return r;
+    }
+    let (signo, tid) = if sev.is_null() {
+        (libc::SIGALRM, 0)
+    } else {
+        // SAFETY: non-null; the caller's promise that it is readable.
+        let s = unsafe { &*sev };
+        match s.sigev_notify {
+            libc::SIGEV_SIGNAL => (s.sigev_signo, 0),
+            libc::SIGEV_THREAD_ID => (s.sigev_signo, s.sigev_notify_thread_id),
+            _ => return r,
+        }
+    };
+    // SAFETY: non-null, just written by the real call.
+    let key = (unsafe { *out } as usize).wrapping_add(1);
+    if let Some(slot) =
+        TIMERS.iter().find(|s| s.id.compare_exchange(0, key, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+    {
+        slot.signo.store(signo, Ordering::Relaxed);
+        slot.tid.store(tid, Ordering::Relaxed);
+        slot.expiry_ns.store(0, Ordering::Relaxed);
+        slot.interval_ns.store(0, Ordering::Release);
+    }
+    r
+}
+
+/// # Safety
+/// As timer_delete(2).
+#[no_mangle]
+pub unsafe extern "C" fn timer_delete(t: libc::timer_t) -> c_int {
+    type F = unsafe extern "C" fn(libc::timer_t) -> c_int;
+    if let Some(slot) = find(t) {
+        slot.expiry_ns.store(0, Ordering::Release);
+        slot.id.store(0, Ordering::Release);
+    }
+    // SAFETY: (fallback) none without glibc.
+    call_real!(
+        TIMER_DELETE,
+        F,
+        {
+            crate::real::set_errno(libc::ENOSYS);
+            -1
+        },
+        t
+    )
+}
+
+/// The remaining virtual time of `slot` as an itimerspec.
+fn current(slot: &Timer, now: u64) -> itimerspec {
+    let next = expire(slot, now);
+    spec(next.map_or(0, |e| (e - now).max(1)), slot.interval_ns.load(Ordering::Acquire))
+}
+
+/// # Safety
+/// As timer_settime(2).
+#[no_mangle]
+pub unsafe extern "C" fn timer_settime(
+    t: libc::timer_t,
+    flags: c_int,
+    new: *const itimerspec,
+    old: *mut itimerspec,
+) -> c_int {
+    let slot = if applies() && !new.is_null() { find(t) } else { None };
+    let Some(slot) = slot else {
+        // SAFETY: (fallback) as real_settime.
+        return call_real!(
+            TIMER_SETTIME,
+            SetFn,
+            unsafe { libc::syscall(libc::SYS_timer_settime, t as usize as c_int, flags, new, old) as c_int },
+            t,
+            flags,
+            new,
+            old
+        );
+    };
+    // SAFETY: non-null; the caller's promise that it is readable.
+    let value = unsafe { *new };
+    if !(0..1_000_000_000).contains(&value.it_value.tv_nsec) || !(0..1_000_000_000).contains(&value.it_interval.tv_nsec)
+    {
+        crate::real::set_errno(libc::EINVAL);
+        return -1;
+    }
+    let (now, _) = vclock::observe_ns();
+    if !old.is_null() {
+        // SAFETY: non-null; the caller's promise that it is writable.
+        unsafe { *old = current(slot, now) };
+    }
+    let value_ns = its_ns(value.it_value);
+    let interval_ns = its_ns(value.it_interval);
+    let expiry = if value_ns == 0 {
+        0
+    } else if flags & libc::TIMER_ABSTIME != 0 {
+        abs_expiry(value_ns, now)
+    } else {
+        now.saturating_add(value_ns)
+    };
+    slot.interval_ns.store(interval_ns, Ordering::Release);
+    slot.expiry_ns.store(expiry, Ordering::Release);
+    arm_real(t, slot, now)
+}
+
+/// An absolute expiry given on the timer's clock, as a virtual monotonic instant. The
+/// timer's clock is not kept; UML's and most programs' are monotonic, whose instants are
+/// the virtual monotonic clock's own.
+fn abs_expiry(value_ns: u64, now: u64) -> u64 {
+    value_ns.max(now).max(1)
+}
+
+/// Arms the real timer for the remaining virtual time of `slot` (or disarms it).
+fn arm_real(t: libc::timer_t, slot: &Timer, now: u64) -> c_int {
+    let next = expire(slot, now);
+    let interval = slot.interval_ns.load(Ordering::Acquire);
+    // While the program runs its clock moves at 1/speed of the real one.
+    let value = match next {
+        Some(e) => spec(vclock::real_for((e - now).max(1)), vclock::real_for(interval)),
+        None => spec(0, 0),
+    };
+    real_settime(t, &value)
+}
+
+/// # Safety
+/// As timer_gettime(2).
+#[no_mangle]
+pub unsafe extern "C" fn timer_gettime(t: libc::timer_t, cur: *mut itimerspec) -> c_int {
+    type F = unsafe extern "C" fn(libc::timer_t, *mut itimerspec) -> c_int;
+    if applies() && !cur.is_null() {
+        if let Some(slot) = find(t) {
+            let (now, _) = vclock::observe_ns();
+            // SAFETY: non-null; the caller's promise that it is writable.
+            unsafe { *cur = current(slot, now) };
+            return 0;
+        }
+    }
+    // SAFETY: (fallback) the kernel validates the pointer.
+    call_real!(
+        TIMER_GETTIME,
+        F,
+        unsafe { libc::syscall(libc::SYS_timer_gettime, t as usize as c_int, cur) as c_int },
+        t,
+        cur
+    )
+}
+
+/// Sends `slot`'s signal (to the process or its thread).
+fn raise(slot: &Timer) {
+    let signo = slot.signo.load(Ordering::Relaxed);
+    let tid = slot.tid.load(Ordering::Relaxed);
+    // SAFETY: plain signal sends to this process or one of its threads.
+    unsafe {
+        if tid == 0 {
+            libc::syscall(libc::SYS_kill, libc::syscall(libc::SYS_getpid), signo);
+        } else {
+            libc::syscall(libc::SYS_tgkill, libc::syscall(libc::SYS_getpid), tid, signo);
+        }
+    }
+}
+
+/// One masked real wait of at most `slice_ns`: -1 with EINTR when a handler ran.
+fn masked_wait(mask: *const sigset_t, slice_ns: u64) -> c_int {
+    let ts = vclock::to_ts(slice_ns);
+    // SAFETY: no descriptors; a valid timeout; the caller's mask (validated by the kernel),
+    // with the kernel's sigset size.
+    unsafe {
+        libc::syscall(libc::SYS_ppoll, std::ptr::null_mut::<libc::pollfd>(), 0, &ts, mask, std::mem::size_of::<u64>())
+            as c_int
+    }
+}
+
+/// The timers' next virtual expiry after `now`; those passed over have their signal raised.
+fn timers_due(now: u64) -> u64 {
+    TIMERS
+        .iter()
+        .filter(|s| s.id.load(Ordering::Acquire) != 0)
+        .filter_map(|slot| expire(slot, now))
+        .min()
+        .unwrap_or(NO_TARGET)
+}
+
+/// The signal a jump sends to wake a virtual `sigsuspend` at once (its masked real wait
+/// sleeps in `ppoll`, not on a futex): a real-time signal with an empty handler of the
+/// library's, installed only where the program left it at its default. Without it the
+/// wait would notice a jump at the end of its slice, and the clock would run on meanwhile.
+fn wake_signal() -> c_int {
+    static INSTALLED: AtomicI32 = AtomicI32::new(0);
+    let done = INSTALLED.load(Ordering::Acquire);
+    if done != 0 {
+        return done.max(0);
+    }
+    extern "C" fn woken(_: c_int) {}
+    let signo = libc::SIGRTMAX() - 2;
+    // SAFETY: all-zero sigactions are valid; the query writes `old` only.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::sigaction(signo, std::ptr::null(), &mut old) } == 0 && old.sa_sigaction == libc::SIG_DFL;
+    let result = if ok {
+        // SAFETY: an empty handler (async-signal-safe), installed for a signal nobody uses;
+        // SA_RESTART so that the program's other calls are not cut short by it.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = woken as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        if unsafe { libc::sigaction(signo, &sa, std::ptr::null_mut()) } == 0 {
+            signo
+        } else {
+            -1
+        }
+    } else {
+        -1
+    };
+    INSTALLED.store(result, Ordering::Release);
+    result.max(0)
+}
+
+/// # Safety
+/// As sigsuspend(2).
+#[no_mangle]
+pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
+    type F = unsafe extern "C" fn(*const sigset_t) -> c_int;
+    if !applies() || mask.is_null() || TIMERS.iter().all(|s| s.id.load(Ordering::Acquire) == 0) {
+        // SAFETY: (fallback) the kernel validates the mask.
+        return call_real!(
+            SIGSUSPEND,
+            F,
+            unsafe { libc::syscall(libc::SYS_rt_sigsuspend, mask, std::mem::size_of::<u64>()) as c_int },
+            mask
+        );
+    }
+    // Every signal is held until the masked wait: a jump made here wakes the other
+    // threads at once (a device completion), and a signal they send back before the wait
+    // would otherwise be handled outside it, and the wait would sleep on (UML's handler
+    // only notes an interrupt while its idle loop has interrupts off, and counts on
+    // sigsuspend returning).
+    // SAFETY: all-zero sigsets are valid; sigfillset and sigprocmask write only them.
+    let mut all: sigset_t = unsafe { std::mem::zeroed() };
+    let mut saved: sigset_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &all, &mut saved, std::mem::size_of::<u64>());
+    }
+    let (now, _) = vclock::observe_ns();
+    // Disarm the real timers: the virtual clock is what ends this wait.
+    for slot in TIMERS.iter() {
+        let id = slot.id.load(Ordering::Acquire);
+        if id != 0 {
+            real_settime((id - 1) as libc::timer_t, &spec(0, 0));
+        }
+    }
+    let mut target = timers_due(now);
+    let signal = wake_signal();
+    let mut reg = vclock::register_with_signal(target, true, signal);
+    loop {
+        let now = if reg.is_some() { vclock::jump_if_idle() } else { vclock::peek_ns() };
+        if target != NO_TARGET && now >= target {
+            // Raise the timers' signals (pending: the caller blocks them outside this
+            // wait), then a zero wait with the mask delivers them.
+            target = timers_due(now);
+            drop(reg.take());
+            if masked_wait(mask, 0) < 0 {
+                break;
+            }
+            reg = vclock::register_with_signal(target, true, signal);
+            continue;
+        }
+        let slice = if target == NO_TARGET { vclock::RECHECK_NS } else { (target - now).min(vclock::RECHECK_NS) };
+        if masked_wait(mask, slice) < 0 {
+            break;
+        }
+    }
+    drop(reg);
+    let (now, _) = vclock::observe_ns();
+    for slot in TIMERS.iter() {
+        let id = slot.id.load(Ordering::Acquire);
+        if id != 0 {
+            arm_real((id - 1) as libc::timer_t, slot, now);
+        }
+    }
+    // SAFETY: the mask saved above, put back.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &saved,
+            std::ptr::null_mut::<sigset_t>(),
+            std::mem::size_of::<u64>(),
+        )
+    };
+    crate::real::set_errno(libc::EINTR);
+    -1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timer(expiry_ns: u64, interval_ns: u64) -> Timer {
+        Timer {
+            id: AtomicUsize::new(1),
+            signo: AtomicI32::new(libc::SIGALRM),
+            tid: AtomicI32::new(0),
+            expiry_ns: AtomicU64::new(expiry_ns),
+            interval_ns: AtomicU64::new(interval_ns),
+        }
+    }
+
+    #[test]
+    fn a_one_shot_timer_fires_once_and_disarms() {
+        let t = timer(1_000, 0);
+        assert_eq!(next_expiry(&t, 999), (Some(1_000), false));
+        assert_eq!(next_expiry(&t, 1_000), (None, true));
+        assert_eq!(next_expiry(&t, 5_000), (None, false));
+    }
+
+    #[test]
+    fn a_periodic_timer_moves_past_now_by_whole_periods() {
+        let t = timer(1_000, 10);
+        assert_eq!(next_expiry(&t, 1_000), (Some(1_010), true));
+        assert_eq!(next_expiry(&t, 1_055), (Some(1_060), true));
+        assert_eq!(next_expiry(&t, 1_059), (Some(1_060), false));
+        assert_eq!(t.expiry_ns.load(Ordering::Relaxed), 1_060);
+    }
+}
