@@ -195,7 +195,7 @@ def _collect(refs, names, started):
     return results, failed, interrupted
 
 
-def _write(out_dir, kind, address, names, results, failed, extra_records, started, binary):
+def _write(out_dir, kind, address, nodes, names, results, failed, extra_records, started, binary):
     path = os.path.join(out_dir, "results.jsonl")
     lines = []
     for index in sorted(results):
@@ -204,9 +204,15 @@ def _write(out_dir, kind, address, names, results, failed, extra_records, starte
         reason, node = failed[index]
         lines.append(json.dumps({"type": "point_failed", "point": names[index], "node": node, "reason": reason}))
     lines += [json.dumps(r) for r in extra_records]
-    nodes = sum(1 for n in ray.nodes() if n["Alive"])
+    # Where each point ran and how long its smartcon took (the records themselves are
+    # smartcon's, untouched, so that they equal a serial run's).
+    for index in sorted(results):
+        r = results[index]
+        lines.append(json.dumps({"type": "ray_point", "point": names[index], "node": r["node"],
+                                 "host": r["host"], "wall_ns": r["wall_ns"]}))
     run = {"type": "ray_run", "kind": kind, "address": address, "nodes": nodes, "points": len(names),
-           "done": len(results), "failed": len(failed), "retried": _retried(),
+           "done": len(results), "failed": len(failed),
+           "nodes_used": len({r["node"] for r in results.values()}),
            "wall_ns": time.monotonic_ns() - started,
            "task_wall_ns_sum": sum(r["wall_ns"] for r in results.values())}
     lines.append(json.dumps(run))
@@ -217,17 +223,6 @@ def _write(out_dir, kind, address, names, results, failed, extra_records, starte
     return path
 
 
-def _retried():
-    """Task attempts beyond the first, from Ray's state API (0 where it is not there)."""
-    try:
-        from ray.util.state import list_tasks
-        tasks = list_tasks(filters=[("job_id", "=", ray.get_runtime_context().get_job_id())],
-                           limit=10000, raise_on_missing_output=False)
-        return sum(1 for t in tasks if getattr(t, "attempt_number", 0) > 0)
-    except Exception:
-        return 0
-
-
 def sweep(args):
     with open(args.plan) as f:
         plan = [json.loads(line) for line in f if line.strip()]
@@ -236,11 +231,13 @@ def sweep(args):
             raise SystemExit(f"smartcon_ray: {args.plan}: not a smartcon plan (plan_point records with --json)")
     binary_spec = _connect(args)
     started = time.monotonic_ns()
+    nodes = sum(1 for n in ray.nodes() if n["Alive"])
+    print(f"smartcon_ray: {len(plan)} points on {nodes} nodes", file=sys.stderr, flush=True)
     names = {p["index"]: p["name"] for p in plan}
     task = run_point.options(max_retries=args.retries, retry_exceptions=False)
     refs = {task.remote(p, binary_spec): p["index"] for p in plan}
     results, failed, interrupted = _collect(refs, names, time.monotonic())
-    _write(args.out, "sweep", args.address, names, results, failed, [], started, args.smartcon)
+    _write(args.out, "sweep", args.address, nodes, names, results, failed, [], started, args.smartcon)
     return EXIT_INTERRUPTED if interrupted else (EXIT_FAILED if failed else 0)
 
 
@@ -260,7 +257,7 @@ def fleet(args):
         refs[task.remote(n["NodeID"], args.evaluate, binary_spec)] = i
     print(f"smartcon_ray: evaluate on {len(nodes)} nodes", file=sys.stderr, flush=True)
     results, failed, interrupted = _collect(refs, names, time.monotonic())
-    _write(args.out, "fleet", args.address, names, results, failed, [], started, args.smartcon)
+    _write(args.out, "fleet", args.address, len(nodes), names, results, failed, [], started, args.smartcon)
     return EXIT_INTERRUPTED if interrupted else (EXIT_FAILED if failed else 0)
 
 

@@ -40,6 +40,8 @@ impl Records {
                 "fleet_host" => r.fleet_hosts.push(v),
                 "point_failed" => r.failed.push(v),
                 "ray_run" => r.runs.push(v),
+                // Where each point ran: the ray_run line sums them up.
+                "ray_point" => {}
                 other => *r.other.entry(other.to_string()).or_default() += 1,
             }
         }
@@ -90,15 +92,16 @@ pub fn summary_md(r: &Records, dir: Option<&Path>) -> Result<(String, usize)> {
     let mut plots = 0;
     for run in &r.runs {
         md += &format!(
-            "Ran {} on the Ray cluster at {} ({} node(s)): {} of {} points done, {} failed or lost, {} retried; {:.1} s of wall time.\n\n",
+            "Ran {} on the Ray cluster at {} ({} node(s) at the start, {} ran points): {} of {} points done, {} failed or lost; {:.1} s of wall time, {:.1} s in smartcon summed over the tasks.\n\n",
             s(run, "kind"),
             s(run, "address"),
             run["nodes"].as_u64().unwrap_or(0),
+            run["nodes_used"].as_u64().unwrap_or(0),
             run["done"].as_u64().unwrap_or(0),
             run["points"].as_u64().unwrap_or(0),
             run["failed"].as_u64().unwrap_or(0),
-            run["retried"].as_u64().unwrap_or(0),
-            f(run, "wall_ns").unwrap_or(0.0) / 1e9
+            f(run, "wall_ns").unwrap_or(0.0) / 1e9,
+            f(run, "task_wall_ns_sum").unwrap_or(0.0) / 1e9
         );
     }
     if !r.replays.is_empty() {
