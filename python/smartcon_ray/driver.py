@@ -149,6 +149,10 @@ def _connect(args):
         # every node that runs a task) instead of being found by its path on every node.
         ship_dir = tempfile.mkdtemp(prefix="smartcon-ship-")
         shutil.copy2(binary_spec, os.path.join(ship_dir, "smartcon"))
+        # emulate sweep's programs load the interposition library from beside the binary.
+        library = os.path.join(os.path.dirname(binary_spec), "libsmartcon.so")
+        if os.path.exists(library):
+            shutil.copy2(library, os.path.join(ship_dir, "libsmartcon.so"))
         env["working_dir"] = ship_dir
         binary_spec = "ship:smartcon"
         args._ship_dir = ship_dir

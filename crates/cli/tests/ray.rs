@@ -261,6 +261,20 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
         assert!(d.join("report.html").exists() && d.join("replay-channels.svg").exists());
     }
 
+    // 1b. emulate sweep's runs (the program at each factor) as tasks, put together by the
+    //     report as the serial sweep puts them: a row per factor asked for.
+    if Path::new(BIN).with_file_name("libsmartcon.so").exists() {
+        let sweep = dir.join("sweep");
+        let args = ["emulate", "sweep", "--device", "emu:sdcard", "--speedups", "1,10", "--tree-size", "1m"];
+        ok(&cluster.smartcon(&args).args(["--ray", &cluster.address, "--out"]).arg(&sweep).output().unwrap());
+        let runs = records(&sweep.join("results.jsonl"));
+        assert_eq!(of_type(&runs, "emulate_sweep_point").len(), 3, "x1, x10 and x1 in real time");
+        let md = std::fs::read_to_string(sweep.join("summary.md")).unwrap();
+        assert!(md.contains("| 1 | ") && md.contains("| 10 | ") && md.contains("1 x in real time"), "{md}");
+    } else {
+        eprintln!("emulate sweep on Ray skipped: no libsmartcon.so beside {BIN} (cargo build --release)");
+    }
+
     // 2. A fleet survey: one task pinned to each node, one report with a table per host.
     let fleet = dir.join("fleet");
     let targets = format!("emu:optane,size=16m,tmp:16m@{}", dir.display());

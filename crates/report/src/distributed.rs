@@ -26,6 +26,8 @@ pub struct Records {
     pub fleet_hosts: Vec<Value>,
     pub failed: Vec<Value>,
     pub runs: Vec<Value>,
+    /// `emulate_sweep_point` records: the runs of `emulate sweep`, assembled here.
+    pub sweep_runs: Vec<smartcon_emulate::sweep::SweepRun>,
     /// Records of other types, by type: counted, not rendered.
     pub other: BTreeMap<String, usize>,
 }
@@ -40,6 +42,10 @@ impl Records {
                 "fleet_host" => r.fleet_hosts.push(v),
                 "point_failed" => r.failed.push(v),
                 "ray_run" => r.runs.push(v),
+                "emulate_sweep_point" => match sweep_run(&v) {
+                    Some(run) => r.sweep_runs.push(run),
+                    None => *r.other.entry("malformed emulate_sweep_point".into()).or_default() += 1,
+                },
                 // Where each point ran: the ray_run line sums them up.
                 "ray_point" => {}
                 other => *r.other.entry(other.to_string()).or_default() += 1,
@@ -50,8 +56,38 @@ impl Records {
 
     /// Records the report renders.
     pub fn rendered(&self) -> usize {
-        self.replays.len() + self.fleet_hosts.len() + self.failed.len() + self.runs.len()
+        self.replays.len() + self.fleet_hosts.len() + self.failed.len() + self.runs.len() + self.sweep_runs.len()
     }
+}
+
+/// An `emulate_sweep_point` record read back.
+fn sweep_run(v: &Value) -> Option<smartcon_emulate::sweep::SweepRun> {
+    let t = &v["totals"];
+    let u = |x: &Value| x.as_u64();
+    Some(smartcon_emulate::sweep::SweepRun {
+        kind: "emulate_sweep_point",
+        device: v["device"].as_str()?.to_string(),
+        command: v["command"].as_array()?.iter().filter_map(|c| c.as_str().map(String::from)).collect(),
+        speedup: v["speedup"].as_f64()?,
+        virtual_time: v["virtual_time"].as_bool()?,
+        base_only: v["base_only"].as_bool()?,
+        wall_ns: u(&v["wall_ns"])?,
+        totals: smartcon_emulate::sweep::EmuTotals {
+            processes: u(&t["processes"])?,
+            reads: u(&t["reads"])?,
+            writes: u(&t["writes"])?,
+            bytes: u(&t["bytes"])?,
+            device_ns: u(&t["device_ns"])?,
+            skew_ns: t["skew_ns"].as_i64()?,
+            cpu_ns: u(&t["cpu_ns"])?,
+            image_opens: u(&t["image_opens"])?,
+            around_model: t["around_model"]
+                .as_object()?
+                .iter()
+                .map(|(k, n)| Some((k.clone(), n.as_u64()?)))
+                .collect::<Option<_>>()?,
+        },
+    })
 }
 
 fn f(v: &Value, key: &str) -> Option<f64> {
@@ -108,6 +144,21 @@ pub fn summary_md(r: &Records, dir: Option<&Path>) -> Result<(String, usize)> {
         md += &replays_md(&r.replays);
         if let Some(dir) = dir {
             plots += replay_plots(&r.replays, dir)?;
+        }
+    }
+    if !r.sweep_runs.is_empty() {
+        let sweep = smartcon_emulate::sweep::assemble(&r.sweep_runs)?;
+        md += &format!(
+            "## The program at each device speed: {} ({} runs)\n\n`{}`\n\n",
+            sweep.device,
+            r.sweep_runs.len(),
+            sweep.command.join(" ")
+        );
+        md += &smartcon_emulate::sweep::table(&sweep);
+        md += "\n";
+        if let Some(dir) = dir {
+            smartcon_emulate::sweep::plot_svg(&sweep, &dir.join("sweep-speedup.svg"))?;
+            plots += 1;
         }
     }
     if !r.fleet_hosts.is_empty() {

@@ -533,22 +533,103 @@ pub struct SweepArgs {
     /// JSON Lines output (one "emulate_sweep" record).
     #[arg(long)]
     pub json: bool,
+    /// Print the sweep's plan (one `plan_point` record per run with --json) and run nothing.
+    #[arg(long)]
+    pub plan_only: bool,
+    /// Write results.jsonl (one `emulate_sweep_point` record per run) and the report here
+    /// (must not exist or be empty); with --ray the default is smartcon-report-sweep.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub ray: crate::ray::RayArgs,
+    /// One run of the plan: the program at this factor only (an `emulate_sweep_point` record).
+    #[arg(long, hide = true)]
+    pub point: Option<f64>,
+    /// With --point 1: the run in real time.
+    #[arg(long, hide = true, requires = "point")]
+    pub point_real_time: bool,
     /// The program ({image} is replaced by the image path); default: the tar-and-wc test.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
 }
 
 fn sweep(args: SweepArgs) -> Result<()> {
-    use smartcon_emulate::sweep::{plot_svg, run_sweep, table, SweepOptions};
+    use smartcon_emulate::sweep::SweepOptions;
+    use smartcon_emulate::sweep::{assemble, factors, plot_svg, prepare, run_point, run_sweep_points, table};
     let work_dir = std::env::temp_dir().join(format!("smartcon-sweep-{}", std::process::id()));
-    let command = (!args.command.is_empty()).then_some(args.command);
-    let (device, speedups, library, check_real_time) =
-        (args.device, args.speedups, super::run::library()?, !args.no_real_time);
+    let command = (!args.command.is_empty()).then_some(args.command.clone());
+    let (device, speedups, check_real_time) = (args.device.clone(), args.speedups.clone(), !args.no_real_time);
     let tree_bytes = parse_size_arg("tree-size", &args.tree_size)?;
+    if args.plan_only || args.ray.ray.is_some() {
+        // One run per factor (1 x first when not asked for) and the real-time 1 x: each
+        // point is `emulate sweep --point S` with the same flags.
+        let mut runs: Vec<(String, Vec<String>)> = factors(&speedups)
+            .into_iter()
+            .map(|s| (format!("{device} x{s}"), vec!["--point".to_string(), s.to_string()]))
+            .collect();
+        if check_real_time {
+            runs.push((
+                format!("{device} x1 real time"),
+                vec!["--point".into(), "1".into(), "--point-real-time".into()],
+            ));
+        }
+        let plan: Vec<crate::ray::PlanPoint> = runs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, point))| {
+                let mut a: Vec<String> = ["emulate", "sweep", "--device", &device, "--tree-size", &args.tree_size]
+                    .iter()
+                    .map(|x| x.to_string())
+                    .collect();
+                a.push("--speedups".into());
+                a.push(speedups.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","));
+                a.extend(point);
+                a.push("--json".into());
+                if !args.command.is_empty() {
+                    a.push("--".into());
+                    a.extend(args.command.iter().map(|c| c.to_string_lossy().into_owned()));
+                }
+                crate::ray::PlanPoint::new(i, name, a)
+            })
+            .collect();
+        if args.plan_only {
+            for p in &plan {
+                if args.json {
+                    emit_json(p)?;
+                } else {
+                    println!("{}: smartcon {}", p.name, p.args.join(" "));
+                }
+            }
+            return Ok(());
+        }
+        let out = args.out.clone().unwrap_or_else(|| "smartcon-report-sweep".into());
+        return crate::ray::run_driver("sweep", &args.ray, &out, Some(&plan), &[]);
+    }
+    let library = super::run::library()?;
     let opts = SweepOptions { device, speedups, command, library, work_dir, tree_bytes, check_real_time };
-    let r = run_sweep(&opts).map_err(engine_err);
+    if let Some(s) = args.point {
+        // One run of a plan (on a Ray worker): its record, nothing else.
+        let run = prepare(&opts).and_then(|c| run_point(&opts, &c, s, !args.point_real_time, "p"));
+        let _ = std::fs::remove_dir_all(&opts.work_dir);
+        return emit_json(&run.map_err(engine_err)?);
+    }
+    let claim = args.out.as_ref().map(|d| crate::common::prepare_out_dir(d)).transpose()?;
+    let runs = run_sweep_points(&opts).map_err(engine_err);
     let _ = std::fs::remove_dir_all(&opts.work_dir);
-    let r = r?;
+    let runs = runs?;
+    if let Some(dir) = &args.out {
+        let mut lines = String::new();
+        for r in &runs {
+            lines += &serde_json::to_string(r)?;
+            lines.push('\n');
+        }
+        let path = dir.join("results.jsonl");
+        std::fs::write(&path, lines)?;
+        drop(claim);
+        let values = runs.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>()?;
+        return super::report::write(&smartcon_report::distributed::Records::of(values), None, &path);
+    }
+    let r = assemble(&runs).map_err(engine_err)?;
     if let Some(path) = &args.plot {
         plot_svg(&r, path).map_err(engine_err)?;
     }
