@@ -33,7 +33,10 @@ import sys
 import tempfile
 import time
 
-import ray
+try:
+    import ray
+except ImportError:
+    sys.exit(f"smartcon_ray: Ray is not installed for {sys.executable}: pip install 'ray[default]' (docs/distributed.md)")
 
 EXIT_FAILED = 3
 EXIT_INTERRUPTED = 130
@@ -156,8 +159,13 @@ def _connect(args):
         env["working_dir"] = ship_dir
         binary_spec = "ship:smartcon"
         args._ship_dir = ship_dir
-    ray.init(address=args.address, runtime_env=env, log_to_driver=False,
-             logging_level="ERROR", configure_logging=True)
+    try:
+        ray.init(address=args.address, runtime_env=env, log_to_driver=False,
+                 logging_level="ERROR", configure_logging=True)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"smartcon_ray: cannot join the Ray cluster at {args.address}: {first}", file=sys.stderr)
+        raise SystemExit(2)
     return binary_spec
 
 

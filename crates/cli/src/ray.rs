@@ -101,10 +101,16 @@ pub fn run_driver(mode: &str, ray: &RayArgs, out: &Path, plan: Option<&[PlanPoin
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     drop(claim);
+    let ran = out.join("results.jsonl").exists();
+    if !ran {
+        // Nothing ran: the directory is left as it was given (a rerun may use it).
+        let _ = std::fs::remove_file(out.join("plan.jsonl"));
+    }
     if interrupted() {
         return Ok(());
     }
     match status.code() {
+        Some(_) if !ran => bail!("the Ray driver did not run the plan ({status}; its message is above)"),
         Some(0) => Ok(()),
         Some(3) => {
             Err(crate::common::RunFailure("some points failed or were lost; the report names them".into()).into())

@@ -237,7 +237,10 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
         Ok(p) => p,
         Err(why) => return eprintln!("skipped: {why}"),
     };
+    let started = Instant::now();
+    let phase = |what: &str| eprintln!("ray test: {what} after {:.0} s", started.elapsed().as_secs_f64());
     let cluster = Cluster::start(python);
+    phase("two nodes up");
     let dir = cluster.dir.clone();
 
     // 1. The same sweep serially and on Ray: the same records, in plan order.
@@ -261,6 +264,7 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
         assert!(d.join("report.html").exists() && d.join("replay-channels.svg").exists());
     }
 
+    phase("the sweeps compared");
     // 1b. emulate sweep's runs (the program at each factor) as tasks, put together by the
     //     report as the serial sweep puts them: a row per factor asked for.
     if Path::new(BIN).with_file_name("libsmartcon.so").exists() {
@@ -275,6 +279,7 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
         eprintln!("emulate sweep on Ray skipped: no libsmartcon.so beside {BIN} (cargo build --release)");
     }
 
+    phase("emulate sweep on Ray");
     // 2. A fleet survey: one task pinned to each node, one report with a table per host.
     let fleet = dir.join("fleet");
     let targets = format!("emu:optane,size=16m,tmp:16m@{}", dir.display());
@@ -304,8 +309,9 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
     let scratch: Vec<_> = std::fs::read_dir(dir.join("tmp")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(scratch.is_empty(), "the tasks removed their scratch directories: {scratch:?}");
 
+    phase("the fleet");
     // 3. Ctrl-C: the sweep is cancelled, exits 130 and leaves no smartcon on any node.
-    let long = ["--channels", "1,2,4,8,16,32", "--ios", "3000000"];
+    let long = ["--channels", "1,2,4,8", "--ios", "2000000"];
     let mut args: Vec<&str> = SWEEP[..6].to_vec();
     args.extend(["--qd", "8"]);
     args.extend(long);
@@ -331,8 +337,9 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let c = records(&cancelled.join("results.jsonl"));
-    assert_eq!(of_type(&c, "replay_result").len() + of_type(&c, "point_failed").len(), 12);
+    assert_eq!(of_type(&c, "replay_result").len() + of_type(&c, "point_failed").len(), 8);
 
+    phase("Ctrl-C");
     // 4. The second node's raylet is killed while it runs a point: Ray retries that point
     //    on the head, or the report names it.
     let lost = dir.join("lost");
@@ -355,11 +362,12 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
     let status = run.wait().unwrap();
     let l = records(&lost.join("results.jsonl"));
     let (done, failed) = (of_type(&l, "replay_result"), of_type(&l, "point_failed"));
-    assert_eq!(done.len() + failed.len(), 12, "every point done or named");
+    assert_eq!(done.len() + failed.len(), 8, "every point done or named");
     assert_eq!(status.success(), failed.is_empty(), "{status:?}");
     let md = std::fs::read_to_string(lost.join("summary.md")).unwrap();
     for f in &failed {
         assert!(md.contains(f["point"].as_str().unwrap()), "the report names {f}");
     }
     eprintln!("raylet killed: {} points done, {} named as lost", done.len(), failed.len());
+    phase("the killed raylet");
 }
