@@ -33,7 +33,7 @@ fi
 # virtual environment inside the repository (.venv-ray, git-ignored), once. The tests skip,
 # saying why, when this fails (no python3 venv, no network).
 if ! .venv-ray/bin/python -c "import ray" >/dev/null 2>&1; then
-    if ! python3 -m venv --help >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    if ! python3 -c "import ensurepip, venv" >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         apt-get update -qq >/dev/null 2>&1 || true
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null 2>&1 || true
     fi

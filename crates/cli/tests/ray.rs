@@ -266,11 +266,13 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
 
     phase("the sweeps compared");
     // 1b. emulate sweep's runs (the program at each factor) as tasks, put together by the
-    //     report as the serial sweep puts them: a row per factor asked for.
+    //     report as the serial sweep puts them: a row per factor asked for. Shipped.
     if Path::new(BIN).with_file_name("libsmartcon.so").exists() {
         let sweep = dir.join("sweep");
         let args = ["emulate", "sweep", "--device", "emu:sdcard", "--speedups", "1,10", "--tree-size", "1m"];
-        ok(&cluster.smartcon(&args).args(["--ray", &cluster.address, "--out"]).arg(&sweep).output().unwrap());
+        // The binary and the library travel in the runtime environment here (by path elsewhere).
+        let ray = ["--ray", &cluster.address, "--ray-ship", "--out"];
+        ok(&cluster.smartcon(&args).args(ray).arg(&sweep).output().unwrap());
         let runs = records(&sweep.join("results.jsonl"));
         assert_eq!(of_type(&runs, "emulate_sweep_point").len(), 3, "x1, x10 and x1 in real time");
         let md = std::fs::read_to_string(sweep.join("summary.md")).unwrap();
