@@ -31,15 +31,24 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 RAY=$(dirname "$PY")/ray
+# Waits (at most 300 s) until the cluster has $1 nodes, while every `ray start` still runs.
+wait_nodes() {
+  for _ in $(seq 300); do
+    [ "$(nodes)" -ge "$1" ] && return 0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || { echo "bench-ray: a ray start exited" >&2; exit 1; }; done
+    sleep 1
+  done
+  echo "bench-ray: the cluster did not reach $1 nodes in 300 s" >&2; exit 1
+}
 nodes() { "$PY" -c "import ray; ray.init(address='127.0.0.1:$PORT', logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))" 2>/dev/null || echo 0; }
 setsid "$RAY" start --head --block --num-cpus 1 --include-dashboard=false --disable-usage-stats --port "$PORT" \
   --ray-client-server-port $((PORT + 1)) --dashboard-agent-listen-port $((PORT + 2)) --temp-dir "$WORK/t" >/dev/null 2>&1 &
 PIDS+=($!)
-until [ "$(nodes)" -ge 1 ]; do sleep 1; done
+wait_nodes 1
 setsid "$RAY" start --block --num-cpus 1 --disable-usage-stats --address "127.0.0.1:$PORT" \
   --dashboard-agent-listen-port $((PORT + 3)) >/dev/null 2>&1 &
 PIDS+=($!)
-until [ "$(nodes)" -ge 2 ]; do sleep 1; done
+wait_nodes 2
 
 SWEEP=(emulate replay --device emu:nvram --device emu:optane --device emu:nvme --device emu:sata-ssd
        --channels 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 --qd 8 --ios "$IOS")
