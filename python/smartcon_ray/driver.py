@@ -202,8 +202,10 @@ def _collect(refs, names, started):
         _, still = ray.wait(pending, num_returns=len(pending), timeout=CANCEL_GRACE_S)
         for ref in still:
             ray.cancel(ref, force=True)
-        for ref in pending:
-            failed.setdefault(refs[ref], ("cancelled (interrupted)", "?"))
+    # Every point is done or named: also those whose result arrived as the interrupt did.
+    for index in refs.values():
+        if index not in results:
+            failed.setdefault(index, ("cancelled (interrupted)", "?"))
     return results, failed, interrupted
 
 
