@@ -32,6 +32,19 @@ if [ ${#want[@]} -gt 0 ]; then
     fi
 fi
 
+# Ray, for the distributed sweeps' and fleet's tests (crates/cli/tests/ray.rs): into a
+# virtual environment inside the repository (.venv-ray, git-ignored), once. The tests skip,
+# saying why, when this fails (no python3 venv, no network).
+if ! .venv-ray/bin/python -c "import ray" >/dev/null 2>&1; then
+    if ! python3 -c "import ensurepip, venv" >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq >/dev/null 2>&1 || true
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null 2>&1 || true
+    fi
+    echo "scripts/test.sh: installing ray into .venv-ray (python/pyproject.toml's dependency)"
+    { rm -rf .venv-ray && python3 -m venv .venv-ray && .venv-ray/bin/pip install -q "ray[default]>=2.9"; } >/dev/null 2>&1 \
+        || echo "scripts/test.sh: could not install ray; the Ray tests will skip"
+fi
+
 # The habits that keep the tree readable gate the tests: formatting, then clippy with
 # warnings as errors over every target (tests, benches, examples included).
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then

@@ -8,6 +8,7 @@
 mod cmd;
 mod common;
 mod engine_setup;
+mod ray;
 
 // The renderers live in the report library; these names keep `crate::table` and the like.
 use smartcon_report::{printers, table};
@@ -56,6 +57,10 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Replay traces or jobs on emulated devices in virtual time (and against real time).
     Emulate(cmd::emulate::EmulateArgs),
+    /// probe and evaluate once on every node of a Ray cluster: one report, a table per host.
+    Fleet(cmd::fleet::FleetArgs),
+    /// Render a results.jsonl (a sweep's or a fleet's) into summary.md, plots and report.html.
+    Report(cmd::report::ReportArgs),
     /// Remove loop devices, mounts, zram devices and images a killed smartcon left behind.
     Cleanup(cmd::cleanup::CleanupArgs),
 }
@@ -87,6 +92,8 @@ fn main() {
         Command::MergeBench(args) => cmd::merge_bench::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Emulate(args) => cmd::emulate::run(args),
+        Command::Fleet(args) => cmd::fleet::run(args),
+        Command::Report(args) => cmd::report::run(args),
         Command::Cleanup(args) => cmd::cleanup::run(args),
     };
     let status = result.err().map_or(0, |error| common::report_error(&error));

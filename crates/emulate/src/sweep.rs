@@ -307,8 +307,28 @@ fn run_once(
     Ok((wall_ns, sum_records(&text)))
 }
 
-/// Runs the sweep.
-pub fn run_sweep(opts: &SweepOptions) -> Result<SweepResult, Error> {
+/// One run of a sweep (the `emulate_sweep_point` record, docs/json.md): the program at one
+/// factor, in virtual time, or the 1 x run in real time. A sweep is these runs, each
+/// independent of the others, then [`assemble`]: so that a Ray cluster can run them apart
+/// (`emulate sweep --ray`) and the report put them together as the serial sweep does.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SweepRun {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub device: String,
+    pub command: Vec<String>,
+    pub speedup: f64,
+    /// Virtual time (the clock skips the device waits); false: the 1 x check in real time.
+    pub virtual_time: bool,
+    /// The 1 x run that only serves as the base of `speedup_over_1x` (1 was not asked for).
+    pub base_only: bool,
+    pub wall_ns: u64,
+    pub totals: EmuTotals,
+}
+
+/// Checks the options and prepares the work directory; returns the command to run (the
+/// default program's tree generated there).
+pub fn prepare(opts: &SweepOptions) -> Result<Vec<OsString>, Error> {
     if opts.speedups.is_empty() || opts.speedups.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
         return Err(Error::new(ErrorKind::Usage, "sweep: --speedups needs positive factors, e.g. 1,10,20"));
     }
@@ -320,7 +340,7 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepResult, Error> {
         return Err(Error::new(ErrorKind::Setup, format!("sweep: {} does not exist", opts.library.display())));
     }
     std::fs::create_dir_all(&opts.work_dir).map_err(|e| io_err("create the work directory", e))?;
-    let command = match &opts.command {
+    Ok(match &opts.command {
         Some(c) => c.clone(),
         None => {
             let tree = opts.work_dir.join("tree");
@@ -328,47 +348,99 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepResult, Error> {
             generate_tree(&tree, opts.tree_bytes)?;
             default_command(&tree)
         }
-    };
-    let mut speedups = opts.speedups.clone();
-    if !speedups.contains(&1.0) {
-        speedups.insert(0, 1.0);
+    })
+}
+
+/// The factors a sweep runs: 1 x first when it was not asked for (the base).
+pub fn factors(speedups: &[f64]) -> Vec<f64> {
+    let mut f = speedups.to_vec();
+    if !f.contains(&1.0) {
+        f.insert(0, 1.0);
     }
-    let mut points = Vec::new();
-    for (i, &s) in speedups.iter().enumerate() {
-        let spec = format!("{},speedup={s}", opts.device);
-        let (wall_ns, totals) = run_once(opts, &command, &spec, true, &format!("v{i}"))?;
-        let predicted_ns = (wall_ns as i64 + totals.skew_ns).max(1) as u64;
-        points.push(SweepPoint {
-            speedup: s,
-            predicted_ns,
-            wall_ns,
-            speedup_over_1x: 0.0,
-            ideal_ns: 0,
-            cpu_utilization: totals.cpu_ns as f64 / predicted_ns as f64,
-            totals,
-        });
-    }
-    let base_ns = points.iter().find(|p| p.speedup == 1.0).map_or(1, |p| p.predicted_ns);
+    f
+}
+
+/// Runs `command` (from [`prepare`]) once at `speedup`.
+pub fn run_point(
+    opts: &SweepOptions,
+    command: &[OsString],
+    speedup: f64,
+    virtual_time: bool,
+    tag: &str,
+) -> Result<SweepRun, Error> {
+    let spec = format!("{},speedup={speedup}", opts.device);
+    let (wall_ns, totals) = run_once(opts, command, &spec, virtual_time, tag)?;
+    Ok(SweepRun {
+        kind: "emulate_sweep_point",
+        device: opts.device.clone(),
+        command: command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        speedup,
+        virtual_time,
+        base_only: !opts.speedups.contains(&speedup),
+        wall_ns,
+        totals,
+    })
+}
+
+/// The sweep's record from its runs (any order; the virtual-time 1 x run is the base).
+pub fn assemble(runs: &[SweepRun]) -> Result<SweepResult, Error> {
+    let first = runs.first().ok_or_else(|| Error::new(ErrorKind::Usage, "sweep: no run to assemble"))?;
+    let mut virtual_runs: Vec<&SweepRun> = runs.iter().filter(|r| r.virtual_time).collect();
+    virtual_runs.sort_by(|a, b| a.speedup.total_cmp(&b.speedup));
+    let mut points: Vec<SweepPoint> = virtual_runs
+        .iter()
+        .map(|r| {
+            let predicted_ns = (r.wall_ns as i64 + r.totals.skew_ns).max(1) as u64;
+            SweepPoint {
+                speedup: r.speedup,
+                predicted_ns,
+                wall_ns: r.wall_ns,
+                speedup_over_1x: 0.0,
+                ideal_ns: 0,
+                cpu_utilization: r.totals.cpu_ns as f64 / predicted_ns as f64,
+                totals: r.totals.clone(),
+            }
+        })
+        .collect();
+    let base_ns = points
+        .iter()
+        .find(|p| p.speedup == 1.0)
+        .map(|p| p.predicted_ns)
+        .ok_or_else(|| Error::new(ErrorKind::Usage, "sweep: the 1 x run (the base) is missing"))?;
     for p in &mut points {
         p.speedup_over_1x = base_ns as f64 / p.predicted_ns as f64;
         p.ideal_ns = (base_ns as f64 / p.speedup).round() as u64;
     }
-    points.retain(|p| opts.speedups.contains(&p.speedup));
-    let (real_time_1x_ns, real_time_1x_error_pct) = if opts.check_real_time {
-        let (wall_ns, _) = run_once(opts, &command, &format!("{},speedup=1", opts.device), false, "real")?;
-        (Some(wall_ns), Some((base_ns as f64 - wall_ns as f64) / wall_ns as f64 * 100.0))
-    } else {
-        (None, None)
-    };
+    let shown: Vec<f64> = virtual_runs.iter().filter(|r| !r.base_only).map(|r| r.speedup).collect();
+    points.retain(|p| shown.contains(&p.speedup));
+    let real = runs.iter().find(|r| !r.virtual_time);
     Ok(SweepResult {
         kind: "emulate_sweep",
-        device: opts.device.clone(),
-        command: command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        device: first.device.clone(),
+        command: first.command.clone(),
         cpu_bound_from: points.iter().find(|p| p.cpu_utilization >= CPU_BOUND_UTILIZATION).map(|p| p.speedup),
         points,
-        real_time_1x_ns,
-        real_time_1x_error_pct,
+        real_time_1x_ns: real.map(|r| r.wall_ns),
+        real_time_1x_error_pct: real.map(|r| (base_ns as f64 - r.wall_ns as f64) / r.wall_ns as f64 * 100.0),
     })
+}
+
+/// Runs the sweep: every factor in virtual time, then (if asked) 1 x in real time.
+pub fn run_sweep(opts: &SweepOptions) -> Result<SweepResult, Error> {
+    assemble(&run_sweep_points(opts)?)
+}
+
+/// The runs of [`run_sweep`], before they are assembled.
+pub fn run_sweep_points(opts: &SweepOptions) -> Result<Vec<SweepRun>, Error> {
+    let command = prepare(opts)?;
+    let mut runs = Vec::new();
+    for (i, s) in factors(&opts.speedups).into_iter().enumerate() {
+        runs.push(run_point(opts, &command, s, true, &format!("v{i}"))?);
+    }
+    if opts.check_real_time {
+        runs.push(run_point(opts, &command, 1.0, false, "real")?);
+    }
+    Ok(runs)
 }
 
 /// The table, as the seed prints it (markdown).
@@ -461,6 +533,32 @@ mod tests {
         assert_eq!(std::fs::metadata(&img).unwrap().len(), 16 << 20);
         assert!(!prepare_image("emu:nvram,size=16m", &img).unwrap(), "used as it is");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn runs_assemble_against_the_virtual_1x_run_in_any_order() {
+        let run = |speedup: f64, virtual_time: bool, base_only: bool, wall_ns: u64, skew_ns: i64| SweepRun {
+            kind: "emulate_sweep_point",
+            device: "emu:hdd".into(),
+            command: vec!["true".into()],
+            speedup,
+            virtual_time,
+            base_only,
+            wall_ns,
+            totals: EmuTotals { skew_ns, cpu_ns: 500, ..Default::default() },
+        };
+        // 1 x predicts 1000 ns (wall 100 + skew 900); 10 x predicts 200 ns; real 1 x took 800.
+        let runs = [run(10.0, true, false, 100, 100), run(1.0, false, false, 800, 0), run(1.0, true, true, 100, 900)];
+        let r = assemble(&runs).unwrap();
+        assert_eq!(r.points.len(), 1, "the base run is not shown when 1 x was not asked for");
+        let p = &r.points[0];
+        assert_eq!((p.predicted_ns, p.ideal_ns), (200, 100));
+        assert_eq!(p.speedup_over_1x, 5.0);
+        assert_eq!(r.cpu_bound_from, Some(10.0), "500 ns of CPU in 200 ns predicted");
+        assert_eq!(r.real_time_1x_ns, Some(800));
+        assert_eq!(r.real_time_1x_error_pct, Some(25.0));
+        assert!(assemble(&runs[..2]).is_err(), "no base");
+        assert_eq!(factors(&[10.0, 20.0]), [1.0, 10.0, 20.0]);
     }
 
     #[test]

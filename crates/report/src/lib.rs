@@ -11,6 +11,7 @@
 
 pub mod bench;
 pub mod ctx;
+pub mod distributed;
 pub mod ets;
 pub mod evaluate;
 pub mod html;

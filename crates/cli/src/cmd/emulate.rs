@@ -96,12 +96,15 @@ pub struct MountArgs {
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// emu:PRESET[,key=value...], e.g. emu:sdcard,channels=4,speedup=2 or emu:hdd,queue=sjf.
+    /// emu:PRESET[,key=value...], e.g. emu:sdcard,channels=4,speedup=2 or emu:hdd,queue=sjf. Repeat it for a sweep: every device x --channels x --trace is one point.
+    #[arg(long, required = true)]
+    pub device: Vec<String>,
+    /// A sweep over channel counts: each device is replayed with channels=N for each N (e.g. 1,2,4,8).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
+    pub channels: Vec<u32>,
+    /// A trace file, gzip or not, `-` for standard input (open loop: arrivals at its timestamps); repeat it for a sweep. Without it, a closed-loop job.
     #[arg(long)]
-    pub device: String,
-    /// A trace file, gzip or not, `-` for standard input (open loop: arrivals at its timestamps). Without it, a closed-loop job.
-    #[arg(long)]
-    pub trace: Option<std::path::PathBuf>,
+    pub trace: Vec<std::path::PathBuf>,
     /// The trace's format (default: detected from its first lines).
     #[arg(long, value_parser = ["blkparse", "fio-iolog-v2", "fio-iolog-v3", "msr", "alibaba", "tencent"])]
     pub format: Option<String>,
@@ -147,6 +150,96 @@ pub struct ReplayArgs {
     /// Closed loop: seed of the random offsets.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Print the sweep's plan (one `plan_point` record per point with --json: the smartcon
+    /// arguments that run it) and run nothing.
+    #[arg(long)]
+    pub plan_only: bool,
+    /// Write the sweep's results.jsonl and its report (summary.md, plots, report.html) to
+    /// this directory (must not exist or be empty); with --ray the default is
+    /// smartcon-report-sweep.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub ray: crate::ray::RayArgs,
+}
+
+/// One point of a replay sweep: a device spec and a trace (or the closed-loop job).
+struct ReplayPoint {
+    name: String,
+    device: String,
+    trace: Option<std::path::PathBuf>,
+}
+
+/// The sweep's points, devices x channels x traces in that order (one point without a sweep).
+fn replay_points(args: &ReplayArgs) -> Result<Vec<ReplayPoint>> {
+    let mut devices = Vec::new();
+    for d in &args.device {
+        smartcon_engine::devemu::parse_spec(d).map_err(|e| anyhow::anyhow!("--device {d}: {e}"))?;
+        if args.channels.is_empty() {
+            devices.push(d.clone());
+        } else if d.split(',').any(|kv| kv.starts_with("channels=")) {
+            bail!("--device {d} sets channels= and --channels sweeps them: give one of the two");
+        } else {
+            devices.extend(args.channels.iter().map(|c| format!("{d},channels={c}")));
+        }
+    }
+    let traces: Vec<Option<std::path::PathBuf>> =
+        if args.trace.is_empty() { vec![None] } else { args.trace.iter().cloned().map(Some).collect() };
+    let sweep = devices.len() * traces.len() > 1 || args.ray.ray.is_some() || args.plan_only;
+    let mut points = Vec::new();
+    for device in &devices {
+        for trace in &traces {
+            let trace = match trace {
+                Some(t) if t.as_os_str() == "-" && sweep => {
+                    bail!("--trace -: a sweep reads its traces by name (standard input can be read once)")
+                }
+                // Absolute, so that a worker on another node (or in another directory) finds it.
+                Some(t) if t.as_os_str() != "-" => {
+                    Some(std::fs::canonicalize(t).map_err(|e| anyhow::anyhow!("--trace {}: {e}", t.display()))?)
+                }
+                other => other.clone(),
+            };
+            let name = match &trace {
+                Some(t) => format!("{device} {}", t.file_name().unwrap_or_default().to_string_lossy()),
+                None => device.clone(),
+            };
+            points.push(ReplayPoint { name, device: device.clone(), trace });
+        }
+    }
+    Ok(points)
+}
+
+/// The smartcon arguments that replay `point` alone, with --json.
+fn point_args(args: &ReplayArgs, point: &ReplayPoint) -> Vec<String> {
+    let mut a: Vec<String> = vec!["emulate".into(), "replay".into(), "--device".into(), point.device.clone()];
+    let mut flag = |name: &str, value: Option<String>| {
+        if let Some(v) = value {
+            a.push(format!("--{name}"));
+            a.push(v);
+        }
+    };
+    flag("trace", point.trace.as_ref().map(|t| t.to_string_lossy().into_owned()));
+    flag("format", args.format.clone());
+    flag("device-filter", args.device_filter.clone());
+    flag("reorder-window", Some(args.reorder_window.to_string()));
+    flag("strategy", Some(args.strategy.clone()));
+    let faults = args.faults.as_ref().map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| f.clone()));
+    flag("faults", faults.map(|f| f.to_string_lossy().into_owned()));
+    flag("op", Some(args.op.clone()));
+    flag("pattern", Some(args.pattern.clone()));
+    flag("bs", Some(args.bs.clone()));
+    flag("qd", Some(args.qd.to_string()));
+    flag("ios", Some(args.ios.to_string()));
+    flag("think", args.think.clone());
+    flag("seed", Some(args.seed.to_string()));
+    if args.real_time {
+        a.push("--real-time".into());
+    }
+    if args.fifo {
+        a.push("--fifo".into());
+    }
+    a.push("--json".into());
+    a
 }
 
 pub fn run(args: EmulateArgs) -> Result<()> {
@@ -250,7 +343,61 @@ fn mount(a: MountArgs) -> Result<()> {
 }
 
 fn replay(args: ReplayArgs) -> Result<()> {
-    let spec = smartcon_engine::devemu::parse_spec(&args.device).map_err(anyhow::Error::msg)?;
+    use crate::ray::PlanPoint;
+    let points = replay_points(&args)?;
+    if args.plan_only || args.ray.ray.is_some() {
+        let plan: Vec<PlanPoint> =
+            points.iter().enumerate().map(|(i, p)| PlanPoint::new(i, p.name.clone(), point_args(&args, p))).collect();
+        if args.plan_only {
+            for p in &plan {
+                if args.json {
+                    emit_json(p)?;
+                } else {
+                    println!("{}: smartcon {}", p.name, p.args.join(" "));
+                }
+            }
+            return Ok(());
+        }
+        let out = args.out.clone().unwrap_or_else(|| "smartcon-report-sweep".into());
+        return crate::ray::run_driver("sweep", &args.ray, &out, Some(&plan), &[]);
+    }
+    if points.len() == 1 && args.out.is_none() {
+        let record = replay_one(&args, &points[0], true)?;
+        return output(&args, &record);
+    }
+    // A sweep on this machine, point after point: the same records a Ray run writes.
+    let claim = args.out.as_ref().map(|d| crate::common::prepare_out_dir(d)).transpose()?;
+    let bar = progress_bar(points.len() as u64, "points");
+    let mut lines = String::new();
+    let mut records = Vec::new();
+    for p in &points {
+        if crate::common::interrupted() {
+            break;
+        }
+        bar.set_message(p.name.clone());
+        let record = replay_one(&args, p, false)?;
+        bar.inc(1);
+        if args.out.is_some() {
+            lines += &serde_json::to_string(&record)?;
+            lines.push('\n');
+            records.push(serde_json::to_value(&record)?);
+        } else {
+            bar.suspend(|| output(&args, &record))?;
+        }
+    }
+    bar.finish_and_clear();
+    if let Some(dir) = &args.out {
+        let path = dir.join("results.jsonl");
+        std::fs::write(&path, lines)?;
+        drop(claim);
+        let records = smartcon_report::distributed::Records::of(records);
+        super::report::write(&records, None, &path)?;
+    }
+    Ok(())
+}
+
+fn replay_one(args: &ReplayArgs, point: &ReplayPoint, show_progress: bool) -> Result<ReplayResult> {
+    let spec = smartcon_engine::devemu::parse_spec(&point.device).map_err(anyhow::Error::msg)?;
     let strategy = match args.strategy.as_str() {
         "block" => Strategy::Block,
         "spin" => Strategy::Spin,
@@ -264,21 +411,24 @@ fn replay(args: ReplayArgs) -> Result<()> {
         Some(path) => scenario::load(path).map_err(anyhow::Error::msg)?,
         None => Default::default(),
     };
-    if args.trace.is_none() && (args.format.is_some() || args.device_filter.is_some()) {
+    if point.trace.is_none() && (args.format.is_some() || args.device_filter.is_some()) {
         bail!("--format and --device-filter read a --trace");
     }
-    // Progress: a bar on a terminal; in logs a line every few seconds.
-    let bar = progress_bar(if args.trace.is_none() { args.ios } else { 0 }, "replay");
+    // Progress: a bar on a terminal; in logs a line every few seconds (a sweep shows points).
+    let bar = progress_bar(if point.trace.is_none() { args.ios } else { 0 }, "replay");
+    if !show_progress {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     let mut last_line = std::time::Instant::now();
     let mut progress = |issued: u64| {
         bar.set_position(issued);
-        if last_line.elapsed() >= std::time::Duration::from_secs(5) {
+        if show_progress && last_line.elapsed() >= std::time::Duration::from_secs(5) {
             last_line = std::time::Instant::now();
             bar.inc(0);
         }
     };
     let hooks = || Hooks { on_complete: None, progress: None };
-    match &args.trace {
+    match &point.trace {
         Some(path) => {
             let options = TraceOptions {
                 format: args.format.as_deref().and_then(TraceFormat::parse),
@@ -319,7 +469,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
             };
             let mut record = replay_result(&spec, label, &virt, real.as_ref());
             record.trace = Some(stats);
-            output(&args, &record)
+            Ok(record)
         }
         None => {
             let job = ClosedLoop {
@@ -360,7 +510,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
             } else {
                 None
             };
-            output(&args, &replay_result(&spec, label, &virt, real.as_ref()))
+            Ok(replay_result(&spec, label, &virt, real.as_ref()))
         }
     }
 }
@@ -467,22 +617,103 @@ pub struct SweepArgs {
     /// JSON Lines output (one "emulate_sweep" record).
     #[arg(long)]
     pub json: bool,
+    /// Print the sweep's plan (one `plan_point` record per run with --json) and run nothing.
+    #[arg(long)]
+    pub plan_only: bool,
+    /// Write results.jsonl (one `emulate_sweep_point` record per run) and the report here
+    /// (must not exist or be empty); with --ray the default is smartcon-report-sweep.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub ray: crate::ray::RayArgs,
+    /// One run of the plan: the program at this factor only (an `emulate_sweep_point` record).
+    #[arg(long, hide = true)]
+    pub point: Option<f64>,
+    /// With --point 1: the run in real time.
+    #[arg(long, hide = true, requires = "point")]
+    pub point_real_time: bool,
     /// The program ({image} is replaced by the image path); default: the tar-and-wc test.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
 }
 
 fn sweep(args: SweepArgs) -> Result<()> {
-    use smartcon_emulate::sweep::{plot_svg, run_sweep, table, SweepOptions};
+    use smartcon_emulate::sweep::SweepOptions;
+    use smartcon_emulate::sweep::{assemble, factors, plot_svg, prepare, run_point, run_sweep_points, table};
     let work_dir = std::env::temp_dir().join(format!("smartcon-sweep-{}", std::process::id()));
-    let command = (!args.command.is_empty()).then_some(args.command);
-    let (device, speedups, library, check_real_time) =
-        (args.device, args.speedups, super::run::library()?, !args.no_real_time);
+    let command = (!args.command.is_empty()).then_some(args.command.clone());
+    let (device, speedups, check_real_time) = (args.device.clone(), args.speedups.clone(), !args.no_real_time);
     let tree_bytes = parse_size_arg("tree-size", &args.tree_size)?;
+    if args.plan_only || args.ray.ray.is_some() {
+        // One run per factor (1 x first when not asked for) and the real-time 1 x: each
+        // point is `emulate sweep --point S` with the same flags.
+        let mut runs: Vec<(String, Vec<String>)> = factors(&speedups)
+            .into_iter()
+            .map(|s| (format!("{device} x{s}"), vec!["--point".to_string(), s.to_string()]))
+            .collect();
+        if check_real_time {
+            runs.push((
+                format!("{device} x1 real time"),
+                vec!["--point".into(), "1".into(), "--point-real-time".into()],
+            ));
+        }
+        let plan: Vec<crate::ray::PlanPoint> = runs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, point))| {
+                let mut a: Vec<String> = ["emulate", "sweep", "--device", &device, "--tree-size", &args.tree_size]
+                    .iter()
+                    .map(|x| x.to_string())
+                    .collect();
+                a.push("--speedups".into());
+                a.push(speedups.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","));
+                a.extend(point);
+                a.push("--json".into());
+                if !args.command.is_empty() {
+                    a.push("--".into());
+                    a.extend(args.command.iter().map(|c| c.to_string_lossy().into_owned()));
+                }
+                crate::ray::PlanPoint::new(i, name, a)
+            })
+            .collect();
+        if args.plan_only {
+            for p in &plan {
+                if args.json {
+                    emit_json(p)?;
+                } else {
+                    println!("{}: smartcon {}", p.name, p.args.join(" "));
+                }
+            }
+            return Ok(());
+        }
+        let out = args.out.clone().unwrap_or_else(|| "smartcon-report-sweep".into());
+        return crate::ray::run_driver("sweep", &args.ray, &out, Some(&plan), &[]);
+    }
+    let library = super::run::library()?;
     let opts = SweepOptions { device, speedups, command, library, work_dir, tree_bytes, check_real_time };
-    let r = run_sweep(&opts).map_err(engine_err);
+    if let Some(s) = args.point {
+        // One run of a plan (on a Ray worker): its record, nothing else.
+        let run = prepare(&opts).and_then(|c| run_point(&opts, &c, s, !args.point_real_time, "p"));
+        let _ = std::fs::remove_dir_all(&opts.work_dir);
+        return emit_json(&run.map_err(engine_err)?);
+    }
+    let claim = args.out.as_ref().map(|d| crate::common::prepare_out_dir(d)).transpose()?;
+    let runs = run_sweep_points(&opts).map_err(engine_err);
     let _ = std::fs::remove_dir_all(&opts.work_dir);
-    let r = r?;
+    let runs = runs?;
+    if let Some(dir) = &args.out {
+        let mut lines = String::new();
+        for r in &runs {
+            lines += &serde_json::to_string(r)?;
+            lines.push('\n');
+        }
+        let path = dir.join("results.jsonl");
+        std::fs::write(&path, lines)?;
+        drop(claim);
+        let values = runs.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>()?;
+        return super::report::write(&smartcon_report::distributed::Records::of(values), None, &path);
+    }
+    let r = assemble(&runs).map_err(engine_err)?;
     if let Some(path) = &args.plot {
         plot_svg(&r, path).map_err(engine_err)?;
     }

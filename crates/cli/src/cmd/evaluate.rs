@@ -19,6 +19,7 @@ use smartcon_report::evaluate::{
     Header,
 };
 use smartcon_report::verdict_map::{self, VerdictMap};
+use smartcon_study::evaluate::fleet::FleetHost;
 use smartcon_study::evaluate::plan::{self, Plan, PlanOptions, Preset};
 use smartcon_study::evaluate::{host, judge};
 use smartcon_study::evaluate::{loadavg, run, Cell, Load, MachineRecord, ProfileRecord, Workload};
@@ -110,6 +111,10 @@ pub struct EvaluateArgs {
     /// about 20 s).
     #[arg(long)]
     pub skip_polling: bool,
+    /// For `smartcon fleet`'s driver: print one `fleet_host` record naming this Ray node id
+    /// on standard output (the human lines go to standard error).
+    #[arg(long, hide = true)]
+    pub fleet_host: Option<String>,
 }
 
 fn plan_of(args: &EvaluateArgs) -> Result<Plan> {
@@ -226,15 +231,34 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         bottom: &bottom,
     };
     smartcon_report::html::write_report_html(&args.out, &page)?;
-    drop(session);
-    println!("{}", headline(&cells, &criteria));
-    println!("{}", host_record.text());
     let secs = started.elapsed().as_secs_f64();
-    println!("report: {} (report.html, results.jsonl, summary.md, {plots} plots) in {secs:.0} s", args.out.display());
+    let fleet = args.fleet_host.as_ref().map(|node_id| {
+        let profiles: Vec<_> = session.opened.iter().map(|o| (o.target.label().to_string(), &o.profile)).collect();
+        let pareto = judge::pareto(&cells);
+        let name = smartcon_study::evaluate::fleet::host_name();
+        let ns = started.elapsed().as_nanos() as u64;
+        FleetHost::of(node_id, &name, &mach, &host_record, &pareto, &profiles, cells.len(), ns)
+    });
+    drop(session);
+    let mut human = String::new();
+    human += &format!("{}\n{}\n", headline(&cells, &criteria), host_record.text());
+    human += &format!(
+        "report: {} (report.html, results.jsonl, summary.md, {plots} plots) in {secs:.0} s\n",
+        args.out.display()
+    );
     if interrupted() {
-        println!("(interrupted: the report holds the cells measured so far)");
+        human += "(interrupted: the report holds the cells measured so far)\n";
     }
-    Ok(())
+    match fleet {
+        Some(record) => {
+            eprint!("{human}");
+            crate::common::emit_json(&record)
+        }
+        None => {
+            print!("{human}");
+            Ok(())
+        }
+    }
 }
 
 /// The polling study (smartcon's polling strategies and the peers' rules on emulated devices).

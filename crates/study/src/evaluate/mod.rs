@@ -20,6 +20,7 @@ use smartcon_engine::profile::Profile;
 use smartcon_engine::stats::JobResult;
 use smartcon_workloads::postmark::PostmarkCounts;
 
+pub mod fleet;
 pub mod host;
 pub mod judge;
 pub mod merge;

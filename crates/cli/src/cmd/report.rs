@@ -1,0 +1,71 @@
+//! `smartcon report RESULTS.jsonl [--out DIR]`: the summary, plots and report.html of a
+//! results file (python/smartcon_ray's driver calls it after a sweep or a fleet survey; a
+//! serial `emulate replay --out` writes the same file). The renderers are
+//! smartcon_report::distributed; this module reads the file and writes the directory.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use smartcon_report::distributed::{summary_md, Records};
+
+use crate::common::prepare_out_dir;
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A results file (JSON Lines) written by a sweep, a fleet survey or `emulate replay --out`.
+    pub results: PathBuf,
+    /// The report directory (must not exist or be empty). Default: beside RESULTS, which
+    /// must not hold a summary.md yet.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+pub fn run(args: ReportArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&args.results).with_context(|| format!("read {}", args.results.display()))?;
+    let mut values = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(v) if v["type"].is_string() => values.push(v),
+            Ok(_) => bail!("{} line {}: a record without a \"type\"", args.results.display(), i + 1),
+            Err(e) => bail!("{} line {}: not JSON ({e})", args.results.display(), i + 1),
+        }
+    }
+    let records = Records::of(values);
+    if records.rendered() == 0 {
+        bail!("{}: no record this report renders (replay_result, fleet_host, point_failed)", args.results.display());
+    }
+    write(&records, args.out, &args.results)
+}
+
+/// Writes summary.md, the plots and report.html for `records` into `out`, else beside
+/// `results` (refusing to replace a summary there).
+pub fn write(records: &Records, out: Option<PathBuf>, results: &std::path::Path) -> Result<()> {
+    let (dir, _claim) = match out {
+        Some(dir) => {
+            let claim = prepare_out_dir(&dir)?;
+            (dir, Some(claim))
+        }
+        None => {
+            let dir = results.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+            for name in ["summary.md", "report.html"] {
+                if dir.join(name).exists() {
+                    bail!("{} exists; give --out DIR for another report", dir.join(name).display());
+                }
+            }
+            (dir.to_path_buf(), None)
+        }
+    };
+    let (md, plots) = summary_md(records, Some(&dir))?;
+    std::fs::write(dir.join("summary.md"), &md)?;
+    let page = smartcon_report::html::Page {
+        title: "smartcon report",
+        subtitle: &results.display().to_string(),
+        top: "",
+        body_md: &md,
+        bottom: "",
+    };
+    smartcon_report::html::write_report_html(&dir, &page)?;
+    println!("report: {} (report.html, summary.md, {plots} plots)", dir.display());
+    Ok(())
+}

@@ -1,0 +1,375 @@
+//! Studies beyond one machine (issue 24) on two Ray nodes on this host: `ray start --head
+//! --num-cpus 1` and a second `ray start --address ... --num-cpus 1`, both `--block` in
+//! their own process groups, stopped by their pids at the end (also when a check fails).
+//!
+//! The checks, in one test so the two nodes start once: a deterministic replay sweep
+//! (virtual time, presets x channels) gives the serial run's records; `fleet --tiny` gives
+//! one report with a table per node; Ctrl-C cancels the sweep and leaves no smartcon on
+//! any node; killing the second node's raylet mid-sweep still completes the sweep or names
+//! the lost points. Skips (saying why) when Ray is not installed: scripts/test.sh installs
+//! it into .venv-ray (or set SMARTCON_RAY_PYTHON). No timing is asserted.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_smartcon");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// The Python with Ray, or why there is none.
+fn python() -> Result<PathBuf, String> {
+    let python = std::env::var_os("SMARTCON_RAY_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".venv-ray/bin/python"));
+    let ok = Command::new(&python)
+        .args(["-c", "import ray"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Ok(python)
+    } else {
+        Err(format!("{} cannot import ray (scripts/test.sh installs it into .venv-ray)", python.display()))
+    }
+}
+
+/// The parent pid of every process, from /proc.
+fn parents() -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // The fields after the command name, which is in parentheses and may hold spaces.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+            out.push((pid, ppid));
+        }
+    }
+    out
+}
+
+/// Every process below `root`, with its command name.
+fn descendants(root: u32) -> Vec<(u32, String)> {
+    let all = parents();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(all.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found[1..]
+        .iter()
+        .map(|p| (*p, std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default().trim().to_string()))
+        .collect()
+}
+
+/// Two Ray nodes of one cluster on this host, ended by their pids when dropped.
+struct Cluster {
+    python: PathBuf,
+    dir: PathBuf,
+    home: PathBuf,
+    address: String,
+    nodes: Vec<Child>,
+}
+
+impl Cluster {
+    fn ray(&self) -> Command {
+        let ray = self.python.parent().map_or(PathBuf::from("ray"), |d| d.join("ray"));
+        let mut c = Command::new(ray);
+        // The tasks' scratch directories go to TMPDIR: under the cluster's, to be checked.
+        c.env("RAY_USAGE_STATS_ENABLED", "0").env("SMARTCON_HOME", &self.home).env("TMPDIR", self.dir.join("tmp"));
+        c.process_group(0);
+        c.stdout(Stdio::null()).stderr(Stdio::null());
+        c
+    }
+
+    fn start(python: PathBuf) -> Cluster {
+        let id = std::process::id();
+        // A short directory: Ray's sockets live under it (a socket path has ~107 bytes).
+        let dir = PathBuf::from(format!("/tmp/scray-{id}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let home = dir.join("home");
+        std::fs::create_dir_all(dir.join("tmp")).unwrap();
+        // Ports above Ray's default worker range (10002-19999), apart for parallel runs.
+        let port = 30_000 + (id % 10_000) * 3;
+        let mut c = Cluster { python, dir, home, address: format!("127.0.0.1:{port}"), nodes: Vec::new() };
+        let head = c
+            .ray()
+            .args(["start", "--head", "--block", "--num-cpus", "1", "--include-dashboard=false"])
+            .args(["--disable-usage-stats", "--port", &port.to_string()])
+            .args(["--ray-client-server-port", &(port + 1).to_string()])
+            .args(["--dashboard-agent-listen-port", &(port + 2).to_string()])
+            .arg("--temp-dir")
+            .arg(c.dir.join("t"))
+            .spawn()
+            .expect("ray start --head");
+        c.nodes.push(head);
+        c.wait_nodes(1);
+        let worker = c
+            .ray()
+            .args(["start", "--block", "--num-cpus", "1", "--disable-usage-stats", "--address", &c.address])
+            .args(["--dashboard-agent-listen-port", &(port + 3).to_string()])
+            .spawn()
+            .expect("ray start --address");
+        c.nodes.push(worker);
+        c.wait_nodes(2);
+        c
+    }
+
+    /// The alive nodes' ids, as the cluster reports them.
+    fn node_ids(&self) -> Vec<String> {
+        let script = format!(
+            "import ray; ray.init(address='{}', logging_level='ERROR'); print('\\n'.join(n['NodeID'] for n in ray.nodes() if n['Alive']))",
+            self.address
+        );
+        let out = Command::new(&self.python).args(["-c", &script]).env("RAY_USAGE_STATS_ENABLED", "0").output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).lines().map(String::from).collect()).unwrap_or_default()
+    }
+
+    fn wait_nodes(&mut self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while self.node_ids().len() < n {
+            assert!(Instant::now() < deadline, "the Ray cluster at {} did not reach {n} nodes in 180 s", self.address);
+            for node in &mut self.nodes {
+                assert!(node.try_wait().unwrap().is_none(), "a `ray start --block` exited early");
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn smartcon(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .env("SMARTCON_HOME", &self.home)
+            .env("SMARTCON_RAY_PYTHON", &self.python)
+            .env("PYTHONPATH", repo().join("python"))
+            .env("RAY_USAGE_STATS_ENABLED", "0");
+        c
+    }
+
+    /// smartcon processes anywhere below the nodes (the tasks' runs).
+    fn smartcons(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for node in &self.nodes {
+            out.extend(descendants(node.id()).into_iter().filter(|(_, c)| c == "smartcon").map(|(p, _)| p));
+        }
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Worker node first, then the head: SIGTERM makes `ray start --block` stop its own
+        // processes; whatever is left of its process group after 30 s is killed.
+        for node in self.nodes.iter_mut().rev() {
+            // SAFETY: kill(2) on our own child, not yet reaped (try_wait below reaps it).
+            unsafe { libc::kill(node.id() as i32, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for node in self.nodes.iter_mut().rev() {
+            while node.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let left = descendants(node.id());
+            // SAFETY: the process group our child leads (process_group(0)); a negative pid
+            // signals that group only.
+            unsafe { libc::kill(-(node.id() as i32), libc::SIGKILL) };
+            for (pid, _) in left {
+                // SAFETY: kill(2) on a pid that was below our node (reparented after it ended).
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+            let _ = node.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn records(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn of_type<'a>(r: &'a [serde_json::Value], t: &str) -> Vec<&'a serde_json::Value> {
+    r.iter().filter(|v| v["type"] == t).collect()
+}
+
+/// A replay record without the fields that measure this host's speed (wall and CPU time):
+/// what remains is the virtual-time result, which must not depend on where it ran.
+fn virtual_part(v: &serde_json::Value) -> serde_json::Value {
+    let mut v = v.clone();
+    for k in ["wall_ns", "speedup", "requests_per_s_wall", "requests_per_s_cpu"] {
+        v.as_object_mut().unwrap().remove(k).unwrap_or_else(|| panic!("replay_result has {k}"));
+    }
+    v
+}
+
+fn ok(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    err
+}
+
+const SWEEP: [&str; 12] = [
+    "emulate",
+    "replay",
+    "--device",
+    "emu:nvme",
+    "--device",
+    "emu:sata-ssd",
+    "--channels",
+    "1,2,4",
+    "--qd",
+    "8",
+    "--ios",
+    "20000",
+];
+
+#[test]
+fn sweeps_and_fleets_on_two_ray_nodes() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let started = Instant::now();
+    let phase = |what: &str| eprintln!("ray test: {what} after {:.0} s", started.elapsed().as_secs_f64());
+    let cluster = Cluster::start(python);
+    phase("two nodes up");
+    let dir = cluster.dir.clone();
+
+    // 1. The same sweep serially and on Ray: the same records, in plan order.
+    let serial = dir.join("serial");
+    ok(&cluster.smartcon(&SWEEP).args(["--out"]).arg(&serial).output().unwrap());
+    let on_ray = dir.join("ray");
+    let err = ok(&cluster.smartcon(&SWEEP).args(["--ray", &cluster.address, "--out"]).arg(&on_ray).output().unwrap());
+    assert!(err.contains("points 6/6 done"), "progress counts points: {err}");
+    let (s, r) = (records(&serial.join("results.jsonl")), records(&on_ray.join("results.jsonl")));
+    let (s, r) = (of_type(&s, "replay_result"), of_type(&r, "replay_result"));
+    assert_eq!(s.len(), 6);
+    let devices: Vec<&str> = s.iter().map(|v| v["device"].as_str().unwrap()).collect();
+    assert_eq!(devices[..3], ["emu:nvme,channels=1", "emu:nvme,channels=2", "emu:nvme,channels=4"]);
+    assert_eq!(
+        s.iter().map(|v| virtual_part(v)).collect::<Vec<_>>(),
+        r.iter().map(|v| virtual_part(v)).collect::<Vec<_>>()
+    );
+    for d in [&serial, &on_ray] {
+        let md = std::fs::read_to_string(d.join("summary.md")).unwrap();
+        assert_eq!(md.matches("| emu:").count(), 6, "{md}");
+        assert!(d.join("report.html").exists() && d.join("replay-channels.svg").exists());
+    }
+
+    phase("the sweeps compared");
+    // 1b. emulate sweep's runs (the program at each factor) as tasks, put together by the
+    //     report as the serial sweep puts them: a row per factor asked for. Shipped.
+    if Path::new(BIN).with_file_name("libsmartcon.so").exists() {
+        let sweep = dir.join("sweep");
+        let args = ["emulate", "sweep", "--device", "emu:sdcard", "--speedups", "1,10", "--tree-size", "1m"];
+        // The binary and the library travel in the runtime environment here (by path elsewhere).
+        let ray = ["--ray", &cluster.address, "--ray-ship", "--out"];
+        ok(&cluster.smartcon(&args).args(ray).arg(&sweep).output().unwrap());
+        let runs = records(&sweep.join("results.jsonl"));
+        assert_eq!(of_type(&runs, "emulate_sweep_point").len(), 3, "x1, x10 and x1 in real time");
+        let md = std::fs::read_to_string(sweep.join("summary.md")).unwrap();
+        assert!(md.contains("| 1 | ") && md.contains("| 10 | ") && md.contains("1 x in real time"), "{md}");
+    } else {
+        eprintln!("emulate sweep on Ray skipped: no libsmartcon.so beside {BIN} (cargo build --release)");
+    }
+
+    phase("emulate sweep on Ray");
+    // 2. A fleet survey: one task pinned to each node, one report with a table per host.
+    let fleet = dir.join("fleet");
+    let targets = format!("emu:optane,size=16m,tmp:16m@{}", dir.display());
+    let out = cluster
+        .smartcon(&["fleet", "--ray", &cluster.address, "--tiny", "--out"])
+        .arg(&fleet)
+        .args(["--", "--targets", &targets, "--skip-polling"])
+        .output()
+        .unwrap();
+    ok(&out);
+    let hosts = records(&fleet.join("results.jsonl"));
+    let hosts = of_type(&hosts, "fleet_host");
+    let mut ids: Vec<String> = hosts.iter().map(|h| h["node_id"].as_str().unwrap().to_string()).collect();
+    let mut nodes = cluster.node_ids();
+    ids.sort();
+    nodes.sort();
+    assert_eq!(ids, nodes, "one fleet_host per node, named by its node id");
+    for h in &hosts {
+        assert!(!h["host"].as_str().unwrap().is_empty() && h["pareto_judged"].as_u64().unwrap() > 0, "{h}");
+        assert_eq!(h["thresholds"].as_array().unwrap().len(), 2, "{h}");
+    }
+    let md = std::fs::read_to_string(fleet.join("summary.md")).unwrap();
+    assert_eq!(md.matches("\n### ").count(), 2, "{md}");
+    for id in &ids {
+        assert!(md.contains(&format!("(Ray node {id})")), "{md}");
+    }
+    let scratch: Vec<_> = std::fs::read_dir(dir.join("tmp")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(scratch.is_empty(), "the tasks removed their scratch directories: {scratch:?}");
+
+    phase("the fleet");
+    // 3. Ctrl-C: the sweep is cancelled, exits 130 and leaves no smartcon on any node.
+    let long = ["--channels", "1,2,4,8", "--ios", "2000000"];
+    let mut args: Vec<&str> = SWEEP[..6].to_vec();
+    args.extend(["--qd", "8"]);
+    args.extend(long);
+    let cancelled = dir.join("cancelled");
+    let mut run = cluster
+        .smartcon(&args)
+        .args(["--ray", &cluster.address, "--out"])
+        .arg(&cancelled)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while cluster.smartcons().is_empty() {
+        assert!(Instant::now() < deadline, "no task started in 120 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
+    assert_eq!(run.wait().unwrap().code(), Some(130));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cluster.smartcons().is_empty() {
+        assert!(Instant::now() < deadline, "smartcon still runs on a node after the cancel: {:?}", cluster.smartcons());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let c = records(&cancelled.join("results.jsonl"));
+    assert_eq!(of_type(&c, "replay_result").len() + of_type(&c, "point_failed").len(), 8);
+
+    phase("Ctrl-C");
+    // 4. The second node's raylet is killed while it runs a point: Ray retries that point
+    //    on the head, or the report names it.
+    let lost = dir.join("lost");
+    let mut run = cluster
+        .smartcon(&args)
+        .args(["--ray", &cluster.address, "--out"])
+        .arg(&lost)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let worker = cluster.nodes[1].id();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !descendants(worker).iter().any(|(_, c)| c == "smartcon") {
+        assert!(Instant::now() < deadline, "no point started on the second node in 120 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let raylet = descendants(worker).into_iter().find(|(_, c)| c == "raylet").expect("the second node's raylet").0;
+    // SAFETY: kill(2) on the raylet our `ray start` child started (found below it just now).
+    unsafe { libc::kill(raylet as i32, libc::SIGKILL) };
+    let status = run.wait().unwrap();
+    let l = records(&lost.join("results.jsonl"));
+    let (done, failed) = (of_type(&l, "replay_result"), of_type(&l, "point_failed"));
+    assert_eq!(done.len() + failed.len(), 8, "every point done or named");
+    assert_eq!(status.success(), failed.is_empty(), "{status:?}");
+    let md = std::fs::read_to_string(lost.join("summary.md")).unwrap();
+    for f in &failed {
+        assert!(md.contains(f["point"].as_str().unwrap()), "the report names {f}");
+    }
+    eprintln!("raylet killed: {} points done, {} named as lost", done.len(), failed.len());
+    phase("the killed raylet");
+}

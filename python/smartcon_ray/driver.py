@@ -1,0 +1,336 @@
+"""The Ray driver of smartcon's sweeps and fleet surveys.
+
+smartcon computes the plan; this module only runs it. A sweep's plan is one ``plan_point``
+record per point, each holding the smartcon arguments (with ``--json``) that run it; each
+point is one Ray task that runs the ``smartcon`` binary on a worker and returns the
+records it printed. A fleet survey is one task per alive node, pinned to it
+(NodeAffinitySchedulingStrategy, not soft), that runs ``smartcon evaluate --fleet-host
+NODE_ID`` on that node's own devices. The records come back as the tasks finish
+(``ray.wait``); the driver writes them to ``results.jsonl`` in plan order, so a sweep on a
+cluster writes the same file as the sweep run point after point on one machine, and then
+calls ``smartcon report`` on it: there is no second renderer here.
+
+Failures: a task whose worker or node is lost is retried by Ray (``max_retries``); one
+that is still lost, or whose smartcon exits with an error, is a ``point_failed`` record
+naming the point (or host) and why, and the driver exits 3. Ctrl-C (or SIGTERM) cancels
+every task: each task stops its smartcon with SIGTERM (smartcon removes what it created
+and exits) and removes its scratch directory; tasks that do not end within a grace period
+are force-cancelled, and smartcon, which dies with its worker (PR_SET_PDEATHSIG), still
+gets its SIGTERM.
+
+Non-goals: a scheduler, a queue or a result store of its own (Ray and one file are those).
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import ray
+except ImportError:
+    sys.exit(f"smartcon_ray: Ray is not installed for {sys.executable}: pip install 'ray[default]' (docs/distributed.md)")
+
+EXIT_FAILED = 3
+EXIT_INTERRUPTED = 130
+# How long cancelled tasks get to stop their smartcon and clean up before force-cancel.
+CANCEL_GRACE_S = 30
+# How long a stopped smartcon gets to remove what it created before SIGKILL.
+TERM_GRACE_S = 20
+STDERR_TAIL_CHARS = 2000
+
+
+def _die_with_parent():
+    """In the child, before exec: SIGTERM when the worker that started it dies."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _binary(spec):
+    """The smartcon binary on this worker: a path, or ``ship:NAME`` in the working dir."""
+    if spec.startswith("ship:"):
+        path = os.path.join(os.getcwd(), spec[len("ship:"):])
+        # The runtime environment's archive does not keep the mode bits.
+        if not os.access(path, os.X_OK):
+            os.chmod(path, 0o755)
+        return path
+    return spec
+
+
+def _run(binary_spec, args):
+    """Runs smartcon ARGS on this worker; returns (status, stdout, stderr tail, wall ns)."""
+    binary = _binary(binary_spec)
+    started = time.monotonic_ns()
+    proc = subprocess.Popen(
+        [binary] + list(args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=_die_with_parent,
+    )
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        # Cancelled (ray.cancel raises KeyboardInterrupt here): stop smartcon the way
+        # Ctrl-C would, so it removes what it created, then make sure it is gone.
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=TERM_GRACE_S)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+        raise
+    return proc.returncode, out, err[-STDERR_TAIL_CHARS:], time.monotonic_ns() - started
+
+
+def _records(text):
+    return [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
+
+
+def _where():
+    return ray.get_runtime_context().get_node_id(), socket.gethostname()
+
+
+@ray.remote(num_cpus=1)
+def run_point(point, binary_spec):
+    """One sweep point: smartcon with the point's arguments, its records."""
+    node, host = _where()
+    status, out, err, wall_ns = _run(binary_spec, point["args"])
+    return {"status": status, "records": _records(out) if status == 0 else [], "stderr": err,
+            "node": node, "host": host, "wall_ns": wall_ns}
+
+
+@ray.remote(num_cpus=1)
+def run_host(node_id, evaluate_args, binary_spec):
+    """One fleet host: evaluate on this node, its fleet_host record; the report is scratch."""
+    node, host = _where()
+    if node != node_id:
+        raise RuntimeError(f"pinned to node {node_id} but ran on {node}")
+    scratch = tempfile.mkdtemp(prefix="smartcon-fleet-")
+    try:
+        args = ["evaluate", *evaluate_args, "--out", os.path.join(scratch, "report"), "--fleet-host", node_id]
+        status, out, err, wall_ns = _run(binary_spec, args)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"status": status, "records": _records(out) if status == 0 else [], "stderr": err,
+            "node": node, "host": host, "wall_ns": wall_ns}
+
+
+@ray.remote(num_cpus=1)
+def run_nothing(binary_spec):
+    """The overhead probe's task: smartcon --version (one process start)."""
+    status, _, _, wall_ns = _run(binary_spec, ["--version"])
+    return status, wall_ns
+
+
+def _progress(done, total, started, what):
+    secs = time.monotonic() - started
+    print(f"smartcon_ray: points {done}/{total} done after {secs:.0f} s: {what}", file=sys.stderr, flush=True)
+
+
+def _reason(error):
+    name = type(error).__name__
+    text = str(error).strip().splitlines()
+    return f"{name}: {text[-1] if text else ''}".strip()
+
+
+def _connect(args):
+    # The tasks are this module's functions: the package travels with the job, so the
+    # nodes need Ray but not smartcon_ray installed.
+    env = {"py_modules": [os.path.dirname(os.path.abspath(__file__))]}
+    binary_spec = os.path.abspath(args.smartcon)
+    if args.ship:
+        # The binary travels in the job's runtime environment (uploaded once, unpacked on
+        # every node that runs a task) instead of being found by its path on every node.
+        ship_dir = tempfile.mkdtemp(prefix="smartcon-ship-")
+        shutil.copy2(binary_spec, os.path.join(ship_dir, "smartcon"))
+        # emulate sweep's programs load the interposition library from beside the binary.
+        library = os.path.join(os.path.dirname(binary_spec), "libsmartcon.so")
+        if os.path.exists(library):
+            shutil.copy2(library, os.path.join(ship_dir, "libsmartcon.so"))
+        env["working_dir"] = ship_dir
+        binary_spec = "ship:smartcon"
+        args._ship_dir = ship_dir
+    try:
+        ray.init(address=args.address, runtime_env=env, log_to_driver=False,
+                 logging_level="ERROR", configure_logging=True)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"smartcon_ray: cannot join the Ray cluster at {args.address}: {first}", file=sys.stderr)
+        raise SystemExit(2)
+    return binary_spec
+
+
+def _collect(refs, names, started):
+    """Waits for every task; returns ({index: result}, {index: reason}, interrupted)."""
+    pending = list(refs)
+    results, failed = {}, {}
+    total = len(refs)
+    interrupted = False
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=5.0)
+            for ref in done:
+                index = refs[ref]
+                try:
+                    r = ray.get(ref)
+                except ray.exceptions.RayError as e:
+                    failed[index] = (_reason(e), "?")
+                else:
+                    if r["status"] == 0:
+                        results[index] = r
+                    else:
+                        tail = r["stderr"].strip().splitlines()
+                        failed[index] = (f"smartcon exited {r['status']}: {tail[-1] if tail else ''}", r["node"])
+                _progress(len(results) + len(failed), total, started, names[index])
+    except KeyboardInterrupt:
+        interrupted = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print(f"smartcon_ray: interrupted: cancelling {len(pending)} tasks", file=sys.stderr, flush=True)
+        for ref in pending:
+            ray.cancel(ref, force=False)
+        # Graceful first: each task stops its smartcon (which cleans up) and its scratch.
+        _, still = ray.wait(pending, num_returns=len(pending), timeout=CANCEL_GRACE_S)
+        for ref in still:
+            ray.cancel(ref, force=True)
+    # Every point is done or named: also those whose result arrived as the interrupt did.
+    for index in refs.values():
+        if index not in results:
+            failed.setdefault(index, ("cancelled (interrupted)", "?"))
+    return results, failed, interrupted
+
+
+def _write(out_dir, kind, address, nodes, names, results, failed, extra_records, started, binary):
+    path = os.path.join(out_dir, "results.jsonl")
+    lines = []
+    for index in sorted(results):
+        lines += [json.dumps(r, separators=(",", ":")) for r in results[index]["records"]]
+    for index in sorted(failed):
+        reason, node = failed[index]
+        lines.append(json.dumps({"type": "point_failed", "point": names[index], "node": node, "reason": reason}))
+    lines += [json.dumps(r) for r in extra_records]
+    # Where each point ran and how long its smartcon took (the records themselves are
+    # smartcon's, untouched, so that they equal a serial run's).
+    for index in sorted(results):
+        r = results[index]
+        lines.append(json.dumps({"type": "ray_point", "point": names[index], "node": r["node"],
+                                 "host": r["host"], "wall_ns": r["wall_ns"]}))
+    run = {"type": "ray_run", "kind": kind, "address": address, "nodes": nodes, "points": len(names),
+           "done": len(results), "failed": len(failed),
+           "nodes_used": len({r["node"] for r in results.values()}),
+           "wall_ns": time.monotonic_ns() - started,
+           "task_wall_ns_sum": sum(r["wall_ns"] for r in results.values())}
+    lines.append(json.dumps(run))
+    with open(path, "x") as f:
+        f.write("\n".join(lines) + "\n")
+    # The report is smartcon's own renderer, beside results.jsonl.
+    subprocess.run([binary, "report", path], check=False)
+    return path
+
+
+def sweep(args):
+    with open(args.plan) as f:
+        plan = [json.loads(line) for line in f if line.strip()]
+    for p in plan:
+        if p.get("type") != "plan_point" or "--json" not in p.get("args", []):
+            raise SystemExit(f"smartcon_ray: {args.plan}: not a smartcon plan (plan_point records with --json)")
+    binary_spec = _connect(args)
+    started = time.monotonic_ns()
+    nodes = sum(1 for n in ray.nodes() if n["Alive"])
+    print(f"smartcon_ray: {len(plan)} points on {nodes} nodes", file=sys.stderr, flush=True)
+    names = {p["index"]: p["name"] for p in plan}
+    task = run_point.options(max_retries=args.retries, retry_exceptions=False)
+    refs = {task.remote(p, binary_spec): p["index"] for p in plan}
+    results, failed, interrupted = _collect(refs, names, time.monotonic())
+    _write(args.out, "sweep", args.address, nodes, names, results, failed, [], started, args.smartcon)
+    return EXIT_INTERRUPTED if interrupted else (EXIT_FAILED if failed else 0)
+
+
+def fleet(args):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    binary_spec = _connect(args)
+    started = time.monotonic_ns()
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    names, refs = {}, {}
+    for i, n in enumerate(nodes):
+        names[i] = n.get("NodeManagerHostname", "?") + " " + n["NodeID"][:12]
+        # The whole node for its evaluate: every CPU Ray knows of there.
+        cpus = max(1, int(n["Resources"].get("CPU", 1)))
+        pin = NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)
+        task = run_host.options(num_cpus=cpus, scheduling_strategy=pin, max_retries=args.retries,
+                                retry_exceptions=False)
+        refs[task.remote(n["NodeID"], args.evaluate, binary_spec)] = i
+    print(f"smartcon_ray: evaluate on {len(nodes)} nodes", file=sys.stderr, flush=True)
+    results, failed, interrupted = _collect(refs, names, time.monotonic())
+    _write(args.out, "fleet", args.address, len(nodes), names, results, failed, [], started, args.smartcon)
+    return EXIT_INTERRUPTED if interrupted else (EXIT_FAILED if failed else 0)
+
+
+def overhead(args):
+    """Ray's cost per task: one task at a time (round trip), and many at once (throughput)."""
+    binary_spec = _connect(args)
+    ray.get(run_nothing.remote(binary_spec))  # workers started, binary found
+    local = []
+    for _ in range(args.tasks):
+        t = time.monotonic_ns()
+        subprocess.run([args.smartcon, "--version"], stdout=subprocess.DEVNULL, check=True)
+        local.append(time.monotonic_ns() - t)
+    round_trips = []
+    for _ in range(args.tasks // 4 or 1):
+        t = time.monotonic_ns()
+        ray.get(run_nothing.remote(binary_spec))
+        round_trips.append(time.monotonic_ns() - t)
+    t = time.monotonic_ns()
+    statuses = ray.get([run_nothing.remote(binary_spec) for _ in range(args.tasks)])
+    batch_ns = time.monotonic_ns() - t
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    local.sort()
+    round_trips.sort()
+    record = {"type": "ray_overhead", "tasks": args.tasks, "cpus": cpus,
+              "nodes": sum(1 for n in ray.nodes() if n["Alive"]),
+              "local_process_ns_p50": local[len(local) // 2],
+              "round_trip_ns_p50": round_trips[len(round_trips) // 2],
+              "batch_ns": batch_ns,
+              # CPU-seconds of the cluster each task took beyond the process it ran.
+              "per_task_overhead_ns": batch_ns * cpus / args.tasks - local[len(local) // 2],
+              "failed": sum(1 for s, _ in statuses if s != 0)}
+    print(json.dumps(record))
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m smartcon_ray",
+                                     description="Run smartcon's sweeps and fleet surveys on a Ray cluster.")
+    sub = parser.add_subparsers(dest="mode", required=True)
+    for mode in ("sweep", "fleet", "overhead"):
+        p = sub.add_parser(mode)
+        p.add_argument("--address", required=True, help="the Ray cluster (host:port or auto)")
+        p.add_argument("--smartcon", required=True, help="the smartcon binary (its path on every node unless --ship)")
+        p.add_argument("--ship", action="store_true", help="ship the binary in the runtime environment")
+        p.add_argument("--retries", type=int, default=2, help="retries of a task whose worker or node was lost")
+        if mode != "overhead":
+            p.add_argument("--out", required=True, help="the report directory (results.jsonl goes here)")
+        if mode == "sweep":
+            p.add_argument("--plan", required=True, help="the plan_point records smartcon wrote")
+        if mode == "fleet":
+            p.add_argument("evaluate", nargs="*", help="evaluate flags for every host (after --)")
+        if mode == "overhead":
+            p.add_argument("--tasks", type=int, default=64)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return {"sweep": sweep, "fleet": fleet, "overhead": overhead}[args.mode](args)
+    finally:
+        if getattr(args, "_ship_dir", None):
+            shutil.rmtree(args._ship_dir, ignore_errors=True)
+        if ray.is_initialized():
+            ray.shutdown()
