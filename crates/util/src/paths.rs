@@ -145,7 +145,10 @@ pub fn registered_count() -> usize {
 
 /// Whether a claimed directory (whose contents a signal handler cannot remove) is held.
 pub fn registered_dirs() -> bool {
-    REGISTERED.iter().enumerate().any(|(i, s)| !s.load(Ordering::SeqCst).is_null() && REGISTERED_DIR[i].load(Ordering::SeqCst))
+    REGISTERED
+        .iter()
+        .enumerate()
+        .any(|(i, s)| !s.load(Ordering::SeqCst).is_null() && REGISTERED_DIR[i].load(Ordering::SeqCst))
 }
 
 /// Unlinks every registered file (and removes every registered directory that is empty by
@@ -167,6 +170,167 @@ pub fn remove_registered() {
             }
         }
     }
+}
+
+static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Held while something this process created (a mount stack, a device) exists and its
+/// removal must not be cut short by a second signal: the handler checks [`held_count`].
+#[must_use = "the hold ends when dropped"]
+pub struct Held(());
+
+impl Held {
+    pub fn new() -> Held {
+        HELD.fetch_add(1, Ordering::SeqCst);
+        Held(())
+    }
+}
+
+impl Default for Held {
+    fn default() -> Held {
+        Held::new()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HELD.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How many [`Held`] guards are alive (async-signal-safe: one atomic load).
+pub fn held_count() -> usize {
+    HELD.load(Ordering::SeqCst)
+}
+
+// ---------------------------------------------------------------------------------------
+// Records for `smartcon cleanup` after kill -9.
+
+static RECORDS_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+static RECORD_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Where claims are recorded (`$SMARTCON_HOME/outputs`), set once at start; without it,
+/// nothing is recorded.
+pub fn set_records_dir(dir: PathBuf) {
+    let _ = RECORDS_DIR.set(dir);
+}
+
+/// This process's start time in clock ticks (field 22 of /proc/PID/stat), which tells a
+/// live owner from a new process that got the same pid.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// A record of names this run made, removed on drop; one line per name, `KIND HEX`, the
+/// path kept as bytes (a name that is not UTF-8 survives).
+struct Record(Option<PathBuf>);
+
+impl Record {
+    fn write(entries: &[(&str, &Path)]) -> Record {
+        let Some(dir) = RECORDS_DIR.get() else { return Record(None) };
+        if std::fs::create_dir_all(dir).is_err() {
+            return Record(None);
+        }
+        let pid = std::process::id();
+        let seq = RECORD_SEQ.fetch_add(1, Ordering::SeqCst);
+        let path = dir.join(format!("out-{pid}-{seq}.rec"));
+        let mut text = format!("pid {pid}\nstart {}\n", start_ticks(pid).unwrap_or(0));
+        for (kind, p) in entries {
+            text.push_str(&format!("{kind} {}\n", hex(p.as_os_str().as_bytes())));
+        }
+        let tmp = path.with_extension("rec.tmp");
+        match std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
+            Ok(()) => Record(Some(path)),
+            Err(_) => {
+                let _ = std::fs::remove_file(&tmp);
+                Record(None)
+            }
+        }
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+            // The directory too once empty, so a run leaves nothing in SMARTCON_HOME (a
+            // run that creates a record meanwhile may lose it: it then has no record).
+            if let Some(dir) = p.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+}
+
+/// Removes what the records of dead runs name, each only if it still is what the run made:
+/// a temporary name (`.NAME.smartcon-PID.tmp`, a file or a directory), an empty placeholder
+/// file, a claim file holding the dead pid, a directory the run created if it is empty. An
+/// unreadable record is reported and kept. Returns one line per thing done or kept.
+pub fn cleanup_records(dir: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return lines };
+    let mut records: Vec<PathBuf> =
+        entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "rec")).collect();
+    records.sort();
+    for rec in records {
+        let Ok(bytes) = std::fs::read(&rec) else { continue };
+        let text = String::from_utf8_lossy(&bytes);
+        let field =
+            |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok());
+        let (Some(pid), Some(start)) = (field("pid"), field("start")) else {
+            lines.push(format!("kept unreadable record {}", escape(&rec)));
+            continue;
+        };
+        let pid = pid as u32;
+        if start_ticks(pid).is_some_and(|s| s == start || start == 0) {
+            continue; // its run is alive
+        }
+        let mut names = Vec::new();
+        for line in text.lines().skip(2) {
+            let parsed = line
+                .split_once(' ')
+                .and_then(|(k, h)| Some((k.to_string(), PathBuf::from(OsStr::from_bytes(&unhex(h)?)))));
+            match parsed {
+                Some(n) => names.push(n),
+                None => lines.push(format!("{}: skipped a line that is not KIND HEX", escape(&rec))),
+            }
+        }
+        let tmp_suffix = format!(".smartcon-{pid}.tmp");
+        // Newest first: what was made last sits inside what was made first.
+        for (kind, path) in names.iter().rev() {
+            let Ok(m) = std::fs::symlink_metadata(path) else { continue };
+            let name_ok = path.file_name().is_some_and(|n| n.as_bytes().ends_with(tmp_suffix.as_bytes()));
+            let done = match kind.as_str() {
+                "tmp" if name_ok && m.is_dir() => std::fs::remove_dir_all(path).is_ok(),
+                "tmp" if name_ok && m.is_file() => std::fs::remove_file(path).is_ok(),
+                "placeholder" if m.is_file() && m.len() == 0 => std::fs::remove_file(path).is_ok(),
+                "claim" if m.is_file() && std::fs::read_to_string(path).is_ok_and(|t| t.trim() == pid.to_string()) => {
+                    std::fs::remove_file(path).is_ok()
+                }
+                "dir" if m.is_dir() => std::fs::remove_dir(path).is_ok(),
+                _ => false,
+            };
+            if done {
+                lines.push(format!("removed {} (left by killed smartcon {pid})", escape(path)));
+            } else {
+                lines.push(format!("kept {}: no longer what smartcon {pid} made", escape(path)));
+            }
+        }
+        let _ = std::fs::remove_file(&rec);
+    }
+    lines
 }
 
 // ---------------------------------------------------------------------------------------
@@ -239,12 +403,30 @@ fn refuse_existing(flag: &str, path: &Path, m: &std::fs::Metadata, existing: Exi
         return Err(PathError::new(flag, path, "is a directory; give a file name"));
     }
     if existing == Existing::Refuse {
-        return Err(PathError::new(flag, path, "exists; smartcon never overwrites a file: choose another name or remove it"));
+        return Err(PathError::new(
+            flag,
+            path,
+            "exists; smartcon never overwrites a file: choose another name or remove it",
+        ));
     }
     if !t.is_file() {
         return Err(PathError::new(flag, path, "exists and is not a regular file"));
     }
     Ok(())
+}
+
+/// A writer's message with the temporary name replaced by the output's (a leading
+/// "TMP: " dropped, as the caller names the output) and Rust's "(os error N)" tails removed.
+fn without_tmp(text: &str, tmp: &Path, path: &Path) -> String {
+    let mut text = text.to_string();
+    for t in [escape(tmp), tmp.display().to_string()] {
+        text = text.replace(&format!("{t}: "), "").replace(&t, &escape(path));
+    }
+    while let Some(i) = text.find(" (os error") {
+        let Some(j) = text[i..].find(')') else { break };
+        text.replace_range(i..i + j + 1, "");
+    }
+    text
 }
 
 /// An output file this run owns. See the module header for the life cycle.
@@ -258,6 +440,7 @@ pub struct OutFile {
     placeholder: Option<(u64, u64)>,
     committed: bool,
     _names: Vec<Registered>,
+    _record: Record,
 }
 
 impl OutFile {
@@ -273,7 +456,9 @@ impl OutFile {
         let mut placeholder = None;
         if existing == Existing::Refuse {
             let file = create_excl(path).map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => PathError::new(flag, path, "exists; smartcon never overwrites a file"),
+                std::io::ErrorKind::AlreadyExists => {
+                    PathError::new(flag, path, "exists; smartcon never overwrites a file")
+                }
                 _ => PathError::new(flag, path, format!("cannot create: {}", os_error(&e))),
             })?;
             let m = file.metadata().map_err(|e| PathError::new(flag, path, os_error(&e)))?;
@@ -281,6 +466,13 @@ impl OutFile {
             names.push(register(path, false));
         }
         let tmp = tmp_name(path, name);
+        // Recorded before the temporary name exists (the placeholder only once it is ours,
+        // so a record never names a file of someone else).
+        let mut recorded = vec![("tmp", tmp.as_path())];
+        if placeholder.is_some() {
+            recorded.insert(0, ("placeholder", path));
+        }
+        let record = Record::write(&recorded);
         let mut out = OutFile {
             flag: flag.to_string(),
             path: path.to_path_buf(),
@@ -289,6 +481,7 @@ impl OutFile {
             placeholder,
             committed: false,
             _names: names,
+            _record: record,
         };
         // A stale temporary name of a killed run with our pid is ours to replace.
         let _ = std::fs::remove_file(&tmp);
@@ -309,9 +502,24 @@ impl OutFile {
         &self.tmp
     }
 
+    /// The temporary name, not yet created, for a writer that creates its file itself
+    /// (with `O_EXCL`); it is still removed if the output is not committed.
+    pub fn tmp_path_for_writer(&mut self) -> &Path {
+        self.file = None;
+        let _ = std::fs::remove_file(&self.tmp);
+        &self.tmp
+    }
+
     /// An error about this output, naming its flag and path.
     pub fn error(&self, what: impl Into<String>) -> PathError {
         PathError::new(&self.flag, &self.path, what)
+    }
+
+    /// A writer's error about this output, as one line naming the output's own path (a
+    /// writer given [`OutFile::tmp_path`] names the temporary one, which means nothing to
+    /// the user).
+    pub fn wrap(&self, e: &dyn std::fmt::Display) -> PathError {
+        self.error(without_tmp(&e.to_string(), &self.tmp, &self.path))
     }
 
     fn io_error(&self, e: &std::io::Error) -> PathError {
@@ -347,9 +555,12 @@ impl OutFile {
     /// Makes the content visible at the output path: fsync, then rename over the claim.
     pub fn commit(mut self) -> Result<PathBuf, PathError> {
         use std::os::unix::fs::MetadataExt;
-        if let Some(file) = self.file.take() {
-            file.sync_all().map_err(|e| self.io_error(&e))?;
-        }
+        // A writer that takes a path wrote the temporary file through its own descriptor.
+        let file = match self.file.take() {
+            Some(file) => file,
+            None => std::fs::File::open(&self.tmp).map_err(|e| self.io_error(&e))?,
+        };
+        file.sync_all().map_err(|e| self.io_error(&e))?;
         // The temporary file may have been rewritten by a writer that takes a path.
         let written = std::fs::symlink_metadata(&self.tmp).map_err(|e| self.io_error(&e))?;
         if !written.is_file() {
@@ -404,6 +615,7 @@ pub struct OutDir {
     claim_file: Option<PathBuf>,
     committed: bool,
     _names: Vec<Registered>,
+    _record: Record,
 }
 
 /// The file in an existing empty directory that says a run holds it.
@@ -427,7 +639,9 @@ impl OutDir {
             Ok(_) => {}
             Err(_) => {
                 std::fs::create_dir(path).map_err(|e| match e.kind() {
-                    std::io::ErrorKind::AlreadyExists => PathError::new(flag, path, "was created by another program meanwhile"),
+                    std::io::ErrorKind::AlreadyExists => {
+                        PathError::new(flag, path, "was created by another program meanwhile")
+                    }
                     _ => PathError::new(flag, path, format!("cannot create: {}", os_error(&e))),
                 })?;
                 created = true;
@@ -435,6 +649,13 @@ impl OutDir {
             }
         }
         // From here on, dropping `out` undoes what was done (only what this run made).
+        let claim = path.join(CLAIM_NAME);
+        let tmp = tmp_name(path, name);
+        let mut recorded = vec![("claim", claim.as_path()), ("tmp", tmp.as_path())];
+        if created {
+            recorded.insert(0, ("dir", path));
+        }
+        let record = Record::write(&recorded);
         let mut out = OutDir {
             flag: flag.to_string(),
             path: path.to_path_buf(),
@@ -443,8 +664,8 @@ impl OutDir {
             claim_file: None,
             committed: false,
             _names: names,
+            _record: record,
         };
-        let claim = path.join(CLAIM_NAME);
         let in_use = || PathError::new(flag, path, "is in use by another smartcon run; choose another");
         match create_excl(&claim) {
             Ok(mut f) => {
@@ -477,7 +698,6 @@ impl OutDir {
                 "exists and is not empty; smartcon never overwrites: choose another or remove it",
             ));
         }
-        let tmp = tmp_name(path, name);
         // A stale temporary directory of a killed run with our pid is ours to replace.
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir(&tmp)
@@ -502,6 +722,11 @@ impl OutDir {
         PathError::new(&self.flag, &self.path, what)
     }
 
+    /// A writer's error about this report, naming the report directory (see [`OutFile::wrap`]).
+    pub fn wrap(&self, e: &dyn std::fmt::Display) -> PathError {
+        self.error(without_tmp(&e.to_string(), &self.tmp, &self.path))
+    }
+
     /// Creates `name` in the temporary directory (a plain file: the directory is ours).
     pub fn create(&self, name: &str) -> Result<std::fs::File, PathError> {
         create_excl(&self.tmp.join(name)).map_err(|e| self.error(format!("{name}: cannot write: {}", os_error(&e))))
@@ -512,7 +737,8 @@ impl OutDir {
         if let Some(claim) = self.claim_file.take() {
             let _ = std::fs::remove_file(claim);
         }
-        std::fs::rename(&self.tmp, &self.path).map_err(|e| self.error(format!("cannot move the report in: {}", os_error(&e))))?;
+        std::fs::rename(&self.tmp, &self.path)
+            .map_err(|e| self.error(format!("cannot move the report in: {}", os_error(&e))))?;
         self.committed = true;
         Ok(self.path.clone())
     }
@@ -594,7 +820,8 @@ pub fn open_input(flag: &str, path: &Path) -> Result<std::fs::File, PathError> {
 pub fn read_input(flag: &str, path: &Path, bytes_max: u64) -> Result<Vec<u8>, PathError> {
     let file = open_input(flag, path)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let too_big = || PathError::new(flag, path, format!("is larger than {} MiB; not an input smartcon reads", bytes_max >> 20));
+    let too_big =
+        || PathError::new(flag, path, format!("is larger than {} MiB; not an input smartcon reads", bytes_max >> 20));
     if size > bytes_max {
         return Err(too_big());
     }
@@ -611,13 +838,36 @@ pub fn read_input(flag: &str, path: &Path, bytes_max: u64) -> Result<Vec<u8>, Pa
 /// [`read_input`] as UTF-8 text, bounded by [`INPUT_BYTES_MAX`].
 pub fn read_input_text(flag: &str, path: &Path) -> Result<String, PathError> {
     let bytes = read_input(flag, path, INPUT_BYTES_MAX)?;
-    String::from_utf8(bytes).map_err(|e| PathError::new(flag, path, format!("is not UTF-8 text (byte {})", e.utf8_error().valid_up_to())))
+    String::from_utf8(bytes)
+        .map_err(|e| PathError::new(flag, path, format!("is not UTF-8 text (byte {})", e.utf8_error().valid_up_to())))
+}
+
+/// `std::fs::read_to_string` for inputs: the same `io::Result`, so a library's error types
+/// stay as they are, but non-blocking, regular files only and at most [`INPUT_BYTES_MAX`]
+/// bytes (the refusal is an `InvalidInput` error whose text says why, without the path,
+/// which callers add).
+pub fn read_text(path: &Path) -> std::io::Result<String> {
+    let bytes = read_input("", path, INPUT_BYTES_MAX).map_err(|e| {
+        let kind =
+            if e.what == "does not exist" { std::io::ErrorKind::NotFound } else { std::io::ErrorKind::InvalidInput };
+        std::io::Error::new(kind, e.what)
+    })?;
+    String::from_utf8(bytes).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+        )
+    })
 }
 
 /// Reads one line into `line` (cleared first), at most `bytes_max` bytes before the
 /// newline; returns the bytes consumed (0 at the end). A longer line is an error, so a file
 /// without newlines cannot take unbounded memory.
-pub fn read_line_bounded(reader: &mut impl std::io::BufRead, line: &mut Vec<u8>, bytes_max: usize) -> std::io::Result<usize> {
+pub fn read_line_bounded(
+    reader: &mut impl std::io::BufRead,
+    line: &mut Vec<u8>,
+    bytes_max: usize,
+) -> std::io::Result<usize> {
     line.clear();
     let mut consumed = 0;
     loop {
@@ -773,6 +1023,18 @@ mod tests {
         assert!(read_line_bounded(&mut r, &mut line, 8).is_err());
         let mut r = std::io::BufReader::new(&b"no newline"[..]);
         assert_eq!(read_line_bounded(&mut r, &mut line, 64).unwrap(), 10);
+    }
+
+    #[test]
+    fn a_writers_error_names_the_output_not_its_temporary_name() {
+        let d = scratch("wrap");
+        let p = d.join("plot.svg");
+        let out = OutFile::claim("--plot", &p, Existing::Refuse).unwrap();
+        let inner = format!("{}: cannot draw: No space left on device (os error 28)", out.tmp_path().display());
+        let e = out.wrap(&inner).to_string();
+        assert_eq!(e, format!("--plot {}: cannot draw: No space left on device", p.display()));
+        drop(out);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

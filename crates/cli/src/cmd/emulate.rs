@@ -31,7 +31,10 @@ pub enum EmulateCommand {
     /// Expose an emulated device to unmodified programs: FUSE file + direct-I/O loop device [+ ext4 at DIR] (root).
     Mount(MountArgs),
     /// End a `mount --detach` at DIR and print its accuracy report.
-    Umount { dir: std::path::PathBuf },
+    Umount {
+        #[arg(value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+        dir: std::path::PathBuf,
+    },
     /// Remove what killed `emulate mount` runs left (only what their records name).
     Cleanup,
 }
@@ -41,6 +44,7 @@ pub struct MountArgs {
     /// emu:PRESET[,key=value...], e.g. emu:sdcard or emu:sdcard,channels=4,speedup=2.
     pub spec: String,
     /// The ext4 mount point (--fs ext4), or the name `emulate umount` knows the mount by.
+    #[arg(value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     pub dir: std::path::PathBuf,
     /// ext4: format and mount at DIR; none: print the loop device.
     #[arg(long, default_value = "ext4", value_parser = ["ext4", "none"])]
@@ -65,7 +69,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub device: String,
     /// A trace file, gzip or not, `-` for standard input (open loop: arrivals at its timestamps). Without it, a closed-loop job.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub trace: Option<std::path::PathBuf>,
     /// The trace's format (default: detected from its first lines).
     #[arg(long, value_parser = ["blkparse", "fio-iolog-v2", "fio-iolog-v3", "msr", "alibaba", "tencent"])]
@@ -86,7 +90,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub fifo: bool,
     /// A fault scenario (TOML: errors, latency spikes, stalls; docs/emulator.md). Virtual time only.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub faults: Option<std::path::PathBuf>,
     /// JSON Lines output (one "replay_result" record).
     #[arg(long)]
@@ -166,6 +170,13 @@ fn mount(a: MountArgs) -> Result<()> {
 }
 
 fn replay(args: ReplayArgs) -> Result<()> {
+    // Inputs are checked first: a FIFO or a device is refused, not opened for reading.
+    if let Some(p) = &args.trace {
+        crate::paths::input("--trace", p, true)?;
+    }
+    if let Some(p) = &args.faults {
+        crate::paths::input("--faults", p, false)?;
+    }
     let spec = smartcon_engine::devemu::parse_spec(&args.device).map_err(anyhow::Error::msg)?;
     let strategy = match args.strategy.as_str() {
         "block" => Strategy::Block,
@@ -374,8 +385,8 @@ pub struct SweepArgs {
     /// Bytes of text in the default program's generated source tree.
     #[arg(long, default_value = "16m")]
     pub tree_size: String,
-    /// Write the plot (SVG) here.
-    #[arg(long)]
+    /// Write the plot (SVG) here (a new file).
+    #[arg(long, value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     pub plot: Option<std::path::PathBuf>,
     /// Skip the real-time run of the 1 x point.
     #[arg(long)]
@@ -390,6 +401,7 @@ pub struct SweepArgs {
 
 fn sweep(args: SweepArgs) -> Result<()> {
     use smartcon_emulate::sweep::{plot_svg, run_sweep, table, SweepOptions};
+    let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
     let work_dir = std::env::temp_dir().join(format!("smartcon-sweep-{}", std::process::id()));
     let command = (!args.command.is_empty()).then_some(args.command);
     let (device, speedups, library, check_real_time) =
@@ -399,12 +411,15 @@ fn sweep(args: SweepArgs) -> Result<()> {
     let r = run_sweep(&opts).map_err(engine_err);
     let _ = std::fs::remove_dir_all(&opts.work_dir);
     let r = r?;
-    if let Some(path) = &args.plot {
-        plot_svg(&r, path).map_err(engine_err)?;
-    }
-    if !args.json {
+    if args.json {
+        emit_json(&r)?;
+    } else {
         print!("{}", table(&r));
-        return Ok(());
     }
-    emit_json(&r)
+    // Drawn after the results are printed, so a plot that cannot be written loses nothing.
+    if let Some(out) = plot_out {
+        plot_svg(&r, out.tmp_path()).map_err(|e| out.wrap(&e))?;
+        out.commit()?;
+    }
+    Ok(())
 }
