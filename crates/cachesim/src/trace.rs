@@ -535,10 +535,25 @@ pub fn convert_lackey<R: BufRead>(
 
 /// Converts a lackey text file into a trace file; nothing is left behind on error.
 pub fn convert_lackey_file(input: &Path, output: &Path) -> Result<LackeyStats> {
+    convert_lackey_file_until(input, output, &std::sync::atomic::AtomicBool::new(false))
+}
+
+/// [`convert_lackey_file`] that ends (with an error, the output removed) once `stop` is set.
+pub fn convert_lackey_file_until(
+    input: &Path,
+    output: &Path,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<LackeyStats> {
     let file = smartcon_util::paths::open_input("", input)
         .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {}", input.display(), e.what)))?;
     let mut writer = TraceWriter::create(output)?;
-    let result = convert_lackey(BufReader::with_capacity(1 << 20, file), true, |r| writer.push(r), |_| {});
+    let sink = |r: &Record| {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::new(ErrorKind::Io, "interrupted; nothing written".to_string()));
+        }
+        writer.push(r)
+    };
+    let result = convert_lackey(BufReader::with_capacity(1 << 20, file), true, sink, |_| {});
     match result {
         Ok(stats) if stats.records > 0 => {
             writer.finish()?;

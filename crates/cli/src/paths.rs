@@ -28,6 +28,17 @@ pub fn store_file(path: &Path) -> Result<OutFile, PathError> {
     OutFile::claim("", path, Existing::Replace)
 }
 
+/// The output, unless the run was interrupted: then it is dropped (removed) with a note,
+/// as a file of a cut-short run would hold part of the results (the terminal has them).
+pub fn unless_interrupted(out: Option<OutFile>) -> Option<OutFile> {
+    let out = out?;
+    if crate::common::interrupted() {
+        eprintln!("smartcon: interrupted: {} not written", smartcon_util::paths::escape(out.path()));
+        return None;
+    }
+    Some(out)
+}
+
 /// Claims a report directory given with `flag`.
 pub fn out_dir(flag: &str, path: &Path) -> Result<OutDir, PathError> {
     OutDir::claim(flag, path)

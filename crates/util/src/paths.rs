@@ -222,6 +222,11 @@ fn start_ticks(pid: u32) -> Option<u64> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
+fn scratch_name_ok(path: &Path, pid: u32) -> bool {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    name.starts_with("smartcon-") && name.contains(&format!("-{pid}"))
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -274,6 +279,17 @@ impl Drop for Record {
     }
 }
 
+/// Records a scratch file or directory this run makes and removes itself (a sweep's source
+/// tree, `run`'s statistics file), so `smartcon cleanup` removes it after `kill -9`. Its
+/// name must start with `smartcon-` and hold `-PID`; the record ends when this is dropped.
+#[must_use = "the record ends when dropped"]
+pub struct ScratchRecord(#[allow(dead_code)] Record);
+
+pub fn record_scratch(paths: &[&Path]) -> ScratchRecord {
+    let entries: Vec<(&str, &Path)> = paths.iter().map(|p| ("scratch", *p)).collect();
+    ScratchRecord(Record::write(&entries))
+}
+
 /// Removes what the records of dead runs name, each only if it still is what the run made:
 /// a temporary name (`.NAME.smartcon-PID.tmp`, a file or a directory), an empty placeholder
 /// file, a claim file holding the dead pid, a directory the run created if it is empty. An
@@ -320,6 +336,8 @@ pub fn cleanup_records(dir: &Path) -> Vec<String> {
                     std::fs::remove_file(path).is_ok()
                 }
                 "dir" if m.is_dir() => std::fs::remove_dir(path).is_ok(),
+                "scratch" if scratch_name_ok(path, pid) && m.is_dir() => std::fs::remove_dir_all(path).is_ok(),
+                "scratch" if scratch_name_ok(path, pid) => std::fs::remove_file(path).is_ok(),
                 _ => false,
             };
             if done {

@@ -174,7 +174,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     // Drawn after the results are printed, so a plot that cannot be written loses nothing.
-    if let (Some(out), false) = (plot_out, sweeps.is_empty()) {
+    if let (Some(out), false) = (crate::paths::unless_interrupted(plot_out), sweeps.is_empty()) {
         plot_sweeps(out.tmp_path(), &sweeps).map_err(|e| out.wrap(&e))?;
         let path = out.commit()?;
         if !args.json {

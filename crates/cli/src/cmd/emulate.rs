@@ -136,6 +136,10 @@ pub fn run(args: EmulateArgs) -> Result<()> {
 
 fn mount(a: MountArgs) -> Result<()> {
     use smartcon_emulate::mount::{self, Fs, MountOptions};
+    // The mount point first: a bad one is named before anything else is checked or made.
+    if !std::fs::metadata(&a.dir).is_ok_and(|m| m.is_dir()) {
+        anyhow::bail!("{}: not a directory (the mount point must exist)", smartcon_util::paths::escape(&a.dir));
+    }
     let spec = smartcon_engine::devemu::parse_spec(&a.spec).map_err(anyhow::Error::msg)?;
     if a.detach {
         let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).filter(|x| x != "--detach").collect();
@@ -299,11 +303,14 @@ fn usage(message: String) -> anyhow::Error {
 
 fn output(args: &ReplayArgs, record: &ReplayResult) -> Result<()> {
     if args.json {
-        emit_json(record)
+        emit_json(record)?;
     } else {
         print_human(record);
-        Ok(())
     }
+    if crate::common::interrupted() {
+        println!("(interrupted: the figures cover the I/Os replayed before the signal)");
+    }
+    Ok(())
 }
 
 fn print_human(r: &ReplayResult) {
@@ -407,6 +414,8 @@ fn sweep(args: SweepArgs) -> Result<()> {
     let (device, speedups, library, check_real_time) =
         (args.device, args.speedups, super::run::library()?, !args.no_real_time);
     let tree_bytes = parse_size_arg("tree-size", &args.tree_size)?;
+    // Recorded before it exists, so `smartcon cleanup` removes it after kill -9.
+    let _record = smartcon_util::paths::record_scratch(&[&work_dir]);
     let opts = SweepOptions { device, speedups, command, library, work_dir, tree_bytes, check_real_time };
     let r = run_sweep(&opts).map_err(engine_err);
     let _ = std::fs::remove_dir_all(&opts.work_dir);
@@ -417,7 +426,7 @@ fn sweep(args: SweepArgs) -> Result<()> {
         print!("{}", table(&r));
     }
     // Drawn after the results are printed, so a plot that cannot be written loses nothing.
-    if let Some(out) = plot_out {
+    if let Some(out) = crate::paths::unless_interrupted(plot_out) {
         plot_svg(&r, out.tmp_path()).map_err(|e| out.wrap(&e))?;
         out.commit()?;
     }

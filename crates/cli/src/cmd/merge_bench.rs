@@ -156,7 +156,7 @@ fn write_plot(
     outcome: &smartcon_study::merge_bench::MergeOutcome,
     say: bool,
 ) -> Result<()> {
-    if let Some(out) = out {
+    if let Some(out) = crate::paths::unless_interrupted(out) {
         draw(out.tmp_path(), &outcome.rows, &outcome.configs).map_err(|e| out.wrap(&e))?;
         let path = out.commit()?;
         if say {

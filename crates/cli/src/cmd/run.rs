@@ -141,7 +141,8 @@ pub fn run(args: RunArgs) -> Result<()> {
     let library = library()?;
     let program = Path::new(&args.command[0]);
     let Some(exe) = resolve(program) else {
-        eprintln!("smartcon: error: {}: command not found", program.display());
+        eprintln!("smartcon: error: {}: command not found", smartcon_util::paths::escape(program));
+        drop(stats_out);
         std::process::exit(127);
     };
     let mut cmd = std::process::Command::new(&args.command[0]);
@@ -152,6 +153,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         args.emulate.as_deref().map(sweep::parse_emulate_arg).transpose().map_err(|e| anyhow::anyhow!(e.message))?;
     let _ = std::fs::remove_file(&emu_tmp);
     let _ = std::fs::remove_file(&stats_tmp);
+    // Recorded before the program can create them, so `smartcon cleanup` removes them
+    // after kill -9 (the program itself gets SIGTERM then).
+    let record = smartcon_util::paths::record_scratch(&[&stats_tmp, &emu_tmp]);
     let skip = unloadable(&exe);
     if let Some((spec, path)) = &emulate {
         if let Some(why) = &skip {
@@ -294,6 +298,10 @@ pub fn run(args: RunArgs) -> Result<()> {
             }
         }
     }
+    // exit() runs no destructors: what they would remove goes first.
+    let _ = std::fs::remove_file(&emu_tmp);
+    drop(record);
+    drop(stats_out);
     std::process::exit(exit_code)
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use smartcon_cachesim::capture::capture;
 use smartcon_cachesim::synth::{records_for, Synth, SynthKind};
-use smartcon_cachesim::trace::{convert_lackey_file, write_trace_file};
+use smartcon_cachesim::trace::{convert_lackey_file_until, write_trace_file};
 use smartcon_devemu::units::{format_size, parse_size};
 
 use crate::common;
@@ -97,7 +97,8 @@ pub fn run(args: TraceArgs) -> Result<()> {
         TraceCommand::Convert(a) => {
             let mut out = OutFile::claim("--out", &a.out, Existing::Refuse)?;
             crate::paths::input("--lackey", &a.input, false)?;
-            convert_lackey_file(&a.input, out.tmp_path_for_writer()).map_err(|e| out.wrap(&e))?;
+            convert_lackey_file_until(&a.input, out.tmp_path_for_writer(), common::interrupt_flag())
+                .map_err(|e| out.wrap(&e))?;
             if crate::common::interrupted() {
                 bail!("interrupted; {} not written", smartcon_util::paths::escape(&a.out));
             }
