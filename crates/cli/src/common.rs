@@ -95,7 +95,7 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, _contex
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime is async-signal-safe and writes only `now`.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    let now_ns = now.tv_sec as i64 * 1_000_000_000 + now.tv_nsec as i64;
+    let now_ns = now.tv_sec * 1_000_000_000 + now.tv_nsec;
     let previous_ns = LAST_SIGNAL_NS.swap(now_ns, Ordering::SeqCst);
     if now_ns - previous_ns < SAME_REQUEST_NS {
         return;

@@ -148,6 +148,8 @@ fn run(env: &Env, args: &[String]) -> Ran {
         });
     }
     let started = Instant::now();
+    // Reaped by wait4 below (for its resource usage), not by Child::wait.
+    #[allow(clippy::zombie_processes)]
     let mut child = c.spawn().expect("spawn smartcon");
     let pid = child.id() as libc::pid_t;
     let mut stdout = child.stdout.take().unwrap();
