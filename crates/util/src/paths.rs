@@ -240,13 +240,15 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 
 /// A record of names this run made, removed on drop; one line per name, `KIND HEX`, the
 /// path kept as bytes (a name that is not UTF-8 survives).
-struct Record(Option<PathBuf>);
+struct Record(Option<PathBuf>, bool);
 
 impl Record {
     fn write(entries: &[(&str, &Path)]) -> Record {
-        let Some(dir) = RECORDS_DIR.get() else { return Record(None) };
+        let Some(dir) = RECORDS_DIR.get() else { return Record(None, false) };
+        // A SMARTCON_HOME made only for the record goes again with it.
+        let home_made = dir.parent().is_some_and(|h| !h.exists());
         if std::fs::create_dir_all(dir).is_err() {
-            return Record(None);
+            return Record(None, false);
         }
         let pid = std::process::id();
         let seq = RECORD_SEQ.fetch_add(1, Ordering::SeqCst);
@@ -257,10 +259,10 @@ impl Record {
         }
         let tmp = path.with_extension("rec.tmp");
         match std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
-            Ok(()) => Record(Some(path)),
+            Ok(()) => Record(Some(path), home_made),
             Err(_) => {
                 let _ = std::fs::remove_file(&tmp);
-                Record(None)
+                Record(None, false)
             }
         }
     }
@@ -274,6 +276,9 @@ impl Drop for Record {
             // run that creates a record meanwhile may lose it: it then has no record).
             if let Some(dir) = p.parent() {
                 let _ = std::fs::remove_dir(dir);
+                if let (Some(home), true) = (dir.parent(), self.1) {
+                    let _ = std::fs::remove_dir(home);
+                }
             }
         }
     }
@@ -379,7 +384,7 @@ fn check_parent(flag: &str, path: &Path) -> Result<(), PathError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(PathError::new(
             flag,
             path,
-            format!("directory {} does not exist (smartcon does not create it)", escape(parent)),
+            format!("{} is not a directory: it does not exist, and smartcon does not create it", escape(parent)),
         )),
         Err(e) => Err(PathError::new(flag, path, format!("directory {}: {}", escape(parent), os_error(&e)))),
     }
@@ -655,16 +660,15 @@ impl OutDir {
             }
             Ok(m) if !m.is_dir() => return Err(PathError::new(flag, path, "exists and is not a directory")),
             Ok(_) => {}
-            Err(_) => {
-                std::fs::create_dir(path).map_err(|e| match e.kind() {
-                    std::io::ErrorKind::AlreadyExists => {
-                        PathError::new(flag, path, "was created by another program meanwhile")
-                    }
-                    _ => PathError::new(flag, path, format!("cannot create: {}", os_error(&e))),
-                })?;
-                created = true;
-                names.push(register(path, true));
-            }
+            Err(_) => match std::fs::create_dir(path) {
+                Ok(()) => {
+                    created = true;
+                    names.push(register(path, true));
+                }
+                // Another run made it meanwhile: claimed like any existing directory below.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(PathError::new(flag, path, format!("cannot create: {}", os_error(&e)))),
+            },
         }
         // From here on, dropping `out` undoes what was done (only what this run made).
         let claim = path.join(CLAIM_NAME);
@@ -964,8 +968,8 @@ mod tests {
             (d.join("dangling"), "symbolic link"),
             (d.join("mine"), "exists"),
             (d.clone(), "directory"),
-            (d.join("missing/a"), "does not exist"),
-            (d.join("line\nbreak/a"), "does not exist"),
+            (d.join("missing/a"), "not a directory"),
+            (d.join("line\nbreak/a"), "not a directory"),
         ] {
             let e = OutFile::claim("--out", &p, Existing::Refuse).err().unwrap().to_string();
             assert!(e.contains(what), "{e}");
