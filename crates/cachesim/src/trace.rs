@@ -271,7 +271,8 @@ const RECORD_BYTES_MAX: usize = 22;
 impl TraceReader {
     pub fn open(path: &Path) -> Result<Self> {
         let io = |e: std::io::Error| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", path.display()));
-        let mut input = File::open(path).map_err(io)?;
+        let mut input = smartcon_util::paths::open_input("", path)
+            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {}", path.display(), e.what)))?;
         let file_bytes = input.metadata().map_err(io)?.len();
         let corrupt = |what: String| Error::new(ErrorKind::TraceCorrupt, format!("{}: {what}", path.display()));
         if file_bytes < HEADER_BYTES {
@@ -486,16 +487,29 @@ pub fn parse_lackey_line(line: &str, last_pc: u64) -> Option<Record> {
 /// nor a valgrind `==pid==` line (for files); capture passes `false` because the traced
 /// program's own stderr shares the stream. Lines longer than 4 KiB are refused.
 pub fn convert_lackey<R: BufRead>(
-    input: R,
+    mut input: R,
     strict: bool,
     mut sink: impl FnMut(&Record) -> Result<()>,
     mut other: impl FnMut(&str),
 ) -> Result<LackeyStats> {
     let mut stats = LackeyStats::default();
     let mut last_pc = 0u64;
-    for (index, line) in input.lines().enumerate() {
-        let line = line.map_err(|e| Error::new(ErrorKind::Lackey, format!("line {}: {e}", index + 1)))?;
-        match parse_lackey_line(&line, last_pc) {
+    let mut raw = Vec::new();
+    for index in 0.. {
+        // Bounded: a file without newlines (or /dev/zero behind a symlink) is an error at
+        // 4 KiB, not a line that grows until the memory is gone.
+        let read = smartcon_util::paths::read_line_bounded(
+            &mut input,
+            &mut raw,
+            if strict { 4096 } else { smartcon_util::paths::LINE_BYTES_MAX },
+        )
+        .map_err(|e| Error::new(ErrorKind::Lackey, format!("line {}: {e}", index + 1)))?;
+        if read == 0 {
+            break;
+        }
+        let line = String::from_utf8_lossy(&raw);
+        let line = line.trim_end_matches(['\n', '\r']);
+        match parse_lackey_line(line, last_pc) {
             Some(r) => {
                 if r.kind == AccessKind::Fetch {
                     last_pc = r.pc;
@@ -512,7 +526,7 @@ pub fn convert_lackey<R: BufRead>(
                     ));
                 }
                 stats.other_lines += 1;
-                other(&line);
+                other(line);
             }
         }
     }
@@ -521,10 +535,25 @@ pub fn convert_lackey<R: BufRead>(
 
 /// Converts a lackey text file into a trace file; nothing is left behind on error.
 pub fn convert_lackey_file(input: &Path, output: &Path) -> Result<LackeyStats> {
-    let file =
-        File::open(input).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", input.display())))?;
+    convert_lackey_file_until(input, output, &std::sync::atomic::AtomicBool::new(false))
+}
+
+/// [`convert_lackey_file`] that ends (with an error, the output removed) once `stop` is set.
+pub fn convert_lackey_file_until(
+    input: &Path,
+    output: &Path,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<LackeyStats> {
+    let file = smartcon_util::paths::open_input("", input)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {}", input.display(), e.what)))?;
     let mut writer = TraceWriter::create(output)?;
-    let result = convert_lackey(BufReader::with_capacity(1 << 20, file), true, |r| writer.push(r), |_| {});
+    let sink = |r: &Record| {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::new(ErrorKind::Io, "interrupted; nothing written".to_string()));
+        }
+        writer.push(r)
+    };
+    let result = convert_lackey(BufReader::with_capacity(1 << 20, file), true, sink, |_| {});
     match result {
         Ok(stats) if stats.records > 0 => {
             writer.finish()?;

@@ -26,7 +26,9 @@ pub fn report_error(error: &anyhow::Error) -> i32 {
     for cause in error.chain().skip(1) {
         line.push_str(&format!(": {cause}"));
     }
-    eprintln!("{line}");
+    // One line whatever a message or a path holds (a newline in a file name, a TOML
+    // parser's multi-line excerpt).
+    eprintln!("{}", one_line(&line));
     if error.downcast_ref::<RunFailure>().is_some() {
         1
     } else {
@@ -34,22 +36,91 @@ pub fn report_error(error: &anyhow::Error) -> i32 {
     }
 }
 
+/// A message as one line: line breaks become "; ", other control characters are escaped.
+pub fn one_line(text: &str) -> String {
+    let parts: Vec<&str> = text.lines().map(str::trim_end).filter(|l| !l.trim().is_empty()).collect();
+    smartcon_util::paths::escape_str(&parts.join("; "))
+}
+
+/// A command line clap refused: help and version as clap prints them, every error on one
+/// line with exit status 2 (without the usage block, which `--help` shows).
+pub fn exit_usage(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit()
+    }
+    let text = e.to_string();
+    let kept: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:"))
+        .filter(|l| !l.starts_with("For more information"))
+        .map(str::trim)
+        .collect();
+    let line = one_line(&kept.join("\n"));
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    eprintln!("smartcon: error: {line}");
+    std::process::exit(2)
+}
+
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// The exit status of every command after SIGINT or SIGTERM, as shells report a Ctrl-C.
 pub const EXIT_INTERRUPTED: i32 = 130;
 
-extern "C" fn on_signal(_signal: libc::c_int) {
+static LAST_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(libc::SIGTERM);
+
+/// The last of them.
+pub fn last_signal() -> libc::c_int {
+    LAST_SIGNAL.load(Ordering::SeqCst)
+}
+
+/// Signals closer than this count as one request: `timeout` sends its signal to the
+/// program and then to its process group, and a terminal's Ctrl-C reaches every process of
+/// the group, so one request often arrives twice.
+const SAME_REQUEST_NS: i64 = 300_000_000;
+static LAST_SIGNAL_NS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN / 2);
+static FORWARD_COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// How many signals `smartcon run` should pass on to its program: those sent to smartcon by
+/// a process (kill, timeout), not a terminal's, which the program (in the same process
+/// group) got itself.
+pub fn signals_to_forward() -> u32 {
+    FORWARD_COUNT.load(Ordering::SeqCst)
+}
+
+extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime is async-signal-safe and writes only `now`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let now_ns = now.tv_sec * 1_000_000_000 + now.tv_nsec;
+    let previous_ns = LAST_SIGNAL_NS.swap(now_ns, Ordering::SeqCst);
+    if now_ns - previous_ns < SAME_REQUEST_NS {
+        return;
+    }
+    LAST_SIGNAL.store(signal, Ordering::SeqCst);
+    // SAFETY: the kernel passes a valid siginfo_t with SA_SIGINFO; only si_code is read.
+    let code = if info.is_null() { libc::SI_USER } else { unsafe { (*info).si_code } };
+    if code != libc::SI_KERNEL {
+        FORWARD_COUNT.fetch_add(1, Ordering::SeqCst);
+    }
     // The first signal sets the flags (the engine's waits and fills read their own): the run
-    // stops, cleans up, exits 130. A later one exits at once unless smartcon's devices are
-    // held: their removal (bounded) is not cut short, or they would be left behind.
+    // stops, prints what it measured, cleans up, exits 130. A later one exits at once unless
+    // something smartcon created is held (devices, a mount stack, a claimed directory):
+    // their removal (bounded) is not cut short, or they would be left behind.
     smartcon_engine::stop::global().store(true, Ordering::SeqCst);
     if INTERRUPTED.swap(true, Ordering::SeqCst) {
-        if smartcon_workloads::blockdev::held_count() == 0 {
+        // Claimed output files are unlinked here; a claimed directory's contents (and the
+        // devices) are removed by the run itself, which the first signal already stopped.
+        let held = smartcon_workloads::blockdev::held_count() + smartcon_util::paths::held_count();
+        if held == 0 && !smartcon_util::paths::registered_dirs() {
+            smartcon_util::paths::remove_registered();
             // SAFETY: _exit is async-signal-safe and runs nothing of the interrupted thread.
             unsafe { libc::_exit(EXIT_INTERRUPTED) };
         }
-        const NOTE: &[u8] = b"smartcon: removing the devices it created first (kill -9, then `smartcon cleanup`)\n";
+        const NOTE: &[u8] = b"smartcon: removing what it created first (kill -9, then `smartcon cleanup`)\n";
         // SAFETY: write(2) is async-signal-safe; NOTE is a valid static buffer.
         unsafe { libc::write(2, NOTE.as_ptr().cast(), NOTE.len()) };
     }
@@ -58,10 +129,15 @@ extern "C" fn on_signal(_signal: libc::c_int) {
 /// Installs a SIGINT and SIGTERM handler that only sets a flag: long runs poll
 /// [`interrupted`] between steps, stop, print what they measured and clean up.
 pub fn install_interrupt_handler() {
-    // SAFETY: the handler touches atomics and calls async-signal-safe functions only.
+    // SAFETY: the handler touches atomics and calls async-signal-safe functions only; the
+    // sigaction struct is zeroed (an empty mask) before the fields that matter are set.
     unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
+        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
         // `smartcon devices | head` should end quietly, as Unix tools do, not panic.
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
@@ -186,9 +262,13 @@ impl Drop for OutDirClaim {
     }
 }
 
+/// Superseded by `crate::paths::out_dir` (issue 29), which writes beside and moves in;
+/// kept for commands written on other branches meanwhile.
+///
 /// Refuses to overwrite: an output directory must not exist or be empty, and no other run
 /// may hold it. Checking emptiness and creating are two steps, so the claim is the O_EXCL
 /// creation of a lock file, and emptiness is checked only after holding it.
+#[allow(dead_code)]
 pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<OutDirClaim> {
     anyhow::ensure!(!dir.exists() || dir.is_dir(), "{} exists and is not a directory", dir.display());
     std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
@@ -204,20 +284,6 @@ pub fn prepare_out_dir(dir: &std::path::Path) -> anyhow::Result<OutDirClaim> {
     let empty = std::fs::read_dir(dir)?.filter_map(|e| e.ok()).all(|e| e.file_name() == ".smartcon-claim");
     anyhow::ensure!(empty, "{} exists and is not empty; choose another --out or remove it", dir.display());
     Ok(claim)
-}
-
-/// Refuses an output file before anything is measured: a directory always, an existing
-/// file unless `replace`, and a missing parent directory (smartcon does not create one).
-pub fn check_out_file(flag: &str, path: &std::path::Path, replace: bool) -> anyhow::Result<()> {
-    let p = path.display();
-    anyhow::ensure!(!path.is_dir(), "{flag} {p} is a directory; give a file name");
-    anyhow::ensure!(replace || !path.exists(), "{flag} {p} exists; choose another name or remove it");
-    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        Some(parent) if !parent.is_dir() => {
-            anyhow::bail!("{flag} {}: {} is not a directory", path.display(), parent.display())
-        }
-        _ => Ok(()),
-    }
 }
 
 /// Where smartcon keeps what it measured on this host (host.json, profiles/):

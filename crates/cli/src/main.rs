@@ -8,12 +8,13 @@
 mod cmd;
 mod common;
 mod engine_setup;
+mod paths;
 mod ray;
 
 // The renderers live in the report library; these names keep `crate::table` and the like.
 use smartcon_report::{printers, table};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -67,16 +68,8 @@ enum Command {
 
 fn main() {
     common::install_interrupt_handler();
-    let cli = Cli::try_parse().unwrap_or_else(|e| {
-        // A flag's value parser failed (a size, a load, a CPU list): one line, like every
-        // other usage error of smartcon. Everything else is clap's own message.
-        if e.kind() != clap::error::ErrorKind::ValueValidation {
-            e.exit()
-        }
-        let text = e.to_string();
-        eprintln!("smartcon: {}", text.lines().next().unwrap_or("error: bad value"));
-        std::process::exit(2)
-    });
+    paths::init(&Cli::command());
+    let cli = Cli::try_parse().unwrap_or_else(|e| common::exit_usage(e));
     let result = match cli.command {
         Command::Io(args) => cmd::io::run(args),
         Command::Bench(args) => cmd::bench::run(args),

@@ -8,14 +8,14 @@
 //! smartcon_ray package importable (`pip install ./python`). Non-goals: scheduling,
 //! queueing or storing results; Ray does the first two, one results file the third.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 
-use crate::common::{interrupted, prepare_out_dir};
+use crate::common::interrupted;
 
 /// The flags every command that can run on Ray shares.
 #[derive(Args, Debug, Clone, Default)]
@@ -59,9 +59,18 @@ fn python() -> String {
 /// driver has written `out/results.jsonl` and the report. A Ctrl-C reaches the driver
 /// (it is in the same process group on a terminal; SIGTERM is passed on), which cancels
 /// every task and exits; smartcon then exits 130.
-pub fn run_driver(mode: &str, ray: &RayArgs, out: &Path, plan: Option<&[PlanPoint]>, extra: &[String]) -> Result<()> {
+/// `out_dir` is the report directory the caller claimed (crate::paths::out_dir): the driver
+/// writes into its temporary name, which becomes the directory once results exist.
+pub fn run_driver(
+    mode: &str,
+    ray: &RayArgs,
+    out_dir: crate::paths::OutDir,
+    plan: Option<&[PlanPoint]>,
+    extra: &[String],
+) -> Result<()> {
     let address = ray.ray.as_deref().context("--ray ADDRESS")?;
-    let claim = prepare_out_dir(out)?;
+    let out = out_dir.dir().to_path_buf();
+    let out = out.as_path();
     let exe = std::env::current_exe().context("the smartcon binary's path")?;
     let mut cmd = Command::new(python());
     cmd.args(["-m", "smartcon_ray", mode, "--address", address, "--out"])
@@ -100,11 +109,12 @@ pub fn run_driver(mode: &str, ray: &RayArgs, out: &Path, plan: Option<&[PlanPoin
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
-    drop(claim);
     let ran = out.join("results.jsonl").exists();
-    if !ran {
-        // Nothing ran: the directory is left as it was given (a rerun may use it).
-        let _ = std::fs::remove_file(out.join("plan.jsonl"));
+    if ran {
+        out_dir.commit()?;
+    } else {
+        // Nothing ran: the claimed directory goes (a rerun may use the name).
+        drop(out_dir);
     }
     if interrupted() {
         return Ok(());

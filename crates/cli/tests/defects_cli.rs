@@ -105,10 +105,12 @@ fn trace_synth_checks_space_stops_on_a_signal_and_leaves_nothing() {
     assert_one_line_exit_2(&smartcon(&dir, &synth("18446744073709551615")), "--accesses");
     for signal in [libc::SIGTERM, libc::SIGINT] {
         let mut child = cmd(&dir, &synth("1000000000")).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-        wait_for_file(&out, 1 << 20);
+        // Written under a temporary name beside it, renamed only when whole (issue 29).
+        let tmp = dir.join(format!(".big.trace.smartcon-{}.tmp", child.id()));
+        wait_for_file(&tmp, 1 << 20);
         let status = signal_and_wait(&mut child, signal);
         assert!(!status.success(), "an interrupted trace is not a success");
-        assert!(!out.exists(), "partial trace removed after signal {signal}");
+        assert!(!out.exists() && !tmp.exists(), "partial trace removed after signal {signal}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -204,7 +206,11 @@ fn evaluate_on_ramdisks(home: &Path) -> Option<std::process::Child> {
     let mut child = cmd(home, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     for _ in 0..600 {
         let (b, m, z) = recorded(home);
-        if b.len() == 2 && m.len() == 1 && z.len() == 1 && out.join(".smartcon-claim").exists() {
+        // The report directory is claimed before the devices are made (issue 29), so the
+        // mount itself is what says the devices are in use.
+        let mounted = std::fs::read_to_string("/proc/self/mounts")
+            .is_ok_and(|t| m.iter().all(|p| t.contains(&format!(" {} ", p.display()))));
+        if b.len() == 2 && m.len() == 1 && z.len() == 1 && mounted && out.join(".smartcon-claim").exists() {
             return Some(child);
         }
         std::thread::sleep(std::time::Duration::from_millis(100));

@@ -262,7 +262,7 @@ impl HostProfile {
     /// Reads and checks a profile file.
     pub fn read(path: &std::path::Path) -> Result<HostProfile, Error> {
         let bad = |message: String| Error::Profile { path: path.display().to_string(), message };
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = smartcon_util::paths::read_text(path).map_err(|e| {
             bad(if e.kind() == std::io::ErrorKind::NotFound {
                 "not found; run `smartcon ctx` first to measure this host".to_string()
             } else {

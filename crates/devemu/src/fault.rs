@@ -268,7 +268,7 @@ pub fn parse_scenario(text: &str) -> Result<FaultPlan, String> {
 
 /// Reads and parses a scenario file.
 pub fn load_scenario(path: &std::path::Path) -> Result<FaultPlan, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = smartcon_util::paths::read_text(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     parse_scenario(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 

@@ -166,7 +166,8 @@ impl LatencyTable {
 
     /// Loads a table file.
     pub fn load(path: &str) -> Result<LatencyTable, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read latency table {path}: {e}"))?;
+        let text = smartcon_util::paths::read_text(std::path::Path::new(path))
+            .map_err(|e| format!("cannot read latency table {path}: {e}"))?;
         Self::parse_csv(&text).map_err(|e| format!("{path}: {e}"))
     }
 }

@@ -201,6 +201,8 @@ struct Stack {
     shared: Arc<Shared>,
     session: Option<Session>,
     torn_down: bool,
+    /// Dropped after the teardown: until then a second Ctrl-C does not end the process.
+    _held: smartcon_util::paths::Held,
 }
 
 impl Stack {
@@ -476,6 +478,7 @@ pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)
         shared: shared.clone(),
         session: None,
         torn_down: false,
+        _held: smartcon_util::paths::Held::new(),
     };
     stack.save()?;
     start_fuse(&mut stack, opts)?;

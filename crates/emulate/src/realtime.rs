@@ -197,6 +197,11 @@ where
                     let mut first = true;
                     let mut margin = (strategy == Strategy::Block).then(WakeMargin::calibrate);
                     loop {
+                        // SIGINT/SIGTERM set the engine's stop flag: the replay ends within a
+                        // sleep slice, and the caller reports what was measured as interrupted.
+                        if smartcon_engine::stop::requested() {
+                            break;
+                        }
                         let next = source.lock().unwrap_or_else(|e| e.into_inner()).next();
                         let r = match next {
                             None => break,
@@ -212,6 +217,14 @@ where
                             }
                             None => {
                                 let at = base_ns + r.arrival_ns;
+                                // In slices, so a stop request is seen while waiting for a
+                                // late arrival (a trace may idle for minutes).
+                                while now_ns() + 100_000_000 < at && !smartcon_engine::stop::requested() {
+                                    sleep_until_ns(now_ns() + 100_000_000);
+                                }
+                                if smartcon_engine::stop::requested() {
+                                    break;
+                                }
                                 sleep_until_ns(at);
                                 start_late_ns = now_ns().saturating_sub(at);
                             }

@@ -242,11 +242,39 @@ fn io_err(what: &str, e: std::io::Error) -> Error {
 
 /// Writes the default program's source tree: `bytes` of C-like text in files of 16 KiB,
 /// deterministic, in directories of 32 files.
+/// Runs the program until it ends or the process is told to stop (SIGINT/SIGTERM set the
+/// engine's stop flag): then the program is sent SIGTERM, and SIGKILL a second later.
+fn wait_or_stop(cmd: &mut std::process::Command) -> std::io::Result<std::process::ExitStatus> {
+    let mut child = cmd.spawn()?;
+    let mut stopped_at = None;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if smartcon_engine::stop::global().load(std::sync::atomic::Ordering::Relaxed) {
+            let since = *stopped_at.get_or_insert_with(std::time::Instant::now);
+            let signal =
+                if since.elapsed() < std::time::Duration::from_secs(1) { libc::SIGTERM } else { libc::SIGKILL };
+            // SAFETY: kill(2) on the pid of our own unreaped child: it cannot have been reused.
+            unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+fn stopped() -> Result<(), Error> {
+    if smartcon_engine::stop::global().load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Error::new(ErrorKind::Interrupted, "interrupted"));
+    }
+    Ok(())
+}
+
 pub fn generate_tree(dir: &Path, bytes: u64) -> Result<(), Error> {
     const FILE_BYTES: u64 = 16 << 10;
     let files = bytes.div_ceil(FILE_BYTES).max(1);
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     for i in 0..files {
+        stopped()?;
         let sub = dir.join(format!("d{:03}", i / 32));
         std::fs::create_dir_all(&sub).map_err(|e| io_err("create the tree", e))?;
         let mut text = String::with_capacity(FILE_BYTES as usize + 80);
@@ -294,7 +322,7 @@ fn run_once(
         cmd.env(k, v);
     }
     let start = std::time::Instant::now();
-    let status = cmd.status().map_err(|e| io_err(&format!("run {}", program.to_string_lossy()), e))?;
+    let status = wait_or_stop(&mut cmd).map_err(|e| io_err(&format!("run {}", program.to_string_lossy()), e))?;
     let wall_ns = start.elapsed().as_nanos() as u64;
     if !status.success() {
         return Err(Error::new(
@@ -435,9 +463,11 @@ pub fn run_sweep_points(opts: &SweepOptions) -> Result<Vec<SweepRun>, Error> {
     let command = prepare(opts)?;
     let mut runs = Vec::new();
     for (i, s) in factors(&opts.speedups).into_iter().enumerate() {
+        stopped()?;
         runs.push(run_point(opts, &command, s, true, &format!("v{i}"))?);
     }
     if opts.check_real_time {
+        stopped()?;
         runs.push(run_point(opts, &command, 1.0, false, "real")?);
     }
     Ok(runs)

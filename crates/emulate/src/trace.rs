@@ -400,7 +400,8 @@ impl TraceReader<BufReader<Box<dyn Read + Send>>> {
         let raw: Box<dyn Read + Send> = if path.as_os_str() == "-" {
             Box::new(std::io::stdin())
         } else {
-            Box::new(std::fs::File::open(path).map_err(|e| with_path(bad(0, format!("cannot read: {e}"))))?)
+            // Non-blocking, regular files only: a FIFO or a device is refused, not read.
+            Box::new(smartcon_util::paths::open_input("", path).map_err(|e| with_path(bad(0, e.what)))?)
         };
         let mut buffered = BufReader::with_capacity(1 << 16, raw);
         let head = buffered.fill_buf().map_err(|e| with_path(bad(0, format!("cannot read: {e}"))))?;
@@ -641,7 +642,11 @@ impl<R: BufRead> TraceReader<R> {
             b"add" | b"open" | b"close" | b"sync" | b"datasync" | b"trim" => return Ok(Event::Skip),
             b"wait" if !v3 => {
                 let us = parse_u64(n, "wait (us)", f[2])?;
-                self.fio_clock_ns = self.fio_clock_ns.saturating_add(us.saturating_mul(1_000));
+                // Checked: a wrapped or saturated clock would replay as a wrong time.
+                self.fio_clock_ns =
+                    us.checked_mul(1_000).and_then(|ns| self.fio_clock_ns.checked_add(ns)).ok_or_else(|| {
+                        bad(n, format!("wait {us} us takes the clock past {} s", u64::MAX / 1_000_000_000))
+                    })?;
                 return Ok(Event::Nothing);
             }
             other => return Err(bad(n, format!("unknown fio iolog action {:?}", lossy(other)))),

@@ -147,15 +147,40 @@ impl HostWaitCost {
         smartcon_home().join("host-wait.json")
     }
 
-    /// The stored figures, if any were stored and are readable and sane.
+    /// The stored figures, if any were stored and are readable and sane. A file that is
+    /// there but unreadable, corrupt or insane is reported once on stderr (issue 29: it was
+    /// ignored without a word) and treated as absent, so it is measured again.
     pub fn stored() -> Option<HostWaitCost> {
-        let h: HostWaitCost = serde_json::from_str(&std::fs::read_to_string(Self::path()).ok()?).ok()?;
-        let sane = h.version == Self::VERSION
-            && h.block_cpu_ns.is_finite()
-            && h.block_cpu_ns > 0.0
-            && h.spin_overhead_ns.is_finite()
-            && h.spin_overhead_ns >= 0.0;
-        sane.then_some(h)
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        Self::read_stored().unwrap_or_else(|e| {
+            WARNED.call_once(|| eprintln!("smartcon: warning: {e}; ignored, measured again where needed"));
+            None
+        })
+    }
+
+    /// The stored figures: `None` if none were stored (or by an older version), an error
+    /// naming the file and the field if it cannot be used.
+    pub fn read_stored() -> Result<Option<HostWaitCost>, Error> {
+        let path = Self::path();
+        let text = match smartcon_util::paths::read_text(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(ErrorKind::Profile, &path, e)),
+        };
+        let bad =
+            |what: String| Error::new(ErrorKind::Profile, format!("{}: {what}", smartcon_util::paths::escape(&path)));
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("corrupt: {e}")))?;
+        if value.get("version").and_then(|v| v.as_u64()) != Some(u64::from(Self::VERSION)) {
+            return Ok(None);
+        }
+        let h: HostWaitCost = serde_json::from_value(value).map_err(|e| bad(format!("corrupt: {e}")))?;
+        if !(h.block_cpu_ns.is_finite() && h.block_cpu_ns > 0.0) {
+            return Err(bad(format!("block_cpu_ns {} is not a positive number", h.block_cpu_ns)));
+        }
+        if !(h.spin_overhead_ns.is_finite() && h.spin_overhead_ns >= 0.0) {
+            return Err(bad(format!("spin_overhead_ns {} is negative or not a number", h.spin_overhead_ns)));
+        }
+        Ok(Some(h))
     }
 
     /// Stores the figures (a temporary file of this process, then renamed over the old).
@@ -305,7 +330,7 @@ impl Profile {
 
     /// Reads and validates a profile file.
     pub fn load(path: &Path) -> Result<Profile, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(ErrorKind::Profile, path, e))?;
+        let text = smartcon_util::paths::read_text(path).map_err(|e| Error::io(ErrorKind::Profile, path, e))?;
         let mut profile: Profile = serde_json::from_str(&text).map_err(|e| {
             Error::new(ErrorKind::Profile, format!("{} is not a smartcon profile: {e}", path.display()))
         })?;

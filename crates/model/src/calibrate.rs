@@ -85,8 +85,8 @@ fn bad(path: &Path, line_number: usize, message: impl Into<String>) -> Error {
 
 /// Reads one probe profile.
 pub fn read_profile(path: &Path) -> Result<DeviceProfile, Error> {
-    let text =
-        std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    let text = smartcon_util::paths::read_text(path)
+        .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
     let profile: DeviceProfile =
         serde_json::from_str(&text).map_err(|e| bad(path, 0, format!("not a device profile: {e}")))?;
     for l in &profile.latencies {
@@ -123,8 +123,8 @@ fn read_typed<T: serde::de::DeserializeOwned>(
     kind: &str,
     check: impl Fn(&T) -> Result<(), String>,
 ) -> Result<Vec<T>, Error> {
-    let text =
-        std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    let text = smartcon_util::paths::read_text(path)
+        .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
     let mut out = Vec::new();
     for (index, line) in text.lines().enumerate() {
         if line.trim().is_empty() {

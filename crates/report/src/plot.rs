@@ -62,12 +62,21 @@ fn range(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     }
 }
 
-fn err<E: std::fmt::Debug>(e: E) -> Error {
-    Error::new(ErrorKind::Io, format!("plotting failed: {e:?}"))
+fn err<E: std::fmt::Display>(e: E) -> Error {
+    Error::new(ErrorKind::Io, format!("cannot draw the plot: {e}"))
+}
+
+/// The path into a plot's error, which plotters does not know.
+fn named(path: &Path, result: Result<()>) -> Result<()> {
+    result.map_err(|e| Error::new(e.kind, format!("{}: {}", smartcon_util::paths::escape(path), e.message)))
 }
 
 /// Draws a line chart with points to `path` (an .svg file).
 pub fn line_chart(path: &Path, chart: &LineChart<'_>, series: &[Series]) -> Result<()> {
+    named(path, line_chart_unnamed(path, chart, series))
+}
+
+fn line_chart_unnamed(path: &Path, chart: &LineChart<'_>, series: &[Series]) -> Result<()> {
     let (x0, x1) = range(series.iter().flat_map(|s| s.points.iter().map(|p| p.0)), chart.log_x);
     let (y0, y1) = range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), chart.log_y);
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
@@ -138,6 +147,10 @@ pub struct BarChart<'a> {
 
 /// Draws a grouped bar chart to `path`.
 pub fn bar_chart(path: &Path, chart: &BarChart<'_>) -> Result<()> {
+    named(path, bar_chart_unnamed(path, chart))
+}
+
+fn bar_chart_unnamed(path: &Path, chart: &BarChart<'_>) -> Result<()> {
     let groups = chart.categories.len().max(1);
     let bars = chart.series.len().max(1);
     let mut high =
@@ -223,6 +236,10 @@ pub struct ScatterChart<'a> {
 
 /// Draws one point per (x, y), a colour and shape per series, to `path`.
 pub fn scatter_chart(path: &Path, chart: &ScatterChart<'_>, series: &[Series]) -> Result<()> {
+    named(path, scatter_chart_unnamed(path, chart, series))
+}
+
+fn scatter_chart_unnamed(path: &Path, chart: &ScatterChart<'_>, series: &[Series]) -> Result<()> {
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).chain(chart.x_refs.iter().map(|r| r.0));
     let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).chain(chart.y_refs.iter().map(|r| r.0));
     let (x0, x1) = padded(xs);

@@ -64,8 +64,8 @@ pub struct BenchArgs {
     /// and report the best (paper 002, Fig. 1).
     #[arg(long)]
     pub sweep_interval: Option<String>,
-    /// With --sweep-interval: draw latency against the interval to this SVG file.
-    #[arg(long)]
+    /// With --sweep-interval: draw latency against the interval to this SVG file (a new file).
+    #[arg(long, value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     pub plot: Option<std::path::PathBuf>,
     /// bm-only, or cpu-intensive (a number cruncher per core runs meanwhile).
     #[arg(long, default_value = "bm-only")]
@@ -78,6 +78,8 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    // Claimed before anything is parsed further or measured: a refusal costs nothing.
+    let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
     let targets = split_targets(&args.targets)?;
     let (sizes, ops, pattern, duration_ns) = (args.sizes.clone(), args.ops.clone(), args.pattern, args.duration);
     let mut strategies = args.strategies.clone();
@@ -94,9 +96,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     } else if args.plot.is_some() {
         bail!("--plot draws the interval sweep; give --sweep-interval too");
-    }
-    if let Some(plot) = &args.plot {
-        crate::common::check_out_file("--plot", plot, false)?;
     }
     let cpu_load_workers = match args.load.as_str() {
         "bm-only" => 0,
@@ -147,9 +146,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let summary = smartcon_study::bench::summarize(&results, &args.load, interrupted());
     let sweeps = if args.sweep_interval.is_some() { sweeps(&results) } else { Vec::new() };
     let checks = hybrid_checks(&results, &args.load);
-    if let (Some(path), false) = (&args.plot, sweeps.is_empty()) {
-        plot_sweeps(path, &sweeps)?;
-    }
     if args.json {
         for r in &sweeps {
             emit_json(r)?;
@@ -173,11 +169,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
             );
         }
         print!("{}", render_polling(&sweeps, &checks));
-        if let (Some(path), false) = (&args.plot, sweeps.is_empty()) {
-            println!("plot: {}", path.display());
-        }
         if summary.interrupted {
             println!("(interrupted: the table shows the cells measured so far)");
+        }
+    }
+    // Drawn after the results are printed, so a plot that cannot be written loses nothing.
+    if let (Some(out), false) = (crate::paths::unless_interrupted(plot_out), sweeps.is_empty()) {
+        plot_sweeps(out.tmp_path(), &sweeps).map_err(|e| out.wrap(&e))?;
+        let path = out.commit()?;
+        if !args.json {
+            println!("plot: {}", path.display());
         }
     }
     Ok(())

@@ -22,7 +22,7 @@ use crate::common;
 #[derive(clap::Args)]
 pub struct CachesimArgs {
     /// The trace file (from `smartcon trace`).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     trace: PathBuf,
     /// L1 instruction cache SIZE,WAYS (default 32k,2).
     #[arg(long, default_value = "32k,2")]

@@ -15,6 +15,7 @@ use smartcon_ctxcost::Plan;
 use smartcon_devemu::units::parse_size;
 
 use crate::common;
+use crate::paths::{Existing, OutFile};
 use smartcon_report::ctx as ctx_report;
 
 #[derive(clap::Args)]
@@ -44,13 +45,13 @@ pub struct CtxArgs {
     /// JSON Lines on stdout instead of the table.
     #[arg(long)]
     json: bool,
-    /// Write a Fig. 3-style SVG of the indirect cost to this file.
-    #[arg(long)]
+    /// Write a Fig. 3-style SVG of the indirect cost to this file (a new file).
+    #[arg(long, value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     plot: Option<PathBuf>,
-    /// Write the host profile here instead of $SMARTCON_HOME/host.json.
-    #[arg(long, alias = "host-profile")]
+    /// Write the host profile here (a new file) instead of $SMARTCON_HOME/host.json.
+    #[arg(long, alias = "host-profile", value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     out: Option<PathBuf>,
-    /// Overwrite an existing --out file.
+    /// Replace an existing --out or --plot file (a regular file; never through a symlink).
     #[arg(long)]
     force: bool,
     /// Do not write a host profile.
@@ -90,20 +91,16 @@ pub fn run(args: CtxArgs) -> Result<()> {
     }
     plan.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
 
-    // Decide where the profile goes before measuring, so a refusal costs nothing.
-    let profile_path = if args.no_save {
+    // Claim where the profile and the plot go before measuring, so a refusal costs nothing.
+    let existing = if args.force { Existing::Replace } else { Existing::Refuse };
+    let profile_out = if args.no_save {
         None
     } else if let Some(out) = &args.out {
-        if out.exists() && !args.force {
-            bail!("{} exists; pass --force to replace it", out.display());
-        }
-        Some(out.clone())
+        Some(OutFile::claim("--out", out, existing)?)
     } else {
-        Some(common::smartcon_home().join("host.json"))
+        Some(crate::paths::store_file(&common::smartcon_home().join("host.json"))?)
     };
-    if let Some(plot) = &args.plot {
-        common::check_out_file("--plot", plot, args.force)?;
-    }
+    let plot_out = args.plot.as_deref().map(|p| OutFile::claim("--plot", p, existing)).transpose()?;
 
     let bar = common::progress_bar(smartcon_ctxcost::step_count(&plan), "ctx");
     let started = std::time::Instant::now();
@@ -125,19 +122,9 @@ pub fn run(args: CtxArgs) -> Result<()> {
     bar.finish_and_clear();
     let elapsed_s = started.elapsed().as_secs_f64();
 
-    let mut replaced = false;
-    if let Some(path) = &profile_path {
-        replaced = profile.write(path).with_context(|| format!("cannot write {}", path.display()))?;
-        if replaced {
-            eprintln!("smartcon: host profile written to {} (replaced the previous one)", path.display());
-        } else {
-            eprintln!("smartcon: host profile written to {}", path.display());
-        }
-    }
-    if let Some(plot_path) = &args.plot {
-        ctx_report::draw(plot_path, &profile)?;
-        eprintln!("smartcon: plot written to {}", plot_path.display());
-    }
+    // The results are printed first: an output that cannot be written does not lose them.
+    let profile_path = profile_out.as_ref().map(|o| o.path().to_path_buf());
+    let replaced = profile_path.as_ref().is_some_and(|p| p.is_file() && p.metadata().is_ok_and(|m| m.len() > 0));
     if args.json {
         profile.direct_records().iter().try_for_each(common::emit_json)?;
         profile.indirect_records().iter().try_for_each(common::emit_json)?;
@@ -145,8 +132,20 @@ pub fn run(args: CtxArgs) -> Result<()> {
         common::emit_json(&profile.wakeup_record())?;
         common::emit_json(&profile.perf_record())?;
         let path = profile_path.map(|p| p.display().to_string());
-        return common::emit_json(&ProfileRecord { r#type: "host_profile", path, replaced });
+        common::emit_json(&ProfileRecord { r#type: "host_profile", path, replaced })?;
+    } else {
+        print!("{}", ctx_report::profile_text(&profile, plan.indirect_procs, elapsed_s, args.quick));
     }
-    print!("{}", ctx_report::profile_text(&profile, plan.indirect_procs, elapsed_s, args.quick));
+    if let Some(out) = profile_out {
+        let text = serde_json::to_string_pretty(&profile).context("the host profile does not serialize")? + "\n";
+        let path = out.write_all(text.as_bytes())?;
+        let how = if replaced { " (replaced the previous one)" } else { "" };
+        eprintln!("smartcon: host profile written to {}{how}", path.display());
+    }
+    if let Some(out) = plot_out {
+        ctx_report::draw(out.tmp_path(), &profile).map_err(|e| out.wrap(&e))?;
+        let path = out.commit()?;
+        eprintln!("smartcon: plot written to {}", path.display());
+    }
     Ok(())
 }

@@ -31,7 +31,10 @@ pub enum EmulateCommand {
     /// Expose an emulated device to unmodified programs: FUSE file + direct-I/O loop device [+ ext4 at DIR] (root).
     Mount(MountArgs),
     /// End a `mount --detach` at DIR and print its accuracy report.
-    Umount { dir: std::path::PathBuf },
+    Umount {
+        #[arg(value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+        dir: std::path::PathBuf,
+    },
     /// Remove what killed `emulate mount` and `emulate vm` runs left (only what their records name).
     Cleanup,
     /// Boot a User-Mode Linux guest whose block device is the emulated device, run CMD in it.
@@ -52,7 +55,7 @@ pub struct VmArgs {
     #[arg(long, value_parser = ["none", "mq-deadline", "bfq", "kyber"])]
     pub scheduler: Option<String>,
     /// Keep the image at PATH (created and formatted when missing; an existing one is used as it is).
-    #[arg(long)]
+    #[arg(long, value_name = "APPEND_FILE", value_hint = clap::ValueHint::FilePath)]
     pub image: Option<std::path::PathBuf>,
     /// The guest's clock and timers run in virtual time: device waits and idle time cost no wall time.
     #[arg(long)]
@@ -76,6 +79,7 @@ pub struct MountArgs {
     /// emu:PRESET[,key=value...], e.g. emu:sdcard or emu:sdcard,channels=4,speedup=2.
     pub spec: String,
     /// The ext4 mount point (--fs ext4), or the name `emulate umount` knows the mount by.
+    #[arg(value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     pub dir: std::path::PathBuf,
     /// ext4: format and mount at DIR; none: print the loop device.
     #[arg(long, default_value = "ext4", value_parser = ["ext4", "none"])]
@@ -103,7 +107,7 @@ pub struct ReplayArgs {
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
     pub channels: Vec<u32>,
     /// A trace file, gzip or not, `-` for standard input (open loop: arrivals at its timestamps); repeat it for a sweep. Without it, a closed-loop job.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub trace: Vec<std::path::PathBuf>,
     /// The trace's format (default: detected from its first lines).
     #[arg(long, value_parser = ["blkparse", "fio-iolog-v2", "fio-iolog-v3", "msr", "alibaba", "tencent"])]
@@ -124,7 +128,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub fifo: bool,
     /// A fault scenario (TOML: errors, latency spikes, stalls; docs/emulator.md). Virtual time only.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub faults: Option<std::path::PathBuf>,
     /// JSON Lines output (one "replay_result" record).
     #[arg(long)]
@@ -157,7 +161,7 @@ pub struct ReplayArgs {
     /// Write the sweep's results.jsonl and its report (summary.md, plots, report.html) to
     /// this directory (must not exist or be empty); with --ray the default is
     /// smartcon-report-sweep.
-    #[arg(long)]
+    #[arg(long, value_name = "OUT_DIR", value_hint = clap::ValueHint::DirPath)]
     pub out: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub ray: crate::ray::RayArgs,
@@ -261,6 +265,9 @@ pub fn run(args: EmulateArgs) -> Result<()> {
 }
 
 fn vm(a: VmArgs) -> Result<()> {
+    if let Some(p) = &a.image {
+        check_image(p)?;
+    }
     use smartcon_emulate::vm::{self, Fs, VmOptions};
     let mut spec = a.spec.clone();
     let parsed = smartcon_engine::devemu::parse_spec(&spec).map_err(anyhow::Error::msg)?;
@@ -309,6 +316,10 @@ fn vm(a: VmArgs) -> Result<()> {
 
 fn mount(a: MountArgs) -> Result<()> {
     use smartcon_emulate::mount::{self, Fs, MountOptions};
+    // The mount point first: a bad one is named before anything else is checked or made.
+    if !std::fs::metadata(&a.dir).is_ok_and(|m| m.is_dir()) {
+        anyhow::bail!("{}: not a directory (the mount point must exist)", smartcon_util::paths::escape(&a.dir));
+    }
     let spec = smartcon_engine::devemu::parse_spec(&a.spec).map_err(anyhow::Error::msg)?;
     if a.detach {
         let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).filter(|x| x != "--detach").collect();
@@ -343,6 +354,18 @@ fn mount(a: MountArgs) -> Result<()> {
 }
 
 fn replay(args: ReplayArgs) -> Result<()> {
+    // Inputs are checked first: a FIFO or a device is refused, not opened for reading.
+    for p in &args.trace {
+        crate::paths::input("--trace", p, true)?;
+    }
+    if let Some(p) = &args.faults {
+        crate::paths::input("--faults", p, false)?;
+    }
+    // The report directory, claimed before any work (crate::paths).
+    let mut out_dir = match (&args.out, args.plan_only) {
+        (Some(d), false) => Some(crate::paths::out_dir("--out", d)?),
+        _ => None,
+    };
     use crate::ray::PlanPoint;
     let points = replay_points(&args)?;
     if args.plan_only || args.ray.ray.is_some() {
@@ -358,15 +381,17 @@ fn replay(args: ReplayArgs) -> Result<()> {
             }
             return Ok(());
         }
-        let out = args.out.clone().unwrap_or_else(|| "smartcon-report-sweep".into());
-        return crate::ray::run_driver("sweep", &args.ray, &out, Some(&plan), &[]);
+        let out = match out_dir {
+            Some(o) => o,
+            None => crate::paths::out_dir("--out", std::path::Path::new("smartcon-report-sweep"))?,
+        };
+        return crate::ray::run_driver("sweep", &args.ray, out, Some(&plan), &[]);
     }
     if points.len() == 1 && args.out.is_none() {
         let record = replay_one(&args, &points[0], true)?;
         return output(&args, &record);
     }
     // A sweep on this machine, point after point: the same records a Ray run writes.
-    let claim = args.out.as_ref().map(|d| crate::common::prepare_out_dir(d)).transpose()?;
     let bar = progress_bar(points.len() as u64, "points");
     let mut lines = String::new();
     let mut records = Vec::new();
@@ -386,12 +411,12 @@ fn replay(args: ReplayArgs) -> Result<()> {
         }
     }
     bar.finish_and_clear();
-    if let Some(dir) = &args.out {
-        let path = dir.join("results.jsonl");
-        std::fs::write(&path, lines)?;
-        drop(claim);
+    if let Some(out) = out_dir.take() {
+        let path = out.dir().join("results.jsonl");
+        std::fs::write(&path, lines).map_err(|e| out.wrap(&format!("results.jsonl: {e}")))?;
         let records = smartcon_report::distributed::Records::of(records);
         super::report::write(&records, None, &path)?;
+        out.commit()?;
     }
     Ok(())
 }
@@ -522,11 +547,14 @@ fn usage(message: String) -> anyhow::Error {
 
 fn output(args: &ReplayArgs, record: &ReplayResult) -> Result<()> {
     if args.json {
-        emit_json(record)
+        emit_json(record)?;
     } else {
         print_human(record);
-        Ok(())
     }
+    if crate::common::interrupted() {
+        println!("(interrupted: the figures cover the I/Os replayed before the signal)");
+    }
+    Ok(())
 }
 
 fn print_human(r: &ReplayResult) {
@@ -608,8 +636,8 @@ pub struct SweepArgs {
     /// Bytes of text in the default program's generated source tree.
     #[arg(long, default_value = "16m")]
     pub tree_size: String,
-    /// Write the plot (SVG) here.
-    #[arg(long)]
+    /// Write the plot (SVG) here (a new file).
+    #[arg(long, value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     pub plot: Option<std::path::PathBuf>,
     /// Skip the real-time run of the 1 x point.
     #[arg(long)]
@@ -622,7 +650,7 @@ pub struct SweepArgs {
     pub plan_only: bool,
     /// Write results.jsonl (one `emulate_sweep_point` record per run) and the report here
     /// (must not exist or be empty); with --ray the default is smartcon-report-sweep.
-    #[arg(long)]
+    #[arg(long, value_name = "OUT_DIR", value_hint = clap::ValueHint::DirPath)]
     pub out: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub ray: crate::ray::RayArgs,
@@ -640,6 +668,12 @@ pub struct SweepArgs {
 fn sweep(args: SweepArgs) -> Result<()> {
     use smartcon_emulate::sweep::SweepOptions;
     use smartcon_emulate::sweep::{assemble, factors, plot_svg, prepare, run_point, run_sweep_points, table};
+    let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
+    // The report directory, claimed before any work (crate::paths).
+    let out_dir = match (&args.out, args.plan_only || args.point.is_some()) {
+        (Some(d), false) => Some(crate::paths::out_dir("--out", d)?),
+        _ => None,
+    };
     let work_dir = std::env::temp_dir().join(format!("smartcon-sweep-{}", std::process::id()));
     let command = (!args.command.is_empty()).then_some(args.command.clone());
     let (device, speedups, check_real_time) = (args.device.clone(), args.speedups.clone(), !args.no_real_time);
@@ -686,10 +720,15 @@ fn sweep(args: SweepArgs) -> Result<()> {
             }
             return Ok(());
         }
-        let out = args.out.clone().unwrap_or_else(|| "smartcon-report-sweep".into());
-        return crate::ray::run_driver("sweep", &args.ray, &out, Some(&plan), &[]);
+        let out = match out_dir {
+            Some(o) => o,
+            None => crate::paths::out_dir("--out", std::path::Path::new("smartcon-report-sweep"))?,
+        };
+        return crate::ray::run_driver("sweep", &args.ray, out, Some(&plan), &[]);
     }
     let library = super::run::library()?;
+    // Recorded before it exists, so `smartcon cleanup` removes it after kill -9.
+    let _record = smartcon_util::paths::record_scratch(&[&work_dir]);
     let opts = SweepOptions { device, speedups, command, library, work_dir, tree_bytes, check_real_time };
     if let Some(s) = args.point {
         // One run of a plan (on a Ray worker): its record, nothing else.
@@ -697,29 +736,50 @@ fn sweep(args: SweepArgs) -> Result<()> {
         let _ = std::fs::remove_dir_all(&opts.work_dir);
         return emit_json(&run.map_err(engine_err)?);
     }
-    let claim = args.out.as_ref().map(|d| crate::common::prepare_out_dir(d)).transpose()?;
     let runs = run_sweep_points(&opts).map_err(engine_err);
     let _ = std::fs::remove_dir_all(&opts.work_dir);
     let runs = runs?;
-    if let Some(dir) = &args.out {
+    if let Some(out) = out_dir {
         let mut lines = String::new();
         for r in &runs {
             lines += &serde_json::to_string(r)?;
             lines.push('\n');
         }
-        let path = dir.join("results.jsonl");
-        std::fs::write(&path, lines)?;
-        drop(claim);
+        let path = out.dir().join("results.jsonl");
+        std::fs::write(&path, lines).map_err(|e| out.wrap(&format!("results.jsonl: {e}")))?;
         let values = runs.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>()?;
-        return super::report::write(&smartcon_report::distributed::Records::of(values), None, &path);
-    }
-    let r = assemble(&runs).map_err(engine_err)?;
-    if let Some(path) = &args.plot {
-        plot_svg(&r, path).map_err(engine_err)?;
-    }
-    if !args.json {
-        print!("{}", table(&r));
+        super::report::write(&smartcon_report::distributed::Records::of(values), None, &path)?;
+        out.commit()?;
         return Ok(());
     }
-    emit_json(&r)
+    let r = assemble(&runs).map_err(engine_err)?;
+    if args.json {
+        emit_json(&r)?;
+    } else {
+        print!("{}", table(&r));
+    }
+    // Drawn after the results are printed, so a plot that cannot be written loses nothing.
+    if let Some(out) = crate::paths::unless_interrupted(plot_out) {
+        plot_svg(&r, out.tmp_path()).map_err(|e| out.wrap(&e))?;
+        out.commit()?;
+    }
+    Ok(())
+}
+
+/// `emulate vm --image PATH`, checked before anything boots: an existing image must be a
+/// regular file, not through a symbolic link; a new one must be creatable there (its parent
+/// exists and is writable: claimed and released at once, crate::paths).
+fn check_image(path: &std::path::Path) -> Result<()> {
+    use smartcon_util::paths::{Existing, OutFile, PathError};
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            Err(PathError::new("--image", path, "is a symbolic link; smartcon does not write through one").into())
+        }
+        Ok(m) if !m.is_file() => Err(PathError::new("--image", path, "exists and is not a regular file").into()),
+        Ok(_) => Ok(()),
+        Err(_) => {
+            drop(OutFile::claim("--image", path, Existing::Refuse)?);
+            Ok(())
+        }
+    }
 }

@@ -77,8 +77,9 @@ struct StudyArgs {
     /// JSON Lines on stdout instead of tables.
     #[arg(long)]
     json: bool,
-    /// Write results.jsonl and SVG plots into this directory (must be empty or absent).
-    #[arg(long)]
+    /// Write results.jsonl and SVG plots into this directory (must be empty or absent; its
+    /// parent must exist).
+    #[arg(long, value_name = "OUT_DIR", value_hint = clap::ValueHint::DirPath)]
     out: Option<PathBuf>,
 }
 
@@ -109,6 +110,8 @@ pub fn run(args: EtsArgs) -> Result<()> {
 
 fn study(a: StudyArgs) -> Result<()> {
     let started = std::time::Instant::now();
+    // Claimed before anything runs; the files are written beside it and moved in at the end.
+    let out = a.out.as_deref().map(|d| crate::paths::out_dir("--out", d)).transpose()?;
     let tasks = match &a.tasks {
         None => TaskSpec::default_suite(),
         Some(list) => list
@@ -133,15 +136,12 @@ fn study(a: StudyArgs) -> Result<()> {
         ErrorKind::Geometry => anyhow::Error::from(e).context("--llc"),
         _ => e.into(),
     })?;
-    let _claim = a.out.as_deref().map(common::prepare_out_dir).transpose()?;
     let bar = common::progress_bar(plan.runs() as u64, "ets");
     let results = ets::run(&plan, common::interrupt_flag(), &|| bar.inc(1));
     bar.finish_and_clear();
     let results = results?;
     let summary = ets::summary(&plan, &results, started.elapsed().as_nanos() as u64);
-    if let Some(dir) = &a.out {
-        write_outputs(dir, &results.tasks, &results.sweep, &summary)?;
-    }
+    // The results reach the terminal first: a report that cannot be written loses nothing.
     if a.json {
         for r in &results.tasks {
             common::emit_json(r)?;
@@ -149,11 +149,20 @@ fn study(a: StudyArgs) -> Result<()> {
         for r in &results.sweep {
             common::emit_json(r)?;
         }
-        return common::emit_json(&summary);
+        common::emit_json(&summary)?;
+    } else {
+        print!("{}", ets_report::tables(&results.tasks, &results.sweep, &summary, plan.threads));
     }
-    print!("{}", ets_report::tables(&results.tasks, &results.sweep, &summary, plan.threads));
-    if let Some(dir) = &a.out {
-        println!("wrote results.jsonl and plots to {}", dir.display());
+    if common::interrupted() {
+        anyhow::bail!("interrupted; the report directory was not written");
+    }
+    if let Some(out) = out {
+        write_outputs(out.dir(), &results.tasks, &results.sweep, &summary)
+            .map_err(|e| out.wrap(&format!("cannot write the report: {e:#}")))?;
+        let dir = out.commit()?;
+        if !a.json {
+            println!("wrote results.jsonl and plots to {}", dir.display());
+        }
     }
     Ok(())
 }

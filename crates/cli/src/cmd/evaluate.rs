@@ -25,7 +25,7 @@ use smartcon_study::evaluate::{host, judge};
 use smartcon_study::evaluate::{loadavg, run, Cell, Load, MachineRecord, ProfileRecord, Workload};
 use smartcon_study::polling::{Study, StudyPlan};
 
-use crate::common::{interrupt_flag, interrupted, on_event, prepare_out_dir, progress_bar, smartcon_home};
+use crate::common::{interrupt_flag, interrupted, on_event, progress_bar, smartcon_home};
 use crate::engine_setup::*;
 
 #[derive(Args, Debug)]
@@ -52,7 +52,7 @@ pub struct EvaluateArgs {
     pub workloads: Option<Vec<Workload>>,
     /// The directory postmark creates its files in (default: the directory of each file
     /// target, e.g. DIR of tmp:SIZE@DIR; targets without a file system skip postmark).
-    #[arg(long)]
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     pub postmark_dir: Option<PathBuf>,
     /// Comma-separated record sizes.
     #[arg(long, value_delimiter = ',', value_parser = size_value)]
@@ -88,8 +88,8 @@ pub struct EvaluateArgs {
     /// 2 without a load; 1 with --tiny).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: Option<u32>,
-    /// The report directory (must not exist or be empty).
-    #[arg(long, default_value = "smartcon-report")]
+    /// The report directory (must not exist or be empty; its parent must exist).
+    #[arg(long, default_value = "smartcon-report", value_name = "OUT_DIR", value_hint = clap::ValueHint::DirPath)]
     pub out: PathBuf,
     /// A smaller matrix that finishes within 2 minutes.
     #[arg(long, conflicts_with = "tiny")]
@@ -155,6 +155,11 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     if args.full || args.schedulers.is_some() {
         bail!("--full and --schedulers belong to --study acs");
     }
+    // Claimed before anything runs; the files are written beside it and moved in at the end.
+    let out = crate::paths::out_dir("--out", &args.out)?;
+    if let Some(d) = &args.postmark_dir {
+        anyhow::ensure!(d.is_dir(), "--postmark-dir {}: not a directory", smartcon_util::paths::escape(d));
+    }
     let plan = plan_of(&args)?;
     // In logs: a line per finished load and target (the first two words of a turn's name).
     let bar = progress_bar(0, "evaluate").grouped(2);
@@ -162,14 +167,13 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     if session.opened.is_empty() {
         bail!("no target left to evaluate ({})", session.notes.join("; "));
     }
-    let _claim = prepare_out_dir(&args.out)?;
     let loadavg_before = loadavg();
     let started = std::time::Instant::now();
     let monitor = start_monitor(None)?;
     let host = smartcon_home().join("host.json");
     run::probe_missing(&plan, &mut session, &monitor, Some(&host), interrupt_flag(), &mut on_event(&bar))
         .map_err(engine_err)?;
-    let jsonl_path = args.out.join("results.jsonl");
+    let jsonl_path = out.dir().join("results.jsonl");
     let file = std::fs::File::create(&jsonl_path).with_context(|| format!("create {}", jsonl_path.display()))?;
     let mut jsonl = std::io::BufWriter::new(file);
     let mach = MachineRecord::here();
@@ -198,7 +202,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     for c in &criteria {
         line(&mut jsonl, c)?;
     }
-    jsonl.flush()?;
+    jsonl.flush().map_err(|e| out.wrap(&format!("results.jsonl: {e}")))?;
     let profiles: Vec<Vec<String>> = session.opened.iter().map(profile_row).collect();
     let header = Header {
         machine: &mach,
@@ -211,27 +215,12 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     let map = VerdictMap::of(&cells);
     let head = summary_head_md(&header, &cells, &criteria, &map);
     let mut body = summary_body_md(&header, &plan, &profiles, &cells);
-    let mut plots = write_plots(&args.out, &plan, &cells)?;
-    plots += verdict_map::write_svg(&args.out.join("verdict-map.svg"), &map)?;
-    if let Some(study) = &study {
-        body += &smartcon_report::polling::study_md(study);
-        plots += smartcon_report::polling::study_plots(&args.out, study)?;
-    }
-    std::fs::write(args.out.join("summary.md"), head + &body)?;
     let top = first_screen_html(&header, &cells, &criteria, &map) + &criteria_html(&criteria);
     let bottom = format!(
         "<h2 id=\"rounds\">Every cell of the map, round by round</h2>\n{}",
         verdict_map::rounds_html(&map, &cells)
     );
-    let page = smartcon_report::html::Page {
-        title: "smartcon evaluate",
-        subtitle: &subtitle(&header, &plan, &cells),
-        top: &top,
-        body_md: &body,
-        bottom: &bottom,
-    };
-    smartcon_report::html::write_report_html(&args.out, &page)?;
-    let secs = started.elapsed().as_secs_f64();
+    let subtitle_text = subtitle(&header, &plan, &cells);
     let fleet = args.fleet_host.as_ref().map(|node_id| {
         let profiles: Vec<_> = session.opened.iter().map(|o| (o.target.label().to_string(), &o.profile)).collect();
         let pareto = judge::pareto(&cells);
@@ -240,24 +229,46 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         FleetHost::of(node_id, &name, &mach, &host_record, &pareto, &profiles, cells.len(), ns)
     });
     drop(session);
-    let mut human = String::new();
-    human += &format!("{}\n{}\n", headline(&cells, &criteria), host_record.text());
-    human += &format!(
-        "report: {} (report.html, results.jsonl, summary.md, {plots} plots) in {secs:.0} s\n",
-        args.out.display()
-    );
+    // The human lines: on standard output, or under the fleet's driver on standard error
+    // (its record is standard output).
+    let say = |text: &str| {
+        if fleet.is_some() {
+            eprintln!("{text}")
+        } else {
+            println!("{text}")
+        }
+    };
+    // The results reach the terminal before the report is written: a full disk loses nothing.
+    say(&headline(&cells, &criteria));
+    say(&host_record.text());
+    let mut write_report = || -> Result<usize> {
+        let mut plots = write_plots(out.dir(), &plan, &cells)?;
+        plots += verdict_map::write_svg(&out.dir().join("verdict-map.svg"), &map)?;
+        if let Some(study) = &study {
+            body += &smartcon_report::polling::study_md(study);
+            plots += smartcon_report::polling::study_plots(out.dir(), study)?;
+        }
+        std::fs::write(out.dir().join("summary.md"), head.clone() + &body)?;
+        let page = smartcon_report::html::Page {
+            title: "smartcon evaluate",
+            subtitle: &subtitle_text,
+            top: &top,
+            body_md: &body,
+            bottom: &bottom,
+        };
+        smartcon_report::html::write_report_html(out.dir(), &page)?;
+        Ok(plots)
+    };
+    let plots = write_report().map_err(|e| out.wrap(&format!("cannot write the report: {e:#}")))?;
+    let dir = out.commit()?;
+    let secs = started.elapsed().as_secs_f64();
+    say(&format!("report: {} (report.html, results.jsonl, summary.md, {plots} plots) in {secs:.0} s", dir.display()));
     if interrupted() {
-        human += "(interrupted: the report holds the cells measured so far)\n";
+        say("(interrupted: the report holds the cells measured so far)");
     }
     match fleet {
-        Some(record) => {
-            eprint!("{human}");
-            crate::common::emit_json(&record)
-        }
-        None => {
-            print!("{human}");
-            Ok(())
-        }
+        Some(record) => crate::common::emit_json(&record),
+        None => Ok(()),
     }
 }
 

@@ -22,7 +22,7 @@ pub struct FleetArgs {
     #[arg(long)]
     pub tiny: bool,
     /// The report directory (must not exist or be empty).
-    #[arg(long, default_value = "smartcon-report-fleet")]
+    #[arg(long, default_value = "smartcon-report-fleet", value_name = "OUT_DIR", value_hint = clap::ValueHint::DirPath)]
     pub out: PathBuf,
     /// More evaluate flags for every host (e.g. --targets tmp:64m@/var/tmp --skip-polling).
     #[arg(last = true, value_name = "EVALUATE FLAGS")]
@@ -30,6 +30,8 @@ pub struct FleetArgs {
 }
 
 pub fn run(args: FleetArgs) -> Result<()> {
+    // Claimed before anything runs (crate::paths).
+    let out = crate::paths::out_dir("--out", &args.out)?;
     if args.ray.ray.is_none() {
         bail!("fleet runs on a Ray cluster: give --ray ADDRESS (host:port or auto; docs/distributed.md)");
     }
@@ -46,5 +48,5 @@ pub fn run(args: FleetArgs) -> Result<()> {
         evaluate.push("--tiny".to_string());
     }
     evaluate.extend(args.evaluate);
-    run_driver("fleet", &args.ray, &args.out, None, &evaluate)
+    run_driver("fleet", &args.ray, out, None, &evaluate)
 }

@@ -45,7 +45,7 @@ pub struct IoArgs {
     #[arg(long)]
     pub json: bool,
     /// A profile file for smart (default: the stored one for this device).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub profile: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub run: RunFlags,
@@ -55,6 +55,9 @@ pub struct IoArgs {
 }
 
 pub fn run(args: IoArgs) -> Result<()> {
+    if let Some(p) = &args.profile {
+        crate::paths::input("--profile", p, false)?;
+    }
     let op = args.op;
     let mut spec = JobSpec::new(op, args.pattern, args.bs, args.strategy);
     spec.span_bytes = args.span;

@@ -12,7 +12,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
 use smartcon_engine::wait::PollParams;
 use smartcon_engine::Op;
@@ -61,8 +61,8 @@ pub struct MergeBenchArgs {
     /// JSON Lines output: one "merge_result" record per run and one "merge_summary".
     #[arg(long)]
     pub json: bool,
-    /// Draw IOPS per workload and configuration as an SVG bar chart to this file.
-    #[arg(long)]
+    /// Draw IOPS per workload and configuration as an SVG bar chart to this file (a new file).
+    #[arg(long, value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     pub plot: Option<PathBuf>,
     #[command(flatten)]
     pub poll: PollFlags,
@@ -94,6 +94,8 @@ impl PollFlags {
 }
 
 pub fn run(args: MergeBenchArgs) -> Result<()> {
+    // Claimed before anything is measured: a refusal costs nothing.
+    let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
     let plan = MergePlan {
         target: args.target.clone(),
         threads: args.threads,
@@ -108,12 +110,6 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
         poll: args.poll.params()?,
     };
     plan.validate().map_err(engine_err)?;
-    if let Some(path) = &args.plot {
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-        if !dir.is_dir() {
-            bail!("--plot {}: directory {} does not exist", path.display(), dir.display());
-        }
-    }
     let bar = progress_bar(plan.runs() as u64, "merge-bench");
     let mut emitted: Result<()> = Ok(());
     let outcome = smartcon_study::merge_bench::run(&plan, interrupt_flag(), &mut |p| match p {
@@ -131,11 +127,9 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
     emitted?;
     bar.finish_and_clear();
     let summary = summary(&args.target, args.rounds, &outcome);
-    if let Some(path) = &args.plot {
-        draw(path, &outcome.rows, &outcome.configs)?;
-    }
     if args.json {
-        return emit_json(&summary);
+        emit_json(&summary)?;
+        return write_plot(plot_out, &outcome, false);
     }
     print!("{}", table(&outcome.rows, &plan, &args.duration));
     for op in [Op::Read, Op::Write] {
@@ -149,11 +143,25 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
             println!("pipelined/serialized IOPS, {}s: {:.2}x mean ({})", op.name(), m, of_op.join(", "));
         }
     }
-    if let Some(path) = &args.plot {
-        println!("plot: {}", path.display());
-    }
     if outcome.interrupted {
         println!("interrupted: the table shows the runs finished before Ctrl-C");
+    }
+    write_plot(plot_out, &outcome, true)
+}
+
+/// Draws the plot after the results are printed, so a plot that cannot be written loses
+/// nothing.
+fn write_plot(
+    out: Option<crate::paths::OutFile>,
+    outcome: &smartcon_study::merge_bench::MergeOutcome,
+    say: bool,
+) -> Result<()> {
+    if let Some(out) = crate::paths::unless_interrupted(out) {
+        draw(out.tmp_path(), &outcome.rows, &outcome.configs).map_err(|e| out.wrap(&e))?;
+        let path = out.commit()?;
+        if say {
+            println!("plot: {}", path.display());
+        }
     }
     Ok(())
 }

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use smartcon_ctxcost::HostProfile;
 use smartcon_devemu::units::parse_duration_ns;
 use smartcon_model::report::{self, Report};
@@ -54,18 +54,18 @@ pub struct ModelArgs {
     #[arg(long)]
     calibrate: bool,
     /// Host profile written by `smartcon ctx` (default $SMARTCON_HOME/host.json).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     host_profile: Option<PathBuf>,
     /// Directory of probe profiles (default $SMARTCON_HOME/profiles).
-    #[arg(long)]
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     profiles: Option<PathBuf>,
     /// Evaluation results (JSON Lines with "type":"result" records).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     results: Option<PathBuf>,
-    /// Write an SVG of effective CPI and ratio against device latency (10 ns to 1 ms).
-    #[arg(long)]
+    /// Write an SVG of effective CPI and ratio against device latency (10 ns to 1 ms; a new file).
+    #[arg(long, value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     plot: Option<PathBuf>,
-    /// Overwrite an existing --plot file.
+    /// Replace an existing --plot file (a regular file; never through a symlink).
     #[arg(long)]
     force: bool,
     /// JSON Lines on stdout.
@@ -96,6 +96,18 @@ fn load_host(args: &ModelArgs) -> Result<Option<HostProfile>> {
 }
 
 pub fn run(args: ModelArgs) -> Result<()> {
+    let existing = if args.force { crate::paths::Existing::Replace } else { crate::paths::Existing::Refuse };
+    let plot_out = args.plot.as_deref().map(|p| crate::paths::OutFile::claim("--plot", p, existing)).transpose()?;
+    if let Some(p) = &args.host_profile {
+        crate::paths::input("--host-profile", p, false)?;
+    }
+    if let Some(p) = &args.results {
+        // Read (bounded) and checked before anything else, so a bad file is named first.
+        calibrate::read_results(p).map_err(|e| anyhow!("--results: {e}"))?;
+    }
+    if let Some(d) = &args.profiles {
+        anyhow::ensure!(d.is_dir(), "--profiles {}: not a directory", smartcon_util::paths::escape(d));
+    }
     let Some(tau_mem0) = report::dram_tau_mem0_cycles(args.dram) else {
         bail!("--dram {}: expected 533, 800 or 1067 (the Table III rows)", args.dram);
     };
@@ -127,11 +139,6 @@ pub fn run(args: ModelArgs) -> Result<()> {
     if args.results.is_some() && !args.calibrate {
         bail!("--results needs --calibrate");
     }
-    if let Some(plot) = &args.plot {
-        if plot.exists() && !args.force {
-            bail!("{} exists; pass --force to replace it", plot.display());
-        }
-    }
     // Read calibration inputs before printing anything, so a malformed file writes nothing.
     let calibration = match (&args.results, args.calibrate) {
         (Some(results), true) => {
@@ -144,10 +151,6 @@ pub fn run(args: ModelArgs) -> Result<()> {
     let mut devices = paper_devices();
     devices.extend(extra);
     let report = Report::new(&model, &devices).map_err(|e| anyhow!("{e}"))?;
-    if let Some(plot_path) = &args.plot {
-        model_report::draw(plot_path, &model, host.as_ref()).context("drawing the model plot")?;
-        eprintln!("smartcon: plot written to {}", plot_path.display());
-    }
     if args.json {
         report.projection_records().iter().try_for_each(common::emit_json)?;
         report.interpretation_records().iter().try_for_each(common::emit_json)?;
@@ -157,7 +160,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
             v["type"] = "calibration".into();
             common::emit_json(&v)?;
         }
-        return Ok(());
+        return write_plot(plot_out, &model, host.as_ref());
     }
     print!("{}", model_report::report_text(&model, &report, args.calibrate, args.dram));
     if let Some((dir, rows)) = &calibration {
@@ -165,6 +168,17 @@ pub fn run(args: ModelArgs) -> Result<()> {
     }
     if let Some(note) = host.as_ref().and_then(model_report::host_note) {
         print!("{note}");
+    }
+    write_plot(plot_out, &model, host.as_ref())
+}
+
+/// Draws the plot after the results are printed, so a plot that cannot be written loses
+/// nothing.
+fn write_plot(out: Option<crate::paths::OutFile>, model: &Model, host: Option<&HostProfile>) -> Result<()> {
+    if let Some(out) = out {
+        model_report::draw(out.tmp_path(), model, host).map_err(|e| out.wrap(&e))?;
+        let path = out.commit()?;
+        eprintln!("smartcon: plot written to {}", path.display());
     }
     Ok(())
 }

@@ -33,8 +33,8 @@ pub struct ProbeArgs {
     /// Also measure writes on a file or block device smartcon did not create (destroys data).
     #[arg(long)]
     pub destructive: bool,
-    /// Write the profile here instead of the per-device store.
-    #[arg(long)]
+    /// Write the profile here (a new file) instead of the per-device store.
+    #[arg(long, value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     pub out: Option<std::path::PathBuf>,
     /// Measure and print, but do not write a profile.
     #[arg(long)]
@@ -76,6 +76,8 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     let mut sizes = args.sizes.clone().unwrap_or_else(|| PROBE_SIZES_BYTES.to_vec());
     sizes.sort_unstable();
     sizes.dedup();
+    // The output is claimed before anything is opened or measured: a refusal costs nothing.
+    let out = crate::paths::out_file("--out", args.out.as_deref())?;
     let tspec = target::parse_target(&args.target).map_err(engine_err)?;
     // Writes only where smartcon owns the data, or where the user said it may be destroyed.
     let writes = args.destructive || matches!(tspec, TargetSpec::Emu(_) | TargetSpec::Temp { .. });
@@ -84,9 +86,12 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     for w in target.warnings() {
         eprintln!("smartcon: warning: {w}");
     }
-    if let Some(out) = &args.out {
-        // A profile is replaced by a new probe of the same device, so an existing file is fine.
-        crate::common::check_out_file("--out", out, true)?;
+    // The per-device store is known only once the device is: its directory is checked now.
+    let store_dir = smartcon_home().join("profiles");
+    if out.is_none() && !args.no_save {
+        std::fs::create_dir_all(&store_dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", store_dir.display()))?;
+        drop(crate::paths::store_file(&store_dir.join(".probe-check"))?);
     }
     let cpus = io_cpus_for(&args.io_cpus, target.as_ref());
     let plan = ProbePlan {
@@ -103,9 +108,12 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     monitor.stop();
     let outcome = outcome.map_err(engine_err)?;
     let path = (!args.no_save).then(|| args.out.clone().unwrap_or_else(|| profile_path(&outcome.profile.device)));
-    if let Some(p) = &path {
-        outcome.profile.save(p).map_err(engine_err)?;
-    }
+    // Claimed now (the store's name needs the device), written after the results are printed.
+    let out = match (out, &path) {
+        (Some(out), _) => Some(out),
+        (None, Some(p)) => Some(crate::paths::store_file(p)?),
+        (None, None) => None,
+    };
     if args.json {
         for (point, ios) in outcome.profile.latencies.iter().zip(&outcome.ios) {
             let device = &outcome.profile.device;
@@ -132,6 +140,10 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     }
     for n in &outcome.notes {
         eprintln!("smartcon: note: {n}");
+    }
+    if let Some(out) = out {
+        let text = serde_json::to_string_pretty(&outcome.profile)? + "\n";
+        out.write_all(text.as_bytes())?;
     }
     Ok(())
 }

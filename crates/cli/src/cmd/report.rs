@@ -9,19 +9,21 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use smartcon_report::distributed::{summary_md, Records};
 
-use crate::common::prepare_out_dir;
-
 #[derive(Args, Debug)]
 pub struct ReportArgs {
     /// A results file (JSON Lines) written by a sweep, a fleet survey or `emulate replay --out`.
+    #[arg(value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub results: PathBuf,
     /// The report directory (must not exist or be empty). Default: beside RESULTS, which
     /// must not hold a summary.md yet.
-    #[arg(long)]
+    #[arg(long, value_name = "OUT_DIR", value_hint = clap::ValueHint::DirPath)]
     pub out: Option<PathBuf>,
 }
 
 pub fn run(args: ReportArgs) -> Result<()> {
+    // Claimed and checked before anything is read (crate::paths).
+    let out = args.out.as_deref().map(|d| crate::paths::out_dir("--out", d)).transpose()?;
+    crate::paths::input("RESULTS", &args.results, false)?;
     let text = std::fs::read_to_string(&args.results).with_context(|| format!("read {}", args.results.display()))?;
     let mut values = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -35,17 +37,21 @@ pub fn run(args: ReportArgs) -> Result<()> {
     if records.rendered() == 0 {
         bail!("{}: no record this report renders (replay_result, fleet_host, point_failed)", args.results.display());
     }
-    write(&records, args.out, &args.results)
+    match out {
+        Some(out) => {
+            write(&records, Some(out.dir()), &args.results)?;
+            out.commit()?;
+            Ok(())
+        }
+        None => write(&records, None, &args.results),
+    }
 }
 
-/// Writes summary.md, the plots and report.html for `records` into `out`, else beside
-/// `results` (refusing to replace a summary there).
-pub fn write(records: &Records, out: Option<PathBuf>, results: &std::path::Path) -> Result<()> {
-    let (dir, _claim) = match out {
-        Some(dir) => {
-            let claim = prepare_out_dir(&dir)?;
-            (dir, Some(claim))
-        }
+/// Writes summary.md, the plots and report.html for `records` into `out` (a directory the
+/// caller claimed), else beside `results` (refusing to replace a summary there).
+pub fn write(records: &Records, out: Option<&std::path::Path>, results: &std::path::Path) -> Result<()> {
+    let dir = match out {
+        Some(dir) => dir.to_path_buf(),
         None => {
             let dir = results.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
             for name in ["summary.md", "report.html"] {
@@ -53,7 +59,7 @@ pub fn write(records: &Records, out: Option<PathBuf>, results: &std::path::Path)
                     bail!("{} exists; give --out DIR for another report", dir.join(name).display());
                 }
             }
-            (dir.to_path_buf(), None)
+            dir.to_path_buf()
         }
     };
     let (md, plots) = summary_md(records, Some(&dir))?;

@@ -33,8 +33,9 @@ pub struct RunArgs {
     /// interrupts of the disk holding the working directory), or a CPU list such as 1.
     #[arg(long, default_value = "any")]
     pub io_cpus: String,
-    /// Append a `run_result` JSON Lines record to this file.
-    #[arg(long)]
+    /// Append a `run_result` JSON Lines record to this file (created if absent; its parent
+    /// must exist).
+    #[arg(long, value_name = "APPEND_FILE", value_hint = clap::ValueHint::FilePath)]
     pub stats: Option<PathBuf>,
     /// Take buffered regular files too, not only O_DIRECT ones (for study).
     #[arg(long)]
@@ -135,10 +136,13 @@ pub fn run(args: RunArgs) -> Result<()> {
     if let Some(why) = why {
         eprintln!("smartcon: note: {why}");
     }
+    // Checked and opened before the program runs, so a bad path costs nothing.
+    let mut stats_out = args.stats.as_deref().map(StatsFile::open).transpose()?;
     let library = library()?;
     let program = Path::new(&args.command[0]);
     let Some(exe) = resolve(program) else {
-        eprintln!("smartcon: error: {}: command not found", program.display());
+        eprintln!("smartcon: error: {}: command not found", smartcon_util::paths::escape(program));
+        drop(stats_out);
         std::process::exit(127);
     };
     let mut cmd = std::process::Command::new(&args.command[0]);
@@ -149,6 +153,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         args.emulate.as_deref().map(sweep::parse_emulate_arg).transpose().map_err(|e| anyhow::anyhow!(e.message))?;
     let _ = std::fs::remove_file(&emu_tmp);
     let _ = std::fs::remove_file(&stats_tmp);
+    // Recorded before the program can create them, so `smartcon cleanup` removes them
+    // after kill -9 (the program itself gets SIGTERM then).
+    let record = smartcon_util::paths::record_scratch(&[&stats_tmp, &emu_tmp]);
     let skip = unloadable(&exe);
     if let Some((spec, path)) = &emulate {
         if let Some(why) = &skip {
@@ -175,7 +182,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         smartcon_engine::placement::pin_current_thread(cpus).map_err(|e| anyhow::anyhow!(e.message))?;
     }
     let start_ns = smartcon_engine::clock::now_ns();
-    let status = cmd.status().with_context(|| format!("cannot run {}", program.display()))?;
+    let status = run_forwarding(&mut cmd).with_context(|| format!("cannot run {}", program.display()))?;
     let duration_ns = smartcon_engine::clock::now_ns() - start_ns;
     let text = std::fs::read_to_string(&stats_tmp).unwrap_or_default();
     let _ = std::fs::remove_file(&stats_tmp);
@@ -224,7 +231,11 @@ pub fn run(args: RunArgs) -> Result<()> {
         if hipri > 0 { format!(", {hipri} asked to be polled (RWF_HIPRI)") } else { String::new() },
         sum("passed_through"),
         if passed_by.is_empty() { String::new() } else { format!(" ({})", list(&passed_by)) },
-        if skip.is_some() || !images.is_empty() { "" } else { "; no process loaded the library" }
+        match (skip.is_some() || !images.is_empty(), status.signal()) {
+            (true, _) => String::new(),
+            (false, Some(sig)) => format!("; the program was killed by signal {sig} before it wrote its statistics"),
+            (false, None) => "; no process loaded the library".to_string(),
+        }
     );
     if !not_taken.is_empty() {
         eprintln!(
@@ -264,7 +275,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     // A program that succeeded while its I/O to the image went around the model did not
     // measure what was asked: not a success.
     let exit_code = if program_exit == 0 && bypassed_model { EXIT_AROUND_MODEL } else { program_exit };
-    if let Some(path) = &args.stats {
+    if stats_out.is_some() {
         let record = json!({
             "type": "run_result", "command": args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
             "strategy": args.strategy, "buffered": args.buffered, "inherit": !args.no_inherit,
@@ -279,9 +290,97 @@ pub fn run(args: RunArgs) -> Result<()> {
                 "around_model": t.around_model,
             })),
         });
-        let open = std::fs::OpenOptions::new().append(true).create(true).open(path);
-        let mut f = open.with_context(|| format!("cannot write {}", path.display()))?;
-        writeln!(f, "{record}")?;
+        // The program ran: a record that cannot be written is reported, and the exit status
+        // stays the program's.
+        if let Some(out) = stats_out.take() {
+            if let Err(e) = out.append(&record.to_string()) {
+                eprintln!("smartcon: error: {e}");
+            }
+        }
     }
+    // exit() runs no destructors: what they would remove goes first.
+    let _ = std::fs::remove_file(&emu_tmp);
+    drop(record);
+    drop(stats_out);
     std::process::exit(exit_code)
+}
+
+/// Runs the program and waits for it, passing on every SIGINT and SIGTERM smartcon gets
+/// (from `kill`, `timeout`, a terminal) to it, so it ends as it would without smartcon and
+/// its status is what `run` returns. If smartcon itself is killed, the kernel sends the
+/// program SIGTERM (PR_SET_PDEATHSIG), so it is never left running orphaned.
+fn run_forwarding(cmd: &mut std::process::Command) -> std::io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches only the child's own attributes; the
+    // closure allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let pid = child.id() as libc::pid_t;
+    let mut forwarded = crate::common::signals_to_forward();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        let received = crate::common::signals_to_forward();
+        if received != forwarded {
+            forwarded = received;
+            // SAFETY: kill(2) on the pid of our own unreaped child: it cannot have been reused.
+            unsafe { libc::kill(pid, crate::common::last_signal()) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// `--stats FILE`: appended to, one whole record. An absent file is claimed (created
+/// `O_EXCL`, removed if the run ends without a record); an existing one must be a regular
+/// file, opened `O_APPEND | O_NOFOLLOW` before the program runs.
+enum StatsFile {
+    New(smartcon_util::paths::OutFile),
+    Existing(std::fs::File, PathBuf),
+}
+
+impl StatsFile {
+    fn open(path: &Path) -> Result<StatsFile> {
+        use smartcon_util::paths::{escape, Existing, OutFile, PathError};
+        use std::os::unix::fs::OpenOptionsExt;
+        let Ok(m) = std::fs::symlink_metadata(path) else {
+            return Ok(StatsFile::New(OutFile::claim("--stats", path, Existing::Refuse)?));
+        };
+        let refuse = |what: &str| PathError::new("--stats", path, what);
+        if m.file_type().is_symlink() {
+            return Err(refuse("is a symbolic link; smartcon does not write through one").into());
+        }
+        if !m.is_file() {
+            return Err(refuse("exists and is not a regular file").into());
+        }
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| anyhow::anyhow!("--stats {}: cannot append: {e}", escape(path)))?;
+        Ok(StatsFile::Existing(file, path.to_path_buf()))
+    }
+
+    /// One write of the whole line; a failed one is cut back, so no record is left cut.
+    fn append(self, line: &str) -> Result<()> {
+        match self {
+            StatsFile::New(mut out) => {
+                out.write_line(line)?;
+                out.commit()?;
+            }
+            StatsFile::Existing(mut file, path) => {
+                let before = file.metadata().map(|m| m.len()).unwrap_or(0);
+                if let Err(e) = file.write_all(format!("{line}\n").as_bytes()).and_then(|()| file.sync_data()) {
+                    let _ = file.set_len(before);
+                    anyhow::bail!("--stats {}: cannot append: {e}", smartcon_util::paths::escape(&path));
+                }
+            }
+        }
+        Ok(())
+    }
 }

@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use smartcon_cachesim::capture::capture;
 use smartcon_cachesim::synth::{records_for, Synth, SynthKind};
-use smartcon_cachesim::trace::{convert_lackey_file, write_trace_file};
+use smartcon_cachesim::trace::{convert_lackey_file_until, write_trace_file};
 use smartcon_devemu::units::{format_size, parse_size};
 
 use crate::common;
+use crate::paths::{Existing, OutFile};
 
 #[derive(clap::Args)]
 pub struct TraceArgs {
@@ -34,7 +35,7 @@ enum TraceCommand {
 #[derive(clap::Args)]
 struct CaptureArgs {
     /// The trace file to write (must not exist).
-    #[arg(long)]
+    #[arg(long, value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     out: PathBuf,
     /// JSON Lines on stdout instead of the summary.
     #[arg(long)]
@@ -47,10 +48,10 @@ struct CaptureArgs {
 #[derive(clap::Args)]
 struct ConvertArgs {
     /// Lackey text to read.
-    #[arg(long = "lackey")]
+    #[arg(long = "lackey", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     input: PathBuf,
     /// The trace file to write (must not exist).
-    #[arg(long)]
+    #[arg(long, value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     out: PathBuf,
     #[arg(long)]
     json: bool,
@@ -71,7 +72,7 @@ struct SynthArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// The trace file to write (must not exist).
-    #[arg(long)]
+    #[arg(long, value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     out: PathBuf,
     #[arg(long)]
     json: bool,
@@ -80,6 +81,7 @@ struct SynthArgs {
 #[derive(clap::Args)]
 struct InfoArgs {
     /// The trace file.
+    #[arg(value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     trace: PathBuf,
     #[arg(long)]
     json: bool,
@@ -88,14 +90,19 @@ struct InfoArgs {
 pub fn run(args: TraceArgs) -> Result<()> {
     match args.command {
         TraceCommand::Capture(a) => {
-            refuse_existing(&a.out)?;
-            capture(&a.program, &a.out)?;
-            describe("capture", &a.out, a.json)
+            let mut out = OutFile::claim("--out", &a.out, Existing::Refuse)?;
+            capture(&a.program, out.tmp_path_for_writer()).map_err(|e| out.wrap(&e))?;
+            finish("capture", out, a.json)
         }
         TraceCommand::Convert(a) => {
-            refuse_existing(&a.out)?;
-            convert_lackey_file(&a.input, &a.out)?;
-            describe("convert", &a.out, a.json)
+            let mut out = OutFile::claim("--out", &a.out, Existing::Refuse)?;
+            crate::paths::input("--lackey", &a.input, false)?;
+            convert_lackey_file_until(&a.input, out.tmp_path_for_writer(), common::interrupt_flag())
+                .map_err(|e| out.wrap(&e))?;
+            if crate::common::interrupted() {
+                bail!("interrupted; {} not written", smartcon_util::paths::escape(&a.out));
+            }
+            finish("convert", out, a.json)
         }
         TraceCommand::Synth(a) => {
             let kind = SynthKind::parse(&a.kind)
@@ -105,20 +112,24 @@ pub fn run(args: TraceArgs) -> Result<()> {
                 bail!("--accesses must be at least 1");
             }
             let synth = Synth::new(kind, ws, a.seed)?;
-            refuse_existing(&a.out)?;
+            let mut out = OutFile::claim("--out", &a.out, Existing::Refuse)?;
             let records = records_for(a.accesses).context("--accesses")?;
-            write_trace_file(&a.out, synth, records, common::interrupt_flag())?;
-            describe("synth", &a.out, a.json)
+            write_trace_file(out.tmp_path_for_writer(), synth, records, common::interrupt_flag())
+                .map_err(|e| out.wrap(&e))?;
+            finish("synth", out, a.json)
         }
-        TraceCommand::Info(a) => describe("info", &a.trace, a.json),
+        TraceCommand::Info(a) => {
+            crate::paths::input("trace", &a.trace, false)?;
+            describe("info", &a.trace, a.json)
+        }
     }
 }
 
-fn refuse_existing(path: &Path) -> Result<()> {
-    if path.exists() {
-        bail!("{} exists; choose another --out or remove it", path.display());
-    }
-    Ok(())
+/// Verifies the written trace under its temporary name, then moves it into place.
+fn finish(action: &str, out: OutFile, json: bool) -> Result<()> {
+    smartcon_cachesim::study::describe(action, out.tmp_path()).map_err(|e| out.wrap(&e))?;
+    let path = out.commit()?;
+    describe(action, &path, json)
 }
 
 /// Reads the whole trace (verifying it) and prints what it holds.
