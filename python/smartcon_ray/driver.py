@@ -169,6 +169,20 @@ def _connect(args):
     return binary_spec
 
 
+_INTERRUPT = {"asked": False}
+
+
+def _defer_interrupt(signum, frame):
+    """Ctrl-C while the tasks are being submitted: noted, acted on once they all are (a
+    KeyboardInterrupt in the middle of the submissions would leave no results.jsonl)."""
+    _INTERRUPT["asked"] = True
+
+
+def _submitting():
+    """From here until _collect, a Ctrl-C is deferred (see _defer_interrupt)."""
+    signal.signal(signal.SIGINT, _defer_interrupt)
+
+
 def _collect(refs, names, started):
     """Waits for every task; returns ({index: result}, {index: reason}, interrupted)."""
     pending = list(refs)
@@ -176,6 +190,9 @@ def _collect(refs, names, started):
     total = len(refs)
     interrupted = False
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if _INTERRUPT["asked"]:
+            raise KeyboardInterrupt
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=5.0)
             for ref in done:
@@ -249,6 +266,7 @@ def sweep(args):
     print(f"smartcon_ray: {len(plan)} points on {nodes} nodes", file=sys.stderr, flush=True)
     names = {p["index"]: p["name"] for p in plan}
     task = run_point.options(max_retries=args.retries, retry_exceptions=False)
+    _submitting()
     refs = {task.remote(p, binary_spec): p["index"] for p in plan}
     results, failed, interrupted = _collect(refs, names, time.monotonic())
     _write(args.out, "sweep", args.address, nodes, names, results, failed, [], started, args.smartcon)
@@ -261,6 +279,7 @@ def fleet(args):
     started = time.monotonic_ns()
     nodes = [n for n in ray.nodes() if n["Alive"]]
     names, refs = {}, {}
+    _submitting()
     for i, n in enumerate(nodes):
         names[i] = n.get("NodeManagerHostname", "?") + " " + n["NodeID"][:12]
         # The whole node for its evaluate: every CPU Ray knows of there.
