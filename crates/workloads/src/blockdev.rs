@@ -227,6 +227,24 @@ fn mounts() -> Vec<(String, PathBuf)> {
 }
 
 /// Unmounts `mount` (lazily when busy) and removes the empty directory.
+/// A recorded mount at `mount` whose source `ours` recognises: unmounted (or, not mounted,
+/// its empty directory removed) and true; kept, with a word in the report, and false when
+/// something else is mounted there.
+fn remove_recorded_mount(mount: &Path, ours: impl Fn(&str) -> bool, report: &mut CleanupReport) -> bool {
+    let mounted: Vec<(String, PathBuf)> = mounts().into_iter().filter(|(_, m)| m == mount).collect();
+    if mounted.iter().any(|(src, _)| !ours(src)) {
+        report.kept.push(format!("{}: mounted from a device smartcon did not record", mount.display()));
+        return false;
+    }
+    if !mounted.is_empty() {
+        unmount_and_remove(mount);
+        report.removed.push(format!("mount {}", mount.display()));
+    } else if std::fs::remove_dir(mount).is_ok() {
+        report.removed.push(format!("directory {}", mount.display()));
+    }
+    true
+}
+
 fn unmount_and_remove(mount: &Path) {
     if let Ok(m) = std::ffi::CString::new(mount.as_os_str().as_encoded_bytes()) {
         // SAFETY: a valid NUL-terminated path. A busy file system (a file still open) is
@@ -302,35 +320,11 @@ pub fn cleanup_recorded() -> Result<CleanupReport, Error> {
         let done = match &what {
             Recorded::Mount { mount, backing } => {
                 let ours = loops_backed_by(backing);
-                let mounted: Vec<(String, PathBuf)> = mounts().into_iter().filter(|(_, m)| m == mount).collect();
-                if mounted.iter().any(|(src, _)| !ours.iter().any(|d| d.as_os_str() == src.as_str())) {
-                    report.kept.push(format!("{}: mounted from a device smartcon did not record", mount.display()));
-                    false
-                } else {
-                    if !mounted.is_empty() {
-                        unmount_and_remove(mount);
-                        report.removed.push(format!("mount {}", mount.display()));
-                    } else if std::fs::remove_dir(mount).is_ok() {
-                        report.removed.push(format!("directory {}", mount.display()));
-                    }
-                    true
-                }
+                remove_recorded_mount(mount, |src| ours.iter().any(|d| d.as_os_str() == src), &mut report)
             }
             Recorded::ZramMount { mount, id } => {
                 let node = format!("/dev/zram{id}");
-                let mounted: Vec<(String, PathBuf)> = mounts().into_iter().filter(|(_, m)| m == mount).collect();
-                if mounted.iter().any(|(src, _)| *src != node) {
-                    report.kept.push(format!("{}: mounted from a device smartcon did not record", mount.display()));
-                    false
-                } else {
-                    if !mounted.is_empty() {
-                        unmount_and_remove(mount);
-                        report.removed.push(format!("mount {}", mount.display()));
-                    } else if std::fs::remove_dir(mount).is_ok() {
-                        report.removed.push(format!("directory {}", mount.display()));
-                    }
-                    true
-                }
+                remove_recorded_mount(mount, |src| src == node, &mut report)
             }
             Recorded::Loop { backing } => {
                 let devices = loops_backed_by(backing);

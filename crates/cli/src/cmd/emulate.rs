@@ -371,21 +371,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     if args.plan_only || args.ray.ray.is_some() {
         let plan: Vec<PlanPoint> =
             points.iter().enumerate().map(|(i, p)| PlanPoint::new(i, p.name.clone(), point_args(&args, p))).collect();
-        if args.plan_only {
-            for p in &plan {
-                if args.json {
-                    emit_json(p)?;
-                } else {
-                    println!("{}: smartcon {}", p.name, p.args.join(" "));
-                }
-            }
-            return Ok(());
-        }
-        let out = match out_dir {
-            Some(o) => o,
-            None => crate::paths::out_dir("--out", std::path::Path::new("smartcon-report-sweep"))?,
-        };
-        return crate::ray::run_driver("sweep", &args.ray, out, Some(&plan), &[]);
+        return plan_or_ray(&plan, args.plan_only, args.json, &args.ray, out_dir);
     }
     if points.len() == 1 && args.out.is_none() {
         let record = replay_one(&args, &points[0], true)?;
@@ -710,21 +696,7 @@ fn sweep(args: SweepArgs) -> Result<()> {
                 crate::ray::PlanPoint::new(i, name, a)
             })
             .collect();
-        if args.plan_only {
-            for p in &plan {
-                if args.json {
-                    emit_json(p)?;
-                } else {
-                    println!("{}: smartcon {}", p.name, p.args.join(" "));
-                }
-            }
-            return Ok(());
-        }
-        let out = match out_dir {
-            Some(o) => o,
-            None => crate::paths::out_dir("--out", std::path::Path::new("smartcon-report-sweep"))?,
-        };
-        return crate::ray::run_driver("sweep", &args.ray, out, Some(&plan), &[]);
+        return plan_or_ray(&plan, args.plan_only, args.json, &args.ray, out_dir);
     }
     let library = super::run::library()?;
     // Recorded before it exists, so `smartcon cleanup` removes it after kill -9.
@@ -782,4 +754,30 @@ fn check_image(path: &std::path::Path) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// A sweep's plan (replay's or sweep's): printed with `--plan-only`, else handed to the Ray
+/// driver with the claimed report directory (smartcon-report-sweep when none was given).
+fn plan_or_ray(
+    plan: &[crate::ray::PlanPoint],
+    plan_only: bool,
+    json: bool,
+    ray: &crate::ray::RayArgs,
+    out_dir: Option<crate::paths::OutDir>,
+) -> Result<()> {
+    if plan_only {
+        for p in plan {
+            if json {
+                emit_json(p)?;
+            } else {
+                println!("{}: smartcon {}", p.name, p.args.join(" "));
+            }
+        }
+        return Ok(());
+    }
+    let out = match out_dir {
+        Some(o) => o,
+        None => crate::paths::out_dir("--out", std::path::Path::new("smartcon-report-sweep"))?,
+    };
+    crate::ray::run_driver("sweep", ray, out, Some(plan), &[])
 }
