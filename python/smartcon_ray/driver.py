@@ -179,7 +179,7 @@ def _defer_interrupt(signum, frame):
 
 
 def _submitting():
-    """From here until _collect, a Ctrl-C is deferred (see _defer_interrupt)."""
+    """From here on, a Ctrl-C is deferred (see _defer_interrupt) and _collect acts on it."""
     signal.signal(signal.SIGINT, _defer_interrupt)
 
 
@@ -190,11 +190,12 @@ def _collect(refs, names, started):
     total = len(refs)
     interrupted = False
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        if _INTERRUPT["asked"]:
-            raise KeyboardInterrupt
+        # The Ctrl-C stays deferred here too and is acted on between waits: raised inside
+        # Ray's C code it may come out as another exception, and no results.jsonl is left.
         while pending:
-            done, pending = ray.wait(pending, num_returns=1, timeout=5.0)
+            if _INTERRUPT["asked"]:
+                raise KeyboardInterrupt
+            done, pending = ray.wait(pending, num_returns=1, timeout=0.5)
             for ref in done:
                 index = refs[ref]
                 try:
