@@ -13,6 +13,7 @@
 pub mod clock;
 pub mod decision;
 pub mod error;
+pub mod host;
 pub mod job;
 pub mod learn;
 pub mod monitor;
