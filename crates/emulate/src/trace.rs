@@ -44,6 +44,14 @@ use std::path::Path;
 
 use smartcon_devemu::Op;
 
+const YEAR_NS: u64 = 365 * 24 * 3600 * 1_000_000_000;
+/// The longest time from a trace's first I/O to its last that a replay takes: ten years,
+/// beyond any published trace (MSR Cambridge spans a week, Alibaba's a month). The device
+/// model adds queueing and service times to arrivals in u64 nanoseconds; an arrival near
+/// the end of that range (an iolog `wait 18446744073709551`) wrapped them, and the replay
+/// reported 80 us of simulated time for a gap of 584 years.
+pub const TRACE_SPAN_NS_MAX: u64 = 10 * YEAR_NS;
+
 /// One I/O of a trace: when it arrives, relative to the trace's first I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceIo {
@@ -799,6 +807,16 @@ impl<R: BufRead> TraceReader<R> {
         };
         let t0 = *self.t0.get_or_insert(io.arrival_ns);
         let mut t = io.arrival_ns.saturating_sub(t0);
+        if t > TRACE_SPAN_NS_MAX {
+            return Err(bad(
+                self.line_number,
+                format!(
+                    "an I/O arrives {} s after the trace's first, beyond the {} years a replay spans (by this line)",
+                    t / 1_000_000_000,
+                    TRACE_SPAN_NS_MAX / YEAR_NS
+                ),
+            ));
+        }
         if io.arrival_ns < t0 || t < self.last_out_ns {
             self.stats.late += 1;
             t = self.last_out_ns;
@@ -902,6 +920,20 @@ CPU0 (8,0):
         let e = parse("  8,0 1 1 0.0 1 D R x + 8 [x]\n").unwrap_err();
         assert_eq!(e.line_number, 1);
         assert!(parse("\n\n").is_err());
+    }
+
+    #[test]
+    fn an_arrival_beyond_ten_years_is_refused_with_its_line() {
+        let huge = "fio version 2 iolog\n/dev/sdb add\n/dev/sdb open\n/dev/sdb read 0 4096\n/dev/sdb wait 18446744073709551\n/dev/sdb read 4096 4096\n";
+        let e = parse(huge).unwrap_err().to_string();
+        assert!(e.contains("18446744073 s") && e.contains("10 years"), "{e}");
+        // Nine years of waits are a (strange but) valid trace.
+        let nine = format!(
+            "fio version 2 iolog\n/dev/sdb add\n/dev/sdb read 0 4096\n/dev/sdb wait {}\n/dev/sdb read 4096 4096\n",
+            9 * YEAR_NS / 1_000
+        );
+        let t = parse(&nine).unwrap();
+        assert_eq!(t.ios[1].arrival_ns, 9 * YEAR_NS);
     }
 
     #[test]
