@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Unmodified programs on emulated devices through `smartcon emulate mount` (seed 004's
-# postmark, kernel-source extraction + wc, hdparm/dd and fio runs), on emu:sdcard Ch1-1S and
+# postmark, kernel-source extraction + wc, dd, hdparm -t and fio runs), on emu:sdcard Ch1-1S and
 # a faster ChN-xS. Prints a markdown table for docs/emulator.md, then each mount's
 # accuracy report. Root only (FUSE, losetup, mount).
 #
@@ -14,7 +14,7 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "bench-emulate: needs root (FUSE mount, losetup, mount); skipped" >&2
   exit 0
 fi
-for t in postmark fio dd tar wc python3; do
+for t in postmark fio dd hdparm tar wc python3; do
   command -v "$t" >/dev/null || { echo "bench-emulate: $t is not installed" >&2; exit 1; }
 done
 
@@ -84,17 +84,21 @@ for spec in $SPECS; do
   # dd sequential read and fio random 4 KiB writes on the raw loop device.
   dev=$("$BIN" emulate mount "$spec" "$MNT" --fs none --size "$SIZE" --detach | sed -n 's/.* ready: \(\/dev\/loop[0-9]*\),.*/\1/p')
   ddout=$(dd if="$dev" of=/dev/null bs=1M count=256 iflag=direct 2>&1 | tail -1)
+  # hdparm -t as the seed measures sequential read bandwidth: buffered (read-ahead keeps
+  # several requests in flight) and --direct (one at a time).
+  hdb=$(hdparm -t "$dev" 2>&1 | sed -n 's/.*= *\([0-9.]* MB\/sec\).*/\1/p')
+  hdd=$(hdparm -t --direct "$dev" 2>&1 | sed -n 's/.*= *\([0-9.]* MB\/sec\).*/\1/p')
   fiolat=$(fio --name=w --filename="$dev" --rw=randwrite --bs=4k --direct=1 --ioengine=psync --size=256m \
     --runtime="$FIO_S" --time_based --output-format=json | python3 -c \
     'import json,sys; w=json.load(sys.stdin)["jobs"][0]["write"]; print("%.1f" % (w["lat_ns"]["mean"]/1e3))')
   { echo "== $spec, raw (dd, fio)"; "$BIN" emulate umount "$MNT" | sed -n '/^accuracy report/,$p'; } >>"$REPORTS"
-  ROW[$spec]="| $spec | $pm | $(echo "$t1 - $t0" | bc) | $(echo "$t2 - $t1" | bc) | ${ddout##*, } | $fiolat |"
+  ROW[$spec]="| $spec | $pm | $(echo "$t1 - $t0" | bc) | $(echo "$t2 - $t1" | bc) | ${ddout##*, } | $hdb / $hdd | $fiolat |"
 done
 
 echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); tree ${TREE_MB} MB; $(nproc) CPUs"
 echo
-echo "| device | postmark tps (sync mount) | tar x + sync (s) | wc over the tree (s) | dd read (1 MiB, direct) | fio rand 4 KiB write mean (us) |"
-echo "|---|---|---|---|---|---|"
+echo "| device | postmark tps (sync mount) | tar x + sync (s) | wc over the tree (s) | dd read (1 MiB, direct) | hdparm -t (buffered / --direct) | fio rand 4 KiB write mean (us) |"
+echo "|---|---|---|---|---|---|---|"
 for spec in $SPECS; do echo "${ROW[$spec]}"; done
 echo
 cat "$REPORTS"

@@ -1,5 +1,6 @@
 //! `smartcon emulate mount`: an emulated device as a real block device, for unmodified
-//! programs (seed 004's postmark, kernel-source extraction and hdparm runs).
+//! programs (seed 004's postmark, kernel-source extraction and hdparm runs: scripts/bench-emulate.sh
+//! runs them, docs/emulator.md has the figures).
 //!
 //! The stack, built in this order and torn down in reverse: a FUSE server ([`crate::fuse`])
 //! exposing one file served by the device model from RAM, over /dev/fuse or FUSE over
