@@ -63,35 +63,13 @@ pub const SLICE_NS_DEFAULT: u64 = 1_500_000;
 /// KVM guest is of this order): the least a spin or a poll loop's turn advances its clock.
 pub const CLOCK_READ_NS: u64 = 25;
 
-/// A deterministic generator (SplitMix64): small, fast, and the same on every platform.
-#[derive(Debug, Clone)]
-pub struct SimRng(u64);
+/// The seeded generator of every draw and offset (the workspace's one, xorshift64*).
+pub use smartcon_util::rng::Rng as SimRng;
 
-impl SimRng {
-    pub fn new(seed: u64) -> SimRng {
-        SimRng(seed)
-    }
-
-    #[inline]
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    #[inline]
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in [0, n), n > 0.
-    #[inline]
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
+/// Uniform in [0, 1) from the generator's top 53 bits.
+#[inline]
+pub fn unit(rng: &mut SimRng) -> f64 {
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// A draw from a distribution known by its p50, p90 and p99: the inverse of a piecewise
@@ -280,7 +258,7 @@ impl Sleeper for VirtualTime {
         let mut s = self.lock();
         let now = s.now_ns;
         let asked = at_ns.saturating_sub(now);
-        let u = s.rng.unit();
+        let u = unit(&mut s.rng);
         let over = s.host.overshoot_at(asked as f64).map_or(0.0, |q| draw(&q, u));
         s.woken(at_ns.max(now) + over as u64);
     }
@@ -317,7 +295,7 @@ impl Sleeper for VirtualTime {
     fn block_until(&self, at_ns: u64) {
         let mut s = self.lock();
         let now = s.now_ns;
-        let u = s.rng.unit();
+        let u = unit(&mut s.rng);
         let mut late = draw(&s.host.wakeup, u);
         if s.tasks[s.task].sharers == 0 {
             late += s.host.idle_wake_extra_ns;
