@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use smartcon_devemu::{EmuSpec, FcfsDevice, Op, RamStore};
-use smartcon_engine::clock::{now_ns, sleep_until_ns, tighten_timer_slack};
+use smartcon_engine::clock::{now_ns, sleep_then_spin_until, tighten_timer_slack, RealClock};
 use smartcon_engine::error::{Error, ErrorKind};
 
 use crate::fuse_abi::{self, InHeader};
@@ -164,14 +164,10 @@ fn prepare_thread(fifo: bool) {
     }
 }
 
-/// Sleeps until shortly before `at_ns`, then polls the clock until it.
+/// Sleeps until [`SPIN_NS`] before `at_ns`, then polls the clock until it: the engine's one
+/// "sleep, then spin to a deadline" ([`sleep_then_spin_until`]) on the host's clock.
 pub fn wait_until(at_ns: u64) {
-    if at_ns > now_ns() + SPIN_NS {
-        sleep_until_ns(at_ns - SPIN_NS);
-    }
-    while now_ns() < at_ns {
-        std::hint::spin_loop();
-    }
+    sleep_then_spin_until(&RealClock, at_ns, SPIN_NS);
 }
 
 /// How a request was answered.

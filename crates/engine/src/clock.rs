@@ -1,5 +1,94 @@
 //! Time. The engine reads CLOCK_MONOTONIC (a vDSO call, no syscall); models take explicit
 //! instants, so the same device code runs on virtual time in tests and simulation.
+//!
+//! The ports, the waits and the emulated-device target read the time through a [`Clock`]
+//! and wait through a [`Sleeper`], both injected; [`RealClock`] (the default everywhere) is
+//! the monotonic clock and the kernel's timers, and [`crate::sim`] injects a virtual one.
+//! [`sleep_then_spin_until`] is the one "sleep, then spin to a deadline" wait: whoever must
+//! see an instant more precisely than a timer wakes goes through it.
+
+use std::sync::{Arc, OnceLock};
+
+/// Where a port, a wait or a device model reads the time.
+pub trait Clock: Send + Sync {
+    /// Now, in nanoseconds, on the clock every instant of this run is on.
+    fn now_ns(&self) -> u64;
+}
+
+/// How a thread waits on its clock.
+pub trait Sleeper: Send + Sync {
+    /// Sleeps on a timer until `at_ns` (returns later, by the host's wake-up overshoot).
+    fn sleep_until(&self, at_ns: u64);
+    /// Busy-waits until `at_ns`, reading nothing but the clock.
+    fn spin_until(&self, at_ns: u64);
+    /// Sleeps until the device's interrupt at `at_ns` wakes the thread (a blocking wait).
+    /// On the real host the emulated ports use their ring's timer instead, whose cost is the
+    /// one a blocking I/O pays; this is the fallback and the virtual clock's path.
+    fn block_until(&self, at_ns: u64) {
+        self.sleep_until(at_ns)
+    }
+}
+
+/// A clock and the sleeper that waits on it, as one injected handle.
+pub trait Time: Clock + Sleeper {
+    /// Whether this is the host's own clock (the ports then block on their io_uring).
+    fn is_real(&self) -> bool {
+        false
+    }
+}
+
+/// The shared handle the engine passes around.
+pub type SharedTime = Arc<dyn Time>;
+
+/// CLOCK_MONOTONIC and the kernel's timers: the default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RealClock;
+
+impl Clock for RealClock {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        now_ns()
+    }
+}
+
+impl Sleeper for RealClock {
+    fn sleep_until(&self, at_ns: u64) {
+        sleep_until_ns(at_ns)
+    }
+    #[inline]
+    fn spin_until(&self, at_ns: u64) {
+        spin_until_ns(at_ns)
+    }
+}
+
+impl Time for RealClock {
+    fn is_real(&self) -> bool {
+        true
+    }
+}
+
+/// The real clock as a shared handle (one allocation per process).
+pub fn real() -> SharedTime {
+    static REAL: OnceLock<SharedTime> = OnceLock::new();
+    REAL.get_or_init(|| Arc::new(RealClock)).clone()
+}
+
+/// Waits until `deadline_ns` precisely: asleep on a timer until `margin_ns` before it, then
+/// spinning on the clock to the deadline itself. A timer alone wakes late by the host's
+/// overshoot (tens of us on a VM); with a margin at least that overshoot the deadline is seen
+/// within a clock read. Returns how late the timer woke against `deadline_ns - margin_ns`
+/// when the thread slept (what the caller's margin must cover), `None` when the deadline
+/// was within the margin and the wait was all spin.
+pub fn sleep_then_spin_until(time: &(impl Clock + Sleeper + ?Sized), deadline_ns: u64, margin_ns: u64) -> Option<u64> {
+    let wake_ns = deadline_ns.saturating_sub(margin_ns);
+    let mut overshoot = None;
+    if wake_ns > time.now_ns() {
+        time.sleep_until(wake_ns);
+        overshoot = Some(time.now_ns().saturating_sub(wake_ns));
+    }
+    time.spin_until(deadline_ns);
+    overshoot
+}
 
 /// Nanoseconds on CLOCK_MONOTONIC, the clock io_uring's absolute timeouts use.
 #[inline]

@@ -311,6 +311,7 @@ impl Shared<'_> {
             profile: Some(self.profile.clone()),
             monitor: Some(Arc::new(self.monitor.clone())),
             inflight: None,
+            time: None,
         }
     }
 }

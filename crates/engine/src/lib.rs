@@ -19,6 +19,7 @@ pub mod learn;
 pub mod monitor;
 pub mod profile;
 pub mod ring;
+pub mod sim;
 pub mod smartport;
 pub mod stats;
 pub mod stop;

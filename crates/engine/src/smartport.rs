@@ -28,7 +28,7 @@ use std::ops::Deref;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::clock::now_ns;
+use crate::clock::SharedTime;
 use crate::decision::{decide, decide_paper, DeviceState, Reason, Request, Strategy, SystemState, Thresholds};
 use crate::error::{Error, ErrorKind};
 use crate::learn::{BlockCheck, SpinCheck};
@@ -64,6 +64,9 @@ pub struct SmartPortOptions {
     /// The device's in-flight counters; `None` = the target's own, or for a descriptor the
     /// process-wide entry of its device.
     pub inflight: Option<Arc<InFlight>>,
+    /// The clock latencies are measured on; `None` = the target's (the host's clock for a
+    /// descriptor). The simulation injects its virtual clock here and in the target.
+    pub time: Option<SharedTime>,
 }
 
 impl Default for SmartPortOptions {
@@ -75,6 +78,7 @@ impl Default for SmartPortOptions {
             profile: None,
             monitor: None,
             inflight: None,
+            time: None,
         }
     }
 }
@@ -163,6 +167,11 @@ pub struct SmartTargetPort<'t> {
     emulated: bool,
     /// Whether spinning pays, as this port's own waits say (smart and smart-hybrid).
     spin_check: SpinCheck,
+    /// The clock each I/O's latency is measured on.
+    time: SharedTime,
+    /// The model's completion instant of the last I/O (emulated targets), else the instant
+    /// it was seen.
+    last_done_ns: u64,
     /// How to block, as this port's own waits say: `None` on an emulated device, whose
     /// `sync` spins.
     block_check: Option<BlockCheck>,
@@ -282,6 +291,7 @@ impl<'t> SmartTargetPort<'t> {
             }
             None => (Counters::Borrowed(target.inflight()), queue),
         };
+        let time = options.time.clone().unwrap_or_else(|| target.time());
         let mut port = SmartTargetPort::assemble(
             Backend::Target(target.open_port()?),
             inflight,
@@ -291,6 +301,7 @@ impl<'t> SmartTargetPort<'t> {
             target.direct(),
             &profile,
             &options,
+            time,
         )?;
         port.notes.extend(note);
         port.notes.extend(target.warnings());
@@ -326,6 +337,7 @@ impl<'t> SmartTargetPort<'t> {
             _ => None,
         };
         let backend = Backend::Fd(Box::new(FilePort::new(fd)?));
+        let time = options.time.clone().unwrap_or_else(crate::clock::real);
         let mut port = SmartTargetPort::assemble(
             backend,
             inflight,
@@ -335,6 +347,7 @@ impl<'t> SmartTargetPort<'t> {
             info.direct,
             &profile,
             &options,
+            time,
         )?;
         port.notes.extend(note);
         if !info.direct && !info.is_block {
@@ -356,6 +369,7 @@ impl<'t> SmartTargetPort<'t> {
         direct: bool,
         profile: &Profile,
         options: &SmartPortOptions,
+        time: SharedTime,
     ) -> Result<SmartTargetPort<'t>, Error> {
         let monitor = match &options.monitor {
             Some(m) => m.clone(),
@@ -370,7 +384,7 @@ impl<'t> SmartTargetPort<'t> {
             monitor.watch_device(q);
         }
         let mut counters = PortCounters::new();
-        counters.begin();
+        counters.begin_at(time.now_ns());
         let policy = match options.strategy {
             StrategyChoice::Fixed(s) => wait::policy_for(s, options.poll, counters.start_ns),
             StrategyChoice::Smart | StrategyChoice::SmartStatic | StrategyChoice::Paper | StrategyChoice::PaperQ1 => {
@@ -404,6 +418,8 @@ impl<'t> SmartTargetPort<'t> {
             emulated: false,
             spin_check: SpinCheck::new(),
             block_check: Some(BlockCheck::new()),
+            time,
+            last_done_ns: 0,
         })
     }
 
@@ -519,7 +535,7 @@ impl<'t> SmartTargetPort<'t> {
             return Ok(0);
         }
         let bytes = buf.len() as u64;
-        let t0 = now_ns();
+        let t0 = self.time.now_ns();
         let entered = Entered { inflight: &self.inflight, bytes };
         let ahead = entered.inflight.enter(bytes);
         let write = matches!(buf, IoBuf::Write(_));
@@ -550,7 +566,8 @@ impl<'t> SmartTargetPort<'t> {
         };
         drop(entered);
         let outcome = outcome?;
-        let t1 = now_ns();
+        let t1 = self.time.now_ns();
+        self.last_done_ns = if self.emulated { outcome.done_ns } else { t1 };
         match (checked, self.block_check.as_mut()) {
             (Some(Checked::Spin(spun)), _) => self.spin_check.record(bytes, write, spun, t1 - t0),
             (Some(Checked::Block(sync)), Some(check)) => check.record(bytes, write, sync, t1 - t0),
@@ -608,16 +625,22 @@ impl<'t> SmartTargetPort<'t> {
     /// Starts counting afresh from now (after a warm-up).
     pub fn reset_counters(&mut self) {
         self.counters = PortCounters::new();
-        self.counters.begin();
+        self.counters.begin_at(self.time.now_ns());
+    }
+
+    /// The device's completion instant of the last I/O on an emulated target (the model's),
+    /// else the instant the port saw it complete; on the port's clock.
+    pub fn last_done_ns(&self) -> u64 {
+        self.last_done_ns
     }
 
     /// Ends the count (time, CPU, context switches of the calling thread, the policy's
     /// wake-up overshoot) and hands it over; the port counts afresh afterwards.
     pub fn finish(&mut self) -> PortCounters {
         let mut done = std::mem::take(&mut self.counters);
-        done.end();
+        done.end_at(self.time.now_ns());
         done.overshoot_ns = self.policy.as_ref().and_then(|p| p.overshoot_ns());
-        self.counters.begin();
+        self.counters.begin_at(self.time.now_ns());
         done
     }
 

@@ -114,12 +114,23 @@ impl ThreadStats {
     }
 
     pub fn begin(&mut self) {
+        self.begin_at(now_ns());
+    }
+
+    /// Starts counting at `start_ns` on the caller's clock (the thread's CPU use is the
+    /// host's, read now).
+    pub fn begin_at(&mut self, start_ns: u64) {
         self.usage_start = Usage::of_thread();
-        self.start_ns = now_ns();
+        self.start_ns = start_ns;
     }
 
     pub fn end(&mut self) {
-        self.end_ns = now_ns();
+        self.end_at(now_ns());
+    }
+
+    /// Ends counting at `end_ns` on the clock [`ThreadStats::begin_at`] was given.
+    pub fn end_at(&mut self, end_ns: u64) {
+        self.end_ns = end_ns;
         self.usage = Usage::of_thread().since(&self.usage_start);
     }
 

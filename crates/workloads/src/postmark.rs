@@ -260,6 +260,7 @@ impl Runner<'_> {
                     profile: Some(self.profile.clone()),
                     monitor: Some(Arc::new(self.monitor.clone())),
                     inflight: None,
+                    time: None,
                 };
                 self.port = Some(SmartTargetPort::open_on(fd.0, self.target.inflight(), options)?);
             }

@@ -13,13 +13,17 @@
 //! spin's and block's and its prediction error. `--load cpu-intensive` runs number
 //! crunchers on every core meanwhile (SmartCon Sec. 7.1).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error as EngineError, ErrorKind};
-use smartcon_engine::job::{Pattern, StrategyChoice};
+use smartcon_engine::host::{HostModel, HOST_MODEL_FILE, PRESETS};
+use smartcon_engine::job::{JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::profile::online_cpus;
+use smartcon_engine::profile::Profile;
+use smartcon_engine::sim::{self, SimConfig};
 use smartcon_engine::stats::JobResult;
+use smartcon_engine::target::TargetSpec;
 use smartcon_engine::target::{self, OpenOptions};
 use smartcon_engine::wait::PollParams;
 use smartcon_engine::Op;
@@ -73,6 +77,22 @@ pub struct BenchArgs {
     /// JSON Lines output: one "result" record per cell and one "summary" record.
     #[arg(long)]
     pub json: bool,
+    /// Run the matrix in the seeded simulation instead (docs/simulate.md): the engine's own
+    /// port, decision and waits with devemu on a virtual clock, on a modelled host. Emulated
+    /// targets only; the records are a real bench's, with a "simulated" field.
+    #[arg(long)]
+    pub simulate: bool,
+    /// With --simulate: the seed (the same seed gives the same records).
+    #[arg(long, default_value_t = 1, requires = "simulate")]
+    pub seed: u64,
+    /// With --simulate: virtual CPUs (default: the host model's).
+    #[arg(long, requires = "simulate")]
+    pub cores: Option<u32>,
+    /// With --simulate: the host model, a preset (host-a, host-b, host-c, bare-metal,
+    /// noisy-cloud), `measured` ($SMARTCON_HOME/host.json, from `smartcon host`) or a
+    /// host.json file. Default: measured where it exists, else host-c.
+    #[arg(long, requires = "simulate", value_name = "FILE|PRESET")]
+    pub host: Option<String>,
     #[command(flatten)]
     pub run: RunFlags,
 }
@@ -108,6 +128,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bail!("--threads must be at least 1");
     }
     let plan = BenchPlan { ops, sizes, pattern, configs, threads: args.threads, duration_ns, spin_budget_ns };
+    if args.simulate {
+        if plot_out.is_some() {
+            bail!("--plot draws a measured sweep; it does not take --simulate");
+        }
+        return run_simulated(&args, &targets, &plan, span);
+    }
     // Open (and validate) every target before measuring anything.
     let placement = args.run.placement()?;
     let mut opened = Vec::new();
@@ -182,4 +208,129 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The host model `--host` names (see [`BenchArgs::host`]).
+pub fn resolve_host(arg: Option<&str>) -> Result<HostModel> {
+    let measured = crate::common::smartcon_home().join(HOST_MODEL_FILE);
+    let (model, what) = match arg {
+        None if measured.exists() => (HostModel::load(&measured), measured.display().to_string()),
+        None => return Ok(HostModel::preset("host-c").expect("a preset")),
+        Some("measured") => {
+            if !measured.exists() {
+                bail!("--host measured: {} does not exist; run `smartcon host` first", measured.display());
+            }
+            (HostModel::load(&measured), measured.display().to_string())
+        }
+        Some(name) => match HostModel::preset(name) {
+            Some(m) => return Ok(m),
+            None if std::path::Path::new(name).exists() => {
+                (HostModel::load(std::path::Path::new(name)), name.to_string())
+            }
+            None => bail!("--host {name:?} is neither a preset ({}, measured) nor a file", PRESETS.join(", ")),
+        },
+    };
+    model.map_err(engine_err).with_context(|| format!("--host {what}"))
+}
+
+/// `bench --simulate`: every cell of the plan in the seeded simulation.
+fn run_simulated(args: &BenchArgs, targets: &[String], plan: &BenchPlan, span: Option<u64>) -> Result<()> {
+    let host = resolve_host(args.host.as_deref())?;
+    let mut cfg = SimConfig::new(args.seed, host);
+    if let Some(cores) = args.cores {
+        if cores == 0 || cores > 4096 {
+            bail!("--cores {cores}: use 1 to 4096");
+        }
+        cfg.cores = cores;
+    }
+    cfg.crunchers = match args.load.as_str() {
+        "bm-only" => 0,
+        "cpu-intensive" => cfg.cores,
+        other => bail!("unknown load {other:?}; use bm-only or cpu-intensive"),
+    };
+    let mut specs = Vec::new();
+    for t in targets {
+        match target::parse_target(t).map_err(engine_err)? {
+            TargetSpec::Emu(e) => specs.push(e),
+            _ => bail!("--simulate runs emulated devices only (emu:PRESET...); {t} is not one"),
+        }
+    }
+    let (started, cpu0) = (std::time::Instant::now(), smartcon_engine::clock::thread_cpu_ns());
+    let mut results = Vec::new();
+    let mut profiles = Vec::new();
+    let mut ios = 0u64;
+    for spec in &specs {
+        for &op in &plan.ops {
+            for &bs in &plan.sizes {
+                for (i, &(strategy, poll)) in plan.configs.iter().enumerate() {
+                    let job = JobSpec {
+                        threads: plan.threads,
+                        duration_ns: plan.duration_ns,
+                        span_bytes: Some(span.unwrap_or(64 << 20).min(spec.capacity_bytes)),
+                        spin_budget_ns: plan.spin_budget_ns,
+                        poll,
+                        seed: i as u64,
+                        ..JobSpec::new(op, plan.pattern, bs, strategy)
+                    };
+                    let run = sim::run_cell(spec, &job, &cfg).map_err(engine_err)?;
+                    let broken = run.checks.violations();
+                    if !broken.is_empty() {
+                        bail!(
+                            "the simulation broke its invariants on {} {bs} {}: {}",
+                            spec.label,
+                            strategy.name(),
+                            broken.join("; ")
+                        );
+                    }
+                    ios += run.record.result.ios;
+                    if args.json {
+                        emit_json(&run.record)?;
+                    }
+                    if profiles.iter().all(|(l, _): &(String, Profile)| *l != spec.label) {
+                        profiles.push((spec.label.clone(), run.profile.clone()));
+                    }
+                    results.push(run.record.result);
+                }
+            }
+        }
+    }
+    let host_s = started.elapsed().as_secs_f64();
+    let cpu_s = (smartcon_engine::clock::thread_cpu_ns() - cpu0) as f64 / 1e9;
+    let simulated =
+        sim::Simulated { seed: cfg.seed, host: cfg.host.name.clone(), cores: cfg.cores, crunchers: cfg.crunchers };
+    let summary = smartcon_study::bench::summarize(&results, &args.load, false);
+    let checks = hybrid_checks(&results, &args.load);
+    if args.json {
+        for r in &checks {
+            emit_json(r)?;
+        }
+        emit_json(&SimulatedSummary { summary, simulated })?;
+    } else {
+        println!(
+            "simulated (not measured): host {} ({}), {} cores, {} crunchers, seed {}",
+            cfg.host.name, cfg.host.source, cfg.cores, cfg.crunchers, cfg.seed
+        );
+        print!("{}", smartcon_report::bench::render(&results, &profiles));
+        if let Some(min) = summary.smart_ratio_min {
+            println!(
+                "\nsmart reached >= 0.97 x the better of block and spin in {} of {} cells (lowest ratio {:.3}).",
+                summary.smart_within_3pct, summary.smart_cells, min
+            );
+        }
+        print!("{}", render_polling(&[], &checks));
+    }
+    eprintln!(
+        "smartcon: simulated {ios} I/Os in {host_s:.2} s of wall time, {cpu_s:.2} s of CPU ({:.2} M I/Os per s of wall, {:.2} of CPU)",
+        ios as f64 / host_s.max(1e-9) / 1e6,
+        ios as f64 / cpu_s.max(1e-9) / 1e6
+    );
+    Ok(())
+}
+
+/// The summary record of a simulated run, marked as such.
+#[derive(serde::Serialize)]
+struct SimulatedSummary {
+    #[serde(flatten)]
+    summary: smartcon_study::bench::Summary,
+    simulated: sim::Simulated,
 }

@@ -47,7 +47,7 @@ use std::sync::Mutex;
 use smartcon_devemu::{units::format_size, EmuSpec, FcfsDevice, Op, RamStore};
 
 use super::{InFlight, IoBuf, Port, PortWait, Target, WaitOutcome};
-use crate::clock::{now_ns, sleep_until_ns, spin_until_ns};
+use crate::clock::{self, sleep_then_spin_until, SharedTime, Time};
 use crate::error::{Error, ErrorKind};
 use crate::profile::{self, rules, HostWaitCost, Profile, WaitCost, PROFILE_VERSION};
 use crate::ring::Ring;
@@ -58,6 +58,7 @@ use crate::wait::{Pending, Status};
 /// between which the process-wide stop flag is read. `from_ns` is when the wait started:
 /// a wait no longer than one slice goes straight to `wait_until` (the per-I/O fast path).
 fn wait_in_slices(
+    time: &dyn Time,
     from_ns: u64,
     done_ns: u64,
     mut wait_until: impl FnMut(u64) -> Result<(), Error>,
@@ -69,7 +70,7 @@ fn wait_in_slices(
         if stop::requested() {
             return Err(stop::interrupted("waiting for an emulated completion"));
         }
-        let now = now_ns();
+        let now = time.now_ns();
         if now >= done_ns {
             return Ok(());
         }
@@ -118,8 +119,51 @@ pub fn model_wait_costs(spec: &EmuSpec, host: Option<&HostWaitCost>) -> Vec<Wait
     out
 }
 
+/// The thresholds of an emulated device, computed from its model, the host's stored wait
+/// costs (`None`: unmeasured, the assumed ones) and the machine's `cpus`: what an emulated
+/// target's port decides with when no probe measured it. The simulation passes its own host
+/// model's costs and core count.
+pub fn model_profile(spec: &EmuSpec, host: Option<&HostWaitCost>, cpus: u32) -> Profile {
+    // The rules on the model's predictions: spinning saves one wake-up per I/O. For each
+    // size the op where the wake-up weighs most decides.
+    let points: Vec<rules::SizePoint> = RULE_SIZES_BYTES
+        .iter()
+        .map(|&bs| {
+            let service = spec.service_ns(Op::Read, bs).min(spec.service_ns(Op::Write, bs)) as f64;
+            rules::SizePoint { bs_bytes: bs, block_ns: service + ASSUMED_WAKEUP_NS, spin_ns: service }
+        })
+        .collect();
+    let wait_costs = model_wait_costs(spec, host);
+    let switch_ns = host.and_then(|h| h.switch_ns);
+    let (spin_cheaper_bytes_max, spin_cheaper_write_bytes_max) = rules::spin_cheaper_by_op(&wait_costs, host);
+    Profile {
+        version: PROFILE_VERSION,
+        device: spec.label.clone(),
+        source: "builtin-model".into(),
+        class: rules::classify(&points, ASSUMED_BLOCK_CPU_NS),
+        size_threshold_bytes: rules::size_threshold_bytes(&points),
+        cpu_threshold_pct: rules::cpu_threshold_pct(100.0, cpus),
+        // Requests up to the channel count are served at once; only beyond it does a
+        // request wait behind others (Fig. 7's queue length, read off the model).
+        queue_limit: spec.model.channels.saturating_sub(1),
+        wakeup_ns: Some(ASSUMED_WAKEUP_NS),
+        switch_ns,
+        spin_cheaper_bytes_max,
+        spin_cheaper_write_bytes_max,
+        wait_costs,
+        io_cpus: None,
+        latencies: Vec::new(),
+        threshold_check: None,
+    }
+}
+
 pub struct EmuTarget {
     spec: EmuSpec,
+    /// The clock the model's instants are on and the waits sleep and spin on.
+    time: SharedTime,
+    /// Data moves between the buffers and the RAM store (off only in the simulation, whose
+    /// figures do not depend on it).
+    move_data: bool,
     store: RamStore,
     channels: Mutex<FcfsDevice>,
     inflight: InFlight,
@@ -127,12 +171,20 @@ pub struct EmuTarget {
 
 impl EmuTarget {
     pub fn new(spec: EmuSpec) -> Result<EmuTarget, Error> {
-        Self::with_fault_origin(spec, now_ns())
+        Self::with_fault_origin(spec, clock::now_ns())
     }
 
     /// A target whose fault plan's windows count from `origin_ns` (a replay aligns them
     /// with its own start); [`EmuTarget::new`] counts from the opening.
     pub fn with_fault_origin(spec: EmuSpec, origin_ns: u64) -> Result<EmuTarget, Error> {
+        Self::with_time(spec, clock::real(), origin_ns)
+    }
+
+    /// A target on an injected clock and sleeper (the simulation's virtual time); the
+    /// fault plan's windows count from `origin_ns` on that clock. On a clock that is not
+    /// the host's, a blocking wait is the sleeper's [`crate::clock::Sleeper::block_until`]
+    /// instead of a timer on the port's io_uring.
+    pub fn with_time(spec: EmuSpec, time: SharedTime, origin_ns: u64) -> Result<EmuTarget, Error> {
         let store = RamStore::new(spec.capacity_bytes as usize).map_err(|e| {
             Error::new(
                 ErrorKind::Setup,
@@ -144,7 +196,22 @@ impl EmuTarget {
             None => FcfsDevice::new(spec.clone()),
         }
         .map_err(|e| Error::new(ErrorKind::Usage, e))?;
-        Ok(EmuTarget { channels: Mutex::new(device), spec, store, inflight: InFlight::default() })
+        Ok(EmuTarget {
+            channels: Mutex::new(device),
+            spec,
+            time,
+            move_data: true,
+            store,
+            inflight: InFlight::default(),
+        })
+    }
+
+    /// Stops moving data: reads leave the caller's buffer as it was and writes store
+    /// nothing, the timing unchanged. The simulation's choice, where a copy of the request's
+    /// bytes would cost more host time than the rest of the I/O.
+    pub fn without_data(mut self) -> EmuTarget {
+        self.move_data = false;
+        self
     }
 
     /// Places a request on the model; returns its channel, completion instant and whether
@@ -161,10 +228,10 @@ impl EmuTarget {
     /// that runs past the end is cut there (a short transfer), one that starts past it
     /// moves nothing, as a file's would.
     fn submit(&self, buf: IoBuf<'_>, offset: u64) -> (EmuStatus<'_>, usize) {
-        let arrival = now_ns();
+        let arrival = self.time.now_ns();
         let bytes = self.spec.capacity_bytes.saturating_sub(offset).min(buf.len() as u64) as usize;
         let (channel, done_ns, failed) = self.schedule(buf.op(), offset, bytes as u64, arrival);
-        if bytes > 0 && !failed {
+        if bytes > 0 && !failed && self.move_data {
             match buf {
                 IoBuf::Read(b) => self.store.read(offset, &mut b[..bytes]),
                 IoBuf::Write(b) => self.store.write(offset, &b[..bytes]),
@@ -204,19 +271,17 @@ impl EmuTarget {
     ) -> Result<(WaitOutcome, Option<u64>), Error> {
         let op = buf.op();
         let (status, bytes) = self.submit(buf, offset);
-        let wake_ns = status.done_ns.saturating_sub(margin_ns);
-        let mut overshoot_ns = None;
-        if wake_ns > status.submit_ns {
-            wait_in_slices(status.submit_ns, wake_ns, |t| {
-                sleep_until_ns(t);
+        let time = &*self.time;
+        // A wait longer than a slice sleeps in slices (reading the stop flag) up to the last
+        // slice before the deadline; the last stretch is the one precise wait.
+        let last_ns = status.done_ns.saturating_sub(margin_ns.max(stop::WAIT_SLICE_NS));
+        if last_ns > status.submit_ns {
+            wait_in_slices(time, status.submit_ns, last_ns, |t| {
+                time.sleep_until(t);
                 Ok(())
             })?;
-            overshoot_ns = Some(now_ns().saturating_sub(wake_ns));
         }
-        wait_in_slices(now_ns(), status.done_ns, |t| {
-            spin_until_ns(t);
-            Ok(())
-        })?;
+        let overshoot_ns = sleep_then_spin_until(time, status.done_ns, margin_ns);
         if status.failed {
             return Err(self.injected_error(op, offset));
         }
@@ -239,11 +304,11 @@ struct EmuStatus<'a> {
 
 impl Status for EmuStatus<'_> {
     fn now_ns(&self) -> u64 {
-        now_ns()
+        self.target.time.now_ns()
     }
 
     fn poll(&mut self) -> Result<bool, Error> {
-        let now = now_ns();
+        let now = self.target.time.now_ns();
         let cost = self.target.spec.model.poll_cost_ns;
         let done = now >= self.done_ns;
         // A policy polling a completion seconds away: let Ctrl-C end the wait. The
@@ -261,7 +326,7 @@ impl Status for EmuStatus<'_> {
             }
             self.last_poll_ns = now;
             // The register read returns after its round trip.
-            spin_until_ns(now + cost);
+            self.target.time.spin_until(now + cost);
         }
         Ok(done)
     }
@@ -269,18 +334,35 @@ impl Status for EmuStatus<'_> {
     // Measured from the submission, so a wait within one slice of it reads no clock and no
     // flag here; a later sleep of a long wait is sliced anyway.
     fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
-        wait_in_slices(self.submit_ns, at_ns, |t| {
-            sleep_until_ns(t);
+        let time = &*self.target.time;
+        wait_in_slices(time, self.submit_ns, at_ns, |t| {
+            time.sleep_until(t);
             Ok(())
         })
     }
 
     fn spin_until(&mut self, at_ns: u64) {
+        let time = &*self.target.time;
         // Cannot fail: a stop ends the spin early, and the policy's next poll reports it.
-        let _ = wait_in_slices(self.submit_ns, at_ns, |t| {
-            spin_until_ns(t);
+        let _ = wait_in_slices(time, self.submit_ns, at_ns, |t| {
+            time.spin_until(t);
             Ok(())
         });
+    }
+}
+
+impl EmuStatus<'_> {
+    /// Sleeps until the completion wakes the thread: on the port's io_uring timer on the
+    /// host's clock, else through the injected sleeper.
+    fn block_on(&self, ring: Option<&mut Ring>) -> Result<(), Error> {
+        let time = &*self.target.time;
+        match ring {
+            Some(ring) => wait_in_slices(time, self.submit_ns, self.done_ns, |t| ring.sleep_until(t)),
+            None => wait_in_slices(time, self.submit_ns, self.done_ns, |t| {
+                time.block_until(t);
+                Ok(())
+            }),
+        }
     }
 }
 
@@ -288,7 +370,7 @@ impl Status for EmuStatus<'_> {
 /// blocking wait is `block`'s (the ring's timer at the completion instant).
 struct EmuRingStatus<'s, 'a> {
     status: &'s mut EmuStatus<'a>,
-    ring: &'s mut Ring,
+    ring: Option<&'s mut Ring>,
 }
 
 impl Status for EmuRingStatus<'_, '_> {
@@ -309,14 +391,14 @@ impl Status for EmuRingStatus<'_, '_> {
     }
 
     fn block(&mut self) -> Result<(), Error> {
-        let ring = &mut *self.ring;
-        wait_in_slices(self.status.submit_ns, self.status.done_ns, |t| ring.sleep_until(t))
+        self.status.block_on(self.ring.as_deref_mut())
     }
 }
 
 struct EmuPort<'a> {
     target: &'a EmuTarget,
-    ring: Ring,
+    /// The timer a blocking wait sleeps on, on the host's clock; `None` on an injected one.
+    ring: Option<Ring>,
 }
 
 impl Target for EmuTarget {
@@ -337,7 +419,8 @@ impl Target for EmuTarget {
     }
 
     fn open_port(&self) -> Result<Box<dyn Port + Send + '_>, Error> {
-        Ok(Box::new(EmuPort { target: self, ring: Ring::new()? }))
+        let ring = if self.time.is_real() { Some(Ring::new()?) } else { None };
+        Ok(Box::new(EmuPort { target: self, ring }))
     }
 
     fn inflight(&self) -> &InFlight {
@@ -345,43 +428,15 @@ impl Target for EmuTarget {
     }
 
     fn builtin_profile(&self) -> Option<Profile> {
-        // The rules on the model's predictions: spinning saves one wake-up per I/O. For
-        // each size the op where the wake-up weighs most decides.
-        let points: Vec<rules::SizePoint> = RULE_SIZES_BYTES
-            .iter()
-            .map(|&bs| {
-                let service = self.spec.service_ns(Op::Read, bs).min(self.spec.service_ns(Op::Write, bs)) as f64;
-                rules::SizePoint { bs_bytes: bs, block_ns: service + ASSUMED_WAKEUP_NS, spin_ns: service }
-            })
-            .collect();
-        let host = HostWaitCost::stored();
-        let wait_costs = model_wait_costs(&self.spec, host.as_ref());
-        let switch_ns = host.as_ref().and_then(|h| h.switch_ns);
-        let (spin_cheaper_bytes_max, spin_cheaper_write_bytes_max) =
-            rules::spin_cheaper_by_op(&wait_costs, host.as_ref());
-        Some(Profile {
-            version: PROFILE_VERSION,
-            device: self.device_id(),
-            source: "builtin-model".into(),
-            class: rules::classify(&points, ASSUMED_BLOCK_CPU_NS),
-            size_threshold_bytes: rules::size_threshold_bytes(&points),
-            cpu_threshold_pct: rules::cpu_threshold_pct(100.0, profile::online_cpus()),
-            // Requests up to the channel count are served at once; only beyond it does a
-            // request wait behind others (Fig. 7's queue length, read off the model).
-            queue_limit: self.spec.model.channels.saturating_sub(1),
-            wakeup_ns: Some(ASSUMED_WAKEUP_NS),
-            switch_ns,
-            spin_cheaper_bytes_max,
-            spin_cheaper_write_bytes_max,
-            wait_costs,
-            io_cpus: None,
-            latencies: Vec::new(),
-            threshold_check: None,
-        })
+        Some(model_profile(&self.spec, HostWaitCost::stored().as_ref(), profile::online_cpus()))
     }
 
     fn model_service_ns(&self, op: Op, bytes: u64) -> Option<u64> {
         Some(self.spec.service_ns(op, bytes))
+    }
+
+    fn time(&self) -> SharedTime {
+        self.time.clone()
     }
 
     fn poke(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
@@ -396,23 +451,39 @@ impl Port for EmuPort<'_> {
         let (mut status, bytes) = self.target.submit(buf, offset);
         let arrival = status.last_poll_ns;
         let mut outcome = WaitOutcome { bytes, ..Default::default() };
-        let ring = &mut self.ring;
+        let time = &*self.target.time;
+        let mut ring = self.ring.as_mut();
         match wait {
-            PortWait::Block => wait_in_slices(arrival, status.done_ns, |t| ring.sleep_until(t))?,
+            PortWait::Block => status.block_on(ring)?,
+            PortWait::Spin { budget_ns } if self.target.spec.model.poll_cost_ns == 0 => {
+                // The status is in host memory and a poll is "now >= completion": watching the
+                // clock up to the completion is polling it back to back, and a virtual
+                // clock can jump there. Past the budget the thread sleeps.
+                let give_up = arrival.saturating_add(budget_ns);
+                wait_in_slices(time, arrival, status.done_ns.min(give_up), |t| {
+                    time.spin_until(t);
+                    Ok(())
+                })?;
+                if status.done_ns > give_up && time.now_ns() < status.done_ns {
+                    status.block_on(ring)?;
+                    outcome.fell_back = true;
+                }
+            }
             PortWait::Spin { budget_ns } => {
-                // status.poll() reads the stop flag once the wait is past a slice.
+                // status.poll() reads the stop flag once the wait is past a slice; each poll
+                // takes the register's round trip on the clock.
                 while !status.poll()? {
-                    let now = now_ns();
+                    let now = time.now_ns();
                     if now - arrival >= budget_ns {
-                        wait_in_slices(now, status.done_ns, |t| ring.sleep_until(t))?;
+                        status.block_on(ring.take())?;
                         outcome.fell_back = true;
                         break;
                     }
                     std::hint::spin_loop();
                 }
             }
-            PortWait::Sync => wait_in_slices(arrival, status.done_ns, |t| {
-                spin_until_ns(t);
+            PortWait::Sync => wait_in_slices(time, arrival, status.done_ns, |t| {
+                time.spin_until(t);
                 Ok(())
             })?,
             PortWait::Poll { policy, ahead } => {

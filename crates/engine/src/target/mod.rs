@@ -322,6 +322,11 @@ pub trait Target: Send + Sync {
     fn warnings(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The clock and sleeper this target's instants are on: the host's, unless one was
+    /// injected (an emulated device on the simulation's virtual time).
+    fn time(&self) -> crate::clock::SharedTime {
+        crate::clock::real()
+    }
     /// Writes raw bytes bypassing the engine, to corrupt data on purpose in tests.
     fn poke(&self, offset: u64, data: &[u8]) -> Result<(), Error>;
 }

@@ -1,0 +1,98 @@
+//! `smartcon bench --simulate` as a user runs it: the same seed prints the same records byte
+//! for byte, every record is marked as simulated and has a real bench's fields, the host
+//! model comes from a preset or a file, and bad input exits 2 with one line. No timing is
+//! asserted (the simulation's speed is a figure in docs/simulate.md).
+
+use std::process::{Command, Output};
+
+fn home(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("smartcon-simulate-test-{}-{tag}", std::process::id()))
+}
+
+fn run(tag: &str, args: &[&str]) -> Output {
+    // An empty home: no host.json of this machine picks the host model.
+    let home = home(tag);
+    let out = Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", &home).args(args).output().unwrap();
+    let _ = std::fs::remove_dir_all(&home);
+    out
+}
+
+const CELLS: [&str; 14] = [
+    "bench",
+    "--simulate",
+    "--json",
+    "--targets",
+    "emu:nvme,emu:optane",
+    "--ops",
+    "read",
+    "--sizes",
+    "4k",
+    "--strategies",
+    "block,spin,sync,hybrid,smart",
+    "--duration",
+    "200ms",
+    "--load",
+];
+
+#[test]
+fn the_same_seed_prints_the_same_records_and_each_is_marked_simulated() {
+    for load in ["bm-only", "cpu-intensive"] {
+        let args: Vec<&str> = CELLS.iter().copied().chain([load, "--seed", "42", "--host", "host-b"]).collect();
+        let (a, b) = (run("a", &args), run("b", &args));
+        assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+        assert_eq!(a.stdout, b.stdout, "{load}: two runs of one seed differ");
+        let records: Vec<serde_json::Value> =
+            String::from_utf8_lossy(&a.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let results: Vec<_> = records.iter().filter(|r| r["type"] == "result").collect();
+        assert_eq!(results.len(), 10, "{load}: 2 devices x 5 strategies");
+        for r in records.iter().filter(|r| r["type"] == "result" || r["type"] == "summary") {
+            assert_eq!(r["simulated"]["seed"], 42, "{r}");
+            assert_eq!(r["simulated"]["host"], "host-b", "{r}");
+            assert_eq!(r["simulated"]["crunchers"], if load == "bm-only" { 0 } else { 2 }, "{r}");
+        }
+        for r in &results {
+            for field in ["iops", "lat_ns_p50", "cpu_user_pct", "cpu_sys_pct", "decisions", "accuracy"] {
+                assert!(r.get(field).is_some(), "{load}: a simulated result lacks {field}: {r}");
+            }
+            assert!(r["ios"].as_u64().unwrap() > 100, "{r}");
+        }
+        let other: Vec<&str> = CELLS.iter().copied().chain([load, "--seed", "43", "--host", "host-b"]).collect();
+        assert_ne!(run("c", &other).stdout, a.stdout, "{load}: another seed, other draws");
+    }
+}
+
+#[test]
+fn the_host_model_comes_from_a_file_and_cores_from_the_flag() {
+    let dir = home("file");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut model = smartcon_engine::host::HostModel::preset("bare-metal").unwrap();
+    model.name = "from-a-file".into();
+    let path = dir.join("host.json");
+    std::fs::write(&path, serde_json::to_string(&model).unwrap()).unwrap();
+    let args: Vec<&str> =
+        CELLS.iter().copied().chain(["bm-only", "--host", path.to_str().unwrap(), "--cores", "3"]).collect();
+    let out = run("file-run", &args);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let first: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(first["simulated"]["host"], "from-a-file");
+    assert_eq!(first["simulated"]["cores"], 3);
+}
+
+#[test]
+fn bad_simulation_input_is_a_one_line_usage_error() {
+    for (args, says) in [
+        (vec!["bench", "--simulate", "--host", "host-z"], "neither a preset"),
+        (vec!["bench", "--simulate", "--targets", "tmp:16m"], "emulated devices only"),
+        (vec!["bench", "--simulate", "--cores", "0"], "--cores 0"),
+        (vec!["bench", "--simulate", "--host", "measured"], "smartcon host"),
+        (vec!["bench", "--seed", "3"], "--simulate"),
+    ] {
+        let out = run("bad", &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
