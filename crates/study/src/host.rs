@@ -69,8 +69,8 @@ impl HostPlan {
             sleep_count: if quick { 50 } else { 1000 },
             pings: if quick { 20 } else { 300 },
             ping_gap_ns: 1_000_000,
-            block_rounds: if quick { 1 } else { 6 },
-            block_turn_ns: if quick { 50_000_000 } else { 150_000_000 },
+            block_rounds: if quick { 1 } else { 10 },
+            block_turn_ns: if quick { 50_000_000 } else { 200_000_000 },
             temp_bytes: if quick { 8 << 20 } else { 64 << 20 },
             temp_dir: None,
             ctx_profile: None,
@@ -94,7 +94,9 @@ pub struct BlockPathLoad {
     pub sync_iops: Vec<f64>,
     /// pread's IOPS over io_uring's, the geometric mean of the per-round ratios.
     pub sync_over_block: f64,
-    /// The median over rounds of io_uring's mean wait minus pread's, ns per I/O.
+    /// io_uring's mean wait minus pread's, ns per I/O: pread's median mean wait times
+    /// `sync_over_block - 1` (the paired ratio carries the comparison; a single round's
+    /// difference swings with the machine's other load).
     pub uring_extra_ns: f64,
 }
 
@@ -164,13 +166,16 @@ fn context_switch(plan: &HostPlan, stop: &AtomicBool) -> Result<(Option<HostProf
     }
     let cpus = smartcon_ctxcost::affinity::allowed_cpus().map_err(ctx_err)?;
     let cache = smartcon_ctxcost::cache::read_cache_sizes();
-    let mut cplan = smartcon_ctxcost::Plan::new(true, &cache, &cpus);
+    // ctx's full budget (best of 5 batches of 100 ms): the quick one's 30 ms batches gave
+    // 0 to 1.2 us for the direct cost in three runs on a loaded 2-core VM.
+    let mut cplan = smartcon_ctxcost::Plan::new(plan.quick, &cache, &cpus);
     cplan.direct_procs = vec![2];
     cplan.set_array_sizes(vec![cache.l2_bytes.unwrap_or(1 << 20)]).map_err(ctx_err)?;
     cplan.perf_loops = 0;
     cplan.validate().map_err(ctx_err)?;
     let p = smartcon_ctxcost::measure(&cplan, stop, &mut |_: &str| {}).map_err(ctx_err)?;
-    Ok((Some(p.clone()), p, "measured now: smartcon ctx's ring, 2 processes, L2-sized arrays, quick budget".into()))
+    let budget = if plan.quick { "quick budget" } else { "ctx's full budget" };
+    Ok((Some(p.clone()), p, format!("measured now: smartcon ctx's ring, 2 processes, L2-sized arrays, {budget}")))
 }
 
 /// Runs io_uring's blocking wait (`block`) and pread (`sync`) in interleaved rounds.
@@ -194,22 +199,20 @@ fn block_path_rounds(
             iops[i].push(run_job(t, &js, &p, monitor, stop)?.iops);
         }
     }
-    let mut extra: Vec<f64> =
-        iops[0].iter().zip(&iops[1]).filter(|(b, s)| **b > 0.0 && **s > 0.0).map(|(b, s)| 1e9 / b - 1e9 / s).collect();
-    if extra.is_empty() {
+    let Some(ratio) = PairedRatio::of(&iops[1], &iops[0]) else {
         return Err(Error::new(
             ErrorKind::Io,
             format!("{}: no I/O completed comparing io_uring with pread", t.label()),
         ));
-    }
-    let ratio = PairedRatio::of(&iops[1], &iops[0]).map_or(f64::NAN, |r| r.gmean);
+    };
+    let mut sync_wait_ns: Vec<f64> = iops[1].iter().filter(|x| **x > 0.0).map(|x| 1e9 / x).collect();
     Ok(BlockPathLoad {
         load,
-        rounds: extra.len(),
+        rounds: ratio.rounds,
         block_iops: iops[0].clone(),
         sync_iops: iops[1].clone(),
-        sync_over_block: ratio,
-        uring_extra_ns: median(&mut extra),
+        sync_over_block: ratio.gmean,
+        uring_extra_ns: median(&mut sync_wait_ns) * (ratio.gmean - 1.0),
     })
 }
 

@@ -198,6 +198,20 @@ mod tests {
     use crate::evaluate::TurnFigures;
     use smartcon_engine::decision::{DeviceClass, Strategy};
 
+    #[test]
+    fn the_header_names_a_stored_host_model_and_only_then() {
+        let mut h = HostRecord::of(&[], &[], None, &[]);
+        assert!(!h.text().contains("host model"));
+        let m = HostModel::preset("host-c").unwrap();
+        h.host_model = Some(m.clone());
+        let t = h.text();
+        assert!(t.contains("Its host model (host.json"), "{t}");
+        assert!(t.contains("5 us: 16.0 us/27.0 us"), "{t}");
+        let extra = format!("{:+.1} us per I/O against pread idle", m.block_path.uring_extra_idle_ns / 1000.0);
+        assert!(t.contains(&extra), "{t}");
+        assert!(serde_json::to_string(&h).unwrap().contains("\"host_model\":{"));
+    }
+
     fn cell(strategy: StrategyChoice, turns: &[f64]) -> Cell {
         let mut r = record(strategy, &[10_000; 100], 1_000_000_000, 10.0);
         r.target = "disk".into();
