@@ -219,7 +219,7 @@ impl HostModel {
                 .map(|(requested_ns, (p50, p99))| {
                     let f = fill.overshoot_at(requested_ns).unwrap_or(Quantiles::new(0.0, 0.5, 1.0));
                     let k = if f.p99_ns > f.p50_ns { (f.p90_ns - f.p50_ns) / (f.p99_ns - f.p50_ns) } else { 0.5 };
-                    SleepPoint { requested_ns, overshoot: Quantiles::new(p50, p50 + k * (p99 - p50), p99) }
+                    SleepPoint { requested_ns, overshoot: Quantiles::new(p50, (p50 + k * (p99 - p50)).round(), p99) }
                 })
                 .collect()
         };
@@ -249,7 +249,7 @@ impl HostModel {
                 // Beside the crunchers, sync gave 1.11-1.30 x io_uring's blocking IOPS on the
                 // local disk (8 evaluate cells): the middle, 1.2 x, on this machine's pread
                 // wait beside spinners. Idle D gave no comparison: this machine's.
-                m.block_path.uring_extra_beside_spinners_ns = THIS_HOST_PREAD_BESIDE_SPINNERS_NS * (1.2 - 1.0);
+                m.block_path.uring_extra_beside_spinners_ns = (THIS_HOST_PREAD_BESIDE_SPINNERS_NS * 0.2).round();
                 own(&mut m, &["sleep", "block_path"]);
                 m.filled.push("sleep.p90".into());
                 m.filled.push("block_path.uring_extra_idle_ns".into());
