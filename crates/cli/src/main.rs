@@ -42,6 +42,8 @@ enum Command {
     Evaluate(cmd::evaluate::EvaluateArgs),
     /// Run fio's matching jobs beside smartcon's strategies on a target.
     CompareFio(cmd::compare_fio::CompareFioArgs),
+    /// Measure this host's model (sleep overshoot, wake-up, blocking CPU, io_uring against pread) into host.json.
+    Host(cmd::host::HostArgs),
     /// Measure context-switch cost (direct, indirect) and wake-up latency on this host.
     Ctx(cmd::ctx::CtxArgs),
     /// The analytic CPI model (SmartCon Sec. 6, Eq. 1-5) and its projections.
@@ -77,6 +79,7 @@ fn main() {
         Command::Probe(args) => cmd::probe::run(args),
         Command::Evaluate(args) => cmd::evaluate::run(args),
         Command::CompareFio(args) => cmd::compare_fio::run(args),
+        Command::Host(args) => cmd::host::run(args),
         Command::Ctx(args) => cmd::ctx::run(args),
         Command::Model(args) => cmd::model::run(args),
         Command::Trace(args) => cmd::trace::run(args),

@@ -15,6 +15,7 @@
 
 pub mod affinity;
 pub mod cache;
+pub mod oneway;
 pub mod perfbench;
 pub mod report;
 pub mod ring;

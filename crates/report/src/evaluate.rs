@@ -277,6 +277,15 @@ fn host_html(host: &HostRecord) -> String {
             .collect();
         items.push(format!("rounds swing alike: {}", w.join(", ")));
     }
+    if let Some(m) = &host.host_model {
+        items.push(format!(
+            "host.json: a wake-up across cores <b>{}</b>, <b>{}</b> more onto an idle core; io_uring's blocking wait <b>{:+.1} us</b> / <b>{:+.1} us</b> against pread (idle / beside spinners)",
+            us(m.wakeup.p50_ns),
+            us(m.idle_wake_extra_ns),
+            m.block_path.uring_extra_idle_ns / 1000.0,
+            m.block_path.uring_extra_beside_spinners_ns / 1000.0
+        ));
+    }
     let mut s = format!("<ul class=\"host\" title=\"{}\"><li>This host:</li>", escape(&host.text()));
     for i in items {
         s += &format!("<li>{i}</li>");

@@ -24,6 +24,7 @@ pub mod acs;
 pub mod bench;
 pub mod compare_fio;
 pub mod evaluate;
+pub mod host;
 pub mod merge_bench;
 pub mod polling;
 pub mod probe;

@@ -5,7 +5,8 @@
 //! JSON Lines, draws the Fig. 3-style plot and writes the host profile that `smartcon model`
 //! reads. Every input is checked before anything runs, so bad input writes nothing.
 //! Replacing `$SMARTCON_HOME/host.json` is what a re-measure is for, so it is replaced with a
-//! note on stderr; an explicit `--out` that exists needs `--force`.
+//! note on stderr (a host model `smartcon host` stored there is kept beside the profile,
+//! its switch costs taken from the new one); an explicit `--out` that exists needs `--force`.
 
 use std::path::PathBuf;
 
@@ -137,7 +138,13 @@ pub fn run(args: CtxArgs) -> Result<()> {
         print!("{}", ctx_report::profile_text(&profile, plan.indirect_procs, elapsed_s, args.quick));
     }
     if let Some(out) = profile_out {
-        let text = serde_json::to_string_pretty(&profile).context("the host profile does not serialize")? + "\n";
+        // The store keeps a host model `smartcon host` put there, beside the new profile.
+        let value = if args.out.is_none() {
+            super::host::ctx_profile_with_stored_model(&profile)?
+        } else {
+            serde_json::to_value(&profile).context("the host profile does not serialize")?
+        };
+        let text = serde_json::to_string_pretty(&value).context("the host profile does not serialize")? + "\n";
         let path = out.write_all(text.as_bytes())?;
         let how = if replaced { " (replaced the previous one)" } else { "" };
         eprintln!("smartcon: host profile written to {}{how}", path.display());

@@ -196,7 +196,9 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     monitor.stop();
     let infos: Vec<_> = session.opened.iter().map(|o| o.info()).collect();
     let overshoots = smartcon_engine::clock::sleep_overshoots_ns(host::SLEEP_ASKED_NS, host::SLEEP_COUNT);
-    let host_record = host::HostRecord::of(&cells, &infos, HostWaitCost::stored().as_ref(), &overshoots);
+    let mut host_record = host::HostRecord::of(&cells, &infos, HostWaitCost::stored().as_ref(), &overshoots);
+    // `smartcon host`'s model when stored (a ctx-only host.json has none): named, not measured.
+    host_record.host_model = smartcon_engine::host::HostModel::load(&host).ok();
     line(&mut jsonl, &host_record)?;
     let criteria = judge::criteria(&cells, &infos);
     for c in &criteria {

@@ -10,6 +10,7 @@ pub mod ets;
 pub mod evaluate;
 pub mod evaluate_acs;
 pub mod fleet;
+pub mod host;
 pub mod io;
 pub mod merge_bench;
 pub mod model;

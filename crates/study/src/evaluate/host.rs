@@ -9,6 +9,7 @@
 //! judging (see [`super::judge`]).
 
 use serde::Serialize;
+use smartcon_engine::host::HostModel;
 use smartcon_engine::job::StrategyChoice;
 use smartcon_engine::profile::HostWaitCost;
 use smartcon_util::stats::{common_swing, median, PairedRatio};
@@ -42,6 +43,10 @@ pub struct HostRecord {
     /// How far a cell's rounds swing for every strategy alike, per load: the median over
     /// the cells of (max - min) / median of the rounds' common factor.
     pub common_swing: Vec<LoadSwing>,
+    /// `$SMARTCON_HOME/host.json` as `smartcon host` measured it, when stored (not measured
+    /// by the run: the caller reads it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_model: Option<HostModel>,
 }
 
 /// The common swing of one load's cells.
@@ -95,6 +100,7 @@ impl HostRecord {
             local_disk_4k_spin_gain: gain(StrategyChoice::Fixed(smartcon_engine::decision::Strategy::Spin)),
             local_disk_4k_smart_gain: gain(smart),
             common_swing: Load::ALL.iter().filter_map(|&l| load_swing(cells, l)).collect(),
+            host_model: None,
         }
     }
 
@@ -134,8 +140,37 @@ impl HostRecord {
                     .join(", ")
             );
         }
-        s + "."
+        s += ".";
+        if let Some(m) = &self.host_model {
+            s += &format!(" {}", model_text(m));
+        }
+        s
     }
+}
+
+/// One sentence naming a stored host model's figures (`smartcon host`).
+pub fn model_text(m: &HostModel) -> String {
+    let us = |ns: f64| format!("{:.1} us", ns / 1000.0);
+    let sleeps: Vec<String> = m
+        .sleep
+        .iter()
+        .map(|p| format!("{:.0} us: {}/{}", p.requested_ns / 1000.0, us(p.overshoot.p50_ns), us(p.overshoot.p99_ns)))
+        .collect();
+    let switch = match (m.switch_direct_ns, m.switch_indirect_ns) {
+        (Some(d), Some(i)) => format!("; a context switch {} direct, {} indirect", us(d), us(i)),
+        _ => String::new(),
+    };
+    format!(
+        "Its host model (host.json, {}): sleeps overshoot (p50/p99) {}; a wake-up across cores takes {} (p99 {}), {} more onto an idle core, and costs the waker {} of CPU{switch}; blocking through io_uring waits {:+.1} us per I/O against pread idle and {:+.1} us beside a spinner on every core.",
+        m.source,
+        sleeps.join(", "),
+        us(m.wakeup.p50_ns),
+        us(m.wakeup.p99_ns),
+        us(m.idle_wake_extra_ns),
+        us(m.waker_cpu_ns),
+        m.block_path.uring_extra_idle_ns / 1000.0,
+        m.block_path.uring_extra_beside_spinners_ns / 1000.0,
+    )
 }
 
 /// The common swing of `load`'s multi-round cells, `None` without any.
@@ -162,6 +197,20 @@ mod tests {
     use crate::evaluate::merge::tests::record;
     use crate::evaluate::TurnFigures;
     use smartcon_engine::decision::{DeviceClass, Strategy};
+
+    #[test]
+    fn the_header_names_a_stored_host_model_and_only_then() {
+        let mut h = HostRecord::of(&[], &[], None, &[]);
+        assert!(!h.text().contains("host model"));
+        let m = HostModel::preset("host-c").unwrap();
+        h.host_model = Some(m.clone());
+        let t = h.text();
+        assert!(t.contains("Its host model (host.json"), "{t}");
+        assert!(t.contains("5 us: 16.0 us/27.0 us"), "{t}");
+        let extra = format!("{:+.1} us per I/O against pread idle", m.block_path.uring_extra_idle_ns / 1000.0);
+        assert!(t.contains(&extra), "{t}");
+        assert!(serde_json::to_string(&h).unwrap().contains("\"host_model\":{"));
+    }
 
     fn cell(strategy: StrategyChoice, turns: &[f64]) -> Cell {
         let mut r = record(strategy, &[10_000; 100], 1_000_000_000, 10.0);

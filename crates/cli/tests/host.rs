@@ -1,0 +1,109 @@
+//! Runs the real `smartcon host --quick` on a temporary SMARTCON_HOME and TMPDIR: the
+//! `--json` output is a valid host model, `host.json` is stored where the simulation and
+//! `smartcon model` read it (the model and ctx's profile in one file), `smartcon ctx` keeps
+//! the model when it re-measures, and a bad `--out` is refused with exit 2 before any
+//! measuring. No figure is asserted beyond what a model must hold: the machine is shared.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use smartcon_ctxcost::HostProfile;
+use smartcon_engine::host::HostModel;
+
+fn smartcon(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_smartcon"));
+    c.env("SMARTCON_HOME", home).env("TMPDIR", home.join("tmp"));
+    c
+}
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn two_cpus() -> bool {
+    smartcon_ctxcost::affinity::allowed_cpus().map(|c| c.len() >= 2).unwrap_or(false)
+}
+
+#[test]
+fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
+    if !two_cpus() {
+        println!("skipped: fewer than two allowed CPUs, so no wake-up across cores to measure");
+        return;
+    }
+    let home = Scratch(std::env::temp_dir().join(format!("smartcon-host-test-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&home.0);
+    std::fs::create_dir_all(home.0.join("tmp")).unwrap();
+
+    let out = smartcon(&home.0).args(["host", "--quick", "--json"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("io_uring") {
+        println!("skipped: io_uring is not available here: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "host failed: {stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines[0]["type"], "host_model");
+    assert_eq!(lines[1]["type"], "host_measurement");
+    let model: HostModel = serde_json::from_value(lines[0].clone()).unwrap();
+    model.validate().unwrap();
+    assert_eq!(model.name, "measured");
+    assert_eq!(model.sleep.len(), 5, "one point per requested length");
+    assert!(model.filled.is_empty(), "a measured model fills nothing: {:?}", model.filled);
+    assert!(model.block_cpu_ns > 0.0 && model.wakeup.p50_ns > 0.0, "{model:?}");
+    assert!(model.switch_direct_ns.is_some(), "ctx's figures are taken: {model:?}");
+    assert_eq!(lines[1]["block_path"].as_array().map(Vec::len), Some(2), "idle and beside spinners");
+    // Progress on stderr, one line per step off a terminal.
+    assert!(stderr.contains("sleep overshoot"), "{stderr}");
+
+    // Stored: the model for the simulation, ctx's profile for `smartcon model`, one file.
+    let stored = home.0.join("host.json");
+    assert_eq!(HostModel::load(&stored).unwrap(), model);
+    let ctx = HostProfile::read(&stored).expect("ctx's profile beside the model");
+    assert!(ctx.quick);
+    // Nothing left in the temporary directory (the comparison's file is removed).
+    assert_eq!(std::fs::read_dir(home.0.join("tmp")).unwrap().count(), 0);
+
+    // `smartcon ctx` re-measures into the store and keeps the model.
+    let out = smartcon(&home.0).args(["ctx", "--quick", "--no-perf"]).output().unwrap();
+    assert!(out.status.success(), "ctx failed: {}", String::from_utf8_lossy(&out.stderr));
+    let kept = HostModel::load(&stored).expect("the model survives ctx");
+    assert_eq!((kept.sleep.clone(), kept.block_path), (model.sleep.clone(), model.block_path));
+    let ctx2 = HostProfile::read(&stored).unwrap();
+    assert_ne!(ctx2.created_unix_s, 0);
+    // (Within a part in a million: the stored JSON's decimals are parsed back.)
+    let (kept_ns, new_ns) = (kept.switch_direct_ns.unwrap(), ctx2.ctx_direct_ns().unwrap());
+    assert!((kept_ns - new_ns).abs() <= 1e-6 * new_ns.abs(), "switch costs follow the new profile: {kept_ns} {new_ns}");
+
+    // A bad --out: refused before measuring, exit 2, one line naming it, the file intact.
+    let existing = home.0.join("existing.json");
+    std::fs::write(&existing, "keep me").unwrap();
+    let out = smartcon(&home.0).args(["host", "--quick", "--out"]).arg(&existing).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("existing.json"), "{err}");
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
+    assert!(out.stdout.is_empty());
+    let out = smartcon(&home.0).args(["host", "--quick", "--out"]).arg(home.0.join("no/such/dir/h.json")).output();
+    assert_eq!(out.unwrap().status.code(), Some(2));
+    let out = smartcon(&home.0).args(["host", "--quick", "--temp-dir"]).arg(&existing).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--temp-dir"));
+}
+
+#[test]
+fn a_ctx_only_host_json_is_no_host_model() {
+    let dir = Scratch(std::env::temp_dir().join(format!("smartcon-host-ctxonly-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let path = dir.0.join("host.json");
+    std::fs::write(&path, r#"{"version":1,"direct":[{"procs":2,"us_per_switch":2.0,"us_per_switch_raw":3.0}]}"#)
+        .unwrap();
+    let e = HostModel::load(&path).unwrap_err().to_string();
+    assert!(e.contains("smartcon host"), "{e}");
+}

@@ -1,0 +1,429 @@
+//! `smartcon host`'s measuring: this machine as a [`HostModel`] (issue 27, item 1).
+//!
+//! Each figure of the model comes from one place, and what another command already
+//! measures is taken from it rather than measured a second way:
+//!
+//! - sleep overshoot by requested length: timed sleeps at smartcon's 1 ns timer slack
+//!   ([`smartcon_engine::clock::sleep_overshoots_ns`], the one the evaluate header uses);
+//! - wake-up across cores, and what an idle core adds: one-way eventfd wake-ups with the
+//!   woken thread's CPU polling (a PM QoS request as root), then left to halt
+//!   ([`smartcon_ctxcost::oneway`]); the waker's CPU per wake-up from the same pings;
+//! - the context switch's direct and indirect cost: `smartcon ctx`'s profile when
+//!   `host.json` holds one, else `ctx`'s own ring on a small plan (two processes, the L2
+//!   size), whose profile the caller stores beside the model;
+//! - the CPU a blocking wait burns and a spin's overhead: the probe's host wait cost
+//!   ([`HostWaitCost`], `host-wait.json`), measured and stored by the probe's function when
+//!   absent;
+//! - the blocking cost of io_uring's wait against the plain pread: 4 KiB random O_DIRECT
+//!   reads on a temporary file on the local disk, `block` against `sync` in interleaved
+//!   rounds, idle and with a spinning cruncher on every core.
+//!
+//! Non-goals: printing and storing (the CLI), device thresholds (the probe).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::Serialize;
+use smartcon_ctxcost::oneway::{one_way_wakeups, quantile, OneWay};
+use smartcon_ctxcost::HostProfile;
+use smartcon_engine::decision::Strategy;
+use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::host::{BlockPath, HostModel, Quantiles, SleepPoint, HOST_MODEL_VERSION};
+use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
+use smartcon_engine::monitor::SystemMonitor;
+use smartcon_engine::profile::{online_cpus, HostWaitCost, Profile};
+use smartcon_engine::target::{self, OpenOptions, TargetSpec};
+use smartcon_engine::Op;
+use smartcon_util::stats::{median, PairedRatio};
+
+use crate::{turn_order, Event, Progress};
+
+/// The requested sleep lengths, shortest first (a fast SSD's read to a SATA SSD's).
+pub const SLEEP_REQUESTED_NS: [u64; 5] = [5_000, 10_000, 20_000, 50_000, 100_000];
+
+/// What to measure and for how long.
+#[derive(Debug, Clone)]
+pub struct HostPlan {
+    /// Sleeps per requested length.
+    pub sleep_count: usize,
+    /// Wake-ups per core state.
+    pub pings: usize,
+    /// The gap between wake-ups: long enough for an idle CPU to halt.
+    pub ping_gap_ns: u64,
+    /// Rounds of the io_uring against pread comparison per load (each runs both once).
+    pub block_rounds: usize,
+    pub block_turn_ns: u64,
+    /// The temporary file for that comparison.
+    pub temp_bytes: u64,
+    pub temp_dir: Option<PathBuf>,
+    /// `host.json` as stored: `smartcon ctx`'s figures are taken from it when it has them.
+    pub ctx_profile: Option<PathBuf>,
+    pub quick: bool,
+}
+
+impl HostPlan {
+    /// The full plan (about 10-20 s on the team's VM) or the quick one (a few seconds; the
+    /// figures are coarse: for tests).
+    pub fn new(quick: bool) -> HostPlan {
+        HostPlan {
+            sleep_count: if quick { 50 } else { 1000 },
+            pings: if quick { 20 } else { 300 },
+            ping_gap_ns: 1_000_000,
+            block_rounds: if quick { 1 } else { 10 },
+            block_turn_ns: if quick { 50_000_000 } else { 200_000_000 },
+            temp_bytes: if quick { 8 << 20 } else { 64 << 20 },
+            temp_dir: None,
+            ctx_profile: None,
+            quick,
+        }
+    }
+
+    /// Steps reported through [`Event::Done`], for a progress bar.
+    pub fn steps(&self) -> u64 {
+        SLEEP_REQUESTED_NS.len() as u64 + 2 + 1 + 1 + 2
+    }
+}
+
+/// One load's rounds of io_uring's blocking wait against pread.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockPathLoad {
+    /// `idle` or `beside_spinners`.
+    pub load: &'static str,
+    pub rounds: usize,
+    pub block_iops: Vec<f64>,
+    pub sync_iops: Vec<f64>,
+    /// pread's IOPS over io_uring's, the geometric mean of the per-round ratios.
+    pub sync_over_block: f64,
+    /// io_uring's mean wait minus pread's, ns per I/O: pread's median mean wait times
+    /// `sync_over_block - 1` (the paired ratio carries the comparison; a single round's
+    /// difference swings with the machine's other load).
+    pub uring_extra_ns: f64,
+}
+
+/// Everything `smartcon host` measured, the model and how each figure was obtained.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostMeasurement {
+    pub model: HostModel,
+    /// `smartcon ctx`'s profile when it was measured now (small plan), to be stored.
+    #[serde(skip)]
+    pub ctx_measured: Option<HostProfile>,
+    pub ctx_source: String,
+    pub wait_source: String,
+    /// One-way wake-ups, the woken thread's CPU polled (busy) and idle.
+    pub wakeup_busy: Quantiles,
+    pub wakeup_idle: Quantiles,
+    pub waker_cpu_busy_ns: f64,
+    pub waker_cpu_idle_ns: f64,
+    /// How the woken core was kept polling (`pm_qos` or `sched_idle_poller`).
+    pub polled_by: &'static str,
+    pub block_path_target: String,
+    pub block_path: Vec<BlockPathLoad>,
+    pub elapsed_ns: u64,
+}
+
+fn quantiles_of(sorted: &[u64]) -> Quantiles {
+    let q = |p: f64| quantile(sorted, p) as f64;
+    Quantiles::new(q(0.5), q(0.9), q(0.99))
+}
+
+fn stopped(stop: &AtomicBool) -> Result<(), Error> {
+    if stop.load(Ordering::Relaxed) {
+        return Err(Error::new(ErrorKind::Usage, "interrupted: no host model written"));
+    }
+    Ok(())
+}
+
+fn ctx_err(e: smartcon_ctxcost::Error) -> Error {
+    match e {
+        smartcon_ctxcost::Error::Interrupted => Error::new(ErrorKind::Usage, "interrupted: no host model written"),
+        e => Error::new(ErrorKind::Setup, format!("context-switch measurement: {e}")),
+    }
+}
+
+/// `smartcon ctx`'s figures as the model holds them: the direct cost (two processes, the
+/// pipe work subtracted) and the indirect one, what a switch costs beyond the direct one
+/// when each process works through an L2-sized array (the refill of the cache the other
+/// process polluted; the indirect point nearest the L2 size).
+pub fn switch_costs_ns(p: &HostProfile) -> (Option<f64>, Option<f64>) {
+    let direct = p.ctx_direct_ns();
+    let l2 = p.cache.l2_bytes.unwrap_or(1 << 20);
+    let with_refill = p.indirect.iter().min_by_key(|i| i.array_bytes.abs_diff(l2)).map(|i| i.us_per_switch * 1e3);
+    let indirect = match (direct, with_refill) {
+        (Some(d), Some(w)) => Some((w - d).max(0.0)),
+        _ => None,
+    };
+    (direct, indirect)
+}
+
+/// The context-switch figures: from the stored profile, else measured now with `ctx`'s
+/// ring on a small plan.
+fn context_switch(plan: &HostPlan, stop: &AtomicBool) -> Result<(Option<HostProfile>, HostProfile, String), Error> {
+    if let Some(path) = plan.ctx_profile.as_deref().filter(|p| p.exists()) {
+        if let Ok(p) = HostProfile::read(path) {
+            let how = if p.quick { "smartcon ctx --quick" } else { "smartcon ctx" };
+            return Ok((None, p.clone(), format!("{} ({how}, stored)", path.display())));
+        }
+    }
+    let cpus = smartcon_ctxcost::affinity::allowed_cpus().map_err(ctx_err)?;
+    let cache = smartcon_ctxcost::cache::read_cache_sizes();
+    // ctx's full budget (best of 5 batches of 100 ms): the quick one's 30 ms batches gave
+    // 0 to 1.2 us for the direct cost in three runs on a loaded 2-core VM.
+    let mut cplan = smartcon_ctxcost::Plan::new(plan.quick, &cache, &cpus);
+    cplan.direct_procs = vec![2];
+    cplan.set_array_sizes(vec![cache.l2_bytes.unwrap_or(1 << 20)]).map_err(ctx_err)?;
+    cplan.perf_loops = 0;
+    cplan.validate().map_err(ctx_err)?;
+    let p = smartcon_ctxcost::measure(&cplan, stop, &mut |_: &str| {}).map_err(ctx_err)?;
+    let budget = if plan.quick { "quick budget" } else { "ctx's full budget" };
+    Ok((Some(p.clone()), p, format!("measured now: smartcon ctx's ring, 2 processes, L2-sized arrays, {budget}")))
+}
+
+/// Runs io_uring's blocking wait (`block`) and pread (`sync`) in interleaved rounds.
+fn block_path_rounds(
+    t: &dyn target::Target,
+    plan: &HostPlan,
+    load: &'static str,
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+) -> Result<BlockPathLoad, Error> {
+    let strategies = [Strategy::Block, Strategy::Sync];
+    let p = Profile::paper_default(&t.device_id());
+    let mut iops: [Vec<f64>; 2] = Default::default();
+    for round in 0..plan.block_rounds {
+        for i in turn_order(strategies.len(), round) {
+            stopped(stop)?;
+            let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(strategies[i]));
+            js.duration_ns = plan.block_turn_ns;
+            js.warmup_ios = TURN_WARMUP_IOS;
+            js.seed = 1 + round as u64;
+            iops[i].push(run_job(t, &js, &p, monitor, stop)?.iops);
+        }
+    }
+    let Some(ratio) = PairedRatio::of(&iops[1], &iops[0]) else {
+        return Err(Error::new(
+            ErrorKind::Io,
+            format!("{}: no I/O completed comparing io_uring with pread", t.label()),
+        ));
+    };
+    let mut sync_wait_ns: Vec<f64> = iops[1].iter().filter(|x| **x > 0.0).map(|x| 1e9 / x).collect();
+    Ok(BlockPathLoad {
+        load,
+        rounds: ratio.rounds,
+        block_iops: iops[0].clone(),
+        sync_iops: iops[1].clone(),
+        sync_over_block: ratio.gmean,
+        uring_extra_ns: median(&mut sync_wait_ns) * (ratio.gmean - 1.0),
+    })
+}
+
+/// A UTC date of a Unix time, `YYYY-MM-DD` (days to civil date, Howard Hinnant's method).
+pub fn utc_date(unix_s: u64) -> String {
+    let z = (unix_s / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Measures this machine. `progress` gets a [`Event::Starting`] and [`Event::Done`] per
+/// step and a note where a stored figure is taken instead of measured.
+pub fn measure(
+    plan: &HostPlan,
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+    progress: &mut Progress<'_>,
+) -> Result<HostMeasurement, Error> {
+    let started = std::time::Instant::now();
+    progress(Event::Steps(plan.steps()));
+    // Open the temporary file first: a directory that cannot take it fails before the rest.
+    let spec = TargetSpec::Temp { size_bytes: plan.temp_bytes, dir: plan.temp_dir.clone() };
+    progress(Event::Starting("temporary file for io_uring against pread"));
+    let file = target::open(&spec, OpenOptions::default())?;
+
+    let mut sleep = Vec::with_capacity(SLEEP_REQUESTED_NS.len());
+    for &asked in &SLEEP_REQUESTED_NS {
+        stopped(stop)?;
+        progress(Event::Starting(&format!("sleep overshoot, {} us sleeps", asked / 1000)));
+        let v = smartcon_engine::clock::sleep_overshoots_ns(asked, plan.sleep_count);
+        sleep.push(SleepPoint { requested_ns: asked as f64, overshoot: quantiles_of(&v) });
+        progress(Event::Done);
+    }
+
+    let cpus = smartcon_ctxcost::affinity::allowed_cpus().map_err(ctx_err)?;
+    let (wake_busy, wake_idle) = if let [a, b, ..] = cpus[..] {
+        progress(Event::Starting("wake-up across cores, the woken core polling"));
+        let busy = one_way_wakeups(a, b, true, plan.pings, plan.ping_gap_ns, stop).map_err(ctx_err)?;
+        progress(Event::Done);
+        progress(Event::Starting("wake-up across cores, the woken core idle"));
+        let idle = one_way_wakeups(a, b, false, plan.pings, plan.ping_gap_ns, stop).map_err(ctx_err)?;
+        progress(Event::Done);
+        (busy, idle)
+    } else {
+        return Err(Error::new(
+            ErrorKind::Setup,
+            "one allowed CPU: a wake-up across cores cannot be measured (run without a CPU mask)",
+        ));
+    };
+    let med = |v: &OneWay| quantile(&v.waker_cpu_ns, 0.5) as f64;
+    let (wakeup_busy, wakeup_idle) = (quantiles_of(&wake_busy.latencies_ns), quantiles_of(&wake_idle.latencies_ns));
+
+    stopped(stop)?;
+    progress(Event::Starting("context switch (smartcon ctx)"));
+    let (ctx_measured, ctx, ctx_source) = context_switch(plan, stop)?;
+    let (switch_direct_ns, switch_indirect_ns) = switch_costs_ns(&ctx);
+    progress(Event::Done);
+
+    stopped(stop)?;
+    progress(Event::Starting("blocking wait's CPU (the probe's host wait cost)"));
+    let (wait, wait_source) = match HostWaitCost::stored() {
+        Some(w) => (w, format!("{} (stored)", HostWaitCost::path().display())),
+        None => {
+            let w = crate::probe::ensure_host_wait_cost(monitor, plan.ctx_profile.as_deref(), stop, progress)?;
+            (w, format!("measured now by the probe's host wait cost, stored in {}", HostWaitCost::path().display()))
+        }
+    };
+    progress(Event::Done);
+
+    let mut block_path = Vec::with_capacity(2);
+    progress(Event::Starting("io_uring against pread, idle"));
+    block_path.push(block_path_rounds(file.as_ref(), plan, "idle", monitor, stop)?);
+    progress(Event::Done);
+    progress(Event::Starting("io_uring against pread, a spinner on every core"));
+    {
+        let load = smartcon_workloads::load::CpuLoad::start(online_cpus().max(1))?;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        block_path.push(block_path_rounds(file.as_ref(), plan, "beside_spinners", monitor, stop)?);
+        drop(load);
+    }
+    progress(Event::Done);
+    let block_path_target = file.label().to_string();
+    drop(file);
+
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let model = HostModel {
+        version: HOST_MODEL_VERSION,
+        name: "measured".into(),
+        source: format!(
+            "smartcon host{} on {}; block_cpu_ns and spin_overhead_ns from {wait_source}; switch costs from {ctx_source}; block_path on {block_path_target}",
+            if plan.quick { " --quick" } else { "" },
+            utc_date(now_s),
+        ),
+        cores: online_cpus(),
+        sleep,
+        wakeup: wakeup_busy,
+        idle_wake_extra_ns: (wakeup_idle.p50_ns - wakeup_busy.p50_ns).max(0.0),
+        block_cpu_ns: wait.block_cpu_ns,
+        waker_cpu_ns: med(&wake_idle),
+        spin_overhead_ns: wait.spin_overhead_ns,
+        switch_direct_ns,
+        switch_indirect_ns,
+        block_path: BlockPath {
+            uring_extra_idle_ns: block_path[0].uring_extra_ns,
+            uring_extra_beside_spinners_ns: block_path[1].uring_extra_ns,
+        },
+        filled: Vec::new(),
+    };
+    model.validate()?;
+    Ok(HostMeasurement {
+        model,
+        ctx_measured,
+        ctx_source,
+        wait_source,
+        wakeup_busy,
+        wakeup_idle,
+        waker_cpu_busy_ns: med(&wake_busy),
+        waker_cpu_idle_ns: med(&wake_idle),
+        polled_by: wake_busy.polled_by.unwrap_or("none"),
+        block_path_target,
+        block_path,
+        elapsed_ns: started.elapsed().as_nanos() as u64,
+    })
+}
+
+/// `host.json` as stored: the model's fields and, beside them, `smartcon ctx`'s profile's
+/// (both formats are version 1 and share no other field name), so `smartcon model`, the
+/// probe and the simulation each read their own part of one file.
+pub fn stored_json(model: &HostModel, ctx: Option<&HostProfile>) -> Result<serde_json::Value, Error> {
+    let bad = |e: serde_json::Error| Error::new(ErrorKind::Internal, format!("host model does not serialize: {e}"));
+    let mut out = match ctx {
+        Some(p) => serde_json::to_value(p).map_err(bad)?,
+        None => serde_json::Value::Object(Default::default()),
+    };
+    let serde_json::Value::Object(m) = serde_json::to_value(model).map_err(bad)? else {
+        return Err(Error::new(ErrorKind::Internal, "host model is not a JSON object"));
+    };
+    let obj = out.as_object_mut().ok_or_else(|| Error::new(ErrorKind::Internal, "ctx profile is not a JSON object"))?;
+    for (k, v) in m {
+        if k == "version" && obj.get("version").is_some_and(|old| old != &v) {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "host model and ctx profile versions differ: they cannot share host.json",
+            ));
+        }
+        obj.insert(k, v);
+    }
+    Ok(out)
+}
+
+/// The ctx profile a stored `host.json` holds, if it holds a readable one.
+pub fn stored_ctx(path: &Path) -> Option<HostProfile> {
+    path.exists().then(|| HostProfile::read(path).ok()).flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc_date(0), "1970-01-01");
+        assert_eq!(utc_date(951_782_400), "2000-02-29");
+        assert_eq!(utc_date(1_795_651_200), "2026-11-26");
+    }
+
+    #[test]
+    fn a_stored_host_json_reads_as_both_the_model_and_the_ctx_profile() {
+        let model = HostModel::preset("host-c").unwrap();
+        let ctx = HostProfile {
+            version: smartcon_ctxcost::HOST_PROFILE_VERSION,
+            created_unix_s: 1,
+            quick: true,
+            cpu: 0,
+            cross_cpu: Some(1),
+            clock_ghz: None,
+            cache: smartcon_ctxcost::CacheSizes { l1d_bytes: None, l2_bytes: Some(1 << 20), llc_bytes: None },
+            pipe_overhead_us: 1.0,
+            direct: vec![smartcon_ctxcost::DirectPoint { procs: 2, us_per_switch: 2.0, us_per_switch_raw: 3.0 }],
+            indirect: vec![smartcon_ctxcost::IndirectPoint {
+                array_bytes: 1 << 20,
+                us_per_switch: 5.5,
+                us_per_switch_raw: 9.0,
+                us_hot: 3.0,
+            }],
+            wakeup_same_cpu_us: 4.0,
+            wakeup_cross_cpu_us: Some(30.0),
+            perf_sched_pipe_us_per_switch: None,
+            perf_runs: 3,
+            perf_skipped_reason: None,
+        };
+        assert_eq!(switch_costs_ns(&ctx), (Some(2000.0), Some(3500.0)));
+        let dir = std::env::temp_dir().join(format!("smartcon-host-json-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.json");
+        let text = serde_json::to_string_pretty(&stored_json(&model, Some(&ctx)).unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(HostModel::load(&path).unwrap(), model);
+        assert_eq!(HostProfile::read(&path).unwrap(), ctx);
+        assert_eq!(stored_ctx(&path), Some(ctx));
+        // Without a ctx profile: the model alone, which `smartcon model` does not take.
+        std::fs::write(&path, serde_json::to_string(&stored_json(&model, None).unwrap()).unwrap()).unwrap();
+        assert_eq!(HostModel::load(&path).unwrap(), model);
+        assert!(stored_ctx(&path).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
