@@ -78,7 +78,7 @@ fn assert_nothing_left(r: &MountRecord) {
     let backing = r.backing.clone().unwrap();
     let losetup = Command::new("losetup").arg("-a").output().unwrap();
     assert!(!String::from_utf8_lossy(&losetup.stdout).contains(&*backing.to_string_lossy()), "loop left attached");
-    assert!(mounted_on(&r.dir).is_none_or(|(_, fs)| fs != "ext4"), "ext4 left mounted on {}", r.dir.display());
+    assert!(mounted_on(&r.dir).is_none_or(|m| m.fstype != "ext4"), "ext4 left mounted on {}", r.dir.display());
     assert!(mounted_on(r.fuse_mount.as_ref().unwrap()).is_none(), "FUSE left mounted");
     assert!(!r.work.exists(), "work directory left");
     assert!(!records::list().iter().any(|(_, x)| x.work == r.work), "record left");
@@ -121,7 +121,7 @@ fn round_trip(dir: &Path, transport: Transport) -> (MountRecord, Report) {
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 251) as u8).collect();
     with_mount_via(opts_via("emu:sdcard,channels=4,speedup=8", dir, transport), |r| {
         assert_eq!(r.transport, transport.name());
-        assert_eq!(mounted_on(dir).unwrap().1, "ext4");
+        assert_eq!(mounted_on(dir).unwrap().fstype, "ext4");
         assert!(r.loop_device.is_some());
         std::fs::write(dir.join("f"), &data).unwrap();
         assert!(Command::new("sync").arg("-f").arg(dir.join("f")).status().unwrap().success());
@@ -258,7 +258,7 @@ fn sigkill_then_cleanup_leaves_nothing() {
     child.wait().unwrap();
     // Killed: the stack is still there, and the record names it.
     assert!(records::list().iter().any(|(_, r)| r.work == record.work));
-    assert_eq!(mounted_on(&dir).map(|m| m.1).as_deref(), Some("ext4"));
+    assert_eq!(mounted_on(&dir).map(|m| m.fstype).as_deref(), Some("ext4"));
     let lines = mount::cleanup();
     assert!(lines.iter().any(|l| l.contains("removed")), "{lines:?}");
     assert_nothing_left(&record);
