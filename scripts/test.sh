@@ -57,4 +57,15 @@ cargo fmt --all -- --check
 echo "scripts/test.sh: cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --release -- -D warnings
 
+# Tests write only into temporary directories (issue 21): anything new in the source tree
+# after the run, ignored or not, is a test writing where it should not (fio's verify state
+# files were once committed from crates/cli that way).
+tree_files() { git status --porcelain --ignored --untracked-files=normal 2>/dev/null | sort; }
+tree_before=$(tree_files)
 cargo test --workspace --release "$@"
+tree_new=$(comm -13 <(echo "$tree_before") <(tree_files))
+if [ -n "$tree_new" ]; then
+    echo "scripts/test.sh: the tests left files in the source tree (write them under a temporary directory):"
+    echo "$tree_new"
+    exit 1
+fi
