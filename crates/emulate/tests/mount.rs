@@ -94,24 +94,27 @@ fn with_mount_via(o: MountOptions, body: impl FnOnce(&MountRecord)) -> (MountRec
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let server = std::thread::spawn(move || mount::run(&o, &s, |_| {}));
-    let record = wait_ready(&dir, None);
+    let Some(record) = wait_ready(&dir, || server.is_finished()) else {
+        panic!("the mount server ended before it was ready: {:?}", server.join());
+    };
     body(&record);
     stop.store(true, Ordering::SeqCst);
     let report = server.join().unwrap().unwrap();
     (record, report)
 }
 
-fn wait_ready(dir: &Path, child: Option<&mut std::process::Child>) -> MountRecord {
+/// The record of the mount on `dir` once it says ready; None when `ended` says the server
+/// is gone first (its error is then the caller's to show).
+fn wait_ready(dir: &Path, mut ended: impl FnMut() -> bool) -> Option<MountRecord> {
     let start = Instant::now();
-    let mut child = child;
     loop {
         if let Some((_, r)) = records::list().into_iter().find(|(_, r)| r.dir == dir && r.state == "ready") {
-            return r;
+            return Some(r);
         }
-        if let Some(c) = child.as_deref_mut() {
-            assert!(c.try_wait().unwrap().is_none(), "the mount child exited before it was ready");
+        if ended() {
+            return None;
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "mount not ready");
+        assert!(start.elapsed() < Duration::from_secs(120), "mount not ready after 120 s");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -229,7 +232,8 @@ fn start_child(dir: &Path) -> (std::process::Child, MountRecord) {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let record = wait_ready(dir, Some(&mut child));
+    let record =
+        wait_ready(dir, || child.try_wait().unwrap().is_some()).expect("the mount child exited before it was ready");
     std::fs::write(dir.join("x"), b"data").unwrap();
     (child, record)
 }
