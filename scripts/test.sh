@@ -57,4 +57,20 @@ cargo fmt --all -- --check
 echo "scripts/test.sh: cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --release -- -D warnings
 
+# Tests write only into temporary directories (issue 21): anything new in the source tree
+# after the run, ignored or not, is a test writing where it should not (fio's verify state
+# files were once committed from crates/cli that way).
+# (Untracked and ignored names only: a tracked file edited meanwhile is not a test's doing.)
+# Outside a git checkout both lists are empty and nothing is checked.
+tree_files() {
+    { git status --porcelain --ignored --untracked-files=normal 2>/dev/null || true; } \
+        | { grep -E '^(\?\?|!!) ' || true; } | sort
+}
+tree_before=$(tree_files)
 cargo test --workspace --release "$@"
+tree_new=$(comm -13 <(echo "$tree_before") <(tree_files))
+if [ -n "$tree_new" ]; then
+    echo "scripts/test.sh: the tests left files in the source tree (write them under a temporary directory):"
+    echo "$tree_new"
+    exit 1
+fi

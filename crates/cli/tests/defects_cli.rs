@@ -472,3 +472,41 @@ fn cleanup_also_removes_a_killed_emulate_mount() {
     assert!(!attached(), "{dev} still attached after cleanup");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 21: loop devices, zram devices and `emulate mount`'s stacks are recorded in one
+/// folder (`$SMARTCON_HOME/devices`); a mount record an older build left in the mounts'
+/// folder after a SIGKILL is still found and removed by `cleanup`, with its working
+/// directory and server log, next to one in the current folder. Needs no root: the dead
+/// servers' records name no device.
+#[test]
+fn cleanup_finds_mount_records_in_the_one_folder_and_the_old_one() {
+    let home = scratch("record-folders");
+    // A pid that has exited: the records' servers are dead.
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let pid = gone.id();
+    let mut works = Vec::new();
+    for (folder, name) in [("mounts", "m-1-old"), ("devices", "m-2-new")] {
+        let dir = home.join(folder);
+        let work = dir.join(name);
+        std::fs::create_dir_all(&work).unwrap();
+        let record = serde_json::json!({
+            "pid": pid, "spec": "emu:sdcard", "dir": home.join(format!("{name}-dir")), "work": work,
+            "fuse_mount": null, "backing": null, "loop_device": null, "ext4_mounted": false, "state": "ready",
+        });
+        std::fs::write(dir.join(format!("{name}.json")), record.to_string()).unwrap();
+        std::fs::write(dir.join(format!("server-{pid}.log")), "accuracy report\n").unwrap();
+        works.push(work);
+    }
+    let out = smartcon(&home, &["cleanup"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.matches(&format!("removed what pid {pid} left")).count(), 2, "{text}");
+    for folder in ["mounts", "devices"] {
+        let left: Vec<_> = std::fs::read_dir(home.join(folder)).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "{folder}: {left:?} left after cleanup ({text})");
+    }
+    let again = smartcon(&home, &["cleanup"]);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to clean up"));
+    std::fs::remove_dir_all(&home).unwrap();
+}

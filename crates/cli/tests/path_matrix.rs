@@ -167,6 +167,7 @@ fn run(env: &Env, args: &[String]) -> Ran {
         let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
         s
     });
+    // SAFETY: an all-zero rusage is valid (plain integers).
     let (mut status, mut usage): (libc::c_int, libc::rusage) = (0, unsafe { std::mem::zeroed() });
     loop {
         // SAFETY: wait4 on our own child, writing into the two locals.

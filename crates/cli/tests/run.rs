@@ -176,27 +176,34 @@ fn fio_verifies_its_data_under_the_library() {
     let dir = scratch("fio");
     for strategy in ["block", "spin", "smart"] {
         let stats = dir.join(format!("stats-{strategy}.jsonl"));
-        let o = run(&[
-            "run",
-            "--strategy",
-            strategy,
-            "--stats",
-            stats.to_str().unwrap(),
-            "--",
-            "fio",
-            "--name=verify",
-            &format!("--directory={}", dir.display()),
-            "--ioengine=psync",
-            "--direct=1",
-            "--rw=randwrite",
-            "--bsrange=4k-128k",
-            "--size=4m",
-            "--numjobs=4",
-            "--verify=crc32c",
-            "--do_verify=1",
-            "--verify_fatal=1",
-            "--output-format=terse",
-        ]);
+        // fio saves its verify state (`local-verify-N-verify.state`) into its working
+        // directory when a verifying job ends early; in the scratch directory, never in the
+        // source tree (they were once committed from crates/cli).
+        let o = smartcon()
+            .current_dir(&dir)
+            .args([
+                "run",
+                "--strategy",
+                strategy,
+                "--stats",
+                stats.to_str().unwrap(),
+                "--",
+                "fio",
+                "--name=verify",
+                &format!("--directory={}", dir.display()),
+                "--ioengine=psync",
+                "--direct=1",
+                "--rw=randwrite",
+                "--bsrange=4k-128k",
+                "--size=4m",
+                "--numjobs=4",
+                "--verify=crc32c",
+                "--do_verify=1",
+                "--verify_fatal=1",
+                "--output-format=terse",
+            ])
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{strategy}: fio failed:\n{}\n{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
         assert!(!String::from_utf8_lossy(&o.stdout).contains("verify: bad"), "{strategy}");
         let r = run_result(&stats);
@@ -204,4 +211,12 @@ fn fio_verifies_its_data_under_the_library() {
         assert!(r["bytes"].as_u64().unwrap() >= 2 * 16 * 1_048_576, "{strategy}: {r}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+    // Nothing of fio's landed in this crate's directory (the test's own working directory).
+    let stray: Vec<_> = std::fs::read_dir(env!("CARGO_MANIFEST_DIR"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".state"))
+        .collect();
+    assert!(stray.is_empty(), "fio state files in the source tree: {stray:?}");
 }

@@ -102,6 +102,15 @@ impl ChannelSet {
     /// Places a request arriving at `arrival_ns` needing `service_ns` on the channel that
     /// frees up first, and returns its schedule. Deterministic: ties go to the lowest index.
     pub fn schedule(&mut self, arrival_ns: u64, service_ns: u64) -> Schedule {
+        self.schedule_with(arrival_ns, |_, start_ns| {
+            start_ns.checked_add(service_ns).expect("a completion instant beyond u64 ns (584 years)")
+        })
+    }
+
+    /// [`ChannelSet::schedule`] for a device whose service depends on where and when the
+    /// request starts (a head position, a fault window): `complete(channel, start_ns)`
+    /// returns the completion instant, which occupies the channel until then.
+    pub fn schedule_with(&mut self, arrival_ns: u64, complete: impl FnOnce(u32, u64) -> u64) -> Schedule {
         let (index, free_at) = self
             .free_at_ns
             .iter()
@@ -110,7 +119,10 @@ impl ChannelSet {
             .min_by_key(|&(i, t)| (t.max(arrival_ns), i))
             .expect("at least one channel");
         let start_ns = free_at.max(arrival_ns);
-        let complete_ns = start_ns + service_ns;
+        let complete_ns = complete(index as u32, start_ns);
+        // Time runs forward on a channel: a request never completes before it starts (a
+        // model that says so is wrong, and the channel would free up in the past).
+        assert!(complete_ns >= start_ns, "completion at {complete_ns} ns before the start at {start_ns} ns");
         self.free_at_ns[index] = complete_ns;
         Schedule { channel: index as u32, start_ns, complete_ns }
     }
@@ -118,7 +130,17 @@ impl ChannelSet {
     /// Occupies `channel` for `busy_ns` from `at_ns` (a status poll), delaying what follows.
     pub fn occupy(&mut self, channel: u32, at_ns: u64, busy_ns: u64) {
         let slot = &mut self.free_at_ns[channel as usize];
-        *slot = (*slot).max(at_ns) + busy_ns;
+        *slot = (*slot).max(at_ns).saturating_add(busy_ns);
+    }
+
+    /// How many channels.
+    pub fn len(&self) -> u32 {
+        self.free_at_ns.len() as u32
+    }
+
+    /// Never: a set has at least one channel.
+    pub fn is_empty(&self) -> bool {
+        self.free_at_ns.is_empty()
     }
 
     /// The instant `channel` becomes free.
@@ -178,6 +200,20 @@ mod tests {
         assert_eq!((c.channel, c.start_ns, c.complete_ns), (0, 10_000, 20_000));
         let d = ch.schedule(5_000, 1_000);
         assert_eq!((d.channel, d.start_ns, d.complete_ns), (1, 10_000, 11_000));
+    }
+
+    #[test]
+    #[should_panic(expected = "before the start")]
+    fn a_completion_before_its_start_is_caught() {
+        let mut ch = ChannelSet::new(1);
+        ch.schedule_with(1_000, |_, start_ns| start_ns - 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "beyond u64")]
+    fn a_completion_past_the_end_of_time_is_caught() {
+        let mut ch = ChannelSet::new(1);
+        ch.schedule(u64::MAX - 10, 11);
     }
 
     #[test]

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use smartcon_engine::clock::now_ns;
 use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_util::loopmount::{self, Unmounted};
 
 use crate::fuse::{Disk, Reply, MAX_WRITE_BYTES};
 use crate::fuse_abi::{self, InHeader};
@@ -170,9 +171,7 @@ impl Session {
         let mut problems = Vec::new();
         if self.mounted {
             self.mounted = false;
-            if let Err(e) = unmount_fuse(&self.mount_point) {
-                problems.push(e);
-            }
+            problems.extend(unmount_fuse(&self.mount_point));
         }
         let deadline = Instant::now() + JOIN_WAIT;
         let all_done = |s: &Session| {
@@ -208,22 +207,21 @@ impl Drop for Session {
     }
 }
 
-/// Unmounts a FUSE mount: normally, else lazily and then by aborting its connection.
-fn unmount_fuse(mount_point: &Path) -> Result<(), String> {
-    let target = cstring(mount_point).map_err(|e| e.message)?;
+/// Unmounts a FUSE mount: normally, else (busy) lazily and then by aborting its connection
+/// (`smartcon_util::loopmount::unmount`). Returns what went wrong.
+fn unmount_fuse(mount_point: &Path) -> Option<String> {
     let conn = connection_id(mount_point);
-    // SAFETY: a valid NUL-terminated path alive across the call.
-    if unsafe { libc::umount2(target.as_ptr(), 0) } == 0 {
-        return Ok(());
+    match loopmount::unmount(mount_point, 1) {
+        Ok(Unmounted::Done) => None,
+        Ok(Unmounted::Lazily) => {
+            if let Some(id) = conn {
+                // Something still holds the file: end the connection so the server can stop.
+                let _ = std::fs::write(format!("/sys/fs/fuse/connections/{id}/abort"), "1");
+            }
+            Some(format!("umount {}: busy; detached lazily and aborted", mount_point.display()))
+        }
+        Err(e) => Some(e.to_string()),
     }
-    let first = std::io::Error::last_os_error();
-    // SAFETY: as above.
-    unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    if let Some(id) = conn {
-        // Something still holds the file: end the connection so the server can stop.
-        let _ = std::fs::write(format!("/sys/fs/fuse/connections/{id}/abort"), "1");
-    }
-    Err(format!("umount {}: {first}; detached lazily and aborted", mount_point.display()))
 }
 
 /// The fusectl connection number of the FUSE mount at `p` (its device number).

@@ -50,7 +50,7 @@ impl From<TraceError> for Error {
 pub fn fit_to_capacity(ios: &mut [TraceIo], capacity_bytes: u64) -> Result<u64, Error> {
     let mut moved = 0;
     for io in ios.iter_mut() {
-        moved += u64::from(trace::fold_into(io, capacity_bytes).map_err(|m| Error::new(ErrorKind::Usage, m))?);
+        moved += u64::from(trace::fold_into(io, capacity_bytes)?);
     }
     Ok(moved)
 }

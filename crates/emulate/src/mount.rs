@@ -21,7 +21,7 @@
 //!
 //! Foreground: [`run`] returns when the stop flag is set (the CLI's SIGINT/SIGTERM handler).
 //! Detached: [`spawn_detached`] starts the same command in its own process group with its
-//! output in `$SMARTCON_HOME/mounts/server-PID.log`, and [`umount`] sends it SIGTERM, waits,
+//! output in `$SMARTCON_HOME/devices/server-PID.log`, and [`umount`] sends it SIGTERM, waits,
 //! and returns that log (the accuracy report is its end).
 //!
 //! FUSE over io_uring needs fuse.enable_uring=Y while the FUSE mount is made and INIT
@@ -50,8 +50,9 @@ use crate::fuse::{Disk, Served, Shared, FILE_NAME};
 use crate::fuse_session::Session;
 pub use crate::fuse_session::Transport;
 use crate::fuse_uring;
-use crate::records::{self, alive, loop_backing, mounted_on, MountRecord};
+use crate::records::{self, alive, mounted_on, MountRecord};
 use crate::stats::quantile;
+use smartcon_util::loopmount;
 
 /// The FUSE mount's source name, checked before cleanup unmounts it.
 pub const FSNAME: &str = "smartcon-emu";
@@ -171,19 +172,6 @@ fn setup_err(what: impl fmt::Display) -> Error {
     Error::new(ErrorKind::Setup, what.to_string())
 }
 
-fn run_tool(cmd: &mut Command) -> Result<String, Error> {
-    let out = cmd.output().map_err(|e| setup_err(format!("cannot run {:?}: {e}", cmd.get_program())))?;
-    if !out.status.success() {
-        return Err(setup_err(format!(
-            "{:?} {:?} failed: {}",
-            cmd.get_program(),
-            cmd.get_args().collect::<Vec<_>>(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 /// Why this process cannot mount, if it cannot.
 pub fn unavailable_reason() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
@@ -249,38 +237,36 @@ impl Drop for Stack {
     }
 }
 
-fn unmount(dir: &Path) -> Result<(), String> {
-    for attempt in 0..20 {
-        let ok = Command::new("umount").arg(dir).output().is_ok_and(|o| o.status.success());
-        if ok || mounted_on(dir).is_none() {
-            return Ok(());
-        }
-        // Busy (a shell's working directory, a process finishing): wait a little.
-        std::thread::sleep(Duration::from_millis(50 * (attempt + 1)));
+/// Unmounts the ext4 file system on `dir`; busy (a shell's working directory, a process
+/// finishing), it waits up to about 10 s, then detaches it lazily and says so.
+fn unmount(dir: &Path) -> Option<String> {
+    match loopmount::unmount(dir, UNMOUNT_TRIES_MAX) {
+        Ok(loopmount::Unmounted::Done) => None,
+        Ok(loopmount::Unmounted::Lazily) => Some(format!("{} was busy; detached lazily", dir.display())),
+        Err(e) => Some(e.to_string()),
     }
-    Command::new("umount").arg("-l").arg(dir).status().map_err(|e| e.to_string())?;
-    Err(format!("{} was busy; detached lazily", dir.display()))
 }
+
+/// Tries of a busy unmount, waiting 50 ms more each time (10.5 s in all).
+const UNMOUNT_TRIES_MAX: u32 = 20;
 
 /// Undoes the ext4 mount and the loop device of `record`, each only if the system confirms
 /// it is the recorded one. Returns what could not be undone.
 fn undo_block(record: &MountRecord) -> Vec<String> {
     let mut problems = Vec::new();
     if record.ext4_mounted {
-        if let (Some((source, fstype)), Some(dev)) = (mounted_on(&record.dir), &record.loop_device) {
-            if fstype == "ext4" && Path::new(&source) == dev.as_path() {
-                if let Err(e) = unmount(&record.dir) {
-                    problems.push(e);
-                }
+        if let (Some(m), Some(dev)) = (mounted_on(&record.dir), &record.loop_device) {
+            if m.fstype == "ext4" && Path::new(&m.source) == dev.as_path() {
+                problems.extend(unmount(&record.dir));
             }
         }
     }
     if let Some(backing) = &record.backing {
         // Any loop device over our file (the recorded one, or one attached just before a
         // kill could record it).
-        for dev in loops_over(backing) {
-            if let Err(e) = run_tool(Command::new("losetup").arg("-d").arg(&dev)) {
-                problems.push(e.message);
+        for dev in loopmount::loops_backed_by(backing) {
+            if let Err(e) = loopmount::detach_loop(&dev) {
+                problems.push(format!("detach {}: {e}", dev.display()));
             }
         }
     }
@@ -292,28 +278,16 @@ fn undo_block(record: &MountRecord) -> Vec<String> {
 fn undo_fuse(record: &MountRecord) -> Vec<String> {
     let mut problems = Vec::new();
     if let Some(fm) = &record.fuse_mount {
-        if let Some((source, fstype)) = mounted_on(fm) {
-            if source == FSNAME && fstype.starts_with("fuse") {
-                let c = std::ffi::CString::new(fm.as_os_str().as_encoded_bytes()).unwrap_or_default();
-                // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-                if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-                    problems.push(format!("umount {}: {}", fm.display(), std::io::Error::last_os_error()));
+        if let Some(m) = mounted_on(fm) {
+            if m.source == FSNAME && m.fstype.starts_with("fuse") {
+                // Its server is gone: detached at once (no tries), as nothing can use it.
+                if let Err(e) = loopmount::unmount(fm, 0) {
+                    problems.push(e.to_string());
                 }
             }
         }
     }
     problems
-}
-
-/// Loop devices whose backing file is `backing`.
-fn loops_over(backing: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir("/sys/block") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("loop"))
-        .map(|e| Path::new("/dev").join(e.file_name()))
-        .filter(|dev| loop_backing(dev).is_some_and(|b| b == backing))
-        .collect()
 }
 
 fn remove_work(record: &MountRecord) -> Vec<String> {
@@ -323,7 +297,7 @@ fn remove_work(record: &MountRecord) -> Vec<String> {
         return problems;
     }
     if let Some(fm) = &record.fuse_mount {
-        if mounted_on(fm).is_some_and(|(s, _)| s == FSNAME) {
+        if mounted_on(fm).is_some_and(|m| m.source == FSNAME) {
             problems.push(format!("{} is still mounted; record kept", fm.display()));
             return problems;
         }
@@ -447,14 +421,10 @@ fn start_fuse(stack: &mut Stack, opts: &MountOptions) -> Result<(), Error> {
 /// Attaches a direct-I/O loop device over the FUSE file: (device, direct I/O confirmed).
 fn attach_loop(stack: &mut Stack) -> Result<(PathBuf, bool), Error> {
     let backing = stack.record.backing.clone().unwrap_or_default();
-    let dev = PathBuf::from(run_tool(Command::new("losetup").args(["--direct-io=on", "-f", "--show"]).arg(&backing))?);
-    if !dev.to_string_lossy().starts_with("/dev/loop") {
-        return Err(setup_err(format!("losetup printed {}, not a loop device", dev.display())));
-    }
+    let dev = loopmount::attach_loop(&backing, true).map_err(setup_err)?;
     stack.record.loop_device = Some(dev.clone());
     stack.save()?;
-    let name = dev.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let direct_io = std::fs::read_to_string(format!("/sys/block/{name}/loop/dio")).is_ok_and(|s| s.trim() == "1");
+    let direct_io = loopmount::loop_direct_io(&dev);
     Ok((dev, direct_io))
 }
 
@@ -489,14 +459,11 @@ pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)
     if opts.fs == Fs::Ext4 {
         // Every table and the journal written now, at memory speed: no lazy init later
         // competes with the program for the modelled device.
-        run_tool(
-            Command::new("mkfs.ext4")
-                .args(["-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"])
-                .arg(&dev),
-        )?;
+        loopmount::mkfs(&dev, "ext4", &["-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"])
+            .map_err(setup_err)?;
         stack.record.ext4_mounted = true;
         stack.save()?;
-        run_tool(Command::new("mount").args(["-t", "ext4"]).arg(&dev).arg(&dir))?;
+        loopmount::mount(&dev, &dir, "ext4").map_err(setup_err)?;
     }
     shared.set_modelled(overhead_ns);
     stack.record.state = "ready".into();
@@ -517,8 +484,10 @@ pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)
     Ok(report)
 }
 
-fn log_path(pid: u32) -> PathBuf {
-    records::mounts_dir().join(format!("server-{pid}.log"))
+/// A detached server's log, beside its record (`record` is the record file; a record of
+/// an older build's folder has its log there too).
+fn log_path(record: &Path, pid: u32) -> PathBuf {
+    record.with_file_name(format!("server-{pid}.log"))
 }
 
 /// Starts `exe args` (the same mount without `--detach`) in its own process group with its
@@ -539,7 +508,7 @@ pub fn spawn_detached(exe: &Path, args: &[OsString]) -> Result<(MountRecord, Str
         .spawn()
         .map_err(|e| setup_err(format!("cannot start {}: {e}", exe.display())))?;
     let pid = child.id();
-    let log = log_path(pid);
+    let log = mounts.join(format!("server-{pid}.log"));
     std::fs::rename(&tmp, &log).map_err(|e| Error::io(ErrorKind::Setup, &log, e))?;
     let start = Instant::now();
     loop {
@@ -585,7 +554,7 @@ pub fn umount(dir: &Path) -> Result<String, Error> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let log = log_path(record.pid);
+    let log = log_path(&path, record.pid);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_file(&log);
     if path.exists() {
@@ -597,7 +566,7 @@ pub fn umount(dir: &Path) -> Result<String, Error> {
     Ok(text)
 }
 
-fn cleanup_one(_path: &Path, record: &MountRecord) -> Vec<String> {
+fn cleanup_one(path: &Path, record: &MountRecord) -> Vec<String> {
     let mut problems = undo_block(record);
     problems.extend(undo_fuse(record));
     let mut record = record.clone();
@@ -608,7 +577,7 @@ fn cleanup_one(_path: &Path, record: &MountRecord) -> Vec<String> {
         }
     }
     problems.extend(remove_work(&record));
-    let _ = std::fs::remove_file(log_path(record.pid));
+    let _ = std::fs::remove_file(log_path(path, record.pid));
     problems
 }
 

@@ -1,13 +1,16 @@
 //! What `smartcon emulate mount` created, written down before it is created, so that
 //! `emulate umount` finds a detached server and `emulate cleanup` undoes a killed one.
 //!
-//! One small JSON file per mount under `$SMARTCON_HOME/mounts/` (kept apart from the
-//! evaluation's block-device records). The record is rewritten (temporary file + rename,
+//! One small JSON file per mount in the records folder every created device shares,
+//! `$SMARTCON_HOME/devices/` ([`smartcon_util::loopmount::records_dir`]; the evaluation's
+//! block-device records are the `.rec` files beside them). Records that builds before
+//! issue 21 wrote into `$SMARTCON_HOME/mounts/` are still listed, so `cleanup` finds what
+//! a killed older server left. The record is rewritten (temporary file + rename,
 //! so a crash never leaves half a record) after each step: the FUSE mount point, the loop
 //! device with its backing file, the ext4 mount, and fuse.enable_uring's previous value while
 //! the io_uring transport has it switched on. Cleanup trusts a record only as far as
 //! the system agrees with it: a loop device is detached only while its backing file is the
-//! recorded one, a mount point is unmounted only while /proc/self/mountinfo shows the
+//! recorded one, a mount point is unmounted only while /proc/self/mounts shows the
 //! recorded source on it.
 //!
 //! Non-goals: locking between two cleanups running at once (the second finds nothing).
@@ -16,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_util::loopmount;
 
 /// One mount's record.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -43,15 +47,25 @@ pub struct MountRecord {
     pub enable_uring_restore: Option<bool>,
 }
 
-/// `$SMARTCON_HOME/mounts`.
+/// `$SMARTCON_HOME/devices`, where new records, working directories and server logs go.
 pub fn mounts_dir() -> PathBuf {
-    smartcon_engine::profile::smartcon_home().join("mounts")
+    loopmount::records_dir(&smartcon_engine::profile::smartcon_home())
+}
+
+/// Where records are read from: [`mounts_dir`], then the folders of older builds.
+fn dirs_to_read() -> Vec<PathBuf> {
+    loopmount::records_dirs_to_read(&smartcon_engine::profile::smartcon_home())
 }
 
 /// The record file of the mount whose working directory is `work`.
 pub fn record_path(work: &Path) -> PathBuf {
-    let name = work.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    mounts_dir().join(format!("{name}.json"))
+    mounts_dir().join(record_name(work))
+}
+
+fn record_name(work: &Path) -> std::ffi::OsString {
+    let mut name = work.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".json");
+    name
 }
 
 impl MountRecord {
@@ -65,17 +79,22 @@ impl MountRecord {
         std::fs::rename(&tmp, &path).map_err(|e| Error::io(ErrorKind::Setup, &path, e))
     }
 
+    /// Removes the record, wherever it was written (this build's folder or an older one's).
     pub fn remove(&self) {
-        let _ = std::fs::remove_file(record_path(&self.work));
+        for dir in dirs_to_read() {
+            let _ = std::fs::remove_file(dir.join(record_name(&self.work)));
+        }
     }
 }
 
-/// Every readable record, with its file. Unreadable files are skipped (not ours to judge).
+/// Every readable record, with its file, from the records folder and the older builds'
+/// one. Unreadable files are skipped (not ours to judge); so are the other records that
+/// share the folder (the block devices' `.rec` files).
 pub fn list() -> Vec<(PathBuf, MountRecord)> {
-    let Ok(entries) = std::fs::read_dir(mounts_dir()) else { return Vec::new() };
-    let mut out: Vec<(PathBuf, MountRecord)> = entries
-        .flatten()
-        .map(|e| e.path())
+    let mut out: Vec<(PathBuf, MountRecord)> = dirs_to_read()
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flat_map(|entries| entries.flatten().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .filter_map(|p| {
             let text = std::fs::read_to_string(&p).ok()?;
@@ -87,65 +106,14 @@ pub fn list() -> Vec<(PathBuf, MountRecord)> {
 }
 
 /// Whether a process with this id exists (and is not a zombie).
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
+pub use smartcon_util::procfs::alive;
 
-/// The mount source and file system type on `dir`, from /proc/self/mountinfo (the last
-/// mount on it, the visible one). Octal escapes (`\040` for a space) are decoded.
-pub fn mounted_on(dir: &Path) -> Option<(String, String)> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let dir = dir.to_string_lossy();
-    info.lines().rev().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let point = unescape(left.split(' ').nth(4)?);
-        if point != dir {
-            return None;
-        }
-        let mut r = right.split(' ');
-        let fstype = r.next()?.to_string();
-        let source = unescape(r.next()?);
-        Some((source, fstype))
-    })
-}
-
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The backing file of loop device `dev` (`/dev/loopN`), from sysfs; None when detached.
-pub fn loop_backing(dev: &Path) -> Option<PathBuf> {
-    let name = dev.file_name()?.to_string_lossy().into_owned();
-    let text = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).ok()?;
-    Some(PathBuf::from(text.trim_end_matches('\n')))
-}
+/// What is visibly mounted on `dir` (`smartcon_util::loopmount`).
+pub use smartcon_util::loopmount::mounted_on;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountinfo_escapes_decode() {
-        assert_eq!(unescape(r"/tmp/a\040b"), "/tmp/a b");
-        assert_eq!(unescape(r"/x\\y"), r"/x\\y");
-        assert_eq!(unescape("/plain"), "/plain");
-    }
 
     #[test]
     fn this_process_is_alive_and_root_is_mounted() {

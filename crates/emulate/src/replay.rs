@@ -20,6 +20,7 @@ use smartcon_devemu::{Completion, Device, EmuSpec, FaultPlan, Op, Request};
 
 use crate::stats::{LatencyHist, LatencySummary};
 use crate::trace::{TraceError, TraceIo};
+use smartcon_engine::error::{Error, ErrorKind};
 
 /// A closed-loop job: `qd` slots, each with one request outstanding, `ios` requests in all.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,15 +39,15 @@ pub const QD_MAX: u32 = 4096;
 pub const IOS_MAX: u64 = 1 << 32;
 
 impl ClosedLoop {
-    pub fn validate(&self, capacity_bytes: u64) -> Result<(), String> {
+    pub fn validate(&self, capacity_bytes: u64) -> Result<(), Error> {
         if self.qd == 0 || self.qd > QD_MAX {
-            return Err(format!("qd must be 1..={QD_MAX}"));
+            return Err(usage(format!("qd must be 1..={QD_MAX}")));
         }
         if self.ios == 0 || self.ios > IOS_MAX {
-            return Err(format!("ios must be 1..={IOS_MAX}"));
+            return Err(usage(format!("ios must be 1..={IOS_MAX}")));
         }
         if self.bs_bytes == 0 || self.bs_bytes > capacity_bytes {
-            return Err(format!("bs must be 1..={capacity_bytes} (the device's capacity)"));
+            return Err(usage(format!("bs must be 1..={capacity_bytes} (the device's capacity)")));
         }
         Ok(())
     }
@@ -148,12 +149,17 @@ pub struct Hooks<'a> {
     pub progress: Option<&'a mut dyn FnMut(u64)>,
 }
 
+/// Bad input (a job out of range, a trace that cannot be replayed): exit 2 in the CLI.
+fn usage(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Usage, message)
+}
+
 /// How often [`Hooks::progress`] is called, in I/Os.
 pub const PROGRESS_EVERY: u64 = 1 << 20;
 
 /// Runs `workload` on a fresh device in virtual time. `keep_records` returns every I/O's
 /// instants in issue order (memory per I/O: for tests and small runs).
-pub fn run_virtual(spec: &EmuSpec, workload: &Workload, keep_records: bool) -> Result<VirtualRun, String> {
+pub fn run_virtual(spec: &EmuSpec, workload: &Workload, keep_records: bool) -> Result<VirtualRun, Error> {
     let (run, _) = run_virtual_records(spec, workload, keep_records, &FaultPlan::default())?;
     Ok(run)
 }
@@ -164,7 +170,7 @@ pub fn run_virtual_records(
     workload: &Workload,
     keep_records: bool,
     faults: &FaultPlan,
-) -> Result<(VirtualRun, Vec<IoRecord>), String> {
+) -> Result<(VirtualRun, Vec<IoRecord>), Error> {
     let mut records = Vec::new();
     let mut keep = |r: &IoRecord| records.push(*r);
     let hooks = Hooks { on_complete: keep_records.then_some(&mut keep as &mut dyn FnMut(&IoRecord)), progress: None };
@@ -179,12 +185,12 @@ pub fn run_virtual_records(
 /// [`run_virtual`] with a fault scenario (crate::scenario): failed I/Os are counted per op
 /// and keep their latency (a failed request still took its time). An empty `faults` takes
 /// the spec's own scenario (`emu:PRESET,faults=FILE`), if it has one.
-pub fn run_virtual_with_faults(spec: &EmuSpec, workload: &Workload, faults: &FaultPlan) -> Result<VirtualRun, String> {
+pub fn run_virtual_with_faults(spec: &EmuSpec, workload: &Workload, faults: &FaultPlan) -> Result<VirtualRun, Error> {
     Ok(run_virtual_records(spec, workload, false, faults)?.0)
 }
 
 /// A closed-loop job in virtual time, in constant memory.
-pub fn replay_closed(spec: &EmuSpec, job: &ClosedLoop, faults: &FaultPlan, hooks: Hooks) -> Result<VirtualRun, String> {
+pub fn replay_closed(spec: &EmuSpec, job: &ClosedLoop, faults: &FaultPlan, hooks: Hooks) -> Result<VirtualRun, Error> {
     job.validate(spec.capacity_bytes)?;
     let mut slots = BinaryHeap::new();
     for _ in 0..u64::from(job.qd).min(job.ios) {
@@ -197,7 +203,7 @@ pub fn replay_closed(spec: &EmuSpec, job: &ClosedLoop, faults: &FaultPlan, hooks
 /// A trace in virtual time as it streams: I/Os in arrival order (a [`crate::trace::TraceReader`]
 /// sorts within its window), in constant memory. The first error of the stream ends the
 /// replay with its message.
-pub fn replay_trace<I>(spec: &EmuSpec, ios: I, faults: &FaultPlan, hooks: Hooks) -> Result<VirtualRun, String>
+pub fn replay_trace<I>(spec: &EmuSpec, ios: I, faults: &FaultPlan, hooks: Hooks) -> Result<VirtualRun, Error>
 where
     I: Iterator<Item = Result<TraceIo, TraceError>>,
 {
@@ -215,7 +221,7 @@ pub fn thread_cpu_ns() -> u64 {
 /// Where arrivals come from.
 trait Arrivals {
     /// The next arrival's instant, without taking it.
-    fn peek(&mut self) -> Result<Option<u64>, String>;
+    fn peek(&mut self) -> Result<Option<u64>, Error>;
     /// Takes the arrival [`Arrivals::peek`] returned.
     fn take(&mut self) -> TraceIo;
     /// A request completed (a closed-loop slot issues again).
@@ -234,21 +240,21 @@ struct Open<I> {
 
 impl<I: Iterator<Item = Result<TraceIo, TraceError>>> Arrivals for Open<I> {
     #[inline]
-    fn peek(&mut self) -> Result<Option<u64>, String> {
+    fn peek(&mut self) -> Result<Option<u64>, Error> {
         if self.next.is_none() {
             match self.ios.next() {
                 Some(Ok(io)) => {
                     if io.arrival_ns < self.last_ns {
-                        return Err(format!(
+                        return Err(usage(format!(
                             "arrivals out of order: {} ns after {} ns (sort the trace)",
                             io.arrival_ns, self.last_ns
-                        ));
+                        )));
                     }
                     self.last_ns = io.arrival_ns;
                     self.first_ns.get_or_insert(io.arrival_ns);
                     self.next = Some(io);
                 }
-                Some(Err(e)) => return Err(e.to_string()),
+                Some(Err(e)) => return Err(usage(e.to_string())),
                 None => return Ok(None),
             }
         }
@@ -276,7 +282,7 @@ struct Closed<G> {
 
 impl<G: Iterator<Item = (Op, u64, u64)>> Arrivals for Closed<G> {
     #[inline]
-    fn peek(&mut self) -> Result<Option<u64>, String> {
+    fn peek(&mut self) -> Result<Option<u64>, Error> {
         Ok(self.slots.peek().map(|r| r.0))
     }
 
@@ -301,7 +307,7 @@ fn run_loop<A: Arrivals>(
     mut src: A,
     faults: &FaultPlan,
     mut hooks: Hooks,
-) -> Result<VirtualRun, String> {
+) -> Result<VirtualRun, Error> {
     let faults = match &spec.faults {
         Some(own) if faults.is_empty() => own,
         _ => faults,
@@ -362,7 +368,7 @@ fn run_loop<A: Arrivals>(
                 priority: 0,
                 stream: io.stream,
             };
-            dev.submit(req).map_err(|e| e.to_string())?;
+            dev.submit(req).map_err(|e| usage(e.to_string()))?;
             bytes_max = bytes_max.max(io.bytes);
             issued += 1;
             outstanding += 1;
@@ -375,7 +381,7 @@ fn run_loop<A: Arrivals>(
         }
     }
     if issued == 0 {
-        return Err("nothing to replay: no reads or writes".into());
+        return Err(usage("nothing to replay: no reads or writes"));
     }
     let sim_ns = last_complete_ns.saturating_sub(src.first_arrival_ns());
     let [reads, writes] = lat;
@@ -537,11 +543,11 @@ mod tests {
         let bad = TraceError { path: Some("t.csv".into()), line_number: 3, message: "bad".into() };
         let e =
             replay_trace(&spec, [Ok(io), Err(bad)].into_iter(), &FaultPlan::default(), Hooks::default()).unwrap_err();
-        assert_eq!(e, "t.csv: line 3: bad");
+        assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Usage, "t.csv: line 3: bad"));
         // Out of order (a source that does not sort) is refused, not replayed backwards.
         let later = TraceIo { arrival_ns: 10, ..io };
         let e =
             replay_trace(&spec, [Ok(later), Ok(io)].into_iter(), &FaultPlan::default(), Hooks::default()).unwrap_err();
-        assert!(e.contains("out of order"), "{e}");
+        assert!(e.message.contains("out of order"), "{e}");
     }
 }

@@ -43,6 +43,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use smartcon_devemu::Op;
+use smartcon_engine::error::{Error, ErrorKind};
 
 const YEAR_NS: u64 = 365 * 24 * 3600 * 1_000_000_000;
 /// The longest time from a trace's first I/O to its last that a replay takes: ten years,
@@ -183,11 +184,11 @@ pub struct TraceStats {
 
 /// Folds an I/O of a trace taken on a larger device into `capacity_bytes` (block-aligned
 /// modulo, keeping distances within the span); returns whether it moved.
-pub fn fold_into(io: &mut TraceIo, capacity_bytes: u64) -> Result<bool, String> {
+pub fn fold_into(io: &mut TraceIo, capacity_bytes: u64) -> Result<bool, Error> {
     if io.bytes > capacity_bytes {
-        return Err(format!(
-            "an I/O of {} bytes is larger than the emulated device ({capacity_bytes} bytes)",
-            io.bytes
+        return Err(Error::new(
+            ErrorKind::Usage,
+            format!("an I/O of {} bytes is larger than the emulated device ({capacity_bytes} bytes)", io.bytes),
         ));
     }
     if io.offset.saturating_add(io.bytes) > capacity_bytes {
@@ -779,7 +780,7 @@ impl<R: BufRead> TraceReader<R> {
             };
             let mut io = TraceIo { arrival_ns: time_ns, op, offset, bytes, stream };
             if let Some(cap) = self.options.capacity_bytes {
-                if fold_into(&mut io, cap).map_err(|m| bad(self.line_number, m))? {
+                if fold_into(&mut io, cap).map_err(|e| bad(self.line_number, e.message))? {
                     self.stats.folded += 1;
                 }
             }

@@ -148,13 +148,8 @@ impl VmRecord {
 
 /// Field 22 (start time) and the executable of a live, non-zombie process.
 fn process_identity(pid: u32) -> Option<(u64, PathBuf)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    if fields.first().is_some_and(|s| *s == "Z" || *s == "X") {
-        return None;
-    }
-    let start = fields.get(19)?.parse().ok()?;
+    let stat = smartcon_util::procfs::process_stat(pid).filter(|s| s.is_alive())?;
+    let start = stat.start_ticks;
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
     Some((start, exe))
 }

@@ -78,7 +78,7 @@ fn assert_nothing_left(r: &MountRecord) {
     let backing = r.backing.clone().unwrap();
     let losetup = Command::new("losetup").arg("-a").output().unwrap();
     assert!(!String::from_utf8_lossy(&losetup.stdout).contains(&*backing.to_string_lossy()), "loop left attached");
-    assert!(mounted_on(&r.dir).is_none_or(|(_, fs)| fs != "ext4"), "ext4 left mounted on {}", r.dir.display());
+    assert!(mounted_on(&r.dir).is_none_or(|m| m.fstype != "ext4"), "ext4 left mounted on {}", r.dir.display());
     assert!(mounted_on(r.fuse_mount.as_ref().unwrap()).is_none(), "FUSE left mounted");
     assert!(!r.work.exists(), "work directory left");
     assert!(!records::list().iter().any(|(_, x)| x.work == r.work), "record left");
@@ -94,24 +94,27 @@ fn with_mount_via(o: MountOptions, body: impl FnOnce(&MountRecord)) -> (MountRec
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let server = std::thread::spawn(move || mount::run(&o, &s, |_| {}));
-    let record = wait_ready(&dir, None);
+    let Some(record) = wait_ready(&dir, || server.is_finished()) else {
+        panic!("the mount server ended before it was ready: {:?}", server.join());
+    };
     body(&record);
     stop.store(true, Ordering::SeqCst);
     let report = server.join().unwrap().unwrap();
     (record, report)
 }
 
-fn wait_ready(dir: &Path, child: Option<&mut std::process::Child>) -> MountRecord {
+/// The record of the mount on `dir` once it says ready; None when `ended` says the server
+/// is gone first (its error is then the caller's to show).
+fn wait_ready(dir: &Path, mut ended: impl FnMut() -> bool) -> Option<MountRecord> {
     let start = Instant::now();
-    let mut child = child;
     loop {
         if let Some((_, r)) = records::list().into_iter().find(|(_, r)| r.dir == dir && r.state == "ready") {
-            return r;
+            return Some(r);
         }
-        if let Some(c) = child.as_deref_mut() {
-            assert!(c.try_wait().unwrap().is_none(), "the mount child exited before it was ready");
+        if ended() {
+            return None;
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "mount not ready");
+        assert!(start.elapsed() < Duration::from_secs(120), "mount not ready after 120 s");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -121,7 +124,7 @@ fn round_trip(dir: &Path, transport: Transport) -> (MountRecord, Report) {
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 251) as u8).collect();
     with_mount_via(opts_via("emu:sdcard,channels=4,speedup=8", dir, transport), |r| {
         assert_eq!(r.transport, transport.name());
-        assert_eq!(mounted_on(dir).unwrap().1, "ext4");
+        assert_eq!(mounted_on(dir).unwrap().fstype, "ext4");
         assert!(r.loop_device.is_some());
         std::fs::write(dir.join("f"), &data).unwrap();
         assert!(Command::new("sync").arg("-f").arg(dir.join("f")).status().unwrap().success());
@@ -229,7 +232,8 @@ fn start_child(dir: &Path) -> (std::process::Child, MountRecord) {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let record = wait_ready(dir, Some(&mut child));
+    let record =
+        wait_ready(dir, || child.try_wait().unwrap().is_some()).expect("the mount child exited before it was ready");
     std::fs::write(dir.join("x"), b"data").unwrap();
     (child, record)
 }
@@ -258,7 +262,7 @@ fn sigkill_then_cleanup_leaves_nothing() {
     child.wait().unwrap();
     // Killed: the stack is still there, and the record names it.
     assert!(records::list().iter().any(|(_, r)| r.work == record.work));
-    assert_eq!(mounted_on(&dir).map(|m| m.1).as_deref(), Some("ext4"));
+    assert_eq!(mounted_on(&dir).map(|m| m.fstype).as_deref(), Some("ext4"));
     let lines = mount::cleanup();
     assert!(lines.iter().any(|l| l.contains("removed")), "{lines:?}");
     assert_nothing_left(&record);

@@ -153,10 +153,10 @@ pub unsafe fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
 /// # Safety
 /// `buf` must be valid for `len` bytes of writes.
 pub unsafe fn pread(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssize_t {
-    // SAFETY: (fallback) the caller's guarantee is pread(2)'s.
     call_real!(
         PREAD,
         PreadFn,
+        // SAFETY: (fallback) the caller's guarantee is pread(2)'s.
         unsafe { libc::syscall(libc::SYS_pread64, fd, buf, len, off) as ssize_t },
         fd,
         buf,
@@ -170,10 +170,10 @@ pub unsafe fn pread(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssi
 /// # Safety
 /// `buf` must be valid for `len` bytes of reads.
 pub unsafe fn pwrite(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> ssize_t {
-    // SAFETY: (fallback) the caller's guarantee is pwrite(2)'s.
     call_real!(
         PWRITE,
         PwriteFn,
+        // SAFETY: (fallback) the caller's guarantee is pwrite(2)'s.
         unsafe { libc::syscall(libc::SYS_pwrite64, fd, buf, len, off) as ssize_t },
         fd,
         buf,
@@ -187,11 +187,11 @@ pub unsafe fn pwrite(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> 
 /// # Safety
 /// `iov` must point to `cnt` valid iovecs whose buffers are valid for writes.
 pub unsafe fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-    // SAFETY: (fallback) the caller's guarantee is preadv(2)'s; the kernel takes the
-    // offset split in two longs, low then high (0 on 64-bit).
     call_real!(
         PREADV,
         PreadvFn,
+        // SAFETY: (fallback) the caller's guarantee is preadv(2)'s; the kernel takes the
+        // offset split in two longs, low then high (0 on 64-bit).
         unsafe { libc::syscall(libc::SYS_preadv, fd, iov, cnt, off, 0) as ssize_t },
         fd,
         iov,
@@ -205,10 +205,10 @@ pub unsafe fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ss
 /// # Safety
 /// `iov` must point to `cnt` valid iovecs whose buffers are valid for reads.
 pub unsafe fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-    // SAFETY: (fallback) as preadv.
     call_real!(
         PWRITEV,
         PreadvFn,
+        // SAFETY: (fallback) as preadv.
         unsafe { libc::syscall(libc::SYS_pwritev, fd, iov, cnt, off, 0) as ssize_t },
         fd,
         iov,
@@ -222,10 +222,10 @@ pub unsafe fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> s
 /// # Safety
 /// As [`preadv`].
 pub unsafe fn preadv2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t {
-    // SAFETY: (fallback) the caller's guarantee is preadv2(2)'s; the offset in two longs.
     call_real!(
         PREADV2,
         Preadv2Fn,
+        // SAFETY: (fallback) the caller's guarantee is preadv2(2)'s; the offset in two longs.
         unsafe { libc::syscall(libc::SYS_preadv2, fd, iov, cnt, off, 0, flags) as ssize_t },
         fd,
         iov,
@@ -240,10 +240,10 @@ pub unsafe fn preadv2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flag
 /// # Safety
 /// As [`pwritev`].
 pub unsafe fn pwritev2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t {
-    // SAFETY: (fallback) as preadv2.
     call_real!(
         PWRITEV2,
         Preadv2Fn,
+        // SAFETY: (fallback) as preadv2.
         unsafe { libc::syscall(libc::SYS_pwritev2, fd, iov, cnt, off, 0, flags) as ssize_t },
         fd,
         iov,

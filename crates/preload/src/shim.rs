@@ -423,8 +423,8 @@ pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
-    // SAFETY: (fallback) no memory preconditions.
     let r =
+        // SAFETY: (fallback) no memory preconditions.
         call_real!(real::DUP3, F, unsafe { libc::syscall(libc::SYS_dup3, old, new, flags) as c_int }, old, new, flags);
     if r >= 0 {
         fdtable::reset(r, fdtable::is_shared(old));
@@ -462,8 +462,8 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     type F = unsafe extern "C" fn(c_int, c_int, usize) -> c_int;
-    // SAFETY: (fallback) as fcntl.
     let r =
+        // SAFETY: (fallback) as fcntl.
         call_real!(real::FCNTL64, F, unsafe { libc::syscall(libc::SYS_fcntl, fd, cmd, arg) as c_int }, fd, cmd, arg);
     after_fcntl(fd, cmd, r);
     r
@@ -488,10 +488,10 @@ macro_rules! open_like {
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
             type F = unsafe extern "C" fn(*const c_char, c_int, mode_t) -> c_int;
-            // SAFETY: (fallback) the kernel validates the path pointer (EFAULT).
             let r = call_real!(
                 $sym,
                 F,
+                // SAFETY: (fallback) the kernel validates the path pointer (EFAULT).
                 unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path, flags, mode) as c_int },
                 path,
                 flags,
@@ -511,10 +511,10 @@ macro_rules! openat_like {
         #[no_mangle]
         pub unsafe extern "C" fn $name(dir: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
             type F = unsafe extern "C" fn(c_int, *const c_char, c_int, mode_t) -> c_int;
-            // SAFETY: (fallback) the kernel validates the path pointer.
             let r = call_real!(
                 $sym,
                 F,
+                // SAFETY: (fallback) the kernel validates the path pointer.
                 unsafe { libc::syscall(libc::SYS_openat, dir, path, flags, mode) as c_int },
                 dir,
                 path,
@@ -536,10 +536,10 @@ macro_rules! creat_like {
         pub unsafe extern "C" fn $name(path: *const c_char, mode: mode_t) -> c_int {
             type F = unsafe extern "C" fn(*const c_char, mode_t) -> c_int;
             let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
-            // SAFETY: (fallback) the kernel validates the path pointer.
             let r = call_real!(
                 $sym,
                 F,
+                // SAFETY: (fallback) the kernel validates the path pointer.
                 unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path, flags, mode) as c_int },
                 path,
                 mode
@@ -554,10 +554,10 @@ creat_like!(creat64, real::CREAT64);
 #[no_mangle]
 pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int;
-    // SAFETY: (fallback) no memory preconditions.
     let r = call_real!(
         real::CLOSE_RANGE,
         F,
+        // SAFETY: (fallback) no memory preconditions.
         unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) as c_int },
         first,
         last,
@@ -597,10 +597,10 @@ pub extern "C" fn _Exit(status: c_int) -> ! {
 #[no_mangle]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
     process::flush("exec");
-    // SAFETY: (fallback) forwarded caller promise.
     call_real!(
         real::EXECVE,
         real::ExecveFn,
+        // SAFETY: (fallback) forwarded caller promise.
         unsafe { libc::syscall(libc::SYS_execve, path, argv, envp) as c_int },
         path,
         argv,

@@ -178,10 +178,10 @@ impl DomainLock {
             }
             spins = spins.wrapping_add(1);
             // A holder killed while in it is rare: look for one only now and then.
-            // SAFETY: signal 0 only checks that the task exists.
             if spins.is_multiple_of(1024)
                 && owner != 0
                 && owner != me
+                // SAFETY: signal 0 only checks that the task exists.
                 && unsafe { libc::kill(owner as libc::pid_t, 0) } != 0
                 && crate::real::errno() == libc::ESRCH
             {
@@ -847,11 +847,11 @@ pub unsafe extern "C" fn clock_nanosleep(
         }
     }
     type F = unsafe extern "C" fn(clockid_t, c_int, *const timespec, *mut timespec) -> c_int;
-    // SAFETY: (fallback) the kernel validates the pointers; the libc call returns the error
-    // number, where syscall(2) sets errno.
     call_real!(
         CLOCK_NANOSLEEP,
         F,
+        // SAFETY: (fallback) the kernel validates the pointers; the libc call returns the error
+        // number, where syscall(2) sets errno.
         if unsafe { libc::syscall(libc::SYS_clock_nanosleep, clock, flags, req, rem) } == 0 {
             0
         } else {
@@ -872,10 +872,10 @@ pub extern "C" fn usleep(us: libc::useconds_t) -> c_int {
     }
     type F = unsafe extern "C" fn(libc::useconds_t) -> c_int;
     let ts = to_ts(us as u64 * 1000);
-    // SAFETY: (fallback) a valid timespec on the stack.
     call_real!(
         USLEEP,
         F,
+        // SAFETY: (fallback) a valid timespec on the stack.
         unsafe { libc::syscall(libc::SYS_nanosleep, &ts, std::ptr::null_mut::<timespec>()) as c_int },
         us
     )
@@ -889,10 +889,10 @@ pub extern "C" fn sleep(s: libc::c_uint) -> libc::c_uint {
     }
     type F = unsafe extern "C" fn(libc::c_uint) -> libc::c_uint;
     let ts = to_ts(s as u64 * 1_000_000_000);
-    // SAFETY: (fallback) a valid timespec on the stack.
     call_real!(
         SLEEP,
         F,
+        // SAFETY: (fallback) a valid timespec on the stack.
         unsafe { libc::syscall(libc::SYS_nanosleep, &ts, std::ptr::null_mut::<timespec>()) as libc::c_uint },
         s
     )

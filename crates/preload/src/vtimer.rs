@@ -108,10 +108,10 @@ static SIGSUSPEND: Sym = Sym::new(c"sigsuspend");
 type SetFn = unsafe extern "C" fn(libc::timer_t, c_int, *const itimerspec, *mut itimerspec) -> c_int;
 
 fn real_settime(t: libc::timer_t, value: &itimerspec) -> c_int {
-    // SAFETY: (fallback) glibc's timer_t for kernel timers is the kernel's id; the struct is valid.
     call_real!(
         TIMER_SETTIME,
         SetFn,
+        // SAFETY: (fallback) glibc's timer_t for kernel timers is the kernel's id; the struct is valid.
         unsafe {
             libc::syscall(libc::SYS_timer_settime, t as usize as c_int, 0, value, std::ptr::null_mut::<itimerspec>())
                 as c_int
@@ -213,10 +213,10 @@ pub unsafe extern "C" fn timer_settime(
 ) -> c_int {
     let slot = if applies() && !new.is_null() { find(t) } else { None };
     let Some(slot) = slot else {
-        // SAFETY: (fallback) as real_settime.
         return call_real!(
             TIMER_SETTIME,
             SetFn,
+            // SAFETY: (fallback) as real_settime.
             unsafe { libc::syscall(libc::SYS_timer_settime, t as usize as c_int, flags, new, old) as c_int },
             t,
             flags,
@@ -282,10 +282,10 @@ pub unsafe extern "C" fn timer_gettime(t: libc::timer_t, cur: *mut itimerspec) -
             return 0;
         }
     }
-    // SAFETY: (fallback) the kernel validates the pointer.
     call_real!(
         TIMER_GETTIME,
         F,
+        // SAFETY: (fallback) the kernel validates the pointer.
         unsafe { libc::syscall(libc::SYS_timer_gettime, t as usize as c_int, cur) as c_int },
         t,
         cur
@@ -339,8 +339,9 @@ fn wake_signal() -> c_int {
     }
     extern "C" fn woken(_: c_int) {}
     let signo = libc::SIGRTMAX() - 2;
-    // SAFETY: all-zero sigactions are valid; the query writes `old` only.
+    // SAFETY: all-zero sigactions are valid.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a query (no new action) that writes `old` only.
     let ok = unsafe { libc::sigaction(signo, std::ptr::null(), &mut old) } == 0 && old.sa_sigaction == libc::SIG_DFL;
     let result = if ok {
         // SAFETY: an empty handler (async-signal-safe), installed for a signal nobody uses;
@@ -348,6 +349,7 @@ fn wake_signal() -> c_int {
         let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
         sa.sa_sigaction = woken as *const () as usize;
         sa.sa_flags = libc::SA_RESTART;
+        // SAFETY: as above: `sa` is a valid sigaction naming the empty handler.
         if unsafe { libc::sigaction(signo, &sa, std::ptr::null_mut()) } == 0 {
             signo
         } else {
@@ -366,10 +368,10 @@ fn wake_signal() -> c_int {
 pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
     type F = unsafe extern "C" fn(*const sigset_t) -> c_int;
     if !applies() || mask.is_null() || TIMERS.iter().all(|s| s.id.load(Ordering::Acquire) == 0) {
-        // SAFETY: (fallback) the kernel validates the mask.
         return call_real!(
             SIGSUSPEND,
             F,
+            // SAFETY: (fallback) the kernel validates the mask.
             unsafe { libc::syscall(libc::SYS_rt_sigsuspend, mask, std::mem::size_of::<u64>()) as c_int },
             mask
         );
@@ -379,9 +381,11 @@ pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
     // would otherwise be handled outside it, and the wait would sleep on (UML's handler
     // only notes an interrupt while its idle loop has interrupts off, and counts on
     // sigsuspend returning).
-    // SAFETY: all-zero sigsets are valid; sigfillset and sigprocmask write only them.
+    // SAFETY: all-zero sigsets are valid.
     let mut all: sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as `all`.
     let mut saved: sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigfillset and sigprocmask write only these two locals.
     unsafe {
         libc::sigfillset(&mut all);
         libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &all, &mut saved, std::mem::size_of::<u64>());

@@ -215,11 +215,10 @@ pub fn set_records_dir(dir: PathBuf) {
     let _ = RECORDS_DIR.set(dir);
 }
 
-/// This process's start time in clock ticks (field 22 of /proc/PID/stat), which tells a
+/// A process's start time in clock ticks (field 22 of /proc/PID/stat), which tells a
 /// live owner from a new process that got the same pid.
 fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+    crate::procfs::process_stat(pid).map(|s| s.start_ticks)
 }
 
 fn scratch_name_ok(path: &Path, pid: u32) -> bool {

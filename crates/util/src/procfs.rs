@@ -1,4 +1,8 @@
-//! Machine-wide CPU times from /proc/stat (the first, aggregate `cpu` line).
+//! Machine-wide CPU times from /proc/stat (the first, aggregate `cpu` line), and one
+//! process's state and start time from /proc/PID/stat: the one reader of that file the
+//! records and cleanups share (a pid with its start time tells a live owner from a new
+//! process that got the same pid). The preload library keeps its own allocation-free
+//! reader (it runs inside interposed calls, where allocating is not allowed).
 
 /// The aggregate CPU times since boot, in ns (the kernel counts in ticks of 1/USER_HZ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,9 +64,57 @@ fn parse_process_cpu(text: &str, tick_ns: u64) -> Option<(u64, u64)> {
     Some((utime * tick_ns, stime * tick_ns))
 }
 
+/// What /proc/PID/stat says of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessStat {
+    /// The state letter (field 3): `R`, `S`, `D`, `Z` (zombie), `X` (dead), ...
+    pub state: u8,
+    /// Start time in clock ticks since boot (field 22).
+    pub start_ticks: u64,
+}
+
+impl ProcessStat {
+    /// Running or able to run: neither a zombie nor dead.
+    pub fn is_alive(&self) -> bool {
+        !matches!(self.state, b'Z' | b'X')
+    }
+}
+
+/// Parses the text of /proc/PID/stat. The command name (field 2) is in parentheses and may
+/// hold spaces and parentheses itself, so the fields are counted from the last `)`.
+pub fn parse_process_stat(text: &str) -> Option<ProcessStat> {
+    let mut fields = text.rsplit_once(')')?.1.split_whitespace();
+    let state = *fields.next()?.as_bytes().first()?;
+    // Fields 4 to 21 come between the state and the start time.
+    let start_ticks = fields.nth(18)?.parse().ok()?;
+    Some(ProcessStat { state, start_ticks })
+}
+
+/// /proc/PID/stat of process `pid`, if it exists.
+pub fn process_stat(pid: u32) -> Option<ProcessStat> {
+    parse_process_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Whether process `pid` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    process_stat(pid).is_some_and(|s| s.is_alive())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_stat_fields_count_from_the_last_parenthesis() {
+        let text = "4242 (a b) c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 987654 1000 50";
+        assert_eq!(parse_process_stat(text), Some(ProcessStat { state: b'S', start_ticks: 987_654 }));
+        let zombie = parse_process_stat("7 (x) Z 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0").unwrap();
+        assert!(!zombie.is_alive());
+        assert_eq!(parse_process_stat("7 (x) R 1 2"), None);
+        assert!(alive(std::process::id()));
+        assert!(!alive(u32::MAX - 1));
+        assert!(process_stat(std::process::id()).is_some_and(|s| s.start_ticks > 0));
+    }
 
     #[test]
     fn the_aggregate_line_is_split_into_busy_idle_and_iowait() {

@@ -26,12 +26,13 @@
 //! source, a zram device by its size and by nothing using it. Devices smartcon did not
 //! record are never touched. Needs root; the constructors say so otherwise.
 
-use std::os::unix::process::CommandExt;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_util::loopmount;
 
 /// The largest device created (RAM-backed: it must fit in memory comfortably).
 pub const DEVICE_BYTES_MAX: u64 = 8 << 30;
@@ -58,16 +59,16 @@ pub fn held_count() -> usize {
 const REMOVE_TRIES_MAX: u32 = 50;
 const REMOVE_RETRY_MS: u64 = 20;
 
-/// Where creation records live.
+/// Where creation records live: the one folder of `smartcon_util::loopmount`, shared with
+/// `emulate mount`'s records.
 pub fn records_dir() -> PathBuf {
-    smartcon_engine::profile::smartcon_home().join("devices")
+    loopmount::records_dir(&smartcon_engine::profile::smartcon_home())
 }
 
 /// This process's start time in clock ticks since boot (field 22 of /proc/PID/stat): with
 /// the pid, it tells a live owner from a reused pid.
 fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+    smartcon_util::procfs::process_stat(pid).map(|s| s.start_ticks)
 }
 
 /// What one record names. Paths are stored one per line, so any byte but a newline works.
@@ -132,54 +133,15 @@ impl Drop for Record {
     }
 }
 
-/// Loop devices whose backing file is `backing` (/sys/block/loopN/loop/backing_file; the
-/// kernel appends " (deleted)" once the file is unlinked).
-fn loops_backed_by(backing: &Path) -> Vec<PathBuf> {
-    let want = backing.display().to_string();
-    let Ok(entries) = std::fs::read_dir("/sys/block") else { return Vec::new() };
-    let mut found = Vec::new();
-    for e in entries.filter_map(|e| e.ok()) {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("loop") {
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(e.path().join("loop/backing_file")) else { continue };
-        let text = text.trim_end_matches('\n');
-        if text == want || text.strip_suffix(" (deleted)") == Some(want.as_str()) {
-            found.push(PathBuf::from(format!("/dev/{name}")));
-        }
-    }
-    found
-}
-
-/// Detaches a loop device with LOOP_CLR_FD (a device still open elsewhere is detached by
-/// the kernel when the last user closes it), retrying a bounded number of times.
+/// Detaches `device` (bounded retries while busy; `smartcon_util::loopmount`).
 fn detach_loop(device: &Path) -> Result<(), Error> {
-    const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
-    let file = std::fs::File::open(device).map_err(|e| Error::io(ErrorKind::Setup, device, e))?;
-    use std::os::fd::AsRawFd;
-    for _ in 0..REMOVE_TRIES_MAX {
-        // SAFETY: a valid open fd of a loop device; LOOP_CLR_FD takes no argument memory.
-        if unsafe { libc::ioctl(file.as_raw_fd(), LOOP_CLR_FD as _, 0) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            // Not attached (any more): nothing to do.
-            Some(libc::ENXIO) => return Ok(()),
-            Some(libc::EBUSY) | Some(libc::EAGAIN) => {
-                std::thread::sleep(std::time::Duration::from_millis(REMOVE_RETRY_MS))
-            }
-            _ => return Err(Error::io(ErrorKind::Setup, device, e)),
-        }
-    }
-    Err(Error::new(ErrorKind::Setup, format!("{} stayed busy; detach it with losetup -d", device.display())))
+    loopmount::detach_loop(device).map_err(|e| Error::io(ErrorKind::Setup, device, e))
 }
 
 /// Detaches every loop device over `backing`, then removes the file.
 fn remove_loop_backed_by(backing: &Path) -> Result<(), Error> {
     let mut first_error = None;
-    for device in loops_backed_by(backing) {
+    for device in loopmount::loops_backed_by(backing) {
         if let Err(e) = detach_loop(&device) {
             first_error.get_or_insert(e);
         }
@@ -194,45 +156,12 @@ fn remove_loop_backed_by(backing: &Path) -> Result<(), Error> {
     first_error.map_or(Ok(()), Err)
 }
 
-/// /proc/mounts fields unescape spaces and the like (`\040`).
-fn unescape_mount_field(s: &str) -> String {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find('\\') {
-        out.push_str(&rest[..i]);
-        match u8::from_str_radix(rest.get(i + 1..i + 4).unwrap_or(""), 8) {
-            Ok(b) => {
-                out.push(b as char);
-                rest = &rest[i + 4..];
-            }
-            Err(_) => {
-                out.push('\\');
-                rest = &rest[i + 1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// (source, mount point) of every mount.
-fn mounts() -> Vec<(String, PathBuf)> {
-    let text = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split(' ');
-            Some((unescape_mount_field(f.next()?), PathBuf::from(unescape_mount_field(f.next()?))))
-        })
-        .collect()
-}
-
-/// Unmounts `mount` (lazily when busy) and removes the empty directory.
 /// A recorded mount at `mount` whose source `ours` recognises: unmounted (or, not mounted,
 /// its empty directory removed) and true; kept, with a word in the report, and false when
 /// something else is mounted there.
-fn remove_recorded_mount(mount: &Path, ours: impl Fn(&str) -> bool, report: &mut CleanupReport) -> bool {
-    let mounted: Vec<(String, PathBuf)> = mounts().into_iter().filter(|(_, m)| m == mount).collect();
-    if mounted.iter().any(|(src, _)| !ours(src)) {
+fn remove_recorded_mount(mount: &Path, ours: impl Fn(&OsStr) -> bool, report: &mut CleanupReport) -> bool {
+    let mounted: Vec<loopmount::Mount> = loopmount::mounts().into_iter().filter(|m| m.point == mount).collect();
+    if mounted.iter().any(|m| !ours(&m.source)) {
         report.kept.push(format!("{}: mounted from a device smartcon did not record", mount.display()));
         return false;
     }
@@ -245,16 +174,10 @@ fn remove_recorded_mount(mount: &Path, ours: impl Fn(&str) -> bool, report: &mut
     true
 }
 
+/// Unmounts `mount` and removes the empty directory. A busy file system (a file still
+/// open) is detached lazily at once, so the loop device can go.
 fn unmount_and_remove(mount: &Path) {
-    if let Ok(m) = std::ffi::CString::new(mount.as_os_str().as_encoded_bytes()) {
-        // SAFETY: a valid NUL-terminated path. A busy file system (a file still open) is
-        // detached lazily so the loop device can go.
-        unsafe {
-            if libc::umount2(m.as_ptr(), 0) != 0 {
-                libc::umount2(m.as_ptr(), libc::MNT_DETACH);
-            }
-        }
-    }
+    let _ = loopmount::unmount(mount, 1);
     let _ = std::fs::remove_dir(mount);
 }
 
@@ -319,15 +242,15 @@ pub fn cleanup_recorded() -> Result<CleanupReport, Error> {
     for (path, what) in records {
         let done = match &what {
             Recorded::Mount { mount, backing } => {
-                let ours = loops_backed_by(backing);
+                let ours = loopmount::loops_backed_by(backing);
                 remove_recorded_mount(mount, |src| ours.iter().any(|d| d.as_os_str() == src), &mut report)
             }
             Recorded::ZramMount { mount, id } => {
                 let node = format!("/dev/zram{id}");
-                remove_recorded_mount(mount, |src| src == node, &mut report)
+                remove_recorded_mount(mount, |src| src == OsStr::new(&node), &mut report)
             }
             Recorded::Loop { backing } => {
-                let devices = loops_backed_by(backing);
+                let devices = loopmount::loops_backed_by(backing);
                 let existed = backing.exists();
                 match remove_loop_backed_by(backing) {
                     Ok(()) => {
@@ -350,7 +273,7 @@ pub fn cleanup_recorded() -> Result<CleanupReport, Error> {
                 let disksize: Option<u64> =
                     std::fs::read_to_string(format!("{sys}/disksize")).ok().and_then(|t| t.trim().parse().ok());
                 let node = format!("/dev/zram{id}");
-                let in_use = mounts().iter().any(|(src, _)| *src == node)
+                let in_use = loopmount::mounts().iter().any(|m| m.source == OsStr::new(&node))
                     || std::fs::read_to_string("/proc/swaps").unwrap_or_default().lines().any(|l| l.starts_with(&node))
                     || std::fs::read_dir(format!("{sys}/holders")).map(|mut d| d.next().is_some()).unwrap_or(false);
                 match disksize {
@@ -439,27 +362,9 @@ impl LoopDevice {
             written += n as u64;
         }
         drop(file);
-        // Its own process group: a terminal's Ctrl-C must not kill it half-way.
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(&backing)
-            .process_group(0)
-            .output()
-            .map_err(|e| cleanup(Error::new(ErrorKind::Setup, format!("cannot run losetup (util-linux): {e}"))))?;
-        if !out.status.success() {
-            return Err(cleanup(Error::new(
-                ErrorKind::Setup,
-                format!("losetup --find --show failed: {}", String::from_utf8_lossy(&out.stderr).trim()),
-            )));
-        }
-        let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let device = PathBuf::from(&name);
-        if !name.starts_with("/dev/loop") {
-            return Err(cleanup(Error::new(
-                ErrorKind::Setup,
-                format!("losetup printed {device:?}, not a loop device"),
-            )));
-        }
+        // losetup in its own process group: a terminal's Ctrl-C must not kill it half-way.
+        let device = loopmount::attach_loop(&backing, false)
+            .map_err(|e| cleanup(Error::new(ErrorKind::Setup, format!("losetup {}: {e}", backing.display()))))?;
         Ok(LoopDevice { device, backing, _record: record })
     }
 
@@ -487,21 +392,7 @@ fn make_and_mount(
     tag: &str,
     record: impl FnOnce(PathBuf) -> Recorded,
 ) -> Result<(PathBuf, Record), Error> {
-    let setup = |m: String| Error::new(ErrorKind::Setup, m);
-    let out = Command::new(format!("mkfs.{fstype}"))
-        .args(["-q", "-F"])
-        .args(mkfs_args)
-        .arg(device)
-        .process_group(0)
-        .output()
-        .map_err(|e| setup(format!("cannot run mkfs.{fstype} (Debian package e2fsprogs): {e}")))?;
-    if !out.status.success() {
-        return Err(setup(format!(
-            "mkfs.{fstype} {} failed: {}",
-            device.display(),
-            String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("").trim()
-        )));
-    }
+    loopmount::mkfs(device, fstype, mkfs_args).map_err(|e| Error::new(ErrorKind::Setup, e.to_string()))?;
     let mount = std::env::temp_dir().join(format!(
         "smartcon-{tag}-{}-{}",
         std::process::id(),
@@ -509,15 +400,9 @@ fn make_and_mount(
     ));
     let record = Record::write(&record(mount.clone()))?;
     std::fs::create_dir(&mount).map_err(|e| Error::io(ErrorKind::Setup, &mount, e))?;
-    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL in paths we made");
-    let (dev_c, mount_c) = (c(device), c(&mount));
-    let fs_c = std::ffi::CString::new(fstype).map_err(|_| setup(format!("bad file system type {fstype:?}")))?;
-    // SAFETY: valid NUL-terminated strings that outlive the call; no mount data.
-    let rc = unsafe { libc::mount(dev_c.as_ptr(), mount_c.as_ptr(), fs_c.as_ptr(), 0, std::ptr::null()) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = loopmount::mount(device, &mount, fstype) {
         let _ = std::fs::remove_dir(&mount);
-        return Err(setup(format!("mount {} on {} ({fstype}): {e}", device.display(), mount.display())));
+        return Err(Error::new(ErrorKind::Setup, e.to_string()));
     }
     Ok((mount, record))
 }
@@ -735,7 +620,6 @@ mod tests {
         }
         assert_eq!(Recorded::parse(&["zram", "x", "1"]), None);
         assert_eq!(Recorded::parse(&["swap", "/dev/sda2"]), None);
-        assert_eq!(unescape_mount_field("/tmp/a\\040b"), "/tmp/a b");
     }
 
     #[test]

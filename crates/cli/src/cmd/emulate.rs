@@ -527,8 +527,8 @@ fn replay_one(args: &ReplayArgs, point: &ReplayPoint, show_progress: bool) -> Re
 }
 
 /// A replay's error (a bad trace line, a bad job): one line, exit status 2.
-fn usage(message: String) -> anyhow::Error {
-    anyhow::anyhow!("replay: {message}")
+fn usage(e: smartcon_engine::error::Error) -> anyhow::Error {
+    anyhow::anyhow!("replay: {}", e.message)
 }
 
 fn output(args: &ReplayArgs, record: &ReplayResult) -> Result<()> {

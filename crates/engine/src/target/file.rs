@@ -332,6 +332,8 @@ impl Target for FileTarget {
         let fd = open_fd(&self.path, libc::O_WRONLY).map_err(|e| Error::io(ErrorKind::Target, &self.path, e))?;
         // SAFETY: data is valid for its length; fd is ours and closed below.
         let n = unsafe { libc::pwrite(fd, data.as_ptr() as *const libc::c_void, data.len(), offset as libc::off_t) };
+        // SAFETY: fd was opened above and is closed exactly once, here; fsync and fadvise
+        // take no pointers.
         unsafe {
             libc::fsync(fd);
             libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);

@@ -89,6 +89,8 @@ pub struct InFlight {
     others_count: AtomicU32,
     /// Their bytes, estimated from the device's mean request size over the last tick.
     others_bytes: AtomicU64,
+    /// Leaves that found less in flight than they removed (see [`InFlight::leave`]).
+    unmatched_leaves: AtomicU64,
 }
 
 impl InFlight {
@@ -106,10 +108,30 @@ impl InFlight {
         }
     }
 
+    /// Removes a request that [`InFlight::enter`]ed. Leaving more than entered is a bug
+    /// of the caller: a debug build stops on it; a release build (which may run inside an
+    /// unmodified program through the preload library, where a panic is no answer) keeps
+    /// the counters at zero instead of wrapping to 4 billion requests ahead, which would
+    /// make every later smart I/O block as `queue_over_limit`, and counts the mismatch in
+    /// [`InFlight::unmatched_leaves`].
     #[inline]
     pub fn leave(&self, bytes: u64) {
-        self.count.fetch_sub(1, Ordering::Relaxed);
-        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        let count = self.count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
+        let bytes_before =
+            self.bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b.saturating_sub(bytes)));
+        // fetch_update with a closure that always returns Some never fails.
+        let (count, bytes_before) = (count.unwrap_or(0), bytes_before.unwrap_or(0));
+        if count == 0 || bytes_before < bytes {
+            self.unmatched_leaves.fetch_add(1, Ordering::Relaxed);
+        }
+        debug_assert!(count > 0, "InFlight::leave without a matching enter");
+        debug_assert!(bytes_before >= bytes, "InFlight::leave of {bytes} bytes with {bytes_before} in flight");
+    }
+
+    /// How many [`InFlight::leave`] calls found fewer requests or bytes in flight than they
+    /// removed (0 unless a caller is wrong).
+    pub fn unmatched_leaves(&self) -> u64 {
+        self.unmatched_leaves.load(Ordering::Relaxed)
     }
 
     /// Our own requests in flight now (the monitor subtracts them from the kernel's count).

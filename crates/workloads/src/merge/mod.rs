@@ -244,7 +244,8 @@ impl ReqPtr {
     /// # Safety
     /// The request must not be DONE yet (its thread is still waiting in `Waiter::io`).
     unsafe fn get<'a>(self) -> &'a Request {
-        &*self.0
+        // SAFETY: the caller guarantees the request is not DONE, so its frame is alive.
+        unsafe { &*self.0 }
     }
 }
 
@@ -619,7 +620,9 @@ impl Waiter<'_> {
                 } else {
                     // SAFETY: pending requests are not DONE.
                     let op = unsafe { q.pending.front().unwrap().get().op };
-                    while self.taken.len() < reqs_max && q.pending.front().is_some_and(|r| unsafe { r.get().op } == op)
+                    while self.taken.len() < reqs_max
+                        // SAFETY: pending requests are not DONE.
+                        && q.pending.front().is_some_and(|r| unsafe { r.get().op } == op)
                     {
                         self.taken.push(q.pending.pop_front().unwrap());
                     }
