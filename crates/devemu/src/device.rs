@@ -146,6 +146,7 @@ struct Streams {
 }
 
 impl Streams {
+    #[inline]
     fn classify(&mut self, stream: u32, offset: u64, bytes: u64) -> Pattern {
         let i = stream as usize;
         if i >= self.last_end.len() {
@@ -191,6 +192,7 @@ impl Core {
         }
     }
 
+    #[inline]
     fn start(&mut self, channel: usize, q: Queued, start_ns: u64) {
         let ch = &mut self.channels[channel];
         let service = self.spec.service_at_ns(q.req.op, q.req.offset, q.req.bytes, q.pattern, &mut ch.head, start_ns);
@@ -222,6 +224,7 @@ impl Core {
     }
 
     /// The queue index the discipline serves next.
+    #[inline]
     fn pick(&self) -> Option<usize> {
         if self.queue.is_empty() {
             return None;
@@ -239,6 +242,7 @@ impl Core {
         Some(best)
     }
 
+    #[inline]
     fn arrive(&mut self, req: Request) {
         // The model's clock only runs forward: [`Device::submit`] refuses an arrival in the
         // past with an error, and [`simulate_batch`] takes arrivals sorted; an arrival
@@ -266,6 +270,7 @@ impl Core {
 
     /// Completes the request on `channel` and dispatches the next one to it. Returns the
     /// completion and the queue entry it took (index, entry) so that it can be undone.
+    #[inline]
     fn complete(&mut self, channel: usize) -> (Completion, Option<(usize, Queued)>) {
         let s = self.channels[channel].busy.take().expect("complete() on a busy channel");
         debug_assert!(s.complete_ns >= self.now_ns, "a completion in the model's past");
@@ -369,6 +374,7 @@ impl Device {
     /// The next completion's instant without simulating ahead: the earliest request in
     /// service completes first (a queued one starts only when a channel frees). A driver
     /// that knows its next arrival compares with this and never needs a rollback.
+    #[inline]
     pub fn peek_completion_ns(&self) -> Option<u64> {
         match self.ahead {
             Some(a) => Some(a.completion.complete_ns),
@@ -377,6 +383,7 @@ impl Device {
     }
 
     /// Commits and returns the next completion (the caller promises no arrival before it).
+    #[inline]
     pub fn take_completion(&mut self) -> Option<Completion> {
         if let Some(a) = self.ahead.take() {
             return Some(a.completion);
@@ -387,6 +394,7 @@ impl Device {
     }
 
     /// A request arrives. A look-ahead past its arrival is rolled back first.
+    #[inline]
     pub fn submit(&mut self, req: Request) -> Result<(), TimeError> {
         if let Some(a) = self.ahead {
             if req.arrival_ns < a.completion.complete_ns {

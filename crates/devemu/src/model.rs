@@ -39,6 +39,7 @@ pub struct OpTiming {
 
 impl OpTiming {
     /// Service time of a request of `bytes` on one channel, rounded up to whole ns.
+    #[inline]
     pub fn service_ns(&self, bytes: u64) -> u64 {
         assert!(self.bandwidth_bytes_per_s > 0, "bandwidth must be positive");
         // u64 arithmetic when it cannot overflow (any request below 18 GB): a u128 division
@@ -63,6 +64,7 @@ pub struct DeviceModel {
 }
 
 impl DeviceModel {
+    #[inline]
     pub fn timing(&self, op: Op) -> &OpTiming {
         match op {
             Op::Read => &self.read,
@@ -71,6 +73,7 @@ impl DeviceModel {
     }
 
     /// The service time of one request, ignoring queueing: what the device "takes".
+    #[inline]
     pub fn service_ns(&self, op: Op, bytes: u64) -> u64 {
         self.timing(op).service_ns(bytes)
     }

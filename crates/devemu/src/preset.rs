@@ -183,6 +183,7 @@ pub struct EmuSpec {
 }
 
 impl EmuSpec {
+    #[inline]
     fn scaled(&self, ns: u64) -> u64 {
         if self.speedup == 1.0 {
             ns
@@ -193,6 +194,7 @@ impl EmuSpec {
 
     /// The service time of a request of `bytes` with the given pattern, ignoring queueing
     /// and, for a disk, its position (a random request costs the average seek and half a turn).
+    #[inline]
     pub fn pattern_service_ns(&self, op: Op, pattern: Pattern, bytes: u64) -> u64 {
         let ns = match &self.mechanism {
             Mechanism::Fixed => self.model.service_ns(op, bytes),
@@ -210,6 +212,7 @@ impl EmuSpec {
 
     /// The service time of a request starting at `start_ns` on a channel whose head is
     /// `head` (moved by the call; only a disk looks at it).
+    #[inline]
     pub fn service_at_ns(
         &self,
         op: Op,

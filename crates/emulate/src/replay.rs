@@ -11,8 +11,7 @@
 //!
 //! Non-goals: CPU time of the host application between I/Os other than `think`.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -192,10 +191,7 @@ pub fn run_virtual_with_faults(spec: &EmuSpec, workload: &Workload, faults: &Fau
 /// A closed-loop job in virtual time, in constant memory.
 pub fn replay_closed(spec: &EmuSpec, job: &ClosedLoop, faults: &FaultPlan, hooks: Hooks) -> Result<VirtualRun, Error> {
     job.validate(spec.capacity_bytes)?;
-    let mut slots = BinaryHeap::new();
-    for _ in 0..u64::from(job.qd).min(job.ios) {
-        slots.push(Reverse(0));
-    }
+    let slots: VecDeque<u64> = std::iter::repeat_n(0, u64::from(job.qd).min(job.ios) as usize).collect();
     let src = Closed { gen: job.requests(spec.capacity_bytes), slots, pending: job.ios, think_ns: job.think_ns };
     run_loop(spec, src, faults, hooks)
 }
@@ -273,8 +269,10 @@ impl<I: Iterator<Item = Result<TraceIo, TraceError>>> Arrivals for Open<I> {
 
 struct Closed<G> {
     gen: G,
-    /// The instants at which slots issue next (min-heap).
-    slots: BinaryHeap<Reverse<u64>>,
+    /// The instants at which slots issue next, earliest first. A FIFO is enough (no heap):
+    /// the loop takes completions in time order and every slot waits the same `think`, so
+    /// each instant pushed is at least the last one.
+    slots: VecDeque<u64>,
     /// Requests not yet given to a slot.
     pending: u64,
     think_ns: u64,
@@ -283,12 +281,12 @@ struct Closed<G> {
 impl<G: Iterator<Item = (Op, u64, u64)>> Arrivals for Closed<G> {
     #[inline]
     fn peek(&mut self) -> Result<Option<u64>, Error> {
-        Ok(self.slots.peek().map(|r| r.0))
+        Ok(self.slots.front().copied())
     }
 
     #[inline]
     fn take(&mut self) -> TraceIo {
-        let Reverse(at) = self.slots.pop().expect("peeked");
+        let at = self.slots.pop_front().expect("peeked");
         self.pending -= 1;
         let (op, offset, bytes) = self.gen.next().expect("ios bounded");
         TraceIo { arrival_ns: at, op, offset, bytes, stream: 0 }
@@ -297,7 +295,9 @@ impl<G: Iterator<Item = (Op, u64, u64)>> Arrivals for Closed<G> {
     #[inline]
     fn completed(&mut self, complete_ns: u64) {
         if self.pending > self.slots.len() as u64 {
-            self.slots.push(Reverse(complete_ns + self.think_ns));
+            let at = complete_ns + self.think_ns;
+            debug_assert!(self.slots.back().is_none_or(|&last| last <= at), "slots in time order");
+            self.slots.push_back(at);
         }
     }
 }
@@ -520,6 +520,64 @@ mod tests {
         exact.sort_unstable();
         exact.dedup();
         assert!(exact.len() > 100 * crate::stats::DISTINCT_MAX, "{}", exact.len());
+    }
+
+    /// The closed loop as it was written with a min-heap of slot instants, driving the
+    /// device directly: the reference the FIFO of slots is held to.
+    fn closed_by_heap(spec: &EmuSpec, job: &ClosedLoop) -> Vec<(u64, u64, u64)> {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let mut dev = Device::new(spec.clone(), spec.discipline);
+        let mut slots: BinaryHeap<Reverse<u64>> = (0..u64::from(job.qd).min(job.ios)).map(|_| Reverse(0)).collect();
+        let mut gen = job.requests(spec.capacity_bytes);
+        let (mut pending, mut issued, mut out) = (job.ios, 0u64, Vec::new());
+        loop {
+            let arrival = slots.peek().map(|r| r.0);
+            let take = match (dev.peek_completion_ns(), arrival) {
+                (Some(c), Some(a)) => c <= a,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            if take {
+                let d = dev.take_completion().unwrap();
+                out.push((d.id, d.arrival_ns, d.complete_ns));
+                if pending > slots.len() as u64 {
+                    slots.push(Reverse(d.complete_ns + job.think_ns));
+                }
+            } else {
+                let Reverse(at) = slots.pop().unwrap();
+                pending -= 1;
+                let (op, offset, bytes) = gen.next().unwrap();
+                let req = Request { id: issued, arrival_ns: at, op, offset, bytes, priority: 0, stream: 0 };
+                dev.submit(req).unwrap();
+                issued += 1;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn closed_loop_slots_in_a_fifo_replay_as_the_heap_did() {
+        // Disks (seek-dependent times, SJF reordering) and tables at several depths and
+        // think times: every I/O's arrival and completion equal, in completion order.
+        for (device, qd, think_ns, sequential) in [
+            ("emu:nvme", 32, 0, false),
+            ("emu:hdd,queue=sjf", 8, 0, false),
+            ("emu:hdd", 4, 25_000, false),
+            ("emu:sdcard,channels=4", 16, 30_000, true),
+            ("emu:nvme,queue=sjf", 3, 7, false),
+        ] {
+            let spec = parse_spec(device).unwrap();
+            let job = ClosedLoop { op: Op::Read, sequential, bs_bytes: 4096, qd, ios: 20_000, think_ns, seed: 3 };
+            let mut got = Vec::new();
+            let mut keep = |r: &IoRecord| got.push((r.id, r.arrival_ns, r.complete_ns));
+            let hooks = Hooks { on_complete: Some(&mut keep), progress: None };
+            replay_closed(&spec, &job, &FaultPlan::default(), hooks).unwrap();
+            let want = closed_by_heap(&spec, &job);
+            assert_eq!(got.len(), 20_000, "{device}");
+            assert!(got == want, "{device} qd{qd} think {think_ns} ns: the replays differ");
+        }
     }
 
     #[test]
