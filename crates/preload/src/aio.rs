@@ -25,9 +25,11 @@ use libc::{c_int, c_long, c_void, iovec, timespec};
 use smartcon_devemu::Op;
 
 use crate::bypass::{self, Seen};
-use crate::process::{self, Busy, Spin};
+use crate::emu;
+use crate::guard::{Busy, Spin};
+use crate::process;
 use crate::real::{call_real, Sym};
-use crate::{emu, vclock};
+use crate::vclock::{domain, sleep};
 
 static IO_SUBMIT: Sym = Sym::new(c"io_submit");
 static IO_GETEVENTS: Sym = Sym::new(c"io_getevents");
@@ -183,7 +185,7 @@ unsafe fn data_half(cb: &Iocb) -> i64 {
 /// As libaio's io_submit(3).
 #[no_mangle]
 pub unsafe extern "C" fn io_submit(ctx: *mut c_void, nr: c_long, iocbs: *mut *mut Iocb) -> c_int {
-    let counting = !process::inside() && (process::active() || emu::active());
+    let counting = !crate::guard::inside() && (process::active() || emu::active());
     // SAFETY: the caller promises nr valid iocb pointers.
     let any_image =
         emu::active() && nr > 0 && !iocbs.is_null() && (0..nr as usize).any(|i| unsafe { emulated(*iocbs.add(i)) });
@@ -200,8 +202,8 @@ pub unsafe extern "C" fn io_submit(ctx: *mut c_void, nr: c_long, iocbs: *mut *mu
         // SAFETY: forwarded caller promise.
         return unsafe { real_submit(ctx, nr, iocbs) };
     };
-    let virtual_time = vclock::on();
-    let arrival_ns = if virtual_time { vclock::observe_ns().0 } else { vclock::real_ns(libc::CLOCK_MONOTONIC) };
+    let virtual_time = domain::on();
+    let arrival_ns = if virtual_time { domain::observe_ns().0 } else { domain::real_ns(libc::CLOCK_MONOTONIC) };
     let mut done: c_int = 0;
     for i in 0..nr as usize {
         // SAFETY: the caller promises nr valid iocb pointers.
@@ -273,9 +275,9 @@ unsafe fn take_ready(ctx: usize, now_ns: u64, out: *mut IoEvent, room: usize) ->
 
 fn now_ns(virtual_time: bool) -> u64 {
     if virtual_time {
-        vclock::observe_ns().0
+        domain::observe_ns().0
     } else {
-        vclock::real_ns(libc::CLOCK_MONOTONIC)
+        domain::real_ns(libc::CLOCK_MONOTONIC)
     }
 }
 
@@ -295,7 +297,7 @@ pub unsafe extern "C" fn io_getevents(
 ) -> c_int {
     let c = ctx as usize;
     let held_here = HELD_COUNT.load(Ordering::Relaxed) > 0 && HELD.lock().iter().any(|h| h.ctx == c);
-    if !held_here || nr <= 0 || events.is_null() || min_nr > nr || process::inside() {
+    if !held_here || nr <= 0 || events.is_null() || min_nr > nr || crate::guard::inside() {
         // SAFETY: forwarded caller promise.
         let r = unsafe { real_getevents(ctx, min_nr, nr, events, timeout) };
         if r > 0 {
@@ -303,7 +305,7 @@ pub unsafe extern "C" fn io_getevents(
         }
         return r;
     }
-    let virtual_time = vclock::on();
+    let virtual_time = domain::on();
     let start = now_ns(virtual_time);
     let deadline = if timeout.is_null() {
         u64::MAX
@@ -343,9 +345,9 @@ pub unsafe extern "C" fn io_getevents(
                 let until = at.min(deadline);
                 let until = if kernel { until.min(now + 1_000_000) } else { until };
                 if virtual_time {
-                    vclock::wait_until(until);
+                    sleep::wait_until(until);
                 } else {
-                    vclock::real_sleep_until(until);
+                    sleep::real_sleep_until(until);
                 }
             }
             _ => {

@@ -1,0 +1,744 @@
+//! The clock's domain: the page the program's processes share (the skew, the last
+//! instant handed out, the table of registered waits), its lock, the count of the domain's
+//! threads from /proc, and the idle-skipping jump ([`jump_if_idle`]). Also the readings of
+//! the program's clocks built on it ([`observe_ns`], [`clock_ns`]). See [`crate::vclock`]
+//! for the design.
+//!
+//! Service layer: raw system calls and the real libc only (it runs inside interposed calls,
+//! possibly in a signal handler: nothing here allocates).
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use libc::{c_int, clockid_t, timespec};
+
+use crate::real::{call_real, Sym};
+
+static ON: AtomicBool = AtomicBool::new(false);
+/// This image's share of the skew (the jumps it made, less the emulator work they hid)
+/// and the jumps it made: what its exit record says.
+static SKEW_MADE_NS: AtomicI64 = AtomicI64::new(0);
+static JUMPED_NS: AtomicU64 = AtomicU64::new(0);
+static JUMPS: AtomicU64 = AtomicU64::new(0);
+
+/// Processes one domain holds at most; a fork past it turns jumping off for the domain.
+pub const DOMAIN_PIDS_MAX: usize = 64;
+/// Waits registered at once at most; a wait past it is not registered (its thread counts
+/// as running, so the clock runs in real time meanwhile).
+pub const DOMAIN_WAITS_MAX: usize = 256;
+/// A registered wait without a target instant (it ends only by an event).
+pub const NO_TARGET: u64 = u64::MAX;
+
+/// One registered wait. `id` 0: free.
+#[repr(C)]
+struct Slot {
+    id: AtomicU64,
+    pid: AtomicU32,
+    tid: AtomicU32,
+    /// The virtual monotonic instant the wait ends at by itself, or [`NO_TARGET`].
+    target_ns: AtomicU64,
+    /// 1: the wait can also end by an event (a condition variable, a descriptor), so its
+    /// thread counts as idle only while the kernel has it asleep.
+    event: AtomicU32,
+    /// Bumped by a jump that reaches the target; a clock waiter sleeps on it (a shared
+    /// futex), so a jump wakes only the waits it ends, not every waiter of the program.
+    wake: AtomicU32,
+    /// Nonzero: the signal a jump that reaches the target sends the waiting thread (a
+    /// wait that sleeps in the kernel with a signal mask, not on `wake`: see crate::vtimer).
+    signal: AtomicU32,
+}
+
+/// The clock one program shares among its processes: a page mapped `MAP_SHARED` before
+/// any fork, so every forked process reads and moves the same clock, and the clock jumps
+/// only when every thread of every one of them is idle. Only atomics: it is read without
+/// the lock by `clock_gettime`; the lock serialises registration and the jump decision.
+#[repr(C)]
+struct Domain {
+    /// 0, or the thread id of the holder (a dead holder's lock is taken over).
+    lock: AtomicU32,
+    /// Bumped at each jump; clock waiters sleep on it (a shared futex).
+    epoch: AtomicU32,
+    /// Virtual minus real, for the monotonic family (ns).
+    skew_ns: AtomicI64,
+    /// The latest virtual monotonic instant handed out.
+    last_ns: AtomicU64,
+    next_id: AtomicU64,
+    /// Bumped whenever a wait registers or leaves and at each jump: a jump decided on a
+    /// snapshot goes ahead only if nothing changed since.
+    generation: AtomicU64,
+    /// The domain's threads at the last count from /proc, and when (real monotonic ns).
+    threads_counted: AtomicU64,
+    threads_counted_at_ns: AtomicU64,
+    /// A fork found the pid table full: jumping is off (a process would go uncounted).
+    overflow: AtomicU32,
+    pids: [AtomicU32; DOMAIN_PIDS_MAX],
+    slots: [Slot; DOMAIN_WAITS_MAX],
+}
+
+impl Domain {
+    const fn new() -> Domain {
+        Domain {
+            lock: AtomicU32::new(0),
+            epoch: AtomicU32::new(0),
+            skew_ns: AtomicI64::new(0),
+            last_ns: AtomicU64::new(0),
+            next_id: AtomicU64::new(1),
+            generation: AtomicU64::new(0),
+            threads_counted: AtomicU64::new(0),
+            threads_counted_at_ns: AtomicU64::new(0),
+            overflow: AtomicU32::new(0),
+            pids: [const { AtomicU32::new(0) }; DOMAIN_PIDS_MAX],
+            slots: [const {
+                Slot {
+                    id: AtomicU64::new(0),
+                    pid: AtomicU32::new(0),
+                    tid: AtomicU32::new(0),
+                    target_ns: AtomicU64::new(0),
+                    event: AtomicU32::new(0),
+                    wake: AtomicU32::new(0),
+                    signal: AtomicU32::new(0),
+                }
+            }; DOMAIN_WAITS_MAX],
+        }
+    }
+}
+
+/// The process-local domain, used until (or if) the shared page cannot be mapped.
+static LOCAL: Domain = Domain::new();
+static SHARED: AtomicPtr<Domain> = AtomicPtr::new(std::ptr::null_mut());
+
+fn dom() -> &'static Domain {
+    let p = SHARED.load(Ordering::Acquire);
+    if p.is_null() {
+        &LOCAL
+    } else {
+        // SAFETY: a MAP_SHARED mapping of size_of::<Domain>() made in `enable`, zeroed by the
+        // kernel (a valid Domain: all atomics at 0, next_id fixed up there), never unmapped.
+        unsafe { &*p }
+    }
+}
+
+fn getpid() -> u32 {
+    // SAFETY: no preconditions (the raw call: libc's may be cached across a vfork).
+    unsafe { libc::syscall(libc::SYS_getpid) as u32 }
+}
+
+fn gettid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// The domain lock: a spin lock whose word holds the holder's thread id, so a process
+/// killed while holding it does not stop the others (they take it over once the holder is
+/// gone), and a signal handler that waits while the code it interrupted holds it is seen
+/// (the word is this thread's id; a thread-local flag would not do: a clone helper shares
+/// its creator's TLS, see crate::helper).
+struct DomainLock(&'static Domain);
+
+impl DomainLock {
+    /// The lock, or None when this thread holds it already (the caller then skips what
+    /// needed it).
+    fn take() -> Option<DomainLock> {
+        let d = dom();
+        let me = gettid();
+        if d.lock.load(Ordering::Acquire) == me {
+            return None;
+        }
+        let mut spins = 0u32;
+        loop {
+            let owner = d.lock.load(Ordering::Relaxed);
+            if owner == 0 && d.lock.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return Some(DomainLock(d));
+            }
+            spins = spins.wrapping_add(1);
+            // A holder killed while in it is rare: look for one only now and then.
+            // SAFETY: signal 0 only checks that the task exists.
+            if spins.is_multiple_of(1024)
+                && owner != 0
+                && owner != me
+                && unsafe { libc::kill(owner as libc::pid_t, 0) } != 0
+                && crate::real::errno() == libc::ESRCH
+            {
+                let _ = d.lock.compare_exchange(owner, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            if spins.is_multiple_of(16) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+impl Drop for DomainLock {
+    fn drop(&mut self) {
+        self.0.lock.store(0, Ordering::Release);
+    }
+}
+
+static CLOCK_GETTIME: Sym = Sym::new(c"clock_gettime");
+
+/// Turns virtual time on (from the constructor): maps the shared clock, so that the
+/// processes this one forks share it.
+pub fn enable() {
+    let size = std::mem::size_of::<Domain>();
+    // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p != libc::MAP_FAILED {
+        let d = p.cast::<Domain>();
+        // SAFETY: the mapping is zeroed, which is a valid Domain (atomics at 0); no other
+        // thread sees it before the store below.
+        unsafe { (*d).next_id.store(1, Ordering::Relaxed) };
+        SHARED.store(d, Ordering::Release);
+    }
+    let d = dom();
+    if let Some(ppm) = std::env::var(ENV_CPU_SPEED).ok().and_then(|t| speed_ppm(&t)) {
+        SPEED_PPM.store(ppm, Ordering::Relaxed);
+    }
+    // The clock starts at the real one, whatever the speed.
+    let real = real_ns(libc::CLOCK_MONOTONIC);
+    d.skew_ns.store(real as i64 - scaled(real) as i64, Ordering::Relaxed);
+    d.last_ns.store(real, Ordering::Relaxed);
+    d.pids[0].store(getpid(), Ordering::Relaxed);
+    ON.store(true, Ordering::Release);
+}
+
+/// `--cpu-speed X` (the contract's `SMARTCON_PRELOAD_CPU_SPEED`): the program's CPU is X
+/// times the host's, so its virtual clock moves by 1/X of the real time it runs (the
+/// seed's faster-CPU study). Jumps are not scaled: an idle wait still ends at its virtual
+/// instant.
+pub const ENV_CPU_SPEED: &str = smartcon_preload_contract::env::CPU_SPEED;
+/// The speed in millionths (1_000_000: the host's own).
+static SPEED_PPM: AtomicU64 = AtomicU64::new(1_000_000);
+/// The speeds accepted: 1/1000 to 1000 times the host's.
+const SPEED_PPM_MIN: u64 = 1_000;
+const SPEED_PPM_MAX: u64 = 1_000_000_000;
+
+/// A speed factor's text in millionths, None when it is not a number in range.
+fn speed_ppm(text: &str) -> Option<u64> {
+    let x: f64 = text.trim().parse().ok()?;
+    let ppm = (x * 1e6).round();
+    (ppm.is_finite() && (SPEED_PPM_MIN as f64..=SPEED_PPM_MAX as f64).contains(&ppm)).then_some(ppm as u64)
+}
+
+/// Real ns as the program's CPU lives them (divided by the speed).
+#[inline]
+fn scaled(real_ns: u64) -> u64 {
+    let ppm = SPEED_PPM.load(Ordering::Relaxed);
+    if ppm == 1_000_000 {
+        return real_ns;
+    }
+    (real_ns as u128 * 1_000_000 / ppm as u128) as u64
+}
+
+/// The real ns a stretch of `virtual_ns` takes while the program runs (times the speed):
+/// how far ahead a real timer for a virtual instant is armed.
+#[inline]
+pub fn real_for(virtual_ns: u64) -> u64 {
+    let ppm = SPEED_PPM.load(Ordering::Relaxed);
+    if ppm == 1_000_000 {
+        return virtual_ns;
+    }
+    (virtual_ns as u128 * ppm as u128 / 1_000_000).min(u64::MAX as u128) as u64
+}
+
+#[inline]
+pub fn on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// The real value of `clock` in ns (the next clock_gettime after this library, i.e. libc's
+/// vDSO path; the raw system call where there is none).
+pub fn real_ns(clock: clockid_t) -> u64 {
+    let mut ts = timespec { tv_sec: 0, tv_nsec: 0 };
+    real_gettime(clock, &mut ts);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub(crate) fn real_gettime(clock: clockid_t, ts: *mut timespec) -> c_int {
+    type F = unsafe extern "C" fn(clockid_t, *mut timespec) -> c_int;
+    // SAFETY: (fallback) the kernel validates the pointer (EFAULT).
+    call_real!(CLOCK_GETTIME, F, unsafe { libc::syscall(libc::SYS_clock_gettime, clock, ts) as c_int }, clock, ts)
+}
+
+/// The virtual monotonic instant now, without recording it as seen.
+pub fn peek_ns() -> u64 {
+    let d = dom();
+    let v = (scaled(real_ns(libc::CLOCK_MONOTONIC)) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    v.max(d.last_ns.load(Ordering::Acquire))
+}
+
+/// The virtual monotonic instant now, as the program sees it (it never goes back), and
+/// the real monotonic instant it was computed from.
+pub fn observe_ns() -> (u64, u64) {
+    let d = dom();
+    let real = real_ns(libc::CLOCK_MONOTONIC);
+    let v = (scaled(real) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    let last = d.last_ns.fetch_max(v, Ordering::AcqRel);
+    (v.max(last), real)
+}
+
+fn monotonic_family(clock: clockid_t) -> bool {
+    matches!(
+        clock,
+        libc::CLOCK_MONOTONIC
+            | libc::CLOCK_MONOTONIC_RAW
+            | libc::CLOCK_MONOTONIC_COARSE
+            | libc::CLOCK_BOOTTIME
+            | libc::CLOCK_BOOTTIME_ALARM
+    )
+}
+
+pub(crate) fn virtualized(clock: clockid_t) -> bool {
+    monotonic_family(clock)
+        || matches!(clock, libc::CLOCK_REALTIME | libc::CLOCK_REALTIME_COARSE | libc::CLOCK_REALTIME_ALARM)
+}
+
+pub(crate) fn to_ts(ns: u64) -> timespec {
+    timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
+}
+
+/// `clock` now in virtual ns: the real value moved by the skew the monotonic clock has now.
+pub fn clock_ns(clock: clockid_t) -> u64 {
+    let (v, real) = observe_ns();
+    if clock == libc::CLOCK_MONOTONIC {
+        return v;
+    }
+    (real_ns(clock) as i64 + (v as i64 - real as i64)).max(0) as u64
+}
+
+/// Converts an absolute deadline on `clock` (virtual) to the virtual monotonic instant.
+pub fn deadline_on(clock: clockid_t, abs_ns: u64) -> u64 {
+    let now_clock = clock_ns(clock);
+    let (now, _) = observe_ns();
+    now.saturating_add(abs_ns.saturating_sub(now_clock))
+}
+
+/// Fields 3 (state) and 20 (number of threads) of a /proc stat file, read with raw system
+/// calls so nothing interposed runs; None when the file is gone (the task exited).
+fn proc_stat(path: &std::ffi::CStr) -> Option<(u8, u32)> {
+    let mut buf = [0u8; 1024];
+    // SAFETY: a NUL-terminated path; the descriptor is closed below on every path.
+    let fd = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY) } as c_int;
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: buf is valid for its length.
+    let n = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) };
+    // SAFETY: our own descriptor.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+    if n <= 0 {
+        return None;
+    }
+    let text = &buf[..n as usize];
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let mut fields = std::str::from_utf8(&text[close + 1..]).ok()?.split_ascii_whitespace();
+    let state = fields.next()?.bytes().next()?;
+    let threads = fields.nth(16)?.parse().ok()?;
+    Some((state, threads))
+}
+
+/// `/proc/PID/stat` or `/proc/PID/task/TID/stat`, NUL-terminated, built on the stack (no
+/// allocation: this runs inside interposed calls, possibly in a signal handler).
+struct StatPath([u8; 64]);
+
+impl StatPath {
+    fn new(pid: u32, tid: Option<u32>) -> StatPath {
+        let mut buf = [0u8; 64];
+        let mut len = 0;
+        let mut put = |bytes: &[u8]| {
+            buf[len..len + bytes.len()].copy_from_slice(bytes);
+            len += bytes.len();
+        };
+        let digits = |mut v: u32| {
+            let mut tmp = [0u8; 10];
+            let mut i = tmp.len();
+            loop {
+                i -= 1;
+                tmp[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            let mut out = [0u8; 10];
+            let n = tmp.len() - i;
+            out[..n].copy_from_slice(&tmp[i..]);
+            (out, n)
+        };
+        let (p, pn) = digits(pid);
+        put(b"/proc/");
+        put(&p[..pn]);
+        if let Some(t) = tid {
+            let (t, tn) = digits(t);
+            put(b"/task/");
+            put(&t[..tn]);
+        }
+        put(b"/stat");
+        StatPath(buf)
+    }
+
+    fn as_cstr(&self) -> &std::ffi::CStr {
+        std::ffi::CStr::from_bytes_until_nul(&self.0).unwrap_or(c"/proc/self/stat")
+    }
+}
+
+/// The number of threads of this process.
+#[cfg(test)]
+fn thread_count() -> u32 {
+    proc_stat(c"/proc/self/stat").map_or(u32::MAX, |s| s.1)
+}
+
+/// The threads of the domain's live processes; a process that has exited (gone, or a
+/// zombie) leaves the domain with its registered waits.
+fn domain_threads(d: &Domain) -> u64 {
+    let me = getpid();
+    let mut total = 0u64;
+    for p in &d.pids {
+        let pid = p.load(Ordering::Relaxed);
+        if pid == 0 {
+            continue;
+        }
+        match proc_stat(StatPath::new(pid, None).as_cstr()) {
+            Some((state, threads)) if state != b'Z' && state != b'X' => total += threads as u64,
+            // This process runs: /proc is not readable (not mounted, no permission), so no
+            // count can be trusted and the clock must not jump.
+            _ if pid == me => return u64::MAX,
+            _ => {
+                let Some(_lock) = DomainLock::take() else { continue };
+                if p.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    for s in &d.slots {
+                        // Only a published wait of the dead process: its id cannot change
+                        // under us (only its owner drops it), and its pid was written first.
+                        let id = s.id.load(Ordering::Acquire);
+                        if id != 0 && id != FILLING && s.pid.load(Ordering::Relaxed) == pid {
+                            let _ = s.id.compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
+                        }
+                    }
+                    d.generation.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+    total
+}
+
+pub fn futex_wait(word: &AtomicU32, seen: u32, timeout_ns: u64) {
+    let ts = to_ts(timeout_ns);
+    // SAFETY: a live, aligned u32 (in the shared page: a shared futex, so no PRIVATE flag);
+    // the timeout is a valid relative timespec.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, seen, &ts);
+    }
+}
+
+fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: as in futex_wait.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// The longest real-time wait before a waiter looks at the domain again (a thread that
+/// exits, or starts waiting where nothing wakes the others, does not wake them).
+pub const RECHECK_NS: u64 = 1_000_000;
+
+/// A wait registered in the domain: its thread counts as idle while it lasts (an event
+/// wait only while the kernel has the thread asleep). Dropping it deregisters.
+pub struct Registration {
+    index: usize,
+    id: u64,
+    pub target_ns: u64,
+}
+
+impl Registration {
+    /// The futex word a jump that reaches this wait's target bumps.
+    pub fn wake_word(&self) -> &'static AtomicU32 {
+        &dom().slots[self.index].wake
+    }
+}
+
+/// The futex word every jump bumps (what an unregistered waiter sleeps on).
+pub fn epoch_word() -> &'static AtomicU32 {
+    &dom().epoch
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let d = dom();
+        if d.slots[self.index].id.compare_exchange(self.id, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            d.generation.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// A slot being filled in: a snapshot that sees it does not jump.
+const FILLING: u64 = u64::MAX;
+
+/// Registers the calling thread as waiting until `target_ns` (virtual monotonic, or
+/// [`NO_TARGET`]), `event` when something else than the clock can end the wait. None when
+/// the table is full (the thread then counts as running). Lock-free: a slot is claimed
+/// with FILLING, filled, then published with its id.
+pub fn register(target_ns: u64, event: bool) -> Option<Registration> {
+    register_with_signal(target_ns, event, 0)
+}
+
+/// [`register`], with `signal` sent to the thread by a jump that reaches `target_ns`.
+pub fn register_with_signal(target_ns: u64, event: bool, signal: c_int) -> Option<Registration> {
+    let d = dom();
+    let id = d.next_id.fetch_add(1, Ordering::Relaxed);
+    let index =
+        d.slots.iter().position(|s| s.id.compare_exchange(0, FILLING, Ordering::AcqRel, Ordering::Relaxed).is_ok())?;
+    let s = &d.slots[index];
+    s.pid.store(getpid(), Ordering::Relaxed);
+    s.tid.store(gettid(), Ordering::Relaxed);
+    s.target_ns.store(target_ns, Ordering::Relaxed);
+    s.event.store(event as u32, Ordering::Relaxed);
+    s.signal.store(signal as u32, Ordering::Relaxed);
+    s.id.store(id, Ordering::Release);
+    d.generation.fetch_add(1, Ordering::AcqRel);
+    Some(Registration { index, id, target_ns })
+}
+
+/// The idle-skipping step: when every thread of every process of the domain waits in a
+/// registered wait that has not come due (an event waiter: and the kernel has it asleep,
+/// so a wake-up already delivered keeps the clock still), moves the clock to the earliest
+/// target and wakes the clock waiters. Returns the virtual instant after it.
+///
+/// The look at the waits and at /proc is taken without the lock (it costs system calls);
+/// the jump itself is made under the lock, and only if no wait registered or left and no
+/// other jump happened since the look.
+pub fn jump_if_idle() -> u64 {
+    let d = dom();
+    let generation = d.generation.load(Ordering::Acquire);
+    let now = peek_ns();
+    if d.overflow.load(Ordering::Relaxed) != 0 {
+        return now;
+    }
+    let (me_pid, me_tid) = (getpid(), gettid());
+    let mut idle = 0u64;
+    let mut seen = [(0u32, 0u32); DOMAIN_WAITS_MAX];
+    let mut seen_count = 0;
+    let mut earliest = NO_TARGET;
+    let mut events = [(0u32, 0u32); DOMAIN_WAITS_MAX];
+    let mut events_count = 0;
+    for s in &d.slots {
+        let id = s.id.load(Ordering::Acquire);
+        if id == 0 {
+            continue;
+        }
+        if id == FILLING {
+            return now;
+        }
+        let target = s.target_ns.load(Ordering::Relaxed);
+        if target <= now {
+            // Due: the thread is running (or about to).
+            return now;
+        }
+        let (pid, tid) = (s.pid.load(Ordering::Relaxed), s.tid.load(Ordering::Relaxed));
+        // The calling thread is about to wait (it runs this very check).
+        if s.event.load(Ordering::Relaxed) != 0 && (pid, tid) != (me_pid, me_tid) && events_count < events.len() {
+            events[events_count] = (pid, tid);
+            events_count += 1;
+        }
+        // A thread counts once (a signal handler may wait while the code it interrupted
+        // is registered too).
+        if !seen[..seen_count].contains(&(pid, tid)) {
+            if seen_count == seen.len() {
+                return now;
+            }
+            seen[seen_count] = (pid, tid);
+            seen_count += 1;
+            idle += 1;
+        }
+        earliest = earliest.min(target);
+    }
+    if earliest == NO_TARGET {
+        return now;
+    }
+    // Fewer waits than the threads counted less than RECHECK_NS ago: not idle, without a
+    // look at /proc (a thread that exited since keeps the clock still that long at most).
+    let counted_at_ns = d.threads_counted_at_ns.load(Ordering::Acquire);
+    if idle < d.threads_counted.load(Ordering::Acquire)
+        && real_ns(libc::CLOCK_MONOTONIC) < counted_at_ns.saturating_add(RECHECK_NS)
+    {
+        return now;
+    }
+    // Every wait an event can end: its thread must be asleep (not woken already).
+    for &(pid, tid) in &events[..events_count] {
+        if !matches!(proc_stat(StatPath::new(pid, Some(tid)).as_cstr()), Some((b'S', _))) {
+            return now;
+        }
+    }
+    let threads = domain_threads(d);
+    d.threads_counted.store(threads, Ordering::Release);
+    d.threads_counted_at_ns.store(real_ns(libc::CLOCK_MONOTONIC), Ordering::Release);
+    if idle < threads {
+        return now;
+    }
+    let Some(_lock) = DomainLock::take() else { return now };
+    if d.generation.load(Ordering::Acquire) != generation {
+        return peek_ns();
+    }
+    let now = peek_ns();
+    let to = earliest.max(d.last_ns.load(Ordering::Acquire));
+    if to <= now {
+        return now;
+    }
+    let real = real_ns(libc::CLOCK_MONOTONIC);
+    let old_skew = d.skew_ns.load(Ordering::Acquire);
+    let new_skew = to as i64 - scaled(real) as i64;
+    JUMPED_NS.fetch_add(to - now, Ordering::Relaxed);
+    JUMPS.fetch_add(1, Ordering::Relaxed);
+    SKEW_MADE_NS.fetch_add(new_skew - old_skew, Ordering::Relaxed);
+    d.skew_ns.store(new_skew, Ordering::Release);
+    d.last_ns.fetch_max(to, Ordering::AcqRel);
+    d.generation.fetch_add(1, Ordering::AcqRel);
+    d.epoch.fetch_add(1, Ordering::Release);
+    for s in &d.slots {
+        let id = s.id.load(Ordering::Acquire);
+        if id != 0 && id != FILLING && s.target_ns.load(Ordering::Relaxed) <= to {
+            s.wake.fetch_add(1, Ordering::Release);
+            let signal = s.signal.load(Ordering::Relaxed);
+            if signal != 0 {
+                // SAFETY: a signal the waiter installed a handler for, to its own thread.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_tgkill,
+                        s.pid.load(Ordering::Relaxed),
+                        s.tid.load(Ordering::Relaxed),
+                        signal as c_int,
+                    )
+                };
+            }
+            futex_wake_all(&s.wake);
+        }
+    }
+    to
+}
+
+/// What the exit record says about the clock.
+pub struct ClockStats {
+    pub skew_ns: i64,
+    pub jumped_ns: u64,
+    pub jumps: u64,
+}
+
+pub fn stats() -> ClockStats {
+    ClockStats {
+        skew_ns: SKEW_MADE_NS.load(Ordering::Relaxed),
+        jumped_ns: JUMPED_NS.load(Ordering::Relaxed),
+        jumps: JUMPS.load(Ordering::Relaxed),
+    }
+}
+
+pub fn fork_prepare() {}
+
+pub fn fork_parent() {}
+
+/// A clone helper (crate::helper) joins its creator's domain: its thread is counted, so
+/// the clock does not jump while it runs. The domain page is already shared with it (the
+/// helper shares all memory).
+pub fn join_domain() {
+    if !on() {
+        return;
+    }
+    let d = dom();
+    let me = getpid();
+    let _lock = DomainLock::take();
+    if d.pids.iter().any(|p| p.load(Ordering::Relaxed) == me) {
+        return;
+    }
+    match d.pids.iter().find(|p| p.load(Ordering::Relaxed) == 0) {
+        Some(p) => p.store(me, Ordering::Relaxed),
+        None => d.overflow.store(1, Ordering::Relaxed),
+    }
+    d.generation.fetch_add(1, Ordering::AcqRel);
+}
+
+/// A forked child joins its parent's domain (same clock, its threads counted too).
+pub fn fork_child() {
+    SKEW_MADE_NS.store(0, Ordering::Relaxed);
+    JUMPED_NS.store(0, Ordering::Relaxed);
+    JUMPS.store(0, Ordering::Relaxed);
+    if !on() {
+        return;
+    }
+    let d = dom();
+    let me = getpid();
+    if SHARED.load(Ordering::Acquire).is_null() {
+        // The process-local domain was copied: another thread of the parent may have held
+        // its lock, and the parent's waits are not in this process.
+        d.lock.store(0, Ordering::Relaxed);
+        for s in &d.slots {
+            s.id.store(0, Ordering::Relaxed);
+        }
+        for p in &d.pids {
+            p.store(0, Ordering::Relaxed);
+        }
+    }
+    let _lock = DomainLock::take();
+    match d.pids.iter().find(|p| p.load(Ordering::Relaxed) == 0) {
+        Some(p) => p.store(me, Ordering::Relaxed),
+        None => d.overflow.store(1, Ordering::Relaxed),
+    }
+}
+
+/// A timespec in ns (a relative duration, or an absolute instant on some clock), or None
+/// when it is NULL or invalid (the real call then returns EINVAL).
+///
+/// # Safety
+/// `ts` must be NULL or valid for reads.
+pub(crate) unsafe fn timespec_ns(ts: *const timespec) -> Option<u64> {
+    if ts.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL; caller promise.
+    let ts = unsafe { *ts };
+    if ts.tv_sec < 0 || !(0..1_000_000_000).contains(&ts.tv_nsec) {
+        return None;
+    }
+    Some((ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_a_thread_count() {
+        let n = thread_count();
+        assert!((1..10_000).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn stat_paths_are_built_without_allocating() {
+        assert_eq!(StatPath::new(42, None).as_cstr(), c"/proc/42/stat");
+        assert_eq!(StatPath::new(4_294_967_295, Some(7)).as_cstr(), c"/proc/4294967295/task/7/stat");
+    }
+
+    #[test]
+    fn cpu_speeds_parse_in_range_and_scale_both_ways() {
+        assert_eq!(speed_ppm("2"), Some(2_000_000));
+        assert_eq!(speed_ppm("0.5"), Some(500_000));
+        assert_eq!(speed_ppm("0"), None);
+        assert_eq!(speed_ppm("1e9"), None);
+        assert_eq!(speed_ppm("fast"), None);
+        // The default (the host's speed) leaves every instant as it is.
+        assert_eq!(scaled(123_456_789), 123_456_789);
+        assert_eq!(real_for(987), 987);
+    }
+
+    #[test]
+    fn only_wall_clocks_are_virtualized() {
+        assert!(virtualized(libc::CLOCK_MONOTONIC_RAW) && virtualized(libc::CLOCK_REALTIME_COARSE));
+        assert!(!virtualized(libc::CLOCK_PROCESS_CPUTIME_ID) && !virtualized(libc::CLOCK_THREAD_CPUTIME_ID));
+    }
+}
