@@ -406,6 +406,33 @@ fn system_state(emu: &Emu) -> SystemState {
     SystemState { cpu_utilization_pct: monitor.cpu_utilization_pct() }
 }
 
+/// A libaio request on the image ([`crate::aio`]) was submitted with `bytes` moved: it
+/// enters the image's in-flight counters until [`aio_reaped`], and how the program's
+/// `io_getevents` waits for its completion is decided now, as a synchronous call's wait is
+/// (and counted the same way).
+pub fn aio_submitted(bytes: u64, write: bool) -> DeviceWait {
+    let Some(emu) = EMU.get() else { return DeviceWait::Precise };
+    let ahead = emu.inflight.enter(bytes);
+    choose(emu, bytes, write, ahead)
+}
+
+/// The request of [`aio_submitted`] was handed to the program (or its context destroyed).
+pub fn aio_reaped(bytes: u64) {
+    if let Some(emu) = EMU.get() {
+        emu.inflight.leave(bytes);
+    }
+}
+
+/// Waits on the program's clock (virtual or real) until `until_ns`, as `wait` says
+/// (libaio's `io_getevents` for a held completion).
+pub fn wait_on_clock(wait: DeviceWait, until_ns: u64) {
+    let fell_back =
+        if domain::on() { sleep::virtual_wait_until(wait, until_ns) } else { sleep::real_wait_until(wait, until_ns) };
+    if fell_back {
+        SPIN_FELL_BACK.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Puts one request (libaio's, served by [`crate::aio`]) on the model and counts it: its
 /// completion instant, `None` when nothing is emulated.
 pub fn schedule_request(op: Op, offset: u64, bytes: u64, arrival_ns: u64) -> Option<u64> {
