@@ -178,6 +178,9 @@ pub fn init() -> bool {
 /// of the same model (its RAM store cut to 1 MiB: the profile depends on the timing model
 /// only), so the rules exist once, in the engine.
 fn model_thresholds(spec: &EmuSpec) -> Thresholds {
+    // Inside the library: the files read here (the stored profile, the host's figures) go
+    // to the real calls, never through a port opened from the constructor.
+    let _busy = Busy::try_enter();
     let stored = smartcon_engine::profile::profile_path(&spec.label);
     if let Ok(p) = smartcon_engine::profile::Profile::load(&stored) {
         return p.thresholds();
