@@ -52,6 +52,8 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
         rustup component add rustfmt clippy >/dev/null 2>&1 || true
     fi
 fi
+echo "scripts/test.sh: the preload library's layers (no module reaches up, no circle)"
+bash scripts/check-preload-layers.sh
 echo "scripts/test.sh: cargo fmt --check"
 cargo fmt --all -- --check
 echo "scripts/test.sh: cargo clippy --workspace --all-targets -- -D warnings"

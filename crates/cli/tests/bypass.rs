@@ -107,7 +107,8 @@ fn fio_libaio_is_named_when_not_taken() {
 }
 
 /// fio's libaio engine on an emulated image, at iodepth 1 and 4, in virtual and real
-/// time: every read is served by the model (counted), exit 0.
+/// time: every read is served by the model (counted), its completion waited for as the
+/// run's strategy (smart) decided (counted too, issue 21), exit 0.
 #[test]
 fn fio_libaio_on_an_emulated_image_is_served_by_the_model() {
     if !have("fio") {
@@ -129,6 +130,9 @@ fn fio_libaio_on_an_emulated_image_is_served_by_the_model() {
         let r = run_result(&stats);
         assert!(r["emulated"]["reads"].as_u64().unwrap() >= 300, "iodepth {depth}: {r}");
         assert!(r["emulated"]["around_model"].as_object().unwrap().is_empty(), "{r}");
+        let waited: u64 = r["emulated"]["by_strategy"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+        let served = r["emulated"]["reads"].as_u64().unwrap() + r["emulated"]["writes"].as_u64().unwrap();
+        assert_eq!(waited, served, "every served request's wait was decided: {r}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,6 +1,6 @@
 //! The fifth seed's "faster storage" study (its Table 4.8): one program on an emulated
 //! device scaled by each of several factors, run through the interposition library
-//! (`libsmartcon.so`, [`preload_env`]) in virtual time, and what that predicts.
+//! (`libsmartcon.so`, [`emulate_env`]) in virtual time, and what that predicts.
 //!
 //! Design: each point runs the program once with `SMARTCON_PRELOAD_EMU_SPEC` set to the
 //! device with `speedup=S` and a fresh image file. Every process of the program appends an
@@ -25,23 +25,21 @@ use std::process::Command;
 
 use serde::Serialize;
 use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_preload_contract::env::{EmulateEnv, PreloadEnv};
+use smartcon_preload_contract::launch::{self, Escalation, Launch};
+use smartcon_preload_contract::record::{parse_lines, EmuProcessRecord};
 
-/// The environment the library reads (crates/preload/src/emu.rs; duplicated here because
-/// linking the library into a binary would interpose that binary's own calls).
-pub const ENV_SPEC: &str = "SMARTCON_PRELOAD_EMU_SPEC";
-pub const ENV_PATH: &str = "SMARTCON_PRELOAD_EMU_PATH";
-pub const ENV_VIRTUAL_TIME: &str = "SMARTCON_PRELOAD_VIRTUAL_TIME";
-pub const ENV_STATS: &str = "SMARTCON_PRELOAD_EMU_STATS";
-
-/// The variables that make the library serve `image` from `spec`, in virtual or real time,
-/// with its `emu_process` records appended to `stats`.
-pub fn preload_env(spec: &str, image: &Path, virtual_time: bool, stats: &Path) -> Vec<(String, OsString)> {
-    vec![
-        (ENV_SPEC.into(), spec.into()),
-        (ENV_PATH.into(), image.into()),
-        (ENV_VIRTUAL_TIME.into(), if virtual_time { "1" } else { "0" }.into()),
-        (ENV_STATS.into(), stats.into()),
-    ]
+/// What makes the library serve `image` from `spec`, in virtual or real time, with its
+/// `emu_process` records appended to `stats` (the contract's variables,
+/// `smartcon_preload_contract::env`).
+pub fn emulate_env(spec: &str, image: &Path, virtual_time: bool, stats: &Path) -> EmulateEnv {
+    EmulateEnv {
+        spec: spec.to_string(),
+        image: image.to_path_buf(),
+        virtual_time,
+        stats: stats.to_path_buf(),
+        cpu_speed: None,
+    }
 }
 
 /// `SPEC=PATH` as `smartcon run --emulate` takes it: split at the last `=` (a spec has
@@ -142,26 +140,29 @@ pub struct EmuTotals {
     /// I/O to the image that went around the model, by kind (`io_uring` rings, `libaio`
     /// requests, `mmap` maps, `raw_syscall` calls).
     pub around_model: std::collections::BTreeMap<String, u64>,
+    /// Served requests by the way they waited (`smartcon run --strategy`; empty for the
+    /// reference wait).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub by_strategy: std::collections::BTreeMap<String, u64>,
 }
 
 /// Sums `emu_process` records (JSON Lines; other lines are skipped).
 pub fn sum_records(text: &str) -> EmuTotals {
     let mut t = EmuTotals::default();
-    for r in text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
-        if r["type"] != "emu_process" {
-            continue;
-        }
-        let u = |f: &str| r[f].as_u64().unwrap_or(0);
+    for r in parse_lines::<EmuProcessRecord>(text) {
         t.processes += 1;
-        t.reads += u("reads");
-        t.writes += u("writes");
-        t.bytes += u("bytes");
-        t.device_ns += u("device_ns");
-        t.cpu_ns += u("cpu_ns");
-        t.skew_ns += r["skew_ns"].as_i64().unwrap_or(0);
-        t.image_opens += u("image_opens");
-        for (k, v) in r["around_model"].as_object().into_iter().flatten() {
-            *t.around_model.entry(k.clone()).or_default() += v.as_u64().unwrap_or(0);
+        t.reads += r.reads;
+        t.writes += r.writes;
+        t.bytes += r.bytes;
+        t.device_ns += r.device_ns;
+        t.cpu_ns += r.cpu_ns;
+        t.skew_ns += r.skew_ns;
+        t.image_opens += r.image_opens;
+        for (k, v) in r.around_model {
+            *t.around_model.entry(k).or_default() += v;
+        }
+        for (k, v) in r.by_strategy {
+            *t.by_strategy.entry(k).or_default() += v;
         }
     }
     t
@@ -174,8 +175,14 @@ pub fn summary(spec: &str, virtual_time: bool, stats: &Path) -> (String, EmuTota
     let _ = std::fs::remove_file(stats);
     let clock =
         if virtual_time { format!("the clock skipped {:.3} s", t.skew_ns as f64 / 1e9) } else { "real time".into() };
+    let waits = if t.by_strategy.is_empty() {
+        String::new()
+    } else {
+        let by: Vec<String> = t.by_strategy.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        format!(", waited {}", by.join(", "))
+    };
     let line = format!(
-        "{spec} served {} reads and {} writes ({} bytes) in {} process(es), device time {:.3} s; {clock}",
+        "{spec} served {} reads and {} writes ({} bytes) in {} process(es){waits}, device time {:.3} s; {clock}",
         t.reads,
         t.writes,
         t.bytes,
@@ -242,24 +249,12 @@ fn io_err(what: &str, e: std::io::Error) -> Error {
 
 /// Writes the default program's source tree: `bytes` of C-like text in files of 16 KiB,
 /// deterministic, in directories of 32 files.
-/// Runs the program until it ends or the process is told to stop (SIGINT/SIGTERM set the
-/// engine's stop flag): then the program is sent SIGTERM, and SIGKILL a second later.
+/// Runs the program with the library (the contract's launcher) until it ends or the
+/// process is told to stop (SIGINT/SIGTERM set the engine's stop flag): then the program
+/// is sent SIGTERM, and SIGKILL a second later.
 fn wait_or_stop(cmd: &mut std::process::Command) -> std::io::Result<std::process::ExitStatus> {
-    let mut child = cmd.spawn()?;
-    let mut stopped_at = None;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
-        }
-        if smartcon_engine::stop::global().load(std::sync::atomic::Ordering::Relaxed) {
-            let since = *stopped_at.get_or_insert_with(std::time::Instant::now);
-            let signal =
-                if since.elapsed() < std::time::Duration::from_secs(1) { libc::SIGTERM } else { libc::SIGKILL };
-            // SAFETY: kill(2) on the pid of our own unreaped child: it cannot have been reused.
-            unsafe { libc::kill(child.id() as libc::pid_t, signal) };
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let mut escalation = Escalation::new(std::time::Duration::from_secs(1));
+    launch::run(cmd, || escalation.signal(smartcon_engine::stop::global().load(std::sync::atomic::Ordering::Relaxed)))
 }
 
 fn stopped() -> Result<(), Error> {
@@ -316,11 +311,8 @@ fn run_once(
     let program = args.first().ok_or_else(|| Error::new(ErrorKind::Usage, "sweep: an empty command"))?;
     let mut cmd = Command::new(program);
     cmd.args(&args[1..]).env("SMARTCON_SWEEP_IMAGE", &image).stdout(std::process::Stdio::null());
-    let old = std::env::var("LD_PRELOAD").unwrap_or_default();
-    cmd.env("LD_PRELOAD", format!("{}:{old}", opts.library.display()));
-    for (k, v) in preload_env(spec, &image, virtual_time, &stats) {
-        cmd.env(k, v);
-    }
+    let env = PreloadEnv { emulate: Some(emulate_env(spec, &image, virtual_time, &stats)), ..Default::default() };
+    Launch { library: opts.library.clone(), env }.apply(&mut cmd);
     let start = std::time::Instant::now();
     let status = wait_or_stop(&mut cmd).map_err(|e| io_err(&format!("run {}", program.to_string_lossy()), e))?;
     let wall_ns = start.elapsed().as_nanos() as u64;

@@ -6,7 +6,7 @@
 //! preload library reaches it. The guest's root is the host's own root on hostfs, read-only
 //! (the guest runs the host's tar, wc, fio); its one block device `/dev/ubda` is the image
 //! file, which UML's ubd helper thread reads and writes with `pread64`/`pwrite64`/`fsync`:
-//! the library serves each of those from the device model (`crate::sweep::preload_env`),
+//! the library serves each of those from the device model (`crate::sweep::emulate_env`),
 //! in real time (the seed's reference system) or in virtual time, where UML's clock, its
 //! timer and its idle wait are the library's ([`smartcon_preload`'s `vclock`]). The guest
 //! runs a generated `/bin/sh` init: it mounts proc, sysfs, devtmpfs, a tmpfs on /tmp and
@@ -33,6 +33,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_preload_contract::env::{EmulateEnv, PreloadEnv};
+use smartcon_preload_contract::launch::Launch;
 
 use crate::sweep::{self, EmuTotals};
 
@@ -386,13 +388,13 @@ fn boot(
         .args(["con0=null,fd:1", "con=null", "ssl=null", "quiet", "loglevel=0"])
         .arg(format!("uml_dir={}", work.display()))
         .arg(format!("umid=smartcon-vm-{}", std::process::id()));
-    let old = std::env::var("LD_PRELOAD").unwrap_or_default();
-    cmd.env("LD_PRELOAD", format!("{}:{old}", opts.library.display()))
-        .env("TMPDIR", uml_tmp_dir(work))
-        .envs(sweep::preload_env(&opts.spec, &image, opts.virtual_time, &stats))
-        .env(CPU_SPEED_ENV, format!("{}", opts.cpu_speed))
-        .stdin(std::process::Stdio::null())
-        .process_group(0);
+    let emulate = EmulateEnv {
+        cpu_speed: Some(opts.cpu_speed),
+        ..sweep::emulate_env(&opts.spec, &image, opts.virtual_time, &stats)
+    };
+    Launch { library: opts.library.clone(), env: PreloadEnv { emulate: Some(emulate), ..Default::default() } }
+        .apply(&mut cmd);
+    cmd.env("TMPDIR", uml_tmp_dir(work)).stdin(std::process::Stdio::null()).process_group(0);
     say(&format!(
         "booting {} ({} MiB, root on hostfs read-only, /dev/ubda = {} on {}, {} time)",
         opts.kernel.display(),
@@ -488,9 +490,6 @@ fn uml_tmp_dir(work: &Path) -> PathBuf {
         work.to_path_buf()
     }
 }
-
-/// The library's variable for `--cpu-speed`.
-pub const CPU_SPEED_ENV: &str = "SMARTCON_PRELOAD_CPU_SPEED";
 
 /// The one-line summary.
 pub fn summary_line(r: &VmResult) -> String {

@@ -7,7 +7,9 @@
 //! are the kernel's), and its completion event is held back until the program's clock
 //! (real or virtual) reaches the model's completion instant for an arrival at submission.
 //! `io_getevents` hands out the held events in completion order, waiting on that clock for
-//! `min_nr` of them (a virtual wait counts as idle, so the clock jumps); requests the kernel
+//! `min_nr` of them as the run's strategy says for the earliest one (decided at submission,
+//! as [`crate::emu`] decides a synchronous call's wait; a virtual `block` wait counts as idle,
+//! so the clock jumps); requests the kernel
 //! has (other descriptors of the same context) are collected alongside. Everything else
 //! goes to libaio as it is, and is counted as libaio that was not taken.
 //!
@@ -25,9 +27,12 @@ use libc::{c_int, c_long, c_void, iovec, timespec};
 use smartcon_devemu::Op;
 
 use crate::bypass::{self, Seen};
-use crate::process::{self, Busy, Spin};
+use crate::emu;
+use crate::guard::{Busy, Spin};
+use crate::process;
 use crate::real::{call_real, Sym};
-use crate::{emu, vclock};
+use crate::vclock::domain;
+use crate::vclock::sleep::DeviceWait;
 
 static IO_SUBMIT: Sym = Sym::new(c"io_submit");
 static IO_GETEVENTS: Sym = Sym::new(c"io_getevents");
@@ -72,6 +77,19 @@ struct Held {
     ctx: usize,
     event: IoEvent,
     complete_ns: u64,
+    /// How `io_getevents` waits for it (the run's strategy, decided at submission).
+    wait: DeviceWait,
+    /// Bytes in the image's in-flight counters until it is reaped (0: not entered).
+    inflight_bytes: u64,
+}
+
+impl Held {
+    /// Leaves the image's in-flight counters (reaped, or its context destroyed).
+    fn reaped(&self) {
+        if self.inflight_bytes > 0 {
+            emu::aio_reaped(self.inflight_bytes);
+        }
+    }
 }
 
 /// Held completions of every context, and the requests each context has in the kernel.
@@ -183,7 +201,7 @@ unsafe fn data_half(cb: &Iocb) -> i64 {
 /// As libaio's io_submit(3).
 #[no_mangle]
 pub unsafe extern "C" fn io_submit(ctx: *mut c_void, nr: c_long, iocbs: *mut *mut Iocb) -> c_int {
-    let counting = !process::inside() && (process::active() || emu::active());
+    let counting = !crate::guard::inside() && (process::active() || emu::active());
     // SAFETY: the caller promises nr valid iocb pointers.
     let any_image =
         emu::active() && nr > 0 && !iocbs.is_null() && (0..nr as usize).any(|i| unsafe { emulated(*iocbs.add(i)) });
@@ -200,8 +218,8 @@ pub unsafe extern "C" fn io_submit(ctx: *mut c_void, nr: c_long, iocbs: *mut *mu
         // SAFETY: forwarded caller promise.
         return unsafe { real_submit(ctx, nr, iocbs) };
     };
-    let virtual_time = vclock::on();
-    let arrival_ns = if virtual_time { vclock::observe_ns().0 } else { vclock::real_ns(libc::CLOCK_MONOTONIC) };
+    let virtual_time = domain::on();
+    let arrival_ns = if virtual_time { domain::observe_ns().0 } else { domain::real_ns(libc::CLOCK_MONOTONIC) };
     let mut done: c_int = 0;
     for i in 0..nr as usize {
         // SAFETY: the caller promises nr valid iocb pointers.
@@ -213,13 +231,15 @@ pub unsafe extern "C" fn io_submit(ctx: *mut c_void, nr: c_long, iocbs: *mut *mu
             // SAFETY: its buffers are valid as io_submit requires.
             let res = unsafe { data_half(cb) };
             let op = if matches!(cb.opcode, IO_CMD_PREAD | IO_CMD_PREADV) { Op::Read } else { Op::Write };
-            let complete_ns = if res > 0 {
-                emu::schedule_request(op, cb.offset.max(0) as u64, res as u64, arrival_ns).unwrap_or(arrival_ns)
+            let (complete_ns, wait, inflight_bytes) = if res > 0 {
+                let wait = emu::aio_submitted(res as u64, op == Op::Write);
+                let at = emu::schedule_request(op, cb.offset.max(0) as u64, res as u64, arrival_ns);
+                (at.unwrap_or(arrival_ns), wait, res as u64)
             } else {
-                arrival_ns
+                (arrival_ns, DeviceWait::Precise, 0)
             };
             let event = IoEvent { data: cb.data, obj: p as u64, res, res2: 0 };
-            HELD.lock().push(Held { ctx: ctx as usize, event, complete_ns });
+            HELD.lock().push(Held { ctx: ctx as usize, event, complete_ns, wait, inflight_bytes });
             HELD_COUNT.fetch_add(1, Ordering::Relaxed);
             done += 1;
             continue;
@@ -247,11 +267,11 @@ pub unsafe extern "C" fn io_submit(ctx: *mut c_void, nr: c_long, iocbs: *mut *mu
 }
 
 /// Moves held events of `ctx` whose instant has come (at most `room`) into `out`, in
-/// completion order; returns how many, and the earliest instant still held.
+/// completion order; returns how many, and the earliest instant still held with its wait.
 ///
 /// # Safety
 /// `out` is valid for `room` events.
-unsafe fn take_ready(ctx: usize, now_ns: u64, out: *mut IoEvent, room: usize) -> (usize, Option<u64>) {
+unsafe fn take_ready(ctx: usize, now_ns: u64, out: *mut IoEvent, room: usize) -> (usize, Option<(u64, DeviceWait)>) {
     let mut held = HELD.lock();
     let mut n = 0;
     while n < room {
@@ -260,22 +280,22 @@ unsafe fn take_ready(ctx: usize, now_ns: u64, out: *mut IoEvent, room: usize) ->
             Some((i, h)) if h.complete_ns <= now_ns => {
                 // SAFETY: n < room (the caller's promise on out).
                 unsafe { out.add(n).write(h.event) };
-                held.swap_remove(i);
+                held.swap_remove(i).reaped();
                 HELD_COUNT.fetch_sub(1, Ordering::Relaxed);
                 n += 1;
             }
             _ => break,
         }
     }
-    let earliest = held.iter().filter(|h| h.ctx == ctx).map(|h| h.complete_ns).min();
+    let earliest = held.iter().filter(|h| h.ctx == ctx).min_by_key(|h| h.complete_ns).map(|h| (h.complete_ns, h.wait));
     (n, earliest)
 }
 
 fn now_ns(virtual_time: bool) -> u64 {
     if virtual_time {
-        vclock::observe_ns().0
+        domain::observe_ns().0
     } else {
-        vclock::real_ns(libc::CLOCK_MONOTONIC)
+        domain::real_ns(libc::CLOCK_MONOTONIC)
     }
 }
 
@@ -295,7 +315,7 @@ pub unsafe extern "C" fn io_getevents(
 ) -> c_int {
     let c = ctx as usize;
     let held_here = HELD_COUNT.load(Ordering::Relaxed) > 0 && HELD.lock().iter().any(|h| h.ctx == c);
-    if !held_here || nr <= 0 || events.is_null() || min_nr > nr || process::inside() {
+    if !held_here || nr <= 0 || events.is_null() || min_nr > nr || crate::guard::inside() {
         // SAFETY: forwarded caller promise.
         let r = unsafe { real_getevents(ctx, min_nr, nr, events, timeout) };
         if r > 0 {
@@ -303,7 +323,7 @@ pub unsafe extern "C" fn io_getevents(
         }
         return r;
     }
-    let virtual_time = vclock::on();
+    let virtual_time = domain::on();
     let start = now_ns(virtual_time);
     let deadline = if timeout.is_null() {
         u64::MAX
@@ -336,22 +356,18 @@ pub unsafe extern "C" fn io_getevents(
         }
         let kernel = kernel_inflight(c) > 0;
         match earliest {
-            Some(at) if !kernel || virtual_time => {
+            Some((at, wait)) if !kernel || virtual_time => {
                 // Only held events (or virtual time, where a kernel request cannot be
-                // waited for without holding the clock): wait on the program's clock, in
-                // slices when the kernel also has requests.
+                // waited for without holding the clock): wait on the program's clock as the
+                // earliest one's strategy says, in slices when the kernel also has requests.
                 let until = at.min(deadline);
                 let until = if kernel { until.min(now + 1_000_000) } else { until };
-                if virtual_time {
-                    vclock::wait_until(until);
-                } else {
-                    vclock::real_sleep_until(until);
-                }
+                emu::wait_on_clock(wait, until);
             }
             _ => {
                 // The kernel's requests: wait for one in the kernel, no later than the next
                 // held instant or the deadline.
-                let until = earliest.unwrap_or(u64::MAX).min(deadline);
+                let until = earliest.map_or(u64::MAX, |(at, _)| at).min(deadline);
                 let mut ts = ts_of(until.saturating_sub(now).min(1_000_000_000));
                 // SAFETY: as above.
                 let r = unsafe { real_getevents(ctx, 1, (nr - got) as c_long, events.add(got), &mut ts) };
@@ -375,6 +391,7 @@ pub unsafe extern "C" fn io_destroy(ctx: *mut c_void) -> c_int {
     if HELD_COUNT.load(Ordering::Relaxed) > 0 {
         let mut held = HELD.lock();
         let before = held.len();
+        held.iter().filter(|h| h.ctx == c).for_each(Held::reaped);
         held.retain(|h| h.ctx != c);
         HELD_COUNT.fetch_sub((before - held.len()) as u64, Ordering::Relaxed);
     }
@@ -405,7 +422,11 @@ pub fn fork_parent() {
 /// A fork's child has no contexts (the kernel does not copy them): nothing is held.
 pub fn fork_child() {
     fork_parent();
-    HELD.lock().clear();
+    let mut held = HELD.lock();
+    // The image's in-flight counters are a copy of the parent's: its held requests leave.
+    held.iter().for_each(Held::reaped);
+    held.clear();
+    drop(held);
     KERNEL_INFLIGHT.lock().clear();
     HELD_COUNT.store(0, Ordering::Relaxed);
 }

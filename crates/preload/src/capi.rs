@@ -19,8 +19,8 @@ use libc::{c_int, c_uint, c_void, size_t, ssize_t};
 use smartcon_engine::decision::{Reason, Strategy};
 use smartcon_engine::error::Error;
 
+use crate::guard::Busy;
 use crate::port::Port;
-use crate::process::Busy;
 
 /// Bumped when a function's meaning or a struct's layout changes.
 pub const ABI_VERSION: c_uint = 2;

@@ -4,24 +4,37 @@
 //! that links libsmartcon.so for the C ABI gets plain pass-through wrappers. The variables
 //! are read once, in the constructor, with `getenv` (no allocation before it is needed).
 //!
-//! | variable | meaning |
-//! |---|---|
-//! | `SMARTCON_PRELOAD_STRATEGY` | `smart`, `block`, `spin`, `hybrid` or `smart-hybrid`: interposition on |
-//! | `SMARTCON_PRELOAD_STATS` | a file each process appends its record to at exit (JSON Lines) |
-//! | `SMARTCON_PRELOAD_BUFFERED` | `1`: take buffered regular files on block devices too |
-//! | `SMARTCON_PRELOAD_INHERIT` | `0`: remove the preload from the environment, so programs this one executes run untouched |
+//! The variables and their meaning are the contract's (`smartcon_preload_contract::env`),
+//! shared with the programs that set them. The configuration is kept here, set once by the
+//! constructor ([`init`]) and read by every layer above ([`get`]).
 
 use std::ffi::CStr;
+use std::sync::OnceLock;
 
 use smartcon_engine::job::StrategyChoice;
+use smartcon_preload_contract::env;
+pub use smartcon_preload_contract::env::STRATEGY_NAMES;
 
-pub const ENV_STRATEGY: &str = "SMARTCON_PRELOAD_STRATEGY";
-pub const ENV_STATS: &str = "SMARTCON_PRELOAD_STATS";
-pub const ENV_BUFFERED: &str = "SMARTCON_PRELOAD_BUFFERED";
-pub const ENV_INHERIT: &str = "SMARTCON_PRELOAD_INHERIT";
+static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
 
-/// The strategies `smartcon run` offers (the polling baselines need a device model).
-pub const STRATEGY_NAMES: [&str; 5] = ["smart", "block", "spin", "hybrid", "smart-hybrid"];
+/// Reads the environment once (the constructor) and drops the library from it when asked;
+/// returns whether interposition is on.
+pub fn init() -> bool {
+    let config = Config::from_env();
+    if let Some(c) = &config {
+        if !c.inherit {
+            drop_from_environment();
+        }
+    }
+    let on = config.is_some();
+    let _ = CONFIG.set(config);
+    on
+}
+
+/// The configuration, when interposition is on.
+pub fn get() -> Option<&'static Config> {
+    CONFIG.get().and_then(|c| c.as_ref())
+}
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -55,23 +68,25 @@ impl Config {
     /// The configuration from the environment, or `None` when interposition is off (the
     /// variable is absent or names no strategy we take).
     pub fn from_env() -> Option<Config> {
-        let strategy = parse_strategy(&getenv(ENV_STRATEGY)?)?;
+        let strategy = parse_strategy(&getenv(env::STRATEGY)?)?;
         Some(Config {
             strategy,
-            stats_path: getenv(ENV_STATS).filter(|s| !s.is_empty()).map(Into::into),
-            buffered: getenv(ENV_BUFFERED).as_deref() == Some("1"),
-            inherit: getenv(ENV_INHERIT).as_deref() != Some("0"),
+            stats_path: getenv(env::STATS).filter(|s| !s.is_empty()).map(Into::into),
+            buffered: getenv(env::BUFFERED).as_deref() == Some("1"),
+            inherit: getenv(env::INHERIT).as_deref() != Some("0"),
         })
     }
 }
 
-/// Removes this library from `LD_PRELOAD` and the SMARTCON_PRELOAD_* variables from the
+/// Removes this library from `LD_PRELOAD` and the interposition's variables from the
 /// environment, so programs this process executes run untouched. Called from the
 /// constructor, before the program's own threads exist (setenv is not thread-safe).
-pub fn drop_from_environment() {
+fn drop_from_environment() {
     if let Some(list) = getenv("LD_PRELOAD") {
-        let kept: Vec<&str> =
-            list.split([' ', ':']).filter(|p| !p.is_empty() && !p.ends_with("/libsmartcon.so")).collect();
+        let kept: Vec<&str> = list
+            .split([' ', ':'])
+            .filter(|p| !p.is_empty() && !p.ends_with(&format!("/{}", env::LIBRARY_FILE)))
+            .collect();
         // SAFETY: NUL-terminated strings; single-threaded at constructor time.
         unsafe {
             if kept.is_empty() {
@@ -81,7 +96,9 @@ pub fn drop_from_environment() {
             }
         }
     }
-    for name in [ENV_STRATEGY, ENV_STATS, ENV_BUFFERED, ENV_INHERIT] {
+    // The emulated image's variables stay: without LD_PRELOAD nothing reads them, and this
+    // image's own emulation reads them after this runs.
+    for name in [env::STRATEGY, env::STATS, env::BUFFERED, env::INHERIT] {
         if let Ok(c) = std::ffi::CString::new(name) {
             // SAFETY: as above.
             unsafe { libc::unsetenv(c.as_ptr()) };

@@ -12,14 +12,19 @@
 //! through, because emulating the file offset with lseek cannot be made atomic across
 //! processes, while the positional calls stay taken.
 //!
+//! Routing layer: the per-descriptor state the interposed calls route by, and the stripes
+//! that serialise `read`/`write` offset emulation per descriptor among this process's
+//! threads. Below it: the emulated image's own per-descriptor cache ([`crate::emu`]).
+//!
 //! Non-goals: descriptors at or above FD_MAX (passed through), and closes the library does
 //! not see (glibc-internal ones such as fclose): a number reused after such a close keeps
 //! its old entry until the next open or I/O error resets it (see `Taken` fallbacks).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Descriptors at or above this are never taken (the table is 512 KiB of untouched bss).
-pub const FD_MAX: usize = 65_536;
+pub use crate::real::FD_MAX;
+
+use crate::guard::{Spin, SpinGuard};
 
 const STATE_MASK: u64 = 0b11;
 const UNKNOWN: u64 = 0;
@@ -97,6 +102,27 @@ pub fn classify(fd: i32, seen: u64, taken: bool, append: bool) {
     let state = if taken { TAKEN } else { PASS };
     let new = (old & !(STATE_MASK | APPEND)) | state | if append { APPEND } else { 0 };
     let _ = s.compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed);
+}
+
+/// Serialises read/write/lseek emulation per descriptor among this process's threads.
+static STRIPES: [Spin<()>; 64] = [const { Spin::new(()) }; 64];
+
+/// The stripe of descriptor `fd` (callers pass a non-negative descriptor).
+pub fn lock_stripe(fd: i32) -> SpinGuard<'static, ()> {
+    STRIPES[fd.unsigned_abs() as usize % STRIPES.len()].lock()
+}
+
+/// Held across fork by the prepare handler, so the child never inherits one locked.
+pub fn lock_stripes_for_fork() {
+    for s in &STRIPES {
+        std::mem::forget(s.lock());
+    }
+}
+
+pub fn unlock_stripes_after_fork() {
+    for s in &STRIPES {
+        s.unlock_after_fork();
+    }
 }
 
 /// How a descriptor looks to the kernel, for the classification.

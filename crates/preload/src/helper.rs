@@ -16,16 +16,15 @@
 //! Under virtual time the helper also joins the clock's domain (its thread is counted, so
 //! the clock does not jump while it runs), as a forked child does.
 //!
+//! This file is the registry of helper stacks (base layer: the "inside the library" mark of
+//! [`crate::guard`] needs it); the interposed `clone` that fills it is [`crate::clone`].
+//!
 //! Non-goals: other architectures than x86-64 (the interposed `clone` reads its optional
 //! arguments as the x86-64 calling convention passes them), more than [`HELPERS_MAX`]
 //! helpers (later ones run on their own stack, untouched), and freeing a helper's stack
 //! (helpers live as long as the program).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-use libc::{c_int, c_void, pid_t};
-
-use crate::real::Sym;
 
 /// Helpers that get a stack of the library's, at most.
 pub const HELPERS_MAX: usize = 8;
@@ -80,30 +79,27 @@ pub fn busy(index: usize) -> bool {
     HELPERS[index].busy.load(Ordering::Acquire)
 }
 
-/// The helper's first code on its new stack: joins the clock's domain, then runs the
-/// program's function and returns its status (the helper's exit status).
-extern "C" fn trampoline(index: *mut c_void) -> c_int {
-    let h = &HELPERS[index as usize];
-    crate::vclock::join_domain();
-    let func = h.func.load(Ordering::Acquire);
-    let arg = h.arg.load(Ordering::Acquire) as *mut c_void;
-    // SAFETY: `func` is the non-null function pointer the program passed to clone (checked
-    // there), stored unchanged; it is called as clone would have called it.
-    let func: extern "C" fn(*mut c_void) -> c_int = unsafe { std::mem::transmute(func) };
-    func(arg)
+/// Claims a helper slot for a helper that will run `func(arg)`: a fresh stack of the
+/// library's, registered, and the 16-byte aligned top to start it on with the slot's index
+/// as its argument. None past [`HELPERS_MAX`] or without memory (the helper then runs on
+/// its own stack, untouched).
+pub fn claim(func: usize, arg: usize) -> Option<(usize, usize)> {
+    let index = USED.fetch_add(1, Ordering::AcqRel);
+    let (low, high) = if index < HELPERS_MAX { new_stack()? } else { return None };
+    let h = &HELPERS[index];
+    h.func.store(func, Ordering::Release);
+    h.arg.store(arg, Ordering::Release);
+    h.high.store(high, Ordering::Release);
+    h.low.store(low, Ordering::Release);
+    // 16-byte aligned top, as the ABI wants at a call.
+    Some((index, (high - 64) & !15))
 }
 
-static CLONE: Sym = Sym::new(c"clone");
-
-type CloneFn = unsafe extern "C" fn(
-    Option<extern "C" fn(*mut c_void) -> c_int>,
-    *mut c_void,
-    c_int,
-    *mut c_void,
-    *mut pid_t,
-    *mut c_void,
-    *mut pid_t,
-) -> c_int;
+/// The function and argument the helper of slot `index` runs.
+pub fn entry(index: usize) -> (usize, usize) {
+    let h = &HELPERS[index];
+    (h.func.load(Ordering::Acquire), h.arg.load(Ordering::Acquire))
+}
 
 /// A fresh stack with a guard page below it: (low, high), or None.
 fn new_stack() -> Option<(usize, usize)> {
@@ -126,53 +122,6 @@ fn new_stack() -> Option<(usize, usize)> {
     unsafe { libc::mprotect(p, GUARD_BYTES, libc::PROT_NONE) };
     let low = p as usize + GUARD_BYTES;
     Some((low, low + STACK_BYTES))
-}
-
-/// glibc's `clone`, with the optional arguments read as x86-64 passes them (the sixth
-/// and seventh from r9 and the stack, whether or not the caller passed them).
-///
-/// # Safety
-/// As clone(2) (glibc's wrapper).
-#[cfg(target_arch = "x86_64")]
-#[no_mangle]
-pub unsafe extern "C" fn clone(
-    func: Option<extern "C" fn(*mut c_void) -> c_int>,
-    stack: *mut c_void,
-    flags: c_int,
-    arg: *mut c_void,
-    parent_tid: *mut pid_t,
-    tls: *mut c_void,
-    child_tid: *mut pid_t,
-) -> c_int {
-    let Some(real) = CLONE.get() else {
-        crate::real::set_errno(libc::ENOSYS);
-        return -1;
-    };
-    // SAFETY: the address dlsym gave for glibc's clone, whose arguments these are. Extra
-    // optional arguments are read by it only when `flags` asks for them (then the caller
-    // passed them), so forwarding unpassed register/stack contents is harmless.
-    let real: CloneFn = unsafe { std::mem::transmute::<usize, CloneFn>(real) };
-    let helper = flags & libc::CLONE_VM != 0 && flags & libc::CLONE_THREAD == 0;
-    if !helper || func.is_none() || !crate::emu::active() {
-        // SAFETY: forwarded unchanged.
-        return unsafe { real(func, stack, flags, arg, parent_tid, tls, child_tid) };
-    }
-    let index = USED.fetch_add(1, Ordering::AcqRel);
-    let stack_range = if index < HELPERS_MAX { new_stack() } else { None };
-    let Some((low, high)) = stack_range else {
-        // SAFETY: forwarded unchanged (no slot or no memory: the helper's own stack).
-        return unsafe { real(func, stack, flags, arg, parent_tid, tls, child_tid) };
-    };
-    let h = &HELPERS[index];
-    h.func.store(func.map_or(0, |f| f as usize), Ordering::Release);
-    h.arg.store(arg as usize, Ordering::Release);
-    h.high.store(high, Ordering::Release);
-    h.low.store(low, Ordering::Release);
-    // 16-byte aligned top, as the ABI wants at a call.
-    let top = (high - 64) & !15;
-    // SAFETY: `top` is inside a live mapping of ours that nothing else uses; the trampoline
-    // calls the program's function with its argument, as clone would have.
-    unsafe { real(Some(trampoline), top as *mut c_void, flags, index as *mut c_void, parent_tid, tls, child_tid) }
 }
 
 #[cfg(test)]

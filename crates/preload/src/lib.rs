@@ -22,13 +22,32 @@
 //! chose how to wait), memory-mapped files, and vectored calls with more than one buffer
 //! (passed through).
 
+//! Layers (each reaches only the ones below it; `scripts/check-preload-layers.sh` fails on
+//! an edge upwards or a circle):
+//!
+//! 1. interposition: the interposed calls and the C ABI ([`shim`], [`aio`], [`waits`],
+//!    [`vtimer`], [`vclock::interpose`], [`clone`], [`capi`]) and what runs at load
+//!    ([`lifecycle`]);
+//! 2. per-descriptor routing: which descriptor goes where, and each thread's ports
+//!    ([`fdtable`], [`process`]);
+//! 3. device and clock services: the emulated image ([`emu`]), the engine's port
+//!    ([`port`]), the monitor and in-flight counters ([`devices`]), the clock's domain and
+//!    its waits ([`vclock::domain`], [`vclock::sleep`]);
+//! 4. base: the real libc ([`real`]), the guards ([`guard`]), the clone helpers' stacks
+//!    ([`helper`]), the configuration ([`config`]), counters and records ([`bypass`],
+//!    [`record`]).
+
 pub mod aio;
 pub mod bypass;
 pub mod capi;
+pub mod clone;
 pub mod config;
+pub mod devices;
 pub mod emu;
 pub mod fdtable;
+pub mod guard;
 pub mod helper;
+pub mod lifecycle;
 pub mod port;
 pub mod process;
 pub mod real;
@@ -40,8 +59,7 @@ pub mod waits;
 
 /// Runs when the shared object is loaded (before the program's `main`).
 extern "C" fn on_load() {
-    process::init();
-    emu::init();
+    lifecycle::on_load();
 }
 
 #[used]

@@ -12,27 +12,26 @@
 //! dropped unused (their rings belong to the parent) and every descriptor becomes
 //! `shared` in both processes (`read`/`write` on them then pass through).
 //!
+//! Routing layer: below the interposed calls, above the device and clock services
+//! ([`crate::devices`], [`crate::emu`], [`crate::port`]).
+//!
 //! Non-goals: async-signal safety of the first taken I/O on a descriptor in a thread (it
 //! allocates a port); later ones do not allocate.
 
-use std::cell::{Cell, RefCell, UnsafeCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-
-use smartcon_engine::monitor::{SystemMonitor, ThreadRegistration, WINDOW_NS_DEFAULT};
-use smartcon_engine::smartport::SmartPortOptions;
-use smartcon_engine::target::InFlight;
+use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
+use crate::guard::Spin;
 use crate::port::Port;
-use crate::record::{Counters, ProcessRecord};
+use crate::record::{process_record, Counters};
 
 /// Ports one thread keeps open at most; past it the least recently used is dropped.
 pub const PORTS_PER_THREAD_MAX: usize = 256;
 
-static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Bumped in a fork's child: thread states from before it are stale.
 static FORK_EPOCH: AtomicU64 = AtomicU64::new(0);
@@ -43,64 +42,6 @@ static FORKS: AtomicU64 = AtomicU64::new(0);
 static IMAGE_PID: AtomicU32 = AtomicU32::new(0);
 static IMAGE: Spin<String> = Spin::new(String::new());
 static REGISTRY: Spin<Registry> = Spin::new(Registry { threads: Vec::new(), retired: None, notes: Vec::new() });
-/// This process's System Monitor and per-device in-flight counters. Not the engine's
-/// process-wide ones: after a fork those would be the parent's (a monitor whose ticker
-/// thread is not in the child, counters holding the parent's in-flight I/O).
-static DEVICES: Spin<Option<Devices>> = Spin::new(None);
-
-struct Devices {
-    monitor: Option<Arc<SystemMonitor>>,
-    inflight: HashMap<u64, Arc<InFlight>>,
-}
-
-fn needs_monitor() -> bool {
-    config().is_some_and(|c| !matches!(c.strategy, smartcon_engine::job::StrategyChoice::Fixed(_)))
-}
-
-/// The process's monitor, started on first use (a fixed strategy never needs it; the
-/// engine still wants one, so it gets an idle one that is never started twice).
-fn monitor() -> Arc<SystemMonitor> {
-    let mut note = None;
-    let m = {
-        let mut d = DEVICES.lock();
-        let d = d.get_or_insert_with(|| Devices { monitor: None, inflight: HashMap::new() });
-        d.monitor
-            .get_or_insert_with(|| {
-                if !needs_monitor() {
-                    return Arc::new(SystemMonitor::fixed(0));
-                }
-                match SystemMonitor::try_start(WINDOW_NS_DEFAULT) {
-                    Ok(m) => Arc::new(m),
-                    Err(e) => {
-                        note = Some(format!("the System Monitor did not start ({e}); smart sees an idle CPU"));
-                        Arc::new(SystemMonitor::fixed(0))
-                    }
-                }
-            })
-            .clone()
-    };
-    // Outside DEVICES: the lock order is DEVICES before REGISTRY only in fork_prepare.
-    add_notes(&note.into_iter().collect::<Vec<_>>());
-    m
-}
-
-/// The port options of the interposed calls: the run's strategy, this process's monitor
-/// and the device's in-flight counters (`dev`: st_rdev of a block device, else st_dev).
-fn shim_options(dev: u64) -> SmartPortOptions {
-    let monitor = monitor();
-    let inflight = {
-        let mut d = DEVICES.lock();
-        let d = d.get_or_insert_with(|| Devices { monitor: None, inflight: HashMap::new() });
-        d.inflight.entry(dev).or_default().clone()
-    };
-    SmartPortOptions {
-        strategy: config().map(|c| c.strategy).unwrap_or(smartcon_engine::job::StrategyChoice::Smart),
-        monitor: Some(monitor),
-        inflight: Some(inflight),
-        ..Default::default()
-    }
-}
-
 struct Registry {
     threads: Vec<Arc<Mutex<ThreadState>>>,
     /// Counters of threads that exited and ports that were dropped.
@@ -108,58 +49,8 @@ struct Registry {
     notes: Vec<String>,
 }
 
-/// A minimal spin lock whose state a fork handler can reset.
-pub struct Spin<T> {
-    locked: AtomicBool,
-    value: UnsafeCell<T>,
-}
-
-// SAFETY: access to `value` is serialized by `locked` (acquire/release).
-unsafe impl<T: Send> Sync for Spin<T> {}
-
-pub struct SpinGuard<'a, T>(&'a Spin<T>);
-
-impl<T> Spin<T> {
-    pub const fn new(value: T) -> Spin<T> {
-        Spin { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
-    }
-
-    pub fn lock(&self) -> SpinGuard<'_, T> {
-        while self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            std::thread::yield_now();
-        }
-        SpinGuard(self)
-    }
-
-    /// Releases a lock held across fork (the guard was forgotten in the prepare handler).
-    pub(crate) fn unlock_after_fork(&self) {
-        self.locked.store(false, Ordering::Release);
-    }
-}
-
-impl<T> std::ops::Deref for SpinGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        // SAFETY: the guard holds the lock.
-        unsafe { &*self.0.value.get() }
-    }
-}
-
-impl<T> std::ops::DerefMut for SpinGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: the guard holds the lock exclusively.
-        unsafe { &mut *self.0.value.get() }
-    }
-}
-
-impl<T> Drop for SpinGuard<'_, T> {
-    fn drop(&mut self) {
-        self.0.locked.store(false, Ordering::Release);
-    }
-}
-
 pub fn config() -> Option<&'static Config> {
-    CONFIG.get().and_then(|c| c.as_ref())
+    crate::config::get()
 }
 
 /// Whether interposition is on in this process.
@@ -176,18 +67,9 @@ fn new_image() -> String {
     format!("{}-{}-{}", std::process::id(), smartcon_engine::clock::now_ns(), FORKS.load(Ordering::Relaxed))
 }
 
-/// Called once from the library's constructor.
+/// Called once from the library's constructor, after the configuration is read.
 pub fn init() {
-    crate::real::resolve_all();
-    let config = Config::from_env();
-    let on = config.is_some();
-    if let Some(c) = &config {
-        if !c.inherit {
-            crate::config::drop_from_environment();
-        }
-    }
-    let _ = CONFIG.set(config);
-    if !on {
+    if config().is_none() {
         return;
     }
     *IMAGE.lock() = new_image();
@@ -205,17 +87,17 @@ pub fn init() {
 extern "C" fn fork_prepare() {
     // Held across fork; released by the parent and child handlers. The order is the I/O
     // path's: a descriptor stripe, the devices, then the registry.
-    crate::shim::lock_stripes_for_fork();
-    std::mem::forget(DEVICES.lock());
+    crate::fdtable::lock_stripes_for_fork();
+    crate::devices::fork_prepare();
     std::mem::forget(REGISTRY.lock());
     std::mem::forget(IMAGE.lock());
 }
 
 extern "C" fn fork_parent() {
-    DEVICES.unlock_after_fork();
+    crate::devices::fork_parent();
     IMAGE.unlock_after_fork();
     REGISTRY.unlock_after_fork();
-    crate::shim::unlock_stripes_after_fork();
+    crate::fdtable::unlock_stripes_after_fork();
     crate::fdtable::mark_all_shared();
 }
 
@@ -226,19 +108,17 @@ extern "C" fn fork_child() {
     // one else can be inside them; the old contents belong to the parent's threads and are
     // leaked (their mutexes may be held by threads that do not exist here).
     unsafe {
-        let reg = &mut *REGISTRY.value.get();
+        let reg = REGISTRY.held_value();
         std::mem::forget(std::mem::take(&mut reg.threads));
         reg.retired = None;
         reg.notes.clear();
-        *IMAGE.value.get() = new_image();
-        // The parent's monitor (its ticker is not in the child) and counters: leaked.
-        std::mem::forget((*DEVICES.value.get()).take());
+        *IMAGE.held_value() = new_image();
     }
-    DEVICES.unlock_after_fork();
+    crate::devices::fork_child();
     IMAGE_PID.store(std::process::id(), Ordering::Relaxed);
     IMAGE.unlock_after_fork();
     REGISTRY.unlock_after_fork();
-    crate::shim::unlock_stripes_after_fork();
+    crate::fdtable::unlock_stripes_after_fork();
     crate::bypass::reset();
     crate::fdtable::mark_all_shared();
 }
@@ -252,9 +132,6 @@ struct Slot {
 
 pub struct ThreadState {
     epoch: u64,
-    /// Leaves this thread's CPU time out of the monitor's figure (a spinner must not see
-    /// its own spinning as load).
-    registration: Option<ThreadRegistration>,
     ports: HashMap<i32, Slot>,
     tick: u64,
 }
@@ -270,8 +147,8 @@ impl ThreadState {
 
     /// The port for `fd` at `generation`, opened on first use. `None` = pass through.
     pub fn port(&mut self, fd: i32, generation: u64) -> Option<&mut Port> {
-        if self.registration.is_none() && needs_monitor() {
-            self.registration = Some(monitor().register_current_thread());
+        if crate::devices::needs_monitor() {
+            crate::devices::register_current_thread(&crate::devices::monitor().0);
         }
         self.tick += 1;
         let tick = self.tick;
@@ -288,7 +165,9 @@ impl ThreadState {
         }
         let slot = self.ports.entry(fd).or_insert_with(|| {
             let dev = crate::fdtable::probe(fd).map_or(0, |p| p.dev);
-            let port = match Port::open(fd, shim_options(dev)) {
+            let (options, note) = crate::devices::port_options(dev);
+            add_notes(&note.into_iter().collect::<Vec<_>>());
+            let port = match Port::open(fd, options) {
                 Ok(p) => {
                     add_notes(p.notes());
                     Some(p)
@@ -353,58 +232,9 @@ impl Drop for Holder {
 
 thread_local! {
     static STATE: RefCell<Option<Holder>> = const { RefCell::new(None) };
-    static BUSY: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks the thread as inside the library: calls it makes itself (or a signal handler
-/// makes meanwhile) go straight to the real functions.
-pub struct Busy(());
-
-impl Busy {
-    /// `None` when the thread is already inside the library.
-    pub fn try_enter() -> Option<Busy> {
-        // A helper sharing its creator's TLS (crate::helper) keeps its own flag.
-        let was = match crate::helper::current() {
-            Some(i) => crate::helper::swap_busy(i, true),
-            None => BUSY.try_with(|b| b.replace(true)).unwrap_or(true),
-        };
-        // Lazily: a guard built and dropped here would clear the flag of the outer call.
-        (!was).then(|| Busy(()))
-    }
-
-    fn enter() -> Busy {
-        match crate::helper::current() {
-            Some(i) => {
-                crate::helper::swap_busy(i, true);
-            }
-            None => {
-                let _ = BUSY.try_with(|b| b.set(true));
-            }
-        }
-        Busy(())
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        match crate::helper::current() {
-            Some(i) => {
-                crate::helper::swap_busy(i, false);
-            }
-            None => {
-                let _ = BUSY.try_with(|b| b.set(false));
-            }
-        }
-    }
-}
-
-/// Whether the thread is inside the library now (its own calls see real time).
-pub fn inside() -> bool {
-    match crate::helper::current() {
-        Some(i) => crate::helper::busy(i),
-        None => BUSY.try_with(|b| b.get()).unwrap_or(true),
-    }
-}
+pub use crate::guard::{inside, Busy};
 
 /// Runs `f` on this thread's state; `None` when the thread is exiting (TLS gone).
 pub fn with_thread<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
@@ -418,13 +248,10 @@ pub fn with_thread<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
                     // without counting (their I/O is in the parent's record).
                     if let Ok(mut st) = old.0.lock() {
                         st.ports.clear();
-                        // Registered with the parent's monitor, whose ticker is not here.
-                        std::mem::forget(st.registration.take());
                     }
                     std::mem::forget(old);
                 }
-                let st =
-                    Arc::new(Mutex::new(ThreadState { epoch, registration: None, ports: HashMap::new(), tick: 0 }));
+                let st = Arc::new(Mutex::new(ThreadState { epoch, ports: HashMap::new(), tick: 0 }));
                 REGISTRY.lock().threads.push(st.clone());
                 *cell = Some(Holder(st, epoch));
             }
@@ -478,7 +305,7 @@ pub fn flush(_why: &str) {
     let Some(path) = config().and_then(|c| c.stats_path.as_ref()) else { return };
     let (counters, notes) = snapshot();
     let image = IMAGE.lock().clone();
-    let mut record = ProcessRecord::new(std::process::id(), image, &counters, crate::bypass::passed_total(), notes);
+    let mut record = process_record(std::process::id(), image, &counters, crate::bypass::passed_total(), notes);
     let owned = |v: Vec<(&str, u64)>| v.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
     record.passed_through_by = owned(crate::bypass::passed_by());
     record.not_taken = owned(crate::bypass::seen_by());

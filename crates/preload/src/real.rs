@@ -13,6 +13,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_void, iovec, off_t, size_t, ssize_t};
 
+/// Descriptor numbers the library keeps per-number state for (the descriptor table's and
+/// the emulated image's): at or above this, calls pass through (a table is 512 KiB of
+/// untouched bss).
+pub const FD_MAX: usize = 65_536;
+
 /// A lazily resolved symbol: 0 = not looked up yet, 1 = looked up and absent.
 pub struct Sym {
     name: &'static std::ffi::CStr,

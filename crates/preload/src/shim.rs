@@ -29,7 +29,8 @@ use libc::{c_char, c_int, c_long, c_uint, c_void, iovec, mode_t, off_t, size_t, 
 use crate::bypass::{self, Pass, Seen};
 use crate::emu;
 use crate::fdtable::{self, Class};
-use crate::process::{self, Busy, Spin};
+use crate::guard::Busy;
+use crate::process;
 use crate::real::{self, call_real};
 
 /// The descriptor's generation and append flag if the library takes its I/O.
@@ -150,21 +151,6 @@ unsafe fn positional(fd: c_int, dir: Dir, len: size_t, off: off_t) -> ssize_t {
     }
 }
 
-/// Serialises read/write/lseek emulation per descriptor among this process's threads.
-static STRIPES: [Spin<()>; 64] = [const { Spin::new(()) }; 64];
-
-pub fn lock_stripes_for_fork() {
-    for s in &STRIPES {
-        std::mem::forget(s.lock());
-    }
-}
-
-pub fn unlock_stripes_after_fork() {
-    for s in &STRIPES {
-        s.unlock_after_fork();
-    }
-}
-
 /// read/write: the offset emulated around a positional I/O, else the real call.
 ///
 /// # Safety
@@ -193,7 +179,7 @@ unsafe fn streaming(fd: c_int, dir: Dir, len: size_t) -> ssize_t {
         process::count_passed_through(if shared { Pass::SharedOffset } else { Pass::Append });
         return real_call();
     }
-    let _stripe = STRIPES[fd as usize % STRIPES.len()].lock();
+    let _stripe = fdtable::lock_stripe(fd);
     let saved = real::errno();
     // SAFETY: lseek has no memory preconditions.
     let off = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) };
@@ -649,7 +635,7 @@ fn environ_ptr() -> *const *const c_char {
 /// Counts a memory map of a file the program's I/O could otherwise have gone through: a
 /// regular file on a block device (page faults read it, no call does), and the image.
 fn note_mmap(fd: c_int, flags: c_int) {
-    if fd < 0 || flags & libc::MAP_ANONYMOUS != 0 || process::inside() {
+    if fd < 0 || flags & libc::MAP_ANONYMOUS != 0 || crate::guard::inside() {
         return;
     }
     if emu::active() && emu::is_image_fd(fd) {
@@ -718,7 +704,7 @@ fn note_syscall(n: c_long, a1: c_long, a2: c_long) {
     ];
     // The futexes and io_uring_enter of every program pass here: the cheap test first.
     let interesting = n == libc::SYS_io_uring_setup || n == libc::SYS_io_submit || IO.contains(&n);
-    if !interesting || process::inside() || !(process::active() || emu::active()) {
+    if !interesting || crate::guard::inside() || !(process::active() || emu::active()) {
         return;
     }
     match n {
@@ -796,7 +782,7 @@ macro_rules! liburing_like {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
             static SYM: real::Sym = real::Sym::new($sym);
-            let counted = !process::inside() && (process::active() || emu::active());
+            let counted = !crate::guard::inside() && (process::active() || emu::active());
             // Nested set-up calls inside liburing are one ring.
             let _busy = Busy::try_enter();
             if counted {

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use libc::{c_int, clockid_t, itimerspec, sigset_t, timespec};
 
 use crate::real::{call_real, Sym};
-use crate::vclock::{self, NO_TARGET};
+use crate::vclock::domain::{self, NO_TARGET};
 
 /// Virtual timers at most; later ones stay real.
 pub const TIMERS_MAX: usize = 16;
@@ -124,11 +124,11 @@ fn real_settime(t: libc::timer_t, value: &itimerspec) -> c_int {
 }
 
 fn spec(value_ns: u64, interval_ns: u64) -> itimerspec {
-    itimerspec { it_value: vclock::to_ts(value_ns), it_interval: vclock::to_ts(interval_ns) }
+    itimerspec { it_value: domain::to_ts(value_ns), it_interval: domain::to_ts(interval_ns) }
 }
 
 fn applies() -> bool {
-    vclock::on() && !crate::process::inside()
+    domain::on() && !crate::guard::inside()
 }
 
 /// # Safety
@@ -148,7 +148,7 @@ pub unsafe extern "C" fn timer_create(clock: clockid_t, sev: *mut libc::sigevent
         sev,
         out
     );
-    if r != 0 || out.is_null() || !applies() || !vclock::virtualized(clock) {
+    if r != 0 || out.is_null() || !applies() || !domain::virtualized(clock) {
         return r;
     }
     let (signo, tid) = if sev.is_null() {
@@ -231,7 +231,7 @@ pub unsafe extern "C" fn timer_settime(
         crate::real::set_errno(libc::EINVAL);
         return -1;
     }
-    let (now, _) = vclock::observe_ns();
+    let (now, _) = domain::observe_ns();
     if !old.is_null() {
         // SAFETY: non-null; the caller's promise that it is writable.
         unsafe { *old = current(slot, now) };
@@ -263,7 +263,7 @@ fn arm_real(t: libc::timer_t, slot: &Timer, now: u64) -> c_int {
     let interval = slot.interval_ns.load(Ordering::Acquire);
     // While the program runs its clock moves at 1/speed of the real one.
     let value = match next {
-        Some(e) => spec(vclock::real_for((e - now).max(1)), vclock::real_for(interval)),
+        Some(e) => spec(domain::real_for((e - now).max(1)), domain::real_for(interval)),
         None => spec(0, 0),
     };
     real_settime(t, &value)
@@ -276,7 +276,7 @@ pub unsafe extern "C" fn timer_gettime(t: libc::timer_t, cur: *mut itimerspec) -
     type F = unsafe extern "C" fn(libc::timer_t, *mut itimerspec) -> c_int;
     if applies() && !cur.is_null() {
         if let Some(slot) = find(t) {
-            let (now, _) = vclock::observe_ns();
+            let (now, _) = domain::observe_ns();
             // SAFETY: non-null; the caller's promise that it is writable.
             unsafe { *cur = current(slot, now) };
             return 0;
@@ -308,7 +308,7 @@ fn raise(slot: &Timer) {
 
 /// One masked real wait of at most `slice_ns`: -1 with EINTR when a handler ran.
 fn masked_wait(mask: *const sigset_t, slice_ns: u64) -> c_int {
-    let ts = vclock::to_ts(slice_ns);
+    let ts = domain::to_ts(slice_ns);
     // SAFETY: no descriptors; a valid timeout; the caller's mask (validated by the kernel),
     // with the kernel's sigset size.
     unsafe {
@@ -390,7 +390,7 @@ pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
         libc::sigfillset(&mut all);
         libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &all, &mut saved, std::mem::size_of::<u64>());
     }
-    let (now, _) = vclock::observe_ns();
+    let (now, _) = domain::observe_ns();
     // Disarm the real timers: the virtual clock is what ends this wait.
     for slot in TIMERS.iter() {
         let id = slot.id.load(Ordering::Acquire);
@@ -400,9 +400,9 @@ pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
     }
     let mut target = timers_due(now);
     let signal = wake_signal();
-    let mut reg = vclock::register_with_signal(target, true, signal);
+    let mut reg = domain::register_with_signal(target, true, signal);
     loop {
-        let now = if reg.is_some() { vclock::jump_if_idle() } else { vclock::peek_ns() };
+        let now = if reg.is_some() { domain::jump_if_idle() } else { domain::peek_ns() };
         if target != NO_TARGET && now >= target {
             // Raise the timers' signals (pending: the caller blocks them outside this
             // wait), then a zero wait with the mask delivers them.
@@ -411,16 +411,16 @@ pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
             if masked_wait(mask, 0) < 0 {
                 break;
             }
-            reg = vclock::register_with_signal(target, true, signal);
+            reg = domain::register_with_signal(target, true, signal);
             continue;
         }
-        let slice = if target == NO_TARGET { vclock::RECHECK_NS } else { (target - now).min(vclock::RECHECK_NS) };
+        let slice = if target == NO_TARGET { domain::RECHECK_NS } else { (target - now).min(domain::RECHECK_NS) };
         if masked_wait(mask, slice) < 0 {
             break;
         }
     }
     drop(reg);
-    let (now, _) = vclock::observe_ns();
+    let (now, _) = domain::observe_ns();
     for slot in TIMERS.iter() {
         let id = slot.id.load(Ordering::Acquire);
         if id != 0 {

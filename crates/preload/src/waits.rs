@@ -8,7 +8,7 @@
 //! The domain counts such a thread idle only while the kernel has it asleep (state S in
 //! /proc), so a wake-up already delivered keeps the clock still until the thread runs.
 //!
-//! - A timed wait waits in real time in slices of at most [`vclock::RECHECK_NS`]; between
+//! - A timed wait waits in real time in slices of at most [`domain::RECHECK_NS`]; between
 //!   slices it looks whether the clock reached its deadline (another thread's jump, or its
 //!   own when it is the last thread to go idle), and then returns as timed out. A wait
 //!   whose event comes first returns as the real call did (its result, errno, fd sets).
@@ -40,9 +40,9 @@
 
 use libc::{c_int, c_void, clockid_t, nfds_t, pollfd, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, timespec};
 
-use crate::process::{self, Spin};
+use crate::guard::Spin;
 use crate::real::{self, call_real, Sym};
-use crate::vclock::{self, NO_TARGET};
+use crate::vclock::domain::{self, NO_TARGET};
 
 static COND_INIT: Sym = Sym::new(c"pthread_cond_init");
 static COND_DESTROY: Sym = Sym::new(c"pthread_cond_destroy");
@@ -101,14 +101,14 @@ fn no_libc() -> c_int {
 /// guard is held across the wait: a signal handler that runs meanwhile must still read
 /// the virtual clock (the real one is behind it).
 fn enter() -> bool {
-    vclock::on() && !process::inside()
+    domain::on() && !crate::guard::inside()
 }
 
 /// The real-time slice a timed waiter sleeps before it looks at the clock again, or None
 /// when the virtual clock has reached `target_ns` (after a jump if the domain is idle).
 fn next_slice(registered: bool, target_ns: u64) -> Option<u64> {
-    let now = if registered { vclock::jump_if_idle() } else { vclock::peek_ns() };
-    (now < target_ns).then(|| (target_ns - now).min(vclock::RECHECK_NS))
+    let now = if registered { domain::jump_if_idle() } else { domain::peek_ns() };
+    (now < target_ns).then(|| (target_ns - now).min(domain::RECHECK_NS))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ pub unsafe extern "C" fn pthread_cond_init(cond: *mut pthread_cond_t, attr: *con
     // The fallback: a libc without it has no threads to wait with.
     let r = call_real!(COND_INIT, CondInitFn, libc::ENOSYS, cond, attr);
     // Only under virtual time, whose fork handlers keep the table's lock consistent.
-    if r == 0 && vclock::on() {
+    if r == 0 && domain::on() {
         let mut clock = libc::CLOCK_REALTIME;
         if !attr.is_null() {
             // SAFETY: attr is the caller's initialised attribute object (pthread_cond_init's
@@ -142,7 +142,7 @@ pub unsafe extern "C" fn pthread_cond_init(cond: *mut pthread_cond_t, attr: *con
 /// As pthread_cond_destroy(3).
 #[no_mangle]
 pub unsafe extern "C" fn pthread_cond_destroy(cond: *mut pthread_cond_t) -> c_int {
-    if vclock::on() {
+    if domain::on() {
         set_cond_clock(cond as usize, libc::CLOCK_REALTIME);
     }
     call_real!(COND_DESTROY, CondFn, libc::ENOSYS, cond)
@@ -152,7 +152,7 @@ pub unsafe extern "C" fn pthread_cond_destroy(cond: *mut pthread_cond_t) -> c_in
 /// As pthread_cond_wait(3).
 #[no_mangle]
 pub unsafe extern "C" fn pthread_cond_wait(cond: *mut pthread_cond_t, mutex: *mut pthread_mutex_t) -> c_int {
-    let _reg = if enter() { vclock::register(NO_TARGET, true) } else { None };
+    let _reg = if enter() { domain::register(NO_TARGET, true) } else { None };
     call_real!(COND_WAIT, CondWaitFn, libc::ENOSYS, cond, mutex)
 }
 
@@ -162,16 +162,16 @@ pub unsafe extern "C" fn pthread_cond_wait(cond: *mut pthread_cond_t, mutex: *mu
 /// # Safety
 /// As pthread_cond_timedwait(3); `clock` is the condition variable's clock.
 unsafe fn cond_timed(cond: *mut pthread_cond_t, mutex: *mut pthread_mutex_t, clock: clockid_t, abs: u64) -> c_int {
-    let target_ns = vclock::deadline_on(clock, abs);
-    let reg = vclock::register(target_ns, true);
+    let target_ns = domain::deadline_on(clock, abs);
+    let reg = domain::register(target_ns, true);
     let Some(slice_ns) = next_slice(reg.is_some(), target_ns) else { return libc::ETIMEDOUT };
-    let real_abs = vclock::to_ts(vclock::real_ns(clock) + slice_ns);
+    let real_abs = domain::to_ts(domain::real_ns(clock) + slice_ns);
     let r = call_real!(COND_TIMEDWAIT, CondTimedFn, libc::ENOSYS, cond, mutex, &real_abs);
     drop(reg);
     if r != libc::ETIMEDOUT {
         return r;
     }
-    if vclock::peek_ns() >= target_ns {
+    if domain::peek_ns() >= target_ns {
         libc::ETIMEDOUT
     } else {
         0
@@ -188,7 +188,7 @@ pub unsafe extern "C" fn pthread_cond_timedwait(
 ) -> c_int {
     if enter() {
         // SAFETY: the caller's promise on abstime.
-        if let (Some(abs), Some(clock)) = (unsafe { vclock::timespec_ns(abstime) }, cond_clock(cond as usize)) {
+        if let (Some(abs), Some(clock)) = (unsafe { domain::timespec_ns(abstime) }, cond_clock(cond as usize)) {
             // SAFETY: forwarded caller promise; the clock is the condition variable's.
             return unsafe { cond_timed(cond, mutex, clock, abs) };
         }
@@ -210,17 +210,17 @@ pub unsafe extern "C" fn pthread_cond_clockwait(
     let known = matches!(clock, libc::CLOCK_MONOTONIC | libc::CLOCK_REALTIME);
     if known && enter() {
         // SAFETY: the caller's promise on abstime.
-        if let Some(abs) = unsafe { vclock::timespec_ns(abstime) } {
-            let target_ns = vclock::deadline_on(clock, abs);
-            let reg = vclock::register(target_ns, true);
+        if let Some(abs) = unsafe { domain::timespec_ns(abstime) } {
+            let target_ns = domain::deadline_on(clock, abs);
+            let reg = domain::register(target_ns, true);
             let Some(slice_ns) = next_slice(reg.is_some(), target_ns) else { return libc::ETIMEDOUT };
-            let real_abs = vclock::to_ts(vclock::real_ns(clock) + slice_ns);
+            let real_abs = domain::to_ts(domain::real_ns(clock) + slice_ns);
             let r = call_real!(COND_CLOCKWAIT, F, libc::ENOSYS, cond, mutex, clock, &real_abs);
             drop(reg);
             if r != libc::ETIMEDOUT {
                 return r;
             }
-            return if vclock::peek_ns() >= target_ns { libc::ETIMEDOUT } else { 0 };
+            return if domain::peek_ns() >= target_ns { libc::ETIMEDOUT } else { 0 };
         }
     }
     call_real!(COND_CLOCKWAIT, F, libc::ENOSYS, cond, mutex, clock, abstime)
@@ -234,7 +234,7 @@ pub unsafe extern "C" fn pthread_cond_clockwait(
 #[no_mangle]
 pub unsafe extern "C" fn sem_wait(sem: *mut libc::sem_t) -> c_int {
     type F = unsafe extern "C" fn(*mut libc::sem_t) -> c_int;
-    let _reg = if enter() { vclock::register(NO_TARGET, true) } else { None };
+    let _reg = if enter() { domain::register(NO_TARGET, true) } else { None };
     call_real!(SEM_WAIT, F, no_libc(), sem)
 }
 
@@ -245,8 +245,8 @@ pub unsafe extern "C" fn sem_wait(sem: *mut libc::sem_t) -> c_int {
 /// As sem_timedwait(3).
 unsafe fn sem_timed(sem: *mut libc::sem_t, clock: clockid_t, abs: u64) -> c_int {
     type F = unsafe extern "C" fn(*mut libc::sem_t, *const timespec) -> c_int;
-    let target_ns = vclock::deadline_on(clock, abs);
-    let reg = vclock::register(target_ns, true);
+    let target_ns = domain::deadline_on(clock, abs);
+    let reg = domain::register(target_ns, true);
     loop {
         let Some(slice_ns) = next_slice(reg.is_some(), target_ns) else {
             // SAFETY: the caller's semaphore.
@@ -256,7 +256,7 @@ unsafe fn sem_timed(sem: *mut libc::sem_t, clock: clockid_t, abs: u64) -> c_int 
             real::set_errno(libc::ETIMEDOUT);
             return -1;
         };
-        let real_abs = vclock::to_ts(vclock::real_ns(libc::CLOCK_REALTIME) + slice_ns);
+        let real_abs = domain::to_ts(domain::real_ns(libc::CLOCK_REALTIME) + slice_ns);
         let r = call_real!(SEM_TIMEDWAIT, F, no_libc(), sem, &real_abs);
         if r == 0 || real::errno() != libc::ETIMEDOUT {
             return r;
@@ -271,7 +271,7 @@ pub unsafe extern "C" fn sem_timedwait(sem: *mut libc::sem_t, abstime: *const ti
     type F = unsafe extern "C" fn(*mut libc::sem_t, *const timespec) -> c_int;
     if enter() {
         // SAFETY: the caller's promise on abstime.
-        if let Some(abs) = unsafe { vclock::timespec_ns(abstime) } {
+        if let Some(abs) = unsafe { domain::timespec_ns(abstime) } {
             // SAFETY: forwarded caller promise.
             return unsafe { sem_timed(sem, libc::CLOCK_REALTIME, abs) };
         }
@@ -288,7 +288,7 @@ pub unsafe extern "C" fn sem_clockwait(sem: *mut libc::sem_t, clock: clockid_t, 
     let known = matches!(clock, libc::CLOCK_MONOTONIC | libc::CLOCK_REALTIME);
     if known && enter() {
         // SAFETY: the caller's promise on abstime.
-        if let Some(abs) = unsafe { vclock::timespec_ns(abstime) } {
+        if let Some(abs) = unsafe { domain::timespec_ns(abstime) } {
             // SAFETY: forwarded caller promise.
             return unsafe { sem_timed(sem, clock, abs) };
         }
@@ -306,14 +306,14 @@ pub unsafe extern "C" fn sem_clockwait(sem: *mut libc::sem_t, clock: clockid_t, 
 /// ready then (as the real call does at its timeout).
 fn fd_wait(timeout_ns: Option<u64>, mut call: impl FnMut(Option<u64>) -> c_int) -> c_int {
     let Some(timeout_ns) = timeout_ns else {
-        let _reg = vclock::register(NO_TARGET, true);
+        let _reg = domain::register(NO_TARGET, true);
         return call(None);
     };
     if timeout_ns == 0 {
         return call(Some(0));
     }
-    let target_ns = vclock::observe_ns().0.saturating_add(timeout_ns);
-    let reg = vclock::register(target_ns, true);
+    let target_ns = domain::observe_ns().0.saturating_add(timeout_ns);
+    let reg = domain::register(target_ns, true);
     loop {
         let Some(slice_ns) = next_slice(reg.is_some(), target_ns) else {
             drop(reg);
@@ -381,10 +381,10 @@ pub unsafe extern "C" fn ppoll(
     let raw = |t: *const timespec| unsafe { libc::syscall(libc::SYS_ppoll, fds, nfds, t, sigmask, 8) as c_int };
     if enter() {
         // SAFETY: the caller's promise on tmo (a relative timeout here).
-        let timeout = if tmo.is_null() { Some(None) } else { unsafe { vclock::timespec_ns(tmo) }.map(Some) };
+        let timeout = if tmo.is_null() { Some(None) } else { unsafe { domain::timespec_ns(tmo) }.map(Some) };
         if let Some(timeout) = timeout {
             return fd_wait(timeout, |slice| {
-                let ts = slice.map(vclock::to_ts);
+                let ts = slice.map(domain::to_ts);
                 let p = ts.as_ref().map_or(std::ptr::null(), |t| t as *const timespec);
                 call_real!(PPOLL, F, raw(p), fds, nfds, p, sigmask)
             });
@@ -448,7 +448,7 @@ pub unsafe extern "C" fn select(
         if let Some(timeout) = timeout {
             // SAFETY: the caller's promise on the sets.
             let sets = unsafe { Sets::save(r, w, e) };
-            let start_ns = vclock::observe_ns().0;
+            let start_ns = domain::observe_ns().0;
             let n = fd_wait(timeout, |slice| {
                 // SAFETY: the same pointers the sets were saved from.
                 unsafe { sets.restore(r, w, e) };
@@ -461,7 +461,7 @@ pub unsafe extern "C" fn select(
             });
             if let (Some(total), false) = (timeout, tv.is_null()) {
                 // Linux writes back the time left (on the virtual clock here).
-                let left = total.saturating_sub(vclock::peek_ns().saturating_sub(start_ns));
+                let left = total.saturating_sub(domain::peek_ns().saturating_sub(start_ns));
                 // SAFETY: non-NULL; the caller's promise that it is writable.
                 unsafe {
                     *tv = libc::timeval {
@@ -497,14 +497,14 @@ pub unsafe extern "C" fn pselect(
     ) -> c_int;
     if (0..=libc::FD_SETSIZE as c_int).contains(&nfds) && enter() {
         // SAFETY: the caller's promise on tmo (a relative timeout here).
-        let timeout = if tmo.is_null() { Some(None) } else { unsafe { vclock::timespec_ns(tmo) }.map(Some) };
+        let timeout = if tmo.is_null() { Some(None) } else { unsafe { domain::timespec_ns(tmo) }.map(Some) };
         if let Some(timeout) = timeout {
             // SAFETY: the caller's promise on the sets.
             let sets = unsafe { Sets::save(r, w, e) };
             return fd_wait(timeout, |slice| {
                 // SAFETY: the same pointers the sets were saved from.
                 unsafe { sets.restore(r, w, e) };
-                let ts = slice.map(vclock::to_ts);
+                let ts = slice.map(domain::to_ts);
                 let p = ts.as_ref().map_or(std::ptr::null(), |t| t as *const timespec);
                 call_real!(PSELECT, F, no_libc(), nfds, r, w, e, p, sigmask)
             });

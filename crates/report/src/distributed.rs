@@ -86,6 +86,8 @@ fn sweep_run(v: &Value) -> Option<smartcon_emulate::sweep::SweepRun> {
                 .iter()
                 .map(|(k, n)| Some((k.clone(), n.as_u64()?)))
                 .collect::<Option<_>>()?,
+            // A sweep's runs take no strategy: their waits are the reference one.
+            ..Default::default()
         },
     })
 }

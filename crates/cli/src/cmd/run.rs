@@ -16,13 +16,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use serde_json::{json, Value};
+use serde_json::json;
 use smartcon_emulate::sweep;
 use smartcon_engine::stats::new_histogram;
+use smartcon_preload_contract::env::{PreloadEnv, LIBRARY_FILE, STRATEGY_NAMES};
+use smartcon_preload_contract::launch::{self, Launch};
+use smartcon_preload_contract::record::{parse_lines, ProcessRecord};
 
 use crate::engine_setup::parse_placement;
-
-const STRATEGIES: [&str; 5] = ["smart", "block", "spin", "hybrid", "smart-hybrid"];
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -78,8 +79,8 @@ fn describe(by_kind: &BTreeMap<String, u64>) -> String {
 pub(crate) fn library() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot find the smartcon binary's path")?;
     let dir = exe.parent().unwrap_or(Path::new("."));
-    [dir.join("libsmartcon.so"), dir.join("deps/libsmartcon.so")].into_iter().find(|p| p.exists()).with_context(|| {
-        format!("libsmartcon.so is not beside {}; build it with `cargo build --release` (the workspace builds it; alone: `cargo build --release -p smartcon-preload`)", exe.display())
+    launch::library_in(dir).with_context(|| {
+        format!("{LIBRARY_FILE} is not beside {}; build it with `cargo build --release` (the workspace builds it; alone: `cargo build --release -p smartcon-preload`)", exe.display())
     })
 }
 
@@ -101,18 +102,36 @@ fn unloadable(exe: &Path) -> Option<String> {
         return Some("it is setuid or setgid, and the loader ignores LD_PRELOAD for such programs".into());
     }
     let bytes = std::fs::read(exe).ok()?;
-    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" {
+    elf_unloadable(&bytes)
+}
+
+/// The machine this library is built for, as ELF names it.
+const EM_HOST: u16 = if cfg!(target_arch = "aarch64") { libc::EM_AARCH64 } else { libc::EM_X86_64 };
+
+/// Why the library cannot load into the ELF file `bytes`, if it cannot: another class or
+/// machine, or no program interpreter (`PT_INTERP`: statically linked). Not an ELF file
+/// (a script): `None`, the loader judges its interpreter. The headers are read at the
+/// offsets of the ELF structures' own fields (`libc::Elf64_Ehdr`, `Elf64_Phdr`), little
+/// endian as both machines this builds for are.
+fn elf_unloadable(bytes: &[u8]) -> Option<String> {
+    use libc::{Elf64_Ehdr, Elf64_Phdr};
+    use std::mem::{offset_of, size_of};
+    let magic = [libc::ELFMAG0, libc::ELFMAG1, libc::ELFMAG2, libc::ELFMAG3];
+    if bytes.len() < size_of::<Elf64_Ehdr>() || bytes[..libc::SELFMAG] != magic {
         return None;
     }
-    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]) as usize;
-    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap_or_default()) as usize;
-    if bytes[4] != 2 || u16_at(18) != if cfg!(target_arch = "aarch64") { 183 } else { 62 } {
+    let u16_at = |o: usize| bytes.get(o..o + 2).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]));
+    let u32_at = |o: usize| bytes.get(o..o + 4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes);
+    let u64_at = |o: usize| bytes.get(o..o + 8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
+    if bytes[libc::EI_CLASS] != libc::ELFCLASS64 || u16_at(offset_of!(Elf64_Ehdr, e_machine)) != EM_HOST {
         return Some("it is built for another architecture than this library".into());
     }
-    let (phoff, phentsize, phnum) = (u64_at(32), u16_at(54), u16_at(56));
+    let phoff = u64_at(offset_of!(Elf64_Ehdr, e_phoff)) as usize;
+    let phentsize = u16_at(offset_of!(Elf64_Ehdr, e_phentsize)) as usize;
+    let phnum = u16_at(offset_of!(Elf64_Ehdr, e_phnum)) as usize;
     let interp = (0..phnum).any(|i| {
-        let o = phoff + i * phentsize;
-        o + 4 <= bytes.len() && u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap_or_default()) == 3
+        let o = phoff.saturating_add(i.saturating_mul(phentsize));
+        u32_at(o.saturating_add(offset_of!(Elf64_Phdr, p_type))) == libc::PT_INTERP
     });
     (!interp).then(|| "it is statically linked, so no LD_PRELOAD library can load into it".into())
 }
@@ -128,8 +147,8 @@ fn cwd_device() -> String {
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
-    if !STRATEGIES.contains(&args.strategy.as_str()) {
-        bail!("unknown strategy {:?} for run; use one of {}", args.strategy, STRATEGIES.join(", "));
+    if !STRATEGY_NAMES.contains(&args.strategy.as_str()) {
+        bail!("unknown strategy {:?} for run; use one of {}", args.strategy, STRATEGY_NAMES.join(", "));
     }
     let placement = parse_placement(&args.io_cpus)?;
     let (cpus, why) = placement.resolve(&cwd_device());
@@ -168,15 +187,14 @@ pub fn run(args: RunArgs) -> Result<()> {
     if let Some(why) = &skip {
         eprintln!("smartcon: note: {} runs untouched: {why}", program.display());
     } else {
-        let old = std::env::var("LD_PRELOAD").unwrap_or_default();
-        let preload = format!("{}:{old}", library.display());
-        cmd.env("LD_PRELOAD", preload).env("SMARTCON_PRELOAD_STRATEGY", &args.strategy);
-        cmd.env("SMARTCON_PRELOAD_STATS", &stats_tmp);
-        cmd.env("SMARTCON_PRELOAD_BUFFERED", if args.buffered { "1" } else { "0" });
-        cmd.env("SMARTCON_PRELOAD_INHERIT", if args.no_inherit { "0" } else { "1" });
-        if let Some((spec, path)) = &emulate {
-            cmd.envs(sweep::preload_env(spec, path, args.virtual_time, &emu_tmp));
-        }
+        let env = PreloadEnv {
+            strategy: Some(args.strategy.clone()),
+            stats: Some(stats_tmp.clone()),
+            buffered: args.buffered,
+            inherit: !args.no_inherit,
+            emulate: emulate.as_ref().map(|(spec, path)| sweep::emulate_env(spec, path, args.virtual_time, &emu_tmp)),
+        };
+        Launch { library: library.clone(), env }.apply(&mut cmd);
     }
     if let Some(cpus) = &cpus {
         smartcon_engine::placement::pin_current_thread(cpus).map_err(|e| anyhow::anyhow!(e.message))?;
@@ -187,39 +205,39 @@ pub fn run(args: RunArgs) -> Result<()> {
     let text = std::fs::read_to_string(&stats_tmp).unwrap_or_default();
     let _ = std::fs::remove_file(&stats_tmp);
     // The last record of each image: an image may write at a failed exec and at exit.
-    let mut images: BTreeMap<String, Value> = BTreeMap::new();
-    for rec in text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
-        images.insert(rec["image"].as_str().unwrap_or_default().to_string(), rec);
+    let mut images: BTreeMap<String, ProcessRecord> = BTreeMap::new();
+    for rec in parse_lines::<ProcessRecord>(&text) {
+        images.insert(rec.image.clone(), rec);
     }
-    let sum = |f: &str| images.values().map(|r| r[f].as_u64().unwrap_or(0)).sum::<u64>();
-    let by = |f: &str| {
+    let sum = |f: fn(&ProcessRecord) -> u64| images.values().map(f).sum::<u64>();
+    let by = |f: fn(&ProcessRecord) -> &BTreeMap<String, u64>| {
         let mut m: BTreeMap<String, u64> = BTreeMap::new();
-        for (k, v) in images.values().filter_map(|r| r[f].as_object()).flatten() {
-            *m.entry(k.clone()).or_default() += v.as_u64().unwrap_or(0);
+        for (k, v) in images.values().flat_map(f) {
+            *m.entry(k.clone()).or_default() += v;
         }
         m
     };
-    let (by_strategy, by_reason) = (by("by_strategy"), by("by_reason"));
+    let (by_strategy, by_reason) = (by(|r| &r.by_strategy), by(|r| &r.by_reason));
     let mut hist = new_histogram();
     let mut notes: Vec<String> = Vec::new();
     for r in images.values() {
-        for pair in r["lat_ns"].as_array().into_iter().flatten() {
-            hist.saturating_record_n(pair[0].as_u64().unwrap_or(1), pair[1].as_u64().unwrap_or(0));
+        for [value_ns, count] in &r.lat_ns {
+            hist.saturating_record_n(*value_ns, *count);
         }
-        for n in r["notes"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-            if !notes.iter().any(|x| x == n) {
-                notes.push(n.to_string());
+        for n in &r.notes {
+            if !notes.contains(n) {
+                notes.push(n.clone());
             }
         }
     }
-    let (ios, p50, p99) = (sum("ios"), hist.value_at_quantile(0.5), hist.value_at_quantile(0.99));
-    let (passed_by, not_taken) = (by("passed_through_by"), by("not_taken"));
+    let (ios, p50, p99) = (sum(|r| r.ios), hist.value_at_quantile(0.5), hist.value_at_quantile(0.99));
+    let (passed_by, not_taken) = (by(|r| &r.passed_through_by), by(|r| &r.not_taken));
     for n in &notes {
         eprintln!("smartcon: note: {n}");
     }
     let list = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");
     let us = |ns: u64| format!("{:.1} us", ns as f64 / 1000.0);
-    let hipri = sum("hipri");
+    let hipri = sum(|r| r.hipri);
     eprintln!(
         "smartcon run: {ios} I/Os taken in {} process(es) with {} ({}; {}), p50 {}, p99 {}{}; {} calls passed through{}{}",
         images.len(),
@@ -229,7 +247,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         us(p50),
         us(p99),
         if hipri > 0 { format!(", {hipri} asked to be polled (RWF_HIPRI)") } else { String::new() },
-        sum("passed_through"),
+        sum(|r| r.passed_through),
         if passed_by.is_empty() { String::new() } else { format!(" ({})", list(&passed_by)) },
         match (skip.is_some() || !images.is_empty(), status.signal()) {
             (true, _) => String::new(),
@@ -281,13 +299,13 @@ pub fn run(args: RunArgs) -> Result<()> {
             "strategy": args.strategy, "buffered": args.buffered, "inherit": !args.no_inherit,
             "io_cpus": cpus.map(|c| smartcon_engine::placement::format_cpu_list(&c)), "preloaded": skip.is_none(),
             "exit_code": exit_code, "duration_ns": duration_ns, "processes": images.len(), "ios": ios,
-            "bytes": sum("bytes"), "by_strategy": by_strategy, "by_reason": by_reason,
-            "passed_through": sum("passed_through"), "passed_through_by": passed_by, "not_taken": not_taken,
+            "bytes": sum(|r| r.bytes), "by_strategy": by_strategy, "by_reason": by_reason,
+            "passed_through": sum(|r| r.passed_through), "passed_through_by": passed_by, "not_taken": not_taken,
             "hipri": hipri, "lat_ns_p50": p50, "lat_ns_p99": p99, "lat_ns_max": hist.max(),
             "notes": notes, "program_exit_code": program_exit,
             "emulated": emu_totals.as_ref().map(|t| json!({
                 "reads": t.reads, "writes": t.writes, "bytes": t.bytes, "image_opens": t.image_opens,
-                "around_model": t.around_model,
+                "around_model": t.around_model, "by_strategy": t.by_strategy,
             })),
         });
         // The program ran: a record that cannot be written is reported, and the exit status
@@ -305,35 +323,19 @@ pub fn run(args: RunArgs) -> Result<()> {
     std::process::exit(exit_code)
 }
 
-/// Runs the program and waits for it, passing on every SIGINT and SIGTERM smartcon gets
-/// (from `kill`, `timeout`, a terminal) to it, so it ends as it would without smartcon and
-/// its status is what `run` returns. If smartcon itself is killed, the kernel sends the
-/// program SIGTERM (PR_SET_PDEATHSIG), so it is never left running orphaned.
+/// Runs the program (the contract's launcher) and waits for it, passing on every SIGINT
+/// and SIGTERM smartcon gets (from `kill`, `timeout`, a terminal) to it, so it ends as it
+/// would without smartcon and its status is what `run` returns. If smartcon itself is
+/// killed, the kernel sends the program SIGTERM, so it is never left running orphaned.
 fn run_forwarding(cmd: &mut std::process::Command) -> std::io::Result<std::process::ExitStatus> {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe and touches only the child's own attributes; the
-    // closure allocates nothing.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn()?;
-    let pid = child.id() as libc::pid_t;
     let mut forwarded = crate::common::signals_to_forward();
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
-        }
+    launch::run(cmd, || {
         let received = crate::common::signals_to_forward();
-        if received != forwarded {
+        (received != forwarded).then(|| {
             forwarded = received;
-            // SAFETY: kill(2) on the pid of our own unreaped child: it cannot have been reused.
-            unsafe { libc::kill(pid, crate::common::last_signal()) };
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+            crate::common::last_signal()
+        })
+    })
 }
 
 /// `--stats FILE`: appended to, one whole record. An absent file is claimed (created
@@ -382,5 +384,50 @@ impl StatsFile {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libc::{Elf64_Ehdr, Elf64_Phdr};
+    use std::mem::offset_of;
+
+    /// A dynamically linked program of this machine, or None (then the test says it skips).
+    fn dynamic_program() -> Option<Vec<u8>> {
+        let bytes = std::fs::read(resolve(Path::new("true"))?).ok()?;
+        elf_unloadable(&bytes).is_none().then_some(bytes)
+    }
+
+    #[test]
+    fn a_static_or_foreign_elf_is_named_and_a_script_is_left_to_the_loader() {
+        assert_eq!(elf_unloadable(b"#!/bin/sh\necho hi\n"), None);
+        assert_eq!(elf_unloadable(b"\x7fELF"), None, "too short for a header: not judged");
+        let Some(dynamic) = dynamic_program() else {
+            eprintln!("skipped: no dynamically linked `true` on PATH");
+            return;
+        };
+        // The same program with its interpreter's header made PT_NULL: statically linked.
+        let mut stat = dynamic.clone();
+        let u = |b: &[u8], o: usize, n: usize| b[o..o + n].iter().rev().fold(0u64, |a, &x| a << 8 | x as u64);
+        let phoff = u(&stat, offset_of!(Elf64_Ehdr, e_phoff), 8) as usize;
+        let phentsize = u(&stat, offset_of!(Elf64_Ehdr, e_phentsize), 2) as usize;
+        let phnum = u(&stat, offset_of!(Elf64_Ehdr, e_phnum), 2) as usize;
+        let mut found = 0;
+        for i in 0..phnum {
+            let o = phoff + i * phentsize + offset_of!(Elf64_Phdr, p_type);
+            if u(&stat, o, 4) == libc::PT_INTERP as u64 {
+                stat[o..o + 4].copy_from_slice(&libc::PT_NULL.to_le_bytes());
+                found += 1;
+            }
+        }
+        assert_eq!(found, 1, "a dynamic program has one PT_INTERP");
+        assert!(elf_unloadable(&stat).is_some_and(|w| w.contains("statically linked")));
+        // Another machine.
+        let mut foreign = dynamic.clone();
+        let other = if EM_HOST == libc::EM_X86_64 { libc::EM_AARCH64 } else { libc::EM_X86_64 };
+        let o = offset_of!(Elf64_Ehdr, e_machine);
+        foreign[o..o + 2].copy_from_slice(&other.to_le_bytes());
+        assert!(elf_unloadable(&foreign).is_some_and(|w| w.contains("another architecture")));
     }
 }

@@ -1,38 +1,11 @@
-//! The program's virtual clock (`smartcon run --emulate ... --virtual-time`).
+//! The clock's domain: the page the program's processes share (the skew, the last
+//! instant handed out, the table of registered waits), its lock, the count of the domain's
+//! threads from /proc, and the idle-skipping jump ([`jump_if_idle`]). Also the readings of
+//! the program's clocks built on it ([`observe_ns`], [`clock_ns`]). See [`crate::vclock`]
+//! for the design.
 //!
-//! Design: the program's time is the real monotonic clock plus a skew. The skew, the last
-//! instant handed out and the table of waits live in one page mapped `MAP_SHARED` before
-//! the program's first fork (the domain), so the processes the program forks share one
-//! clock. A wait registers its thread with its target instant (virtual monotonic ns), or
-//! none: device waits and sleeps here ([`wait_until`]), condition variables, semaphores
-//! and descriptor waits in [`crate::waits`]. Then:
-//!
-//! - when every thread of every process of the domain is registered (the seed's idle
-//!   skipping: nothing in the program can run before the earliest target), the skew is
-//!   set so that the clock reads the earliest target (never less than anything already
-//!   handed out): the wait costs no real time, and the real time the emulator spent since
-//!   the last instant the program saw is hidden (the seed's OS-state pausing). A wait that
-//!   an event can end (a condition variable, a descriptor) counts only while the kernel
-//!   has its thread asleep (state S in /proc), so a wake-up already delivered holds the
-//!   clock until that thread runs; a wait whose target has come counts as running;
-//! - otherwise the thread waits in real time, in slices of at most [`RECHECK_NS`], and a
-//!   jump that reaches its target wakes it (a futex word per wait).
-//!
-//! Thread counts come from /proc/PID/stat of each process in the domain (a process that
-//! is gone or a zombie leaves it); a process the program started with exec has its own
-//! domain and, while it lives, counts as running in its parent's. The jump is decided on
-//! a snapshot taken without the lock and made under it only if no wait registered or
-//! left meanwhile. Every clock the program reads (CLOCK_MONOTONIC, REALTIME, BOOTTIME,
-//! their _RAW, _COARSE and _ALARM variants) moves by the same skew, and the monotonic
-//! family never goes back (`last_ns`). CPU-time clocks are not touched.
-//!
-//! Non-goals: time read without libc (raw `syscall(SYS_clock_gettime)`, `rdtsc`, a statically
-//! linked program), time across `exec` (the new image starts a domain at the real clock),
-//! signals during a virtual sleep (the sleep is not interrupted), more than
-//! [`DOMAIN_PIDS_MAX`] processes (jumping then stops) or [`DOMAIN_WAITS_MAX`] waits at once
-//! (the rest count as running). A thread blocked where nothing is interposed (a futex
-//! called directly, `pthread_join`, `wait4`, a blocking `read`) counts as running, so the
-//! clock then runs in real time.
+//! Service layer: raw system calls and the real libc only (it runs inside interposed calls,
+//! possibly in a signal handler: nothing here allocates).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -238,10 +211,11 @@ pub fn enable() {
     ON.store(true, Ordering::Release);
 }
 
-/// `--cpu-speed X`: the program's CPU is X times the host's, so its virtual clock moves by
-/// 1/X of the real time it runs (the seed's faster-CPU study). Jumps are not scaled: an
-/// idle wait still ends at its virtual instant.
-pub const ENV_CPU_SPEED: &str = "SMARTCON_PRELOAD_CPU_SPEED";
+/// `--cpu-speed X` (the contract's `SMARTCON_PRELOAD_CPU_SPEED`): the program's CPU is X
+/// times the host's, so its virtual clock moves by 1/X of the real time it runs (the
+/// seed's faster-CPU study). Jumps are not scaled: an idle wait still ends at its virtual
+/// instant.
+pub const ENV_CPU_SPEED: &str = smartcon_preload_contract::env::CPU_SPEED;
 /// The speed in millionths (1_000_000: the host's own).
 static SPEED_PPM: AtomicU64 = AtomicU64::new(1_000_000);
 /// The speeds accepted: 1/1000 to 1000 times the host's.
@@ -289,7 +263,7 @@ pub fn real_ns(clock: clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn real_gettime(clock: clockid_t, ts: *mut timespec) -> c_int {
+pub(crate) fn real_gettime(clock: clockid_t, ts: *mut timespec) -> c_int {
     type F = unsafe extern "C" fn(clockid_t, *mut timespec) -> c_int;
     // SAFETY: (fallback) the kernel validates the pointer (EFAULT).
     call_real!(CLOCK_GETTIME, F, unsafe { libc::syscall(libc::SYS_clock_gettime, clock, ts) as c_int }, clock, ts)
@@ -458,7 +432,7 @@ fn domain_threads(d: &Domain) -> u64 {
     total
 }
 
-fn futex_wait(word: &AtomicU32, seen: u32, timeout_ns: u64) {
+pub fn futex_wait(word: &AtomicU32, seen: u32, timeout_ns: u64) {
     let ts = to_ts(timeout_ns);
     // SAFETY: a live, aligned u32 (in the shared page: a shared futex, so no PRIVATE flag);
     // the timeout is a valid relative timespec.
@@ -482,6 +456,18 @@ pub struct Registration {
     index: usize,
     id: u64,
     pub target_ns: u64,
+}
+
+impl Registration {
+    /// The futex word a jump that reaches this wait's target bumps.
+    pub fn wake_word(&self) -> &'static AtomicU32 {
+        &dom().slots[self.index].wake
+    }
+}
+
+/// The futex word every jump bumps (what an unregistered waiter sleeps on).
+pub fn epoch_word() -> &'static AtomicU32 {
+    &dom().epoch
 }
 
 impl Drop for Registration {
@@ -638,22 +624,6 @@ pub fn jump_if_idle() -> u64 {
     to
 }
 
-/// Waits until the virtual monotonic clock reaches `target_ns`: a jump when every thread
-/// of the domain is idle, else real time (woken early by a jump that reaches the target).
-pub fn wait_until(target_ns: u64) {
-    let d = dom();
-    let reg = register(target_ns, false);
-    loop {
-        let word = reg.as_ref().map_or(&d.epoch, |r| &d.slots[r.index].wake);
-        let seen = word.load(Ordering::Acquire);
-        let now = if reg.is_some() { jump_if_idle() } else { peek_ns() };
-        if now >= target_ns {
-            return;
-        }
-        futex_wait(word, seen, (target_ns - now).min(RECHECK_NS));
-    }
-}
-
 /// What the exit record says about the clock.
 pub struct ClockStats {
     pub skew_ns: i64,
@@ -721,66 +691,6 @@ pub fn fork_child() {
     }
 }
 
-/// Whether this call should see virtual time: on, and not the library's own call.
-fn applies(clock: clockid_t) -> bool {
-    on() && virtualized(clock) && !crate::process::inside()
-}
-
-/// # Safety
-/// As clock_gettime(2).
-#[no_mangle]
-pub unsafe extern "C" fn clock_gettime(clock: clockid_t, ts: *mut timespec) -> c_int {
-    if !applies(clock) || ts.is_null() {
-        return real_gettime(clock, ts);
-    }
-    // SAFETY: non-NULL; the caller's promise that it is writable.
-    unsafe { *ts = to_ts(clock_ns(clock)) };
-    0
-}
-
-/// # Safety
-/// As clock_gettime(2).
-#[no_mangle]
-pub unsafe extern "C" fn __clock_gettime64(clock: clockid_t, ts: *mut timespec) -> c_int {
-    // SAFETY: forwarded caller promise.
-    unsafe { clock_gettime(clock, ts) }
-}
-
-/// # Safety
-/// As gettimeofday(2).
-#[no_mangle]
-pub unsafe extern "C" fn gettimeofday(tv: *mut libc::timeval, tz: *mut libc::c_void) -> c_int {
-    if !tz.is_null() || !applies(libc::CLOCK_REALTIME) || tv.is_null() {
-        // SAFETY: (raw) the kernel validates both pointers; a time zone is filled by it.
-        let r = unsafe { libc::syscall(libc::SYS_gettimeofday, tv, tz) as c_int };
-        if r != 0 || tv.is_null() || !applies(libc::CLOCK_REALTIME) {
-            return r;
-        }
-    }
-    let ns = clock_ns(libc::CLOCK_REALTIME);
-    // SAFETY: non-NULL; the caller's promise that it is writable.
-    unsafe {
-        *tv = libc::timeval { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_usec: (ns / 1000 % 1_000_000) as _ }
-    };
-    0
-}
-
-/// # Safety
-/// As time(2).
-#[no_mangle]
-pub unsafe extern "C" fn time(out: *mut libc::time_t) -> libc::time_t {
-    let t = if applies(libc::CLOCK_REALTIME) {
-        (clock_ns(libc::CLOCK_REALTIME) / 1_000_000_000) as libc::time_t
-    } else {
-        (real_ns(libc::CLOCK_REALTIME) / 1_000_000_000) as libc::time_t
-    };
-    if !out.is_null() {
-        // SAFETY: non-NULL; the caller's promise that it is writable.
-        unsafe { *out = t };
-    }
-    t
-}
-
 /// A timespec in ns (a relative duration, or an absolute instant on some clock), or None
 /// when it is NULL or invalid (the real call then returns EINVAL).
 ///
@@ -798,159 +708,6 @@ pub(crate) unsafe fn timespec_ns(ts: *const timespec) -> Option<u64> {
     Some((ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64))
 }
 
-fn sleep_virtual(ns: u64) {
-    let (now, _) = observe_ns();
-    wait_until(now.saturating_add(ns));
-}
-
-static NANOSLEEP: Sym = Sym::new(c"nanosleep");
-static CLOCK_NANOSLEEP: Sym = Sym::new(c"clock_nanosleep");
-static USLEEP: Sym = Sym::new(c"usleep");
-static SLEEP: Sym = Sym::new(c"sleep");
-
-/// # Safety
-/// As nanosleep(2).
-#[no_mangle]
-pub unsafe extern "C" fn nanosleep(req: *const timespec, rem: *mut timespec) -> c_int {
-    if on() && !crate::process::inside() {
-        // SAFETY: forwarded caller promise.
-        if let Some(ns) = unsafe { timespec_ns(req) } {
-            sleep_virtual(ns);
-            return 0;
-        }
-    }
-    type F = unsafe extern "C" fn(*const timespec, *mut timespec) -> c_int;
-    // SAFETY: (fallback) the kernel validates the pointers.
-    call_real!(NANOSLEEP, F, unsafe { libc::syscall(libc::SYS_nanosleep, req, rem) as c_int }, req, rem)
-}
-
-/// # Safety
-/// As clock_nanosleep(2).
-#[no_mangle]
-pub unsafe extern "C" fn clock_nanosleep(
-    clock: clockid_t,
-    flags: c_int,
-    req: *const timespec,
-    rem: *mut timespec,
-) -> c_int {
-    if applies(clock) {
-        // SAFETY: forwarded caller promise.
-        if let Some(ns) = unsafe { timespec_ns(req) } {
-            if flags & libc::TIMER_ABSTIME != 0 {
-                // The deadline on `clock`, moved to the monotonic virtual clock.
-                let now_clock = clock_ns(clock);
-                sleep_virtual(ns.saturating_sub(now_clock));
-            } else {
-                sleep_virtual(ns);
-            }
-            return 0;
-        }
-    }
-    type F = unsafe extern "C" fn(clockid_t, c_int, *const timespec, *mut timespec) -> c_int;
-    call_real!(
-        CLOCK_NANOSLEEP,
-        F,
-        // SAFETY: (fallback) the kernel validates the pointers; the libc call returns the error
-        // number, where syscall(2) sets errno.
-        if unsafe { libc::syscall(libc::SYS_clock_nanosleep, clock, flags, req, rem) } == 0 {
-            0
-        } else {
-            crate::real::errno()
-        },
-        clock,
-        flags,
-        req,
-        rem
-    )
-}
-
-#[no_mangle]
-pub extern "C" fn usleep(us: libc::useconds_t) -> c_int {
-    if on() && !crate::process::inside() {
-        sleep_virtual(us as u64 * 1000);
-        return 0;
-    }
-    type F = unsafe extern "C" fn(libc::useconds_t) -> c_int;
-    let ts = to_ts(us as u64 * 1000);
-    call_real!(
-        USLEEP,
-        F,
-        // SAFETY: (fallback) a valid timespec on the stack.
-        unsafe { libc::syscall(libc::SYS_nanosleep, &ts, std::ptr::null_mut::<timespec>()) as c_int },
-        us
-    )
-}
-
-#[no_mangle]
-pub extern "C" fn sleep(s: libc::c_uint) -> libc::c_uint {
-    if on() && !crate::process::inside() {
-        sleep_virtual(s as u64 * 1_000_000_000);
-        return 0;
-    }
-    type F = unsafe extern "C" fn(libc::c_uint) -> libc::c_uint;
-    let ts = to_ts(s as u64 * 1_000_000_000);
-    call_real!(
-        SLEEP,
-        F,
-        // SAFETY: (fallback) a valid timespec on the stack.
-        unsafe { libc::syscall(libc::SYS_nanosleep, &ts, std::ptr::null_mut::<timespec>()) as libc::c_uint },
-        s
-    )
-}
-
-/// The shortest final stretch of a real-time device wait that is polled, not slept.
-pub const SPIN_NS_MIN: u64 = 200_000;
-/// The longest: a spin has a budget, past which the wait stays late rather than burn a
-/// shared machine's CPU.
-pub const SPIN_NS_MAX: u64 = 2_000_000;
-const _: () = assert!(SPIN_NS_MIN <= SPIN_NS_MAX);
-
-/// How late the kernel's wake-ups came lately (ns, a moving average over about 8 waits).
-static OVERSLEEP_NS: AtomicU64 = AtomicU64::new(0);
-
-/// The polled stretch for the lateness seen so far: twice the recent oversleep, within
-/// [SPIN_NS_MIN, SPIN_NS_MAX], so a wake-up as late as the recent ones still lands before
-/// the instant.
-fn spin_ns_for(oversleep_ns: u64) -> u64 {
-    oversleep_ns.saturating_mul(2).clamp(SPIN_NS_MIN, SPIN_NS_MAX)
-}
-
-/// The moving average after one more wake-up `late_ns` behind its timer.
-fn oversleep_after(average_ns: u64, late_ns: u64) -> u64 {
-    average_ns - average_ns / 8 + late_ns / 8
-}
-
-/// Sleeps in real time until the real monotonic clock reads `deadline_ns`: the kernel for
-/// all but the final stretch, then a spin (real-time serving of the emulated device: a
-/// kernel wake-up on a busy machine comes late by tens of us to milliseconds). The
-/// stretch follows how late the kernel's wake-ups have come ([`spin_ns_for`]).
-pub fn real_sleep_until(deadline_ns: u64) {
-    let spin_ns = spin_ns_for(OVERSLEEP_NS.load(Ordering::Relaxed));
-    let now = real_ns(libc::CLOCK_MONOTONIC);
-    if deadline_ns > now + spin_ns {
-        let wake_ns = deadline_ns - spin_ns;
-        let ts = to_ts(wake_ns);
-        // SAFETY: a valid timespec; an absolute monotonic deadline; EINTR only shortens it.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_clock_nanosleep,
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut::<timespec>(),
-            )
-        };
-        if r == 0 {
-            let late_ns = real_ns(libc::CLOCK_MONOTONIC).saturating_sub(wake_ns);
-            let average = OVERSLEEP_NS.load(Ordering::Relaxed);
-            OVERSLEEP_NS.store(oversleep_after(average, late_ns), Ordering::Relaxed);
-        }
-    }
-    while real_ns(libc::CLOCK_MONOTONIC) < deadline_ns {
-        std::hint::spin_loop();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -959,24 +716,6 @@ mod tests {
     fn this_process_has_a_thread_count() {
         let n = thread_count();
         assert!((1..10_000).contains(&n), "{n}");
-    }
-
-    #[test]
-    fn the_polled_stretch_follows_late_wake_ups_within_its_budget() {
-        assert_eq!(spin_ns_for(0), SPIN_NS_MIN);
-        assert_eq!(spin_ns_for(300_000), 600_000);
-        assert_eq!(spin_ns_for(u64::MAX), SPIN_NS_MAX);
-        // Wake-ups 1 ms late, again and again: the average climbs to them (not past), and
-        // falls back once they are punctual.
-        let mut average = 0;
-        for _ in 0..100 {
-            average = oversleep_after(average, 1_000_000);
-        }
-        assert!((900_000..=1_000_000).contains(&average), "{average}");
-        for _ in 0..100 {
-            average = oversleep_after(average, 0);
-        }
-        assert!(average < 10_000, "{average}");
     }
 
     #[test]
