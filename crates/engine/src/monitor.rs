@@ -59,7 +59,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::target::{DeviceQueue, InFlight};
@@ -103,6 +103,13 @@ struct Shared {
     pressure_pct_x100: AtomicU32,
     /// Our threads' run-queue wait beyond wake-ups, as a share of all CPUs, for reports.
     contention_pct_x100: AtomicU32,
+    /// How far the published demand wanders from its own recent mean (one standard
+    /// deviation over about a second of ticks), in hundredths of a percent: the noise a
+    /// reading carries (see [`CpuSide`]).
+    others_sd_pct_x100: AtomicU32,
+    /// The side of each CPU threshold (0..=100) last taken by [`CpuSide`]: 0 none yet,
+    /// 1 available, 2 busy.
+    sides: [AtomicU8; 101],
     stop: AtomicBool,
     threads: Mutex<Vec<OwnThread>>,
     /// CPU time of I/O threads that have deregistered, so their share stays counted.
@@ -326,6 +333,8 @@ impl SystemMonitor {
             total_pct_x100: AtomicU32::new(0),
             pressure_pct_x100: AtomicU32::new(0),
             contention_pct_x100: AtomicU32::new(0),
+            others_sd_pct_x100: AtomicU32::new(0),
+            sides: std::array::from_fn(|_| AtomicU8::new(0)),
             stop: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             retired_own_ns: AtomicU64::new(0),
@@ -351,6 +360,8 @@ impl SystemMonitor {
                 total_pct_x100: AtomicU32::new(others_pct * 100),
                 pressure_pct_x100: AtomicU32::new(0),
                 contention_pct_x100: AtomicU32::new(0),
+                others_sd_pct_x100: AtomicU32::new(0),
+                sides: std::array::from_fn(|_| AtomicU8::new(0)),
                 stop: AtomicBool::new(true),
                 threads: Mutex::new(Vec::new()),
                 retired_own_ns: AtomicU64::new(0),
@@ -366,6 +377,35 @@ impl SystemMonitor {
     #[inline]
     pub fn cpu_utilization_pct(&self) -> u32 {
         self.shared.others_pct_x100.load(Ordering::Relaxed) / 100
+    }
+
+    /// The noise of [`SystemMonitor::cpu_utilization_pct`]: one standard deviation of its
+    /// readings about their mean over the last second or so, in percent (0 until measured,
+    /// and for a [`SystemMonitor::fixed`] monitor). One atomic load.
+    #[inline]
+    pub fn cpu_utilization_sd_pct(&self) -> f64 {
+        self.shared.others_sd_pct_x100.load(Ordering::Relaxed) as f64 / 100.0
+    }
+
+    /// Others' CPU demand as `smart` feeds it to the Decision Module against
+    /// `threshold_pct`: [`SystemMonitor::cpu_utilization_pct`] compared with hysteresis
+    /// ([`CpuSide`]), the side shared by every port of the process with that threshold.
+    /// Three relaxed atomic loads and at most one store; ports racing here each leave a
+    /// side that a reading justified.
+    #[inline]
+    pub fn cpu_utilization_for(&self, threshold_pct: u32) -> u32 {
+        let pct = self.cpu_utilization_pct();
+        let Some(side) = self.shared.sides.get(threshold_pct as usize) else { return pct };
+        let last = match side.load(Ordering::Relaxed) {
+            1 => Some(false),
+            2 => Some(true),
+            _ => None,
+        };
+        let (busy, fed) = CpuSide::step(last, pct, self.cpu_utilization_sd_pct(), threshold_pct);
+        if last != Some(busy) {
+            side.store(if busy { 2 } else { 1 }, Ordering::Relaxed);
+        }
+        fed
     }
 
     /// Machine-wide CPU utilization in whole percent, this engine's own threads (a spinner)
@@ -485,8 +525,12 @@ fn ticker(shared: Arc<Shared>, window_ns: u64, period_ns: u64) {
     block_signals();
     let samples_max = (window_ns / period_ns + 2) as usize;
     let mut samples: VecDeque<Sample> = VecDeque::with_capacity(samples_max);
+    let mut spread = Spread::new(SPREAD_HORIZON_NS / period_ns);
     while !shared.stop.load(Ordering::Relaxed) {
-        tick(&shared, &mut samples, samples_max, window_ns);
+        if let Some(others) = tick(&shared, &mut samples, samples_max, window_ns) {
+            let sd = spread.add(others);
+            shared.others_sd_pct_x100.store(sd as u32, Ordering::Relaxed);
+        }
         read_device_queues(&shared);
         std::thread::sleep(Duration::from_nanos(period_ns));
     }
@@ -545,8 +589,8 @@ fn block_signals() {
 }
 
 /// One /proc/stat tick: a sample, then the window's figures published.
-fn tick(shared: &Shared, samples: &mut VecDeque<Sample>, samples_max: usize, window_ns: u64) {
-    let Some((busy_ns, total_ns)) = read_proc_stat() else { return };
+fn tick(shared: &Shared, samples: &mut VecDeque<Sample>, samples_max: usize, window_ns: u64) -> Option<f64> {
+    let (busy_ns, total_ns) = read_proc_stat()?;
     count_own_wait(shared);
     let now = crate::clock::now_ns();
     let s = Sample {
@@ -561,7 +605,7 @@ fn tick(shared: &Shared, samples: &mut VecDeque<Sample>, samples_max: usize, win
     while samples.len() > samples_max || (samples.len() > 2 && now - samples[1].at_ns >= window_ns) {
         samples.pop_front();
     }
-    let Some(first) = samples.front().filter(|f| f.total_ns < s.total_ns && f.at_ns < s.at_ns) else { return };
+    let first = samples.front().filter(|f| f.total_ns < s.total_ns && f.at_ns < s.at_ns)?;
     let stall = match (first.stall_ns, s.stall_ns) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64),
         _ => None,
@@ -579,6 +623,84 @@ fn tick(shared: &Shared, samples: &mut VecDeque<Sample>, samples_max: usize, win
     shared.pressure_pct_x100.store(f.pressure as u32, Ordering::Relaxed);
     shared.total_pct_x100.store(f.total as u32, Ordering::Relaxed);
     shared.others_pct_x100.store(f.others as u32, Ordering::Relaxed);
+    Some(f.others)
+}
+
+/// The span of readings [`Spread`] measures the noise over: about ten windows of the
+/// default 100 ms, so that a steady load's reading has crossed its range many times.
+const SPREAD_HORIZON_NS: u64 = 1_000_000_000;
+
+/// The standard deviation of a reading about its own moving mean, both exponential over
+/// about `n` readings.
+///
+/// Why it is needed: /proc/stat's busy time is sampled at the kernel's tick (`CONFIG_HZ`;
+/// 250 on the team's VM, so a 100 ms window on 2 CPUs holds 50 samples). Four blocking I/O
+/// workers that use 45% of the machine then read 38-52% from one window to the next
+/// (binomial: sqrt(0.45 x 0.55 / 50) = 7 points), and a CPU threshold of 50% is crossed
+/// several times a second with nothing changing. The port compares against the threshold
+/// with this much hysteresis ([`CpuSide`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Spread {
+    alpha: f64,
+    mean: f64,
+    var: f64,
+    n: u64,
+}
+
+impl Spread {
+    pub fn new(n: u64) -> Spread {
+        Spread { alpha: 1.0 / n.max(1) as f64, mean: 0.0, var: 0.0, n: 0 }
+    }
+
+    /// Adds a reading; returns the standard deviation so far.
+    pub fn add(&mut self, x: f64) -> f64 {
+        if self.n == 0 {
+            self.mean = x;
+        } else {
+            // The first readings weigh as a plain mean, then as an exponential one.
+            let w = (1.0 / (self.n + 1) as f64).max(self.alpha);
+            let d = x - self.mean;
+            self.mean += w * d;
+            self.var = (1.0 - w) * (self.var + w * d * d);
+        }
+        self.n += 1;
+        self.var.sqrt()
+    }
+}
+
+/// The comparison with the CPU threshold that `smart` feeds its Decision Module through:
+/// with hysteresis. The System Monitor's reading must lie beyond the threshold by
+/// [`CpuSide::BAND_SDS`] of its own noise (at most [`CpuSide::BAND_PCT_MAX`] points) before
+/// the side last taken changes. What comes out is the utilization `decide` is fed, so the
+/// Decision Module's branches, their order and their reasons stay the paper's.
+///
+/// The side is kept per threshold value in the monitor ([`SystemMonitor::cpu_utilization_for`]),
+/// so every port of the process that compares with the same threshold shares it, and it
+/// outlives a port (the evaluate opens one per turn of 30 ms).
+pub struct CpuSide;
+
+impl CpuSide {
+    /// Standard deviations of the reading's noise the reading must clear.
+    pub const BAND_SDS: f64 = 2.0;
+    /// A change larger than this is never noise.
+    pub const BAND_PCT_MAX: f64 = 20.0;
+
+    /// From the side last taken (`None`: none yet; `Some(true)`: busy), a reading `pct` with
+    /// noise `sd_pct` against `threshold_pct`: the side now, and the utilization to feed
+    /// `decide` (the reading itself when it lies on that side, else the reading held at
+    /// the threshold's edge of that side).
+    #[inline]
+    pub fn step(last: Option<bool>, pct: u32, sd_pct: f64, threshold_pct: u32) -> (bool, u32) {
+        let band = (Self::BAND_SDS * sd_pct).clamp(0.0, Self::BAND_PCT_MAX);
+        let (x, t) = (pct as f64, threshold_pct as f64);
+        let busy = match last {
+            None => pct > threshold_pct,
+            Some(true) => x + band > t,
+            Some(false) => x - band > t,
+        };
+        let fed = if busy { pct.max(threshold_pct.saturating_add(1)) } else { pct.min(threshold_pct) };
+        (busy, fed)
+    }
 }
 
 impl Drop for Shared {
@@ -590,6 +712,58 @@ impl Drop for Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_is_the_readings_standard_deviation() {
+        let mut s = Spread::new(100);
+        for _ in 0..500 {
+            assert_eq!(s.add(4_500.0), 0.0, "a steady reading has no noise");
+        }
+        let mut s = Spread::new(100);
+        let mut sd = 0.0;
+        for i in 0..2_000 {
+            sd = s.add(if i % 2 == 0 { 3_800.0 } else { 5_200.0 });
+        }
+        assert!((sd - 700.0).abs() < 30.0, "readings 7 points either side of their mean: sd {sd}");
+    }
+
+    #[test]
+    fn the_cpu_side_moves_only_when_a_reading_clears_its_noise() {
+        // No side yet: the plain comparison.
+        assert_eq!(CpuSide::step(None, 51, 7.0, 50), (true, 51));
+        assert_eq!(CpuSide::step(None, 50, 7.0, 50), (false, 50));
+        // Available, noise 7 points (band 14): 63 is noise, held at the threshold; 65 moves.
+        assert_eq!(CpuSide::step(Some(false), 63, 7.0, 50), (false, 50));
+        assert_eq!(CpuSide::step(Some(false), 30, 7.0, 50), (false, 30));
+        assert_eq!(CpuSide::step(Some(false), 65, 7.0, 50), (true, 65));
+        // Busy: 37 is noise, held just above the threshold; 35 moves back.
+        assert_eq!(CpuSide::step(Some(true), 37, 7.0, 50), (true, 51));
+        assert_eq!(CpuSide::step(Some(true), 35, 7.0, 50), (false, 35));
+        // Without noise there is no band: the plain comparison whatever the side.
+        for last in [None, Some(false), Some(true)] {
+            for pct in [0, 49, 50, 51, 100] {
+                assert_eq!(CpuSide::step(last, pct, 0.0, 50), (pct > 50, pct), "{last:?} {pct}");
+            }
+        }
+        // The band is capped: a 25-point step is never noise.
+        assert_eq!(CpuSide::step(Some(false), 71, 50.0, 50), (true, 71));
+    }
+
+    #[test]
+    fn ports_with_the_same_threshold_share_the_side() {
+        let mon = SystemMonitor::fixed(45);
+        mon.shared.others_sd_pct_x100.store(700, Ordering::Relaxed);
+        assert_eq!(mon.cpu_utilization_for(50), 45, "first reading: available");
+        mon.shared.others_pct_x100.store(6_000, Ordering::Relaxed);
+        assert_eq!(mon.cpu_utilization_for(50), 50, "60 is within the noise of 50: still available");
+        assert_eq!(mon.cpu_utilization_for(55), 60, "another threshold has its own side");
+        mon.shared.others_pct_x100.store(7_000, Ordering::Relaxed);
+        assert_eq!(mon.cpu_utilization_for(50), 70, "70 clears the band: busy");
+        mon.shared.others_pct_x100.store(4_000, Ordering::Relaxed);
+        assert_eq!(mon.cpu_utilization_for(50), 51, "40 is within the noise: still busy");
+        assert_eq!(mon.clone().cpu_utilization_for(50), 51, "a clone shares the side");
+        assert_eq!(mon.cpu_utilization_for(101), 40, "a threshold past 100: the plain reading");
+    }
 
     /// Spins until the calling thread has used `ns` of CPU by its own clock: however
     /// loaded the machine, this ends, and takes exactly that much CPU (no wall-time bound).

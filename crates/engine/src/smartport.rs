@@ -472,12 +472,16 @@ impl<'t> SmartTargetPort<'t> {
         match strategy {
             StrategyChoice::Fixed(s) => (s, None, None),
             StrategyChoice::SmartStatic => {
-                let system = SystemState { cpu_utilization_pct: monitor.cpu_utilization_pct() };
+                // Fed as smart is (CpuSide), so that the two differ by the checks alone.
+                let system =
+                    SystemState { cpu_utilization_pct: monitor.cpu_utilization_for(thresholds.cpu_threshold_pct) };
                 let d = decide(Request { bytes, write }, ahead, system, thresholds);
                 (d.strategy, Some(d.reason), None)
             }
             StrategyChoice::Smart | StrategyChoice::SmartHybrid => {
-                let system = SystemState { cpu_utilization_pct: monitor.cpu_utilization_pct() };
+                // The reading compared with hysteresis against its own noise (CpuSide).
+                let system =
+                    SystemState { cpu_utilization_pct: monitor.cpu_utilization_for(thresholds.cpu_threshold_pct) };
                 let d = decide(Request { bytes, write }, ahead, system, thresholds);
                 if d.strategy == Strategy::Block {
                     if let Some(check) = block_check {
@@ -743,7 +747,7 @@ mod tests {
         assert_eq!(c.by_strategy[Strategy::Block.index()], 2);
         assert_eq!(c.by_reason[Reason::Trial.index()], 2);
         // Past the measuring, the rule's own reason.
-        for _ in 0..40 {
+        for _ in 0..100 {
             port.read_at(&mut buf[..4096], 0).unwrap();
         }
         let c = port.counters();

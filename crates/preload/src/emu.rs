@@ -367,7 +367,7 @@ fn choose(emu: &Emu, bytes: u64, write: bool, ahead: DeviceState) -> DeviceWait 
         (None, _) => return DeviceWait::Precise,
         (Some(StrategyChoice::Fixed(s)), _) => (s, None),
         (Some(choice), Some(t)) => {
-            let d = decide(Request { bytes, write }, ahead, system_state(emu), t);
+            let d = decide(Request { bytes, write }, ahead, system_state(emu, t.cpu_threshold_pct), t);
             let s = match (choice, d.strategy) {
                 (StrategyChoice::SmartHybrid, Strategy::Spin) => Strategy::Hybrid,
                 (_, s) => s,
@@ -397,7 +397,7 @@ fn device_wait(strategy: Strategy) -> DeviceWait {
 /// What `smart` reads of the machine: the System Monitor's figure for the others' CPU
 /// demand, with this thread's own waits left out (real time); an idle CPU under virtual
 /// time, where the host's load is not the program's.
-fn system_state(emu: &Emu) -> SystemState {
+fn system_state(emu: &Emu, cpu_threshold_pct: u32) -> SystemState {
     if emu.virtual_time {
         return SystemState::default();
     }
@@ -406,7 +406,8 @@ fn system_state(emu: &Emu) -> SystemState {
         note(&t);
     }
     crate::devices::register_current_thread(&monitor);
-    SystemState { cpu_utilization_pct: monitor.cpu_utilization_pct() }
+    // Compared with hysteresis against the reading's noise, as SmartPort feeds smart.
+    SystemState { cpu_utilization_pct: monitor.cpu_utilization_for(cpu_threshold_pct) }
 }
 
 /// A libaio request on the image ([`crate::aio`]) was submitted with `bytes` moved: it
