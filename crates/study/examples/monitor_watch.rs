@@ -6,7 +6,7 @@
 //!
 //! Starts the load evaluate uses (`io`: 4 blocking 4 KiB random readers on TARGET; `cpu`:
 //! 2 crunchers), runs one 4 KiB random-read job on TARGET with the strategy (or nothing),
-//! and prints the monitor's figures every 200 ms, then the job's IOPS and the load's work.
+//! and prints the monitor's figures every 100 ms, then the job's IOPS and the load's work.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -29,7 +29,11 @@ fn main() {
     let spec = parse_target(&a[0]).expect("target");
     let target = open(&spec, OpenOptions { write: false, destructive: false, created_by_tool: true }).expect("open");
     let monitor = SystemMonitor::start(smartcon_engine::monitor::WINDOW_NS_DEFAULT);
-    let profile = target.builtin_profile().expect("profile");
+    let profile = smartcon_engine::profile::resolve(
+        target.as_ref(),
+        std::env::var_os("PROFILE").as_deref().map(std::path::Path::new),
+    )
+    .expect("profile (set PROFILE=FILE for a target without a built-in one)");
     let io = IoLoad::default();
     let stop = AtomicBool::new(false);
     let _cpu = a[1].strip_prefix("cpu").map(|n| CpuLoad::start(n.parse().unwrap_or(2)).expect("cpu load"));
@@ -49,12 +53,13 @@ fn main() {
             })
         });
         let w0 = io.snapshot();
-        let n = (secs / 0.2) as usize;
+        let n = (secs / 0.1) as usize;
         for _ in 0..n {
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(Duration::from_millis(100));
             println!(
-                "demand {:5.1}%  util {:5.1}%  contention {:5.1}%  pressure {:5.1}%  total {:5.1}%",
+                "demand {:5.1}% (sd {:4.1})  util {:5.1}%  contention {:5.1}%  pressure {:5.1}%  total {:5.1}%",
                 monitor.cpu_utilization_pct() as f64,
+                monitor.cpu_utilization_sd_pct(),
                 monitor.others_utilization_pct(),
                 monitor.contention_pct(),
                 monitor.pressure_pct(),
