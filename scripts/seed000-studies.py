@@ -290,15 +290,18 @@ def fig14(rounds, workdir):
     for r in range(rounds):
         for strat in rotate(["block", "smart"], r):
             d = tempfile.mkdtemp(prefix="bonnie-", dir=workdir)
-            cmd = [SMARTCON, "run", "--strategy", strat, "--", "bonnie++", "-d", d, "-s", "512", "-r", "256", "-n", "0",
-                   "-f", "-b", "-D", "-q", "-u", "root", "-x", "1"]
+            stats = os.path.join(workdir, f"stats-{strat}-{r}.jsonl")
+            cmd = [SMARTCON, "run", "--strategy", strat, "--stats", stats, "--", "bonnie++", "-d", d, "-s", "512",
+                   "-r", "256", "-n", "0", "-f", "-b", "-D", "-q", "-u", "root", "-x", "1"]
             out = sh(cmd).stdout
             shutil.rmtree(d, ignore_errors=True)
             csv = [l for l in out.splitlines() if l.count(",") > 10][-1].split(",")
-            # bonnie++ 2.00 CSV: 9/11 block output, rewrite; 15 block input (K/sec), 17 its %CPU.
-            res.setdefault(strat, []).append((csv[9], csv[11], csv[15], csv[16]))
-    print("| strategy | block output K/s | rewrite K/s | block input K/s | input %CPU |")
-    print("|---|---|---|---|---|")
+            st = json.loads(open(stats).read().splitlines()[-1])
+            taken = ", ".join(f"{k} {v}" for k, v in sorted((st.get("by_reason") or st.get("by_strategy") or {}).items()))
+            # bonnie++ 2.00 CSV: 11/12 block output K/s and %CPU, 13/14 rewrite, 17/18 block input.
+            res.setdefault(strat, []).append((csv[11], csv[13], csv[17], csv[18], f"{st.get('ios', 0):,}", taken or "-"))
+    print("| strategy | block output K/s | rewrite K/s | block input K/s | input %CPU | I/Os taken by smartcon | their waits |")
+    print("|---|---|---|---|---|---|---|")
     for strat, rows in res.items():
         for row in rows:
             print(f"| {strat} | " + " | ".join(row) + " |")
