@@ -160,13 +160,15 @@ def fig15b(rounds):
                         if j.get("strategy") != strat:
                             continue
                         key = (target, load, name)
-                        d = rows.setdefault(key, {"ios": 0, "ns": 0, "cpu": [], "fallbacks": 0})
+                        d = rows.setdefault(key, {"ios": 0, "ns": 0, "cpu": [], "fallbacks": 0, "reasons": {}})
+                        for k, v in j.get("decisions", {}).get("by_reason", {}).items():
+                            d["reasons"][k] = d["reasons"].get(k, 0) + v
                         d["ios"] += j["ios"]
                         d["ns"] += j["duration_ns"]
                         d["cpu"].append(j["cpu_user_pct"] + j["cpu_sys_pct"])
                         d["fallbacks"] += j.get("spin_fallbacks", 0)
-    print("| target | load | strategy | IOPS | smart / it | CPU % | spins that fell back to sleep |")
-    print("|---|---|---|---|---|---|---|")
+    print("| target | load | strategy | IOPS | smart / it | CPU % | spins that fell back to sleep | smart's branches |")
+    print("|---|---|---|---|---|---|---|---|")
     for target in ["emu:sata-ssd", "tmp:256m@/var/tmp"]:
         for load in ["bm-only", "cpu-intensive"]:
             smart = rows.get((target, load, "smart"))
@@ -176,7 +178,10 @@ def fig15b(rounds):
                 if not d:
                     continue
                 iops = d["ios"] / (d["ns"] / 1e9)
-                print(f"| {target} | {load} | {name} | {iops:,.0f} | {si / iops:.2f} | {statistics.mean(d['cpu']):.0f} | {d['fallbacks']} |")
+                total = sum(d["reasons"].values()) or 1
+                br = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in sorted(d["reasons"].items(), key=lambda x: -x[1])[:3])
+                print(f"| {target} | {load} | {name} | {iops:,.0f} | {si / iops:.2f} | {statistics.mean(d['cpu']):.0f} | "
+                      f"{d['fallbacks']} | {br or '-'} |")
 
 
 def proc_cpu_ticks(pid):
