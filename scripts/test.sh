@@ -54,6 +54,12 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
 fi
 echo "scripts/test.sh: the preload library's layers (no module reaches up, no circle)"
 bash scripts/check-preload-layers.sh
+echo "scripts/test.sh: every citation of the papers names a section, figure or table its paper has"
+if [ -d ../shared/seeds ] && command -v python3 >/dev/null; then
+    python3 scripts/citations.py --check >/dev/null
+else
+    echo "scripts/test.sh: citations not checked: no ../shared/seeds (the papers) or no python3"
+fi
 echo "scripts/test.sh: cargo fmt --check"
 cargo fmt --all -- --check
 echo "scripts/test.sh: cargo clippy --workspace --all-targets -- -D warnings"

@@ -41,9 +41,18 @@ pub struct RunFlags {
     /// device's completion interrupts), away (the other CPUs) or a CPU list such as 1.
     #[arg(long, default_value = "any")]
     pub io_cpus: String,
+    /// Busy-wait without the PAUSE hint in the spin loops (SmartCon Sec. 7.8, Fig. 20:
+    /// scripts/seed000-studies.sh fig20 compares both).
+    #[arg(long)]
+    pub no_pause: bool,
 }
 
 impl RunFlags {
+    /// Applies the process-wide switches (the PAUSE hint) before a run.
+    pub fn apply_globals(&self) {
+        smartcon_engine::clock::set_spin_pause(!self.no_pause);
+    }
+
     pub fn spin_budget_ns(&self) -> Result<u64> {
         parse_duration_arg("spin-budget", &self.spin_budget)
     }

@@ -7,7 +7,27 @@
 //! [`sleep_then_spin_until`] is the one "sleep, then spin to a deadline" wait: whoever must
 //! see an instant more precisely than a timer wakes goes through it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+
+/// Whether the busy-wait loops put a PAUSE (`std::hint::spin_loop`) in each turn: on by
+/// default; `--no-pause` turns it off to measure what the hint changes (SmartCon Sec. 7.8,
+/// Fig. 20). Process-wide, set once before a run.
+static SPIN_PAUSE: AtomicBool = AtomicBool::new(true);
+
+/// Sets whether the busy-wait loops pause (see [`spin_hint`]).
+pub fn set_spin_pause(on: bool) {
+    SPIN_PAUSE.store(on, Ordering::Relaxed);
+}
+
+/// One turn of a busy-wait loop: the PAUSE hint, unless `--no-pause` turned it off (then
+/// nothing: the loop re-reads its condition at once).
+#[inline]
+pub fn spin_hint() {
+    if SPIN_PAUSE.load(Ordering::Relaxed) {
+        std::hint::spin_loop();
+    }
+}
 
 /// Where a port, a wait or a device model reads the time.
 pub trait Clock: Send + Sync {
@@ -126,11 +146,11 @@ pub fn sleep_until_ns(at_ns: u64) {
     unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
 }
 
-/// Busy-waits until `at_ns` with a pause hint, reading nothing but the clock.
+/// Busy-waits until `at_ns` with a pause hint ([`spin_hint`]), reading nothing but the clock.
 #[inline]
 pub fn spin_until_ns(at_ns: u64) {
     while now_ns() < at_ns {
-        std::hint::spin_loop();
+        spin_hint();
     }
 }
 

@@ -246,7 +246,7 @@ impl Ring {
                     self.submit()?;
                     continue;
                 }
-                std::hint::spin_loop();
+                crate::clock::spin_hint();
             }
             if now_ns() - start >= budget_ns {
                 return self.sleep_for_completion().map(|res| (res, true));

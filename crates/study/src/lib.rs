@@ -6,7 +6,8 @@
 //! - [`evaluate`]: the study of Sec. 7: [`evaluate::plan`], [`evaluate::run`] (the turn
 //!   loop), [`evaluate::merge`] (turns into cells, exactly) and [`evaluate::judge`] (the
 //!   criteria, each with its source in the papers);
-//! - [`bench`]: the summaries of a `bench` matrix.
+//! - [`bench`]: the summaries of a `bench` matrix;
+//! - [`window`]: the System Monitor's window against noise (Sec. 4.2).
 //!
 //! Threads that must stop each other are tied by the engine's stop guards
 //! ([`smartcon_engine::stop`]): a panic in a worker or in the measuring code ends the run
@@ -28,6 +29,7 @@ pub mod host;
 pub mod merge_bench;
 pub mod polling;
 pub mod probe;
+pub mod window;
 
 /// What a running experiment tells its caller, for a progress bar and notes.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -122,6 +122,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "cpu-intensive" => online_cpus(),
         other => bail!("unknown load {other:?}; use bm-only or cpu-intensive"),
     };
+    args.run.apply_globals();
     let spin_budget_ns = args.run.spin_budget_ns()?;
     let span = args.span.as_deref().map(|s| parse_size_arg("span", s)).transpose()?;
     if args.threads == 0 {

@@ -30,9 +30,11 @@ use crate::engine_setup::*;
 
 #[derive(Args, Debug)]
 pub struct EvaluateArgs {
-    /// Which study: smartcon (the SmartCon paper's, the default) or acs (seed 001, the
-    /// adaptive context switch on ext2 over a loop and a zram device; root; docs/fidelity.md).
-    #[arg(long, default_value = "smartcon", value_parser = ["smartcon", "acs"])]
+    /// Which study: smartcon (the SmartCon paper's, the default), acs (seed 001, the
+    /// adaptive context switch on ext2 over a loop and a zram device; root; docs/fidelity.md)
+    /// or window (SmartCon Sec. 4.2: the System Monitor's window from 50 to 1,000 ms against
+    /// a square wave of crunchers; prints a table; --quick, --cpu-workers).
+    #[arg(long, default_value = "smartcon", value_parser = ["smartcon", "acs", "window"])]
     pub study: String,
     /// acs: the paper's 1000 repetitions of every cell (hours).
     #[arg(long, conflicts_with_all = ["quick", "tiny"])]
@@ -151,6 +153,9 @@ fn line(out: &mut impl Write, record: &impl serde::Serialize) -> std::io::Result
 pub fn run(args: EvaluateArgs) -> Result<()> {
     if args.study == "acs" {
         return super::evaluate_acs::run(&args);
+    }
+    if args.study == "window" {
+        return super::evaluate_window::run(&args);
     }
     if args.full || args.schedulers.is_some() {
         bail!("--full and --schedulers belong to --study acs");

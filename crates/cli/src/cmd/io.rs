@@ -65,6 +65,7 @@ pub fn run(args: IoArgs) -> Result<()> {
     spec.duration_ns = args.duration;
     spec.verify = args.verify;
     spec.seed = args.seed;
+    args.run.apply_globals();
     spec.spin_budget_ns = args.run.spin_budget_ns()?;
     spec.poll = args.run.poll_params()?;
     let tspec = target::parse_target(&args.target).map_err(engine_err)?;

@@ -9,6 +9,7 @@ pub mod emulate;
 pub mod ets;
 pub mod evaluate;
 pub mod evaluate_acs;
+pub mod evaluate_window;
 pub mod fleet;
 pub mod host;
 pub mod io;

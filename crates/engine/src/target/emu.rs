@@ -479,7 +479,7 @@ impl Port for EmuPort<'_> {
                         outcome.fell_back = true;
                         break;
                     }
-                    std::hint::spin_loop();
+                    crate::clock::spin_hint();
                 }
             }
             PortWait::Sync => wait_in_slices(time, arrival, status.done_ns, |t| {
