@@ -265,7 +265,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     );
     if !not_taken.is_empty() {
         eprintln!(
-            "smartcon run: warning: not taken: {}; that I/O went to the kernel without smartcon's decision (io_uring, memory maps and raw system calls cannot be interposed; libaio is served only on an --emulate image)",
+            "smartcon run: warning: not taken: {}; that I/O went to the kernel without smartcon's decision (io_uring, memory maps and raw system calls cannot be interposed; libaio's wait is taken only for O_DIRECT reads and writes without an eventfd and with aio_rw_flags 0 or RWF_HIPRI)",
             describe(&not_taken)
         );
     }
