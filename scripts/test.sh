@@ -11,6 +11,8 @@ want=()
 command -v valgrind >/dev/null || want+=(valgrind)
 command -v perf >/dev/null || want+=(linux-perf)
 command -v fio >/dev/null || want+=(fio)
+# libaio's header and library: the libaio contract (crates/preload/c/contract_aio.c).
+[ -e /usr/include/libaio.h ] || want+=(libaio-dev)
 command -v losetup >/dev/null || want+=(mount)
 command -v mkfs.ext4 >/dev/null || want+=(e2fsprogs)
 command -v chromium >/dev/null || want+=(chromium)

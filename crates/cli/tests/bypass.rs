@@ -89,16 +89,43 @@ fn fio_pvsync2_reads_are_taken_and_hipri_is_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// fio's libaio engine outside --emulate: not taken, but named in the record and the line.
+/// fio's libaio engine outside --emulate, on an O_DIRECT file: every request is taken (the
+/// kernel does the I/O, io_getevents waits as the strategy decided: spin polls the
+/// completion ring, block waits in the kernel, smart decides per request) and counted.
+/// Before, all of them were named as libaio that went around smartcon (`ios` 0). Buffered
+/// requests (no O_DIRECT) are still not taken, and named.
 #[test]
-fn fio_libaio_is_named_when_not_taken() {
+fn fio_libaio_requests_are_taken_and_buffered_ones_named() {
     if !have("fio") {
         eprintln!("skipped: fio is not installed (apt-get install fio)");
         return;
     }
     let dir = scratch("libaio");
-    let stats = dir.join("stats.jsonl");
-    let o = run_fio(&[], &stats, &fio_args(&dir.join("data"), "libaio", &["--iodepth=8", "--number_ios=500"]));
+    for strategy in ["spin", "block", "smart"] {
+        let stats = dir.join(format!("stats-{strategy}.jsonl"));
+        let o = run_fio(
+            &["--strategy", strategy],
+            &stats,
+            &fio_args(&dir.join("data"), "libaio", &["--iodepth=8", "--number_ios=500"]),
+        );
+        assert!(o.status.success(), "{strategy}: {}", stderr(&o));
+        let r = run_result(&stats);
+        let ios = r["ios"].as_u64().unwrap();
+        assert!(ios >= 500, "{strategy}: {r}");
+        assert_eq!(r["not_taken"]["libaio"].as_u64().unwrap_or(0), 0, "{strategy}: {r}");
+        let waited = |s: &str| r["by_strategy"][s].as_u64().unwrap_or(0);
+        match strategy {
+            "smart" => assert_eq!(waited("spin") + waited("block"), ios, "{r}"),
+            s => assert_eq!(waited(s), ios, "{r}"),
+        }
+        assert!(!stderr(&o).contains("not taken: libaio"), "{strategy}: {}", stderr(&o));
+    }
+    let stats = dir.join("stats-buffered.jsonl");
+    let o = run_fio(
+        &[],
+        &stats,
+        &fio_args(&dir.join("data"), "libaio", &["--iodepth=8", "--number_ios=500", "--direct=0"]),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let r = run_result(&stats);
     assert!(r["not_taken"]["libaio"].as_u64().unwrap_or(0) >= 500, "{r}");
@@ -229,5 +256,58 @@ fn an_emulate_path_that_is_not_an_image_is_refused_before_the_program_runs() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::metadata(&img).unwrap().len(), 16 << 20);
     assert!(stderr(&o).contains("never opened"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `emulate sweep --speedups` takes the factors a spec's `speedup=` takes (0.001 to
+/// 1,000,000), on every path: one line, exit 2. Before, 1e12 was accepted (and every run
+/// then went without emulation).
+#[test]
+fn sweep_speedups_are_bounded_as_a_specs_speedup_is() {
+    for extra in [&["--plan-only"][..], &[]] {
+        let o = smartcon()
+            .args(["emulate", "sweep", "--device", "emu:nvram", "--speedups", "1,1e12"])
+            .args(extra)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("between 0.001 and 1000000"), "{extra:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
+    // The spec's own bound, for comparison: the same words.
+    let o =
+        smartcon().args(["run", "--emulate", "emu:nvram,speedup=1e12=/nonexistent/x", "--", "true"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("between 0.001 and 1000000"), "{}", stderr(&o));
+}
+
+/// A launcher's helper processes (a pyenv shim runs shells and tools before the program)
+/// load the library too, but are not the program's processes: `processes` counts the ones
+/// that did I/O the library saw, `processes_loaded` all of them. Before, a shim's 78
+/// helpers made "79 process(es)" for one python.
+#[test]
+fn a_launchers_helper_shells_are_not_counted_as_the_programs_processes() {
+    if !have("dd") {
+        eprintln!("skipped: no dd");
+        return;
+    }
+    let dir = scratch("shim");
+    let data = dir.join("data");
+    std::fs::write(&data, vec![7u8; 1 << 20]).unwrap();
+    let stats = dir.join("stats.jsonl");
+    // A shim-like launcher: five helper shells, then the program, which reads with O_DIRECT.
+    let shim = format!(
+        "for i in 1 2 3 4 5; do sh -c 'x=$(echo shim)'; done; exec dd if={} of=/dev/null bs=4k count=64 iflag=direct 2>/dev/null",
+        data.display()
+    );
+    let o = smartcon().arg("run").arg("--stats").arg(&stats).args(["--", "sh", "-c", &shim]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = run_result(&stats);
+    assert!(r["ios"].as_u64().unwrap() >= 64, "dd's O_DIRECT reads were not taken: {r}");
+    assert_eq!(r["processes"], 1, "only dd did I/O: {r}");
+    assert!(r["processes_loaded"].as_u64().unwrap() >= 6, "the helpers loaded the library: {r}");
+    assert!(stderr(&o).contains("in 1 process(es)"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("more process(es) loaded the library and did no I/O"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

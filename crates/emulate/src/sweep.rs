@@ -349,13 +349,7 @@ pub struct SweepRun {
 /// Checks the options and prepares the work directory; returns the command to run (the
 /// default program's tree generated there).
 pub fn prepare(opts: &SweepOptions) -> Result<Vec<OsString>, Error> {
-    if opts.speedups.is_empty() || opts.speedups.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
-        return Err(Error::new(ErrorKind::Usage, "sweep: --speedups needs positive factors, e.g. 1,10,20"));
-    }
-    if opts.device.contains("speedup=") {
-        return Err(Error::new(ErrorKind::Usage, "sweep: give --device without speedup= (the sweep sets it)"));
-    }
-    smartcon_devemu::parse_spec(&opts.device).map_err(|e| Error::new(ErrorKind::Usage, format!("sweep: {e}")))?;
+    check_factors(&opts.device, &opts.speedups)?;
     if !opts.library.exists() {
         return Err(Error::new(ErrorKind::Setup, format!("sweep: {} does not exist", opts.library.display())));
     }
@@ -369,6 +363,24 @@ pub fn prepare(opts: &SweepOptions) -> Result<Vec<OsString>, Error> {
             default_command(&tree)
         }
     })
+}
+
+/// Checks `--device` and `--speedups`: each factor must be one a spec's `speedup=` takes
+/// (the device model's own parser judges the spec each run will use, so the bounds are the
+/// same everywhere: 0.001 to 1,000,000).
+pub fn check_factors(device: &str, speedups: &[f64]) -> Result<(), Error> {
+    if speedups.is_empty() || speedups.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+        return Err(Error::new(ErrorKind::Usage, "sweep: --speedups needs positive factors, e.g. 1,10,20"));
+    }
+    if device.contains("speedup=") {
+        return Err(Error::new(ErrorKind::Usage, "sweep: give --device without speedup= (the sweep sets it)"));
+    }
+    smartcon_devemu::parse_spec(device).map_err(|e| Error::new(ErrorKind::Usage, format!("sweep: {e}")))?;
+    for s in factors(speedups) {
+        smartcon_devemu::parse_spec(&format!("{device},speedup={s}"))
+            .map_err(|e| Error::new(ErrorKind::Usage, format!("sweep: --speedups {s}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// The factors a sweep runs: 1 x first when it was not asked for (the base).

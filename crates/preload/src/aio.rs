@@ -1,30 +1,61 @@
-//! libaio (`io_submit`, `io_getevents`, `io_destroy`): emulated on the `--emulate` image,
-//! counted everywhere else.
+//! libaio (`io_submit`, `io_getevents`, `io_destroy`): its wait taken on taken descriptors,
+//! emulated on the `--emulate` image, counted everywhere else.
 //!
-//! On the image, a read or write request (IO_CMD_PREAD, PWRITE, PREADV, PWRITEV, without an
-//! eventfd) is served as the synchronous calls are: its data half is the real positional
-//! call, made at submission on the program's own descriptor (so its result, errno and data
-//! are the kernel's), and its completion event is held back until the program's clock
-//! (real or virtual) reaches the model's completion instant for an arrival at submission.
-//! `io_getevents` hands out the held events in completion order, waiting on that clock for
-//! `min_nr` of them as the run's strategy says for the earliest one (decided at submission,
-//! as [`crate::emu`] decides a synchronous call's wait; a virtual `block` wait counts as idle,
-//! so the clock jumps); requests the kernel
-//! has (other descriptors of the same context) are collected alongside. Everything else
-//! goes to libaio as it is, and is counted as libaio that was not taken.
+//! **Taken** (any `smartcon run`): a read or write request (IO_CMD_PREAD, PWRITE, PREADV,
+//! PWRITEV, `aio_rw_flags` 0 or RWF_HIPRI, without an eventfd) on a descriptor the library
+//! takes (O_DIRECT on a regular file or block device) goes to the kernel unchanged: the
+//! kernel does the I/O, so results, errno and data are the kernel's. What the library takes
+//! is the wait. At submission each request enters its device's in-flight counters (the ones
+//! the taken synchronous calls share) and the run's strategy decides how its completion will
+//! be waited for, as for a synchronous call (`smart`: the engine's `decide` on the device's
+//! stored profile, the backlog ahead and the System Monitor). `io_getevents` then waits as
+//! the oldest outstanding request of the context says:
+//!
+//! - `spin` (and `sync`, which `smart` chooses on a very fast device): the completion ring
+//!   is polled in user space (libaio's own `io_getevents` with a zero timeout reads the
+//!   ring's head and tail and makes no system call while it is empty), up to the engine's
+//!   spin budget; past it the rest is a kernel wait, as the engine's spin falls back;
+//! - everything else (`block`; `hybrid`, which has no model of the device to sleep to here):
+//!   the kernel's own wait, the program's call as it is.
+//!
+//! Each reaped request is counted as a taken I/O (`ios`, `bytes`, `by_strategy` as it was
+//! waited for, `by_reason`, latency from submission to reap). At most
+//! [`TAKEN_INFLIGHT_MAX`] requests are outstanding as taken; past that they are passed to
+//! the kernel untaken and named as libaio.
+//!
+//! **Emulated** (`--emulate`): on the image, a read or write request (IO_CMD_PREAD, PWRITE,
+//! PREADV, PWRITEV, without an eventfd) is served as the synchronous calls are: its data
+//! half is the real positional call, made at submission on the program's own descriptor (so
+//! its result, errno and data are the kernel's), and its completion event is held back
+//! until the program's clock (real or virtual) reaches the model's completion instant for
+//! an arrival at submission. `io_getevents` hands out the held events in completion order,
+//! waiting on that clock for `min_nr` of them as the run's strategy says for the earliest
+//! one (decided at submission, as [`crate::emu`] decides a synchronous call's wait; a
+//! virtual `block` wait counts as idle, so the clock jumps); requests the kernel has (other
+//! descriptors of the same context) are collected alongside.
+//!
+//! Everything else goes to libaio as it is, and is counted as libaio that was not taken.
 //!
 //! libaio's functions return a negative errno rather than setting errno; these do the same.
 //!
-//! Non-goals: `io_pgetevents` (passed through; it does not see held events), `io_cancel` of
-//! a held event (the kernel's answer: it is not the kernel's), the requests' `aio_reqprio`,
-//! fsync requests on the image (real, untimed: the model has no cache to flush), and the
-//! user-space completion ring read directly (fio's `userspace_reap`: held events are not
-//! in it).
+//! Non-goals: `io_pgetevents` (passed through; it does not see held events, and a taken
+//! request it reaps stays in the device's in-flight counters until its context is
+//! destroyed), `io_cancel` of a held event (the kernel's answer: it is not the kernel's),
+//! the requests' `aio_reqprio`, fsync requests on the image (real, untimed: the model has
+//! no cache to flush), and the user-space completion ring read directly by the program
+//! (fio's `userspace_reap`: held events are not in it, and taken requests reaped that way
+//! are never counted). A signal that arrives while a taken wait polls the ring runs its
+//! handler and the poll goes on, where the kernel's wait would have returned EINTR.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use libc::{c_int, c_long, c_void, iovec, timespec};
 use smartcon_devemu::Op;
+use smartcon_engine::decision::{decide, Reason, Request, Strategy, SystemState, Thresholds};
+use smartcon_engine::job::{StrategyChoice, SPIN_BUDGET_NS_DEFAULT};
+use smartcon_engine::monitor::SystemMonitor;
+use smartcon_engine::target::InFlight;
 
 use crate::bypass::{self, Seen};
 use crate::emu;
@@ -107,11 +138,13 @@ type GeteventsFn = unsafe extern "C" fn(*mut c_void, c_long, c_long, *mut IoEven
 /// # Safety
 /// As libaio's io_submit.
 unsafe fn real_submit(ctx: *mut c_void, nr: c_long, iocbs: *mut *mut Iocb) -> c_int {
+    // Inside the library: libaio makes its system call with syscall(3), which would count
+    // the requests again as the program's own raw io_submit.
+    let _inside = Busy::try_enter();
     call_real!(
         IO_SUBMIT,
         SubmitFn,
         {
-            let _busy = Busy::try_enter();
             // SAFETY: (fallback) the kernel checks the pointers (EFAULT).
             let r = unsafe { libc::syscall(libc::SYS_io_submit, ctx, nr, iocbs) };
             (if r < 0 { errno_neg() } else { r }) as c_int
@@ -155,6 +188,16 @@ fn kernel_inflight_add(ctx: usize, n: i64) {
     }
 }
 
+/// The kernel handed `n` events of `ctx` to the program.
+///
+/// # Safety
+/// `events` holds `n` events the kernel wrote.
+unsafe fn kernel_reaped(ctx: usize, events: *const IoEvent, n: usize) {
+    kernel_inflight_add(ctx, -(n as i64));
+    // SAFETY: the caller's promise.
+    unsafe { reaped(ctx, events, n) };
+}
+
 fn kernel_inflight(ctx: usize) -> u64 {
     KERNEL_INFLIGHT.lock().iter().find(|(c, _)| *c == ctx).map_or(0, |(_, v)| *v)
 }
@@ -174,6 +217,253 @@ unsafe fn emulated(cb: *const Iocb) -> bool {
         && cb.flags & IOCB_FLAG_RESFD == 0
         && cb.rw_flags == 0
         && emu::is_image_fd(cb.fildes as c_int)
+}
+
+/// Taken requests outstanding at most (all contexts of the process); past it requests go
+/// to the kernel untaken and are named as libaio.
+pub const TAKEN_INFLIGHT_MAX: usize = 4096;
+/// Descriptors whose device is remembered at most (the oldest is forgotten first).
+const DEVICE_CACHE_MAX: usize = 64;
+/// Vectored requests' buffers read at most to size one (the kernel's IOV_MAX).
+const IOV_MAX: u64 = 1024;
+
+/// What a taken request's wait is decided with: its descriptor's device.
+#[derive(Clone)]
+struct DeviceOf {
+    fd: c_int,
+    generation: u64,
+    inflight: Arc<InFlight>,
+    thresholds: Thresholds,
+    monitor: Arc<SystemMonitor>,
+}
+
+/// A taken request in the kernel: how its completion is waited for, and what it counts.
+struct TakenReq {
+    ctx: usize,
+    /// The iocb's address, which the kernel returns in the event's `obj`.
+    obj: u64,
+    bytes: u64,
+    submit_ns: u64,
+    /// How it is waited for and counted: `Spin` (the ring polled) or `Block` (the kernel's
+    /// wait).
+    strategy: Strategy,
+    reason: Option<Reason>,
+    hipri: bool,
+    /// The device's in-flight counters it is in until reaped.
+    inflight: Arc<InFlight>,
+}
+
+static DEVICES_OF: Spin<Vec<DeviceOf>> = Spin::new(Vec::new());
+static TAKEN: Spin<Vec<TakenReq>> = Spin::new(Vec::new());
+static TAKEN_COUNT: AtomicU64 = AtomicU64::new(0);
+
+/// The thresholds a port on `device_id` decides with: its stored profile, else the
+/// paper's defaults (the port has said so in the run's notes).
+fn thresholds_of(device_id: &str) -> Thresholds {
+    use smartcon_engine::profile::{profile_path, Profile};
+    Profile::load(&profile_path(device_id)).unwrap_or_else(|_| Profile::paper_default(device_id)).thresholds()
+}
+
+/// The device of a descriptor the library takes, or `None` (not taken, or no port could be
+/// opened on it). The first request on a descriptor opens the thread's port on it, as a
+/// synchronous call would, to learn its device. Called inside the library.
+fn device_of(fd: c_int) -> Option<DeviceOf> {
+    let (generation, _, _) = crate::shim::taken_class(fd)?;
+    if let Some(d) = DEVICES_OF.lock().iter().find(|d| d.fd == fd && d.generation == generation) {
+        return Some(d.clone());
+    }
+    let dev = crate::fdtable::probe(fd)?.dev;
+    let device_id = process::with_thread(|st| st.port(fd, generation).map(|p| p.device_id().to_string())).flatten()?;
+    let d = DeviceOf {
+        fd,
+        generation,
+        inflight: crate::devices::inflight(dev),
+        thresholds: thresholds_of(&device_id),
+        monitor: crate::devices::monitor().0,
+    };
+    let mut cache = DEVICES_OF.lock();
+    cache.retain(|x| x.fd != fd);
+    if cache.len() >= DEVICE_CACHE_MAX {
+        cache.remove(0);
+    }
+    cache.push(d.clone());
+    Some(d)
+}
+
+/// Enters the request in its device's in-flight counters and decides how its completion is
+/// waited for, as a synchronous call's wait is decided: the strategy it is counted with
+/// (`Spin`: the ring is polled; `Block`: the kernel waits) and the decision's reason.
+fn decide_wait(d: &DeviceOf, bytes: u64, write: bool) -> (Strategy, Option<Reason>) {
+    let ahead = d.inflight.enter(bytes);
+    let choice = crate::config::get().map_or(StrategyChoice::Smart, |c| c.strategy);
+    let (decided, reason) = match choice {
+        StrategyChoice::Fixed(s) => (s, None),
+        _ => {
+            crate::devices::register_current_thread(&d.monitor);
+            let system = SystemState { cpu_utilization_pct: d.monitor.cpu_utilization_pct() };
+            let r = decide(Request { bytes, write }, ahead, system, &d.thresholds);
+            (r.strategy, Some(r.reason))
+        }
+    };
+    // `sync` (a very fast device: keep the CPU) is a poll here; the polling strategies have
+    // no model of the device to sleep to, so the kernel waits for them.
+    let waited = if matches!(decided, Strategy::Spin | Strategy::Sync) { Strategy::Spin } else { Strategy::Block };
+    (waited, reason)
+}
+
+/// The bytes a request moves if it completes whole.
+///
+/// # Safety
+/// `cb` is a valid iocb whose vector (PREADV/PWRITEV) is valid as io_submit requires.
+unsafe fn request_bytes(cb: &Iocb) -> u64 {
+    match cb.opcode {
+        IO_CMD_PREADV | IO_CMD_PWRITEV if cb.buf != 0 => (0..cb.nbytes.min(IOV_MAX) as usize)
+            // SAFETY: the caller's promise: nbytes valid iovecs at buf.
+            .map(|i| unsafe { (*(cb.buf as *const iovec).add(i)).iov_len as u64 })
+            .sum(),
+        IO_CMD_PREADV | IO_CMD_PWRITEV => 0,
+        _ => cb.nbytes,
+    }
+}
+
+/// Registers the requests of `iocbs` the library takes, before they are submitted (so a
+/// completion another thread reaps at once finds its entry); returns their indices.
+/// Called inside the library.
+///
+/// # Safety
+/// `iocbs` holds `nr` pointers, each null or a valid iocb (the caller's promise to
+/// io_submit).
+unsafe fn take_requests(ctx: usize, nr: usize, iocbs: *mut *mut Iocb) -> Vec<usize> {
+    let mut taken = Vec::new();
+    let submit_ns = smartcon_engine::clock::now_ns();
+    for i in 0..nr {
+        // SAFETY: the caller's promise: nr pointers.
+        let p = unsafe { *iocbs.add(i) };
+        if p.is_null() || TAKEN_COUNT.load(Ordering::Relaxed) as usize >= TAKEN_INFLIGHT_MAX {
+            continue;
+        }
+        // SAFETY: non-null: a valid iocb (the caller's promise).
+        let cb = unsafe { &*p };
+        let rw = matches!(cb.opcode, IO_CMD_PREAD | IO_CMD_PWRITE | IO_CMD_PREADV | IO_CMD_PWRITEV);
+        let fd = cb.fildes as c_int;
+        if !rw || cb.flags & IOCB_FLAG_RESFD != 0 || cb.rw_flags & !libc::RWF_HIPRI != 0 || emu::is_image_fd(fd) {
+            continue;
+        }
+        let Some(d) = device_of(fd) else { continue };
+        // SAFETY: a valid iocb and vector (the caller's promise).
+        let bytes = unsafe { request_bytes(cb) };
+        let (strategy, reason) = decide_wait(&d, bytes, matches!(cb.opcode, IO_CMD_PWRITE | IO_CMD_PWRITEV));
+        let hipri = cb.rw_flags & libc::RWF_HIPRI != 0;
+        TAKEN.lock().push(TakenReq {
+            ctx,
+            obj: p as u64,
+            bytes,
+            submit_ns,
+            strategy,
+            reason,
+            hipri,
+            inflight: d.inflight,
+        });
+        TAKEN_COUNT.fetch_add(1, Ordering::Relaxed);
+        taken.push(i);
+    }
+    taken
+}
+
+/// Removes ctx's entry for the request at `obj` (the oldest, should a stale one remain).
+fn untake(ctx: usize, obj: u64) -> Option<TakenReq> {
+    let mut taken = TAKEN.lock();
+    let i = taken.iter().enumerate().filter(|(_, t)| t.ctx == ctx && t.obj == obj).min_by_key(|(_, t)| t.submit_ns)?.0;
+    let t = taken.swap_remove(i);
+    TAKEN_COUNT.fetch_sub(1, Ordering::Relaxed);
+    Some(t)
+}
+
+/// The kernel handed `n` events of `ctx` to the program: the taken requests among them
+/// leave their device's counters and are counted as taken I/Os.
+///
+/// # Safety
+/// `events` holds `n` events the kernel wrote.
+unsafe fn reaped(ctx: usize, events: *const IoEvent, n: usize) {
+    if TAKEN_COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let now = smartcon_engine::clock::now_ns();
+    for i in 0..n {
+        // SAFETY: i < n (the caller's promise).
+        let ev = unsafe { *events.add(i) };
+        let Some(t) = untake(ctx, ev.obj) else { continue };
+        t.inflight.leave(t.bytes);
+        if t.hipri {
+            bypass::hipri();
+        }
+        process::count_taken(now.saturating_sub(t.submit_ns), ev.res.max(0) as u64, t.strategy, t.reason);
+    }
+}
+
+/// How `io_getevents` on `ctx` waits: as its oldest taken request was decided; `None` when
+/// it has none.
+fn taken_wait(ctx: usize) -> Option<Strategy> {
+    if TAKEN_COUNT.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    TAKEN.lock().iter().filter(|t| t.ctx == ctx).min_by_key(|t| t.submit_ns).map(|t| t.strategy)
+}
+
+/// A taken `spin` wait: polls ctx's completion ring (libaio's zero-timeout call reads it in
+/// user space) until `min_nr` events, the deadline or the spin budget; past the budget the
+/// kernel waits for the rest, no later than the deadline. Returns what io_getevents would.
+///
+/// # Safety
+/// As io_getevents(3); `timeout` is null or valid and not zero.
+unsafe fn poll_events(
+    ctx: *mut c_void,
+    min_nr: usize,
+    nr: usize,
+    events: *mut IoEvent,
+    timeout: *mut timespec,
+) -> c_int {
+    let start = smartcon_engine::clock::now_ns();
+    let deadline = if timeout.is_null() {
+        u64::MAX
+    } else {
+        // SAFETY: non-null: the caller's timespec.
+        let t = unsafe { *timeout };
+        if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
+            // SAFETY: forwarded caller promise (the kernel answers EINVAL).
+            return unsafe { real_getevents(ctx, min_nr as c_long, nr as c_long, events, timeout) };
+        }
+        start.saturating_add((t.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec as u64))
+    };
+    let give_up_ns = start.saturating_add(SPIN_BUDGET_NS_DEFAULT);
+    let mut got = 0usize;
+    loop {
+        let mut zero = ts_of(0);
+        // SAFETY: events is valid for nr events (caller promise); got < nr.
+        let r = unsafe { real_getevents(ctx, 0, (nr - got) as c_long, events.add(got), &mut zero) };
+        if r < 0 {
+            return if got > 0 { got as c_int } else { r };
+        }
+        got += r as usize;
+        let now = smartcon_engine::clock::now_ns();
+        if got >= min_nr || now >= deadline {
+            return got as c_int;
+        }
+        if now >= give_up_ns {
+            let mut rest = ts_of(deadline.saturating_sub(now));
+            let ts: *mut timespec = if deadline == u64::MAX { std::ptr::null_mut() } else { &mut rest };
+            // SAFETY: as above.
+            let r = unsafe { real_getevents(ctx, (min_nr - got) as c_long, (nr - got) as c_long, events.add(got), ts) };
+            return if r < 0 && got > 0 {
+                got as c_int
+            } else if r < 0 {
+                r
+            } else {
+                (got + r as usize) as c_int
+            };
+        }
+        std::hint::spin_loop();
+    }
 }
 
 /// The data half of one request on the image, now: its result as an io_event's `res`.
@@ -206,10 +496,26 @@ pub unsafe extern "C" fn io_submit(ctx: *mut c_void, nr: c_long, iocbs: *mut *mu
     let any_image =
         emu::active() && nr > 0 && !iocbs.is_null() && (0..nr as usize).any(|i| unsafe { emulated(*iocbs.add(i)) });
     if !any_image {
+        let taken = match (counting && process::active() && nr > 0 && !iocbs.is_null(), Busy::try_enter()) {
+            // SAFETY: the caller promises nr valid iocb pointers.
+            (true, Some(_busy)) => unsafe { take_requests(ctx as usize, nr as usize, iocbs) },
+            _ => Vec::new(),
+        };
         // SAFETY: forwarded caller promise.
         let r = unsafe { real_submit(ctx, nr, iocbs) };
+        let submitted = r.max(0) as usize;
+        // Requests the kernel did not accept leave again, uncounted.
+        for &i in taken.iter().filter(|&&i| i >= submitted) {
+            // SAFETY: one of the caller's nr pointers.
+            if let Some(t) = untake(ctx as usize, unsafe { *iocbs.add(i) } as u64) {
+                t.inflight.leave(t.bytes);
+            }
+        }
         if counting && r > 0 {
-            bypass::seen(Seen::Libaio, r as u64);
+            let untaken = submitted - taken.iter().filter(|&&i| i < submitted).count();
+            if untaken > 0 {
+                bypass::seen(Seen::Libaio, untaken as u64);
+            }
             kernel_inflight_add(ctx as usize, r as i64);
         }
         return r;
@@ -315,11 +621,23 @@ pub unsafe extern "C" fn io_getevents(
 ) -> c_int {
     let c = ctx as usize;
     let held_here = HELD_COUNT.load(Ordering::Relaxed) > 0 && HELD.lock().iter().any(|h| h.ctx == c);
-    if !held_here || nr <= 0 || events.is_null() || min_nr > nr || crate::guard::inside() {
-        // SAFETY: forwarded caller promise.
-        let r = unsafe { real_getevents(ctx, min_nr, nr, events, timeout) };
+    let usable = nr > 0 && !events.is_null() && min_nr <= nr && !crate::guard::inside();
+    if !held_here || !usable {
+        // A taken wait the ring is polled for: the program asked to wait (min_nr > 0, a
+        // timeout that is not zero) for requests `spin` was decided for.
+        // SAFETY: a non-null timeout is the caller's valid timespec.
+        let zero_timeout = !timeout.is_null() && unsafe { (*timeout).tv_sec == 0 && (*timeout).tv_nsec == 0 };
+        let poll = usable && !held_here && min_nr > 0 && !zero_timeout && taken_wait(c) == Some(Strategy::Spin);
+        let r = if poll {
+            // SAFETY: forwarded caller promise; the timeout is not zero.
+            unsafe { poll_events(ctx, min_nr as usize, nr as usize, events, timeout) }
+        } else {
+            // SAFETY: forwarded caller promise.
+            unsafe { real_getevents(ctx, min_nr, nr, events, timeout) }
+        };
         if r > 0 {
-            kernel_inflight_add(c, -(r as i64));
+            // SAFETY: the kernel wrote r events there.
+            unsafe { kernel_reaped(c, events, r as usize) };
         }
         return r;
     }
@@ -347,7 +665,8 @@ pub unsafe extern "C" fn io_getevents(
             // SAFETY: as above; a zero timeout returns at once.
             let r = unsafe { real_getevents(ctx, 0, (nr - got) as c_long, events.add(got), &mut zero) };
             if r > 0 {
-                kernel_inflight_add(c, -(r as i64));
+                // SAFETY: the kernel wrote r events there.
+                unsafe { kernel_reaped(c, events.add(got), r as usize) };
                 got += r as usize;
             }
         }
@@ -372,7 +691,8 @@ pub unsafe extern "C" fn io_getevents(
                 // SAFETY: as above.
                 let r = unsafe { real_getevents(ctx, 1, (nr - got) as c_long, events.add(got), &mut ts) };
                 if r > 0 {
-                    kernel_inflight_add(c, -(r as i64));
+                    // SAFETY: the kernel wrote r events there.
+                    unsafe { kernel_reaped(c, events.add(got), r as usize) };
                     got += r as usize;
                 } else if r < 0 && r != -libc::EINTR {
                     return if got > 0 { got as c_int } else { r };
@@ -396,6 +716,13 @@ pub unsafe extern "C" fn io_destroy(ctx: *mut c_void) -> c_int {
         HELD_COUNT.fetch_sub((before - held.len()) as u64, Ordering::Relaxed);
     }
     KERNEL_INFLIGHT.lock().retain(|(x, _)| *x != c);
+    if TAKEN_COUNT.load(Ordering::Relaxed) > 0 {
+        let mut taken = TAKEN.lock();
+        let before = taken.len();
+        taken.iter().filter(|t| t.ctx == c).for_each(|t| t.inflight.leave(t.bytes));
+        taken.retain(|t| t.ctx != c);
+        TAKEN_COUNT.fetch_sub((before - taken.len()) as u64, Ordering::Relaxed);
+    }
     call_real!(
         IO_DESTROY,
         F,
@@ -408,13 +735,18 @@ pub unsafe extern "C" fn io_destroy(ctx: *mut c_void) -> c_int {
     )
 }
 
-/// Held across fork by emu's prepare handler, released in the parent and the child.
+/// Held across fork by the prepare handler ([`crate::lifecycle`]), released in the parent
+/// and the child.
 pub fn fork_prepare() {
     std::mem::forget(HELD.lock());
     std::mem::forget(KERNEL_INFLIGHT.lock());
+    std::mem::forget(TAKEN.lock());
+    std::mem::forget(DEVICES_OF.lock());
 }
 
 pub fn fork_parent() {
+    DEVICES_OF.unlock_after_fork();
+    TAKEN.unlock_after_fork();
     KERNEL_INFLIGHT.unlock_after_fork();
     HELD.unlock_after_fork();
 }
@@ -429,4 +761,8 @@ pub fn fork_child() {
     drop(held);
     KERNEL_INFLIGHT.lock().clear();
     HELD_COUNT.store(0, Ordering::Relaxed);
+    // Taken requests are the parent's; the devices' counters the child uses are its own.
+    TAKEN.lock().clear();
+    TAKEN_COUNT.store(0, Ordering::Relaxed);
+    DEVICES_OF.lock().clear();
 }

@@ -13,14 +13,16 @@
 //! - **A C ABI** ([`capi`], `include/smartcon.h`): open a port on a descriptor, read and
 //!   write at an offset with the decision, read the counters, close.
 //!
-//! What it cannot take it names ([`bypass`]): io_uring rings, libaio requests, memory maps
-//! of files, raw `syscall(2)` I/O, and passed-through calls by reason, in each record. On an
-//! `--emulate` image libaio is emulated ([`aio`]).
+//! libaio's wait is taken too ([`aio`]): requests on taken descriptors go to the kernel
+//! unchanged, and `io_getevents` waits for them as the decision said at submission (polling
+//! the completion ring, or the kernel's wait). On an `--emulate` image libaio is emulated.
+//! What it cannot take it names ([`bypass`]): io_uring rings, libaio requests it does not
+//! take, memory maps of files, raw `syscall(2)` I/O, and passed-through calls by reason, in
+//! each record.
 //!
 //! Non-goals: statically linked programs (LD_PRELOAD cannot reach them; `smartcon run`
-//! says so), taking io_uring or libaio waits outside an emulated image (the program already
-//! chose how to wait), memory-mapped files, and vectored calls with more than one buffer
-//! (passed through).
+//! says so), taking io_uring waits (the ring is shared memory no call crosses), memory-mapped
+//! files, and vectored calls with more than one buffer (passed through).
 
 //! Layers (each reaches only the ones below it; `scripts/check-preload-layers.sh` fails on
 //! an edge upwards or a circle):

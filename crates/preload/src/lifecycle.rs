@@ -19,7 +19,23 @@ pub fn on_load() {
             libc::pthread_atfork(Some(emu_fork_prepare), Some(emu_fork_parent), Some(emu_fork_child));
             libc::atexit(emu_at_exit);
         }
+    } else if crate::process::active() {
+        // Taken libaio requests are held per process (crate::aio).
+        // SAFETY: as above.
+        unsafe { libc::pthread_atfork(Some(aio_fork_prepare), Some(aio_fork_parent), Some(aio_fork_child)) };
     }
+}
+
+extern "C" fn aio_fork_prepare() {
+    crate::aio::fork_prepare();
+}
+
+extern "C" fn aio_fork_parent() {
+    crate::aio::fork_parent();
+}
+
+extern "C" fn aio_fork_child() {
+    crate::aio::fork_child();
 }
 
 extern "C" fn emu_fork_prepare() {

@@ -39,6 +39,12 @@ impl Port {
         from_port(self.inner.counters())
     }
 
+    /// The device the descriptor is on, as the engine names it (`blk:vda`): whose stored
+    /// profile the port decides with.
+    pub fn device_id(&self) -> &str {
+        self.inner.device_id()
+    }
+
     /// Lines the user should see once (no profile for the device, a buffered descriptor).
     pub fn notes(&self) -> &[String] {
         self.inner.notes()

@@ -24,6 +24,8 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use smartcon_engine::decision::{Reason, Strategy};
+
 use crate::config::Config;
 use crate::guard::Spin;
 use crate::port::Port;
@@ -61,6 +63,20 @@ pub fn active() -> bool {
 
 pub fn count_passed_through(why: crate::bypass::Pass) {
     crate::bypass::passed(why);
+}
+
+/// Counts one taken I/O whose wait was not a port's (a libaio request reaped by
+/// `io_getevents`, [`crate::aio`]): in the image's counters like a port's I/O.
+pub fn count_taken(lat_ns: u64, bytes: u64, strategy: Strategy, reason: Option<Reason>) {
+    let mut reg = REGISTRY.lock();
+    let c = reg.retired.get_or_insert_with(Counters::default);
+    c.ios += 1;
+    c.bytes += bytes;
+    c.by_strategy[strategy.index()] += 1;
+    if let Some(r) = reason {
+        c.by_reason[r.index()] += 1;
+    }
+    c.hist.saturating_record(lat_ns.max(1));
 }
 
 fn new_image() -> String {

@@ -33,8 +33,8 @@ use crate::guard::Busy;
 use crate::process;
 use crate::real::{self, call_real};
 
-/// The descriptor's generation and append flag if the library takes its I/O.
-fn taken_class(fd: c_int) -> Option<(u64, bool, bool)> {
+/// The descriptor's generation, shared and append flags if the library takes its I/O.
+pub(crate) fn taken_class(fd: c_int) -> Option<(u64, bool, bool)> {
     match fdtable::lookup(fd) {
         Class::Pass => None,
         Class::Taken { generation, shared, append } => Some((generation, shared, append)),

@@ -194,3 +194,149 @@ fn the_preadv2_contract_holds_under_spin() {
 fn the_preadv2_contract_holds_under_block() {
     contract_v2_under("block");
 }
+
+/// libaio (c/contract_aio.c): requests on O_DIRECT descriptors with aio_rw_flags 0 and
+/// RWF_HIPRI are taken (their io_getevents wait is the strategy's; the kernel does the I/O),
+/// RWF_NOWAIT and eventfd requests pass through, and every request's result, every call's
+/// return and the data are the raw system calls'. Before, none was taken (`ios` was 0 and
+/// every request was named as libaio).
+fn contract_aio_under(strategy: &str) {
+    let Some(cc) = cc() else {
+        eprintln!("skipped: no C compiler (cc, gcc or clang) on PATH");
+        return;
+    };
+    let dir = temp_dir(&format!("contract-aio-{strategy}"));
+    if !direct_io_works(&dir) {
+        eprintln!("skipped: {} refuses O_DIRECT", dir.display());
+        return;
+    }
+    let Some(exe) = compile_with_libaio(&cc, "contract_aio.c", &dir) else { return };
+    let plain = Command::new(&exe).arg(&dir).output().expect("run contract_aio");
+    let plain_out = String::from_utf8_lossy(&plain.stdout);
+    assert!(plain.status.success(), "contract_aio fails even without the library:\n{plain_out}");
+    let stats = dir.join("stats.jsonl");
+    let pre = run_preloaded(Command::new(&exe).arg(&dir), strategy, &stats);
+    let pre_out = String::from_utf8_lossy(&pre.stdout);
+    let mismatches: Vec<&str> = pre_out.lines().filter(|l| l.starts_with("MISMATCH")).collect();
+    assert!(mismatches.is_empty(), "under {strategy} the contract broke:\n{}", mismatches.join("\n"));
+    assert!(pre.status.success(), "under {strategy}: {:?}\n{pre_out}", pre.status);
+    assert_eq!(plain_out, pre_out, "the transcript differs with the library");
+    let recs = records(&stats);
+    // 1,200 reads and 1,200 writes with each of flags 0 and RWF_HIPRI, plus the single ones.
+    let ios = total(&recs, "ios");
+    assert!(ios >= 4800, "only {ios} libaio requests were taken: {recs:?}");
+    assert!(total(&recs, "hipri") >= 2400, "RWF_HIPRI requests not counted: {recs:?}");
+    let waited = |s: &str| recs.iter().map(|r| r["by_strategy"][s].as_u64().unwrap_or(0)).sum::<u64>();
+    match strategy {
+        "spin" => assert_eq!(waited("spin"), ios, "spin polls every taken request's ring: {recs:?}"),
+        "block" => assert_eq!(waited("block"), ios, "{recs:?}"),
+        _ => assert_eq!(waited("spin") + waited("block"), ios, "smart decides every request: {recs:?}"),
+    }
+    // The RWF_NOWAIT reads and the eventfd request were named, and so was the raw side.
+    let libaio: u64 = recs.iter().map(|r| r["not_taken"]["libaio"].as_u64().unwrap_or(0)).sum();
+    assert!(libaio >= 1200 + 6000, "RWF_NOWAIT and the syscall(2) side were not named as libaio: {recs:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Compiles `source` linked with libaio, or says why it skips (no libaio.h or libaio.so).
+fn compile_with_libaio(cc: &str, source: &str, dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let probe = Command::new(cc)
+        .args(["-x", "c", "-o"])
+        .arg(dir.join("probe-libaio"))
+        .args(["-", "-laio"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(b"#include <libaio.h>\nint main(void){io_context_t c=0;return io_setup(1,&c);}\n")?;
+            c.wait()
+        });
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: libaio's header or library is missing (apt-get install libaio-dev)");
+        return None;
+    }
+    Some(compile(cc, source, dir, &["-laio"]))
+}
+
+#[test]
+fn the_libaio_contract_holds_under_smart() {
+    contract_aio_under("smart");
+}
+
+#[test]
+fn the_libaio_contract_holds_under_spin() {
+    contract_aio_under("spin");
+}
+
+#[test]
+fn the_libaio_contract_holds_under_block() {
+    contract_aio_under("block");
+}
+
+/// The same contract from Python (python/contract.py): os.preadv/os.pwritev with flags 0,
+/// RWF_HIPRI and RWF_NOWAIT (CPython's preadv2/pwritev2) and libaio through ctypes, against
+/// syscall(2). Identical transcripts; over 1,000 of each taken kind counted.
+fn contract_python_under(strategy: &str) {
+    let python = ["python3", "python"].into_iter().find(|p| {
+        Command::new(p).args(["-c", "import os; os.preadv; os.RWF_HIPRI"]).output().is_ok_and(|o| o.status.success())
+    });
+    let Some(python) = python else {
+        eprintln!("skipped: no python3 with os.preadv and RWF_HIPRI (Python 3.7+ on Linux)");
+        return;
+    };
+    let dir = temp_dir(&format!("contract-py-{strategy}"));
+    if !direct_io_works(&dir) {
+        eprintln!("skipped: {} refuses O_DIRECT", dir.display());
+        return;
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/contract.py");
+    let plain = Command::new(python).arg(&script).arg(&dir).output().expect("run contract.py");
+    let plain_out = String::from_utf8_lossy(&plain.stdout);
+    assert!(
+        plain.status.success(),
+        "contract.py fails even without the library:\n{plain_out}{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let stats = dir.join("stats.jsonl");
+    let pre = run_preloaded(Command::new(python).arg(&script).arg(&dir), strategy, &stats);
+    let pre_out = String::from_utf8_lossy(&pre.stdout);
+    let mismatches: Vec<&str> = pre_out.lines().filter(|l| l.starts_with("MISMATCH")).collect();
+    assert!(mismatches.is_empty(), "under {strategy} the contract broke:\n{}", mismatches.join("\n"));
+    assert!(
+        pre.status.success(),
+        "under {strategy}: {:?}\n{pre_out}{}",
+        pre.status,
+        String::from_utf8_lossy(&pre.stderr)
+    );
+    assert_eq!(plain_out, pre_out, "the transcript differs with the library");
+    let recs = records(&stats);
+    let ios = total(&recs, "ios");
+    let libaio = !plain_out.contains("libaio: skipped");
+    // preadv2 reads and pwritev2 writes with flags 0 and RWF_HIPRI: 4 x 1,200; libaio the same.
+    let want = if libaio { 9600 } else { 4800 };
+    assert!(ios >= want, "only {ios} of {want} were taken: {recs:?}");
+    assert!(total(&recs, "hipri") >= want / 2, "RWF_HIPRI calls not counted: {recs:?}");
+    let by = |reason: &str| recs.iter().map(|r| r["passed_through_by"][reason].as_u64().unwrap_or(0)).sum::<u64>();
+    assert!(by("rwf_flags") >= 1200, "RWF_NOWAIT calls were not passed through by reason: {recs:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_python_contract_holds_under_smart() {
+    contract_python_under("smart");
+}
+
+#[test]
+fn the_python_contract_holds_under_spin() {
+    contract_python_under("spin");
+}
+
+#[test]
+fn the_python_contract_holds_under_block() {
+    contract_python_under("block");
+}

@@ -653,7 +653,11 @@ pub struct SweepArgs {
 
 fn sweep(args: SweepArgs) -> Result<()> {
     use smartcon_emulate::sweep::SweepOptions;
-    use smartcon_emulate::sweep::{assemble, factors, plot_svg, prepare, run_point, run_sweep_points, table};
+    use smartcon_emulate::sweep::{
+        assemble, check_factors, factors, plot_svg, prepare, run_point, run_sweep_points, table,
+    };
+    // Before any output is claimed, and on every path (a plan and Ray's points too).
+    check_factors(&args.device, &args.speedups).map_err(engine_err)?;
     let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
     // The report directory, claimed before any work (crate::paths).
     let out_dir = match (&args.out, args.plan_only || args.point.is_some()) {

@@ -231,6 +231,11 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
     }
     let (ios, p50, p99) = (sum(|r| r.ios), hist.value_at_quantile(0.5), hist.value_at_quantile(0.99));
+    // The program's processes are the images that did I/O the library saw (taken, passed
+    // through or named); a launcher's helpers (a pyenv shim runs dozens of shells and tools
+    // before the interpreter) loaded the library too, but are only counted beside them.
+    let active = |r: &ProcessRecord| r.ios > 0 || r.passed_through > 0 || r.hipri > 0 || !r.not_taken.is_empty();
+    let processes = images.values().filter(|r| active(r)).count();
     let (passed_by, not_taken) = (by(|r| &r.passed_through_by), by(|r| &r.not_taken));
     for n in &notes {
         eprintln!("smartcon: note: {n}");
@@ -239,8 +244,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let us = |ns: u64| format!("{:.1} us", ns as f64 / 1000.0);
     let hipri = sum(|r| r.hipri);
     eprintln!(
-        "smartcon run: {ios} I/Os taken in {} process(es) with {} ({}; {}), p50 {}, p99 {}{}; {} calls passed through{}{}",
-        images.len(),
+        "smartcon run: {ios} I/Os taken in {processes} process(es) with {} ({}; {}), p50 {}, p99 {}{}; {} calls passed through{}{}{}",
         args.strategy,
         if by_strategy.is_empty() { "none".into() } else { list(&by_strategy) },
         if by_reason.is_empty() { "no decisions".into() } else { list(&by_reason) },
@@ -253,11 +257,15 @@ pub fn run(args: RunArgs) -> Result<()> {
             (true, _) => String::new(),
             (false, Some(sig)) => format!("; the program was killed by signal {sig} before it wrote its statistics"),
             (false, None) => "; no process loaded the library".to_string(),
+        },
+        match images.len() - processes {
+            0 => String::new(),
+            idle => format!("; {idle} more process(es) loaded the library and did no I/O it saw (a launcher's or shell's helpers)"),
         }
     );
     if !not_taken.is_empty() {
         eprintln!(
-            "smartcon run: warning: not taken: {}; that I/O went to the kernel without smartcon's decision (io_uring, memory maps and raw system calls cannot be interposed; libaio is served only on an --emulate image)",
+            "smartcon run: warning: not taken: {}; that I/O went to the kernel without smartcon's decision (io_uring, memory maps and raw system calls cannot be interposed; libaio's wait is taken only for O_DIRECT reads and writes without an eventfd and with aio_rw_flags 0 or RWF_HIPRI)",
             describe(&not_taken)
         );
     }
@@ -298,7 +306,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             "type": "run_result", "command": args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
             "strategy": args.strategy, "buffered": args.buffered, "inherit": !args.no_inherit,
             "io_cpus": cpus.map(|c| smartcon_engine::placement::format_cpu_list(&c)), "preloaded": skip.is_none(),
-            "exit_code": exit_code, "duration_ns": duration_ns, "processes": images.len(), "ios": ios,
+            "exit_code": exit_code, "duration_ns": duration_ns, "processes": processes, "processes_loaded": images.len(), "ios": ios,
             "bytes": sum(|r| r.bytes), "by_strategy": by_strategy, "by_reason": by_reason,
             "passed_through": sum(|r| r.passed_through), "passed_through_by": passed_by, "not_taken": not_taken,
             "hipri": hipri, "lat_ns_p50": p50, "lat_ns_p99": p99, "lat_ns_max": hist.max(),

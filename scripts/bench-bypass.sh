@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The measurements of docs/run.md's "Polled and asynchronous I/O" (issue 22):
+#
+#  1. taken: fio 4 KiB random reads, O_DIRECT, on a file on the local disk, plain and under
+#     `smartcon run --strategy smart`, interleaved round by round (plain, smart, plain,
+#     smart, ...): psync (QD1), pvsync2 --hipri (QD1, RWF_HIPRI) and libaio --iodepth=8.
+#     Each line: engine, round, plain IOPS, smart IOPS, smart/plain, and the I/Os the run
+#     took (its --stats record), how they waited.
+#  2. emulated: fio 4 KiB random reads on an `--emulate emu:hdd=IMG` image, psync QD1 and
+#     libaio at iodepth 1 and 4, in real and virtual time: fio's mean completion latency,
+#     and the model's mean for the same requests (device time / requests, from the run's
+#     summary line: the completion instants libaio's events are held to).
+#
+#   bash scripts/bench-bypass.sh [--rounds 5] [--runtime 3] [--emu-ios 200] [--dir /var/tmp]
+#   ONLY=taken bash scripts/bench-bypass.sh      # or ONLY=emulated
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=5
+runtime=3
+emu_ios=200
+dir=/var/tmp
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) rounds=$2; shift 2 ;;
+        --runtime) runtime=$2; shift 2 ;;
+        --emu-ios) emu_ios=$2; shift 2 ;;
+        --dir) dir=$2; shift 2 ;;
+        *) echo "usage: $0 [--rounds N] [--runtime S] [--emu-ios N] [--dir DIR]" >&2; exit 2 ;;
+    esac
+done
+command -v fio >/dev/null || { echo "fio missing: apt-get install fio" >&2; exit 2; }
+cargo build --release -q
+bin=$PWD/target/release/smartcon
+work=$(mktemp -d "$dir/smartcon-bench-bypass.XXXXXX")
+trap 'rm -rf "$work"' EXIT INT TERM
+
+echo "# host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), fio $(fio --version)"
+echo "# $(date -u +%FT%TZ), work in $work ($(df --output=source "$work" | tail -1))"
+
+# fio's terse (v3) fields: 8 read IOPS, 40 read mean completion+submission latency (us).
+fio_job() { # engine extra... -> the terse line
+    local engine=$1; shift
+    fio --name=r --filename="$work/data" --size=256m --direct=1 --rw=randread --bs=4k \
+        --ioengine="$engine" --clocksource=clock_gettime --output-format=terse "$@"
+}
+
+if [ "${ONLY:-taken}" = taken ] || [ -z "${ONLY:-}" ]; then
+    echo
+    echo "## taken: 4 KiB random reads, ${runtime} s per run, ${rounds} rounds"
+    echo "engine round plain_iops smart_iops ratio taken waits not_taken"
+    for job in "psync" "pvsync2 --hipri" "libaio --iodepth=8"; do
+        read -r engine extra <<<"$job"
+        ratios=()
+        for r in $(seq 1 "$rounds"); do
+            # shellcheck disable=SC2086
+            plain=$(fio_job "$engine" $extra --runtime="$runtime" --time_based | cut -d';' -f8)
+            rm -f "$work/stats.jsonl"
+            # shellcheck disable=SC2086
+            smart=$("$bin" run --strategy smart --stats "$work/stats.jsonl" -- \
+                fio --name=r --filename="$work/data" --size=256m --direct=1 --rw=randread --bs=4k \
+                --ioengine="$engine" --clocksource=clock_gettime --output-format=terse $extra \
+                --runtime="$runtime" --time_based 2>/dev/null | cut -d';' -f8)
+            rec=$(python3 -c "import json;r=json.loads(open('$work/stats.jsonl').read().splitlines()[-1]);print(r['ios'], ','.join(f'{k}:{v}' for k,v in r['by_strategy'].items()) or '-', ','.join(f'{k}:{v}' for k,v in r['not_taken'].items()))")
+            ratio=$(python3 -c "print(f'{$smart/$plain:.3f}')")
+            ratios+=("$ratio")
+            echo "${engine}${extra:+:}${extra} $r $plain $smart $ratio $rec"
+        done
+        echo "${engine}${extra:+:}${extra} median smart/plain: $(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')"
+    done
+fi
+
+if [ "${ONLY:-emulated}" = emulated ] || [ -z "${ONLY:-}" ]; then
+    echo
+    echo "## emulated: emu:hdd, 4 KiB random reads over 256 MiB, ${emu_ios} per run"
+    echo "mode job fio_mean_lat_us model_mean_us fio/model wall_s"
+    img="$work/hdd.img"
+    for mode in real virtual; do
+        flags=()
+        [ "$mode" = virtual ] && flags+=(--virtual-time)
+        for job in "psync --iodepth=1" "libaio --iodepth=1" "libaio --iodepth=4"; do
+            read -r engine extra <<<"$job"
+            t0=$(date +%s.%N)
+            # shellcheck disable=SC2086
+            out=$("$bin" run --strategy smart --emulate "emu:hdd,size=1g=$img" "${flags[@]}" -- \
+                fio --name=r --filename="$img" --size=256m --direct=1 --rw=randread --bs=4k \
+                --ioengine="$engine" --clocksource=clock_gettime --output-format=terse $extra \
+                --number_ios="$emu_ios" --randseed=7 2>"$work/err")
+            t1=$(date +%s.%N)
+            lat=$(cut -d';' -f40 <<<"$out")
+            # "emu:hdd served N reads ... device time X s"
+            model=$(python3 - "$work/err" <<'EOF'
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"served (\d+) reads and (\d+) writes .*device time ([0-9.]+) s", t)
+print(f"{float(m.group(3)) * 1e6 / (int(m.group(1)) + int(m.group(2))):.1f}" if m else "nan")
+EOF
+)
+            echo "$mode ${engine}:${extra} $lat $model $(python3 -c "print(f'{$lat/$model:.3f}')") $(python3 -c "print(f'{$t1-$t0:.2f}')")"
+        done
+    done
+fi
