@@ -75,7 +75,18 @@ pub fn unit(rng: &mut SimRng) -> f64 {
 /// A draw from a distribution known by its p50, p90 and p99: the inverse of a piecewise
 /// linear CDF through (0, p50/2), (0.5, p50), (0.9, p90), (0.99, p99) and (1, p99 + (p99 -
 /// p90)). The two ends are assumptions (a host model holds three quantiles).
+///
+/// With a measured mean, the top tenth is drawn instead uniformly from p90 up to where its
+/// mean makes the whole distribution's mean the measured one (p90 flat where the body alone
+/// already reaches it): p50 and p90 hold, and so does the mean, which a millisecond tail
+/// past p99 sets and a straight line through p99 would overstate by orders of magnitude.
 pub fn draw(q: &Quantiles, u: f64) -> f64 {
+    if let (Some(mean), true) = (q.mean_ns, u > 0.9) {
+        // The body's mean: half the mass on (p50/2, p50), 0.4 on (p50, p90).
+        let body = 0.5 * 0.75 * q.p50_ns + 0.4 * 0.5 * (q.p50_ns + q.p90_ns);
+        let tail_mean = ((mean - body) / 0.1).max(q.p90_ns);
+        return q.p90_ns + (u - 0.9) / 0.1 * 2.0 * (tail_mean - q.p90_ns);
+    }
     let pts = [
         (0.0, q.p50_ns * 0.5),
         (0.5, q.p50_ns),
@@ -233,10 +244,9 @@ impl VirtualState {
     }
 
     /// A blocking wait or a sleep, woken at `wake_ns`; it takes the core at once. The
-    /// thread's own CPU for the wait (going to sleep, being switched back in) takes its
-    /// time too: it runs again no sooner than `block_cpu_ns` after it went to sleep.
-    fn woken(&mut self, wake_ns: u64) {
-        let block_cpu = self.host.block_cpu_ns as u64;
+    /// thread's own CPU for the wait (going to sleep, being switched back in), `block_cpu`,
+    /// takes its time too: it runs again no sooner than that after it went to sleep.
+    fn woken(&mut self, wake_ns: u64, block_cpu: u64) {
         let wake_ns = wake_ns.max(self.now_ns + block_cpu);
         let t = &mut self.tasks[self.task];
         t.sys_ns += block_cpu;
@@ -259,8 +269,18 @@ impl Sleeper for VirtualTime {
         let now = s.now_ns;
         let asked = at_ns.saturating_sub(now);
         let u = unit(&mut s.rng);
-        let over = s.host.overshoot_at(asked as f64).map_or(0.0, |q| draw(&q, u));
-        s.woken(at_ns.max(now) + over as u64);
+        let mut over = s.host.overshoot_at(asked as f64).map_or(0.0, |q| draw(&q, u));
+        if s.tasks[s.task].sharers > 0 {
+            // Woken onto a cruncher's core: the blocking wait's measured extra there (the
+            // same quantile of its lateness beside a cruncher over alone) comes on top.
+            if let (Some((_, alone)), Some((_, beside))) =
+                (s.host.block_wait_at(asked as f64, false), s.host.block_wait_at(asked as f64, true))
+            {
+                over += (draw(&beside, u) - draw(&alone, u)).max(0.0);
+            }
+        }
+        let cpu = s.host.block_cpu_ns as u64;
+        s.woken(at_ns.max(now) + over as u64, cpu);
     }
 
     fn spin_until(&self, at_ns: u64) {
@@ -269,15 +289,26 @@ impl Sleeper for VirtualTime {
         // A spin reads the clock at least once: a back-to-back poll loop moves on.
         let at_ns = at_ns.max(now + CLOCK_READ_NS);
         let task = s.task;
-        let slice = s.slice_ns;
+        let slice_cruncher = s.slice_ns;
+        // The spinner's slice, so that beside one cruncher it holds the measured share of
+        // the core (its weight against one cruncher's: share / (1 - share)). With none, the
+        // machine's own load (`spin_share_alone` < 1) takes the part of one cruncher.
+        let alone = s.host.spin_share_alone;
+        let (share, others) = match s.tasks[task].sharers {
+            0 if alone < 0.99 => (alone, 1),
+            0 => (1.0, 0),
+            n => (s.host.spin_share_beside_cruncher, n),
+        };
+        let share = share.clamp(0.01, 0.99);
+        let slice = ((slice_cruncher as f64 * share / (1.0 - share)) as u64).max(1);
         let t = &mut s.tasks[task];
-        let seen = if t.sharers == 0 {
+        let seen = if others == 0 {
             t.user_ns += at_ns - now;
             at_ns
         } else {
             // Round robin with the crunchers: the task holds the core for `slice` of every
             // `period`, counted from its last wake-up; it sees the clock only then.
-            let period = slice * (t.sharers + 1);
+            let period = slice + slice_cruncher * others;
             let start = t.slice_start_ns;
             let on_cpu = |x: u64| {
                 let d = x - start;
@@ -296,11 +327,18 @@ impl Sleeper for VirtualTime {
         let mut s = self.lock();
         let now = s.now_ns;
         let u = unit(&mut s.rng);
-        let mut late = draw(&s.host.wakeup, u);
-        if s.tasks[s.task].sharers == 0 {
-            late += s.host.idle_wake_extra_ns;
-        }
-        s.woken(at_ns.max(now) + late as u64);
+        let beside = s.tasks[s.task].sharers > 0;
+        // The measured blocking wait at this device time where the model has its curve
+        // (the wait begins at the submission: `at_ns - now` is the device time)...
+        let (late, cpu) = match s.host.block_wait_at(at_ns.saturating_sub(now) as f64, beside) {
+            Some((cpu, late)) => (draw(&late, u), cpu),
+            // ...else the flat model: a wake-up, on an idle core a halted one's extra.
+            None => {
+                let extra = if beside { 0.0 } else { s.host.idle_wake_extra_ns };
+                (draw(&s.host.wakeup, u) + extra, s.host.block_cpu_ns)
+            }
+        };
+        s.woken(at_ns.max(now) + late as u64, cpu as u64);
     }
 }
 
@@ -392,7 +430,10 @@ pub fn run_cell(spec: &EmuSpec, job: &JobSpec, cfg: &SimConfig) -> Result<SimRun
         target = target.without_data();
     }
     let profile = model_profile(spec, Some(&cfg.host_wait_cost()), cfg.cores);
-    let others_pct = (cfg.crunchers.min(cfg.cores) * 100 / cfg.cores).min(100);
+    // What the System Monitor would read: the crunchers' share of the cores, or the
+    // machine's own load where the host model measured one, whichever is more.
+    let crunchers_pct = (cfg.crunchers.min(cfg.cores) * 100 / cfg.cores).min(100);
+    let others_pct = crunchers_pct.max(cfg.host.background_busy_pct.round() as u32).min(100);
     let monitor = Arc::new(SystemMonitor::fixed(others_pct));
     let threads = job.threads as usize;
     let mut ports = Vec::with_capacity(threads);
