@@ -262,7 +262,10 @@ impl HostModel {
             return bad("a block_wait point is negative, not finite, or its quantiles decrease".into());
         }
         if !(self.spin_share_beside_cruncher > 0.0 && self.spin_share_beside_cruncher < 1.0) {
-            return bad(format!("spin_share_beside_cruncher = {} (must lie in (0, 1))", self.spin_share_beside_cruncher));
+            return bad(format!(
+                "spin_share_beside_cruncher = {} (must lie in (0, 1))",
+                self.spin_share_beside_cruncher
+            ));
         }
         if !(self.spin_share_alone > 0.0 && self.spin_share_alone <= 1.0) {
             return bad(format!("spin_share_alone = {} (must lie in (0, 1])", self.spin_share_alone));
@@ -287,7 +290,7 @@ impl HostModel {
         let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))?;
         if value.get("sleep").is_none() && (value.get("direct").is_some() || value.get(HOST_JSON_CTX_KEY).is_some()) {
             return Err(err(
-                "holds only `smartcon ctx`'s profile; run `smartcon host` to measure the host model".to_string(),
+                "holds only `smartcon ctx`'s profile; run `smartcon host` to measure the host model".to_string()
             ));
         }
         let version = value.get("version").and_then(|v| v.as_u64());
@@ -510,6 +513,58 @@ mod tests {
         assert!(d.filled.iter().any(|f| f == "sleep.p90"));
         // Beside spinners io_uring is D's dearer way to block (sync 1.11-1.30 x).
         assert!(d.block_path.uring_extra_beside_spinners_ns > 0.0);
+    }
+
+    #[test]
+    fn a_version_1_host_json_still_loads_and_a_ctx_only_one_is_no_model() {
+        let dir = std::env::temp_dir().join(format!("smartcon-host-v1-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.json");
+        // Version 1: the model's fields beside ctx's, no curve, no shares.
+        let mut v = serde_json::to_value(this_host()).unwrap();
+        let o = v.as_object_mut().unwrap();
+        for k in ["block_wait", "spin_share_beside_cruncher", "spin_share_alone", "background_busy_pct"] {
+            o.remove(k);
+        }
+        o.insert("version".into(), 1.into());
+        o.insert("direct".into(), serde_json::json!([{"procs": 2, "us_per_switch": 2.0}]));
+        std::fs::write(&path, v.to_string()).unwrap();
+        let m = HostModel::load(&path).unwrap();
+        assert_eq!(m.version, HOST_MODEL_VERSION);
+        assert!(m.block_wait.is_empty());
+        assert_eq!((m.spin_share_beside_cruncher, m.spin_share_alone), (SPIN_SHARE_FAIR, 1.0));
+        assert!(m.filled.iter().any(|f| f.contains("version-1")), "{:?}", m.filled);
+        // ctx's profile alone, nested as version 2 stores it: a clear message.
+        std::fs::write(&path, serde_json::json!({ HOST_JSON_CTX_KEY: {"version": 1, "direct": []} }).to_string())
+            .unwrap();
+        let e = HostModel::load(&path).unwrap_err().to_string();
+        assert!(e.contains("run `smartcon host`"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_blocking_wait_curve_interpolates_and_is_checked() {
+        let q = Quantiles::new;
+        let p = |device_ns: f64, cpu_ns: f64| BlockWaitPoint {
+            device_ns,
+            cpu_ns,
+            late: q(10.0, 20.0, 30.0).with_mean(15.0),
+            cpu_beside_cruncher_ns: 2.0 * cpu_ns,
+            late_beside_cruncher: q(40.0, 50.0, 60.0),
+        };
+        let mut m = HostModel::preset("host-a").unwrap();
+        assert!(m.block_wait_at(10_000.0, false).is_none(), "a preset keeps the flat model");
+        m.block_wait = vec![p(10_000.0, 50_000.0), p(30_000.0, 30_000.0)];
+        m.validate().unwrap();
+        assert_eq!(m.block_wait_at(1_000.0, false).unwrap().0, 50_000.0);
+        let (cpu, late) = m.block_wait_at(20_000.0, false).unwrap();
+        assert_eq!((cpu, late.mean_ns), (40_000.0, Some(15.0)));
+        assert_eq!(m.block_wait_at(1e9, true).unwrap().0, 60_000.0);
+        m.block_wait.reverse();
+        assert!(m.validate().unwrap_err().to_string().contains("block_wait"));
+        m.block_wait.clear();
+        m.spin_share_beside_cruncher = 1.0;
+        assert!(m.validate().unwrap_err().to_string().contains("spin_share_beside_cruncher"));
     }
 
     #[test]

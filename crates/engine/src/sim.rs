@@ -595,13 +595,97 @@ mod tests {
         };
         let (spin_alone, spin_beside) = (cell(Strategy::Spin, &alone), cell(Strategy::Spin, &beside));
         let (block_alone, block_beside) = (cell(Strategy::Block, &alone), cell(Strategy::Block, &beside));
-        // One cruncher on the core: the spinner holds it about half the time.
+        // One cruncher on the core: the spinner holds the model's share of it.
         let share = spin_beside.cpu_user_pct / spin_alone.cpu_user_pct;
-        assert!((0.4..0.6).contains(&share), "{share}");
+        let want = host.spin_share_beside_cruncher;
+        assert!((share - want).abs() < 0.1, "{share} against the model's {want}");
         assert!(spin_beside.iops < 0.7 * spin_alone.iops);
         assert!(spin_beside.ctx_involuntary > 0);
         // The blocker preempts the cruncher when woken, and skips the idle core's wake-up.
         assert!(block_beside.iops > block_alone.iops);
+    }
+
+    /// host-a with a measured blocking-wait curve: dearer and later on a short device, and
+    /// later still beside a cruncher.
+    fn host_with_curve() -> HostModel {
+        use crate::host::BlockWaitPoint;
+        let q = Quantiles::new;
+        let mut h = HostModel::preset("host-a").unwrap();
+        h.block_wait = vec![
+            BlockWaitPoint {
+                device_ns: 10_000.0,
+                cpu_ns: 50_000.0,
+                late: q(30_000.0, 40_000.0, 50_000.0),
+                cpu_beside_cruncher_ns: 60_000.0,
+                late_beside_cruncher: q(90_000.0, 120_000.0, 150_000.0),
+            },
+            BlockWaitPoint {
+                device_ns: 80_000.0,
+                cpu_ns: 30_000.0,
+                late: q(20_000.0, 25_000.0, 30_000.0),
+                cpu_beside_cruncher_ns: 30_000.0,
+                late_beside_cruncher: q(20_000.0, 25_000.0, 30_000.0),
+            },
+        ];
+        h.validate().unwrap();
+        h
+    }
+
+    #[test]
+    fn a_measured_blocking_wait_costs_what_its_curve_says_at_the_device_time() {
+        let host = host_with_curve();
+        let alone = SimConfig::new(5, host.clone());
+        let beside = SimConfig { crunchers: alone.cores, ..alone.clone() };
+        let block = |dev: &str, cfg: &SimConfig| {
+            let j = job(Op::Read, 4096, StrategyChoice::Fixed(Strategy::Block), 1, 50_000_000);
+            run_cell(&emu(dev), &j, cfg).unwrap().record.result
+        };
+        for dev in ["emu:optane", "emu:nvme"] {
+            for (cfg, crunched) in [(&alone, false), (&beside, true)] {
+                let r = block(dev, cfg);
+                let service = r.model_service_ns.unwrap() as f64;
+                let (cpu, late) = host.block_wait_at(service, crunched).unwrap();
+                let cpu_per_io = (r.cpu_user_pct + r.cpu_sys_pct) / 100.0 * r.duration_ns as f64 / r.ios as f64;
+                let overhead = host.spin_overhead_ns;
+                assert!((cpu_per_io - cpu - overhead).abs() < 1.0, "{dev} {crunched}: {cpu_per_io} vs {cpu}");
+                // Back at the completion + the drawn lateness, or after its own CPU.
+                let want = (service + late.p50_ns).max(cpu) + overhead;
+                let got = r.lat_ns_p50 as f64;
+                assert!((got - want).abs() < 0.05 * want, "{dev} {crunched}: p50 {got} vs {want}");
+            }
+        }
+        // Without the curve the flat model holds: block_cpu_ns per I/O at any device time.
+        let flat = SimConfig::new(5, HostModel::preset("host-a").unwrap());
+        let r = block("emu:optane", &flat);
+        let sys_per_io = r.cpu_sys_pct / 100.0 * r.duration_ns as f64 / r.ios as f64;
+        assert!((sys_per_io - flat.host.block_cpu_ns).abs() < 1.0, "{sys_per_io}");
+    }
+
+    #[test]
+    fn a_loaded_machine_takes_part_of_a_lone_spinners_core() {
+        let mut host = HostModel::preset("host-c").unwrap();
+        host.spin_share_alone = 0.4;
+        let cfg = SimConfig::new(2, host);
+        let j = job(Op::Read, 4096, StrategyChoice::Fixed(Strategy::Spin), 1, 100_000_000);
+        let r = run_cell(&emu("emu:optane"), &j, &cfg).unwrap().record.result;
+        assert!((r.cpu_user_pct / 100.0 - 0.4).abs() < 0.05, "{}", r.cpu_user_pct);
+        assert!(r.ctx_involuntary > 0);
+    }
+
+    #[test]
+    fn a_draw_with_a_mean_keeps_the_median_and_the_mean() {
+        // A millisecond tail: p99 2 ms, but the mean only 60 us.
+        let q = Quantiles::new(30_000.0, 50_000.0, 2_000_000.0).with_mean(60_000.0);
+        let n = 100_000;
+        let xs: Vec<f64> = (0..n).map(|i| draw(&q, (i as f64 + 0.5) / n as f64)).collect();
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        assert!((mean - 60_000.0).abs() < 600.0, "{mean}");
+        assert!((xs[n / 2] - 30_000.0).abs() < 100.0);
+        assert!((xs[n * 9 / 10] - 50_000.0).abs() < 100.0);
+        // Without it the straight line through p99 makes the mean several times larger.
+        let plain = Quantiles { mean_ns: None, ..q };
+        let mean_plain = (0..n).map(|i| draw(&plain, (i as f64 + 0.5) / n as f64)).sum::<f64>() / n as f64;
+        assert!(mean_plain > 3.0 * mean, "{mean_plain}");
     }
 
     #[test]

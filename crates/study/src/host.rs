@@ -283,7 +283,9 @@ fn block_wait_curve(
 ) -> Result<BlockWaitCurve, Error> {
     let targets = BLOCK_WAIT_DEVICE_US
         .iter()
-        .map(|us| target::open(&target::parse_target(&format!("emu:nvram,lat={us}us,size=16m"))?, OpenOptions::default()))
+        .map(|us| {
+            target::open(&target::parse_target(&format!("emu:nvram,lat={us}us,size=16m"))?, OpenOptions::default())
+        })
         .collect::<Result<Vec<_>, Error>>()?;
     let run = |t: &dyn target::Target, s: Strategy| -> Result<Vec<(f64, Quantiles, f64)>, Error> {
         let mut v = Vec::with_capacity(plan.wait_turns);

@@ -28,6 +28,7 @@ pub mod host;
 pub mod merge_bench;
 pub mod polling;
 pub mod probe;
+pub mod simtable;
 
 /// What a running experiment tells its caller, for a progress bar and notes.
 #[derive(Debug, Clone, Copy, PartialEq)]

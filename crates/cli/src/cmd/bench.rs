@@ -98,6 +98,12 @@ pub struct BenchArgs {
     /// with the largest miss (issue 27's calibration). Emulated targets only.
     #[arg(long, conflicts_with_all = ["simulate", "sweep_interval"])]
     pub compare_simulated: bool,
+    /// With --simulate: instead of the matrix, every host preset and `measured` (where
+    /// host.json exists) x {smart's share of the paired front over emulated devices, ops,
+    /// sizes and both loads in 3 seeded rounds; hybrid's IOPS and CPU on emu:optane and
+    /// emu:nvme against an oracle hybrid} (issue 27, item 4; `--seed` the first round's).
+    #[arg(long, requires = "simulate")]
+    pub presets_table: bool,
     #[command(flatten)]
     pub run: RunFlags,
 }
@@ -248,6 +254,9 @@ pub fn resolve_host(arg: Option<&str>) -> Result<HostModel> {
 
 /// `bench --simulate`: every cell of the plan in the seeded simulation.
 fn run_simulated(args: &BenchArgs, targets: &[String], plan: &BenchPlan, span: Option<u64>) -> Result<()> {
+    if args.presets_table {
+        return presets_table(args);
+    }
     let host = resolve_host(args.host.as_deref())?;
     let mut cfg = SimConfig::new(args.seed, host);
     if let Some(cores) = args.cores {
@@ -300,6 +309,31 @@ fn run_simulated(args: &BenchArgs, targets: &[String], plan: &BenchPlan, span: O
         ios as f64 / host_s.max(1e-9) / 1e6,
         ios as f64 / cpu_s.max(1e-9) / 1e6
     );
+    Ok(())
+}
+
+/// `bench --simulate --presets-table`: the presets (and `measured`) in one table.
+fn presets_table(args: &BenchArgs) -> Result<()> {
+    use smartcon_study::simtable;
+    let mut hosts: Vec<HostModel> = PRESETS.iter().filter_map(|p| HostModel::preset(p)).collect();
+    let measured = crate::common::smartcon_home().join(HOST_MODEL_FILE);
+    if measured.exists() {
+        hosts.push(resolve_host(Some("measured"))?);
+    }
+    let plan = simtable::TablePlan::new(args.seed);
+    let mut rows = Vec::new();
+    for h in &hosts {
+        eprintln!("smartcon: simulating host {}", h.name);
+        let row = simtable::preset_row(h, &plan).map_err(engine_err)?;
+        if args.json {
+            emit_json(&row)?;
+        }
+        rows.push(row);
+    }
+    if !args.json {
+        println!("simulated (not measured), seeds {}..{}:", args.seed, args.seed + plan.rounds - 1);
+        print!("{}", simtable::render(&rows));
+    }
     Ok(())
 }
 

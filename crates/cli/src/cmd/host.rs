@@ -106,9 +106,7 @@ pub fn ctx_profile_with_stored_model(profile: &smartcon_ctxcost::HostProfile) ->
             stored_json(&model, Some(profile)).map_err(engine_err)
         }
         // No model yet: the profile alone, in host.json's one format (nested under "ctx").
-        Err(_) => {
-            Ok(serde_json::json!({ smartcon_engine::host::HOST_JSON_CTX_KEY: serde_json::to_value(profile)? }))
-        }
+        Err(_) => Ok(serde_json::json!({ smartcon_engine::host::HOST_JSON_CTX_KEY: serde_json::to_value(profile)? })),
     }
 }
 
