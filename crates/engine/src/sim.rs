@@ -599,7 +599,7 @@ mod tests {
         let share = spin_beside.cpu_user_pct / spin_alone.cpu_user_pct;
         let want = host.spin_share_beside_cruncher;
         assert!((share - want).abs() < 0.1, "{share} against the model's {want}");
-        assert!(spin_beside.iops < 0.7 * spin_alone.iops);
+        assert!(spin_beside.iops < (want + 0.1) * spin_alone.iops);
         assert!(spin_beside.ctx_involuntary > 0);
         // The blocker preempts the cruncher when woken, and skips the idle core's wake-up.
         assert!(block_beside.iops > block_alone.iops);
@@ -682,10 +682,10 @@ mod tests {
         assert!((mean - 60_000.0).abs() < 600.0, "{mean}");
         assert!((xs[n / 2] - 30_000.0).abs() < 100.0);
         assert!((xs[n * 9 / 10] - 50_000.0).abs() < 100.0);
-        // Without it the straight line through p99 makes the mean several times larger.
+        // Without it the straight line through p99 makes the mean more than twice as large.
         let plain = Quantiles { mean_ns: None, ..q };
         let mean_plain = (0..n).map(|i| draw(&plain, (i as f64 + 0.5) / n as f64)).sum::<f64>() / n as f64;
-        assert!(mean_plain > 3.0 * mean, "{mean_plain}");
+        assert!(mean_plain > 2.0 * mean, "{mean_plain}");
     }
 
     #[test]
