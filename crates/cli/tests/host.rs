@@ -66,6 +66,14 @@ fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
     assert_eq!(HostModel::load(&stored).unwrap(), model);
     let ctx = HostProfile::read(&stored).expect("ctx's profile beside the model");
     assert!(ctx.quick);
+    // One format: the model's fields, ctx's profile nested under "ctx"; the blocking wait
+    // at each device time of the curve, and the spinner's shares.
+    let stored_json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stored).unwrap()).unwrap();
+    assert_eq!(stored_json["version"], 2);
+    assert!(stored_json["ctx"]["direct"].is_array(), "{stored_json}");
+    assert_eq!(model.block_wait.len(), 3, "{model:?}");
+    assert!(model.block_wait.iter().all(|p| p.cpu_ns > 0.0 && p.late.mean_ns.is_some()), "{model:?}");
+    assert!(model.spin_share_beside_cruncher > 0.0 && model.spin_share_alone <= 1.0, "{model:?}");
     // Nothing left in the temporary directory (the comparison's file is removed).
     assert_eq!(std::fs::read_dir(home.0.join("tmp")).unwrap().count(), 0);
 

@@ -88,6 +88,11 @@ fn bad_simulation_input_is_a_one_line_usage_error() {
         (vec!["bench", "--simulate", "--cores", "0"], "--cores 0"),
         (vec!["bench", "--simulate", "--host", "measured"], "smartcon host"),
         (vec!["bench", "--seed", "3"], "--simulate"),
+        // Checked before anything is measured: emulated targets, and a stored host model.
+        (vec!["bench", "--compare-simulated", "--targets", "tmp:16m"], "emulated devices only"),
+        (vec!["bench", "--compare-simulated", "--targets", "emu:optane"], "smartcon host"),
+        (vec!["bench", "--compare-simulated", "--simulate"], "--simulate"),
+        (vec!["bench", "--presets-table"], "--simulate"),
     ] {
         let out = run("bad", &args);
         let err = String::from_utf8_lossy(&out.stderr);

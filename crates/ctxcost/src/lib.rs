@@ -260,7 +260,9 @@ impl HostProfile {
         Some(direct + refill.max(direct))
     }
 
-    /// Reads and checks a profile file.
+    /// Reads and checks a profile file: a profile alone (`ctx --out`, or a version-1
+    /// `host.json` whose model fields sit beside it), or a `host.json` of version 2 with the
+    /// profile nested under `"ctx"`.
     pub fn read(path: &std::path::Path) -> Result<HostProfile, Error> {
         let bad = |message: String| Error::Profile { path: path.display().to_string(), message };
         let text = smartcon_util::paths::read_text(path).map_err(|e| {
@@ -270,7 +272,10 @@ impl HostProfile {
                 e.to_string()
             })
         })?;
-        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let mut value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+        if let Some(nested) = value.get_mut("ctx").filter(|v| v.is_object()).map(serde_json::Value::take) {
+            value = nested;
+        }
         match value.get("version").and_then(|v| v.as_u64()) {
             Some(v) if v == HOST_PROFILE_VERSION as u64 => {}
             Some(v) => return Err(bad(format!("version {v}, expected {HOST_PROFILE_VERSION}"))),

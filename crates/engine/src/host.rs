@@ -20,23 +20,41 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind};
 
-/// The `host.json` format version this build writes and reads.
-pub const HOST_MODEL_VERSION: u32 = 1;
+/// The `host.json` format version this build writes. 2: the blocking wait by device time
+/// ([`HostModel::block_wait`]), the spinner's share beside a cruncher, and `smartcon ctx`'s
+/// profile nested under `"ctx"` instead of beside the model's fields. A version-1 file
+/// still loads: what it lacks is the flat model of version 1, named in `filled`.
+pub const HOST_MODEL_VERSION: u32 = 2;
+
+/// The `smartcon ctx` profile's key in `host.json` (version 2).
+pub const HOST_JSON_CTX_KEY: &str = "ctx";
+
+/// What version 1 assumed for a spinner's share of its core beside one cruncher: fair
+/// round robin.
+pub const SPIN_SHARE_FAIR: f64 = 0.5;
 
 /// The file name of the measured host model in `$SMARTCON_HOME`.
 pub const HOST_MODEL_FILE: &str = "host.json";
 
-/// A distribution given by its quantiles, nanoseconds.
+/// A distribution given by its quantiles, nanoseconds, and its mean where measured (a
+/// tail of a few milliseconds past p99 moves the mean, and with it a run's IOPS, more than
+/// three quantiles can say).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Quantiles {
     pub p50_ns: f64,
     pub p90_ns: f64,
     pub p99_ns: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_ns: Option<f64>,
 }
 
 impl Quantiles {
     pub const fn new(p50_ns: f64, p90_ns: f64, p99_ns: f64) -> Quantiles {
-        Quantiles { p50_ns, p90_ns, p99_ns }
+        Quantiles { p50_ns, p90_ns, p99_ns, mean_ns: None }
+    }
+
+    pub const fn with_mean(self, mean_ns: f64) -> Quantiles {
+        Quantiles { mean_ns: Some(mean_ns), ..self }
     }
 }
 
@@ -54,6 +72,24 @@ pub struct SleepPoint {
 pub struct BlockPath {
     pub uring_extra_idle_ns: f64,
     pub uring_extra_beside_spinners_ns: f64,
+}
+
+/// A blocking wait on a device of one service time, as `smartcon host` measures it: a
+/// 4 KiB read of an emulated device (its completion a kernel timer) waited for by `block`,
+/// alone and with a spinning cruncher on every core.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BlockWaitPoint {
+    /// The device's service time.
+    pub device_ns: f64,
+    /// CPU the waiting thread burns per I/O (user + system), alone.
+    pub cpu_ns: f64,
+    /// From the completion's instant to the thread seeing it (latency minus the service
+    /// time), alone.
+    pub late: Quantiles,
+    /// The same beside a cruncher per core: the woken thread must get its core back from a
+    /// cruncher.
+    pub cpu_beside_cruncher_ns: f64,
+    pub late_beside_cruncher: Quantiles,
 }
 
 /// One host's figures.
@@ -85,9 +121,46 @@ pub struct HostModel {
     pub switch_direct_ns: Option<f64>,
     pub switch_indirect_ns: Option<f64>,
     pub block_path: BlockPath,
+    /// Blocking waits by device time, shortest first (empty: the flat model, `block_cpu_ns`
+    /// of CPU and a `wakeup` + `idle_wake_extra_ns` late, at every device time).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub block_wait: Vec<BlockWaitPoint>,
+    /// The share of its core's time a spinning thread gets beside one always-runnable
+    /// cruncher on that core (0.5 is fair round robin).
+    #[serde(default = "spin_share_fair")]
+    pub spin_share_beside_cruncher: f64,
+    /// The share of its core a spinning thread gets with nothing of smartcon's beside it:
+    /// 1 on a quiet machine, less where other processes (another user's build) run. It and
+    /// `background_busy_pct` describe the machine's own load when it was measured, which a
+    /// prediction of a run made under the same load needs; a preset is a host alone (1, 0).
+    #[serde(default = "share_whole")]
+    pub spin_share_alone: f64,
+    /// The other processes' CPU demand, percent of all CPUs, as the System Monitor read it
+    /// while measuring (what smart and hybrid see of that load).
+    #[serde(default)]
+    pub background_busy_pct: f64,
     /// Fields filled from another host's figures because this host's source lacked them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filled: Vec<String>,
+}
+
+/// The quantiles (and means, where both have one) a fraction `t` of the way from `a` to `b`.
+fn lerp_quantiles(a: &Quantiles, b: &Quantiles, t: f64) -> Quantiles {
+    let lerp = |x: f64, y: f64| x + t * (y - x);
+    Quantiles {
+        p50_ns: lerp(a.p50_ns, b.p50_ns),
+        p90_ns: lerp(a.p90_ns, b.p90_ns),
+        p99_ns: lerp(a.p99_ns, b.p99_ns),
+        mean_ns: a.mean_ns.zip(b.mean_ns).map(|(x, y)| lerp(x, y)),
+    }
+}
+
+fn spin_share_fair() -> f64 {
+    SPIN_SHARE_FAIR
+}
+
+fn share_whole() -> f64 {
+    1.0
 }
 
 /// The presets' names, in the order `--host` lists them.
@@ -106,15 +179,36 @@ impl HostModel {
             let (a, b) = (&w[0], &w[1]);
             if requested_ns <= b.requested_ns {
                 let t = (requested_ns - a.requested_ns) / (b.requested_ns - a.requested_ns).max(1.0);
-                let lerp = |x: f64, y: f64| x + t * (y - x);
-                return Some(Quantiles::new(
-                    lerp(a.overshoot.p50_ns, b.overshoot.p50_ns),
-                    lerp(a.overshoot.p90_ns, b.overshoot.p90_ns),
-                    lerp(a.overshoot.p99_ns, b.overshoot.p99_ns),
-                ));
+                return Some(lerp_quantiles(&a.overshoot, &b.overshoot, t));
             }
         }
         pts.last().map(|p| p.overshoot)
+    }
+
+    /// A blocking wait's CPU and lateness on a device of `device_ns`, alone or beside a
+    /// cruncher, interpolated linearly between measured device times (held flat beyond
+    /// them). `None` when the model has no curve (the flat model applies).
+    pub fn block_wait_at(&self, device_ns: f64, beside_cruncher: bool) -> Option<(f64, Quantiles)> {
+        let pick = |p: &BlockWaitPoint| {
+            if beside_cruncher {
+                (p.cpu_beside_cruncher_ns, p.late_beside_cruncher)
+            } else {
+                (p.cpu_ns, p.late)
+            }
+        };
+        let pts = &self.block_wait;
+        let first = pts.first()?;
+        if device_ns <= first.device_ns {
+            return Some(pick(first));
+        }
+        for w in pts.windows(2) {
+            let (a, b) = (pick(&w[0]), pick(&w[1]));
+            if device_ns <= w[1].device_ns {
+                let t = (device_ns - w[0].device_ns) / (w[1].device_ns - w[0].device_ns).max(1.0);
+                return Some((a.0 + t * (b.0 - a.0), lerp_quantiles(&a.1, &b.1, t)));
+            }
+        }
+        pts.last().map(pick)
     }
 
     /// Checks what a model must hold to be simulated: a version this build reads, at least
@@ -135,7 +229,7 @@ impl HostModel {
             return bad("sleep points not in increasing order of requested length".into());
         }
         let q_ok = |q: &Quantiles| {
-            [q.p50_ns, q.p90_ns, q.p99_ns].iter().all(|x| x.is_finite() && *x >= 0.0)
+            [q.p50_ns, q.p90_ns, q.p99_ns, q.mean_ns.unwrap_or(0.0)].iter().all(|x| x.is_finite() && *x >= 0.0)
                 && q.p50_ns <= q.p90_ns
                 && q.p90_ns <= q.p99_ns
         };
@@ -156,6 +250,29 @@ impl HostModel {
         if let Some((name, v)) = nonneg.iter().find(|(_, v)| !(v.is_finite() && *v >= 0.0)) {
             return bad(format!("{name} = {v}"));
         }
+        if self.block_wait.windows(2).any(|w| w[0].device_ns >= w[1].device_ns) {
+            return bad("block_wait points not in increasing order of device time".into());
+        }
+        let point_ok = |p: &BlockWaitPoint| {
+            [p.device_ns, p.cpu_ns, p.cpu_beside_cruncher_ns].iter().all(|x| x.is_finite() && *x >= 0.0)
+                && q_ok(&p.late)
+                && q_ok(&p.late_beside_cruncher)
+        };
+        if !self.block_wait.iter().all(point_ok) {
+            return bad("a block_wait point is negative, not finite, or its quantiles decrease".into());
+        }
+        if !(self.spin_share_beside_cruncher > 0.0 && self.spin_share_beside_cruncher < 1.0) {
+            return bad(format!(
+                "spin_share_beside_cruncher = {} (must lie in (0, 1))",
+                self.spin_share_beside_cruncher
+            ));
+        }
+        if !(self.spin_share_alone > 0.0 && self.spin_share_alone <= 1.0) {
+            return bad(format!("spin_share_alone = {} (must lie in (0, 1])", self.spin_share_alone));
+        }
+        if !(0.0..=100.0).contains(&self.background_busy_pct) {
+            return bad(format!("background_busy_pct = {} (must lie in [0, 100])", self.background_busy_pct));
+        }
         let bp = [self.block_path.uring_extra_idle_ns, self.block_path.uring_extra_beside_spinners_ns];
         if bp.iter().any(|v| !v.is_finite()) {
             return bad("an io_uring extra is not finite".into());
@@ -163,21 +280,28 @@ impl HostModel {
         Ok(())
     }
 
-    /// Reads and checks a `host.json`.
+    /// Reads and checks a `host.json`. A version-1 file (the model's and `smartcon ctx`'s
+    /// fields side by side, no blocking-wait curve) loads with version 1's flat model and
+    /// fair share, named in `filled`; a file with only ctx's profile is no model.
     pub fn load(path: &Path) -> Result<HostModel, Error> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::new(ErrorKind::Profile, format!("read host model {}: {e}", path.display())))?;
-        let m: HostModel = serde_json::from_str(&text).map_err(|e| {
-            // `smartcon ctx` stores its profile in the same file; alone, it is no model.
-            let ctx_only = serde_json::from_str::<serde_json::Value>(&text)
-                .is_ok_and(|v| v.get("direct").is_some() && v.get("sleep").is_none());
-            let e = if ctx_only {
+        let err = |e: String| Error::new(ErrorKind::Profile, format!("host model {}: {e}", path.display()));
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))?;
+        if value.get("sleep").is_none() && (value.get("direct").is_some() || value.get(HOST_JSON_CTX_KEY).is_some()) {
+            return Err(err(
                 "holds only `smartcon ctx`'s profile; run `smartcon host` to measure the host model".to_string()
-            } else {
-                e.to_string()
-            };
-            Error::new(ErrorKind::Profile, format!("host model {}: {e}", path.display()))
-        })?;
+            ));
+        }
+        let version = value.get("version").and_then(|v| v.as_u64());
+        let mut m: HostModel = serde_json::from_value(value).map_err(|e| err(e.to_string()))?;
+        if version == Some(1) {
+            m.version = HOST_MODEL_VERSION;
+            m.filled.push(
+                "block_wait, spin_share_beside_cruncher (a version-1 host.json: the flat model and fair share; run `smartcon host` to measure them)"
+                    .into(),
+            );
+        }
         m.validate()?;
         Ok(m)
     }
@@ -206,6 +330,7 @@ impl HostModel {
                 "switch_direct_ns",
                 "switch_indirect_ns",
                 "block_path",
+                "spin_share_beside_cruncher",
             ]
             .map(String::from)
             .to_vec(),
@@ -325,6 +450,15 @@ pub fn this_host() -> HostModel {
         switch_direct_ns: Some(2_152.0),
         switch_indirect_ns: Some(51_676.0),
         block_path: BlockPath { uring_extra_idle_ns: 10_276.0, uring_extra_beside_spinners_ns: 12_624.0 },
+        // The presets keep the flat model of the blocking wait: this machine's curve was
+        // measured under other users' load (docs/host.md), whose millisecond tail is no
+        // property of host A or B.
+        block_wait: Vec::new(),
+        // Real `spin` beside a cruncher per core held 70-71% of a CPU in the quiet
+        // calibration run of docs/simulate.md (2026-11-26 05:30 UTC).
+        spin_share_beside_cruncher: 0.70,
+        spin_share_alone: 1.0,
+        background_busy_pct: 0.0,
         filled: Vec::new(),
     }
 }
@@ -379,6 +513,58 @@ mod tests {
         assert!(d.filled.iter().any(|f| f == "sleep.p90"));
         // Beside spinners io_uring is D's dearer way to block (sync 1.11-1.30 x).
         assert!(d.block_path.uring_extra_beside_spinners_ns > 0.0);
+    }
+
+    #[test]
+    fn a_version_1_host_json_still_loads_and_a_ctx_only_one_is_no_model() {
+        let dir = std::env::temp_dir().join(format!("smartcon-host-v1-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.json");
+        // Version 1: the model's fields beside ctx's, no curve, no shares.
+        let mut v = serde_json::to_value(this_host()).unwrap();
+        let o = v.as_object_mut().unwrap();
+        for k in ["block_wait", "spin_share_beside_cruncher", "spin_share_alone", "background_busy_pct"] {
+            o.remove(k);
+        }
+        o.insert("version".into(), 1.into());
+        o.insert("direct".into(), serde_json::json!([{"procs": 2, "us_per_switch": 2.0}]));
+        std::fs::write(&path, v.to_string()).unwrap();
+        let m = HostModel::load(&path).unwrap();
+        assert_eq!(m.version, HOST_MODEL_VERSION);
+        assert!(m.block_wait.is_empty());
+        assert_eq!((m.spin_share_beside_cruncher, m.spin_share_alone), (SPIN_SHARE_FAIR, 1.0));
+        assert!(m.filled.iter().any(|f| f.contains("version-1")), "{:?}", m.filled);
+        // ctx's profile alone, nested as version 2 stores it: a clear message.
+        std::fs::write(&path, serde_json::json!({ HOST_JSON_CTX_KEY: {"version": 1, "direct": []} }).to_string())
+            .unwrap();
+        let e = HostModel::load(&path).unwrap_err().to_string();
+        assert!(e.contains("run `smartcon host`"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_blocking_wait_curve_interpolates_and_is_checked() {
+        let q = Quantiles::new;
+        let p = |device_ns: f64, cpu_ns: f64| BlockWaitPoint {
+            device_ns,
+            cpu_ns,
+            late: q(10.0, 20.0, 30.0).with_mean(15.0),
+            cpu_beside_cruncher_ns: 2.0 * cpu_ns,
+            late_beside_cruncher: q(40.0, 50.0, 60.0),
+        };
+        let mut m = HostModel::preset("host-a").unwrap();
+        assert!(m.block_wait_at(10_000.0, false).is_none(), "a preset keeps the flat model");
+        m.block_wait = vec![p(10_000.0, 50_000.0), p(30_000.0, 30_000.0)];
+        m.validate().unwrap();
+        assert_eq!(m.block_wait_at(1_000.0, false).unwrap().0, 50_000.0);
+        let (cpu, late) = m.block_wait_at(20_000.0, false).unwrap();
+        assert_eq!((cpu, late.mean_ns), (40_000.0, Some(15.0)));
+        assert_eq!(m.block_wait_at(1e9, true).unwrap().0, 60_000.0);
+        m.block_wait.reverse();
+        assert!(m.validate().unwrap_err().to_string().contains("block_wait"));
+        m.block_wait.clear();
+        m.spin_share_beside_cruncher = 1.0;
+        assert!(m.validate().unwrap_err().to_string().contains("spin_share_beside_cruncher"));
     }
 
     #[test]

@@ -75,7 +75,18 @@ pub fn unit(rng: &mut SimRng) -> f64 {
 /// A draw from a distribution known by its p50, p90 and p99: the inverse of a piecewise
 /// linear CDF through (0, p50/2), (0.5, p50), (0.9, p90), (0.99, p99) and (1, p99 + (p99 -
 /// p90)). The two ends are assumptions (a host model holds three quantiles).
+///
+/// With a measured mean, the top tenth is drawn instead uniformly from p90 up to where its
+/// mean makes the whole distribution's mean the measured one (p90 flat where the body alone
+/// already reaches it): p50 and p90 hold, and so does the mean, which a millisecond tail
+/// past p99 sets and a straight line through p99 would overstate by orders of magnitude.
 pub fn draw(q: &Quantiles, u: f64) -> f64 {
+    if let (Some(mean), true) = (q.mean_ns, u > 0.9) {
+        // The body's mean: half the mass on (p50/2, p50), 0.4 on (p50, p90).
+        let body = 0.5 * 0.75 * q.p50_ns + 0.4 * 0.5 * (q.p50_ns + q.p90_ns);
+        let tail_mean = ((mean - body) / 0.1).max(q.p90_ns);
+        return q.p90_ns + (u - 0.9) / 0.1 * 2.0 * (tail_mean - q.p90_ns);
+    }
     let pts = [
         (0.0, q.p50_ns * 0.5),
         (0.5, q.p50_ns),
@@ -233,10 +244,9 @@ impl VirtualState {
     }
 
     /// A blocking wait or a sleep, woken at `wake_ns`; it takes the core at once. The
-    /// thread's own CPU for the wait (going to sleep, being switched back in) takes its
-    /// time too: it runs again no sooner than `block_cpu_ns` after it went to sleep.
-    fn woken(&mut self, wake_ns: u64) {
-        let block_cpu = self.host.block_cpu_ns as u64;
+    /// thread's own CPU for the wait (going to sleep, being switched back in), `block_cpu`,
+    /// takes its time too: it runs again no sooner than that after it went to sleep.
+    fn woken(&mut self, wake_ns: u64, block_cpu: u64) {
         let wake_ns = wake_ns.max(self.now_ns + block_cpu);
         let t = &mut self.tasks[self.task];
         t.sys_ns += block_cpu;
@@ -259,8 +269,18 @@ impl Sleeper for VirtualTime {
         let now = s.now_ns;
         let asked = at_ns.saturating_sub(now);
         let u = unit(&mut s.rng);
-        let over = s.host.overshoot_at(asked as f64).map_or(0.0, |q| draw(&q, u));
-        s.woken(at_ns.max(now) + over as u64);
+        let mut over = s.host.overshoot_at(asked as f64).map_or(0.0, |q| draw(&q, u));
+        if s.tasks[s.task].sharers > 0 {
+            // Woken onto a cruncher's core: the blocking wait's measured extra there (the
+            // same quantile of its lateness beside a cruncher over alone) comes on top.
+            if let (Some((_, alone)), Some((_, beside))) =
+                (s.host.block_wait_at(asked as f64, false), s.host.block_wait_at(asked as f64, true))
+            {
+                over += (draw(&beside, u) - draw(&alone, u)).max(0.0);
+            }
+        }
+        let cpu = s.host.block_cpu_ns as u64;
+        s.woken(at_ns.max(now) + over as u64, cpu);
     }
 
     fn spin_until(&self, at_ns: u64) {
@@ -269,15 +289,26 @@ impl Sleeper for VirtualTime {
         // A spin reads the clock at least once: a back-to-back poll loop moves on.
         let at_ns = at_ns.max(now + CLOCK_READ_NS);
         let task = s.task;
-        let slice = s.slice_ns;
+        let slice_cruncher = s.slice_ns;
+        // The spinner's slice, so that beside one cruncher it holds the measured share of
+        // the core (its weight against one cruncher's: share / (1 - share)). With none, the
+        // machine's own load (`spin_share_alone` < 1) takes the part of one cruncher.
+        let alone = s.host.spin_share_alone;
+        let (share, others) = match s.tasks[task].sharers {
+            0 if alone < 0.99 => (alone, 1),
+            0 => (1.0, 0),
+            n => (s.host.spin_share_beside_cruncher, n),
+        };
+        let share = share.clamp(0.01, 0.99);
+        let slice = ((slice_cruncher as f64 * share / (1.0 - share)) as u64).max(1);
         let t = &mut s.tasks[task];
-        let seen = if t.sharers == 0 {
+        let seen = if others == 0 {
             t.user_ns += at_ns - now;
             at_ns
         } else {
             // Round robin with the crunchers: the task holds the core for `slice` of every
             // `period`, counted from its last wake-up; it sees the clock only then.
-            let period = slice * (t.sharers + 1);
+            let period = slice + slice_cruncher * others;
             let start = t.slice_start_ns;
             let on_cpu = |x: u64| {
                 let d = x - start;
@@ -296,11 +327,18 @@ impl Sleeper for VirtualTime {
         let mut s = self.lock();
         let now = s.now_ns;
         let u = unit(&mut s.rng);
-        let mut late = draw(&s.host.wakeup, u);
-        if s.tasks[s.task].sharers == 0 {
-            late += s.host.idle_wake_extra_ns;
-        }
-        s.woken(at_ns.max(now) + late as u64);
+        let beside = s.tasks[s.task].sharers > 0;
+        // The measured blocking wait at this device time where the model has its curve
+        // (the wait begins at the submission: `at_ns - now` is the device time)...
+        let (late, cpu) = match s.host.block_wait_at(at_ns.saturating_sub(now) as f64, beside) {
+            Some((cpu, late)) => (draw(&late, u), cpu),
+            // ...else the flat model: a wake-up, on an idle core a halted one's extra.
+            None => {
+                let extra = if beside { 0.0 } else { s.host.idle_wake_extra_ns };
+                (draw(&s.host.wakeup, u) + extra, s.host.block_cpu_ns)
+            }
+        };
+        s.woken(at_ns.max(now) + late as u64, cpu as u64);
     }
 }
 
@@ -392,7 +430,10 @@ pub fn run_cell(spec: &EmuSpec, job: &JobSpec, cfg: &SimConfig) -> Result<SimRun
         target = target.without_data();
     }
     let profile = model_profile(spec, Some(&cfg.host_wait_cost()), cfg.cores);
-    let others_pct = (cfg.crunchers.min(cfg.cores) * 100 / cfg.cores).min(100);
+    // What the System Monitor would read: the crunchers' share of the cores, or the
+    // machine's own load where the host model measured one, whichever is more.
+    let crunchers_pct = (cfg.crunchers.min(cfg.cores) * 100 / cfg.cores).min(100);
+    let others_pct = crunchers_pct.max(cfg.host.background_busy_pct.round() as u32).min(100);
     let monitor = Arc::new(SystemMonitor::fixed(others_pct));
     let threads = job.threads as usize;
     let mut ports = Vec::with_capacity(threads);
@@ -554,13 +595,97 @@ mod tests {
         };
         let (spin_alone, spin_beside) = (cell(Strategy::Spin, &alone), cell(Strategy::Spin, &beside));
         let (block_alone, block_beside) = (cell(Strategy::Block, &alone), cell(Strategy::Block, &beside));
-        // One cruncher on the core: the spinner holds it about half the time.
+        // One cruncher on the core: the spinner holds the model's share of it.
         let share = spin_beside.cpu_user_pct / spin_alone.cpu_user_pct;
-        assert!((0.4..0.6).contains(&share), "{share}");
-        assert!(spin_beside.iops < 0.7 * spin_alone.iops);
+        let want = host.spin_share_beside_cruncher;
+        assert!((share - want).abs() < 0.1, "{share} against the model's {want}");
+        assert!(spin_beside.iops < (want + 0.1) * spin_alone.iops);
         assert!(spin_beside.ctx_involuntary > 0);
         // The blocker preempts the cruncher when woken, and skips the idle core's wake-up.
         assert!(block_beside.iops > block_alone.iops);
+    }
+
+    /// host-a with a measured blocking-wait curve: dearer and later on a short device, and
+    /// later still beside a cruncher.
+    fn host_with_curve() -> HostModel {
+        use crate::host::BlockWaitPoint;
+        let q = Quantiles::new;
+        let mut h = HostModel::preset("host-a").unwrap();
+        h.block_wait = vec![
+            BlockWaitPoint {
+                device_ns: 10_000.0,
+                cpu_ns: 50_000.0,
+                late: q(30_000.0, 40_000.0, 50_000.0),
+                cpu_beside_cruncher_ns: 60_000.0,
+                late_beside_cruncher: q(90_000.0, 120_000.0, 150_000.0),
+            },
+            BlockWaitPoint {
+                device_ns: 80_000.0,
+                cpu_ns: 30_000.0,
+                late: q(20_000.0, 25_000.0, 30_000.0),
+                cpu_beside_cruncher_ns: 30_000.0,
+                late_beside_cruncher: q(20_000.0, 25_000.0, 30_000.0),
+            },
+        ];
+        h.validate().unwrap();
+        h
+    }
+
+    #[test]
+    fn a_measured_blocking_wait_costs_what_its_curve_says_at_the_device_time() {
+        let host = host_with_curve();
+        let alone = SimConfig::new(5, host.clone());
+        let beside = SimConfig { crunchers: alone.cores, ..alone.clone() };
+        let block = |dev: &str, cfg: &SimConfig| {
+            let j = job(Op::Read, 4096, StrategyChoice::Fixed(Strategy::Block), 1, 50_000_000);
+            run_cell(&emu(dev), &j, cfg).unwrap().record.result
+        };
+        for dev in ["emu:optane", "emu:nvme"] {
+            for (cfg, crunched) in [(&alone, false), (&beside, true)] {
+                let r = block(dev, cfg);
+                let service = r.model_service_ns.unwrap() as f64;
+                let (cpu, late) = host.block_wait_at(service, crunched).unwrap();
+                let cpu_per_io = (r.cpu_user_pct + r.cpu_sys_pct) / 100.0 * r.duration_ns as f64 / r.ios as f64;
+                let overhead = host.spin_overhead_ns;
+                assert!((cpu_per_io - cpu - overhead).abs() < 1.0, "{dev} {crunched}: {cpu_per_io} vs {cpu}");
+                // Back at the completion + the drawn lateness, or after its own CPU.
+                let want = (service + late.p50_ns).max(cpu) + overhead;
+                let got = r.lat_ns_p50 as f64;
+                assert!((got - want).abs() < 0.05 * want, "{dev} {crunched}: p50 {got} vs {want}");
+            }
+        }
+        // Without the curve the flat model holds: block_cpu_ns per I/O at any device time.
+        let flat = SimConfig::new(5, HostModel::preset("host-a").unwrap());
+        let r = block("emu:optane", &flat);
+        let sys_per_io = r.cpu_sys_pct / 100.0 * r.duration_ns as f64 / r.ios as f64;
+        assert!((sys_per_io - flat.host.block_cpu_ns).abs() < 1.0, "{sys_per_io}");
+    }
+
+    #[test]
+    fn a_loaded_machine_takes_part_of_a_lone_spinners_core() {
+        let mut host = HostModel::preset("host-c").unwrap();
+        host.spin_share_alone = 0.4;
+        let cfg = SimConfig::new(2, host);
+        let j = job(Op::Read, 4096, StrategyChoice::Fixed(Strategy::Spin), 1, 100_000_000);
+        let r = run_cell(&emu("emu:optane"), &j, &cfg).unwrap().record.result;
+        assert!((r.cpu_user_pct / 100.0 - 0.4).abs() < 0.05, "{}", r.cpu_user_pct);
+        assert!(r.ctx_involuntary > 0);
+    }
+
+    #[test]
+    fn a_draw_with_a_mean_keeps_the_median_and_the_mean() {
+        // A millisecond tail: p99 2 ms, but the mean only 60 us.
+        let q = Quantiles::new(30_000.0, 50_000.0, 2_000_000.0).with_mean(60_000.0);
+        let n = 100_000;
+        let xs: Vec<f64> = (0..n).map(|i| draw(&q, (i as f64 + 0.5) / n as f64)).collect();
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        assert!((mean - 60_000.0).abs() < 600.0, "{mean}");
+        assert!((xs[n / 2] - 30_000.0).abs() < 100.0);
+        assert!((xs[n * 9 / 10] - 50_000.0).abs() < 100.0);
+        // Without it the straight line through p99 makes the mean more than twice as large.
+        let plain = Quantiles { mean_ns: None, ..q };
+        let mean_plain = (0..n).map(|i| draw(&plain, (i as f64 + 0.5) / n as f64)).sum::<f64>() / n as f64;
+        assert!(mean_plain > 2.0 * mean, "{mean_plain}");
     }
 
     #[test]

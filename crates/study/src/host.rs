@@ -28,7 +28,9 @@ use smartcon_ctxcost::oneway::{one_way_wakeups, quantile, OneWay};
 use smartcon_ctxcost::HostProfile;
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
-use smartcon_engine::host::{BlockPath, HostModel, Quantiles, SleepPoint, HOST_MODEL_VERSION};
+use smartcon_engine::host::{
+    BlockPath, BlockWaitPoint, HostModel, Quantiles, SleepPoint, HOST_JSON_CTX_KEY, HOST_MODEL_VERSION,
+};
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::{online_cpus, HostWaitCost, Profile};
@@ -40,6 +42,10 @@ use crate::{turn_order, Event, Progress};
 
 /// The requested sleep lengths, shortest first (a fast SSD's read to a SATA SSD's).
 pub const SLEEP_REQUESTED_NS: [u64; 5] = [5_000, 10_000, 20_000, 50_000, 100_000];
+
+/// The device times of the blocking-wait curve: an Optane-class device, the middle, an
+/// NVMe read. The 1 us end is the probe's host wait cost (`block_cpu_ns`), not measured again.
+pub const BLOCK_WAIT_DEVICE_US: [u64; 3] = [10, 30, 80];
 
 /// What to measure and for how long.
 #[derive(Debug, Clone)]
@@ -53,6 +59,10 @@ pub struct HostPlan {
     /// Rounds of the io_uring against pread comparison per load (each runs both once).
     pub block_rounds: usize,
     pub block_turn_ns: u64,
+    /// Turns per device time and load of the blocking-wait curve (medians taken), and
+    /// each turn's time; the spinner's share beside a cruncher takes as many turns.
+    pub wait_turns: usize,
+    pub wait_turn_ns: u64,
     /// The temporary file for that comparison.
     pub temp_bytes: u64,
     pub temp_dir: Option<PathBuf>,
@@ -71,6 +81,8 @@ impl HostPlan {
             ping_gap_ns: 1_000_000,
             block_rounds: if quick { 1 } else { 10 },
             block_turn_ns: if quick { 50_000_000 } else { 200_000_000 },
+            wait_turns: if quick { 1 } else { 3 },
+            wait_turn_ns: if quick { 30_000_000 } else { 120_000_000 },
             temp_bytes: if quick { 8 << 20 } else { 64 << 20 },
             temp_dir: None,
             ctx_profile: None,
@@ -80,7 +92,7 @@ impl HostPlan {
 
     /// Steps reported through [`Event::Done`], for a progress bar.
     pub fn steps(&self) -> u64 {
-        SLEEP_REQUESTED_NS.len() as u64 + 2 + 1 + 1 + 2
+        SLEEP_REQUESTED_NS.len() as u64 + 2 + 1 + 1 + 2 + 2
     }
 }
 
@@ -118,12 +130,17 @@ pub struct HostMeasurement {
     pub polled_by: &'static str,
     pub block_path_target: String,
     pub block_path: Vec<BlockPathLoad>,
+    /// The spinner's CPU share beside a cruncher per core, per turn.
+    pub spin_shares: Vec<f64>,
+    /// The spinner's CPU share with nothing of ours beside it, per turn.
+    pub spin_shares_alone: Vec<f64>,
     pub elapsed_ns: u64,
 }
 
 fn quantiles_of(sorted: &[u64]) -> Quantiles {
     let q = |p: f64| quantile(sorted, p) as f64;
-    Quantiles::new(q(0.5), q(0.9), q(0.99))
+    let mean = sorted.iter().map(|&x| x as f64).sum::<f64>() / sorted.len().max(1) as f64;
+    Quantiles::new(q(0.5), q(0.9), q(0.99)).with_mean(mean)
 }
 
 fn stopped(stop: &AtomicBool) -> Result<(), Error> {
@@ -216,6 +233,112 @@ fn block_path_rounds(
     })
 }
 
+/// One turn's figures of a blocking (or spinning) 4 KiB read job: CPU per I/O (user +
+/// system), the lateness quantiles past the model's service time, the thread's CPU share.
+fn wait_turn(
+    t: &dyn target::Target,
+    strategy: Strategy,
+    turn: usize,
+    turn_ns: u64,
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+) -> Result<Option<(f64, Quantiles, f64)>, Error> {
+    stopped(stop)?;
+    let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(strategy));
+    js.duration_ns = turn_ns;
+    js.warmup_ios = TURN_WARMUP_IOS;
+    js.seed = 1 + turn as u64;
+    let r = run_job(t, &js, &Profile::paper_default(&t.device_id()), monitor, stop)?;
+    if r.ios == 0 {
+        return Ok(None);
+    }
+    let share = (r.cpu_user_pct + r.cpu_sys_pct) / 100.0;
+    let cpu_ns = share * r.duration_ns as f64 / r.ios as f64;
+    let service = r.model_service_ns.unwrap_or(0) as f64;
+    let late = |q: f64| (r.latency_hist.value_at_quantile(q) as f64 - service).max(0.0);
+    let (p50, p90) = (late(0.5), late(0.9).max(late(0.5)));
+    let q = Quantiles::new(p50, p90, late(0.99).max(p90)).with_mean((r.lat_ns_mean - service).max(0.0));
+    Ok(Some((cpu_ns, q, share)))
+}
+
+/// The medians of turns' figures (each quantile separately).
+fn median_turns(turns: &[(f64, Quantiles, f64)]) -> (f64, Quantiles) {
+    let med = |f: &dyn Fn(&(f64, Quantiles, f64)) -> f64| median(&mut turns.iter().map(f).collect::<Vec<_>>());
+    let (p50, p90) = (med(&|x| x.1.p50_ns), med(&|x| x.1.p90_ns));
+    let p90 = p90.max(p50);
+    let mean = med(&|x| x.1.mean_ns.unwrap_or(x.1.p50_ns));
+    (med(&|x| x.0), Quantiles::new(p50, p90, med(&|x| x.1.p99_ns).max(p90)).with_mean(mean))
+}
+
+/// The blocking wait by device time, alone and beside a cruncher per core, and the share of
+/// its core a spinner gets beside the crunchers (on the 10 us device): what the simulation
+/// needs beyond the 1 us host wait cost (issue 27's calibration found a blocking wait on a
+/// 10 us device burning 55 us of CPU against 33 on a 1 us one, a blocked thread waiting
+/// long for a cruncher's core, and a spinner holding 70% of its core, not half).
+fn block_wait_curve(
+    plan: &HostPlan,
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+    progress: &mut Progress<'_>,
+) -> Result<BlockWaitCurve, Error> {
+    let targets = BLOCK_WAIT_DEVICE_US
+        .iter()
+        .map(|us| {
+            target::open(&target::parse_target(&format!("emu:nvram,lat={us}us,size=16m"))?, OpenOptions::default())
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let run = |t: &dyn target::Target, s: Strategy| -> Result<Vec<(f64, Quantiles, f64)>, Error> {
+        let mut v = Vec::with_capacity(plan.wait_turns);
+        for turn in 0..plan.wait_turns {
+            v.extend(wait_turn(t, s, turn, plan.wait_turn_ns, monitor, stop)?);
+        }
+        if v.is_empty() {
+            return Err(Error::new(ErrorKind::Io, format!("{}: no I/O completed in a blocking wait", t.label())));
+        }
+        Ok(v)
+    };
+    progress(Event::Starting("blocking wait by device time and a spinner's share, alone"));
+    let mut alone = Vec::with_capacity(targets.len());
+    for t in &targets {
+        alone.push(median_turns(&run(t.as_ref(), Strategy::Block)?));
+    }
+    // The machine's own load: what a spinner gets of its core with nothing of ours beside
+    // it, and what the System Monitor reads of the others meanwhile.
+    let shares_alone: Vec<f64> = run(targets[0].as_ref(), Strategy::Spin)?.iter().map(|x| x.2).collect();
+    let background_busy_pct = monitor.cpu_utilization_pct() as f64;
+    progress(Event::Done);
+    progress(Event::Starting("blocking wait by device time and a spinner's share, beside a cruncher per core"));
+    let load = smartcon_workloads::load::CpuLoad::start(online_cpus().max(1))?;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut beside = Vec::with_capacity(targets.len());
+    for t in &targets {
+        beside.push(median_turns(&run(t.as_ref(), Strategy::Block)?));
+    }
+    let shares: Vec<f64> = run(targets[0].as_ref(), Strategy::Spin)?.iter().map(|x| x.2).collect();
+    drop(load);
+    progress(Event::Done);
+    let points = targets
+        .iter()
+        .zip(alone.iter().zip(&beside))
+        .map(|(t, (a, b))| BlockWaitPoint {
+            device_ns: t.model_service_ns(Op::Read, 4096).unwrap_or(0) as f64,
+            cpu_ns: a.0,
+            late: a.1,
+            cpu_beside_cruncher_ns: b.0,
+            late_beside_cruncher: b.1,
+        })
+        .collect();
+    Ok(BlockWaitCurve { points, shares, shares_alone, background_busy_pct })
+}
+
+/// What [`block_wait_curve`] measured.
+struct BlockWaitCurve {
+    points: Vec<BlockWaitPoint>,
+    shares: Vec<f64>,
+    shares_alone: Vec<f64>,
+    background_busy_pct: f64,
+}
+
 /// A UTC date of a Unix time, `YYYY-MM-DD` (days to civil date, Howard Hinnant's method).
 pub fn utc_date(unix_s: u64) -> String {
     let z = (unix_s / 86_400) as i64 + 719_468;
@@ -304,6 +427,12 @@ pub fn measure(
     let block_path_target = file.label().to_string();
     drop(file);
 
+    let curve = block_wait_curve(plan, monitor, stop, progress)?;
+    let spin_share = median(&mut curve.shares.clone()).clamp(0.01, 0.99);
+    // A share within 2% of the whole core is the whole core (the clock reads' own noise).
+    let share_alone = median(&mut curve.shares_alone.clone()).clamp(0.01, 1.0);
+    let share_alone = if share_alone > 0.98 { 1.0 } else { share_alone };
+
     let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let model = HostModel {
         version: HOST_MODEL_VERSION,
@@ -326,6 +455,10 @@ pub fn measure(
             uring_extra_idle_ns: block_path[0].uring_extra_ns,
             uring_extra_beside_spinners_ns: block_path[1].uring_extra_ns,
         },
+        block_wait: curve.points,
+        spin_share_beside_cruncher: spin_share,
+        spin_share_alone: share_alone,
+        background_busy_pct: curve.background_busy_pct.clamp(0.0, 100.0),
         filled: Vec::new(),
     };
     model.validate()?;
@@ -341,31 +474,21 @@ pub fn measure(
         polled_by: wake_busy.polled_by.unwrap_or("none"),
         block_path_target,
         block_path,
+        spin_shares: curve.shares,
+        spin_shares_alone: curve.shares_alone,
         elapsed_ns: started.elapsed().as_nanos() as u64,
     })
 }
 
-/// `host.json` as stored: the model's fields and, beside them, `smartcon ctx`'s profile's
-/// (both formats are version 1 and share no other field name), so `smartcon model`, the
-/// probe and the simulation each read their own part of one file.
+/// `host.json` as stored (version 2): the model's fields, and `smartcon ctx`'s profile
+/// nested under `"ctx"` (version 1 put the two side by side), so `smartcon model`, the probe
+/// and the simulation each read their part of one file.
 pub fn stored_json(model: &HostModel, ctx: Option<&HostProfile>) -> Result<serde_json::Value, Error> {
     let bad = |e: serde_json::Error| Error::new(ErrorKind::Internal, format!("host model does not serialize: {e}"));
-    let mut out = match ctx {
-        Some(p) => serde_json::to_value(p).map_err(bad)?,
-        None => serde_json::Value::Object(Default::default()),
-    };
-    let serde_json::Value::Object(m) = serde_json::to_value(model).map_err(bad)? else {
-        return Err(Error::new(ErrorKind::Internal, "host model is not a JSON object"));
-    };
-    let obj = out.as_object_mut().ok_or_else(|| Error::new(ErrorKind::Internal, "ctx profile is not a JSON object"))?;
-    for (k, v) in m {
-        if k == "version" && obj.get("version").is_some_and(|old| old != &v) {
-            return Err(Error::new(
-                ErrorKind::Internal,
-                "host model and ctx profile versions differ: they cannot share host.json",
-            ));
-        }
-        obj.insert(k, v);
+    let mut out = serde_json::to_value(model).map_err(bad)?;
+    let obj = out.as_object_mut().ok_or_else(|| Error::new(ErrorKind::Internal, "host model is not a JSON object"))?;
+    if let Some(p) = ctx {
+        obj.insert(HOST_JSON_CTX_KEY.into(), serde_json::to_value(p).map_err(bad)?);
     }
     Ok(out)
 }

@@ -29,6 +29,7 @@ pub mod host;
 pub mod merge_bench;
 pub mod polling;
 pub mod probe;
+pub mod simtable;
 pub mod window;
 
 /// What a running experiment tells its caller, for a progress bar and notes.

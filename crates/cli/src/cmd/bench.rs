@@ -93,6 +93,17 @@ pub struct BenchArgs {
     /// host.json file. Default: measured where it exists, else host-c.
     #[arg(long, requires = "simulate", value_name = "FILE|PRESET")]
     pub host: Option<String>,
+    /// Measure the matrix, then simulate the same cells on this machine's host model
+    /// (`measured`: $SMARTCON_HOME/host.json, seed 1) and print predicted against measured,
+    /// with the largest miss (issue 27's calibration). Emulated targets only.
+    #[arg(long, conflicts_with_all = ["simulate", "sweep_interval"])]
+    pub compare_simulated: bool,
+    /// With --simulate: instead of the matrix, every host preset and `measured` (where
+    /// host.json exists) x {smart's share of the paired front over emulated devices, ops,
+    /// sizes and both loads in 3 seeded rounds; hybrid's IOPS and CPU on emu:optane and
+    /// emu:nvme against an oracle hybrid} (issue 27, item 4; `--seed` the first round's).
+    #[arg(long, requires = "simulate")]
+    pub presets_table: bool,
     #[command(flatten)]
     pub run: RunFlags,
 }
@@ -134,6 +145,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             bail!("--plot draws a measured sweep; it does not take --simulate");
         }
         return run_simulated(&args, &targets, &plan, span);
+    }
+    if args.compare_simulated {
+        // Both checked before anything is measured.
+        emu_specs(&targets)?;
+        resolve_host(Some("measured"))?;
     }
     // Open (and validate) every target before measuring anything.
     let placement = args.run.placement()?;
@@ -200,6 +216,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             println!("(interrupted: the table shows the cells measured so far)");
         }
     }
+    if args.compare_simulated && !summary.interrupted {
+        compare_simulated(&args, &results, &plan, span)?;
+    }
     // Drawn after the results are printed, so a plot that cannot be written loses nothing.
     if let (Some(out), false) = (crate::paths::unless_interrupted(plot_out), sweeps.is_empty()) {
         plot_sweeps(out.tmp_path(), &sweeps).map_err(|e| out.wrap(&e))?;
@@ -236,6 +255,9 @@ pub fn resolve_host(arg: Option<&str>) -> Result<HostModel> {
 
 /// `bench --simulate`: every cell of the plan in the seeded simulation.
 fn run_simulated(args: &BenchArgs, targets: &[String], plan: &BenchPlan, span: Option<u64>) -> Result<()> {
+    if args.presets_table {
+        return presets_table(args);
+    }
     let host = resolve_host(args.host.as_deref())?;
     let mut cfg = SimConfig::new(args.seed, host);
     if let Some(cores) = args.cores {
@@ -249,52 +271,15 @@ fn run_simulated(args: &BenchArgs, targets: &[String], plan: &BenchPlan, span: O
         "cpu-intensive" => cfg.cores,
         other => bail!("unknown load {other:?}; use bm-only or cpu-intensive"),
     };
-    let mut specs = Vec::new();
-    for t in targets {
-        match target::parse_target(t).map_err(engine_err)? {
-            TargetSpec::Emu(e) => specs.push(e),
-            _ => bail!("--simulate runs emulated devices only (emu:PRESET...); {t} is not one"),
-        }
-    }
+    let specs = emu_specs(targets)?;
     let (started, cpu0) = (std::time::Instant::now(), smartcon_engine::clock::thread_cpu_ns());
-    let mut results = Vec::new();
-    let mut profiles = Vec::new();
-    let mut ios = 0u64;
-    for spec in &specs {
-        for &op in &plan.ops {
-            for &bs in &plan.sizes {
-                for (i, &(strategy, poll)) in plan.configs.iter().enumerate() {
-                    let job = JobSpec {
-                        threads: plan.threads,
-                        duration_ns: plan.duration_ns,
-                        span_bytes: Some(span.unwrap_or(64 << 20).min(spec.capacity_bytes)),
-                        spin_budget_ns: plan.spin_budget_ns,
-                        poll,
-                        seed: i as u64,
-                        ..JobSpec::new(op, plan.pattern, bs, strategy)
-                    };
-                    let run = sim::run_cell(spec, &job, &cfg).map_err(engine_err)?;
-                    let broken = run.checks.violations();
-                    if !broken.is_empty() {
-                        bail!(
-                            "the simulation broke its invariants on {} {bs} {}: {}",
-                            spec.label,
-                            strategy.name(),
-                            broken.join("; ")
-                        );
-                    }
-                    ios += run.record.result.ios;
-                    if args.json {
-                        emit_json(&run.record)?;
-                    }
-                    if profiles.iter().all(|(l, _): &(String, Profile)| *l != spec.label) {
-                        profiles.push((spec.label.clone(), run.profile.clone()));
-                    }
-                    results.push(run.record.result);
-                }
-            }
+    let json = args.json;
+    let (results, profiles, ios) = simulate_cells(&specs, plan, span, &cfg, &mut |r| {
+        if json {
+            emit_json(r)?;
         }
-    }
+        Ok(())
+    })?;
     let host_s = started.elapsed().as_secs_f64();
     let cpu_s = (smartcon_engine::clock::thread_cpu_ns() - cpu0) as f64 / 1e9;
     let simulated =
@@ -325,6 +310,179 @@ fn run_simulated(args: &BenchArgs, targets: &[String], plan: &BenchPlan, span: O
         ios as f64 / host_s.max(1e-9) / 1e6,
         ios as f64 / cpu_s.max(1e-9) / 1e6
     );
+    Ok(())
+}
+
+/// `bench --simulate --presets-table`: the presets (and `measured`) in one table.
+fn presets_table(args: &BenchArgs) -> Result<()> {
+    use smartcon_study::simtable;
+    let mut hosts: Vec<HostModel> = PRESETS.iter().filter_map(|p| HostModel::preset(p)).collect();
+    let measured = crate::common::smartcon_home().join(HOST_MODEL_FILE);
+    if measured.exists() {
+        hosts.push(resolve_host(Some("measured"))?);
+    }
+    let plan = simtable::TablePlan::new(args.seed);
+    let mut rows = Vec::new();
+    for h in &hosts {
+        eprintln!("smartcon: simulating host {}", h.name);
+        let row = simtable::preset_row(h, &plan).map_err(engine_err)?;
+        if args.json {
+            emit_json(&row)?;
+        }
+        rows.push(row);
+    }
+    if !args.json {
+        println!("simulated (not measured), seeds {}..{}:", args.seed, args.seed + plan.rounds - 1);
+        print!("{}", simtable::render(&rows));
+    }
+    Ok(())
+}
+
+/// The emulated devices among `targets` (the simulation runs nothing else).
+fn emu_specs(targets: &[String]) -> Result<Vec<smartcon_devemu::EmuSpec>> {
+    let mut specs = Vec::new();
+    for t in targets {
+        match target::parse_target(t).map_err(engine_err)? {
+            TargetSpec::Emu(e) => specs.push(e),
+            _ => bail!("--simulate and --compare-simulated run emulated devices only (emu:PRESET...); {t} is not one"),
+        }
+    }
+    Ok(specs)
+}
+
+/// Every cell of `plan` on `specs` in the simulation `cfg`, in the plan's order; each record
+/// goes to `on_record` as it is made.
+type SimCells = (Vec<JobResult>, Vec<(String, Profile)>, u64);
+fn simulate_cells(
+    specs: &[smartcon_devemu::EmuSpec],
+    plan: &BenchPlan,
+    span: Option<u64>,
+    cfg: &SimConfig,
+    on_record: &mut dyn FnMut(&sim::SimRecord) -> Result<()>,
+) -> Result<SimCells> {
+    let mut results = Vec::new();
+    let mut profiles = Vec::new();
+    let mut ios = 0u64;
+    for spec in specs {
+        for &op in &plan.ops {
+            for &bs in &plan.sizes {
+                for (i, &(strategy, poll)) in plan.configs.iter().enumerate() {
+                    let job = JobSpec {
+                        threads: plan.threads,
+                        duration_ns: plan.duration_ns,
+                        span_bytes: Some(span.unwrap_or(64 << 20).min(spec.capacity_bytes)),
+                        spin_budget_ns: plan.spin_budget_ns,
+                        poll,
+                        seed: i as u64,
+                        ..JobSpec::new(op, plan.pattern, bs, strategy)
+                    };
+                    let run = sim::run_cell(spec, &job, cfg).map_err(engine_err)?;
+                    let broken = run.checks.violations();
+                    if !broken.is_empty() {
+                        bail!(
+                            "the simulation broke its invariants on {} {bs} {}: {}",
+                            spec.label,
+                            strategy.name(),
+                            broken.join("; ")
+                        );
+                    }
+                    ios += run.record.result.ios;
+                    on_record(&run.record)?;
+                    if profiles.iter().all(|(l, _): &(String, Profile)| *l != spec.label) {
+                        profiles.push((spec.label.clone(), run.profile.clone()));
+                    }
+                    results.push(run.record.result);
+                }
+            }
+        }
+    }
+    Ok((results, profiles, ios))
+}
+
+/// One cell of `--compare-simulated`: predicted over measured.
+#[derive(serde::Serialize)]
+struct CompareRecord {
+    r#type: &'static str,
+    target: String,
+    op: String,
+    bs_bytes: u64,
+    strategy: String,
+    load: String,
+    iops_measured: f64,
+    iops_predicted: f64,
+    cpu_pct_measured: f64,
+    cpu_pct_predicted: f64,
+    iops_ratio: f64,
+    cpu_ratio: f64,
+}
+
+/// The real cells against the same cells simulated on `measured`; the table (or records)
+/// and the largest miss.
+fn compare_simulated(args: &BenchArgs, results: &[JobResult], plan: &BenchPlan, span: Option<u64>) -> Result<()> {
+    let host = resolve_host(Some("measured"))?;
+    let mut cfg = SimConfig::new(1, host);
+    cfg.crunchers = if args.load == "cpu-intensive" { cfg.cores } else { 0 };
+    let targets = split_targets(&args.targets)?;
+    let (predicted, _, _) = simulate_cells(&emu_specs(&targets)?, plan, span, &cfg, &mut |_| Ok(()))?;
+    let key = |r: &JobResult| (r.target.clone(), format!("{:?}", r.op), r.bs_bytes, r.strategy.name());
+    let cpu = |r: &JobResult| r.cpu_user_pct + r.cpu_sys_pct;
+    let ratio = |p: f64, m: f64| if m > 0.0 { p / m } else { f64::NAN };
+    let mut rows = Vec::new();
+    for m in results {
+        let Some(p) = predicted.iter().find(|p| key(p) == key(m)) else { continue };
+        let (t, op, bs, s) = key(m);
+        rows.push(CompareRecord {
+            r#type: "compare_simulated",
+            target: t,
+            op: op.to_lowercase(),
+            bs_bytes: bs,
+            strategy: s.to_string(),
+            load: args.load.clone(),
+            iops_measured: m.iops,
+            iops_predicted: p.iops,
+            cpu_pct_measured: cpu(m),
+            cpu_pct_predicted: cpu(p),
+            iops_ratio: ratio(p.iops, m.iops),
+            cpu_ratio: ratio(cpu(p), cpu(m)),
+        });
+    }
+    let miss = |x: f64| if x.is_finite() && x > 0.0 { x.max(1.0 / x) } else { f64::INFINITY };
+    let worst = rows
+        .iter()
+        .flat_map(|r| [(miss(r.iops_ratio), r, "IOPS"), (miss(r.cpu_ratio), r, "CPU")])
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    if args.json {
+        for r in &rows {
+            emit_json(r)?;
+        }
+        return Ok(());
+    }
+    println!(
+        "\npredicted (simulated on host.json, seed 1, {} crunchers) against measured, {}:",
+        cfg.crunchers, args.load
+    );
+    println!(
+        "{:<12} {:>5} {:>6} {:<8} {:>10} {:>10} {:>6} {:>7} {:>7} {:>6}",
+        "target", "op", "bs", "strategy", "IOPS meas", "IOPS pred", "ratio", "CPU% m", "CPU% p", "ratio"
+    );
+    for r in &rows {
+        println!(
+            "{:<12} {:>5} {:>6} {:<8} {:>10.0} {:>10.0} {:>6.2} {:>7.1} {:>7.1} {:>6.2}",
+            r.target,
+            r.op,
+            r.bs_bytes,
+            r.strategy,
+            r.iops_measured,
+            r.iops_predicted,
+            r.iops_ratio,
+            r.cpu_pct_measured,
+            r.cpu_pct_predicted,
+            r.cpu_ratio
+        );
+    }
+    if let Some((m, r, what)) = worst {
+        println!("largest miss: {what} of {} {} by {m:.2} x", r.target, r.strategy);
+    }
     Ok(())
 }
 

@@ -5,8 +5,8 @@
 //! The measuring is `smartcon_study::host`; this file claims the output, draws progress,
 //! prints the model (a table, or with `--json` one `host_model` record that is the model
 //! itself plus a `type` field, then a `host_measurement` record with how each figure was
-//! obtained) and stores it. `host.json` also holds `smartcon ctx`'s profile beside the
-//! model (the two share no field name), so both commands keep each other's figures.
+//! obtained) and stores it. `host.json` also holds `smartcon ctx`'s profile, nested under
+//! `"ctx"`, so both commands keep each other's figures.
 //! Replacing the stored model is what a re-measure is for; an explicit `--out` must be a
 //! new file.
 
@@ -105,7 +105,8 @@ pub fn ctx_profile_with_stored_model(profile: &smartcon_ctxcost::HostProfile) ->
             model.switch_indirect_ns = indirect;
             stored_json(&model, Some(profile)).map_err(engine_err)
         }
-        Err(_) => Ok(serde_json::to_value(profile)?),
+        // No model yet: the profile alone, in host.json's one format (nested under "ctx").
+        Err(_) => Ok(serde_json::json!({ smartcon_engine::host::HOST_JSON_CTX_KEY: serde_json::to_value(profile)? })),
     }
 }
 
@@ -158,6 +159,29 @@ fn text(m: &HostMeasurement) -> String {
             b.rounds
         );
     }
+    for p in &h.block_wait {
+        s += &format!(
+            "blocking wait, {:>5} device: CPU, late p50/p99   {} , {} / {}   beside a cruncher: {} , {} / {}\n",
+            us(p.device_ns),
+            us(p.cpu_ns),
+            us(p.late.p50_ns),
+            us(p.late.p99_ns),
+            us(p.cpu_beside_cruncher_ns),
+            us(p.late_beside_cruncher.p50_ns),
+            us(p.late_beside_cruncher.p99_ns)
+        );
+    }
+    s += &format!(
+        "spinner's share of its core beside a cruncher   {:.2}   (turns: {})\n",
+        h.spin_share_beside_cruncher,
+        m.spin_shares.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")
+    );
+    s += &format!(
+        "spinner's share alone (the machine's load)      {:.2}   (turns: {}; the others' CPU demand {:.0}%)\n",
+        h.spin_share_alone,
+        m.spin_shares_alone.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", "),
+        h.background_busy_pct
+    );
     s += &format!(
         "({} cores; 4 KiB random O_DIRECT reads on {}; measured in {:.1} s)\n",
         h.cores,

@@ -19,7 +19,9 @@
 //! thread from sleeping and so from measuring again: after [`EXPLORE_ON_TIME_AFTER`]
 //! predicted I/Os without a sleep, it sleeps once to the usual target if that still lies
 //! ahead (on time, so free), and after [`EXPLORE_AFTER`] until just before the prediction
-//! (on a device faster than the wake-up that costs one late completion in that many). (On the
+//! (on a device faster than the wake-up that costs one late completion in that many); each
+//! such re-measure that finds sleeping still does not pay doubles the wait for the next, up
+//! to [`EXPLORE_AFTER_MAX`]. (On the
 //! development VMs the overshoot grows with the sleep: 15 us for short sleeps, 25 us at
 //! 50 us, with a long tail.)
 //!
@@ -49,6 +51,11 @@ pub const EXPLORE_AFTER: u32 = 128;
 /// The same where a sleep to the usual target still wakes in time: it costs no latency, so
 /// it is taken more often.
 pub const EXPLORE_ON_TIME_AFTER: u32 = 16;
+/// Each re-measuring sleep that finds sleeping still does not pay doubles the wait for the
+/// next, up to this: on a device faster than the wake-up (a 10 us one on a VM whose sleeps
+/// wake 30 us late, with a millisecond tail) a re-measure every 128 I/Os cost 2-10% of
+/// spin's IOPS in the simulation of issue 27's hosts; one every 4096 costs a tenth of that.
+pub const EXPLORE_AFTER_MAX: u32 = 4096;
 
 pub struct Hybrid {
     params: PollParams,
@@ -56,6 +63,9 @@ pub struct Hybrid {
     predictor: Predictor,
     overshoot_ns: Option<u64>,
     since_sleep: u32,
+    /// The current wait between re-measuring sleeps: [`EXPLORE_AFTER`], doubled by each one
+    /// that finds sleeping still does not pay, back to the start when a sleep pays.
+    explore_after: u32,
     cpu_busy: bool,
 }
 
@@ -67,6 +77,7 @@ impl Hybrid {
             predictor: Predictor::new(params.alpha_ns, params.interval_ns),
             overshoot_ns: None,
             since_sleep: 0,
+            explore_after: EXPLORE_AFTER,
             cpu_busy: false,
         }
     }
@@ -120,6 +131,10 @@ impl WaitPolicy for Hybrid {
         // median overshoot, which is below the 90th percentile tracked; half of that is the
         // bar (unknown yet: try once).
         let mut sleep = wake_at > now + overshoot / 2;
+        if sleep {
+            self.explore_after = EXPLORE_AFTER;
+        }
+        let mut exploring = false;
         self.since_sleep += 1;
         if self.cpu_busy {
             // Give the CPU away until the completion is due; the overshoot is paid.
@@ -128,9 +143,10 @@ impl WaitPolicy for Hybrid {
         } else if !sleep && wake_at > now && self.since_sleep >= EXPLORE_ON_TIME_AFTER {
             // A sleep that still wakes in time, though it may not pay: it re-measures for free.
             sleep = true;
-        } else if !sleep && self.since_sleep >= EXPLORE_AFTER && predicted > now + 2 * alpha {
+        } else if !sleep && self.since_sleep >= self.explore_after && predicted > now + 2 * alpha {
             wake_at = predicted - alpha;
             sleep = true;
+            exploring = true;
         }
         if sleep {
             self.since_sleep = 0;
@@ -140,6 +156,15 @@ impl WaitPolicy for Hybrid {
             if !self.cpu_busy {
                 // Under contention the wake-up waits for a CPU: not this host's overshoot.
                 self.record_overshoot(wake_at, woke);
+            }
+            if exploring {
+                // Would the usual sleep pay now, with the overshoot just measured? If not,
+                // wait twice as long before the next re-measure.
+                let o = self.overshoot_ns.unwrap_or(0);
+                let pays = predicted.saturating_sub(o + alpha) > now + o / 2;
+                if !pays {
+                    self.explore_after = self.explore_after.saturating_mul(2).min(EXPLORE_AFTER_MAX);
+                }
             }
             if woke < wake_at {
                 // The device woke us (io_uring): it is done, or nearly.
@@ -225,13 +250,28 @@ mod tests {
         let mut t = 0;
         let sampling = run(&mut h, &mut t, 100, 10_000, 16_000);
         let dynamic = run(&mut h, &mut t, 200, 10_000, 16_000);
-        // One sleep to learn the overshoot, then only the re-measuring one every
-        // EXPLORE_AFTER I/Os: a 16 us wake-up on a 10 us device.
+        // One sleep to learn the overshoot, then only the re-measuring one after
+        // EXPLORE_AFTER I/Os (then twice as many): a 16 us wake-up on a 10 us device.
         let sleeps: u32 = sampling.iter().chain(&dynamic).map(|(w, _)| w.sleeps).sum();
         assert!((1..=2 + 200 / EXPLORE_AFTER).contains(&sleeps), "{sleeps} sleeps");
         let on_time = dynamic.iter().filter(|(w, d)| w.seen_ns - d.done_ns <= 1_000).count();
         assert!(on_time >= 200 - 2, "{on_time} of 200 seen within 1 us");
         assert!(dynamic.iter().all(|(w, _)| w.predicted_done_ns.is_some()));
+    }
+
+    #[test]
+    fn re_measures_ever_more_rarely_while_sleeping_does_not_pay() {
+        let mut h = Hybrid::new(PARAMS, 0);
+        let mut t = 0;
+        run(&mut h, &mut t, 100, 10_000, 16_000);
+        let dynamic = run(&mut h, &mut t, 20_000, 10_000, 16_000);
+        // 128, 256, ... 4096, then every 4096: 5 + 3 re-measures in 20,000 I/Os, not 156.
+        let sleeps: u32 = dynamic.iter().map(|(w, _)| w.sleeps).sum();
+        assert!((6..=12).contains(&sleeps), "{sleeps} sleeps in 20000 I/Os");
+        assert_eq!(h.explore_after, EXPLORE_AFTER_MAX);
+        // A device slow enough that sleeping pays resets it.
+        run(&mut h, &mut t, 300, 80_000, 16_000);
+        assert_eq!(h.explore_after, EXPLORE_AFTER);
     }
 
     #[test]
