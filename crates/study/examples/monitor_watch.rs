@@ -47,12 +47,15 @@ fn main() {
             let strategy = StrategyChoice::parse(&a[2]).expect("strategy");
             s.spawn(move || {
                 let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, strategy);
+                // PIN=CPU pins the job's thread there, as the evaluate's `irq` placement does.
+                js.cpus = std::env::var("PIN").ok().and_then(|c| c.parse().ok()).map(|c| vec![c]);
                 js.span_bytes = Some(t.capacity_bytes().min(256 << 20));
                 js.duration_ns = (secs * 1e9) as u64;
                 run_job(t, &js, p, m, st).expect("job")
             })
         });
         let w0 = io.snapshot();
+        let sched0 = task_schedstats();
         let n = (secs / 0.1) as usize;
         for _ in 0..n {
             std::thread::sleep(Duration::from_millis(100));
@@ -67,6 +70,20 @@ fn main() {
             );
         }
         let w1 = io.snapshot();
+        // Each thread's run-queue wait per time slice over the run (schedstat).
+        let sched1 = task_schedstats();
+        for (tid, comm, wait1, slices1) in &sched1 {
+            if let Some((_, _, wait0, slices0)) = sched0.iter().find(|t| t.0 == *tid) {
+                let (w, n) = (wait1 - wait0, slices1 - slices0);
+                if n > 0 {
+                    println!(
+                        "thread {comm:16} waited {:7.1} ms on a run queue in {n:7} slices: {:6.1} us a slice",
+                        w as f64 / 1e6,
+                        w as f64 / n as f64 / 1e3
+                    );
+                }
+            }
+        }
         if let Some(j) = job {
             let r = j.join().unwrap();
             println!("job: {:.0} IOPS, decisions {:?}", r.iops, r.decisions);
@@ -77,4 +94,19 @@ fn main() {
         println!("io load: {:.0} I/O per s", d.work as f64 / (d.real_ns as f64 / 1e9));
     });
     monitor.stop();
+}
+
+/// (tid, name, run-queue wait ns, slices) of every thread of this process.
+fn task_schedstats() -> Vec<(u32, String, u64, u64)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let Ok(tid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default().trim().to_string();
+        let st = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();
+        let f: Vec<u64> = st.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        if f.len() >= 3 {
+            out.push((tid, comm, f[1], f[2]));
+        }
+    }
+    out
 }
