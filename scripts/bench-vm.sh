@@ -8,7 +8,9 @@
 #   fio    - 4 KiB random reads, psync, direct, QD1, N I/Os on a 64 MiB file on ext4
 #            (written first with dd, 1 MiB direct writes)
 # Each line: workload, mode, guest time of the command (s), its wall time (s), whole run's
-# wall (s), and for fio the guest fio's mean completion latency (ms).
+# wall (s), the device's requests and time, the share of requests back within 2% of the
+# model's instant, the page pieces joined to their request, and for fio the guest fio's mean
+# completion latency (ms). The seed's tables: `smartcon emulate sweep --vm [--fio]`.
 #
 #   bash scripts/bench-vm.sh [--spec emu:hdd] [--rounds 2] [--fio-ios 500]
 #   ONLY="fio" bash scripts/bench-vm.sh      # some of the workloads
@@ -45,11 +47,12 @@ run() { # name mode args...
     if [ "$name" = fio ]; then
         fio_mean=$(printf '%s\n' "$out" | grep -v '"type":"emulate_vm"' | jq -s '.[0].jobs[0].read.clat_ns.mean / 1e6' 2>/dev/null || echo "?")
     fi
-    printf '%-6s %-8s guest %8.3f s  cmd wall %7.3f s  run wall %6.2f s  reads %6s writes %6s device %7.3f s  %s\n' \
+    printf '%-6s %-8s guest %8.3f s  cmd wall %7.3f s  run wall %6.2f s  reads %6s writes %6s device %7.3f s  within 2%% %s  joined %s  %s\n' \
         "$name" "$mode" "$(jq .guest_ns <<<"$rec" | awk '{print $1/1e9}')" \
         "$(jq .command_wall_ns <<<"$rec" | awk '{print $1/1e9}')" "$(echo "$t1 - $t0" | bc)" \
         "$(jq .device.reads <<<"$rec")" "$(jq .device.writes <<<"$rec")" \
-        "$(jq .device.device_ns <<<"$rec" | awk '{print $1/1e9}')" "${fio_mean:+fio mean ${fio_mean} ms}"
+        "$(jq .device.device_ns <<<"$rec" | awk '{print $1/1e9}')" "$(jq .within_2pct <<<"$rec")" \
+        "$(jq .device.pieces_joined <<<"$rec")" "${fio_mean:+fio mean ${fio_mean} ms}"
 }
 
 echo "# $(date -u +%FT%TZ) spec $spec, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -113,3 +113,114 @@ fn bad_vm_flags_are_one_line_and_exit_2() {
     }
     let _ = std::fs::remove_dir_all(&home);
 }
+
+#[test]
+fn every_guest_request_is_in_the_lateness_histogram_and_page_pieces_join() {
+    if !uml_available() {
+        return;
+    }
+    let home = scratch("late");
+    // 1 MiB direct write and read back on the raw device: UML's ubd thread issues each as
+    // page-sized calls, which join their request on the model.
+    let script = "dd if=/dev/zero of=/dev/ubda bs=1M count=1 oflag=direct status=none && \
+                  dd if=/dev/ubda of=/dev/null bs=1M count=1 iflag=direct status=none";
+    let out = smartcon(
+        &home,
+        &[
+            "emulate",
+            "vm",
+            "emu:hdd",
+            "--size",
+            "64m",
+            "--fs",
+            "none",
+            "--virtual-time",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let r = json_record(&out);
+    let d = &r["device"];
+    let requests = d["reads"].as_u64().unwrap() + d["writes"].as_u64().unwrap();
+    let counts: u64 = d["lateness"]["counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).sum();
+    assert_eq!(counts, requests, "each served request is counted once: {d}");
+    assert_eq!(
+        d["lateness"]["edges_ppm"].as_array().unwrap().len() + 1,
+        d["lateness"]["counts"].as_array().unwrap().len()
+    );
+    // 2 x 256 pages; all but the first of each request continue the one before.
+    assert!(d["pieces_joined"].as_u64().unwrap() >= 2 * 200, "{d}");
+    let share = r["within_2pct"].as_f64().expect("a share when requests were served");
+    assert!((0.0..=1.0).contains(&share), "{r}");
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+#[test]
+fn a_vm_sweep_gives_the_tables_columns_per_scheduler() {
+    if !uml_available() {
+        return;
+    }
+    let home = scratch("sweep");
+    let out = smartcon(
+        &home,
+        &[
+            "emulate",
+            "sweep",
+            "--vm",
+            "--speedups",
+            "1,10",
+            "--tree-size",
+            "256k",
+            "--schedulers",
+            "none",
+            "--no-real-time",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let r: Value = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|r| r["type"] == "emulate_vm_sweep")
+        .unwrap_or_else(|| panic!("no emulate_vm_sweep record in {text}"));
+    let points = r["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "{r}");
+    let (one, ten) = (&points[0], &points[1]);
+    assert_eq!((one["speedup"].as_f64(), ten["speedup"].as_f64()), (Some(1.0), Some(10.0)));
+    assert_eq!(one["speedup_over_1x"].as_f64(), Some(1.0));
+    // The ideal is the 1 x time over the speed-up; the speed-up over 1 x is the ratio.
+    let base = one["predicted_ns"].as_f64().unwrap();
+    assert!((ten["ideal_ns"].as_f64().unwrap() - base / 10.0).abs() <= 1.0, "{r}");
+    let ratio = base / ten["predicted_ns"].as_f64().unwrap();
+    assert!((ten["speedup_over_1x"].as_f64().unwrap() - ratio).abs() < 1e-9, "{r}");
+    assert!(points.iter().all(|p| p["writes"].as_u64().unwrap() > 0 && p["scheduler"] == "none"), "{r}");
+    // One progress line per point on stderr.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().filter(|l| l.contains("/2] none")).count(), 2, "{err}");
+    // Nothing left behind.
+    let left: Vec<_> =
+        std::fs::read_dir(home.join("vms")).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "records left: {left:?}");
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+#[test]
+fn bad_sweep_vm_flags_are_one_line_and_exit_2() {
+    let home = scratch("sweepflags");
+    for args in [
+        &["emulate", "sweep", "--full"][..],
+        &["emulate", "sweep", "--vm", "--fio", "--plot", "x.svg"][..],
+        &["emulate", "sweep", "--vm", "--device", "emu:hdd,speedup=2"][..],
+        &["emulate", "sweep", "--vm", "--schedulers", "cfq"][..],
+    ] {
+        let out = smartcon(&home, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(!String::from_utf8_lossy(&out.stderr).trim().is_empty(), "{args:?}");
+    }
+    let _ = std::fs::remove_dir_all(&home);
+}

@@ -29,6 +29,7 @@ pub mod stats;
 pub mod sweep;
 pub mod trace;
 pub mod vm;
+pub mod vmsweep;
 
 use serde::Serialize;
 use smartcon_devemu::EmuSpec;

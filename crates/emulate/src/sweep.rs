@@ -27,7 +27,7 @@ use serde::Serialize;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_preload_contract::env::{EmulateEnv, PreloadEnv};
 use smartcon_preload_contract::launch::{self, Escalation, Launch};
-use smartcon_preload_contract::record::{parse_lines, EmuProcessRecord};
+use smartcon_preload_contract::record::{parse_lines, EmuProcessRecord, LatenessRecord};
 
 /// What makes the library serve `image` from `spec`, in virtual or real time, with its
 /// `emu_process` records appended to `stats` (the contract's variables,
@@ -144,6 +144,13 @@ pub struct EmuTotals {
     /// reference wait).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub by_strategy: std::collections::BTreeMap<String, u64>,
+    /// `fsync`/`fdatasync` on the image (flushes the model timed) and the real calls' time.
+    pub flushes: u64,
+    pub flush_real_ns: u64,
+    /// Requests of UML's ubd thread joined to the previous one (one guest request's pages).
+    pub pieces_joined: u64,
+    /// How late served requests came back after the model's instant (all processes).
+    pub lateness: LatenessRecord,
 }
 
 /// Sums `emu_process` records (JSON Lines; other lines are skipped).
@@ -164,6 +171,10 @@ pub fn sum_records(text: &str) -> EmuTotals {
         for (k, v) in r.by_strategy {
             *t.by_strategy.entry(k).or_default() += v;
         }
+        t.flushes += r.flushes;
+        t.pieces_joined += r.pieces_joined;
+        t.flush_real_ns += r.flush_real_ns;
+        t.lateness.add(&r.lateness);
     }
     t
 }

@@ -99,6 +99,71 @@ pub struct EmuProcessRecord {
     pub by_reason: BTreeMap<String, u64>,
     /// Spins that reached their budget and slept for the rest.
     pub spin_fell_back: u64,
+    /// `fsync`/`fdatasync` calls on the image (served by the model: done when the requests
+    /// before them are), and the real time the real calls took.
+    pub flushes: u64,
+    pub flush_real_ns: u64,
+    /// Requests of a clone helper (UML's ubd thread) put on the model as the continuation
+    /// of its previous one (one guest request split into page-sized calls).
+    pub pieces_joined: u64,
+    /// How late served requests came back after the model's instant.
+    pub lateness: LatenessRecord,
+}
+
+/// How late served requests came back to the program after the model's completion
+/// instant, on its clock (virtual or real), as a share of each request's model time.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct LatenessRecord {
+    /// Upper bucket edges in millionths of the request's model time; `counts` has one
+    /// more bucket, past the last edge.
+    pub edges_ppm: Vec<u64>,
+    pub counts: Vec<u64>,
+    pub max_ns: u64,
+    pub sum_ns: u64,
+    /// Requests whose real data half alone ran past the model's instant.
+    pub data_overran: u64,
+    /// Virtual time: the real ns of overruns (while every other thread waited) and of
+    /// flushes' real calls kept off the clock, and the wake-ups after a jump kept off it
+    /// (`wakes_settled`: how many).
+    pub data_hidden_ns: u64,
+    pub wake_hidden_ns: u64,
+    pub wakes_settled: u64,
+}
+
+impl LatenessRecord {
+    /// Adds another process's buckets (same edges; a record without buckets adds nothing).
+    pub fn add(&mut self, other: &LatenessRecord) {
+        if other.counts.is_empty() {
+            return;
+        }
+        if self.counts.is_empty() {
+            self.edges_ppm = other.edges_ppm.clone();
+            self.counts = vec![0; other.counts.len()];
+        }
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.max_ns = self.max_ns.max(other.max_ns);
+        self.sum_ns += other.sum_ns;
+        self.data_overran += other.data_overran;
+        self.data_hidden_ns += other.data_hidden_ns;
+        self.wake_hidden_ns += other.wake_hidden_ns;
+        self.wakes_settled += other.wakes_settled;
+    }
+
+    /// Requests counted.
+    pub fn requests(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The share of requests within `ppm` millionths of their model time (an edge of the
+    /// buckets; None when `ppm` is not one, or nothing was counted).
+    pub fn share_within(&self, ppm: u64) -> Option<f64> {
+        let i = self.edges_ppm.iter().position(|&e| e == ppm)?;
+        let total = self.requests();
+        (total > 0).then(|| self.counts[..=i].iter().sum::<u64>() as f64 / total as f64)
+    }
 }
 
 impl Record for EmuProcessRecord {
@@ -121,6 +186,29 @@ mod tests {
         assert_eq!(emu[1].by_strategy.get("spin"), Some(&3));
         let taken: Vec<ProcessRecord> = parse_lines(text);
         assert_eq!((taken.len(), taken[0].ios, taken[0].image.as_str()), (1, 9, "1-2-0"));
+    }
+
+    #[test]
+    fn lateness_buckets_add_up_across_processes() {
+        let a = LatenessRecord {
+            edges_ppm: vec![10_000, 20_000],
+            counts: vec![90, 5, 5],
+            max_ns: 7,
+            sum_ns: 100,
+            ..Default::default()
+        };
+        let mut total = LatenessRecord::default();
+        total.add(&a);
+        total.add(&LatenessRecord::default());
+        total.add(&LatenessRecord { counts: vec![100, 0, 0], max_ns: 3, ..a.clone() });
+        assert_eq!(
+            (total.requests(), total.counts.clone(), total.max_ns, total.sum_ns),
+            (200, vec![190, 5, 5], 7, 200)
+        );
+        assert_eq!(total.share_within(20_000), Some(195.0 / 200.0));
+        assert_eq!(total.share_within(10_000), Some(0.95));
+        assert_eq!(total.share_within(30_000), None);
+        assert_eq!(LatenessRecord::default().share_within(20_000), None);
     }
 
     #[test]

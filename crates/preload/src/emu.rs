@@ -49,7 +49,7 @@ use smartcon_engine::decision::{decide, DeviceState, Reason, Request, Strategy, 
 use smartcon_engine::job::{StrategyChoice, SPIN_BUDGET_NS_DEFAULT};
 use smartcon_engine::target::InFlight;
 use smartcon_preload_contract::env;
-use smartcon_preload_contract::record::{EmuProcessRecord, Record};
+use smartcon_preload_contract::record::{EmuProcessRecord, LatenessRecord, Record};
 
 use crate::guard::{Busy, Spin};
 use crate::real::{self, FD_MAX};
@@ -89,6 +89,136 @@ static START_REAL_NS: AtomicU64 = AtomicU64::new(0);
 static BY_STRATEGY: [AtomicU64; Strategy::COUNT] = [const { AtomicU64::new(0) }; Strategy::COUNT];
 static BY_REASON: [AtomicU64; Reason::ALL.len()] = [const { AtomicU64::new(0) }; Reason::ALL.len()];
 static SPIN_FELL_BACK: AtomicU64 = AtomicU64::new(0);
+/// The latest completion the model handed out (a flush completes when it is reached).
+static LAST_COMPLETE_NS: AtomicU64 = AtomicU64::new(0);
+/// Flushes (`fsync`/`fdatasync` on the image) and the real time their data half took.
+static FLUSHES: AtomicU64 = AtomicU64::new(0);
+static FLUSH_REAL_NS: AtomicU64 = AtomicU64::new(0);
+/// How late each served request returned to the program after the model's completion,
+/// on the program's clock, as a share of the request's model time: buckets up to
+/// [`LATE_EDGES_PPM`], then one past them.
+static LATE_HIST: [AtomicU64; LATE_EDGES_PPM.len() + 1] = [const { AtomicU64::new(0) }; LATE_EDGES_PPM.len() + 1];
+static LATE_MAX_NS: AtomicU64 = AtomicU64::new(0);
+static LATE_SUM_NS: AtomicU64 = AtomicU64::new(0);
+/// Requests whose data half alone ran past the model's completion (the host's call was
+/// slower than the model), and (virtual time) the real ns held back from the clock for them.
+static DATA_OVERRAN: AtomicU64 = AtomicU64::new(0);
+static DATA_HIDDEN_NS: AtomicU64 = AtomicU64::new(0);
+
+/// UML's ubd thread (a clone helper, crate::helper) makes one `pread64`/`pwrite64` per page
+/// segment of a guest request. A piece that continues the helper's previous one (same
+/// direction, starting where it ended) and is issued within [`PIECE_GAP_NS`] of real time
+/// after that one returned is part of the same guest request: it arrives on the model at
+/// the previous piece's completion, so the model sees one transfer (a sequential
+/// continuation), not a new request that has just missed its sector and waits a
+/// revolution. Of the helper's last piece: where it ended, its completion, the real instant
+/// it returned, whether it wrote, and the arrival of the request's first piece.
+static PIECE: Spin<Option<Piece>> = Spin::new(None);
+
+#[derive(Clone, Copy)]
+struct Piece {
+    end: u64,
+    complete_ns: u64,
+    returned_real_ns: u64,
+    write: bool,
+    first_arrival_ns: u64,
+}
+/// Real ns between a helper's piece returning and its next piece that still joins it.
+pub const PIECE_GAP_NS: u64 = 200_000;
+/// Pieces joined to the previous one.
+static PIECES_JOINED: AtomicU64 = AtomicU64::new(0);
+
+/// When a helper's request at `offset` continues its previous piece: that piece's
+/// completion (this one's arrival) and the arrival of the request's first piece.
+fn joined_arrival(offset: u64, write: bool, real_now: u64) -> Option<(u64, u64)> {
+    crate::helper::current()?;
+    let p = (*PIECE.lock())?;
+    (p.end == offset && p.write == write && real_now.saturating_sub(p.returned_real_ns) <= PIECE_GAP_NS)
+        .then_some((p.complete_ns, p.first_arrival_ns))
+}
+
+/// The lateness buckets' upper edges, in millionths of the request's model time (0.5%,
+/// 1%, 2% (the seed's criterion), 5%, 10%, 50%, 100%).
+pub const LATE_EDGES_PPM: [u64; 7] = [5_000, 10_000, 20_000, 50_000, 100_000, 500_000, 1_000_000];
+
+/// Counts one served request that came back `late_ns` after its model instant, which lay
+/// `service_ns` after its arrival.
+fn note_lateness(late_ns: u64, service_ns: u64) {
+    let ppm = (late_ns as u128 * 1_000_000 / service_ns.max(1) as u128) as u64;
+    let bucket = LATE_EDGES_PPM.iter().position(|&e| ppm <= e).unwrap_or(LATE_EDGES_PPM.len());
+    LATE_HIST[bucket].fetch_add(1, Ordering::Relaxed);
+    LATE_MAX_NS.fetch_max(late_ns, Ordering::Relaxed);
+    LATE_SUM_NS.fetch_add(late_ns, Ordering::Relaxed);
+}
+
+/// The program's clock now (virtual or real monotonic).
+fn clock_now(emu: &Emu) -> u64 {
+    if emu.virtual_time {
+        domain::peek_ns()
+    } else {
+        domain::real_ns(libc::CLOCK_MONOTONIC)
+    }
+}
+
+/// Waits for `complete_ns` (a request that arrived at `arrival_ns`; a joined piece: its
+/// request's first piece did) and counts how late it came back. A data half that already
+/// ran past the instant is the emulator's own work: under virtual time it is kept off the
+/// clock ([`domain::hold_at`]) when every other thread of the domain waited all along
+/// (`idle_since`, from [`domain::others_idle`] before the data half), else only counted:
+/// UML's kernel thread may run a guest task meanwhile, and holding the clock would take
+/// that time from it.
+fn finish(emu: &Emu, wait: DeviceWait, arrival_ns: u64, complete_ns: u64, idle_since: Option<u64>) {
+    if clock_now(emu) > complete_ns {
+        DATA_OVERRAN.fetch_add(1, Ordering::Relaxed);
+        if emu.virtual_time && idle_since.is_some_and(domain::unchanged_since) {
+            DATA_HIDDEN_NS.fetch_add(domain::hold_at(complete_ns), Ordering::Relaxed);
+        }
+    }
+    let fell_back = if emu.virtual_time {
+        sleep::virtual_wait_until(wait, complete_ns)
+    } else {
+        sleep::real_wait_until(wait, complete_ns)
+    };
+    if fell_back {
+        SPIN_FELL_BACK.fetch_add(1, Ordering::Relaxed);
+    }
+    note_lateness(clock_now(emu).saturating_sub(complete_ns), complete_ns.saturating_sub(arrival_ns));
+}
+
+/// Serves `fsync`/`fdatasync` on the image: `Some(result)` when `fd` is the image. The
+/// models have no volatile write cache (a write is on the medium when it completes), so a
+/// flush completes when every request handed to the model before it has: at the latest
+/// completion, or at once. The data half, the real call (the image's own durability on
+/// the host), is the emulator's work: hidden from the clock under virtual time; in real
+/// time it can only delay the return past the model's instant (`flush_real_ns` says by how
+/// much it could).
+pub fn serve_flush(fd: c_int, data: impl FnOnce() -> c_int) -> Option<c_int> {
+    let emu = EMU.get()?;
+    if !is_image(emu, fd) {
+        return None;
+    }
+    let busy = Busy::try_enter()?;
+    let arrival_ns = clock_now(emu);
+    let real0 = domain::real_ns(libc::CLOCK_MONOTONIC);
+    let r = data();
+    FLUSH_REAL_NS.fetch_add(domain::real_ns(libc::CLOCK_MONOTONIC).saturating_sub(real0), Ordering::Relaxed);
+    if r != 0 {
+        return Some(r);
+    }
+    let saved = real::errno();
+    FLUSHES.fetch_add(1, Ordering::Relaxed);
+    let complete_ns = LAST_COMPLETE_NS.load(Ordering::Acquire).max(arrival_ns);
+    drop(busy);
+    if emu.virtual_time {
+        // The real call's time is the emulator's, whether or not the model's drain lies ahead.
+        DATA_HIDDEN_NS.fetch_add(domain::hold_at(complete_ns), Ordering::Relaxed);
+        sleep::virtual_wait_until(DeviceWait::Precise, complete_ns);
+    } else {
+        sleep::real_wait_until(DeviceWait::Precise, complete_ns);
+    }
+    real::set_errno(saved);
+    Some(r)
+}
 
 fn getenv(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|s| !s.is_empty())
@@ -199,19 +329,38 @@ fn model_thresholds(spec: &EmuSpec) -> Thresholds {
 /// Held across fork by the prepare handler ([`crate::lifecycle`]).
 pub fn fork_prepare() {
     std::mem::forget(DEVICE.lock());
+    std::mem::forget(PIECE.lock());
 }
 
 pub fn fork_parent() {
+    PIECE.unlock_after_fork();
     DEVICE.unlock_after_fork();
 }
 
 /// A fork's child: the model's lock released, its own counters and record.
 pub fn fork_child() {
+    PIECE.unlock_after_fork();
+    *PIECE.lock() = None;
     DEVICE.unlock_after_fork();
-    for c in [&READS, &WRITES, &BYTES, &DEVICE_NS, &IMAGE_OPENS, &SPIN_FELL_BACK]
-        .into_iter()
-        .chain(&BY_STRATEGY)
-        .chain(&BY_REASON)
+    for c in [
+        &READS,
+        &WRITES,
+        &BYTES,
+        &DEVICE_NS,
+        &IMAGE_OPENS,
+        &SPIN_FELL_BACK,
+        &FLUSHES,
+        &FLUSH_REAL_NS,
+        &LATE_MAX_NS,
+        &LATE_SUM_NS,
+        &DATA_OVERRAN,
+        &DATA_HIDDEN_NS,
+        &PIECES_JOINED,
+    ]
+    .into_iter()
+    .chain(&BY_STRATEGY)
+    .chain(&BY_REASON)
+    .chain(&LATE_HIST)
     {
         c.store(0, Ordering::Relaxed);
     }
@@ -301,7 +450,8 @@ pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce()
         return None;
     }
     let busy = Busy::try_enter()?;
-    let arrival_ns = if emu.virtual_time { domain::observe_ns().0 } else { domain::real_ns(libc::CLOCK_MONOTONIC) };
+    let real_start = domain::real_ns(libc::CLOCK_MONOTONIC);
+    let mut arrival_ns = if emu.virtual_time { domain::observe_ns().0 } else { real_start };
     let offset = match off {
         Some(o) => o,
         None => {
@@ -312,6 +462,7 @@ pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce()
             o
         }
     };
+    let idle_since = if emu.virtual_time { domain::others_idle() } else { None };
     let n = data();
     if n <= 0 {
         // An error or end of file: the kernel answered without the device.
@@ -322,18 +473,27 @@ pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce()
     let bytes = n as u64;
     let entered = Entered::new(&emu.inflight, bytes);
     let wait = choose(emu, bytes, !read, entered.ahead);
-    let complete_ns = schedule(op, offset.max(0) as u64, bytes, arrival_ns)?;
+    let offset = offset.max(0) as u64;
+    let mut first_arrival_ns = arrival_ns;
+    if let Some((previous, first)) = joined_arrival(offset, !read, real_start) {
+        PIECES_JOINED.fetch_add(1, Ordering::Relaxed);
+        arrival_ns = previous.min(arrival_ns);
+        first_arrival_ns = first.min(arrival_ns);
+    }
+    let complete_ns = schedule(op, offset, bytes, arrival_ns)?;
     // Not inside the library while waiting: a signal handler that runs meanwhile reads the
     // virtual clock (the real one is behind it) and may do its own I/O.
     drop(busy);
-    let fell_back = if emu.virtual_time {
-        sleep::virtual_wait_until(wait, complete_ns)
-    } else {
-        sleep::real_wait_until(wait, complete_ns)
-    };
+    finish(emu, wait, first_arrival_ns, complete_ns, idle_since);
     drop(entered);
-    if fell_back {
-        SPIN_FELL_BACK.fetch_add(1, Ordering::Relaxed);
+    if crate::helper::current().is_some() {
+        *PIECE.lock() = Some(Piece {
+            end: offset + bytes,
+            complete_ns,
+            returned_real_ns: domain::real_ns(libc::CLOCK_MONOTONIC),
+            write: !read,
+            first_arrival_ns,
+        });
     }
     real::set_errno(saved);
     Some(n)
@@ -456,6 +616,7 @@ fn schedule(op: Op, offset: u64, bytes: u64, arrival_ns: u64) -> Option<u64> {
     };
     BYTES.fetch_add(bytes, Ordering::Relaxed);
     DEVICE_NS.fetch_add(complete_ns.saturating_sub(arrival_ns), Ordering::Relaxed);
+    LAST_COMPLETE_NS.fetch_max(complete_ns, Ordering::AcqRel);
     Some(complete_ns)
 }
 
@@ -503,6 +664,19 @@ pub fn flush() {
         by_strategy: crate::record::strategies_by_name(&by_strategy),
         by_reason: crate::record::reasons_by_name(&by_reason),
         spin_fell_back: SPIN_FELL_BACK.load(Ordering::Relaxed),
+        flushes: FLUSHES.load(Ordering::Relaxed),
+        pieces_joined: PIECES_JOINED.load(Ordering::Relaxed),
+        flush_real_ns: FLUSH_REAL_NS.load(Ordering::Relaxed),
+        lateness: LatenessRecord {
+            edges_ppm: LATE_EDGES_PPM.to_vec(),
+            counts: LATE_HIST.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
+            max_ns: LATE_MAX_NS.load(Ordering::Relaxed),
+            sum_ns: LATE_SUM_NS.load(Ordering::Relaxed),
+            data_overran: DATA_OVERRAN.load(Ordering::Relaxed),
+            data_hidden_ns: DATA_HIDDEN_NS.load(Ordering::Relaxed),
+            wake_hidden_ns: clock.wake_hidden_ns,
+            wakes_settled: clock.wakes_settled,
+        },
     };
     let Ok(line) = serde_json::to_string(&record) else { return };
     let _busy = Busy::try_enter();

@@ -56,6 +56,8 @@ pub static PWRITEV2: Sym = Sym::new(c"pwritev64v2");
 pub static SYSCALL: Sym = Sym::new(c"syscall");
 pub static MMAP: Sym = Sym::new(c"mmap64");
 pub static CLOSE: Sym = Sym::new(c"close");
+pub static FSYNC: Sym = Sym::new(c"fsync");
+pub static FDATASYNC: Sym = Sym::new(c"fdatasync");
 pub static DUP: Sym = Sym::new(c"dup");
 pub static DUP2: Sym = Sym::new(c"dup2");
 pub static DUP3: Sym = Sym::new(c"dup3");
@@ -90,6 +92,8 @@ pub fn resolve_all() {
         &SYSCALL,
         &MMAP,
         &CLOSE,
+        &FSYNC,
+        &FDATASYNC,
         &DUP,
         &DUP2,
         &DUP3,

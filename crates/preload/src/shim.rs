@@ -384,6 +384,35 @@ pub extern "C" fn close(fd: c_int) -> c_int {
     r
 }
 
+/// `fsync` on the emulated image is a flush the model times (crate::emu::serve_flush);
+/// any other descriptor's passes through.
+#[no_mangle]
+pub extern "C" fn fsync(fd: c_int) -> c_int {
+    type F = unsafe extern "C" fn(c_int) -> c_int;
+    // SAFETY: (fallback) fsync has no memory preconditions.
+    let real = || call_real!(real::FSYNC, F, unsafe { libc::syscall(libc::SYS_fsync, fd) as c_int }, fd);
+    if emu::active() {
+        if let Some(r) = emu::serve_flush(fd, real) {
+            return r;
+        }
+    }
+    real()
+}
+
+/// As [`fsync`].
+#[no_mangle]
+pub extern "C" fn fdatasync(fd: c_int) -> c_int {
+    type F = unsafe extern "C" fn(c_int) -> c_int;
+    // SAFETY: (fallback) fdatasync has no memory preconditions.
+    let real = || call_real!(real::FDATASYNC, F, unsafe { libc::syscall(libc::SYS_fdatasync, fd) as c_int }, fd);
+    if emu::active() {
+        if let Some(r) = emu::serve_flush(fd, real) {
+            return r;
+        }
+    }
+    real()
+}
+
 #[no_mangle]
 pub extern "C" fn dup(fd: c_int) -> c_int {
     type F = unsafe extern "C" fn(c_int) -> c_int;

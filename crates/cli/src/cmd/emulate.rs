@@ -304,6 +304,9 @@ fn vm(a: VmArgs) -> Result<()> {
         kernel: vm::find_kernel().map_err(engine_err)?,
         mem_mib: a.mem,
         tmp_dir: std::env::temp_dir(),
+        inputs: Vec::new(),
+        prepare: None,
+        quiet_console: false,
     };
     let r = vm::run_vm(&opts, crate::common::interrupt_flag(), &mut |line| eprintln!("smartcon: {line}"))
         .map_err(engine_err)?;
@@ -613,15 +616,31 @@ fn print_human(r: &ReplayResult) {
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
-    /// emu:PRESET[,key=value...] without speedup= (the sweep sets it).
-    #[arg(long)]
-    pub device: String,
-    /// The factors the device's service times are divided by.
-    #[arg(long, value_delimiter = ',', default_values_t = [1.0, 10.0, 20.0, 50.0, 100.0, 200.0])]
+    /// emu:PRESET[,key=value...] without speedup= (the sweep sets it); with --vm the default is emu:hdd.
+    #[arg(long, required_unless_present = "vm")]
+    pub device: Option<String>,
+    /// The factors the device's service times are divided by (default 1,10,20,50,100,200;
+    /// with --vm 1,10,100, with --vm --full the seed's sixteen from 1 to 200).
+    #[arg(long, value_delimiter = ',')]
     pub speedups: Vec<f64>,
-    /// Bytes of text in the default program's generated source tree.
-    #[arg(long, default_value = "16m")]
-    pub tree_size: String,
+    /// The seed's studies in a User-Mode Linux guest (`emulate vm`): a source tree extracted
+    /// onto ext4 then read with wc, per speed-up and scheduler (Tables 4.8/4.9), or with
+    /// --fio the fio mixes (Tables 4.6/4.7).
+    #[arg(long)]
+    pub vm: bool,
+    /// With --vm: the whole table (the seed's speed-ups, a 64 MiB tree; all nine fio mixes).
+    #[arg(long, requires = "vm")]
+    pub full: bool,
+    /// With --vm: the guest I/O schedulers compared (default none,bfq: the seed's NOOP and
+    /// its anticipatory CFQ).
+    #[arg(long, requires = "vm", value_delimiter = ',', value_parser = ["none", "mq-deadline", "bfq", "kyber"])]
+    pub schedulers: Vec<String>,
+    /// With --vm: the fio mixes (Tables 4.6/4.7) at 1 x instead of the tar study, N I/Os each (default 200).
+    #[arg(long, requires = "vm", value_name = "N", num_args = 0..=1, default_missing_value = "200")]
+    pub fio: Option<u64>,
+    /// Bytes of text in the default program's generated source tree (default 16m; with --vm 16m, --full 64m).
+    #[arg(long)]
+    pub tree_size: Option<String>,
     /// Write the plot (SVG) here (a new file).
     #[arg(long, value_name = "OUT_FILE", value_hint = clap::ValueHint::FilePath)]
     pub plot: Option<std::path::PathBuf>,
@@ -651,7 +670,14 @@ pub struct SweepArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
-fn sweep(args: SweepArgs) -> Result<()> {
+fn sweep(mut args: SweepArgs) -> Result<()> {
+    if args.vm {
+        return vm_sweep(args);
+    }
+    if args.speedups.is_empty() {
+        args.speedups = vec![1.0, 10.0, 20.0, 50.0, 100.0, 200.0];
+    }
+    let tree_size = args.tree_size.clone().unwrap_or_else(|| "16m".into());
     use smartcon_emulate::sweep::SweepOptions;
     use smartcon_emulate::sweep::{
         assemble, check_factors, factors, plot_svg, prepare, run_point, run_sweep_points, table,
@@ -666,8 +692,9 @@ fn sweep(args: SweepArgs) -> Result<()> {
     };
     let work_dir = std::env::temp_dir().join(format!("smartcon-sweep-{}", std::process::id()));
     let command = (!args.command.is_empty()).then_some(args.command.clone());
-    let (device, speedups, check_real_time) = (args.device.clone(), args.speedups.clone(), !args.no_real_time);
-    let tree_bytes = parse_size_arg("tree-size", &args.tree_size)?;
+    let device = args.device.clone().unwrap_or_default();
+    let (speedups, check_real_time) = (args.speedups.clone(), !args.no_real_time);
+    let tree_bytes = parse_size_arg("tree-size", &tree_size)?;
     if args.plan_only || args.ray.ray.is_some() {
         // One run per factor (1 x first when not asked for) and the real-time 1 x: each
         // point is `emulate sweep --point S` with the same flags.
@@ -685,7 +712,7 @@ fn sweep(args: SweepArgs) -> Result<()> {
             .into_iter()
             .enumerate()
             .map(|(i, (name, point))| {
-                let mut a: Vec<String> = ["emulate", "sweep", "--device", &device, "--tree-size", &args.tree_size]
+                let mut a: Vec<String> = ["emulate", "sweep", "--device", &device, "--tree-size", &tree_size]
                     .iter()
                     .map(|x| x.to_string())
                     .collect();
@@ -737,6 +764,78 @@ fn sweep(args: SweepArgs) -> Result<()> {
     // Drawn after the results are printed, so a plot that cannot be written loses nothing.
     if let Some(out) = crate::paths::unless_interrupted(plot_out) {
         plot_svg(&r, out.tmp_path()).map_err(|e| out.wrap(&e))?;
+        out.commit()?;
+    }
+    Ok(())
+}
+
+/// `emulate sweep --vm`: the seed's studies in a UML guest (smartcon_emulate::vmsweep).
+fn vm_sweep(args: SweepArgs) -> Result<()> {
+    use smartcon_emulate::vmsweep::{self, VmSweepOptions};
+    if args.plan_only
+        || args.ray.ray.is_some()
+        || args.point.is_some()
+        || args.out.is_some()
+        || !args.command.is_empty()
+    {
+        bail!("--vm runs its own workloads on this machine: --plan-only, --ray, --out and a CMD do not apply");
+    }
+    if args.plot.is_some() && args.fio.is_some() {
+        bail!("--plot draws the tar study; --fio has no plot");
+    }
+    let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
+    let speedups = match (args.speedups.is_empty(), args.full) {
+        (false, _) => args.speedups.clone(),
+        (true, false) => vmsweep::QUICK_SPEEDUPS.to_vec(),
+        (true, true) => vmsweep::SEED_SPEEDUPS.to_vec(),
+    };
+    let tree_bytes = match &args.tree_size {
+        Some(t) => parse_size_arg("tree-size", t)?,
+        None if args.full => vmsweep::FULL_TREE_BYTES,
+        None => vmsweep::QUICK_TREE_BYTES,
+    };
+    let schedulers =
+        if args.schedulers.is_empty() { vec!["none".to_string(), "bfq".to_string()] } else { args.schedulers.clone() };
+    let opts = VmSweepOptions {
+        device: args.device.clone().unwrap_or_else(|| "emu:hdd".into()),
+        speedups,
+        schedulers,
+        tree_bytes,
+        real_time_reference: !args.no_real_time,
+        fio_ios: args.fio,
+        full: args.full,
+        library: super::run::library()?,
+        kernel: smartcon_emulate::vm::find_kernel().map_err(engine_err)?,
+        mem_mib: smartcon_emulate::vm::GUEST_MEM_MIB_DEFAULT,
+        tmp_dir: std::env::temp_dir(),
+    };
+    let stop = crate::common::interrupt_flag();
+    let mut say = |line: &str| eprintln!("smartcon: {line}");
+    if args.fio.is_some() {
+        let r = vmsweep::run_fio(&opts, stop, &mut say).map_err(engine_err)?;
+        if args.json {
+            emit_json(&r)?;
+        } else {
+            print!("{}", vmsweep::fio_table(&r));
+        }
+        return Ok(());
+    }
+    // The tree and its archive: a directory of this run's, recorded before it exists so
+    // `smartcon cleanup` removes it after kill -9. The guest does not see it (it mounts its
+    // own tmpfs on /tmp): the archive is linked into each guest's working directory.
+    let scratch = std::env::temp_dir().join(format!("smartcon-vmsweep-{}", std::process::id()));
+    let _record = smartcon_util::paths::record_scratch(&[&scratch]);
+    std::fs::create_dir_all(&scratch).map_err(|e| anyhow::anyhow!("{}: {e}", scratch.display()))?;
+    let r = vmsweep::run_tar(&opts, &scratch, stop, &mut say);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let r = r.map_err(engine_err)?;
+    if args.json {
+        emit_json(&r)?;
+    } else {
+        print!("{}", vmsweep::tar_table(&r));
+    }
+    if let Some(out) = crate::paths::unless_interrupted(plot_out) {
+        vmsweep::plot_tar_svg(&r, out.tmp_path()).map_err(|e| out.wrap(&e))?;
         out.commit()?;
     }
     Ok(())

@@ -19,6 +19,10 @@ static ON: AtomicBool = AtomicBool::new(false);
 static SKEW_MADE_NS: AtomicI64 = AtomicI64::new(0);
 static JUMPED_NS: AtomicU64 = AtomicU64::new(0);
 static JUMPS: AtomicU64 = AtomicU64::new(0);
+/// Real time between a jump and the woken waiter's return that the clock did not count
+/// ([`settle_after_jump`]), and how many waits it was hidden from.
+static WAKE_HIDDEN_NS: AtomicU64 = AtomicU64::new(0);
+static WAKES_SETTLED: AtomicU64 = AtomicU64::new(0);
 
 /// Processes one domain holds at most; a fork past it turns jumping off for the domain.
 pub const DOMAIN_PIDS_MAX: usize = 64;
@@ -70,6 +74,8 @@ struct Domain {
     threads_counted_at_ns: AtomicU64,
     /// A fork found the pid table full: jumping is off (a process would go uncounted).
     overflow: AtomicU32,
+    /// The virtual instant the last jump went to ([`settle_after_jump`]).
+    jumped_to_ns: AtomicU64,
     pids: [AtomicU32; DOMAIN_PIDS_MAX],
     slots: [Slot; DOMAIN_WAITS_MAX],
 }
@@ -86,6 +92,7 @@ impl Domain {
             threads_counted: AtomicU64::new(0),
             threads_counted_at_ns: AtomicU64::new(0),
             overflow: AtomicU32::new(0),
+            jumped_to_ns: AtomicU64::new(0),
             pids: [const { AtomicU32::new(0) }; DOMAIN_PIDS_MAX],
             slots: [const {
                 Slot {
@@ -599,6 +606,7 @@ pub fn jump_if_idle() -> u64 {
     JUMPS.fetch_add(1, Ordering::Relaxed);
     SKEW_MADE_NS.fetch_add(new_skew - old_skew, Ordering::Relaxed);
     d.skew_ns.store(new_skew, Ordering::Release);
+    d.jumped_to_ns.store(to, Ordering::Release);
     d.last_ns.fetch_max(to, Ordering::AcqRel);
     d.generation.fetch_add(1, Ordering::AcqRel);
     d.epoch.fetch_add(1, Ordering::Release);
@@ -624,11 +632,99 @@ pub fn jump_if_idle() -> u64 {
     to
 }
 
+/// A wait that a jump to its own target ended: the real time since the jump, spent
+/// waking this thread (a futex wake and a context switch, 20 us to a few ms on a loaded
+/// host), is the emulator's, not the program's. Every other thread of the domain was idle
+/// when the clock jumped, so unless some thread has read the clock past `target_ns`
+/// since, the clock is set back to `target_ns` now (the program sees the completion at
+/// the model's instant; the seed pauses the OS while its emulator works). Returns the
+/// real ns hidden.
+pub fn settle_after_jump(target_ns: u64) -> u64 {
+    let d = dom();
+    if d.jumped_to_ns.load(Ordering::Acquire) != target_ns || d.last_ns.load(Ordering::Acquire) > target_ns {
+        return 0;
+    }
+    let Some(_lock) = DomainLock::take() else { return 0 };
+    if d.jumped_to_ns.load(Ordering::Acquire) != target_ns || d.last_ns.load(Ordering::Acquire) > target_ns {
+        return 0;
+    }
+    let real = real_ns(libc::CLOCK_MONOTONIC);
+    let old_skew = d.skew_ns.load(Ordering::Acquire);
+    let now = scaled(real) as i64 + old_skew;
+    if now <= target_ns as i64 {
+        return 0;
+    }
+    let hidden = (now - target_ns as i64) as u64;
+    d.skew_ns.store(target_ns as i64 - scaled(real) as i64, Ordering::Release);
+    SKEW_MADE_NS.fetch_sub(hidden as i64, Ordering::Relaxed);
+    WAKE_HIDDEN_NS.fetch_add(hidden, Ordering::Relaxed);
+    WAKES_SETTLED.fetch_add(1, Ordering::Relaxed);
+    hidden
+}
+
+/// When every other thread of the domain waits in a registered wait (by the thread count of
+/// the last idle check), the domain's generation, which any registration or jump bumps:
+/// [`hold_at`] may then hide what this thread does until the generation moves (nobody else
+/// ran meanwhile). None when some thread may be running, or nothing was counted yet.
+pub fn others_idle() -> Option<u64> {
+    let d = dom();
+    let generation = d.generation.load(Ordering::Acquire);
+    let threads = d.threads_counted.load(Ordering::Acquire);
+    if threads == 0 || threads == u64::MAX || d.overflow.load(Ordering::Relaxed) != 0 {
+        return None;
+    }
+    let me = (getpid(), gettid());
+    let mut seen = [(0u32, 0u32); DOMAIN_WAITS_MAX];
+    let mut count = 0usize;
+    for s in &d.slots {
+        let id = s.id.load(Ordering::Acquire);
+        if id == 0 {
+            continue;
+        }
+        if id == FILLING {
+            return None;
+        }
+        let who = (s.pid.load(Ordering::Relaxed), s.tid.load(Ordering::Relaxed));
+        if who != me && !seen[..count].contains(&who) {
+            seen[count] = who;
+            count += 1;
+        }
+    }
+    (count as u64 + 1 >= threads && d.generation.load(Ordering::Acquire) == generation).then_some(generation)
+}
+
+/// Whether the domain's generation is still `generation` (see [`others_idle`]).
+pub fn unchanged_since(generation: u64) -> bool {
+    dom().generation.load(Ordering::Acquire) == generation
+}
+
+/// A served request's data half (the real call on the image) ran past the model's
+/// completion `until_ns`: the clock is held back to `until_ns`, or to the latest instant
+/// some thread has read since (it never goes back), so the program does not see the
+/// emulator's own work (the seed's OS-state pausing). Returns the real ns hidden.
+pub fn hold_at(until_ns: u64) -> u64 {
+    let d = dom();
+    let Some(_lock) = DomainLock::take() else { return 0 };
+    let real = real_ns(libc::CLOCK_MONOTONIC);
+    let old_skew = d.skew_ns.load(Ordering::Acquire);
+    let now = scaled(real) as i64 + old_skew;
+    let to = until_ns.max(d.last_ns.load(Ordering::Acquire)) as i64;
+    if now <= to {
+        return 0;
+    }
+    let hidden = (now - to) as u64;
+    d.skew_ns.store(to - scaled(real) as i64, Ordering::Release);
+    SKEW_MADE_NS.fetch_sub(hidden as i64, Ordering::Relaxed);
+    hidden
+}
+
 /// What the exit record says about the clock.
 pub struct ClockStats {
     pub skew_ns: i64,
     pub jumped_ns: u64,
     pub jumps: u64,
+    pub wake_hidden_ns: u64,
+    pub wakes_settled: u64,
 }
 
 pub fn stats() -> ClockStats {
@@ -636,6 +732,8 @@ pub fn stats() -> ClockStats {
         skew_ns: SKEW_MADE_NS.load(Ordering::Relaxed),
         jumped_ns: JUMPED_NS.load(Ordering::Relaxed),
         jumps: JUMPS.load(Ordering::Relaxed),
+        wake_hidden_ns: WAKE_HIDDEN_NS.load(Ordering::Relaxed),
+        wakes_settled: WAKES_SETTLED.load(Ordering::Relaxed),
     }
 }
 
@@ -668,6 +766,8 @@ pub fn fork_child() {
     SKEW_MADE_NS.store(0, Ordering::Relaxed);
     JUMPED_NS.store(0, Ordering::Relaxed);
     JUMPS.store(0, Ordering::Relaxed);
+    WAKE_HIDDEN_NS.store(0, Ordering::Relaxed);
+    WAKES_SETTLED.store(0, Ordering::Relaxed);
     if !on() {
         return;
     }

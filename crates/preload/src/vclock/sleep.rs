@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use libc::timespec;
 use smartcon_engine::clock;
 
-use super::domain::{epoch_word, futex_wait, jump_if_idle, observe_ns, peek_ns, real_ns, register, to_ts, RECHECK_NS};
+use super::domain::{
+    epoch_word, futex_wait, jump_if_idle, observe_ns, peek_ns, real_ns, register, settle_after_jump, to_ts, RECHECK_NS,
+};
 
 /// How a served request waits for the model's completion instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,14 +120,21 @@ fn block_until(deadline_ns: u64) {
 /// of the domain is idle, else real time (woken early by a jump that reaches the target).
 pub fn wait_until(target_ns: u64) {
     let reg = register(target_ns, false);
+    let mut slept = false;
     loop {
         let word = reg.as_ref().map_or_else(epoch_word, |r| r.wake_word());
         let seen = word.load(Ordering::Acquire);
         let now = if reg.is_some() { jump_if_idle() } else { peek_ns() };
         if now >= target_ns {
+            // Woken by another thread's jump to this very instant: its wake-up is not the
+            // program's time (still registered, so no jump slips in meanwhile).
+            if slept && reg.is_some() {
+                settle_after_jump(target_ns);
+            }
             return;
         }
         futex_wait(word, seen, (target_ns - now).min(RECHECK_NS));
+        slept = true;
     }
 }
 
