@@ -683,7 +683,7 @@ fn sweep(mut args: SweepArgs) -> Result<()> {
         assemble, check_factors, factors, plot_svg, prepare, run_point, run_sweep_points, table,
     };
     // Before any output is claimed, and on every path (a plan and Ray's points too).
-    check_factors(&args.device, &args.speedups).map_err(engine_err)?;
+    check_factors(args.device.as_deref().unwrap_or_default(), &args.speedups).map_err(engine_err)?;
     let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
     // The report directory, claimed before any work (crate::paths).
     let out_dir = match (&args.out, args.plan_only || args.point.is_some()) {
@@ -783,12 +783,15 @@ fn vm_sweep(args: SweepArgs) -> Result<()> {
     if args.plot.is_some() && args.fio.is_some() {
         bail!("--plot draws the tar study; --fio has no plot");
     }
-    let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
     let speedups = match (args.speedups.is_empty(), args.full) {
         (false, _) => args.speedups.clone(),
         (true, false) => vmsweep::QUICK_SPEEDUPS.to_vec(),
         (true, true) => vmsweep::SEED_SPEEDUPS.to_vec(),
     };
+    // The same bounds as the sweep without --vm, before any output is claimed.
+    smartcon_emulate::sweep::check_factors(args.device.as_deref().unwrap_or("emu:hdd"), &speedups)
+        .map_err(engine_err)?;
+    let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
     let tree_bytes = match &args.tree_size {
         Some(t) => parse_size_arg("tree-size", t)?,
         None if args.full => vmsweep::FULL_TREE_BYTES,
