@@ -452,7 +452,8 @@ fn emulate_mount_ends_cleanly_on_signals() {
         let dir = env.root.join("mnt");
         std::fs::create_dir(&dir).unwrap();
         let args = vec!["emulate".into(), "mount".into(), "emu:nvme".into(), dir.to_str().unwrap().to_string()];
-        // Up to 60 s to come up; `timeout` gets the same plus its 1.5 s after that.
+        // Up to 60 s to come up; `timeout` sends its SIGINT 20 s after the start.
+        let spawned = Instant::now();
         let mut child = match how {
             How::Timeout => {
                 let mut a = s(&["-s", "INT", "20", BIN]);
@@ -484,7 +485,8 @@ fn emulate_mount_ends_cleanly_on_signals() {
             _ => {}
         }
         let (code, _) = wait(&mut child);
-        let seconds = sent.elapsed().as_secs_f64();
+        let signalled = if matches!(how, How::Timeout) { spawned + Duration::from_secs(20) } else { sent };
+        let seconds = Instant::now().saturating_duration_since(signalled).as_secs_f64();
         let mut cleanup = String::new();
         if let How::Kill = how {
             let out = env.command(BIN, &s(&["cleanup"])).output().unwrap();
