@@ -609,19 +609,22 @@ impl<R: BufRead> TraceReader<R> {
 
     fn next_line(&mut self) -> Result<bool, TraceError> {
         self.line_number += 1;
-        if self.line_number as u64 > self.options.lines_max {
+        let more = if let Some(l) = self.ahead.pop_front() {
+            self.line = l;
+            true
+        } else {
+            let mut buf = std::mem::take(&mut self.line);
+            let more = self.read_raw(&mut buf)?;
+            self.line = buf;
+            more
+        };
+        // Counted on lines read, so a trace of exactly `lines_max` lines ends normally.
+        if more && self.line_number as u64 > self.options.lines_max {
             return Err(bad(
                 self.line_number,
                 format!("more than {} lines; raise --trace-lines-max to read a longer trace", self.options.lines_max),
             ));
         }
-        if let Some(l) = self.ahead.pop_front() {
-            self.line = l;
-            return Ok(true);
-        }
-        let mut buf = std::mem::take(&mut self.line);
-        let more = self.read_raw(&mut buf)?;
-        self.line = buf;
         Ok(more)
     }
 
