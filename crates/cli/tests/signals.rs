@@ -5,7 +5,8 @@
 //! SMARTCON_HOME, and (for `run`) no program still running.
 //!
 //! No timing is asserted: each run gets a second to start, and the time from SIGINT to exit
-//! is printed (the figure); the limit below only decides when a run has hung.
+//! (seen without reaping, so it is not rounded up to the second signal's moment) is printed
+//! (the figure); the limit below only decides when a run has hung.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -82,6 +83,17 @@ fn wait(child: &mut Child) -> (Option<i32>, f64) {
             return (None, started.elapsed().as_secs_f64());
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether the child has exited, without reaping it (waitid with WNOWAIT).
+fn exited_unreaped(pid: u32) -> bool {
+    // SAFETY: waitid writes only the zeroed siginfo_t it is given; WNOHANG makes it return at
+    // once and WNOWAIT leaves the child waitable for Child::wait.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
+        r == 0 && info.si_pid() != 0
     }
 }
 
@@ -189,6 +201,45 @@ fn longs() -> Vec<Long> {
             status: 130,
         },
         Long {
+            name: "probe tmp:",
+            args: |e| {
+                // A temporary file target: after SIGKILL, `cleanup` must find it (its record
+                // and owner mark), and it lives in this run's TMPDIR, which `left` checks.
+                let mut a = s(&["probe", "tmp:64m", "--duration", "3s", "--out"]);
+                a.push(e.out("profile.json"));
+                a
+            },
+            status: 130,
+        },
+        Long {
+            name: "evaluate",
+            args: |e| {
+                let mut a = s(&["evaluate", "--tiny", "--skip-polling", "--targets", "tmp:16m,emu:nvme", "--out"]);
+                a.push(e.out("report"));
+                a
+            },
+            status: 130,
+        },
+        Long {
+            name: "emulate sweep",
+            args: |e| {
+                // Its source tree goes to TMPDIR (`smartcon-sweep-PID`): nothing of it may stay.
+                let mut a = s(&["emulate", "sweep", "--device", "emu:nvme", "--speedups", "1,10,20", "--out"]);
+                a.push(e.out("sweep"));
+                a
+            },
+            status: 130,
+        },
+        Long {
+            name: "trace convert",
+            args: |e| {
+                let mut a = s(&["trace", "convert", "--lackey", lackey_input().to_str().unwrap(), "--out"]);
+                a.push(e.out("t.trace"));
+                a
+            },
+            status: 130,
+        },
+        Long {
             name: "run",
             args: |e| {
                 let mut a = s(&["run", "--stats"]);
@@ -202,13 +253,35 @@ fn longs() -> Vec<Long> {
     ]
 }
 
+/// One lackey input for every `trace convert` run (about 120 MB, several seconds of
+/// converting), made once and removed at the end of the test.
+fn lackey_input() -> PathBuf {
+    static INPUT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    INPUT
+        .get_or_init(|| {
+            let path = std::env::temp_dir().join(format!("smartcon-signals-lackey-{}.txt", std::process::id()));
+            let mut text = Vec::with_capacity(121 << 20);
+            let mut x: u32 = 0x9e37_79b9;
+            while text.len() < 120 << 20 {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                text.extend_from_slice(format!(" L {x:08x},8\n").as_bytes());
+            }
+            std::fs::write(&path, text).unwrap();
+            path
+        })
+        .clone()
+}
+
 #[derive(Clone, Copy, Debug)]
 enum How {
     /// SIGINT to smartcon's pid (kill -INT).
     One,
     /// Ctrl-C at a terminal: SIGINT to the whole process group.
     Group,
-    /// Two SIGINTs half a second apart.
+    /// Two SIGINTs 0.35 s apart: beyond the 0.3 s in which the handler counts signals as one
+    /// request, so the second lands while a slower command (ets, evaluate) is still removing.
     Two,
     /// `timeout -s INT 1.5 smartcon ...`
     Timeout,
@@ -236,12 +309,12 @@ fn every_long_command_stops_on_a_signal_and_leaves_nothing() {
                     }
                     _ => env.command(BIN, &args).spawn().unwrap(),
                 };
-                (how, env, child)
+                (how, env, child, Instant::now())
             })
             .collect();
         std::thread::sleep(Duration::from_millis(1000));
         let mut sent = Vec::new();
-        for (how, _, child) in &runs {
+        for (how, _, child, _) in &runs {
             let pid = child.id() as i32;
             match how {
                 How::One | How::Two => signal(pid, libc::SIGINT),
@@ -251,15 +324,35 @@ fn every_long_command_stops_on_a_signal_and_leaves_nothing() {
             }
             sent.push(Instant::now());
         }
-        std::thread::sleep(Duration::from_millis(500));
-        for (how, _, child) in &runs {
-            if let How::Two = how {
-                signal(child.id() as i32, libc::SIGINT);
+        // Each run's exit is seen without reaping it (a zombie keeps its pid, so the second
+        // SIGINT of `Two`, half a second after the first, never reaches another process).
+        let mut exited: Vec<Option<Instant>> = vec![None; runs.len()];
+        let mut second_sent = false;
+        let polling = Instant::now();
+        while polling.elapsed() < Duration::from_secs(EXIT_SECONDS_MAX) {
+            for (i, (_, _, child, _)) in runs.iter().enumerate() {
+                if exited[i].is_none() && exited_unreaped(child.id()) {
+                    exited[i] = Some(Instant::now());
+                }
             }
+            if !second_sent && polling.elapsed() >= Duration::from_millis(350) {
+                for (how, _, child, _) in &runs {
+                    if let How::Two = how {
+                        signal(child.id() as i32, libc::SIGINT);
+                    }
+                }
+                second_sent = true;
+            }
+            if second_sent && exited.iter().all(Option::is_some) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
         }
-        for ((how, env, mut child), sent) in runs.into_iter().zip(sent) {
+        for (((how, env, mut child, spawned), sent), exited) in runs.into_iter().zip(sent).zip(exited) {
             let (code, _) = wait(&mut child);
-            let seconds = sent.elapsed().as_secs_f64();
+            // From the (first) signal to the exit: `timeout` sends its own 1.5 s after start.
+            let signalled = if matches!(how, How::Timeout) { spawned + Duration::from_millis(1500) } else { sent };
+            let seconds = exited.unwrap_or_else(Instant::now).saturating_duration_since(signalled).as_secs_f64();
             let (_, err) = output_of(&mut child);
             let mut cleanup = String::new();
             if let How::Kill = how {
@@ -288,7 +381,7 @@ fn every_long_command_stops_on_a_signal_and_leaves_nothing() {
                 long.name,
                 format!("{how:?}"),
                 code.map_or("signal".into(), |c| c.to_string()),
-                if matches!(how, How::Timeout) { seconds - 0.5 } else { seconds },
+                seconds,
                 if cleanup.is_empty() { String::new() } else { format!(", cleanup: {cleanup}") },
                 if orphan { ", the program still runs" } else { "" },
                 left
@@ -316,6 +409,7 @@ fn every_long_command_stops_on_a_signal_and_leaves_nothing() {
         }
     }
     eprintln!("{}", lines.join("\n"));
+    let _ = std::fs::remove_file(lackey_input());
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -358,7 +452,8 @@ fn emulate_mount_ends_cleanly_on_signals() {
         let dir = env.root.join("mnt");
         std::fs::create_dir(&dir).unwrap();
         let args = vec!["emulate".into(), "mount".into(), "emu:nvme".into(), dir.to_str().unwrap().to_string()];
-        // Up to 60 s to come up; `timeout` gets the same plus its 1.5 s after that.
+        // Up to 60 s to come up; `timeout` sends its SIGINT 20 s after the start.
+        let spawned = Instant::now();
         let mut child = match how {
             How::Timeout => {
                 let mut a = s(&["-s", "INT", "20", BIN]);
@@ -390,7 +485,8 @@ fn emulate_mount_ends_cleanly_on_signals() {
             _ => {}
         }
         let (code, _) = wait(&mut child);
-        let seconds = sent.elapsed().as_secs_f64();
+        let signalled = if matches!(how, How::Timeout) { spawned + Duration::from_secs(20) } else { sent };
+        let seconds = Instant::now().saturating_duration_since(signalled).as_secs_f64();
         let mut cleanup = String::new();
         if let How::Kill = how {
             let out = env.command(BIN, &s(&["cleanup"])).output().unwrap();

@@ -78,6 +78,9 @@ pub struct MountOptions {
     /// Serve under SCHED_FIFO (root).
     pub fifo: bool,
     pub transport: Transport,
+    /// Mount over a directory that is not empty (or already a mount point), hiding what is
+    /// there while the mount lasts; refused without it.
+    pub force: bool,
 }
 
 /// What the caller prints once the device is usable.
@@ -192,6 +195,8 @@ struct Stack {
     torn_down: bool,
     /// Dropped after the teardown: until then a second Ctrl-C does not end the process.
     _held: smartcon_util::paths::Held,
+    /// The lock on DIR ([`lock_dir`]), released after the teardown.
+    _lock: std::fs::File,
 }
 
 impl Stack {
@@ -254,17 +259,28 @@ const UNMOUNT_TRIES_MAX: u32 = 20;
 /// it is the recorded one. Returns what could not be undone.
 fn undo_block(record: &MountRecord) -> Vec<String> {
     let mut problems = Vec::new();
+    let Some(backing) = ours(record) else {
+        if record.backing.is_some() || record.loop_device.is_some() {
+            problems.push(format!(
+                "its backing file is not this mount's own ({}/fuse/{FILE_NAME}); loop device and mounts left alone",
+                smartcon_util::paths::escape(&record.work)
+            ));
+        }
+        return problems;
+    };
     if record.ext4_mounted {
         if let (Some(m), Some(dev)) = (mounted_on(&record.dir), &record.loop_device) {
-            if m.fstype == "ext4" && Path::new(&m.source) == dev.as_path() {
+            // Only the recorded loop device, and only while it is over this mount's file.
+            let dev_ours = loopmount::loop_backing(dev).is_some_and(|b| b == backing);
+            if m.fstype == "ext4" && Path::new(&m.source) == dev.as_path() && dev_ours {
                 problems.extend(unmount(&record.dir));
             }
         }
     }
-    if let Some(backing) = &record.backing {
+    {
         // Any loop device over our file (the recorded one, or one attached just before a
         // kill could record it).
-        for dev in loopmount::loops_backed_by(backing) {
+        for dev in loopmount::loops_backed_by(&backing) {
             if let Err(e) = loopmount::detach_loop(&dev) {
                 problems.push(format!("detach {}: {e}", dev.display()));
             }
@@ -273,11 +289,26 @@ fn undo_block(record: &MountRecord) -> Vec<String> {
     problems
 }
 
+/// The FUSE file of `record`'s mount, if the record names the one smartcon gives it:
+/// `WORK/fuse/FILE_NAME`, WORK being `m-PID-N` in a records folder, PID the record's server.
+/// A record that names anything else (stale, copied, forged) gets no loop device detached
+/// and no mount unmounted (issue 22).
+fn ours(record: &MountRecord) -> Option<PathBuf> {
+    let fuse = record.work.join("fuse");
+    let backing = fuse.join(FILE_NAME);
+    let name = record.work.file_name()?.to_string_lossy().into_owned();
+    let in_records = record.work.parent().is_some_and(|p| records::dirs_to_read().iter().any(|d| d == p));
+    let named = name.starts_with(&format!("m-{}-", record.pid));
+    let consistent =
+        record.backing.as_ref().is_none_or(|b| *b == backing) && record.fuse_mount.as_ref().is_none_or(|f| *f == fuse);
+    (in_records && named && consistent && record.backing.is_some()).then_some(backing)
+}
+
 /// Unmounts the recorded FUSE mount if it is still ours (a dead server's mount; a live
 /// session unmounts its own).
 fn undo_fuse(record: &MountRecord) -> Vec<String> {
     let mut problems = Vec::new();
-    if let Some(fm) = &record.fuse_mount {
+    if let (Some(fm), Some(_)) = (&record.fuse_mount, ours(record)) {
         if let Some(m) = mounted_on(fm) {
             if m.source == FSNAME && m.fstype.starts_with("fuse") {
                 // Its server is gone: detached at once (no tries), as nothing can use it.
@@ -383,13 +414,58 @@ fn check_options(opts: &MountOptions) -> Result<PathBuf, Error> {
     if !dir.is_dir() {
         return Err(Error::new(ErrorKind::Usage, format!("{} is not a directory", dir.display())));
     }
+    Ok(dir)
+}
+
+/// Takes the lock on `dir` (an exclusive `flock` on the directory itself, held until the
+/// teardown), then checks, under it, that no mount is recorded for `dir` and that `dir` is an
+/// empty directory that is not a mount point (unless `force`). Two mounts started on one
+/// directory at once: one gets the lock, the other this one-line refusal, before either
+/// creates anything. (Once DIR is mounted over, a new open finds the mounted root, whose
+/// lock is free; the record, saved under the lock before anything is mounted, refuses then.)
+fn lock_dir(dir: &Path, fs: Fs, force: bool) -> Result<std::fs::File, Error> {
+    use std::os::fd::AsRawFd;
+    let shown = smartcon_util::paths::escape(dir);
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| Error::new(ErrorKind::Usage, format!("{shown}: cannot open: {e}")))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(Error::new(
+            ErrorKind::Usage,
+            format!("{shown}: another emulate mount is starting on it; choose another directory"),
+        ));
+    }
     if records::list().iter().any(|(_, r)| r.dir == dir) {
         return Err(Error::new(
             ErrorKind::Usage,
-            format!("{} already has a recorded emulated mount (emulate umount or emulate cleanup)", dir.display()),
+            format!("{shown} already has a recorded emulated mount (emulate umount or emulate cleanup)"),
         ));
     }
-    Ok(dir)
+    if fs == Fs::Ext4 && !force {
+        if mounted_on(dir).is_some() {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!("{shown} is a mount point already; mounting over it hides it (--force to do so anyway)"),
+            ));
+        }
+        let empty = std::fs::read_dir(dir)
+            .map_err(|e| Error::new(ErrorKind::Usage, format!("{shown}: cannot list: {e}")))?
+            .next()
+            .is_none();
+        if !empty {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!(
+                    "{shown} is not empty; the mount would hide its files: choose an empty directory (--force to \
+                     mount over them anyway)"
+                ),
+            ));
+        }
+    }
+    Ok(lock)
 }
 
 /// Mounts and starts the FUSE server on `work/fuse`, recording each step first.
@@ -431,10 +507,10 @@ fn attach_loop(stack: &mut Stack) -> Result<(PathBuf, bool), Error> {
 /// Runs the mount in the foreground until `stop` is set; calls `on_ready` once usable.
 pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)) -> Result<Report, Error> {
     let dir = check_options(opts)?;
+    let lock = lock_dir(&dir, opts.fs, opts.force)?;
     let mounts = records::mounts_dir();
     std::fs::create_dir_all(&mounts).map_err(|e| Error::io(ErrorKind::Setup, &mounts, e))?;
     let work = mounts.join(format!("m-{}-{}", std::process::id(), now_ns() % 1_000_000_007));
-    std::fs::create_dir(&work).map_err(|e| Error::io(ErrorKind::Setup, &work, e))?;
     let shared = Shared::new(&opts.spec, opts.size_bytes, opts.fifo)?;
     let mut stack = Stack {
         record: MountRecord {
@@ -450,8 +526,12 @@ pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)
         session: None,
         torn_down: false,
         _held: smartcon_util::paths::Held::new(),
+        _lock: lock,
     };
+    // The record before the working directory: a kill -9 in between leaves a record whose
+    // cleanup finds nothing, never a directory without a record.
     stack.save()?;
+    std::fs::create_dir(&work).map_err(|e| Error::io(ErrorKind::Setup, &work, e))?;
     start_fuse(&mut stack, opts)?;
     let (dev, direct_io) = attach_loop(&mut stack)?;
 
@@ -567,6 +647,10 @@ pub fn umount(dir: &Path) -> Result<String, Error> {
 }
 
 fn cleanup_one(path: &Path, record: &MountRecord) -> Vec<String> {
+    if ours(record).is_none() && (record.backing.is_some() || record.loop_device.is_some()) {
+        // Not what smartcon makes: nothing it names is touched, and the record stays.
+        return undo_block(record);
+    }
     let mut problems = undo_block(record);
     problems.extend(undo_fuse(record));
     let mut record = record.clone();
@@ -584,7 +668,10 @@ fn cleanup_one(path: &Path, record: &MountRecord) -> Vec<String> {
 /// Removes what killed runs left: every record whose server is dead. Returns one line per
 /// record (what was done, or what is still running).
 pub fn cleanup() -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out: Vec<String> = records::unreadable()
+        .iter()
+        .map(|p| format!("{}: not a mount record smartcon can read; skipped", smartcon_util::paths::escape(p)))
+        .collect();
     for (path, record) in records::list() {
         if alive(record.pid) {
             out.push(format!(

@@ -53,7 +53,7 @@ pub fn mounts_dir() -> PathBuf {
 }
 
 /// Where records are read from: [`mounts_dir`], then the folders of older builds.
-fn dirs_to_read() -> Vec<PathBuf> {
+pub fn dirs_to_read() -> Vec<PathBuf> {
     loopmount::records_dirs_to_read(&smartcon_engine::profile::smartcon_home())
 }
 
@@ -102,6 +102,23 @@ pub fn list() -> Vec<(PathBuf, MountRecord)> {
         })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// The `.json` files in the records folders that are not readable mount records (cleanup
+/// reports them and leaves them alone).
+pub fn unreadable() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = dirs_to_read()
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flat_map(|entries| entries.flatten().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| {
+            let text = std::fs::read_to_string(p);
+            text.map_or(true, |t| serde_json::from_str::<MountRecord>(&t).is_err())
+        })
+        .collect();
+    out.sort();
     out
 }
 

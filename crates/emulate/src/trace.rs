@@ -152,11 +152,24 @@ pub struct TraceOptions {
     pub reorder_window: usize,
     /// Offsets beyond this capacity are folded into it ([`fold_into`]).
     pub capacity_bytes: Option<u64>,
+    /// The most lines read: a trace from standard input has no size, and an endless
+    /// stream of valid lines must end too (`--trace-lines-max` raises it).
+    pub lines_max: u64,
 }
+
+/// The default of [`TraceOptions::lines_max`]: a billion lines, 20 times the longest MSR
+/// Cambridge volume (src1_0, about 45 M lines), about 12 minutes at the replay's rate.
+pub const TRACE_LINES_MAX_DEFAULT: u64 = 1_000_000_000;
 
 impl Default for TraceOptions {
     fn default() -> TraceOptions {
-        TraceOptions { format: None, device_filter: None, reorder_window: REORDER_WINDOW_DEFAULT, capacity_bytes: None }
+        TraceOptions {
+            format: None,
+            device_filter: None,
+            reorder_window: REORDER_WINDOW_DEFAULT,
+            capacity_bytes: None,
+            lines_max: TRACE_LINES_MAX_DEFAULT,
+        }
     }
 }
 
@@ -596,13 +609,22 @@ impl<R: BufRead> TraceReader<R> {
 
     fn next_line(&mut self) -> Result<bool, TraceError> {
         self.line_number += 1;
-        if let Some(l) = self.ahead.pop_front() {
+        let more = if let Some(l) = self.ahead.pop_front() {
             self.line = l;
-            return Ok(true);
+            true
+        } else {
+            let mut buf = std::mem::take(&mut self.line);
+            let more = self.read_raw(&mut buf)?;
+            self.line = buf;
+            more
+        };
+        // Counted on lines read, so a trace of exactly `lines_max` lines ends normally.
+        if more && self.line_number as u64 > self.options.lines_max {
+            return Err(bad(
+                self.line_number,
+                format!("more than {} lines; raise --trace-lines-max to read a longer trace", self.options.lines_max),
+            ));
         }
-        let mut buf = std::mem::take(&mut self.line);
-        let more = self.read_raw(&mut buf)?;
-        self.line = buf;
         Ok(more)
     }
 
@@ -946,6 +968,20 @@ CPU0 (8,0):
         let mut r = TraceReader::new(text.as_bytes(), options)?;
         let ios = r.by_ref().collect::<Result<Vec<_>, _>>()?;
         Ok((ios, r.stats()))
+    }
+
+    #[test]
+    fn a_trace_longer_than_the_line_limit_ends_with_an_error() {
+        // Standard input has no size: an endless stream of valid lines must end too.
+        let mut text = String::from("fio version 2 iolog\n/dev/x add\n/dev/x open\n");
+        for i in 0..20 {
+            text.push_str(&format!("/dev/x read {} 4096\n", i * 4096));
+        }
+        let ok = TraceOptions { lines_max: 23, ..TraceOptions::default() };
+        assert_eq!(read_with(&text, ok).unwrap().0.len(), 20);
+        let short = TraceOptions { lines_max: 10, ..TraceOptions::default() };
+        let e = read_with(&text, short).unwrap_err().to_string();
+        assert!(e.contains("more than 10 lines") && e.contains("--trace-lines-max"), "{e}");
     }
 
     #[test]

@@ -64,6 +64,7 @@ fn opts_via(spec: &str, dir: &Path, transport: Transport) -> MountOptions {
         size_bytes: SIZE_BYTES,
         fifo: true,
         transport,
+        force: false,
     }
 }
 

@@ -18,10 +18,16 @@
 //! Every message is one line that names the flag and the path, with control characters
 //! escaped ([`escape`]), so a path with a newline cannot split it.
 //!
+//! Everything a run makes is recorded under `$SMARTCON_HOME/outputs` before it exists
+//! ([`cleanup_records`] removes what a `kill -9` left): temporary names, placeholders and
+//! claims, and scratch paths ([`record_scratch`]), which also get an owner mark beside them
+//! holding the run's identity (pid and start time), so that cleanup removes a scratch path
+//! only when the mark proves it is the recorded run's. A claim holds the same identity, so
+//! a claim whose run is gone (a new process with the same pid included) is taken over.
+//!
 //! Non-goals: replacing a user's file (the only replacement allowed is [`Existing::Replace`],
-//! used for smartcon's own stores such as `$SMARTCON_HOME/host.json`), following symlinks
-//! for outputs, and records for `smartcon cleanup` after `kill -9` (the temporary names
-//! carry the pid, `.NAME.smartcon-PID.tmp`, so they can be found).
+//! used for smartcon's own stores such as `$SMARTCON_HOME/host.json`), and following
+//! symlinks for outputs.
 
 use std::ffi::{CString, OsStr};
 use std::io::{Read, Write};
@@ -226,6 +232,74 @@ fn scratch_name_ok(path: &Path, pid: u32) -> bool {
     name.starts_with("smartcon-") && name.contains(&format!("-{pid}"))
 }
 
+/// This run's identity as written into claims and owner marks: `PID START\n`, the start
+/// time telling this run from a later process that got the same pid.
+fn identity() -> String {
+    let pid = std::process::id();
+    format!("{pid} {}\n", start_ticks(pid).unwrap_or(0))
+}
+
+/// `PID START` (or the older builds' `PID`) from a claim or mark.
+fn parse_identity(text: &str) -> Option<(u32, Option<u64>)> {
+    let mut words = text.split_ascii_whitespace();
+    let pid = words.next()?.parse().ok()?;
+    let start = words.next().map(|w| w.parse().ok()).unwrap_or(None);
+    Some((pid, start))
+}
+
+/// How long an empty or unreadable claim counts as one a run is writing right now.
+const CLAIM_FRESH_SECONDS: u64 = 10;
+
+/// Whether a directory's claim belongs to a run that is still alive: its pid exists with
+/// the start time written beside it (a claim of an older build has no start time: the pid
+/// alone decides). An empty or garbled claim is live only while it is fresh (a run writes
+/// its identity right after creating the file; a kill -9 in between leaves it empty).
+fn claim_is_live(claim: &Path) -> bool {
+    let text = std::fs::read_to_string(claim).unwrap_or_default();
+    match parse_identity(&text) {
+        Some((pid, Some(start))) => start_ticks(pid).is_some_and(|s| s == start || start == 0),
+        Some((pid, None)) => start_ticks(pid).is_some(),
+        None => std::fs::symlink_metadata(claim)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age.as_secs() < CLAIM_FRESH_SECONDS),
+    }
+}
+
+/// The owner mark of a scratch path: `.NAME.smartcon-owner` beside it, holding the
+/// creating run's identity (`PID START`). `smartcon cleanup` removes a recorded scratch
+/// path, or a loop device's backing file, only when its mark names the record's run: a
+/// record alone (stale, copied from another home, forged) never costs a user a file.
+pub fn owner_mark_path(path: &Path) -> PathBuf {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(".smartcon-owner");
+    parent_of(path).join(name)
+}
+
+/// Writes the owner mark of `path` (before `path` itself is created), exclusively.
+pub fn write_owner_mark(path: &Path) -> std::io::Result<PathBuf> {
+    let mark = owner_mark_path(path);
+    let mut f = create_excl(&mark)?;
+    if let Err(e) = f.write_all(identity().as_bytes()) {
+        let _ = std::fs::remove_file(&mark);
+        return Err(e);
+    }
+    Ok(mark)
+}
+
+/// Whether `path`'s owner mark is a regular file naming run `pid` started at `start`.
+pub fn owner_mark_is(path: &Path, pid: u32, start: u64) -> bool {
+    let mark = owner_mark_path(path);
+    let is_file = std::fs::symlink_metadata(&mark).is_ok_and(|m| m.is_file());
+    is_file
+        && std::fs::read_to_string(&mark)
+            .ok()
+            .and_then(|t| parse_identity(&t))
+            .is_some_and(|(p, s)| p == pid && s == Some(start))
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -239,15 +313,15 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 
 /// A record of names this run made, removed on drop; one line per name, `KIND HEX`, the
 /// path kept as bytes (a name that is not UTF-8 survives).
-struct Record(Option<PathBuf>, bool);
+struct Record(Option<PathBuf>, bool, #[allow(dead_code)] Option<Registered>);
 
 impl Record {
     fn write(entries: &[(&str, &Path)]) -> Record {
-        let Some(dir) = RECORDS_DIR.get() else { return Record(None, false) };
+        let Some(dir) = RECORDS_DIR.get() else { return Record(None, false, None) };
         // A SMARTCON_HOME made only for the record goes again with it.
         let home_made = dir.parent().is_some_and(|h| !h.exists());
         if std::fs::create_dir_all(dir).is_err() {
-            return Record(None, false);
+            return Record(None, false, None);
         }
         let pid = std::process::id();
         let seq = RECORD_SEQ.fetch_add(1, Ordering::SeqCst);
@@ -258,10 +332,15 @@ impl Record {
         }
         let tmp = path.with_extension("rec.tmp");
         match std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
-            Ok(()) => Record(Some(path), home_made),
+            // Registered too: a second signal that unlinks what the record names unlinks
+            // the record with them.
+            Ok(()) => {
+                let registered = register(&path, false);
+                Record(Some(path), home_made, Some(registered))
+            }
             Err(_) => {
                 let _ = std::fs::remove_file(&tmp);
-                Record(None, false)
+                Record(None, false, None)
             }
         }
     }
@@ -283,15 +362,54 @@ impl Drop for Record {
     }
 }
 
-/// Records a scratch file or directory this run makes and removes itself (a sweep's source
-/// tree, `run`'s statistics file), so `smartcon cleanup` removes it after `kill -9`. Its
-/// name must start with `smartcon-` and hold `-PID`; the record ends when this is dropped.
+/// Records scratch files or a directory this run makes and removes itself (a `tmp:`
+/// target's file, a sweep's source tree, `run`'s statistics file), so `smartcon cleanup`
+/// removes them after `kill -9`. Each name must start with `smartcon-` and hold `-PID`;
+/// each gets an owner mark beside it ([`owner_mark_path`]) before it exists, and cleanup
+/// removes it only while that mark names this run. The names are registered for the signal
+/// handler too: a second Ctrl-C unlinks the files, and a held directory makes the handler
+/// leave its removal to the run. The marks and the record end when this is dropped.
 #[must_use = "the record ends when dropped"]
-pub struct ScratchRecord(#[allow(dead_code)] Record);
+pub struct ScratchRecord {
+    marks: Vec<PathBuf>,
+    _names: Vec<Registered>,
+    _record: Record,
+}
 
-pub fn record_scratch(paths: &[&Path]) -> ScratchRecord {
+impl Drop for ScratchRecord {
+    fn drop(&mut self) {
+        for mark in &self.marks {
+            let _ = std::fs::remove_file(mark);
+        }
+    }
+}
+
+fn scratch(paths: &[&Path], dir: bool) -> ScratchRecord {
     let entries: Vec<(&str, &Path)> = paths.iter().map(|p| ("scratch", *p)).collect();
-    ScratchRecord(Record::write(&entries))
+    let record = Record::write(&entries);
+    let mut names = Vec::new();
+    let mut marks = Vec::new();
+    for p in paths {
+        // A mark that cannot be written (a read-only directory, where the scratch path cannot
+        // be made either) only means cleanup will not remove the path.
+        if let Ok(mark) = write_owner_mark(p) {
+            names.push(register(&mark, false));
+            marks.push(mark);
+        }
+        names.push(register(p, dir));
+    }
+    ScratchRecord { marks, _names: names, _record: record }
+}
+
+/// Records scratch files (see [`ScratchRecord`]).
+pub fn record_scratch(paths: &[&Path]) -> ScratchRecord {
+    scratch(paths, false)
+}
+
+/// Records a scratch directory tree (see [`ScratchRecord`]): while it is held, a second
+/// signal does not end the process before the run removed it.
+pub fn record_scratch_dir(path: &Path) -> ScratchRecord {
+    scratch(&[path], true)
 }
 
 /// Removes what the records of dead runs name, each only if it still is what the run made:
@@ -330,18 +448,35 @@ pub fn cleanup_records(dir: &Path) -> Vec<String> {
         let tmp_suffix = format!(".smartcon-{pid}.tmp");
         // Newest first: what was made last sits inside what was made first.
         for (kind, path) in names.iter().rev() {
-            let Ok(m) = std::fs::symlink_metadata(path) else { continue };
+            let Ok(m) = std::fs::symlink_metadata(path) else {
+                // Killed after the mark was written, before the path was made.
+                if kind == "scratch" && owner_mark_is(path, pid, start) {
+                    let _ = std::fs::remove_file(owner_mark_path(path));
+                }
+                continue;
+            };
             let name_ok = path.file_name().is_some_and(|n| n.as_bytes().ends_with(tmp_suffix.as_bytes()));
             let done = match kind.as_str() {
                 "tmp" if name_ok && m.is_dir() => std::fs::remove_dir_all(path).is_ok(),
                 "tmp" if name_ok && m.is_file() => std::fs::remove_file(path).is_ok(),
                 "placeholder" if m.is_file() && m.len() == 0 => std::fs::remove_file(path).is_ok(),
-                "claim" if m.is_file() && std::fs::read_to_string(path).is_ok_and(|t| t.trim() == pid.to_string()) => {
+                "claim"
+                    if m.is_file()
+                        && std::fs::read_to_string(path)
+                            .is_ok_and(|t| parse_identity(&t).is_some_and(|(p, _)| p == pid)) =>
+                {
                     std::fs::remove_file(path).is_ok()
                 }
                 "dir" if m.is_dir() => std::fs::remove_dir(path).is_ok(),
-                "scratch" if scratch_name_ok(path, pid) && m.is_dir() => std::fs::remove_dir_all(path).is_ok(),
-                "scratch" if scratch_name_ok(path, pid) => std::fs::remove_file(path).is_ok(),
+                "scratch" if scratch_name_ok(path, pid) && owner_mark_is(path, pid, start) => {
+                    let removed = if m.is_dir() {
+                        std::fs::remove_dir_all(path).is_ok()
+                    } else {
+                        std::fs::remove_file(path).is_ok()
+                    };
+                    let _ = std::fs::remove_file(owner_mark_path(path));
+                    removed
+                }
                 _ => false,
             };
             if done {
@@ -690,19 +825,16 @@ impl OutDir {
         let in_use = || PathError::new(flag, path, "is in use by another smartcon run; choose another");
         match create_excl(&claim) {
             Ok(mut f) => {
-                let _ = writeln!(f, "{}", std::process::id());
+                let _ = f.write_all(identity().as_bytes());
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let owner = std::fs::read_to_string(&claim).ok().and_then(|t| t.trim().parse::<i32>().ok());
-                // SAFETY: kill with signal 0 only checks that the pid exists.
-                let alive = owner.is_some_and(|pid| pid > 0 && unsafe { libc::kill(pid, 0) } == 0);
-                if alive || owner.is_none() {
+                if claim_is_live(&claim) {
                     return Err(in_use());
                 }
-                // A killed run's claim: take it over (its pid is gone).
+                // A killed run's claim: take it over (its run is gone).
                 let _ = std::fs::remove_file(&claim);
                 let mut f = create_excl(&claim).map_err(|_| in_use())?;
-                let _ = writeln!(f, "{}", std::process::id());
+                let _ = f.write_all(identity().as_bytes());
             }
             Err(e) => return Err(PathError::new(flag, path, format!("cannot write in it: {}", os_error(&e)))),
         }

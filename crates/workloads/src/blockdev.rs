@@ -25,8 +25,20 @@
 //! the one recorded: a loop device by its backing file, a mount by its mount point and
 //! source, a zram device by its size and by nothing using it. Devices smartcon did not
 //! record are never touched. Needs root; the constructors say so otherwise.
+//!
+//! A record alone never costs a user a file or a device (issue 22): a loop device is
+//! detached, and its backing file deleted, only when the file is smartcon's by its own
+//! marks: `/dev/shm/smartcon-loop-PID-N.img`, the record's pid in the name, and an owner
+//! mark beside it (`smartcon_util::paths::owner_mark_path`) holding the creating run's pid
+//! and start time, written before the file. A zram device has no name to mark: its record
+//! is written by a helper process in its own process group that does `hot_add`, sets the
+//! size and writes the record in one go, so a kill -9 of smartcon cannot fall between the
+//! device and its record; cleanup removes it only while it has the recorded size exactly
+//! and nothing uses it. Records keep paths as bytes (hex), and an unreadable record is
+//! reported and skipped, never a reason to stop.
 
 use std::ffi::OsStr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -84,25 +96,85 @@ pub enum Recorded {
     ZramMount { mount: PathBuf, id: u32 },
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A path field: `x:HEX` (this build: any bytes, a newline included), or a plain line of
+/// older builds' records.
+fn path_field(line: &[u8]) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = match line.strip_prefix(b"x:") {
+        Some(h) if h.len().is_multiple_of(2) => h
+            .chunks(2)
+            .map(|c| std::str::from_utf8(c).ok().and_then(|t| u8::from_str_radix(t, 16).ok()))
+            .collect::<Option<Vec<u8>>>()?,
+        Some(_) => return None,
+        None => line.to_vec(),
+    };
+    (!bytes.is_empty()).then(|| PathBuf::from(OsStr::from_bytes(&bytes)))
+}
+
+fn path_text(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    format!("x:{}", hex(path.as_os_str().as_bytes()))
+}
+
 impl Recorded {
     fn to_text(&self) -> String {
         match self {
-            Recorded::Loop { backing } => format!("loop\n{}\n", backing.display()),
-            Recorded::Mount { mount, backing } => format!("mount\n{}\n{}\n", mount.display(), backing.display()),
+            Recorded::Loop { backing } => format!("loop\n{}\n", path_text(backing)),
+            Recorded::Mount { mount, backing } => format!("mount\n{}\n{}\n", path_text(mount), path_text(backing)),
             Recorded::Zram { id, size_bytes } => format!("zram\n{id}\n{size_bytes}\n"),
-            Recorded::ZramMount { mount, id } => format!("zram-mount\n{}\n{id}\n", mount.display()),
+            Recorded::ZramMount { mount, id } => format!("zram-mount\n{}\n{id}\n", path_text(mount)),
         }
     }
 
-    fn parse(lines: &[&str]) -> Option<Recorded> {
+    fn parse(lines: &[&[u8]]) -> Option<Recorded> {
+        fn num<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
+            std::str::from_utf8(b).ok()?.parse().ok()
+        }
         match lines {
-            ["loop", b, ..] => Some(Recorded::Loop { backing: b.into() }),
-            ["mount", m, b, ..] => Some(Recorded::Mount { mount: m.into(), backing: b.into() }),
-            ["zram", id, size, ..] => Some(Recorded::Zram { id: id.parse().ok()?, size_bytes: size.parse().ok()? }),
-            ["zram-mount", m, id, ..] => Some(Recorded::ZramMount { mount: m.into(), id: id.parse().ok()? }),
+            [b"loop", b, ..] => Some(Recorded::Loop { backing: path_field(b)? }),
+            [b"mount", m, b, ..] => Some(Recorded::Mount { mount: path_field(m)?, backing: path_field(b)? }),
+            [b"zram", id, size, ..] => Some(Recorded::Zram { id: num(id)?, size_bytes: num(size)? }),
+            [b"zram-mount", m, id, ..] => Some(Recorded::ZramMount { mount: path_field(m)?, id: num(id)? }),
             _ => None,
         }
     }
+}
+
+/// Whether `backing` is a loop ramdisk's file that run `pid` (started at `start`) made: in
+/// /dev/shm, named `smartcon-loop-PID-N.img`, with the run's owner mark beside it.
+fn backing_is_ours(backing: &Path, pid: u32, start: u64) -> bool {
+    let name = backing.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    backing.parent() == Some(Path::new(LOOP_DIR))
+        && name.starts_with(&format!("smartcon-loop-{pid}-"))
+        && name.ends_with(".img")
+        && std::fs::symlink_metadata(backing).is_ok_and(|m| m.is_file())
+        && smartcon_util::paths::owner_mark_is(backing, pid, start)
+}
+
+/// Where loop ramdisks' backing files are made.
+const LOOP_DIR: &str = "/dev/shm";
+
+impl Recorded {
+    /// One line naming what the record holds, paths escaped.
+    fn describe(&self) -> String {
+        use smartcon_util::paths::escape;
+        match self {
+            Recorded::Loop { backing } => format!("loop device over {}", escape(backing)),
+            Recorded::Mount { mount, .. } => format!("mount {}", escape(mount)),
+            Recorded::Zram { id, .. } => format!("/dev/zram{id}"),
+            Recorded::ZramMount { mount, .. } => format!("mount {}", escape(mount)),
+        }
+    }
+}
+
+/// Whether a recorded mount directory has the name [`make_and_mount`] gives it.
+fn scratch_dir_name_ok(mount: &Path, pid: u32) -> bool {
+    let name = mount.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    name.starts_with("smartcon-") && name.contains(&format!("-{pid}-"))
 }
 
 /// A creation record on disk, removed (and [`held_count`] lowered) on drop: hold it in the
@@ -117,13 +189,35 @@ impl Record {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let pid = std::process::id();
         let path = dir.join(format!("{pid}-{}.rec", SEQ.fetch_add(1, Ordering::Relaxed)));
-        let text = format!("owner\n{pid}\n{}\n{}", start_ticks(pid).unwrap_or(0), what.to_text());
+        let text = format!("{}{}", owner_text(), what.to_text());
         // Counted before the file exists, so a signal between the two cannot miss it.
         HELD.fetch_add(1, Ordering::SeqCst);
         let record = Record(path);
-        std::fs::write(&record.0, text).map_err(|e| Error::io(ErrorKind::Setup, &record.0, e))?;
+        let tmp = record.0.with_extension("rec.tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &record.0))
+            .inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            })
+            .map_err(|e| Error::io(ErrorKind::Setup, &record.0, e))?;
         Ok(record)
     }
+
+    /// A path for a record another process writes (the zram helper), counted as held.
+    fn reserve() -> Result<Record, Error> {
+        let dir = records_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(ErrorKind::Setup, &dir, e))?;
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let path = dir.join(format!("{}-z{}.rec", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+        HELD.fetch_add(1, Ordering::SeqCst);
+        Ok(Record(path))
+    }
+}
+
+/// The owner lines every record starts with: `owner`, the pid, its start time.
+fn owner_text() -> String {
+    let pid = std::process::id();
+    format!("owner\n{pid}\n{}\n", start_ticks(pid).unwrap_or(0))
 }
 
 impl Drop for Record {
@@ -153,6 +247,10 @@ fn remove_loop_backed_by(backing: &Path) -> Result<(), Error> {
             first_error.get_or_insert(Error::io(ErrorKind::Setup, backing, e));
         }
     }
+    if first_error.is_none() {
+        // The owner mark goes last: while the file exists, it proves the file is ours.
+        let _ = std::fs::remove_file(smartcon_util::paths::owner_mark_path(backing));
+    }
     first_error.map_or(Ok(()), Err)
 }
 
@@ -162,14 +260,16 @@ fn remove_loop_backed_by(backing: &Path) -> Result<(), Error> {
 fn remove_recorded_mount(mount: &Path, ours: impl Fn(&OsStr) -> bool, report: &mut CleanupReport) -> bool {
     let mounted: Vec<loopmount::Mount> = loopmount::mounts().into_iter().filter(|m| m.point == mount).collect();
     if mounted.iter().any(|m| !ours(&m.source)) {
-        report.kept.push(format!("{}: mounted from a device smartcon did not record", mount.display()));
+        report
+            .kept
+            .push(format!("{}: mounted from a device smartcon did not record", smartcon_util::paths::escape(mount)));
         return false;
     }
     if !mounted.is_empty() {
         unmount_and_remove(mount);
-        report.removed.push(format!("mount {}", mount.display()));
+        report.removed.push(format!("mount {}", smartcon_util::paths::escape(mount)));
     } else if std::fs::remove_dir(mount).is_ok() {
-        report.removed.push(format!("directory {}", mount.display()));
+        report.removed.push(format!("directory {}", smartcon_util::paths::escape(mount)));
     }
     true
 }
@@ -213,41 +313,99 @@ pub fn cleanup_recorded() -> Result<CleanupReport, Error> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),
         Err(e) => return Err(Error::io(ErrorKind::Setup, &dir, e)),
     };
-    let mut records: Vec<(PathBuf, Recorded)> = Vec::new();
-    for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+    let mut records: Vec<(PathBuf, Recorded, u32, u64)> = Vec::new();
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths {
         if path.extension().is_none_or(|x| x != "rec") {
             continue;
         }
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(ErrorKind::Setup, &path, e))?;
-        let lines: Vec<&str> = text.lines().collect();
-        let (Some(["owner", pid, ticks]), Some(what)) = (lines.get(..3), lines.get(3..).and_then(Recorded::parse))
-        else {
-            report.kept.push(format!("{}: not a smartcon record; left alone", path.display()));
+        let shown = smartcon_util::paths::escape(&path);
+        // Read as bytes: one unreadable or garbled record is reported and skipped, the
+        // others are still cleaned up.
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                report.kept.push(format!("{shown}: cannot read ({e}); skipped"));
+                continue;
+            }
+        };
+        let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
+        let num = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|t| t.parse::<u64>().ok());
+        let owner = match lines.get(..3) {
+            Some([b"owner", pid, ticks]) => num(pid).zip(num(ticks)),
+            _ => None,
+        };
+        let (Some((pid, ticks)), Some(what)) = (owner, lines.get(3..).and_then(Recorded::parse)) else {
+            report.kept.push(format!("{shown}: not a record smartcon can read; skipped"));
             continue;
         };
-        let pid: u32 = pid.parse().unwrap_or(0);
-        let ticks: u64 = ticks.parse().unwrap_or(0);
+        let pid = pid as u32;
         if pid != 0 && start_ticks(pid) == Some(ticks) {
-            report.kept.push(format!("{what:?}: its smartcon (pid {pid}) is still running"));
+            report.kept.push(format!("{}: its smartcon (pid {pid}) is still running", what.describe()));
             continue;
         }
-        records.push((path, what));
+        records.push((path, what, pid, ticks));
     }
     // Mounts, then loops, then zram: a mount holds its loop device.
-    records.sort_by_key(|(_, w)| match w {
+    records.sort_by_key(|(_, w, _, _)| match w {
         Recorded::Mount { .. } | Recorded::ZramMount { .. } => 0,
         Recorded::Loop { .. } => 1,
         Recorded::Zram { .. } => 2,
     });
-    for (path, what) in records {
+    for (path, what, pid, ticks) in records {
         let done = match &what {
+            Recorded::Mount { mount, backing } if !backing_is_ours(backing, pid, ticks) => {
+                // Only a mount from a loop device over a file smartcon can prove it made; the
+                // empty directory of a run killed before it mounted is still removed.
+                let mounted = loopmount::mounts().iter().any(|m| m.point == *mount);
+                if !mounted && scratch_dir_name_ok(mount, pid) && std::fs::remove_dir(mount).is_ok() {
+                    report.removed.push(format!("directory {}", smartcon_util::paths::escape(mount)));
+                    true
+                } else if mounted {
+                    report.kept.push(format!(
+                        "{}: its loop device's file {} is not provably smartcon's; left alone",
+                        smartcon_util::paths::escape(mount),
+                        smartcon_util::paths::escape(backing)
+                    ));
+                    false
+                } else {
+                    true
+                }
+            }
             Recorded::Mount { mount, backing } => {
                 let ours = loopmount::loops_backed_by(backing);
                 remove_recorded_mount(mount, |src| ours.iter().any(|d| d.as_os_str() == src), &mut report)
             }
+            Recorded::ZramMount { mount, .. } if !scratch_dir_name_ok(mount, pid) => {
+                report.kept.push(format!(
+                    "{}: not a directory name smartcon gives its mounts; left alone",
+                    smartcon_util::paths::escape(mount)
+                ));
+                false
+            }
             Recorded::ZramMount { mount, id } => {
                 let node = format!("/dev/zram{id}");
                 remove_recorded_mount(mount, |src| src == OsStr::new(&node), &mut report)
+            }
+            Recorded::Loop { backing } if !backing_is_ours(backing, pid, ticks) => {
+                // A stale, copied or forged record: neither the file nor a loop device over
+                // it is touched (a mark left by a run killed before the file existed goes).
+                if !backing.exists() && backing.parent() == Some(Path::new(LOOP_DIR)) {
+                    if smartcon_util::paths::owner_mark_is(backing, pid, ticks) {
+                        let _ = std::fs::remove_file(smartcon_util::paths::owner_mark_path(backing));
+                    }
+                    true
+                } else if !backing.exists() {
+                    true
+                } else {
+                    report.kept.push(format!(
+                        "{}: not provably smartcon's (its own name in {LOOP_DIR} and the run's mark beside \
+                         it); the file and any loop device over it left alone",
+                        smartcon_util::paths::escape(backing)
+                    ));
+                    false
+                }
             }
             Recorded::Loop { backing } => {
                 let devices = loopmount::loops_backed_by(backing);
@@ -255,15 +413,20 @@ pub fn cleanup_recorded() -> Result<CleanupReport, Error> {
                 match remove_loop_backed_by(backing) {
                     Ok(()) => {
                         for d in devices {
-                            report.removed.push(format!("loop device {} (over {})", d.display(), backing.display()));
+                            report.removed.push(format!(
+                                "loop device {} (over {})",
+                                smartcon_util::paths::escape(&d),
+                                smartcon_util::paths::escape(backing)
+                            ));
                         }
                         if existed {
-                            report.removed.push(format!("file {}", backing.display()));
+                            report.removed.push(format!("file {}", smartcon_util::paths::escape(backing)));
                         }
+                        let _ = std::fs::remove_file(smartcon_util::paths::owner_mark_path(backing));
                         true
                     }
                     Err(e) => {
-                        report.kept.push(format!("{}: {e}", backing.display()));
+                        report.kept.push(format!("{}: {e}", smartcon_util::paths::escape(backing)));
                         false
                     }
                 }
@@ -278,7 +441,9 @@ pub fn cleanup_recorded() -> Result<CleanupReport, Error> {
                     || std::fs::read_dir(format!("{sys}/holders")).map(|mut d| d.next().is_some()).unwrap_or(false);
                 match disksize {
                     None => true,
-                    Some(size) if (size == *size_bytes || size == 0) && !in_use => match zram_reset_and_remove(*id) {
+                    // Exactly the recorded size: a device of size 0 is a new one another
+                    // program is setting up (smartcon's helper sizes before it records).
+                    Some(size) if size == *size_bytes && !in_use => match zram_reset_and_remove(*id) {
                         Ok(()) => {
                             report.removed.push(format!("zram device {node}"));
                             true
@@ -327,7 +492,7 @@ pub struct LoopDevice {
 impl LoopDevice {
     pub fn create(size_bytes: u64) -> Result<LoopDevice, Error> {
         check_size(size_bytes)?;
-        let dir = Path::new("/dev/shm");
+        let dir = Path::new(LOOP_DIR);
         if !dir.is_dir() {
             return Err(Error::new(
                 ErrorKind::Setup,
@@ -340,11 +505,14 @@ impl LoopDevice {
             smartcon_engine::clock::now_ns() % 1_000_000_007
         ));
         let record = Record::write(&Recorded::Loop { backing: backing.clone() })?;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&backing)
-            .map_err(|e| Error::io(ErrorKind::Setup, &backing, e))?;
+        // The run's identity beside the file, before the file: cleanup deletes a backing
+        // file only with it (a record alone proves nothing).
+        let mark = smartcon_util::paths::write_owner_mark(&backing)
+            .map_err(|e| Error::io(ErrorKind::Setup, &smartcon_util::paths::owner_mark_path(&backing), e))?;
+        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&backing).map_err(|e| {
+            let _ = std::fs::remove_file(&mark);
+            Error::io(ErrorKind::Setup, &backing, e)
+        })?;
         // A losetup that attached and then failed must not leave its device: detach
         // whatever is over our file, then remove it (the record goes after, on drop).
         let cleanup = |e: Error| {
@@ -446,6 +614,20 @@ impl Drop for LoopFs {
     }
 }
 
+/// Run by `sh -c` with $1 the record's temporary name, $2 the record, $3 the size in
+/// bytes, $4 the record's owner lines: adds a zram device, sizes it, writes the record, and
+/// prints the id; on a failure it removes the device it added (exit 3: no device, 4: size
+/// refused, 5: record not written).
+const ZRAM_HELPER: &str = r#"id=$(cat /sys/class/zram-control/hot_add) || exit 3
+case "$id" in ''|*[!0-9]*) exit 3;; esac
+if ! echo "$3" > "/sys/block/zram$id/disksize"; then
+  echo "$id" > /sys/class/zram-control/hot_remove; exit 4
+fi
+if ! { printf '%szram\n%s\n%s\n' "$4" "$id" "$3" > "$1" && mv -f "$1" "$2"; }; then
+  rm -f "$1"; echo 1 > "/sys/block/zram$id/reset"; echo "$id" > /sys/class/zram-control/hot_remove; exit 5
+fi
+echo "$id""#;
+
 /// A zram device from `hot_add`, reset and removed on drop.
 #[derive(Debug)]
 pub struct ZramDevice {
@@ -467,23 +649,48 @@ impl ZramDevice {
             // The module may not be loaded yet; loading it creates zram0, which we leave alone.
             let _ = Command::new("modprobe").arg("zram").status();
         }
-        let id: u32 = std::fs::read_to_string(control)
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Setup,
-                    format!("zram is unavailable ({}: {e}); load it with modprobe zram", control.display()),
-                )
-            })?
-            .trim()
-            .parse()
-            .map_err(|_| Error::new(ErrorKind::Setup, "zram hot_add returned no device id"))?;
-        // Recorded right after hot_add named it; should the record fail, remove it here.
-        let record = Record::write(&Recorded::Zram { id, size_bytes }).inspect_err(|_| {
-            let _ = zram_reset_and_remove(id);
-        })?;
+        if !control.exists() {
+            return Err(Error::new(
+                ErrorKind::Setup,
+                format!("zram is unavailable ({} is missing); load it with modprobe zram", control.display()),
+            ));
+        }
+        // hot_add, the size and the record in one helper process in its own process group:
+        // a kill -9 of smartcon (or a terminal's Ctrl-C) cannot fall between the device and
+        // its record, and the record names a device that already has its size, so cleanup
+        // can insist on exactly that size. Paths are arguments, never spliced into the script.
+        let record = Record::reserve()?;
+        let tmp = record.0.with_extension("rec.tmp");
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(ZRAM_HELPER)
+            .arg("smartcon-zram")
+            .arg(&tmp)
+            .arg(&record.0)
+            .arg(size_bytes.to_string())
+            .arg(owner_text())
+            .stdin(std::process::Stdio::null())
+            .process_group(0)
+            .output()
+            .map_err(|e| Error::new(ErrorKind::Setup, format!("cannot run sh for zram: {e}")))?;
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr);
+            let why = why.lines().next().unwrap_or("").trim();
+            return Err(Error::new(
+                ErrorKind::Setup,
+                match out.status.code() {
+                    Some(3) => format!("zram hot_add failed ({why}); is the zram module loaded (modprobe zram)?"),
+                    Some(4) => format!("zram: cannot set a disksize of {size_bytes} bytes ({why})"),
+                    _ => format!("zram: cannot record the device ({why})"),
+                },
+            ));
+        }
+        let id: u32 = std::str::from_utf8(&out.stdout)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .ok_or_else(|| Error::new(ErrorKind::Setup, "zram hot_add returned no device id"))?;
         let dev = ZramDevice { id, device: PathBuf::from(format!("/dev/zram{id}")), _record: record };
         // From here on `dev` owns the device: an error drops it, which removes it.
-        write_sys(&format!("/sys/block/zram{id}/disksize"), &size_bytes.to_string())?;
         // udev may need a moment to create the node; bounded wait.
         for _ in 0..200 {
             if dev.device.exists() {
@@ -609,17 +816,27 @@ mod tests {
 
     #[test]
     fn records_read_back_what_was_written_and_refuse_anything_else() {
+        use std::os::unix::ffi::OsStrExt;
+        let odd = PathBuf::from(OsStr::from_bytes(b"/tmp/\xff\nx/smartcon-loopfs-1-2"));
         for what in [
             Recorded::Loop { backing: "/dev/shm/smartcon-loop-1-2.img".into() },
             Recorded::Mount { mount: "/tmp/a b/smartcon-loopfs-1-2".into(), backing: "/dev/shm/x.img".into() },
+            // Not UTF-8 and a newline: kept byte for byte (a lossy record left a mount).
+            Recorded::Mount { mount: odd.clone(), backing: "/dev/shm/x.img".into() },
             Recorded::Zram { id: 3, size_bytes: 16 << 20 },
             Recorded::ZramMount { mount: "/tmp/smartcon-ext2-1-2".into(), id: 4 },
         ] {
             let text = what.to_text();
-            assert_eq!(Recorded::parse(&text.lines().collect::<Vec<_>>()), Some(what));
+            assert_eq!(Recorded::parse(&text.as_bytes().split(|&b| b == b'\n').collect::<Vec<_>>()), Some(what));
         }
-        assert_eq!(Recorded::parse(&["zram", "x", "1"]), None);
-        assert_eq!(Recorded::parse(&["swap", "/dev/sda2"]), None);
+        // Older builds' plain lines are still read.
+        assert_eq!(
+            Recorded::parse(&[b"loop", b"/dev/shm/smartcon-loop-1-2.img"]),
+            Some(Recorded::Loop { backing: "/dev/shm/smartcon-loop-1-2.img".into() })
+        );
+        assert_eq!(Recorded::parse(&[b"zram", b"x", b"1"]), None);
+        assert_eq!(Recorded::parse(&[b"swap", b"/dev/sda2"]), None);
+        assert_eq!(Recorded::parse(&[b"loop", b"x:zz"]), None);
     }
 
     #[test]

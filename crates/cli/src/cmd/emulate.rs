@@ -96,6 +96,9 @@ pub struct MountArgs {
     /// FUSE transport: uring (FUSE over io_uring) or dev (/dev/fuse). Default: uring where available.
     #[arg(long, value_parser = ["dev", "uring"])]
     pub transport: Option<String>,
+    /// Mount over DIR even if it is not empty or already a mount point (its files are hidden while mounted).
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Args, Debug)]
@@ -118,6 +121,9 @@ pub struct ReplayArgs {
     /// I/Os held to put the trace in timestamp order (older ones are replayed late and counted).
     #[arg(long, default_value_t = REORDER_WINDOW_DEFAULT)]
     pub reorder_window: usize,
+    /// The most lines read from a trace (an endless stream on standard input ends here with an error).
+    #[arg(long, default_value_t = smartcon_emulate::trace::TRACE_LINES_MAX_DEFAULT, value_parser = clap::value_parser!(u64).range(1..))]
+    pub trace_lines_max: u64,
     /// Also replay the same arrivals in real time through the engine and report lateness.
     #[arg(long)]
     pub real_time: bool,
@@ -226,6 +232,7 @@ fn point_args(args: &ReplayArgs, point: &ReplayPoint) -> Vec<String> {
     flag("format", args.format.clone());
     flag("device-filter", args.device_filter.clone());
     flag("reorder-window", Some(args.reorder_window.to_string()));
+    flag("trace-lines-max", Some(args.trace_lines_max.to_string()));
     flag("strategy", Some(args.strategy.clone()));
     let faults = args.faults.as_ref().map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| f.clone()));
     flag("faults", faults.map(|f| f.to_string_lossy().into_owned()));
@@ -338,7 +345,7 @@ fn mount(a: MountArgs) -> Result<()> {
         Some(_) => mount::Transport::Uring,
         None => mount::Transport::default_for_host(),
     };
-    let opts = MountOptions { spec, dir: a.dir, fs, size_bytes, fifo: !a.no_fifo, transport };
+    let opts = MountOptions { spec, dir: a.dir, fs, size_bytes, fifo: !a.no_fifo, transport, force: a.force };
     let report = mount::run(&opts, crate::common::interrupt_flag(), |r| {
         let at =
             if r.fs == Fs::Ext4 { format!("ext4 mounted at {}", r.dir.display()) } else { "no file system".into() };
@@ -404,7 +411,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
         let path = out.dir().join("results.jsonl");
         std::fs::write(&path, lines).map_err(|e| out.wrap(&format!("results.jsonl: {e}")))?;
         let records = smartcon_report::distributed::Records::of(records);
-        super::report::write(&records, None, &path)?;
+        super::report::write(&records, None, &path, Some(out.path()))?;
         out.commit()?;
     }
     Ok(())
@@ -449,6 +456,7 @@ fn replay_one(args: &ReplayArgs, point: &ReplayPoint, show_progress: bool) -> Re
                 device_filter: args.device_filter.clone(),
                 reorder_window: args.reorder_window,
                 capacity_bytes: Some(spec.capacity_bytes),
+                lines_max: args.trace_lines_max,
             };
             let open = || TraceReader::open(path, options.clone()).map_err(|e| engine_err(e.into()));
             let mut reader = open()?;
@@ -731,7 +739,7 @@ fn sweep(mut args: SweepArgs) -> Result<()> {
     }
     let library = super::run::library()?;
     // Recorded before it exists, so `smartcon cleanup` removes it after kill -9.
-    let _record = smartcon_util::paths::record_scratch(&[&work_dir]);
+    let _record = smartcon_util::paths::record_scratch_dir(&work_dir);
     let opts = SweepOptions { device, speedups, command, library, work_dir, tree_bytes, check_real_time };
     if let Some(s) = args.point {
         // One run of a plan (on a Ray worker): its record, nothing else.
@@ -751,7 +759,7 @@ fn sweep(mut args: SweepArgs) -> Result<()> {
         let path = out.dir().join("results.jsonl");
         std::fs::write(&path, lines).map_err(|e| out.wrap(&format!("results.jsonl: {e}")))?;
         let values = runs.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>()?;
-        super::report::write(&smartcon_report::distributed::Records::of(values), None, &path)?;
+        super::report::write(&smartcon_report::distributed::Records::of(values), None, &path, Some(out.path()))?;
         out.commit()?;
         return Ok(());
     }

@@ -182,13 +182,16 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     let file = std::fs::File::create(&jsonl_path).with_context(|| format!("create {}", jsonl_path.display()))?;
     let mut jsonl = std::io::BufWriter::new(file);
     let mach = MachineRecord::here();
-    line(&mut jsonl, &mach)?;
+    line(&mut jsonl, &mach).map_err(|e| out.wrap(&format!("results.jsonl: {e}")))?;
     for o in &session.opened {
-        line(&mut jsonl, &ProfileRecord { record_type: "profile", target: o.target.label(), profile: &o.profile })?;
+        line(&mut jsonl, &ProfileRecord { record_type: "profile", target: o.target.label(), profile: &o.profile })
+            .map_err(|e| out.wrap(&format!("results.jsonl: {e}")))?;
     }
+    // A write error names the report's own path, not the temporary directory's.
+    let jsonl_shown = out.path().join("results.jsonl");
     let mut write_cell = |c: &Cell| {
         line(&mut jsonl, c)
-            .map_err(|e| smartcon_engine::error::Error::io(smartcon_engine::error::ErrorKind::Setup, &jsonl_path, e))
+            .map_err(|e| smartcon_engine::error::Error::io(smartcon_engine::error::ErrorKind::Setup, &jsonl_shown, e))
     };
     let cells = run::run(&plan, &session, &monitor, interrupt_flag(), &mut on_event(&bar), &mut write_cell)
         .map_err(engine_err)?;
@@ -204,10 +207,10 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     let mut host_record = host::HostRecord::of(&cells, &infos, HostWaitCost::stored().as_ref(), &overshoots);
     // `smartcon host`'s model when stored (a ctx-only host.json has none): named, not measured.
     host_record.host_model = smartcon_engine::host::HostModel::load(&host).ok();
-    line(&mut jsonl, &host_record)?;
+    line(&mut jsonl, &host_record).map_err(|e| out.wrap(&format!("results.jsonl: {e}")))?;
     let criteria = judge::criteria(&cells, &infos);
     for c in &criteria {
-        line(&mut jsonl, c)?;
+        line(&mut jsonl, c).map_err(|e| out.wrap(&format!("results.jsonl: {e}")))?;
     }
     jsonl.flush().map_err(|e| out.wrap(&format!("results.jsonl: {e}")))?;
     let profiles: Vec<Vec<String>> = session.opened.iter().map(profile_row).collect();

@@ -39,17 +39,24 @@ pub fn run(args: ReportArgs) -> Result<()> {
     }
     match out {
         Some(out) => {
-            write(&records, Some(out.dir()), &args.results)?;
+            write(&records, Some(out.dir()), &args.results, Some(out.path()))?;
             out.commit()?;
             Ok(())
         }
-        None => write(&records, None, &args.results),
+        None => write(&records, None, &args.results, None),
     }
 }
 
 /// Writes summary.md, the plots and report.html for `records` into `out` (a directory the
-/// caller claimed), else beside `results` (refusing to replace a summary there).
-pub fn write(records: &Records, out: Option<&std::path::Path>, results: &std::path::Path) -> Result<()> {
+/// caller claimed), else beside `results` (refusing to replace a summary there). `shown` is
+/// the directory named in the closing line (a claimed output's final path, not the
+/// temporary one the files are written into).
+pub fn write(
+    records: &Records,
+    out: Option<&std::path::Path>,
+    results: &std::path::Path,
+    shown: Option<&std::path::Path>,
+) -> Result<()> {
     let dir = match out {
         Some(dir) => dir.to_path_buf(),
         None => {
@@ -72,6 +79,9 @@ pub fn write(records: &Records, out: Option<&std::path::Path>, results: &std::pa
         bottom: "",
     };
     smartcon_report::html::write_report_html(&dir, &page)?;
-    println!("report: {} (report.html, summary.md, {plots} plots)", dir.display());
+    println!(
+        "report: {} (report.html, summary.md, {plots} plots)",
+        smartcon_util::paths::escape(shown.unwrap_or(&dir))
+    );
     Ok(())
 }

@@ -46,6 +46,9 @@ pub struct FileTarget {
     direct: bool,
     /// Removed on drop (temporary files smartcon created).
     remove_on_drop: bool,
+    /// A temporary file's record and owner mark (`smartcon cleanup` removes the file after
+    /// kill -9; a second Ctrl-C unlinks it); dropped after the file is removed.
+    _scratch: Option<smartcon_util::paths::ScratchRecord>,
 }
 
 fn sysfs_block_name(major: u32, minor: u32) -> Option<String> {
@@ -209,6 +212,7 @@ impl FileTarget {
             stat_path: info.stat_path,
             direct,
             remove_on_drop: false,
+            _scratch: None,
         })
     }
 
@@ -225,6 +229,8 @@ impl FileTarget {
             ));
         }
         let path = dir.join(format!("smartcon-{}-{}.tmp", std::process::id(), crate::clock::now_ns() % 1_000_000_007));
+        // Recorded (with its owner mark) before it exists: `tmp:8g` must not outlive a kill -9.
+        let scratch = smartcon_util::paths::record_scratch(&[&path]);
         let fd = open_fd(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL)
             .map_err(|e| Error::io(ErrorKind::Target, &path, e))?;
         // From here on the file exists: remove it on any failure.
@@ -267,6 +273,7 @@ impl FileTarget {
             let _ = std::fs::remove_file(&path);
         })?;
         t.remove_on_drop = true;
+        t._scratch = Some(scratch);
         t.label = format!("tmp:{}@{}", format_size(size_bytes), dir.display());
         Ok(t)
     }

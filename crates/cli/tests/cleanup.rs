@@ -1,0 +1,423 @@
+//! `smartcon cleanup` removes exactly what smartcon made and a record names, and nothing
+//! else (issues 22 and 29): a forged or stale record never costs a user a file, a loop device
+//! or a zram device; an unreadable record is reported and skipped, the rest still cleaned;
+//! a stale claim does not block an empty `--out`; `emulate mount` locks its directory and
+//! refuses a non-empty one.
+//!
+//! Each test runs the real binary in its own scratch world (SMARTCON_HOME, TMPDIR). Parts
+//! that need root, losetup, zram or FUSE say why they skip.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_smartcon");
+
+struct World {
+    root: PathBuf,
+}
+
+impl World {
+    fn new(name: &str) -> World {
+        let root = std::env::temp_dir().join(format!("smartcon-cleanup-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for d in ["home/devices", "home/outputs", "tmp", "user"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        World { root }
+    }
+
+    fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+
+    fn command(&self, args: &[&OsStr]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .env("SMARTCON_HOME", self.home())
+            .env("TMPDIR", self.root.join("tmp"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        self.command(&args).output().unwrap()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A pid no process has now (a child that has exited and been reaped).
+fn dead_pid() -> u32 {
+    let mut c = Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn losetup_attach(file: &Path) -> Option<PathBuf> {
+    let o = Command::new("losetup").args(["--find", "--show"]).arg(file).output().ok()?;
+    o.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+}
+
+fn loop_backing(dev: &Path) -> Option<PathBuf> {
+    let name = dev.file_name()?.to_str()?;
+    let t = std::fs::read(format!("/sys/block/{name}/loop/backing_file")).ok()?;
+    Some(PathBuf::from(OsStr::from_bytes(t.trim_ascii_end())))
+}
+
+fn losetup_detach(dev: &Path) {
+    let _ = Command::new("losetup").arg("-d").arg(dev).status();
+}
+
+/// Issue 22's finding 4: a record in `$SMARTCON_HOME/devices/` naming a dead owner and a
+/// loop device over a user's file made cleanup detach the device and delete the file. Here
+/// three forged records name the user's loop device and file (the block-device record, the
+/// mount record, `emulate mount`'s record) and one names a file in /dev/shm with smartcon's
+/// own name but without the creating run's mark: all survive, each is reported.
+#[test]
+fn a_forged_record_costs_the_user_nothing() {
+    if !root() {
+        eprintln!("skipped: attaching a loop device over a user's file needs root");
+        return;
+    }
+    if Command::new("losetup").arg("--version").output().is_err() {
+        eprintln!("skipped: losetup is not installed (Debian package mount)");
+        return;
+    }
+    let w = World::new("forged");
+    let user_file = w.root.join("user/data.img");
+    std::fs::write(&user_file, vec![0x42u8; 1 << 20]).unwrap();
+    let pid = dead_pid();
+    // A file named as smartcon names its ramdisks, but not made by the recorded run.
+    let shm_file = PathBuf::from(format!("/dev/shm/smartcon-loop-{pid}-1.img"));
+    std::fs::write(&shm_file, vec![0x43u8; 1 << 20]).unwrap();
+    let Some(dev) = losetup_attach(&user_file) else {
+        let _ = std::fs::remove_file(&shm_file);
+        eprintln!("skipped: losetup could not attach a loop device here");
+        return;
+    };
+    let shm_dev = losetup_attach(&shm_file);
+    let devices = w.home().join("devices");
+    let owner = format!("owner\n{pid}\n0\n");
+    std::fs::write(devices.join(format!("{pid}-0.rec")), format!("{owner}loop\n{}\n", user_file.display())).unwrap();
+    std::fs::write(
+        devices.join(format!("{pid}-1.rec")),
+        format!("{owner}loop\nx:{}\n", hex(shm_file.as_os_str().as_bytes())),
+    )
+    .unwrap();
+    let user_mnt = w.root.join("user/mnt");
+    std::fs::create_dir(&user_mnt).unwrap();
+    std::fs::write(
+        devices.join(format!("{pid}-2.rec")),
+        format!("{owner}mount\n{}\n{}\n", user_mnt.display(), user_file.display()),
+    )
+    .unwrap();
+    let record = serde_json::json!({
+        "pid": pid, "spec": "emu:nvme", "dir": user_mnt, "work": devices.join(format!("m-{pid}-1")),
+        "fuse_mount": null, "backing": user_file, "loop_device": dev, "ext4_mounted": true, "state": "ready",
+    });
+    std::fs::write(devices.join(format!("m-{pid}-1.json")), record.to_string()).unwrap();
+
+    let out = w.run(&["cleanup"]);
+    let said = text(&out);
+    let attached = loop_backing(&dev);
+    let shm_attached = shm_dev.as_deref().and_then(loop_backing);
+    // Undo what the test made before asserting.
+    losetup_detach(&dev);
+    if let Some(d) = &shm_dev {
+        losetup_detach(d);
+    }
+    let shm_kept = std::fs::read(&shm_file).map(|b| b.len());
+    let _ = std::fs::remove_file(&shm_file);
+    eprintln!("{said}");
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(std::fs::read(&user_file).unwrap(), vec![0x42u8; 1 << 20], "the user's file survives");
+    assert_eq!(attached.as_deref(), Some(user_file.as_path()), "the user's loop device stays attached: {said}");
+    assert_eq!(shm_kept.ok(), Some(1 << 20), "a /dev/shm file without the run's mark survives: {said}");
+    if shm_dev.is_some() {
+        assert_eq!(shm_attached.as_deref(), Some(shm_file.as_path()), "its loop device stays: {said}");
+    }
+    assert!(user_mnt.is_dir(), "the user's directory stays");
+    assert!(said.contains("left alone"), "{said}");
+    assert!(!said.contains("removed file") && !said.contains("removed loop"), "{said}");
+}
+
+/// A record that is not UTF-8 (or not a record at all) made cleanup exit 2 and skip the
+/// others. Now it is reported and skipped, and a good record beside it (naming a file whose
+/// name is not UTF-8 either) is still cleaned up.
+#[test]
+fn an_unreadable_record_is_skipped_and_the_rest_cleaned() {
+    let w = World::new("unreadable");
+    let pid = dead_pid();
+    std::fs::write(w.home().join("devices/bad.rec"), b"owner\n\xff\xfe\n\x80zram\n").unwrap();
+    std::fs::write(w.home().join("devices/bad.json"), b"{\"pid\": \xff").unwrap();
+    std::fs::write(w.home().join("outputs/out-1-0.rec"), b"\xff\xff garbage").unwrap();
+    // A temporary name a killed run left, in a directory whose name is not UTF-8.
+    let odd = w.root.join(OsStr::from_bytes(b"user/\xff\xfe dir"));
+    std::fs::create_dir(&odd).unwrap();
+    let tmp = odd.join(format!(".r.json.smartcon-{pid}.tmp"));
+    std::fs::write(&tmp, b"half").unwrap();
+    let record = format!("pid {pid}\nstart 0\ntmp {}\n", hex(tmp.as_os_str().as_bytes()));
+    std::fs::write(w.home().join(format!("outputs/out-{pid}-0.rec")), record).unwrap();
+    let out = w.run(&["cleanup"]);
+    let said = text(&out);
+    eprintln!("{said}");
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(!tmp.exists(), "the good record's leftover is removed: {said}");
+    assert!(said.contains("bad.rec") && said.contains("bad.json"), "each unreadable record is named: {said}");
+    assert!(w.home().join("devices/bad.rec").exists(), "an unreadable record is left alone");
+    assert!(said.lines().all(|l| !l.contains('\u{fffd}')), "names are escaped, not made lossy: {said}");
+}
+
+/// A `.smartcon-claim` a killed run left (its pid gone, or empty for a while) does not block
+/// an empty `--out`; `cleanup` removes a claim a killed run recorded.
+#[test]
+fn a_stale_claim_does_not_block_an_empty_out_dir() {
+    let w = World::new("claim");
+    let pid = dead_pid();
+    for (name, claim) in
+        [("dead", format!("{pid} 12345\n")), ("older-build", format!("{pid}\n")), ("empty", String::new())]
+    {
+        let out_dir = w.root.join("user").join(name);
+        std::fs::create_dir(&out_dir).unwrap();
+        let c = out_dir.join(".smartcon-claim");
+        std::fs::write(&c, claim).unwrap();
+        if name == "empty" {
+            // Empty: a run killed between creating the claim and writing its pid. Fresh, it
+            // may be a run starting right now; a minute old, it is stale.
+            let r = w.run(&["emulate", "replay", "--device", "emu:nvme", "--out", out_dir.to_str().unwrap()]);
+            assert_eq!(r.status.code(), Some(2), "a fresh empty claim is respected: {}", text(&r));
+            let old = std::time::SystemTime::now() - Duration::from_secs(60);
+            std::fs::File::options().write(true).open(&c).unwrap().set_modified(old).unwrap();
+        }
+        let r = w.run(&["emulate", "replay", "--device", "emu:nvme", "--out", out_dir.to_str().unwrap()]);
+        assert_eq!(r.status.code(), Some(0), "{name}: {}", text(&r));
+        assert!(out_dir.join("results.jsonl").is_file() && !c.exists(), "{name}: {}", text(&r));
+    }
+    // A live run's claim is respected: this test's own pid with its start time.
+    let busy = w.root.join("user/busy");
+    std::fs::create_dir(&busy).unwrap();
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let start = stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(19).unwrap().to_string();
+    std::fs::write(busy.join(".smartcon-claim"), format!("{} {start}\n", std::process::id())).unwrap();
+    let r = w.run(&["emulate", "replay", "--device", "emu:nvme", "--out", busy.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(2), "{}", text(&r));
+    assert_eq!(text(&r).trim_end().lines().count(), 1, "{}", text(&r));
+    // cleanup removes a recorded claim of a dead run, and nothing of a live one.
+    let stale = w.root.join("user/stale");
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join(".smartcon-claim"), format!("{pid} 1\n")).unwrap();
+    let record = format!("pid {pid}\nstart 1\nclaim {}\n", hex(stale.join(".smartcon-claim").as_os_str().as_bytes()));
+    // (The runs above removed the records folder once it was empty.)
+    std::fs::create_dir_all(w.home().join("outputs")).unwrap();
+    std::fs::write(w.home().join(format!("outputs/out-{pid}-0.rec")), record).unwrap();
+    let r = w.run(&["cleanup"]);
+    assert!(!stale.join(".smartcon-claim").exists(), "{}", text(&r));
+    assert!(busy.join(".smartcon-claim").exists(), "{}", text(&r));
+}
+
+/// A stale zram record must not remove a device someone else made since with the same id
+/// (the issue: one of disksize 0 was removed), nor one of another size; the recorded size,
+/// unused, is removed.
+#[test]
+fn a_stale_zram_record_removes_only_the_recorded_size() {
+    if !root() {
+        eprintln!("skipped: zram devices need root");
+        return;
+    }
+    let control = Path::new("/sys/class/zram-control/hot_add");
+    if !control.exists() {
+        let _ = Command::new("modprobe").arg("zram").status();
+    }
+    let Ok(id) = std::fs::read_to_string(control) else {
+        eprintln!("skipped: zram is not available (modprobe zram)");
+        return;
+    };
+    let id: u32 = id.trim().parse().unwrap();
+    let sys = format!("/sys/block/zram{id}");
+    let w = World::new("zram");
+    let pid = dead_pid();
+    let record = |size: u64| format!("owner\n{pid}\n0\nzram\n{id}\n{size}\n");
+    let rec = w.home().join(format!("devices/{pid}-0.rec"));
+    // Size 0 (not set up yet, by whoever made it): kept.
+    std::fs::write(&rec, record(64 << 20)).unwrap();
+    let zero = w.run(&["cleanup"]);
+    let kept_zero = Path::new(&sys).exists();
+    // 32 MiB against a record of 64 MiB: kept.
+    let sized = std::fs::write(format!("{sys}/disksize"), (32u64 << 20).to_string()).is_ok();
+    let other = w.run(&["cleanup"]);
+    let kept_other = Path::new(&sys).exists();
+    // The recorded size, unused: removed.
+    std::fs::write(&rec, record(32 << 20)).unwrap();
+    let same = w.run(&["cleanup"]);
+    let removed = !Path::new(&sys).exists();
+    if !removed {
+        let _ = std::fs::write(format!("{sys}/reset"), "1");
+        let _ = std::fs::write("/sys/class/zram-control/hot_remove", id.to_string());
+    }
+    eprintln!("{}\n{}\n{}", text(&zero), text(&other), text(&same));
+    assert!(kept_zero, "a zram device of size 0 is not the recorded one: {}", text(&zero));
+    assert!(sized, "could not size zram{id}");
+    assert!(kept_other, "a zram device of another size is kept: {}", text(&other));
+    assert!(removed, "the recorded size, unused, is removed: {}", text(&same));
+}
+
+fn mounted(dir: &Path) -> bool {
+    let text = std::fs::read("/proc/self/mounts").unwrap_or_default();
+    text.split(|&b| b == b'\n').any(|l| l.split(|&b| b == b' ').nth(1) == Some(dir.as_os_str().as_bytes()))
+}
+
+/// A loop file system made with TMPDIR not UTF-8, killed with SIGKILL: the record keeps the
+/// mount point byte for byte, so cleanup unmounts it and removes the loop device and file
+/// (a lossy record reported success and left both).
+#[test]
+fn a_loop_file_system_under_a_non_utf8_tmpdir_is_cleaned_after_kill() {
+    if !root() {
+        eprintln!("skipped: loop devices need root");
+        return;
+    }
+    if Command::new("mkfs.ext4").arg("-V").output().is_err()
+        || Command::new("losetup").arg("--version").output().is_err()
+    {
+        eprintln!("skipped: mkfs.ext4 (e2fsprogs) or losetup (mount) is not installed");
+        return;
+    }
+    let w = World::new("tmpdir");
+    let tmpdir = w.root.join(OsStr::from_bytes(b"tmp/\xff\xfe"));
+    std::fs::create_dir(&tmpdir).unwrap();
+    let args: Vec<&OsStr> =
+        ["evaluate", "--targets", "loopfs:32m", "--tiny", "--skip-polling", "--out"].iter().map(OsStr::new).collect();
+    let out_dir = w.root.join("user/report");
+    let mut c = w.command(&args);
+    c.arg(&out_dir).env("TMPDIR", &tmpdir).process_group(0);
+    let mut child = c.spawn().unwrap();
+    let pid = child.id();
+    // Until its file system is mounted under TMPDIR (bounded).
+    let up = Instant::now();
+    let mount_point = || {
+        std::fs::read_dir(&tmpdir).ok()?.flatten().map(|e| e.path()).find(|p| {
+            p.file_name().is_some_and(|n| n.as_bytes().starts_with(format!("smartcon-loopfs-{pid}").as_bytes()))
+                && mounted(p)
+        })
+    };
+    let mut point = None;
+    while point.is_none() && up.elapsed() < Duration::from_secs(60) && child.try_wait().unwrap().is_none() {
+        point = mount_point();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    let Some(point) = point else {
+        eprintln!("skipped: the loop file system did not come up");
+        let _ = w.run(&["cleanup"]);
+        return;
+    };
+    let out = w.run(&["cleanup"]);
+    let said = text(&out);
+    eprintln!("{said}");
+    let backing_left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("smartcon-loop-{pid}-")))
+        .collect();
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(!mounted(&point), "the ext4 mount is gone: {said}");
+    assert!(!point.exists(), "its directory is gone: {said}");
+    assert!(backing_left.is_empty(), "the backing file is gone: {backing_left:?}");
+    assert!(!out_dir.exists(), "the claimed report directory is gone: {said}");
+    let left: Vec<_> = std::fs::read_dir(w.home().join("devices")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "no record left: {left:?}");
+}
+
+/// Two `emulate mount` on one directory at once: one mounts, the other gets one line and
+/// exit 2, leaving nothing; a non-empty directory is refused without `--force`.
+#[test]
+fn emulate_mount_locks_its_directory_and_refuses_a_non_empty_one() {
+    if !root() || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: emulate mount needs root and /dev/fuse");
+        return;
+    }
+    let w = World::new("mountlock");
+    let full = w.root.join("user/full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("mine.txt"), b"keep").unwrap();
+    let r = w.run(&["emulate", "mount", "emu:nvme", full.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(2), "{}", text(&r));
+    assert_eq!(text(&r).trim_end().lines().count(), 1, "{}", text(&r));
+    assert!(text(&r).contains("--force"), "{}", text(&r));
+    assert!(!mounted(&full) && std::fs::read(full.join("mine.txt")).unwrap() == b"keep");
+
+    let dir = w.root.join("user/mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let spawn = || {
+        let mut c = w.command(&[OsStr::new("emulate"), OsStr::new("mount"), OsStr::new("emu:nvme"), dir.as_os_str()]);
+        c.process_group(0);
+        c.spawn().unwrap()
+    };
+    let mut a = spawn();
+    let mut b = spawn();
+    // One of them is refused at once; the other comes up (bounded).
+    let up = Instant::now();
+    let (mut winner, loser_status, loser_out) = loop {
+        if let Some(s) = a.try_wait().unwrap() {
+            break (b, s, a.wait_with_output().unwrap());
+        }
+        if let Some(s) = b.try_wait().unwrap() {
+            break (a, s, b.wait_with_output().unwrap());
+        }
+        assert!(up.elapsed() < Duration::from_secs(60), "neither mount was refused");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    while !mounted(&dir) && up.elapsed() < Duration::from_secs(60) && winner.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let came_up = mounted(&dir);
+    // A third, once it is mounted: refused by the record.
+    let third = w.run(&["emulate", "mount", "emu:nvme", dir.to_str().unwrap()]);
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(winner.id() as i32, libc::SIGINT) };
+    let end = Instant::now();
+    while winner.try_wait().unwrap().is_none() && end.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = winner.kill();
+    let _ = winner.wait();
+    let loser_said =
+        format!("{}{}", String::from_utf8_lossy(&loser_out.stdout), String::from_utf8_lossy(&loser_out.stderr));
+    let left: Vec<_> = std::fs::read_dir(w.home().join("devices")).unwrap().flatten().map(|e| e.file_name()).collect();
+    if !left.is_empty() || mounted(&dir) {
+        let _ = w.run(&["cleanup"]);
+    }
+    eprintln!("second: {loser_said}third: {}", text(&third));
+    assert_eq!(loser_status.code(), Some(2), "{loser_said}");
+    assert_eq!(loser_said.trim_end().lines().count(), 1, "{loser_said}");
+    assert!(came_up, "the first mount came up");
+    assert_eq!(third.status.code(), Some(2), "{}", text(&third));
+    assert_eq!(text(&third).trim_end().lines().count(), 1, "{}", text(&third));
+    assert!(left.is_empty() && !mounted(&dir), "nothing left: {left:?}");
+}
