@@ -38,7 +38,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::Op;
-use crate::units::parse_duration_ns;
+use smartcon_util::units::parse_duration_ns;
 
 /// Requests that fail.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -18,7 +18,6 @@ pub mod pages;
 pub mod preset;
 pub mod store;
 pub mod table;
-pub mod units;
 
 pub use device::{
     simulate_batch, simulate_batch_with_faults, Completion, Device, Discipline, FcfsDevice, Request, TimeError,

@@ -11,7 +11,7 @@ use crate::device::Discipline;
 use crate::hdd::{HddGeometry, HeadState, DESKSTAR_7K320};
 use crate::model::{DeviceModel, Op, OpTiming};
 use crate::table::{LatencyTable, Pattern, SDCARD_ROWS};
-use crate::units::{parse_duration_ns, parse_size};
+use smartcon_util::units::{parse_duration_ns, parse_size};
 
 /// How a device computes a request's service time.
 #[derive(Debug, Clone, PartialEq, Serialize)]

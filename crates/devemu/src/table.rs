@@ -24,7 +24,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use crate::model::Op;
-use crate::units::{parse_duration_ns, parse_size};
+use smartcon_util::units::{parse_duration_ns, parse_size};
 
 /// Random or sequential: sequential means the request starts where the previous request on
 /// its stream ended.

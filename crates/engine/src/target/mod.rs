@@ -18,7 +18,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub use buffer::AlignedBuf;
-use smartcon_devemu::{units, EmuSpec, Op};
+use smartcon_devemu::EmuSpec;
+use smartcon_util::{units, Op};
 
 use crate::decision::{DeviceState, Strategy};
 use crate::error::{Error, ErrorKind};
