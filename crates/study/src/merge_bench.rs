@@ -75,7 +75,7 @@ impl MergePlan {
                 self.target
             )));
         }
-        let spec = smartcon_devemu::parse_spec(&self.target).map_err(usage)?;
+        let spec = smartcon_devemu::parse_spec(&self.target)?;
         if self.threads == 0 || self.threads as usize > THREADS_MAX {
             return Err(usage(format!("--threads must be 1..={THREADS_MAX}")));
         }

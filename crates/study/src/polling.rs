@@ -498,7 +498,7 @@ fn run_merges(
     stop: &AtomicBool,
     progress: &mut impl FnMut(&str),
 ) -> Result<Vec<Row>, Error> {
-    let spec = smartcon_devemu::parse_spec(&plan.merge_target).map_err(|e| Error::new(ErrorKind::Usage, e))?;
+    let spec = smartcon_devemu::parse_spec(&plan.merge_target)?;
     let mut rows = Vec::new();
     for &op in &plan.merge_ops {
         for c in configs {

@@ -195,8 +195,7 @@ impl EmuTarget {
         let device = match &spec.faults {
             Some(plan) => FcfsDevice::with_faults(spec.clone(), (**plan).clone(), origin_ns),
             None => FcfsDevice::new(spec.clone()),
-        }
-        .map_err(|e| Error::new(ErrorKind::Usage, e))?;
+        }?;
         Ok(EmuTarget {
             channels: Mutex::new(device),
             spec,

@@ -40,7 +40,7 @@ pub const TEMP_BYTES_MAX: u64 = 64 << 30;
 /// Parses a `--target` argument.
 pub fn parse_target(text: &str) -> Result<TargetSpec, Error> {
     if text.starts_with("emu:") {
-        return smartcon_devemu::parse_spec(text).map(TargetSpec::Emu).map_err(|e| Error::new(ErrorKind::Usage, e));
+        return smartcon_devemu::parse_spec(text).map(TargetSpec::Emu);
     }
     if let Some(rest) = text.strip_prefix("tmp:") {
         let (size, dir) = match rest.split_once('@') {
