@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use smartcon_engine::decision::Strategy;
-use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::error::Error;
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::{online_cpus, Profile};
