@@ -22,18 +22,28 @@ impl std::error::Error for RunFailure {}
 
 /// Prints the error with its causes on one line and returns the exit status.
 pub fn report_error(error: &anyhow::Error) -> i32 {
-    let mut line = format!("smartcon: error: {error}");
-    for cause in error.chain().skip(1) {
-        line.push_str(&format!(": {cause}"));
-    }
-    // One line whatever a message or a path holds (a newline in a file name, a TOML
-    // parser's multi-line excerpt).
-    eprintln!("{}", one_line(&line));
+    eprintln!("{}", error_line(error));
     if error.downcast_ref::<RunFailure>().is_some() {
         1
     } else {
         2
     }
+}
+
+/// The error and its causes as the one line [`report_error`] prints.
+fn error_line(error: &anyhow::Error) -> String {
+    let mut line = format!("smartcon: error: {error}");
+    for cause in error.chain().skip(1) {
+        // The workspace's error keeps its cause's text in its message and the cause as its
+        // source: printed once.
+        let cause = cause.to_string();
+        if !line.ends_with(&cause) {
+            line.push_str(&format!(": {cause}"));
+        }
+    }
+    // One line whatever a message or a path holds (a newline in a file name, a TOML
+    // parser's multi-line excerpt).
+    one_line(&line)
 }
 
 /// A message as one line: line breaks become "; ", other control characters are escaped.
@@ -301,5 +311,22 @@ pub fn on_event(bar: &Progress) -> impl FnMut(smartcon_study::Event<'_>) + '_ {
         Event::Starting(what) => bar.set_message(what.to_string()),
         Event::Done => bar.inc(1),
         Event::Note(n) => bar.suspend(|| eprintln!("smartcon: note: {n}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smartcon_util::error::{Error, ErrorKind};
+
+    #[test]
+    fn a_cause_kept_as_source_is_printed_once() {
+        let cause = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let text = cause.to_string();
+        let e = anyhow::Error::new(Error::io(ErrorKind::Target, std::path::Path::new("/img"), cause));
+        assert_eq!(error_line(&e), format!("smartcon: error: /img: {text}"));
+        // A context added on top still shows every distinct cause, once.
+        let e = e.context("--target");
+        assert_eq!(error_line(&e), format!("smartcon: error: --target: /img: {text}"));
     }
 }

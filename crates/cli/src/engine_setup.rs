@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use smartcon_engine::devemu::units;
 use smartcon_engine::error::Error as EngineError;
 use smartcon_engine::job::{Pattern, StrategyChoice};
 use smartcon_engine::monitor::{self, SystemMonitor};
@@ -12,7 +11,8 @@ use smartcon_engine::placement::Placement;
 use smartcon_engine::profile::Profile;
 use smartcon_engine::target::Target;
 use smartcon_engine::wait::PollParams;
-use smartcon_engine::Op;
+use smartcon_util::units;
+use smartcon_util::Op;
 
 use crate::common::RunFailure;
 

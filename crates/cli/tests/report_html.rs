@@ -146,7 +146,7 @@ fn judged_in_results(text: &str) -> BTreeMap<Place, String> {
         if !rival || perf <= 0.0 {
             continue;
         }
-        let name = format!("{} {} {} {}", p.0, p.1, p.2, smartcon_devemu::units::format_size(p.3));
+        let name = format!("{} {} {} {}", p.0, p.1, p.2, smartcon_util::units::format_size(p.3));
         out.insert(p, lost.get(&name).cloned().unwrap_or_else(|| "front".into()));
     }
     let named: usize = out.values().filter(|v| *v != "front").count();

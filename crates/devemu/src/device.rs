@@ -25,12 +25,14 @@
 use std::collections::VecDeque;
 
 use serde::Serialize;
+use smartcon_util::error::Error;
 
 use crate::fault::FaultPlan;
 use crate::hdd::HeadState;
 use crate::model::{ChannelSet, Op, Schedule};
 use crate::preset::EmuSpec;
 use crate::table::Pattern;
+use crate::usage;
 
 /// How queued requests are picked when a channel frees up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -462,19 +464,19 @@ pub struct FcfsDevice {
 }
 
 impl FcfsDevice {
-    pub fn new(spec: EmuSpec) -> Result<FcfsDevice, String> {
+    pub fn new(spec: EmuSpec) -> Result<FcfsDevice, Error> {
         Self::with_faults(spec, FaultPlan::default(), 0)
     }
 
     /// A device that injects the plan's faults, its windows counted from `origin_ns`
     /// (validate the plan first).
-    pub fn with_faults(spec: EmuSpec, faults: FaultPlan, origin_ns: u64) -> Result<FcfsDevice, String> {
+    pub fn with_faults(spec: EmuSpec, faults: FaultPlan, origin_ns: u64) -> Result<FcfsDevice, Error> {
         if spec.discipline != Discipline::Fcfs {
-            return Err(format!(
+            return Err(usage(format!(
                 "{}: queue={} needs the virtual-time replay (smartcon emulate replay); real time serves FCFS only",
                 spec.label,
                 spec.discipline.name()
-            ));
+            )));
         }
         let n = spec.model.channels as usize;
         Ok(FcfsDevice {

@@ -38,7 +38,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::Op;
-use crate::units::parse_duration_ns;
+use smartcon_util::error::{Error, ErrorKind};
+use smartcon_util::units::parse_duration_ns;
+
+use crate::usage;
 
 /// Requests that fail.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -95,29 +98,29 @@ impl FaultPlan {
 
     /// Checks the plan; a stall longer than `stall_timeout_ns` is an error, because a host
     /// would time the device out (nothing may wait forever).
-    pub fn validate(&self, stall_timeout_ns: u64) -> Result<(), String> {
+    pub fn validate(&self, stall_timeout_ns: u64) -> Result<(), Error> {
         for (i, e) in self.errors.iter().enumerate() {
             if !(0.0..=1.0).contains(&e.probability) {
-                return Err(format!("error rule {}: probability must be 0..=1", i + 1));
+                return Err(usage(format!("error rule {}: probability must be 0..=1", i + 1)));
             }
             if e.range.is_some_and(|(a, b)| a >= b) || e.window_ns.is_some_and(|(a, b)| a >= b) {
-                return Err(format!("error rule {}: a range or window must end after it starts", i + 1));
+                return Err(usage(format!("error rule {}: a range or window must end after it starts", i + 1)));
             }
         }
         for (i, s) in self.spikes.iter().enumerate() {
             if s.start_ns >= s.end_ns || !(s.factor.is_finite() && s.factor > 0.0 && s.factor <= 1e6) {
-                return Err(format!("spike {}: needs start < end and a factor in (0, 1e6]", i + 1));
+                return Err(usage(format!("spike {}: needs start < end and a factor in (0, 1e6]", i + 1)));
             }
         }
         for (i, s) in self.stalls.iter().enumerate() {
             if s.duration_ns > stall_timeout_ns {
-                return Err(format!(
+                return Err(usage(format!(
                     "stall {}: {} ns is longer than the stall timeout ({} ns): a host would reset the device; \
                      shorten the stall or raise stall_timeout",
                     i + 1,
                     s.duration_ns,
                     stall_timeout_ns
-                ));
+                )));
             }
         }
         // Overlapping stalls chain (a completion moved to one's end may land in the next):
@@ -132,11 +135,11 @@ impl FaultPlan {
                 _ => Some((a, b)),
             };
             if let Some((ca, cb)) = chain.filter(|(ca, cb)| cb - ca > stall_timeout_ns) {
-                return Err(format!(
+                return Err(usage(format!(
                     "stalls from {ca} ns to {cb} ns chain into {} ns, longer than the stall timeout ({} ns)",
                     cb - ca,
                     stall_timeout_ns
-                ));
+                )));
             }
         }
         Ok(())
@@ -221,13 +224,13 @@ struct RawStall {
     duration: String,
 }
 
-fn dur(what: &str, text: &str) -> Result<u64, String> {
-    parse_duration_ns(text).map_err(|e| format!("{what}: {e}"))
+fn dur(what: &str, text: &str) -> Result<u64, Error> {
+    parse_duration_ns(text).map_err(|e| usage(format!("{what}: {e}")))
 }
 
 /// Parses a scenario and validates it.
-pub fn parse_scenario(text: &str) -> Result<FaultPlan, String> {
-    let raw: RawScenario = toml::from_str(text).map_err(|e| e.to_string())?;
+pub fn parse_scenario(text: &str) -> Result<FaultPlan, Error> {
+    let raw: RawScenario = toml::from_str(text).map_err(|e| Error::from_source(ErrorKind::Usage, e))?;
     let mut errors = Vec::new();
     for (i, e) in raw.error.iter().enumerate() {
         let n = i + 1;
@@ -235,7 +238,7 @@ pub fn parse_scenario(text: &str) -> Result<FaultPlan, String> {
             None => None,
             Some("read") => Some(Op::Read),
             Some("write") => Some(Op::Write),
-            Some(o) => return Err(format!("error {n}: op {o:?} is not read or write")),
+            Some(o) => return Err(usage(format!("error {n}: op {o:?} is not read or write"))),
         };
         let range = match (e.offset_min, e.offset_max) {
             (None, None) => None,
@@ -254,12 +257,12 @@ pub fn parse_scenario(text: &str) -> Result<FaultPlan, String> {
         .spike
         .iter()
         .map(|s| Ok(Spike { start_ns: dur("start", &s.start)?, end_ns: dur("end", &s.end)?, factor: s.factor }))
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, Error>>()?;
     let stalls = raw
         .stall
         .iter()
         .map(|s| Ok(Stall { start_ns: dur("start", &s.start)?, duration_ns: dur("duration", &s.duration)? }))
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, Error>>()?;
     let plan = FaultPlan { seed: raw.seed, errors, spikes, stalls };
     let timeout = raw.stall_timeout.as_deref().map(|t| dur("stall_timeout", t)).transpose()?;
     plan.validate(timeout.unwrap_or(STALL_TIMEOUT_NS_DEFAULT))?;
@@ -267,9 +270,10 @@ pub fn parse_scenario(text: &str) -> Result<FaultPlan, String> {
 }
 
 /// Reads and parses a scenario file.
-pub fn load_scenario(path: &std::path::Path) -> Result<FaultPlan, String> {
-    let text = smartcon_util::paths::read_text(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    parse_scenario(&text).map_err(|e| format!("{}: {e}", path.display()))
+pub fn load_scenario(path: &std::path::Path) -> Result<FaultPlan, Error> {
+    let text = smartcon_util::paths::read_text(path)
+        .map_err(|e| Error::with_source(ErrorKind::Usage, format!("cannot read {}", path.display()), e))?;
+    parse_scenario(&text).map_err(|e| Error { message: format!("{}: {}", path.display(), e.message), ..e })
 }
 
 #[cfg(test)]
@@ -308,9 +312,9 @@ mod tests {
         // Inside the first stall, whose end lies inside the second: out after both.
         assert_eq!(plan.stalled_ns(1_200), 1_800);
         assert!(plan.validate(1_000).is_ok());
-        assert!(plan.validate(450).unwrap_err().contains("stall 1"));
+        assert!(plan.validate(450).unwrap_err().message.contains("stall 1"));
         // 500 and 400 ns each, but chained they stall 800 ns.
-        assert!(plan.validate(700).unwrap_err().contains("chain"));
+        assert!(plan.validate(700).unwrap_err().message.contains("chain"));
     }
 
     #[test]
@@ -328,6 +332,7 @@ mod tests {
         assert!(parse_scenario("[[error]]\nop = \"erase\"\n").is_err());
         assert!(parse_scenario("[[stall]]\nstart = \"0s\"\nduration = \"1m\"\n")
             .unwrap_err()
+            .message
             .contains("stall timeout"));
         assert!(parse_scenario("stall_timeout = \"2m\"\n[[stall]]\nstart = \"0s\"\nduration = \"1m\"\n").is_ok());
         assert!(parse_scenario("[[spike]]\nstart = \"1ms\"\nend = \"1ms\"\nfactor = 2.0\n").is_err());

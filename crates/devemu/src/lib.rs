@@ -18,7 +18,6 @@ pub mod pages;
 pub mod preset;
 pub mod store;
 pub mod table;
-pub mod units;
 
 pub use device::{
     simulate_batch, simulate_batch_with_faults, Completion, Device, Discipline, FcfsDevice, Request, TimeError,
@@ -28,3 +27,8 @@ pub use model::{ChannelSet, DeviceModel, Op, OpTiming, Schedule};
 pub use preset::{parse_spec, preset, EmuSpec, Mechanism, Preset, PRESETS};
 pub use store::RamStore;
 pub use table::{LatencyTable, Pattern};
+
+/// A bad specification, table or scenario: the workspace's error, of kind usage.
+pub(crate) fn usage(message: impl Into<String>) -> smartcon_util::error::Error {
+    smartcon_util::error::Error::new(smartcon_util::error::ErrorKind::Usage, message)
+}

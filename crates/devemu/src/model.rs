@@ -11,22 +11,9 @@
 
 use serde::Serialize;
 
-/// Read or write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Op {
-    Read,
-    Write,
-}
-
-impl Op {
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Read => "read",
-            Op::Write => "write",
-        }
-    }
-}
+/// Read or write: the workspace's one op kind, from the bottom crate. Re-exported because
+/// it is the type of this crate's requests.
+pub use smartcon_util::Op;
 
 /// Timing of one op kind.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -11,7 +11,10 @@ use crate::device::Discipline;
 use crate::hdd::{HddGeometry, HeadState, DESKSTAR_7K320};
 use crate::model::{DeviceModel, Op, OpTiming};
 use crate::table::{LatencyTable, Pattern, SDCARD_ROWS};
-use crate::units::{parse_duration_ns, parse_size};
+use smartcon_util::error::Error;
+use smartcon_util::units::{parse_duration_ns, parse_size};
+
+use crate::usage;
 
 /// How a device computes a request's service time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -238,7 +241,7 @@ pub const REQUEST_NS_MAX: u64 = 10_000_000_000;
 /// Refuses a model on which one request of the largest size takes over [`REQUEST_NS_MAX`]
 /// (`bw=1`: 4 KiB took 4096 s), naming the key to change: the latency key where the fixed
 /// part alone is too long, else the bandwidth key, as the user wrote it.
-fn check_request_time(model: &DeviceModel, keys: &[&str], text: &str) -> Result<(), String> {
+fn check_request_time(model: &DeviceModel, keys: &[&str], text: &str) -> Result<(), Error> {
     for (op, t) in [("read", &model.read), ("write", &model.write)] {
         let transfer_ns = (REQUEST_BYTES_MAX as u128 * 1_000_000_000).div_ceil(t.bandwidth_bytes_per_s.max(1) as u128);
         if t.fixed_ns as u128 + transfer_ns <= REQUEST_NS_MAX as u128 {
@@ -250,11 +253,11 @@ fn check_request_time(model: &DeviceModel, keys: &[&str], text: &str) -> Result<
             (format!("{op}_bw"), "bw", "bandwidth")
         };
         let key = if keys.contains(&own.as_str()) || !keys.contains(&both) { own.as_str() } else { both };
-        return Err(format!(
+        return Err(usage(format!(
             "{key} in {text:?}: a {} MiB {op} would take over {} s ({what} out of range); this is not a storage device",
             REQUEST_BYTES_MAX >> 20,
             REQUEST_NS_MAX / 1_000_000_000
-        ));
+        )));
     }
     Ok(())
 }
@@ -267,14 +270,15 @@ fn check_request_time(model: &DeviceModel, keys: &[&str], text: &str) -> Result<
 /// `speedup` (S of ChN-xS: divides service times), `queue` (fcfs, sjf, priority),
 /// `table` (a latency table file, see [`crate::table`]: the device becomes table-driven).
 /// A latency or bandwidth key turns a table or HDD preset into the fixed model.
-pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
-    let rest =
-        text.strip_prefix("emu:").ok_or_else(|| format!("{text:?} is not an emulated device (expected emu:PRESET)"))?;
+pub fn parse_spec(text: &str) -> Result<EmuSpec, Error> {
+    let rest = text
+        .strip_prefix("emu:")
+        .ok_or_else(|| usage(format!("{text:?} is not an emulated device (expected emu:PRESET)")))?;
     let mut parts = rest.split(',');
     let name = parts.next().unwrap_or("");
     let base = preset(name).ok_or_else(|| {
         let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
-        format!("unknown preset {name:?} in {text:?}; known presets: {}", names.join(", "))
+        usage(format!("unknown preset {name:?} in {text:?}; known presets: {}", names.join(", ")))
     })?;
     let mut model = base.model.clone();
     let mut mechanism = base.mechanism.clone();
@@ -284,16 +288,17 @@ pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
     let mut keys: Vec<&str> = Vec::new();
     let mut faults = None;
     for part in parts {
-        let (key, value) = part.split_once('=').ok_or_else(|| format!("{part:?} in {text:?} is not key=value"))?;
+        let (key, value) =
+            part.split_once('=').ok_or_else(|| usage(format!("{part:?} in {text:?} is not key=value")))?;
         if keys.contains(&key) {
-            return Err(format!("key {key:?} is given twice in {text:?}; give each key once"));
+            return Err(usage(format!("key {key:?} is given twice in {text:?}; give each key once")));
         }
         keys.push(key);
-        let dur = || parse_duration_ns(value).map_err(|e| format!("{key}: {e}"));
-        let bw = || -> Result<u64, String> {
-            let v = parse_size(value).map_err(|e| format!("{key}: {e} (bytes per second)"))?;
+        let dur = || parse_duration_ns(value).map_err(|e| usage(format!("{key}: {e}")));
+        let bw = || -> Result<u64, Error> {
+            let v = parse_size(value).map_err(|e| usage(format!("{key}: {e} (bytes per second)")))?;
             if v == 0 {
-                return Err(format!("{key} must be positive"));
+                return Err(usage(format!("{key} must be positive")));
             }
             Ok(v)
         };
@@ -316,41 +321,41 @@ pub fn parse_spec(text: &str) -> Result<EmuSpec, String> {
             "read_bw" => model.read.bandwidth_bytes_per_s = bw()?,
             "write_bw" => model.write.bandwidth_bytes_per_s = bw()?,
             "channels" => {
-                let v: u32 = value.parse().map_err(|_| format!("channels: {value:?} is not a whole number"))?;
+                let v: u32 = value.parse().map_err(|_| usage(format!("channels: {value:?} is not a whole number")))?;
                 if v == 0 || v > crate::model::CHANNELS_MAX {
-                    return Err(format!("channels must be 1..={}", crate::model::CHANNELS_MAX));
+                    return Err(usage(format!("channels must be 1..={}", crate::model::CHANNELS_MAX)));
                 }
                 model.channels = v;
             }
             "size" => {
-                let v = parse_size(value).map_err(|e| format!("size: {e}"))?;
+                let v = parse_size(value).map_err(|e| usage(format!("size: {e}")))?;
                 if !(1 << 20..=CAPACITY_BYTES_MAX).contains(&v) || v % 4096 != 0 {
-                    return Err(format!(
+                    return Err(usage(format!(
                         "size must be a multiple of 4 KiB between 1 MiB and {} GiB",
                         CAPACITY_BYTES_MAX >> 30
-                    ));
+                    )));
                 }
                 capacity_bytes = v;
             }
             "poll_cost" => model.poll_cost_ns = dur()?,
             "speedup" => {
-                let v: f64 = value.parse().map_err(|_| format!("speedup: {value:?} is not a number"))?;
+                let v: f64 = value.parse().map_err(|_| usage(format!("speedup: {value:?} is not a number")))?;
                 if !(v.is_finite() && (0.001..=1_000_000.0).contains(&v)) {
-                    return Err("speedup must be between 0.001 and 1000000".into());
+                    return Err(usage("speedup must be between 0.001 and 1000000"));
                 }
                 speedup = v;
             }
             "queue" => {
                 discipline = Discipline::parse(value)
-                    .ok_or_else(|| format!("queue: {value:?} is not one of fcfs, sjf, priority"))?;
+                    .ok_or_else(|| usage(format!("queue: {value:?} is not one of fcfs, sjf, priority")))?;
             }
             "table" => mechanism = Mechanism::Table(LatencyTable::load(value)?),
             "faults" => faults = Some(std::sync::Arc::new(crate::fault::load_scenario(std::path::Path::new(value))?)),
             _ => {
-                return Err(format!(
+                return Err(usage(format!(
                     "unknown key {key:?} in {text:?}; keys: lat, read_lat, write_lat, bw, read_bw, write_bw, \
                      channels, size, poll_cost, speedup, queue, table, faults"
-                ))
+                )))
             }
         }
     }
@@ -401,7 +406,7 @@ mod tests {
         assert_eq!(s.pattern_service_ns(Op::Read, Pattern::Sequential, 512), 950);
         assert!(parse_spec("emu:sdcard,speedup=0").is_err());
         assert!(parse_spec("emu:sdcard,queue=lifo").is_err());
-        assert!(parse_spec("emu:sdcard,table=/nonexistent.csv").unwrap_err().contains("cannot read"));
+        assert!(parse_spec("emu:sdcard,table=/nonexistent.csv").unwrap_err().message.contains("cannot read"));
         // A latency override turns the table device into the fixed model.
         assert_eq!(parse_spec("emu:sdcard,lat=1us").unwrap().mechanism, Mechanism::Fixed);
     }
@@ -412,8 +417,8 @@ mod tests {
         assert_eq!(s.model.channels, 1);
         assert_eq!(s.model.read.fixed_ns, 5_000);
         assert_eq!(s.capacity_bytes, 64 << 20);
-        assert!(parse_spec("emu:floppy").unwrap_err().contains("unknown preset"));
-        assert!(parse_spec("emu:nvme,speed=9").unwrap_err().contains("unknown key"));
+        assert!(parse_spec("emu:floppy").unwrap_err().message.contains("unknown preset"));
+        assert!(parse_spec("emu:nvme,speed=9").unwrap_err().message.contains("unknown key"));
         assert!(parse_spec("emu:nvme,channels=0").is_err());
         assert!(parse_spec("emu:nvme,lat=fast").is_err());
         assert!(parse_spec("emu:nvme,size=100").is_err());
@@ -424,14 +429,14 @@ mod tests {
     /// request takes hours is refused naming the key, as `lat` over 10 s always was.
     #[test]
     fn duplicate_keys_and_absurd_request_times_are_refused_naming_the_key() {
-        let e = parse_spec("emu:optane,lat=1us,lat=2us").unwrap_err();
+        let e = parse_spec("emu:optane,lat=1us,lat=2us").unwrap_err().message;
         assert!(e.contains("\"lat\"") && e.contains("twice"), "{e}");
-        let e = parse_spec("emu:optane,bw=1").unwrap_err();
+        let e = parse_spec("emu:optane,bw=1").unwrap_err().message;
         assert!(e.starts_with("read_bw") || e.starts_with("bw"), "{e}");
         assert!(e.contains("bw") && e.contains("not a storage device"), "{e}");
-        assert!(parse_spec("emu:optane,write_bw=1k").unwrap_err().starts_with("write_bw"));
-        assert!(parse_spec("emu:optane,lat=11s").unwrap_err().starts_with("lat in"));
-        assert!(parse_spec("emu:optane,read_lat=11s").unwrap_err().starts_with("read_lat"));
+        assert!(parse_spec("emu:optane,write_bw=1k").unwrap_err().message.starts_with("write_bw"));
+        assert!(parse_spec("emu:optane,lat=11s").unwrap_err().message.starts_with("lat in"));
+        assert!(parse_spec("emu:optane,read_lat=11s").unwrap_err().message.starts_with("read_lat"));
         // Slow but sane models stay accepted: 5 s per request, a 16 MB/s disk.
         assert!(parse_spec("emu:optane,lat=5s").is_ok());
         assert!(parse_spec("emu:hdd,bw=16m").is_ok());

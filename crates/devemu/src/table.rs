@@ -24,7 +24,10 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use crate::model::Op;
-use crate::units::{parse_duration_ns, parse_size};
+use smartcon_util::error::{Error, ErrorKind};
+use smartcon_util::units::{parse_duration_ns, parse_size};
+
+use crate::usage;
 
 /// Random or sequential: sequential means the request starts where the previous request on
 /// its stream ended.
@@ -91,18 +94,18 @@ impl LatencyTable {
     }
 
     /// Checks the invariants the lookup relies on.
-    pub fn validate(rows: &[TableRow]) -> Result<(), String> {
+    pub fn validate(rows: &[TableRow]) -> Result<(), Error> {
         if rows.is_empty() {
-            return Err("a latency table needs at least one row".into());
+            return Err(usage("a latency table needs at least one row"));
         }
         for pair in rows.windows(2) {
             if pair[1].size_bytes <= pair[0].size_bytes {
-                return Err(format!("row sizes must grow: {} after {}", pair[1].size_bytes, pair[0].size_bytes));
+                return Err(usage(format!("row sizes must grow: {} after {}", pair[1].size_bytes, pair[0].size_bytes)));
             }
         }
         for r in rows {
             if r.size_bytes == 0 || r.latency_ns.contains(&0) {
-                return Err(format!("row {}: sizes and latencies must be positive", r.size_bytes));
+                return Err(usage(format!("row {}: sizes and latencies must be positive", r.size_bytes)));
             }
         }
         Ok(())
@@ -135,7 +138,7 @@ impl LatencyTable {
     }
 
     /// Parses the CSV text format (see the module header). Errors name the line.
-    pub fn parse_csv(text: &str) -> Result<LatencyTable, String> {
+    pub fn parse_csv(text: &str) -> Result<LatencyTable, Error> {
         let mut rows = Vec::new();
         for (index, raw) in text.lines().enumerate() {
             let line_number = index + 1;
@@ -148,15 +151,15 @@ impl LatencyTable {
                 continue; // the header
             }
             if fields.len() != 5 {
-                return Err(format!(
+                return Err(usage(format!(
                     "line {line_number}: expected 5 fields (size and four latencies), got {}",
                     fields.len()
-                ));
+                )));
             }
-            let size_bytes = parse_size(fields[0]).map_err(|e| format!("line {line_number}: {e}"))?;
+            let size_bytes = parse_size(fields[0]).map_err(|e| usage(format!("line {line_number}: {e}")))?;
             let mut latency_ns = [0u64; 4];
             for (slot, field) in latency_ns.iter_mut().zip(&fields[1..]) {
-                *slot = parse_duration_ns(field).map_err(|e| format!("line {line_number}: {e}"))?;
+                *slot = parse_duration_ns(field).map_err(|e| usage(format!("line {line_number}: {e}")))?;
             }
             rows.push(TableRow { size_bytes, latency_ns });
         }
@@ -165,10 +168,10 @@ impl LatencyTable {
     }
 
     /// Loads a table file.
-    pub fn load(path: &str) -> Result<LatencyTable, String> {
+    pub fn load(path: &str) -> Result<LatencyTable, Error> {
         let text = smartcon_util::paths::read_text(std::path::Path::new(path))
-            .map_err(|e| format!("cannot read latency table {path}: {e}"))?;
-        Self::parse_csv(&text).map_err(|e| format!("{path}: {e}"))
+            .map_err(|e| Error::with_source(ErrorKind::Usage, format!("cannot read latency table {path}"), e))?;
+        Self::parse_csv(&text).map_err(|e| Error { message: format!("{path}: {}", e.message), ..e })
     }
 }
 
@@ -203,9 +206,9 @@ mod tests {
         assert_eq!(t.rows.len(), 2);
         assert_eq!(t.rows[0], SDCARD_ROWS[0]);
         assert_eq!(t.rows[1], SDCARD_ROWS[3]);
-        let bad = LatencyTable::parse_csv("512,1us,1us,1us\n").unwrap_err();
+        let bad = LatencyTable::parse_csv("512,1us,1us,1us\n").unwrap_err().message;
         assert!(bad.starts_with("line 1:"), "{bad}");
-        let bad = LatencyTable::parse_csv("512,1us,1us,1us,1us\n\n256,1us,1us,1us,fast\n").unwrap_err();
+        let bad = LatencyTable::parse_csv("512,1us,1us,1us,1us\n\n256,1us,1us,1us,fast\n").unwrap_err().message;
         assert!(bad.starts_with("line 3:"), "{bad}");
         assert!(LatencyTable::parse_csv("4k,1us,1us,1us,1us\n512,1us,1us,1us,1us\n").is_err());
         assert!(LatencyTable::parse_csv("# nothing\n").is_err());

@@ -81,7 +81,7 @@ impl Shared {
     pub fn new(spec: &EmuSpec, size_bytes: u64, fifo: bool) -> Result<Arc<Shared>, Error> {
         let mut spec = spec.clone();
         spec.capacity_bytes = size_bytes;
-        let device = FcfsDevice::new(spec).map_err(|e| Error::new(ErrorKind::Usage, e))?;
+        let device = FcfsDevice::new(spec)?;
         let store = RamStore::new(size_bytes as usize)
             .map_err(|e| Error::new(ErrorKind::Setup, format!("cannot map the {size_bytes}-byte RAM store: {e}")))?;
         Ok(Arc::new(Shared {

@@ -3,14 +3,14 @@
 //! targets (`emu:PRESET,faults=FILE`) read the same files as the virtual-time replay.
 
 use smartcon_devemu::FaultPlan;
-use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::error::Error;
 
 /// Parses a scenario and validates it.
 pub fn parse(text: &str) -> Result<FaultPlan, Error> {
-    smartcon_devemu::fault::parse_scenario(text).map_err(|m| Error::new(ErrorKind::Usage, m))
+    smartcon_devemu::fault::parse_scenario(text)
 }
 
 /// Reads and parses a scenario file (the message names it).
 pub fn load(path: &std::path::Path) -> Result<FaultPlan, Error> {
-    smartcon_devemu::fault::load_scenario(path).map_err(|m| Error::new(ErrorKind::Usage, m))
+    smartcon_devemu::fault::load_scenario(path)
 }

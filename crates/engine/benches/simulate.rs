@@ -12,7 +12,7 @@ use smartcon_engine::clock::thread_cpu_ns;
 use smartcon_engine::host::HostModel;
 use smartcon_engine::job::{JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::sim::{run_cell, SimConfig};
-use smartcon_engine::Op;
+use smartcon_util::Op;
 
 fn main() {
     let spec = smartcon_devemu::parse_spec("emu:optane").unwrap();

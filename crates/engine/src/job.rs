@@ -15,8 +15,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use smartcon_devemu::Op;
 use smartcon_util::rng::Rng;
+use smartcon_util::Op;
 
 use crate::clock::{now_ns, tighten_timer_slack};
 use crate::decision::Strategy;

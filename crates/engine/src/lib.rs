@@ -27,6 +27,4 @@ pub mod target;
 pub mod verify;
 pub mod wait;
 
-pub use smartcon_devemu as devemu;
-pub use smartcon_devemu::Op;
 pub mod placement;

@@ -474,7 +474,7 @@ mod tests {
 
     use super::*;
     use crate::decision::DeviceState;
-    use smartcon_devemu::Op;
+    use smartcon_util::Op;
 
     /// A wait policy that fails (or panics) at once, leaving its request in flight.
     struct Broken {

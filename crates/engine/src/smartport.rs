@@ -37,7 +37,7 @@ use crate::profile::{profile_path, Profile};
 use crate::target::file::{describe_fd, FilePort};
 use crate::target::{DeviceQueue, InFlight, IoBuf, Port, PortWait, Target};
 use crate::wait::{self, PollParams, WaitPolicy};
-use crate::Op;
+use smartcon_util::Op;
 
 pub use crate::job::StrategyChoice;
 

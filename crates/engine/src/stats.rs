@@ -16,7 +16,7 @@ use crate::job::{JobSpec, Pattern, StrategyChoice};
 use crate::profile::Profile;
 use crate::target::Target;
 use crate::wait::Waited;
-use crate::Op;
+use smartcon_util::Op;
 
 /// Resource usage of the calling thread.
 #[derive(Debug, Clone, Copy, Default)]

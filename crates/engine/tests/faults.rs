@@ -16,7 +16,7 @@ use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::Profile;
 use smartcon_engine::target::{self, AlignedBuf, OpenOptions, Target};
-use smartcon_engine::Op;
+use smartcon_util::Op;
 
 fn ring_available() -> bool {
     match smartcon_engine::ring::Ring::new() {

@@ -13,7 +13,7 @@ use smartcon_engine::placement::{
     current_affinity, current_cpu, online_cpu_ids, pin_current_thread, pinned_split, Placement,
 };
 use smartcon_engine::target::{self, OpenOptions};
-use smartcon_engine::Op;
+use smartcon_util::Op;
 
 /// The CPUs this process may run on: the test thread's mask, inherited from the process
 /// (no test here pins its own test thread, only threads it spawns).

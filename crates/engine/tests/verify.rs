@@ -9,7 +9,7 @@ use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::Profile;
 use smartcon_engine::target::{self, OpenOptions, Target};
-use smartcon_engine::Op;
+use smartcon_util::Op;
 
 fn strategies() -> Vec<StrategyChoice> {
     vec![

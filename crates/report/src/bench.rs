@@ -2,9 +2,9 @@
 //! switches and decisions, then the emulation accuracy of the worst cell and the profiles
 //! smart used.
 
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::StrategyChoice;
 use smartcon_engine::stats::JobResult;
+use smartcon_util::units::{format_ns, format_size};
 
 use crate::printers::iops;
 use crate::table::Table;

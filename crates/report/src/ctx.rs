@@ -6,7 +6,7 @@ use std::path::Path;
 
 use smartcon_ctxcost::report::AGREEMENT_RANGE;
 use smartcon_ctxcost::HostProfile;
-use smartcon_engine::devemu::units::format_size;
+use smartcon_util::units::format_size;
 
 use crate::{plot, Result};
 

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use smartcon_cachesim::ets::{SummaryRecord, SweepRecord, TaskRecord};
 use smartcon_cachesim::policy::PolicyKind;
-use smartcon_engine::devemu::units::format_size;
+use smartcon_util::units::format_size;
 
 use crate::plot;
 use crate::Result;

@@ -7,7 +7,6 @@
 
 use std::path::Path;
 
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::StrategyChoice;
 use smartcon_study::evaluate::host::HostRecord;
 use smartcon_study::evaluate::judge::{
@@ -15,6 +14,7 @@ use smartcon_study::evaluate::judge::{
 };
 use smartcon_study::evaluate::plan::Plan;
 use smartcon_study::evaluate::{run, Cell, Load, MachineRecord, Workload};
+use smartcon_util::units::{format_ns, format_size};
 
 use crate::html::escape;
 use crate::plot::{bar_chart, line_chart, scatter_chart, BarChart, LineChart, ScatterChart, Series};

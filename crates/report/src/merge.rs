@@ -1,8 +1,8 @@
 //! Rendering of the temporal-merge study (`smartcon_study::merge_bench`): the text table of
 //! `smartcon merge-bench` and the bar chart of paper 002, Fig. 4. Non-goal: measuring.
 
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_study::merge_bench::{serialized_of, MergePlan, Row};
+use smartcon_util::units::{format_ns, format_size};
 use smartcon_workloads::merge::MergeConfig;
 
 use crate::plot;

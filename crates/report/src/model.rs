@@ -6,9 +6,9 @@ use std::fmt::Write;
 use std::path::Path;
 
 use smartcon_ctxcost::HostProfile;
-use smartcon_engine::devemu::units::format_ns;
 use smartcon_model::report::Report;
 use smartcon_model::{calibrate, DeviceLatency, Model, PMemReading, RatioForm};
+use smartcon_util::units::format_ns;
 
 use crate::{plot, Error, ErrorKind, Result};
 

@@ -3,10 +3,10 @@
 //! and the study's part of summary.md with its plots. The measuring and every number are in
 //! the study crate; this file only turns them into text and SVG.
 
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_study::merge_bench::ratios;
 use smartcon_study::polling::{find, StudyRun, LOAD_BM_ONLY, SWEEP_POLL_COST_NS, WORKLOAD_POLLING, WORKLOAD_SWEEP};
 pub use smartcon_study::polling::{hybrid_checks, sweeps, HybridCheck, Study, StudyPlan, SweepRecord};
+use smartcon_util::units::{format_ns, format_size};
 
 use crate::merge::draw as draw_merge;
 use crate::plot::{bar_chart, line_chart, BarChart, LineChart, Series};

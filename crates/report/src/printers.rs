@@ -1,8 +1,8 @@
 //! Human printers for engine results. JSON output is the serde form of the same records
 //! (see docs/json.md); these only format.
 
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::stats::JobResult;
+use smartcon_util::units::{format_ns, format_size};
 
 fn thousands(n: f64) -> String {
     let s = format!("{:.0}", n);

@@ -1,9 +1,9 @@
 //! The Device Monitor probe's table: per op and size, latency and CPU per strategy and
 //! spin's gain, then the thresholds the rules drew from them and why.
 
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::profile::{self, rules};
 use smartcon_study::probe::{queue_points_of, ProbeOutcome, QUEUE_PROBE_BS_BYTES};
+use smartcon_util::units::{format_ns, format_size};
 
 use crate::table::Table;
 

@@ -12,10 +12,10 @@
 use std::path::Path;
 
 use plotters::style::RGBColor;
-use smartcon_engine::devemu::units::format_size;
 use smartcon_engine::job::StrategyChoice;
 use smartcon_study::evaluate::judge::{judge_cells, Axis, JudgedCell, LostCell};
 use smartcon_study::evaluate::{Cell, Load, Workload};
+use smartcon_util::units::format_size;
 
 use crate::html::escape;
 use crate::plot::{grid_chart, GridChart};

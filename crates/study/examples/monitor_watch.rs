@@ -16,7 +16,7 @@ use smartcon_engine::job::{run_job, JobSpec};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::smartport::StrategyChoice;
 use smartcon_engine::target::{open, parse_target, OpenOptions};
-use smartcon_engine::Op;
+use smartcon_util::Op;
 use smartcon_workloads::load::{CpuLoad, IoLoad};
 
 fn main() {

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use smartcon_engine::decision::Strategy;
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::error::Error;
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
@@ -17,7 +16,8 @@ use smartcon_engine::profile::Profile;
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::Target;
 use smartcon_engine::wait::PollParams;
-use smartcon_engine::Op;
+use smartcon_util::units::{format_ns, format_size};
+use smartcon_util::Op;
 
 use crate::{Event, Progress};
 

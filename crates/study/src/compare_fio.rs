@@ -22,7 +22,7 @@ use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::placement::format_cpu_list;
 use smartcon_engine::profile::Profile;
 use smartcon_engine::target::Target;
-use smartcon_engine::Op;
+use smartcon_util::Op;
 
 /// One run of either tool.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -35,8 +35,8 @@ use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMU
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::{online_cpus, HostWaitCost, Profile};
 use smartcon_engine::target::{self, OpenOptions, TargetSpec};
-use smartcon_engine::Op;
 use smartcon_util::stats::{median, PairedRatio};
+use smartcon_util::Op;
 
 use crate::{turn_order, Event, Progress};
 

@@ -17,7 +17,7 @@ use serde::Serialize;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::Pattern;
 use smartcon_engine::wait::PollParams;
-use smartcon_engine::Op;
+use smartcon_util::Op;
 use smartcon_workloads::merge::job::{run_merge_job, MergeJobResult, MergeJobSpec};
 use smartcon_workloads::merge::{MergeConfig, MergeDevice, Polling, MERGE_PAGES_MAX, THREADS_MAX};
 
@@ -67,7 +67,7 @@ impl MergePlan {
         self.prepare().map(|_| ())
     }
 
-    fn prepare(&self) -> Result<(smartcon_engine::devemu::EmuSpec, u64), Error> {
+    fn prepare(&self) -> Result<(smartcon_devemu::EmuSpec, u64), Error> {
         let usage = |m: String| Error::new(ErrorKind::Usage, m);
         if !self.target.starts_with("emu:") {
             return Err(usage(format!(
@@ -75,7 +75,7 @@ impl MergePlan {
                 self.target
             )));
         }
-        let spec = smartcon_engine::devemu::parse_spec(&self.target).map_err(usage)?;
+        let spec = smartcon_devemu::parse_spec(&self.target)?;
         if self.threads == 0 || self.threads as usize > THREADS_MAX {
             return Err(usage(format!("--threads must be 1..={THREADS_MAX}")));
         }

@@ -14,15 +14,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use smartcon_engine::decision::Strategy;
-use smartcon_engine::devemu::units::format_ns;
-use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::error::Error;
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::{online_cpus, Profile};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target};
 use smartcon_engine::wait::PollParams;
-use smartcon_engine::Op;
+use smartcon_util::units::format_ns;
+use smartcon_util::Op;
 use smartcon_workloads::load::CpuLoad;
 use smartcon_workloads::merge::job::{run_merge_job, MergeJobSpec};
 use smartcon_workloads::merge::{MergeConfig, MergeDevice};
@@ -498,7 +498,7 @@ fn run_merges(
     stop: &AtomicBool,
     progress: &mut impl FnMut(&str),
 ) -> Result<Vec<Row>, Error> {
-    let spec = smartcon_engine::devemu::parse_spec(&plan.merge_target).map_err(|e| Error::new(ErrorKind::Usage, e))?;
+    let spec = smartcon_devemu::parse_spec(&plan.merge_target)?;
     let mut rows = Vec::new();
     for &op in &plan.merge_ops {
         for c in configs {

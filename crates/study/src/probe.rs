@@ -31,7 +31,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use smartcon_engine::decision::Strategy;
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
@@ -39,7 +38,8 @@ use smartcon_engine::placement::format_cpu_list;
 use smartcon_engine::profile::{self, rules, HostWaitCost, LatencyPoint, Profile, PROFILE_VERSION};
 use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::{self, OpenOptions, Target};
-use smartcon_engine::Op;
+use smartcon_util::units::{format_ns, format_size};
+use smartcon_util::Op;
 
 use crate::{stopping_scope, turn_order, Event, Progress};
 

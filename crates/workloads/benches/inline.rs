@@ -22,12 +22,12 @@ use std::sync::Arc;
 
 use criterion::{black_box, Criterion};
 use smartcon_engine::decision::{DeviceClass, Strategy};
-use smartcon_engine::devemu::Op;
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::Profile;
 use smartcon_engine::smartport::{SmartPortOptions, SmartTargetPort};
 use smartcon_engine::target::{self, AlignedBuf, OpenOptions, Target, TargetSpec};
+use smartcon_util::Op;
 use smartcon_workloads::blockdev::{self, ZramDevice};
 
 const SIZE_BYTES: u64 = 64 << 20;

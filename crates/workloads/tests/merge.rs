@@ -8,13 +8,13 @@
 
 use std::sync::atomic::AtomicBool;
 
-use smartcon_engine::devemu::parse_spec;
+use smartcon_devemu::parse_spec;
 use smartcon_engine::error::ErrorKind;
 use smartcon_engine::job::Pattern;
 use smartcon_engine::target::AlignedBuf;
 use smartcon_engine::verify;
 use smartcon_engine::wait::PollParams;
-use smartcon_engine::Op;
+use smartcon_util::Op;
 use smartcon_workloads::merge::job::{run_merge_job, MergeJobSpec};
 use smartcon_workloads::merge::{MergeConfig, MergeDevice, Polling, PAGE_BYTES};
 

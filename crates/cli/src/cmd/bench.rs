@@ -26,8 +26,8 @@ use smartcon_engine::stats::JobResult;
 use smartcon_engine::target::TargetSpec;
 use smartcon_engine::target::{self, OpenOptions};
 use smartcon_engine::wait::PollParams;
-use smartcon_engine::Op;
 use smartcon_study::bench::{BenchPlan, BenchTarget};
+use smartcon_util::Op;
 use smartcon_workloads::load::CpuLoad;
 
 use crate::common::{emit_json, interrupt_flag, interrupted, on_event, progress_bar};

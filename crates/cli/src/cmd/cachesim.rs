@@ -15,7 +15,7 @@ use smartcon_cachesim::geometry::Geometry;
 use smartcon_cachesim::hierarchy::{HierarchyConfig, Mode};
 use smartcon_cachesim::policy::PolicyKind;
 use smartcon_cachesim::study::{simulate, CachesimRecord};
-use smartcon_devemu::units::{format_size, parse_size};
+use smartcon_util::units::{format_size, parse_size};
 
 use crate::common;
 

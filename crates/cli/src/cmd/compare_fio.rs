@@ -7,12 +7,12 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::{JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::placement::Placement;
 use smartcon_engine::target::{self, OpenOptions, TargetSpec};
-use smartcon_engine::Op;
 use smartcon_study::compare_fio::{fio_available, ComparePlan, TempFile};
+use smartcon_util::units::{format_ns, format_size};
+use smartcon_util::Op;
 
 use crate::common::{emit_json, interrupt_flag};
 use crate::engine_setup::*;

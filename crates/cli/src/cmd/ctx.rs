@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use smartcon_ctxcost::Plan;
-use smartcon_devemu::units::parse_size;
+use smartcon_util::units::parse_size;
 
 use crate::common;
 use crate::paths::{Existing, OutFile};

@@ -3,9 +3,10 @@
 use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
-use smartcon_engine::devemu::units::{format_ns, format_size};
-use smartcon_engine::devemu::{Op, PRESETS};
+use smartcon_devemu::PRESETS;
 use smartcon_engine::target::{emu::EmuTarget, Target};
+use smartcon_util::units::{format_ns, format_size};
+use smartcon_util::Op;
 
 use crate::common::emit_json;
 use crate::table::Table;
@@ -48,7 +49,7 @@ pub fn run(args: DevicesArgs) -> Result<()> {
         "what it is",
     ]);
     for p in PRESETS {
-        let spec = smartcon_engine::devemu::parse_spec(&format!("emu:{}", p.name)).expect("preset parses");
+        let spec = smartcon_devemu::parse_spec(&format!("emu:{}", p.name)).expect("preset parses");
         let t = EmuTarget::new(spec)?;
         let prof = t.builtin_profile().expect("emulated devices have built-in profiles");
         let m = &p.model;

@@ -10,8 +10,8 @@ use smartcon_emulate::replay::{replay_closed, replay_trace, ClosedLoop, Hooks, V
 use smartcon_emulate::trace::{TraceFormat, TraceOptions, TraceReader, REORDER_WINDOW_DEFAULT};
 use smartcon_emulate::{replay_result, scenario, ReplayResult};
 use smartcon_engine::decision::Strategy;
-use smartcon_engine::devemu::units::{format_ns, format_size};
 use smartcon_engine::job::Pattern;
+use smartcon_util::units::{format_ns, format_size};
 
 use crate::common::{emit_json, progress_bar};
 use crate::engine_setup::{engine_err, parse_duration_arg, parse_op, parse_pattern, parse_size_arg};
@@ -184,7 +184,7 @@ struct ReplayPoint {
 fn replay_points(args: &ReplayArgs) -> Result<Vec<ReplayPoint>> {
     let mut devices = Vec::new();
     for d in &args.device {
-        smartcon_engine::devemu::parse_spec(d).map_err(|e| anyhow::anyhow!("--device {d}: {e}"))?;
+        smartcon_devemu::parse_spec(d).map_err(|e| anyhow::anyhow!("--device {d}: {e}"))?;
         if args.channels.is_empty() {
             devices.push(d.clone());
         } else if d.split(',').any(|kv| kv.starts_with("channels=")) {
@@ -277,7 +277,7 @@ fn vm(a: VmArgs) -> Result<()> {
     }
     use smartcon_emulate::vm::{self, Fs, VmOptions};
     let mut spec = a.spec.clone();
-    let parsed = smartcon_engine::devemu::parse_spec(&spec).map_err(anyhow::Error::msg)?;
+    let parsed = smartcon_devemu::parse_spec(&spec).map_err(anyhow::Error::msg)?;
     let has_size = spec.split(',').skip(1).any(|kv| kv.starts_with("size="));
     match (&a.size, has_size) {
         (Some(_), true) => bail!("give the size once: --size or size= in the spec"),
@@ -330,7 +330,7 @@ fn mount(a: MountArgs) -> Result<()> {
     if !std::fs::metadata(&a.dir).is_ok_and(|m| m.is_dir()) {
         anyhow::bail!("{}: not a directory (the mount point must exist)", smartcon_util::paths::escape(&a.dir));
     }
-    let spec = smartcon_engine::devemu::parse_spec(&a.spec).map_err(anyhow::Error::msg)?;
+    let spec = smartcon_devemu::parse_spec(&a.spec).map_err(anyhow::Error::msg)?;
     if a.detach {
         let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).filter(|x| x != "--detach").collect();
         let (record, log) = mount::spawn_detached(&std::env::current_exe()?, &args).map_err(engine_err)?;
@@ -418,7 +418,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
 }
 
 fn replay_one(args: &ReplayArgs, point: &ReplayPoint, show_progress: bool) -> Result<ReplayResult> {
-    let spec = smartcon_engine::devemu::parse_spec(&point.device).map_err(anyhow::Error::msg)?;
+    let spec = smartcon_devemu::parse_spec(&point.device).map_err(anyhow::Error::msg)?;
     let strategy = match args.strategy.as_str() {
         "block" => Strategy::Block,
         "spin" => Strategy::Spin,

@@ -24,7 +24,7 @@ use smartcon_cachesim::policy::PolicyKind;
 use smartcon_cachesim::sched::TaskSpec;
 use smartcon_cachesim::study::{simulate, CrosscheckRecord};
 use smartcon_cachesim::ErrorKind;
-use smartcon_devemu::units::parse_size;
+use smartcon_util::units::parse_size;
 
 use crate::cmd::cachesim::{parse_geometry, parse_line, parse_policy};
 use crate::common;

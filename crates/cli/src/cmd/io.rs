@@ -4,7 +4,7 @@ use anyhow::Result;
 use clap::Args;
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::target::{self, OpenOptions};
-use smartcon_engine::Op;
+use smartcon_util::Op;
 
 use crate::common::{emit_json, interrupt_flag};
 use crate::engine_setup::*;

@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use smartcon_engine::wait::PollParams;
-use smartcon_engine::Op;
 use smartcon_report::merge::{draw, table};
 use smartcon_study::merge_bench::{ratio_mean, summary, MergePlan, MergeProgress, MergeRecord};
+use smartcon_util::Op;
 
 use crate::common::{emit_json, interrupt_flag, progress_bar};
 use crate::engine_setup::*;

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Result};
 use smartcon_ctxcost::HostProfile;
-use smartcon_devemu::units::parse_duration_ns;
 use smartcon_model::report::{self, Report};
 use smartcon_model::{calibrate, paper_devices, Device, DeviceLatency, Interpretation, Model, PMemReading, RatioForm};
+use smartcon_util::units::parse_duration_ns;
 
 use crate::common;
 use smartcon_report::model as model_report;

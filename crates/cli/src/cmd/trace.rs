@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use smartcon_cachesim::capture::capture;
 use smartcon_cachesim::synth::{records_for, Synth, SynthKind};
 use smartcon_cachesim::trace::{convert_lackey_file_until, write_trace_file};
-use smartcon_devemu::units::{format_size, parse_size};
+use smartcon_util::units::{format_size, parse_size};
 
 use crate::common;
 use crate::paths::{Existing, OutFile};

@@ -44,7 +44,8 @@
 
 use std::sync::Mutex;
 
-use smartcon_devemu::{units::format_size, EmuSpec, FcfsDevice, Op, RamStore};
+use smartcon_devemu::{EmuSpec, FcfsDevice, RamStore};
+use smartcon_util::{units::format_size, Op};
 
 use super::{InFlight, IoBuf, Port, PortWait, Target, WaitOutcome};
 use crate::clock::{self, sleep_then_spin_until, SharedTime, Time};
@@ -194,8 +195,7 @@ impl EmuTarget {
         let device = match &spec.faults {
             Some(plan) => FcfsDevice::with_faults(spec.clone(), (**plan).clone(), origin_ns),
             None => FcfsDevice::new(spec.clone()),
-        }
-        .map_err(|e| Error::new(ErrorKind::Usage, e))?;
+        }?;
         Ok(EmuTarget {
             channels: Mutex::new(device),
             spec,

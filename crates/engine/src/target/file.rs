@@ -18,7 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use smartcon_devemu::units::format_size;
+use smartcon_util::units::format_size;
 
 use std::sync::Arc;
 

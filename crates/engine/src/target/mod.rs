@@ -18,7 +18,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub use buffer::AlignedBuf;
-use smartcon_devemu::{units, EmuSpec, Op};
+use smartcon_devemu::EmuSpec;
+use smartcon_util::{units, Op};
 
 use crate::decision::{DeviceState, Strategy};
 use crate::error::{Error, ErrorKind};
@@ -39,7 +40,7 @@ pub const TEMP_BYTES_MAX: u64 = 64 << 30;
 /// Parses a `--target` argument.
 pub fn parse_target(text: &str) -> Result<TargetSpec, Error> {
     if text.starts_with("emu:") {
-        return smartcon_devemu::parse_spec(text).map(TargetSpec::Emu).map_err(|e| Error::new(ErrorKind::Usage, e));
+        return smartcon_devemu::parse_spec(text).map(TargetSpec::Emu);
     }
     if let Some(rest) = text.strip_prefix("tmp:") {
         let (size, dir) = match rest.split_once('@') {

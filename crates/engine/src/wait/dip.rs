@@ -78,7 +78,7 @@ mod tests {
     use crate::decision::DeviceState;
     use crate::wait::fixed::FixedInterval;
     use crate::wait::virt::VirtualDevice;
-    use smartcon_devemu::Op;
+    use smartcon_util::Op;
 
     const PARAMS: PollParams = PollParams { interval_ns: 1_000, alpha_ns: 100, sampling_ns: 1_000_000 };
 

@@ -29,7 +29,7 @@ mod tests {
     use super::*;
     use crate::decision::DeviceState;
     use crate::wait::virt::VirtualDevice;
-    use smartcon_devemu::Op;
+    use smartcon_util::Op;
 
     fn pending() -> Pending {
         Pending { op: Op::Read, bytes: 4096, ahead: DeviceState::default(), submit_ns: 0 }

@@ -9,7 +9,7 @@
 
 use super::{poll_every, Pending, Status, WaitPolicy, Waited};
 use crate::error::Error;
-use smartcon_devemu::Op;
+use smartcon_util::Op;
 
 /// The statistics window of the kernel's poll stats callback.
 pub const WINDOW_NS: u64 = 100_000_000;

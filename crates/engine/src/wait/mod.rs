@@ -41,8 +41,8 @@ pub mod iopoll;
 pub mod pas;
 pub mod predictor;
 
-use smartcon_devemu::units::format_ns;
-use smartcon_devemu::Op;
+use smartcon_util::units::format_ns;
+use smartcon_util::Op;
 
 use crate::decision::{DeviceState, Strategy};
 use crate::error::{Error, ErrorKind};

@@ -52,7 +52,7 @@
 
 use super::{Pending, Status, WaitPolicy, Waited};
 use crate::error::Error;
-use smartcon_devemu::Op;
+use smartcon_util::Op;
 
 /// `adj`, `up` and `dn` are fractions in millionths (the patch's `div`).
 pub const DIV: i64 = 1_000_000;

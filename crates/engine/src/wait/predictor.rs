@@ -26,7 +26,7 @@
 //! Non-goals: per-offset or per-thread models; prediction of stalls (they are rare and are
 //! handled by polling at alpha until the request is done).
 
-use smartcon_devemu::Op;
+use smartcon_util::Op;
 
 /// Size classes: 2^0 .. 2^27 bytes (job sizes stop at 64 MiB).
 const SIZE_CLASSES: usize = 28;

@@ -8,8 +8,8 @@
 
 use serde::Serialize;
 use smartcon_engine::decision::{DeviceClass, Strategy};
-use smartcon_engine::devemu::units::format_size;
 use smartcon_engine::job::StrategyChoice;
+use smartcon_util::units::format_size;
 
 use super::{Cell, Load, Workload};
 

@@ -97,7 +97,7 @@ pub struct Session {
 /// `loop:SIZE`, `zram:SIZE` and `loopfs:SIZE` create a device for the run (root only).
 fn ramdisk(text: &str) -> Result<Option<Ramdisk>, Error> {
     let Some((kind @ ("loop" | "zram" | "loopfs"), size)) = text.split_once(':') else { return Ok(None) };
-    let size = smartcon_engine::devemu::units::parse_size(size)
+    let size = smartcon_util::units::parse_size(size)
         .map_err(|e| Error::new(ErrorKind::Usage, format!("target {text}: {e}")))?;
     Ok(Some(match kind {
         "loop" => Ramdisk::Loop(blockdev::LoopDevice::create(size)?),
@@ -188,7 +188,7 @@ fn check_fits(plan: &Plan, target: &dyn Target, name: &str, span: u64) -> Result
         js.validate(target)
             .map_err(|e| context(e, &format!("target {name} is too small or misaligned for the workload")))?;
         if span < ph.bs_bytes * plan.io_workers as u64 * 2 {
-            let size = smartcon_engine::devemu::units::format_size;
+            let size = smartcon_util::units::format_size;
             let m = format!(
                 "target {name} ({}) is too small for {} I/O load workers of {}",
                 size(span),
@@ -399,7 +399,7 @@ fn run_cell(
                 load.name(),
                 o.target.label(),
                 w.name(),
-                smartcon_engine::devemu::units::format_size(cellplan.bs_bytes),
+                smartcon_util::units::format_size(cellplan.bs_bytes),
                 strategy.name(),
                 round + 1,
             )));

@@ -78,7 +78,8 @@ use std::sync::Mutex;
 use std::thread::Thread;
 
 use smartcon_devemu::pages::{self, PageTransfer};
-use smartcon_devemu::{units::format_size, ChannelSet, DeviceModel, EmuSpec, Op, RamStore};
+use smartcon_devemu::{ChannelSet, DeviceModel, EmuSpec, Op, RamStore};
+use smartcon_util::units::format_size;
 
 use smartcon_engine::clock::{now_ns, sleep_until_ns, spin_until_ns};
 use smartcon_engine::decision::{DeviceState, Strategy};
