@@ -157,8 +157,7 @@ pub fn preset_row(host: &HostModel, plan: &TablePlan) -> Result<PresetRow, Error
     ];
     let mut cells = Vec::new();
     for t in &plan.targets {
-        let spec =
-            smartcon_devemu::parse_spec(t).map_err(|e| Error::new(smartcon_engine::error::ErrorKind::Usage, e))?;
+        let spec = smartcon_devemu::parse_spec(t)?;
         for load in [Load::BmOnly, Load::CpuIntensive] {
             let base = SimConfig::new(plan.seed, host.clone());
             let crunchers = if load == Load::BmOnly { 0 } else { base.cores };
@@ -200,8 +199,7 @@ pub fn preset_row(host: &HostModel, plan: &TablePlan) -> Result<PresetRow, Error
         .collect::<Vec<_>>();
     let mut hybrid = Vec::new();
     for t in &plan.hybrid_targets {
-        let spec =
-            smartcon_devemu::parse_spec(t).map_err(|e| Error::new(smartcon_engine::error::ErrorKind::Usage, e))?;
+        let spec = smartcon_devemu::parse_spec(t)?;
         let (mut iops, mut cpu, mut sleeps) = (Vec::new(), Vec::new(), Vec::new());
         let mut service_ns = 0;
         for round in 0..plan.rounds {
