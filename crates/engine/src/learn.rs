@@ -51,6 +51,12 @@ pub const SWITCH_SKIP: u32 = 2;
 /// judged spinning unpaid in a third of the evaluate's 30 ms turns (`spin_unpaid` 23-41% of
 /// smart's I/Os in the cells spin won by 1.18-1.22 x). With 18 a side it is +/-12%.
 pub const WARM_SAMPLES: u32 = 3 * (TRIAL_BURST - SWITCH_SKIP);
+/// The same for the block check ([`TwoWays::patient`]): one burst's worth. Its two ways
+/// both sleep, and beside the crunchers the plain call gained 1.06-1.16 x over io_uring's
+/// wait on the local disk's writes; with 18 samples a side the check rarely reached a
+/// verdict within an evaluate turn of 30 ms, and smart lost 5 such cells to `sync` (ninth
+/// session's default run), where with 6 it had lost 1.
+pub const PATIENT_WARM_SAMPLES: u32 = TRIAL_BURST - SWITCH_SKIP;
 /// I/Os between trials near the boundary (by [`SURE_MARGIN`]): 3 % of the I/Os.
 pub const TRIAL_PERIOD: u32 = 256;
 /// At least this many I/Os between trials once the means are far from the boundary.
@@ -138,11 +144,12 @@ impl Default for Class {
 }
 
 impl Class {
-    /// Enough samples of both ways: [`WARM_SAMPLES`] each, or one each when they differ by
-    /// more than [`DECISIVE_FACTOR`].
+    /// Enough samples of both ways: [`WARM_SAMPLES`] each ([`PATIENT_WARM_SAMPLES`] for the
+    /// block check), or one each when they differ by more than [`DECISIVE_FACTOR`].
     fn warm(&self) -> bool {
         let (a, b) = (self.alt.n, self.base.n);
-        (a >= WARM_SAMPLES && b >= WARM_SAMPLES) || (!self.patient && a >= 1 && b >= 1 && self.decisive())
+        let need = if self.patient { PATIENT_WARM_SAMPLES } else { WARM_SAMPLES };
+        (a >= need && b >= need) || (!self.patient && a >= 1 && b >= 1 && self.decisive())
     }
 
     fn decisive(&self) -> bool {
@@ -204,7 +211,7 @@ impl TwoWays {
     }
 
     /// Two ways that both sleep: no trial ends early, every verdict waits for
-    /// [`WARM_SAMPLES`] of each way, and a way's first sample counts at most
+    /// [`PATIENT_WARM_SAMPLES`] of each way, and a way's first sample counts at most
     /// `OUTLIER_FACTOR` times the other way's mean. Beside a cruncher on every core both
     /// ways' waits have a tail of scheduler slices (p99 4-8 ms against a 60 us median, 4 KiB
     /// writes on the local disk): one such wait as the plain call's first trial ended it,
