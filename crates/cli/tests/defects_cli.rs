@@ -166,13 +166,27 @@ fn recorded(home: &Path) -> (Vec<PathBuf>, Vec<PathBuf>, Vec<String>) {
         let text = std::fs::read_to_string(e.path()).unwrap_or_default();
         let l: Vec<&str> = text.lines().collect();
         match l.get(3..) {
-            Some(["loop", b, ..]) => backing.push(PathBuf::from(b)),
-            Some(["mount", m, ..]) => mounts.push(PathBuf::from(m)),
+            Some(["loop", b, ..]) => backing.push(record_path(b)),
+            Some(["mount", m, ..]) => mounts.push(record_path(m)),
             Some(["zram", id, ..]) => zram.push(id.to_string()),
             _ => {}
         }
     }
     (backing, mounts, zram)
+}
+
+/// A record's path field: `x:HEX` (the path's bytes; records keep paths as bytes since
+/// issue 29), or the plain path of older records.
+fn record_path(field: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    match field.strip_prefix("x:") {
+        Some(h) => {
+            let bytes: Vec<u8> =
+                (0..h.len() / 2).map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap()).collect();
+            PathBuf::from(std::ffi::OsStr::from_bytes(&bytes))
+        }
+        None => PathBuf::from(field),
+    }
 }
 
 /// Evaluate on a loop ramdisk, a zram device and ext4 on a loop ramdisk, running until
