@@ -224,7 +224,7 @@ fn longs() -> Vec<Long> {
             name: "emulate sweep",
             args: |e| {
                 // Its source tree goes to TMPDIR (`smartcon-sweep-PID`): nothing of it may stay.
-                let mut a = s(&["emulate", "sweep", "--device", "emu:nvme", "--speedups", "1,10,20", "--out"]);
+                let mut a = s(&["emulate", "sweep", "--device", "emu:nvme", "--speedups", "1,5,10,20,50", "--out"]);
                 a.push(e.out("sweep"));
                 a
             },
@@ -253,16 +253,16 @@ fn longs() -> Vec<Long> {
     ]
 }
 
-/// One lackey input for every `trace convert` run (about 120 MB, several seconds of
+/// One lackey input for every `trace convert` run (about 200 MB, several seconds of
 /// converting), made once and removed at the end of the test.
 fn lackey_input() -> PathBuf {
     static INPUT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     INPUT
         .get_or_init(|| {
             let path = std::env::temp_dir().join(format!("smartcon-signals-lackey-{}.txt", std::process::id()));
-            let mut text = Vec::with_capacity(121 << 20);
+            let mut text = Vec::with_capacity(201 << 20);
             let mut x: u32 = 0x9e37_79b9;
-            while text.len() < 120 << 20 {
+            while text.len() < 200 << 20 {
                 x ^= x << 13;
                 x ^= x >> 17;
                 x ^= x << 5;
@@ -283,7 +283,7 @@ enum How {
     /// Two SIGINTs 0.35 s apart: beyond the 0.3 s in which the handler counts signals as one
     /// request, so the second lands while a slower command (ets, evaluate) is still removing.
     Two,
-    /// `timeout -s INT 1.5 smartcon ...`
+    /// `timeout -s INT 1 smartcon ...`
     Timeout,
     /// SIGKILL, then `smartcon cleanup`.
     Kill,
@@ -303,7 +303,7 @@ fn every_long_command_stops_on_a_signal_and_leaves_nothing() {
                 let args = (long.args)(&env);
                 let child = match how {
                     How::Timeout => {
-                        let mut a = s(&["-s", "INT", "1.5", BIN]);
+                        let mut a = s(&["-s", "INT", "1", BIN]);
                         a.extend(args.iter().cloned());
                         env.command("timeout", &a).spawn().unwrap()
                     }
@@ -350,8 +350,9 @@ fn every_long_command_stops_on_a_signal_and_leaves_nothing() {
         }
         for (((how, env, mut child, spawned), sent), exited) in runs.into_iter().zip(sent).zip(exited) {
             let (code, _) = wait(&mut child);
-            // From the (first) signal to the exit: `timeout` sends its own 1.5 s after start.
-            let signalled = if matches!(how, How::Timeout) { spawned + Duration::from_millis(1500) } else { sent };
+            // From the (first) signal to the exit: `timeout` sends its own 1 s after start, when the
+            // others get theirs (at 1.5 s a quiet machine had finished the sweep and the convert).
+            let signalled = if matches!(how, How::Timeout) { spawned + Duration::from_millis(1000) } else { sent };
             let seconds = exited.unwrap_or_else(Instant::now).saturating_duration_since(signalled).as_secs_f64();
             let (_, err) = output_of(&mut child);
             let mut cleanup = String::new();
