@@ -55,18 +55,23 @@ fn main() {
             })
         });
         let w0 = io.snapshot();
-        let sched0 = task_schedstats();
+        let mut sched0 = task_schedstats();
         let n = (secs / 0.1) as usize;
-        for _ in 0..n {
+        for i in 0..n {
             std::thread::sleep(Duration::from_millis(100));
+            if i == 0 {
+                // The job's I/O thread has started by now: count from here.
+                sched0 = task_schedstats();
+            }
             println!(
-                "demand {:5.1}% (sd {:4.1})  util {:5.1}%  contention {:5.1}%  pressure {:5.1}%  total {:5.1}%",
+                "demand {:5.1}% (sd {:4.1})  util {:5.1}%  contention {:5.1}%  pressure {:5.1}%  total {:5.1}%  steal {:5.1}%",
                 monitor.cpu_utilization_pct() as f64,
                 monitor.cpu_utilization_sd_pct(),
                 monitor.others_utilization_pct(),
                 monitor.contention_pct(),
                 monitor.pressure_pct(),
-                monitor.total_utilization_pct()
+                monitor.total_utilization_pct(),
+                monitor.steal_pct()
             );
         }
         let w1 = io.snapshot();

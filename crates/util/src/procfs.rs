@@ -13,6 +13,9 @@ pub struct CpuTimes {
     pub iowait_ns: u64,
     /// busy + idle + iowait.
     pub total_ns: u64,
+    /// The part of `busy_ns` a hypervisor ran something else while this machine's CPUs
+    /// wanted to run (the 8th field; 0 on bare metal and on kernels without it).
+    pub steal_ns: u64,
 }
 
 /// The length of one accounting tick in ns.
@@ -41,6 +44,7 @@ pub fn parse_cpu_times(text: &str, tick_ns: u64) -> Option<CpuTimes> {
         idle_ns: idle * tick_ns,
         iowait_ns: iowait * tick_ns,
         total_ns: total * tick_ns,
+        steal_ns: fields.get(7).copied().unwrap_or(0) * tick_ns,
     })
 }
 
@@ -121,7 +125,9 @@ mod tests {
         let text = "cpu  10 1 5 100 4 2 3 1 7 0\ncpu0 5 0 2 50 2 1 1 0 3 0\n";
         let t = parse_cpu_times(text, 10).unwrap();
         // user nice system idle iowait irq softirq steal; guest (7) is not added again.
-        assert_eq!(t, CpuTimes { busy_ns: 220, idle_ns: 1000, iowait_ns: 40, total_ns: 1260 });
+        assert_eq!(t, CpuTimes { busy_ns: 220, idle_ns: 1000, iowait_ns: 40, total_ns: 1260, steal_ns: 10 });
+        // A kernel without the steal field: none.
+        assert_eq!(parse_cpu_times("cpu 1 2 3 4 5 6 7\n", 10).unwrap().steal_ns, 0);
         assert_eq!(parse_cpu_times("cpu0 1 2 3 4 5\n", 10), None);
         assert_eq!(parse_cpu_times("cpu 1 2 3\n", 10), None);
         assert_eq!(parse_cpu_times("", 10), None);
