@@ -177,6 +177,18 @@ pub struct SmartTargetPort<'t> {
     block_check: Option<BlockCheck>,
 }
 
+impl Drop for SmartTargetPort<'_> {
+    /// Keeps what the port's checks learnt for the next port on the same device
+    /// ([`crate::learn::keep`]).
+    fn drop(&mut self) {
+        if let Some(key) = self.learnt_key() {
+            let learnt =
+                crate::learn::Learnt { spin: std::mem::take(&mut self.spin_check), block: self.block_check.take() };
+            crate::learn::keep(&key, learnt);
+        }
+    }
+}
+
 /// Which of the port's checks measures an I/O's wait, and the way it waited.
 #[derive(Debug, Clone, Copy)]
 enum Checked {
@@ -420,7 +432,26 @@ impl<'t> SmartTargetPort<'t> {
             block_check: Some(BlockCheck::new()),
             time,
             last_done_ns: 0,
-        })
+        }
+        .with_kept_checks())
+    }
+
+    /// The key under which this port's checks are kept for the next port: its device and
+    /// strategy; `None` for the strategies that keep no checks.
+    fn learnt_key(&self) -> Option<String> {
+        matches!(self.strategy, StrategyChoice::Smart | StrategyChoice::SmartHybrid)
+            .then(|| format!("{}\0{:?}", self.device_id, self.strategy))
+    }
+
+    /// Starts from the checks the last closed port on this device and strategy kept
+    /// ([`crate::learn::take`]).
+    fn with_kept_checks(mut self) -> Self {
+        if let Some(key) = self.learnt_key() {
+            let l = crate::learn::take(&key);
+            self.spin_check = l.spin;
+            self.block_check = Some(l.block.unwrap_or_default());
+        }
+        self
     }
 
     /// Moves the port to another descriptor on the same device (a workload that opens and
