@@ -16,7 +16,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+/* The preadv2/pwritev2 flags, for C libraries older than them (values from linux/fs.h). */
+#ifndef RWF_HIPRI
+#define RWF_HIPRI 0x00000001
+#endif
+#ifndef RWF_DSYNC
+#define RWF_DSYNC 0x00000002
+#endif
+#ifndef RWF_NOWAIT
+#define RWF_NOWAIT 0x00000008
+#endif
 
 static int mismatches;
 /* Set while a loop runs its many calls: only disagreements are printed. */

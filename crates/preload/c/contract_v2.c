@@ -24,16 +24,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#ifndef RWF_HIPRI
-#define RWF_HIPRI 0x00000001
-#endif
-#ifndef RWF_DSYNC
-#define RWF_DSYNC 0x00000002
-#endif
-#ifndef RWF_NOWAIT
-#define RWF_NOWAIT 0x00000008
-#endif
-
 #define BS 4096
 #define FILE_BYTES (256 * 1024 + 1000) /* an end of file that is not block-aligned */
 #define LOOPS 1200
