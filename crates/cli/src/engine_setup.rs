@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use smartcon_engine::error::Error as EngineError;
+use smartcon_engine::error::{Error as EngineError, ErrorKind};
 use smartcon_engine::job::{Pattern, StrategyChoice};
 use smartcon_engine::monitor::{self, SystemMonitor};
 use smartcon_engine::placement::Placement;
@@ -153,42 +153,46 @@ pub fn split_targets(text: &str) -> Result<Vec<String>> {
     smartcon_study::evaluate::plan::split_targets(text).map_err(engine_err).context("--targets")
 }
 
-/// clap value parsers: a size (`4k`), a duration (`300ms`), a strategy, a placement, each
-/// a one-line usage error when wrong.
-pub fn size_value(text: &str) -> Result<u64, String> {
-    units::parse_size(text).map_err(|e| e.to_string()).and_then(|v| {
-        if v == 0 {
-            Err("must be more than 0".into())
-        } else {
-            Ok(v)
-        }
-    })
+/// clap value parsers: a size (`4k`), a duration (`300ms`), a strategy, an op, a pattern, a
+/// placement, each a one-line usage error when wrong: the workspace's typed error
+/// ([`ErrorKind::Usage`], with the parse error as its source where there is one), whose
+/// message clap prints after the option's name.
+pub fn size_value(text: &str) -> Result<u64, EngineError> {
+    let v = units::parse_size(text).map_err(|e| EngineError::from_source(ErrorKind::Usage, e))?;
+    more_than_zero(v)
 }
 
-pub fn duration_value(text: &str) -> Result<u64, String> {
-    units::parse_duration_ns(text).map_err(|e| e.to_string()).and_then(|v| {
-        if v == 0 {
-            Err("must be more than 0".into())
-        } else {
-            Ok(v)
-        }
-    })
+pub fn duration_value(text: &str) -> Result<u64, EngineError> {
+    let v = units::parse_duration_ns(text).map_err(|e| EngineError::from_source(ErrorKind::Usage, e))?;
+    more_than_zero(v)
 }
 
-pub fn strategy_value(text: &str) -> Result<StrategyChoice, String> {
-    parse_strategy(text).map_err(|e| e.to_string())
+fn more_than_zero(v: u64) -> Result<u64, EngineError> {
+    if v == 0 {
+        return Err(EngineError::new(ErrorKind::Usage, "must be more than 0"));
+    }
+    Ok(v)
 }
 
-pub fn op_value(text: &str) -> Result<Op, String> {
-    parse_op(text).map_err(|e| e.to_string())
+/// A usage error with the text of a CLI parser's error (its outermost context, as before).
+fn usage(e: anyhow::Error) -> EngineError {
+    EngineError::new(ErrorKind::Usage, e.to_string())
 }
 
-pub fn pattern_value(text: &str) -> Result<Pattern, String> {
-    parse_pattern(text).map_err(|e| e.to_string())
+pub fn strategy_value(text: &str) -> Result<StrategyChoice, EngineError> {
+    parse_strategy(text).map_err(usage)
 }
 
-pub fn placement_value(text: &str) -> Result<Placement, String> {
-    parse_placement(text).map_err(|e| format!("{e:#}"))
+pub fn op_value(text: &str) -> Result<Op, EngineError> {
+    parse_op(text).map_err(usage)
+}
+
+pub fn pattern_value(text: &str) -> Result<Pattern, EngineError> {
+    parse_pattern(text).map_err(usage)
+}
+
+pub fn placement_value(text: &str) -> Result<Placement, EngineError> {
+    Placement::parse(text)
 }
 
 /// The profile `smart` uses for a target: an explicit file (which must be for this

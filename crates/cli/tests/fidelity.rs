@@ -1,7 +1,8 @@
 //! The pieces added for docs/fidelity.md, as a user runs them: `io --no-pause` spins
 //! without the PAUSE hint and still completes its I/O; `evaluate --study window` refuses
 //! the flags it does not take with exit 2 and one line, and its quick run prints one row
-//! per window (50 to 1,000 ms, SmartCon Sec. 4.2) with the truth it measured.
+//! per window (50 to 1,000 ms, SmartCon Sec. 4.2) with the truth it measured, and writes
+//! the same table to its `--out` report.
 
 use std::process::{Command, Output};
 
@@ -47,11 +48,26 @@ fn window_study_refuses_other_flags_with_exit_2() {
     }
 }
 
+/// Regression: `--study window` ignored `--out` (neither refused nor used); it writes its
+/// report there now, the table it printed.
 #[test]
-fn window_study_prints_a_row_per_window() {
-    let out = run(&["evaluate", "--study", "window", "--quick"]);
+fn window_study_prints_a_row_per_window_and_writes_its_report_to_out() {
+    let dir = std::env::temp_dir().join(format!("smartcon-cli-test-{}-window", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out_dir = dir.join("report");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = run(&["evaluate", "--study", "window", "--quick", "--out", out_dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    assert!(stdout.starts_with(&summary), "the printed table is the report's: {stdout}");
+    let rows = std::fs::read_to_string(out_dir.join("results.jsonl")).unwrap();
+    assert_eq!(rows.lines().filter(|l| l.contains("\"window_row\"")).count(), 5, "{rows}");
+    // A second run refuses the now non-empty report directory with one line, exit 2.
+    let again = run(&["evaluate", "--study", "window", "--quick", "--out", out_dir.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&again.stderr).lines().count(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
     assert!(stdout.contains("truth (/proc/stat"), "{stdout}");
     for w in ["| 50 ms |", "| 100 ms |", "| 200 ms |", "| 500 ms |", "| 1000 ms |"] {
         let row = stdout.lines().find(|l| l.starts_with(w)).unwrap_or_else(|| panic!("no row {w}: {stdout}"));

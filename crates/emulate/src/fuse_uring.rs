@@ -13,7 +13,8 @@
 //! when the reply is due), keeps serving other entries, and when the reply is due commits it
 //! with `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`, which also hands the entry back for the next
 //! request. Waiting for the earliest due reply: an io_uring wait with a timeout until
-//! [`SPIN_NS`] before it, then polling the clock and the completion queue.
+//! [`SPIN_NS`] before it, then polling the clock and the completion queue (the engine's
+//! "sleep, then spin, or an event", `smartcon_engine::clock::sleep_then_spin_until_or`).
 //!
 //! Buffer ownership, the one invariant everything unsafe here rests on: the kernel may write
 //! an entry's buffers from the moment its command is pushed until that command's completion
@@ -39,7 +40,7 @@ use std::time::Duration;
 
 use io_uring::types::{SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use smartcon_engine::clock::now_ns;
+use smartcon_engine::clock::{now_ns, sleep_then_spin_until_or, EventWait, RealClock};
 use smartcon_engine::error::{Error, ErrorKind};
 
 use crate::fuse::{Disk, Pending, Reply, MAX_WRITE_BYTES, SPIN_NS};
@@ -110,7 +111,7 @@ fn parse_cpu_list(s: &str) -> Option<usize> {
 
 /// The running queue threads of one connection.
 pub struct Queues {
-    threads: Vec<JoinHandle<Result<(), String>>>,
+    threads: Vec<JoinHandle<Result<(), Error>>>,
 }
 
 impl Queues {
@@ -129,7 +130,13 @@ impl Queues {
             queues.threads.push(t);
             match rx.recv_timeout(REGISTER_WAIT) {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(Error::new(ErrorKind::Setup, format!("FUSE io_uring queue {qid}: {e}"))),
+                Ok(Err(e)) => {
+                    return Err(Error {
+                        kind: ErrorKind::Setup,
+                        message: format!("FUSE io_uring queue {qid}: {e}"),
+                        ..e
+                    })
+                }
                 Err(_) => {
                     return Err(Error::new(ErrorKind::Setup, format!("FUSE io_uring queue {qid} did not register")))
                 }
@@ -169,23 +176,23 @@ fn queue_thread(
     fd: &OwnedFd,
     disk: &Disk,
     depth: usize,
-    ready: mpsc::SyncSender<Result<(), String>>,
-) -> Result<(), String> {
+    ready: mpsc::SyncSender<Result<(), Error>>,
+) -> Result<(), Error> {
     // Not pinned to its CPU (libfuse pins): on a shared host another SCHED_FIFO thread on
     // that CPU would starve a pinned queue, while an unpinned one moves to the other CPU.
     // Pinned and unpinned measured the same with fio (docs/emulator.md).
     disk.prepare_thread();
-    let mut queue = match Queue::new(qid, fd.as_raw_fd(), depth) {
+    // A failure to start goes to the starter (with its source); the thread's own result is
+    // then never joined (the start fails), so it returns the text alone.
+    let started = Queue::new(qid, fd.as_raw_fd(), depth).and_then(|mut q| q.register().map(|()| q));
+    let mut queue = match started {
         Ok(q) => q,
         Err(e) => {
-            let _ = ready.send(Err(e.clone()));
-            return Err(e);
+            let text = Error::new(e.kind, e.message.clone());
+            let _ = ready.send(Err(e));
+            return Err(text);
         }
     };
-    if let Err(e) = queue.register() {
-        let _ = ready.send(Err(e.clone()));
-        return Err(e);
-    }
     let _ = ready.send(Ok(()));
     queue.run(disk)
 }
@@ -204,11 +211,13 @@ struct Arena {
 }
 
 impl Arena {
-    fn new(count: usize) -> Result<Arena, String> {
-        let layout = Layout::from_size_align(SLOT_BYTES * count, HEADER_SLOT_BYTES).map_err(|e| e.to_string())?;
+    fn new(count: usize) -> Result<Arena, Error> {
+        let layout = Layout::from_size_align(SLOT_BYTES * count, HEADER_SLOT_BYTES)
+            .map_err(|e| Error::from_source(ErrorKind::Setup, e))?;
         // SAFETY: the layout has a non-zero size (count >= 1, SLOT_BYTES > 0).
-        let base = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
-            .ok_or_else(|| format!("cannot allocate {} bytes of FUSE ring buffers", layout.size()))?;
+        let base = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or_else(|| {
+            Error::new(ErrorKind::Setup, format!("cannot allocate {} bytes of FUSE ring buffers", layout.size()))
+        })?;
         let iovecs = (0..count)
             .map(|i| {
                 // SAFETY: both offsets are inside the allocation (i < count).
@@ -287,16 +296,16 @@ struct Queue {
     pending: Vec<Option<Pending>>,
     unique: Vec<u64>,
     retired: usize,
-    first_error: Option<String>,
+    first_error: Option<Error>,
     /// Completions reaped while registering, handled first by `run`.
     early: Vec<(usize, i32)>,
 }
 
 impl Queue {
-    fn new(qid: u16, fd: RawFd, depth: usize) -> Result<Queue, String> {
+    fn new(qid: u16, fd: RawFd, depth: usize) -> Result<Queue, Error> {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .build((depth * 2).next_power_of_two() as u32)
-            .map_err(|e| format!("io_uring setup (128-byte SQEs): {e}"))?;
+            .map_err(|e| Error::with_source(ErrorKind::Setup, "io_uring setup (128-byte SQEs)", e))?;
         Ok(Queue {
             qid,
             fd,
@@ -330,7 +339,7 @@ impl Queue {
     }
 
     /// Pushes a command for entry `i`, handing its buffers to the kernel.
-    fn push(&mut self, i: usize, op: u32, commit_id: u64) -> Result<(), String> {
+    fn push(&mut self, i: usize, op: u32, commit_id: u64) -> Result<(), Error> {
         let e = self.command(i, op, commit_id);
         self.arena.give(i);
         // SAFETY: the command's buffers (entry i's header and payload, and for REGISTER its
@@ -340,16 +349,16 @@ impl Queue {
         if pushed.is_err() {
             // Not in the queue: the kernel never saw it.
             self.arena.take(i);
-            return Err("the submission queue is full".into());
+            return Err(Error::new(ErrorKind::Internal, "the submission queue is full"));
         }
         Ok(())
     }
 
-    fn register(&mut self) -> Result<(), String> {
+    fn register(&mut self) -> Result<(), Error> {
         for i in 0..self.arena.count {
             self.push(i, fuse_abi::URING_CMD_REGISTER, 0)?;
         }
-        self.ring.submit().map_err(|e| format!("register: io_uring_enter: {e}"))?;
+        self.ring.submit().map_err(|e| Error::with_source(ErrorKind::Setup, "register: io_uring_enter", e))?;
         // A refused registration completes at once; an accepted one only with a request,
         // which may already be here (the last queue to register makes the ring ready, and
         // requests that waited for it are sent at once): kept for `run`, never dropped.
@@ -360,10 +369,10 @@ impl Queue {
         }
         // Entries that did receive a request stay unanswered: the caller fails the mount,
         // whose unmount ends those requests.
-        Err(format!("FUSE_IO_URING_CMD_REGISTER: {}", std::io::Error::from_raw_os_error(-res)))
+        Err(Error::with_source(ErrorKind::Setup, "FUSE_IO_URING_CMD_REGISTER", std::io::Error::from_raw_os_error(-res)))
     }
 
-    fn run(&mut self, disk: &Disk) -> Result<(), String> {
+    fn run(&mut self, disk: &Disk) -> Result<(), Error> {
         let mut done: Vec<(usize, i32)> = std::mem::take(&mut self.early);
         loop {
             done.extend(self.ring.completion().map(|c| (c.user_data() as usize, c.result())));
@@ -382,7 +391,8 @@ impl Queue {
     /// Entry `i`'s command completed with `res`: a request to handle, or the entry's end.
     fn completed(&mut self, disk: &Disk, i: usize, res: i32) {
         if !self.arena.take(i) {
-            self.first_error.get_or_insert_with(|| format!("a completion for unknown entry {i}"));
+            self.first_error
+                .get_or_insert_with(|| Error::new(ErrorKind::Internal, format!("a completion for unknown entry {i}")));
             return;
         }
         if res < 0 {
@@ -390,7 +400,7 @@ impl Queue {
             self.retired += 1;
             if res != -libc::ENOTCONN && res != -libc::ECONNABORTED {
                 let e = std::io::Error::from_raw_os_error(-res);
-                self.first_error.get_or_insert_with(|| format!("a ring command failed: {e}"));
+                self.first_error.get_or_insert_with(|| Error::with_source(ErrorKind::Io, "a ring command failed", e));
             }
             return;
         }
@@ -419,7 +429,7 @@ impl Queue {
     }
 
     /// Commits every held reply whose instant has come.
-    fn commit_due(&mut self, disk: &Disk) -> Result<(), String> {
+    fn commit_due(&mut self, disk: &Disk) -> Result<(), Error> {
         let now = now_ns();
         while let Some(&Reverse((due_ns, i))) = self.held.peek() {
             if due_ns > now {
@@ -434,32 +444,48 @@ impl Queue {
         Ok(())
     }
 
-    /// Submits what is queued and waits for a completion or the next reply's instant.
-    fn wait(&mut self) -> Result<(), String> {
-        let now = now_ns();
-        let r = match self.held.peek().map(|r| r.0 .0) {
-            None => self.ring.submit_and_wait(1),
-            Some(due_ns) if due_ns > now + SPIN_NS => {
-                let ts = Timespec::from(Duration::from_nanos(due_ns - SPIN_NS - now));
-                self.ring.submitter().submit_with_args(1, &SubmitArgs::new().timespec(&ts))
-            }
+    /// Submits what is queued and waits for a completion or the next reply's instant: with a
+    /// reply held, the engine's "sleep, then spin, or an event" ([`sleep_then_spin_until_or`])
+    /// on this ring, asleep in an io_uring wait with a timeout until [`SPIN_NS`] before the
+    /// reply is due, then watching the clock and the completion queue.
+    fn wait(&mut self) -> Result<(), Error> {
+        match self.held.peek().map(|r| r.0 .0) {
+            None => entered(self.ring.submit_and_wait(1)),
             Some(due_ns) => {
-                let r = self.ring.submit();
-                // A new request's completion is posted by task work that interrupts this
-                // loop, so polling the completion queue sees it without a system call.
-                while now_ns() < due_ns && self.ring.completion().is_empty() {
-                    std::hint::spin_loop();
-                }
-                r
+                sleep_then_spin_until_or(&RealClock, due_ns, SPIN_NS, &mut RingEvent(&mut self.ring)).map(drop)
             }
-        };
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN)) => {
-                Ok(())
-            }
-            Err(e) => Err(format!("io_uring_enter: {e}")),
         }
+    }
+}
+
+/// The queue's ring as an [`EventWait`]: the event is a completion (a new request, or the
+/// connection's end).
+struct RingEvent<'r>(&'r mut IoUring<squeue::Entry128, cqueue::Entry>);
+
+impl EventWait for RingEvent<'_> {
+    fn sleep_until_or_event(&mut self, at_ns: u64) -> Result<(), Error> {
+        let now = now_ns();
+        if at_ns <= now {
+            return entered(self.0.submit());
+        }
+        let ts = Timespec::from(Duration::from_nanos(at_ns - now));
+        entered(self.0.submitter().submit_with_args(1, &SubmitArgs::new().timespec(&ts)))
+    }
+
+    fn event_seen(&mut self) -> bool {
+        // A new request's completion is posted by task work that interrupts the spin, so
+        // looking at the completion queue sees it without a system call.
+        !self.0.completion().is_empty()
+    }
+}
+
+/// An io_uring_enter's result: a timeout, a signal or a full completion queue is a wake-up,
+/// not a failure.
+fn entered(r: std::io::Result<usize>) -> Result<(), Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN)) => Ok(()),
+        Err(e) => Err(Error::with_source(ErrorKind::Io, "io_uring_enter", e)),
     }
 }
 

@@ -7,13 +7,17 @@
 //! runs a pool of threads as large as the virtual replay's largest backlog (at most
 //! [`THREADS_MAX`]); each takes the next I/O and sleeps until its arrival instant.
 //!
-//! Waiting: `block` (the seed's reference system, a kernel timer for the model's instant:
-//! armed early by the wake-up overshoot this thread measured, p99 of its recent sleeps,
-//! then the clock is watched until the instant itself, `EmuTarget::transfer_precise`;
+//! Waiting, every way through the thread's engine port ([`ReplayWait`]): `block` is the
+//! reference wait (the seed's reference system, `smartcon_engine::wait::reference`: a
+//! kernel timer for the model's instant, armed early by the wake-up overshoot this thread
+//! measured, p99 of its recent sleeps, then the clock is watched until the instant itself;
 //! a timer alone wakes 35-70 us late on a loaded VM, more than 2% of a 1.16 ms SD card
 //! write), `spin` (polls the status; past a 1 ms budget it sleeps), or `hybrid`
 //! (engine::wait::hybrid: sleeps until just before the predicted completion, minus the
-//! measured wake-up overshoot, then polls).
+//! measured wake-up overshoot, then polls). Not through a SmartPort: the replay's strategy
+//! is fixed (nothing to decide), and the lateness it measures needs the model's completion
+//! instant of each I/O, which the port's outcome carries and a SmartPort's byte count does
+//! not.
 //!
 //! Lateness of one I/O = the instant the waiting thread got control back minus the model's
 //! completion instant for it (WaitOutcome::done_ns). Within 2% means lateness <= 2% of the
@@ -39,10 +43,12 @@ use smartcon_engine::decision::{DeviceState, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::target::emu::EmuTarget;
 use smartcon_engine::target::{AlignedBuf, IoBuf, PortWait, Target};
+use smartcon_engine::wait::hybrid::Hybrid;
+use smartcon_engine::wait::reference::WakeMargin;
 use smartcon_engine::wait::PollParams;
 
 use crate::replay::PerOp;
-use crate::stats::{quantile, LatencyHist, LatencySummary};
+use crate::stats::{LatencyHist, LatencySummary};
 use crate::trace::{TraceError, TraceIo};
 
 /// The most threads a trace replay starts.
@@ -69,55 +75,35 @@ pub struct RealTimeRun {
     pub errors: [u64; 2],
 }
 
-/// The margin a `block` waiter's timer is armed early by: the p99 of the wake-up
-/// overshoot of this thread's last [`WakeMargin::WINDOW`] sleeps, plus a little slack for
-/// the clock reads between the wake-up and the spin, at most [`WakeMargin::MAX_NS`].
-struct WakeMargin {
-    recent_ns: [u64; WakeMargin::WINDOW],
-    next: usize,
-    filled: usize,
-    margin_ns: u64,
+/// How a replay thread waits, from the replay's `--strategy`; every way goes through the
+/// thread's engine port ([`smartcon_engine::target::Port`]), as a job's I/O does.
+enum ReplayWait {
+    /// `block`: the reference wait ([`smartcon_engine::wait::reference`]), a timer armed
+    /// early by this thread's recent wake-up overshoot, then the clock watched to the model's
+    /// instant: the emulator's yardstick, which the other ways are compared with.
+    Reference(Box<WakeMargin>),
+    /// `hybrid`: the engine's dynamic interval polling ([`smartcon_engine::wait::hybrid`]).
+    Hybrid(Hybrid),
+    /// `spin`, `sync`: the port's own waits (a spin budget of 1 ms), as a job's.
+    Simple(Strategy),
 }
 
-impl WakeMargin {
-    const WINDOW: usize = 128;
-    const SLACK_NS: u64 = 2_000;
-    const CALIBRATION_SLEEP_NS: u64 = 200_000;
-    /// Without SCHED_FIFO on a loaded host the p99 overshoot is milliseconds (the thread
-    /// waits for a CPU): spinning that long only gets the spinner preempted in turn (the
-    /// scheduler favours sleepers), so past this the margin stops growing.
-    const MAX_NS: u64 = 200_000;
-
-    /// Measures this thread's wake-up overshoot over sleeps like the ones it will take
-    /// (under SCHED_FIFO if it runs so): 32 sleeps of 200 us, about 8 ms.
-    fn calibrate() -> WakeMargin {
-        let mut m = WakeMargin { recent_ns: [0; Self::WINDOW], next: 0, filled: 0, margin_ns: 0 };
-        for _ in 0..32 {
-            let at = now_ns() + Self::CALIBRATION_SLEEP_NS;
-            sleep_until_ns(at);
-            m.record(now_ns().saturating_sub(at));
-        }
-        m.update();
-        m
-    }
-
-    fn margin_ns(&self) -> u64 {
-        self.margin_ns
-    }
-
-    fn record(&mut self, overshoot_ns: u64) {
-        self.recent_ns[self.next] = overshoot_ns;
-        self.next = (self.next + 1) % Self::WINDOW;
-        self.filled = (self.filled + 1).min(Self::WINDOW);
-        // Re-read the p99 every 16 sleeps: a sort of 128 values, off the waits' paths.
-        if self.next.is_multiple_of(16) {
-            self.update();
+impl ReplayWait {
+    /// The wait of `strategy`; a `block` waiter measures its wake-up first (about 8 ms).
+    fn for_strategy(strategy: Strategy) -> ReplayWait {
+        match strategy {
+            Strategy::Block => ReplayWait::Reference(Box::new(WakeMargin::calibrate())),
+            Strategy::Hybrid => ReplayWait::Hybrid(Hybrid::new(PollParams::DEFAULT, now_ns())),
+            other => ReplayWait::Simple(other),
         }
     }
+}
 
-    fn update(&mut self) {
-        let mut v = self.recent_ns[..self.filled].to_vec();
-        self.margin_ns = (quantile(&mut v, 0.99) + Self::SLACK_NS).min(Self::MAX_NS);
+/// The buffer of an `op` on `data`.
+fn io_buf(op: Op, data: &mut [u8]) -> IoBuf<'_> {
+    match op {
+        Op::Read => IoBuf::Read(data),
+        Op::Write => IoBuf::Write(data),
     }
 }
 
@@ -191,11 +177,9 @@ where
                         enter_fifo()?;
                     }
                     let mut port = target.open_port()?;
-                    let mut hybrid = (strategy == Strategy::Hybrid)
-                        .then(|| smartcon_engine::wait::hybrid::Hybrid::new(PollParams::DEFAULT, now_ns()));
+                    let mut wait = ReplayWait::for_strategy(strategy);
                     let mut buf = AlignedBuf::new(buf_bytes);
                     let mut first = true;
-                    let mut margin = (strategy == Strategy::Block).then(WakeMargin::calibrate);
                     loop {
                         // SIGINT/SIGTERM set the engine's stop flag: the replay ends within a
                         // sleep slice, and the caller reports what was measured as interrupted.
@@ -232,30 +216,19 @@ where
                         first = false;
                         let t0 = now_ns();
                         let data = &mut buf.as_mut_slice()[..r.bytes as usize];
-                        let result = match (hybrid.as_mut(), margin.as_mut()) {
-                            // Sleep until just before the predicted completion, then poll
-                            // (engine::wait::hybrid): the wake-up overshoot is hidden.
-                            (Some(h), _) => {
+                        let result = match &mut wait {
+                            ReplayWait::Reference(margin) => port.transfer(
+                                io_buf(r.op, data),
+                                r.offset,
+                                PortWait::Reference { margin: margin.as_mut() },
+                            ),
+                            // Sleep until just before the predicted completion, then poll:
+                            // the wake-up overshoot is hidden.
+                            ReplayWait::Hybrid(h) => {
                                 let wait = PortWait::Poll { policy: h, ahead: DeviceState::default() };
-                                let io_buf = match r.op {
-                                    Op::Read => IoBuf::Read(data),
-                                    Op::Write => IoBuf::Write(data),
-                                };
-                                port.transfer(io_buf, r.offset, wait)
+                                port.transfer(io_buf(r.op, data), r.offset, wait)
                             }
-                            (None, Some(m)) => {
-                                let io_buf = match r.op {
-                                    Op::Read => IoBuf::Read(data),
-                                    Op::Write => IoBuf::Write(data),
-                                };
-                                target.transfer_precise(io_buf, r.offset, m.margin_ns()).map(|(o, overshoot)| {
-                                    if let Some(ns) = overshoot {
-                                        m.record(ns);
-                                    }
-                                    o
-                                })
-                            }
-                            (None, None) => port.io(r.op, data, r.offset, strategy, 1_000_000),
+                            ReplayWait::Simple(s) => port.io(r.op, data, r.offset, *s, 1_000_000),
                         };
                         let outcome = match result {
                             Err(e) if e.kind == ErrorKind::Io && e.errno == Some(libc::EIO) && faulty => {
@@ -322,22 +295,6 @@ mod tests {
                 false
             }
         }
-    }
-
-    #[test]
-    fn the_wake_margin_is_the_recent_p99_overshoot_capped() {
-        let mut m = WakeMargin { recent_ns: [0; WakeMargin::WINDOW], next: 0, filled: 0, margin_ns: 0 };
-        // 127 wake-ups 10 us late and one 90 us late: the p99 of 128 is the 127th value.
-        for _ in 0..127 {
-            m.record(10_000);
-        }
-        m.record(90_000);
-        assert_eq!(m.margin_ns(), 10_000 + WakeMargin::SLACK_NS);
-        // A loaded host: milliseconds late, the margin stops at the cap.
-        for _ in 0..WakeMargin::WINDOW {
-            m.record(5_000_000);
-        }
-        assert_eq!(m.margin_ns(), WakeMargin::MAX_NS);
     }
 
     #[test]

@@ -200,6 +200,20 @@ fn point_spec(device: &str, speedup: f64) -> Result<String, Error> {
     Ok(format!("{device}{size},speedup={speedup}"))
 }
 
+/// A point's progress line, one shape for the tar and the fio sweeps: "[i/n] WHAT: BEFORE
+/// <guest time> in <wall> (<speed-up> x real time), AFTER<accuracy>" (`at` counts from 0).
+fn point_line(at: (usize, usize), what: &str, before: &str, r: &VmResult, after: &str) -> String {
+    format!(
+        "[{}/{}] {what}: {before}{:.3} s guest time in {:.2} s wall ({:.1} x real time), {after}{}",
+        at.0 + 1,
+        at.1,
+        r.guest_ns as f64 / 1e9,
+        r.command_wall_ns as f64 / 1e9,
+        r.speedup,
+        vm::accuracy_text(r)
+    )
+}
+
 fn run_checked(o: &VmOptions, stop: &AtomicBool, what: &str) -> Result<VmResult, Error> {
     let r = vm::run_vm(o, stop, &mut |_| {})?;
     if r.exit_code != 0 {
@@ -263,17 +277,9 @@ pub fn run_tar(
         o.inputs = vec![archive.clone()];
         let what = format!("{sched} {speedup} x {}", if *virtual_time { "virtual time" } else { "real time" });
         let r = run_checked(&o, stop, &what)?;
-        say(&format!(
-            "[{}/{}] {what}: {:.3} s guest time in {:.2} s wall ({:.1} x real time), guest CPU {:.0}% busy, device {:.0}%, {}",
-            i + 1,
-            plan.len(),
-            r.guest_ns as f64 / 1e9,
-            r.command_wall_ns as f64 / 1e9,
-            r.speedup,
-            r.guest_cpu_utilization * 100.0,
-            r.device_share * 100.0,
-            vm::accuracy_text(&r)
-        ));
+        let busy =
+            format!("guest CPU {:.0}% busy, device {:.0}%, ", r.guest_cpu_utilization * 100.0, r.device_share * 100.0);
+        say(&point_line((i, plan.len()), &what, "", &r, &busy));
         points.push(TarPoint {
             scheduler: sched.clone(),
             speedup: *speedup,
@@ -489,15 +495,7 @@ pub fn run_fio(opts: &VmSweepOptions, stop: &AtomicBool, say: &mut dyn FnMut(&st
         let Some((iops, bw, elapsed_ns, usr, sys, clat)) = r.output.as_deref().and_then(fio_figures) else {
             return Err(Error::new(ErrorKind::Io, format!("sweep --vm: {name}: no fio JSON from the guest")));
         };
-        say(&format!(
-            "[{}/{}] {name}: {iops:.1} IOPS, {bw:.2} MB/s, {:.3} s guest time in {:.2} s wall ({:.1} x real time), {}",
-            i + 1,
-            list.len(),
-            r.guest_ns as f64 / 1e9,
-            r.command_wall_ns as f64 / 1e9,
-            r.speedup,
-            vm::accuracy_text(&r)
-        ));
+        say(&point_line((i, list.len()), name, &format!("{iops:.1} IOPS, {bw:.2} MB/s, "), &r, ""));
         points.push(FioPoint {
             mix: name.clone(),
             iops,

@@ -1,6 +1,12 @@
 //! The decision runs on every I/O; it must cost a few nanoseconds (target: under 30 ns).
+//! `decide` and `decide_paper` alone, then smart's whole per-I/O decision as a SmartPort
+//! takes it (`SmartTargetPort::choose`): the System Monitor's reading against the profile's
+//! CPU threshold with hysteresis (`SystemMonitor::cpu_utilization_for`: three relaxed
+//! loads, at most one store), then `decide`, on a monitor whose ticker runs (the process's
+//! one, default window) and on a fixed one.
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use smartcon_engine::decision::*;
+use smartcon_engine::monitor::{SystemMonitor, WINDOW_NS_DEFAULT};
 
 fn bench(c: &mut Criterion) {
     // spin_cheaper_bytes_max below the requests' sizes: every call takes all five checks.
@@ -37,6 +43,28 @@ fn bench(c: &mut Criterion) {
             )
         })
     });
+    // A live monitor: its ticker publishes a new reading (and its noise) every window / 10.
+    let live = SystemMonitor::start(WINDOW_NS_DEFAULT);
+    c.bench_function("cpu_utilization_for (live monitor)", |b| {
+        b.iter(|| black_box(&live).cpu_utilization_for(black_box(t.cpu_threshold_pct)))
+    });
+    let fixed = SystemMonitor::fixed(60);
+    for (name, monitor) in [("live", &live), ("fixed 60%", &fixed)] {
+        c.bench_function(&format!("smart's decision: cpu_utilization_for + decide ({name} monitor)"), |b| {
+            b.iter(|| {
+                i = i.wrapping_add(4096);
+                let system =
+                    SystemState { cpu_utilization_pct: black_box(monitor).cpu_utilization_for(t.cpu_threshold_pct) };
+                decide(
+                    black_box(Request { bytes: 4096 + (i & 0xfff), write: i & 0x1000 != 0 }),
+                    black_box(DeviceState { inflight_count: 0, inflight_bytes: 0 }),
+                    system,
+                    black_box(&t),
+                )
+            })
+        });
+    }
+    live.stop();
 }
 
 criterion_group!(benches, bench);

@@ -25,28 +25,10 @@
 
 #define BS 4096
 #define FILE_BYTES (64 * 1024 + 1000) /* an end of file that is not block-aligned */
+#include "contract_common.h"
 
-static int mismatches;
 static char path_a[4096], path_b[4096];
 
-static void check(const char *name, long ra, int ea, long rb, int eb, const void *da, const void *db, size_t n) {
-    int data_ok = (ra <= 0 || da == NULL || memcmp(da, db, (size_t)ra < n ? (size_t)ra : n) == 0);
-    printf("%s: ret=%ld errno=%d\n", name, ra, ra < 0 ? ea : 0);
-    if (ra != rb || (ra < 0 && ea != eb) || !data_ok) {
-        printf("MISMATCH %s: libc ret=%ld errno=%d, syscall ret=%ld errno=%d, data %s\n", name, ra, ea, rb, eb,
-               data_ok ? "same" : "differs");
-        mismatches++;
-    }
-}
-
-static void check_offsets(const char *name, int fa, int fb) {
-    off_t oa = lseek(fa, 0, SEEK_CUR), ob = lseek(fb, 0, SEEK_CUR);
-    printf("%s offset: %ld\n", name, (long)oa);
-    if (oa != ob) {
-        printf("MISMATCH %s offset: libc %ld, syscall %ld\n", name, (long)oa, (long)ob);
-        mismatches++;
-    }
-}
 
 /* One operation on both sides. */
 #define PREAD(name, fa, fb, bufa, bufb, len, off)                                                    \
@@ -91,32 +73,6 @@ static void check_offsets(const char *name, int fa, int fb) {
         check(name, ra_, ea_, rb_, eb_, NULL, NULL, 0);                                                \
         check_offsets(name, fa, fb);                                                                   \
     } while (0)
-
-static void *aligned(size_t n) {
-    void *p = NULL;
-    if (posix_memalign(&p, BS, n) != 0) {
-        perror("posix_memalign");
-        exit(100);
-    }
-    memset(p, 0, n);
-    return p;
-}
-
-static void fill(unsigned char *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 9));
-}
-
-static void make_file(const char *path) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    unsigned char *p = aligned(FILE_BYTES);
-    fill(p, FILE_BYTES, 1);
-    if (fd < 0 || syscall(SYS_pwrite64, fd, p, FILE_BYTES, 0) != FILE_BYTES) {
-        perror("make_file");
-        exit(100);
-    }
-    close(fd);
-    free(p);
-}
 
 static int open_both(int flags, int *fb) {
     int fa = open(path_a, flags);
@@ -169,15 +125,8 @@ static void on_alarm(int s) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: contract DIR\n");
-        return 100;
-    }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    snprintf(path_a, sizeof path_a, "%s/contract-a", argv[1]);
-    snprintf(path_b, sizeof path_b, "%s/contract-b", argv[1]);
-    make_file(path_a);
-    make_file(path_b);
+    make_files(argc, argv, "contract", "contract", path_a, path_b, sizeof path_a);
     unsigned char *a = aligned(4 * BS), *b = aligned(4 * BS), *w = aligned(4 * BS);
     fill(w, 4 * BS, 9);
 

@@ -29,21 +29,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef RWF_HIPRI
-#define RWF_HIPRI 0x00000001
-#endif
-#ifndef RWF_NOWAIT
-#define RWF_NOWAIT 0x00000008
-#endif
-
 #define BS 4096
 #define FILE_BYTES (256 * 1024 + 1000) /* an end of file that is not block-aligned */
 #define LOOPS 1200
 #define DEPTH 4
 #define BATCH_MAX 8
+#include "contract_common.h"
 
-static int mismatches;
-static int quiet;
 /* While a RWF_NOWAIT attempt may still be redone: mismatches are counted, not printed. */
 static int silent;
 
@@ -168,61 +160,14 @@ static void one_both(const char *name, struct side *a, struct side *b, int op, i
     }
 }
 
-static void *aligned(size_t n) {
-    void *p = NULL;
-    if (posix_memalign(&p, BS, n) != 0) {
-        perror("posix_memalign");
-        exit(100);
-    }
-    memset(p, 0, n);
-    return p;
-}
-
-static void fill(unsigned char *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 9));
-}
-
-static void make_file(const char *path) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    unsigned char *p = aligned(FILE_BYTES);
-    fill(p, FILE_BYTES, 1);
-    if (fd < 0 || syscall(SYS_pwrite64, fd, p, FILE_BYTES, 0) != FILE_BYTES) {
-        perror("make_file");
-        exit(100);
-    }
-    close(fd);
-    free(p);
-}
-
-static int same_files(const char *a, const char *b) {
-    int fa = open(a, O_RDONLY), fb = open(b, O_RDONLY);
-    char x[8192], y[8192];
-    int same = fa >= 0 && fb >= 0;
-    while (same) {
-        long na = syscall(SYS_read, fa, x, sizeof x), nb = syscall(SYS_read, fb, y, sizeof y);
-        if (na != nb || (na > 0 && memcmp(x, y, (size_t)na) != 0)) same = 0;
-        if (na <= 0) break;
-    }
-    close(fa);
-    close(fb);
-    return same;
-}
-
 static void calls_both(const char *name, long ra, long rb) {
     printf("%s: %ld\n", name, ra);
     if (ra != rb) mismatch(name, "return", ra, rb);
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: contract_aio DIR\n");
-        return 100;
-    }
     char pa[4096], pb[4096];
-    snprintf(pa, sizeof pa, "%s/aio-a", argv[1]);
-    snprintf(pb, sizeof pb, "%s/aio-b", argv[1]);
-    make_file(pa);
-    make_file(pb);
+    make_files(argc, argv, "contract_aio", "aio", pa, pb, sizeof pa);
     struct side a = {0}, b = {0};
     a.fd = open(pa, O_RDWR | O_DIRECT);
     b.fd = open(pb, O_RDWR | O_DIRECT);

@@ -24,41 +24,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#ifndef RWF_HIPRI
-#define RWF_HIPRI 0x00000001
-#endif
-#ifndef RWF_DSYNC
-#define RWF_DSYNC 0x00000002
-#endif
-#ifndef RWF_NOWAIT
-#define RWF_NOWAIT 0x00000008
-#endif
-
 #define BS 4096
 #define FILE_BYTES (256 * 1024 + 1000) /* an end of file that is not block-aligned */
 #define LOOPS 1200
-
-static int mismatches;
-static int quiet;
-
-static void check(const char *name, long ra, int ea, long rb, int eb, const void *da, const void *db, size_t n) {
-    int data_ok = (ra <= 0 || da == NULL || memcmp(da, db, (size_t)ra < n ? (size_t)ra : n) == 0);
-    if (!quiet) printf("%s: ret=%ld errno=%d\n", name, ra, ra < 0 ? ea : 0);
-    if (ra != rb || (ra < 0 && ea != eb) || !data_ok) {
-        printf("MISMATCH %s: libc ret=%ld errno=%d, syscall ret=%ld errno=%d, data %s\n", name, ra, ea, rb, eb,
-               data_ok ? "same" : "differs");
-        mismatches++;
-    }
-}
-
-static void check_offsets(const char *name, int fa, int fb) {
-    off_t oa = lseek(fa, 0, SEEK_CUR), ob = lseek(fb, 0, SEEK_CUR);
-    if (!quiet) printf("%s offset: %ld\n", name, (long)oa);
-    if (oa != ob) {
-        printf("MISMATCH %s offset: libc %ld, syscall %ld\n", name, (long)oa, (long)ob);
-        mismatches++;
-    }
-}
+#include "contract_common.h"
 
 /* One preadv2 on both sides, with the same vector shape over bufa and bufb. RWF_NOWAIT
  * may answer EAGAIN on either side at the kernel's whim: both are redone then. */
@@ -105,56 +74,9 @@ static void pwritev2_both(const char *name, int fa, int fb, char *buf, int cnt, 
     check_offsets(name, fa, fb);
 }
 
-static void *aligned(size_t n) {
-    void *p = NULL;
-    if (posix_memalign(&p, BS, n) != 0) {
-        perror("posix_memalign");
-        exit(100);
-    }
-    memset(p, 0, n);
-    return p;
-}
-
-static void fill(unsigned char *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 9));
-}
-
-static void make_file(const char *path) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    unsigned char *p = aligned(FILE_BYTES);
-    fill(p, FILE_BYTES, 1);
-    if (fd < 0 || syscall(SYS_pwrite64, fd, p, FILE_BYTES, 0) != FILE_BYTES) {
-        perror("make_file");
-        exit(100);
-    }
-    close(fd);
-    free(p);
-}
-
-static int same_files(const char *a, const char *b) {
-    int fa = open(a, O_RDONLY), fb = open(b, O_RDONLY);
-    char x[8192], y[8192];
-    int same = fa >= 0 && fb >= 0;
-    while (same) {
-        long na = syscall(SYS_read, fa, x, sizeof x), nb = syscall(SYS_read, fb, y, sizeof y);
-        if (na != nb || (na > 0 && memcmp(x, y, (size_t)na) != 0)) same = 0;
-        if (na <= 0) break;
-    }
-    close(fa);
-    close(fb);
-    return same;
-}
-
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: contract_v2 DIR\n");
-        return 100;
-    }
     char pa[4096], pb[4096];
-    snprintf(pa, sizeof pa, "%s/v2-a", argv[1]);
-    snprintf(pb, sizeof pb, "%s/v2-b", argv[1]);
-    make_file(pa);
-    make_file(pb);
+    make_files(argc, argv, "contract_v2", "v2", pa, pb, sizeof pa);
     int fa = open(pa, O_RDWR | O_DIRECT), fb = open(pb, O_RDWR | O_DIRECT);
     if (fa < 0 || fb < 0) {
         perror("open O_DIRECT");

@@ -9,27 +9,50 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
 
-fn contract_under(strategy: &str) {
-    let Some(cc) = cc() else {
+/// A C compiler, or `None` after saying that the test skips.
+fn c_compiler() -> Option<String> {
+    let cc = cc();
+    if cc.is_none() {
         eprintln!("skipped: no C compiler (cc, gcc or clang) on PATH");
-        return;
-    };
-    let dir = temp_dir(&format!("contract-{strategy}"));
+    }
+    cc
+}
+
+/// A fresh directory on a file system that takes O_DIRECT, or `None` after saying that the
+/// test skips.
+fn direct_dir(name: &str) -> Option<PathBuf> {
+    let dir = temp_dir(name);
     if !direct_io_works(&dir) {
         eprintln!("skipped: {} refuses O_DIRECT", dir.display());
-        return;
+        return None;
     }
-    let exe = compile(&cc, "contract.c", &dir, &[]);
-    let plain = Command::new(&exe).arg(&dir).output().expect("run contract");
-    let plain_out = String::from_utf8_lossy(&plain.stdout);
-    assert!(plain.status.success(), "the contract program fails even without the library:\n{plain_out}");
+    Some(dir)
+}
 
+/// The comparison every contract program is held to: `program()` (a fresh command each
+/// time) passes without the library; under it with `strategy` it reports no MISMATCH,
+/// succeeds, and prints the same transcript. Returns the transcript and the library's
+/// records (written to DIR/stats.jsonl).
+fn with_and_without_the_library(
+    what: &str,
+    strategy: &str,
+    dir: &Path,
+    program: impl Fn() -> Command,
+) -> (String, Vec<serde_json::Value>) {
+    let plain = program().output().unwrap_or_else(|e| panic!("run {what}: {e}"));
+    let plain_out = String::from_utf8_lossy(&plain.stdout).into_owned();
+    assert!(
+        plain.status.success(),
+        "{what} fails even without the library:\n{plain_out}{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
     let stats = dir.join("stats.jsonl");
-    let pre = run_preloaded(Command::new(&exe).arg(&dir), strategy, &stats);
+    let pre = run_preloaded(&mut program(), strategy, &stats);
     let pre_out = String::from_utf8_lossy(&pre.stdout);
     let mismatches: Vec<&str> = pre_out.lines().filter(|l| l.starts_with("MISMATCH")).collect();
     assert!(mismatches.is_empty(), "under {strategy} the contract broke:\n{}", mismatches.join("\n"));
@@ -40,8 +63,18 @@ fn contract_under(strategy: &str) {
         String::from_utf8_lossy(&pre.stderr)
     );
     assert_eq!(plain_out, pre_out, "the transcript differs with the library");
+    (plain_out, records(&stats))
+}
 
-    let recs = records(&stats);
+fn contract_under(strategy: &str) {
+    let Some(cc) = c_compiler() else { return };
+    let Some(dir) = direct_dir(&format!("contract-{strategy}")) else { return };
+    let exe = compile(&cc, "contract.c", &dir, &[]);
+    let (_, recs) = with_and_without_the_library("contract", strategy, &dir, || {
+        let mut c = Command::new(&exe);
+        c.arg(&dir);
+        c
+    });
     // The parent and the forked child each wrote a record; the child did its own I/O.
     assert!(recs.len() >= 2, "expected the parent's and the child's records, got {recs:?}");
     let ios = total(&recs, "ios");
@@ -77,15 +110,8 @@ fn the_contract_holds_under_block() {
 /// Without SMARTCON_PRELOAD_STRATEGY the library is inert: nothing taken, no record.
 #[test]
 fn the_library_is_inert_without_a_strategy() {
-    let Some(cc) = cc() else {
-        eprintln!("skipped: no C compiler");
-        return;
-    };
-    let dir = temp_dir("inert");
-    if !direct_io_works(&dir) {
-        eprintln!("skipped: {} refuses O_DIRECT", dir.display());
-        return;
-    }
+    let Some(cc) = c_compiler() else { return };
+    let Some(dir) = direct_dir("inert") else { return };
     let exe = compile(&cc, "contract.c", &dir, &[]);
     let stats = dir.join("stats.jsonl");
     let out = Command::new(&exe)
@@ -146,27 +172,14 @@ fn a_pid_executed_under_the_library(recs: &[serde_json::Value]) -> bool {
 /// and several buffers passed through, each call's result, errno, offset and data the raw
 /// system call's. Before the library took them, none was taken (`ios` was 0).
 fn contract_v2_under(strategy: &str) {
-    let Some(cc) = cc() else {
-        eprintln!("skipped: no C compiler (cc, gcc or clang) on PATH");
-        return;
-    };
-    let dir = temp_dir(&format!("contract-v2-{strategy}"));
-    if !direct_io_works(&dir) {
-        eprintln!("skipped: {} refuses O_DIRECT", dir.display());
-        return;
-    }
+    let Some(cc) = c_compiler() else { return };
+    let Some(dir) = direct_dir(&format!("contract-v2-{strategy}")) else { return };
     let exe = compile(&cc, "contract_v2.c", &dir, &[]);
-    let plain = Command::new(&exe).arg(&dir).output().expect("run contract_v2");
-    let plain_out = String::from_utf8_lossy(&plain.stdout);
-    assert!(plain.status.success(), "contract_v2 fails even without the library:\n{plain_out}");
-    let stats = dir.join("stats.jsonl");
-    let pre = run_preloaded(Command::new(&exe).arg(&dir), strategy, &stats);
-    let pre_out = String::from_utf8_lossy(&pre.stdout);
-    let mismatches: Vec<&str> = pre_out.lines().filter(|l| l.starts_with("MISMATCH")).collect();
-    assert!(mismatches.is_empty(), "under {strategy} the contract broke:\n{}", mismatches.join("\n"));
-    assert!(pre.status.success(), "under {strategy}: {:?}\n{pre_out}", pre.status);
-    assert_eq!(plain_out, pre_out, "the transcript differs with the library");
-    let recs = records(&stats);
+    let (_, recs) = with_and_without_the_library("contract_v2", strategy, &dir, || {
+        let mut c = Command::new(&exe);
+        c.arg(&dir);
+        c
+    });
     // 1,200 reads and 1,200 writes with each of flags 0 and RWF_HIPRI, plus the single calls.
     let ios = total(&recs, "ios");
     assert!(ios >= 4800, "only {ios} preadv2/pwritev2 calls were taken: {recs:?}");
@@ -201,27 +214,14 @@ fn the_preadv2_contract_holds_under_block() {
 /// return and the data are the raw system calls'. Before, none was taken (`ios` was 0 and
 /// every request was named as libaio).
 fn contract_aio_under(strategy: &str) {
-    let Some(cc) = cc() else {
-        eprintln!("skipped: no C compiler (cc, gcc or clang) on PATH");
-        return;
-    };
-    let dir = temp_dir(&format!("contract-aio-{strategy}"));
-    if !direct_io_works(&dir) {
-        eprintln!("skipped: {} refuses O_DIRECT", dir.display());
-        return;
-    }
+    let Some(cc) = c_compiler() else { return };
+    let Some(dir) = direct_dir(&format!("contract-aio-{strategy}")) else { return };
     let Some(exe) = compile_with_libaio(&cc, "contract_aio.c", &dir) else { return };
-    let plain = Command::new(&exe).arg(&dir).output().expect("run contract_aio");
-    let plain_out = String::from_utf8_lossy(&plain.stdout);
-    assert!(plain.status.success(), "contract_aio fails even without the library:\n{plain_out}");
-    let stats = dir.join("stats.jsonl");
-    let pre = run_preloaded(Command::new(&exe).arg(&dir), strategy, &stats);
-    let pre_out = String::from_utf8_lossy(&pre.stdout);
-    let mismatches: Vec<&str> = pre_out.lines().filter(|l| l.starts_with("MISMATCH")).collect();
-    assert!(mismatches.is_empty(), "under {strategy} the contract broke:\n{}", mismatches.join("\n"));
-    assert!(pre.status.success(), "under {strategy}: {:?}\n{pre_out}", pre.status);
-    assert_eq!(plain_out, pre_out, "the transcript differs with the library");
-    let recs = records(&stats);
+    let (_, recs) = with_and_without_the_library("contract_aio", strategy, &dir, || {
+        let mut c = Command::new(&exe);
+        c.arg(&dir);
+        c
+    });
     // 1,200 reads and 1,200 writes with each of flags 0 and RWF_HIPRI, plus the single ones.
     let ios = total(&recs, "ios");
     assert!(ios >= 4800, "only {ios} libaio requests were taken: {recs:?}");
@@ -239,7 +239,7 @@ fn contract_aio_under(strategy: &str) {
 }
 
 /// Compiles `source` linked with libaio, or says why it skips (no libaio.h or libaio.so).
-fn compile_with_libaio(cc: &str, source: &str, dir: &std::path::Path) -> Option<std::path::PathBuf> {
+fn compile_with_libaio(cc: &str, source: &str, dir: &Path) -> Option<PathBuf> {
     let probe = Command::new(cc)
         .args(["-x", "c", "-o"])
         .arg(dir.join("probe-libaio"))
@@ -289,32 +289,13 @@ fn contract_python_under(strategy: &str) {
         eprintln!("skipped: no python3 with os.preadv and RWF_HIPRI (Python 3.7+ on Linux)");
         return;
     };
-    let dir = temp_dir(&format!("contract-py-{strategy}"));
-    if !direct_io_works(&dir) {
-        eprintln!("skipped: {} refuses O_DIRECT", dir.display());
-        return;
-    }
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/contract.py");
-    let plain = Command::new(python).arg(&script).arg(&dir).output().expect("run contract.py");
-    let plain_out = String::from_utf8_lossy(&plain.stdout);
-    assert!(
-        plain.status.success(),
-        "contract.py fails even without the library:\n{plain_out}{}",
-        String::from_utf8_lossy(&plain.stderr)
-    );
-    let stats = dir.join("stats.jsonl");
-    let pre = run_preloaded(Command::new(python).arg(&script).arg(&dir), strategy, &stats);
-    let pre_out = String::from_utf8_lossy(&pre.stdout);
-    let mismatches: Vec<&str> = pre_out.lines().filter(|l| l.starts_with("MISMATCH")).collect();
-    assert!(mismatches.is_empty(), "under {strategy} the contract broke:\n{}", mismatches.join("\n"));
-    assert!(
-        pre.status.success(),
-        "under {strategy}: {:?}\n{pre_out}{}",
-        pre.status,
-        String::from_utf8_lossy(&pre.stderr)
-    );
-    assert_eq!(plain_out, pre_out, "the transcript differs with the library");
-    let recs = records(&stats);
+    let Some(dir) = direct_dir(&format!("contract-py-{strategy}")) else { return };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/contract.py");
+    let (plain_out, recs) = with_and_without_the_library("contract.py", strategy, &dir, || {
+        let mut c = Command::new(python);
+        c.arg(&script).arg(&dir);
+        c
+    });
     let ios = total(&recs, "ios");
     let libaio = !plain_out.contains("libaio: skipped");
     // preadv2 reads and pwritev2 writes with flags 0 and RWF_HIPRI: 4 x 1,200; libaio the same.

@@ -271,6 +271,15 @@ impl EmuTarget {
     ) -> Result<(WaitOutcome, Option<u64>), Error> {
         let op = buf.op();
         let (status, bytes) = self.submit(buf, offset);
+        let overshoot_ns = self.wait_precise(&status, margin_ns)?;
+        if status.failed {
+            return Err(self.injected_error(op, offset));
+        }
+        Ok((WaitOutcome { bytes, done_ns: status.done_ns, ..Default::default() }, overshoot_ns))
+    }
+
+    /// The reference wait of a submitted request (see [`EmuTarget::transfer_precise`]).
+    fn wait_precise(&self, status: &EmuStatus<'_>, margin_ns: u64) -> Result<Option<u64>, Error> {
         let time = &*self.time;
         // A wait longer than a slice sleeps in slices (reading the stop flag) up to the last
         // slice before the deadline; the last stretch is the one precise wait.
@@ -281,11 +290,7 @@ impl EmuTarget {
                 Ok(())
             })?;
         }
-        let overshoot_ns = sleep_then_spin_until(time, status.done_ns, margin_ns);
-        if status.failed {
-            return Err(self.injected_error(op, offset));
-        }
-        Ok((WaitOutcome { bytes, done_ns: status.done_ns, ..Default::default() }, overshoot_ns))
+        Ok(sleep_then_spin_until(time, status.done_ns, margin_ns))
     }
 }
 
@@ -490,6 +495,14 @@ impl Port for EmuPort<'_> {
                 let req = Pending { op, bytes: bytes as u64, ahead, submit_ns: arrival };
                 let mut with_ring = EmuRingStatus { status: &mut status, ring };
                 outcome.polled = Some(policy.wait(&req, &mut with_ring)?);
+            }
+            PortWait::Reference { margin } => {
+                // The margin learns from wake-ups of requests that succeed only, as the
+                // replay's always did (a failed one returns its error below).
+                let overshoot_ns = self.target.wait_precise(&status, margin.margin_ns())?;
+                if let (Some(ns), false) = (overshoot_ns, status.failed) {
+                    margin.record(ns);
+                }
             }
         }
         if status.failed {

@@ -396,7 +396,9 @@ impl Port for FilePort {
                 let bytes = sync_transfer(self.fd, buf, offset).map_err(|errno| io_error(errno, op, offset))?;
                 return Ok(WaitOutcome { bytes, ..Default::default() });
             }
-            PortWait::Block => RingWait::Block,
+            // A file's completion instant is the kernel's, not a model's: the reference
+            // wait of a real device is its interrupt.
+            PortWait::Block | PortWait::Reference { .. } => RingWait::Block,
             PortWait::Spin { budget_ns } => RingWait::Spin { budget_ns },
             PortWait::Poll { policy, ahead } => {
                 let pending = Pending { op, bytes: buf.len() as u64, ahead, submit_ns: now_ns() };

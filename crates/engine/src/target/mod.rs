@@ -24,6 +24,7 @@ use smartcon_util::{units, Op};
 use crate::decision::{DeviceState, Strategy};
 use crate::error::{Error, ErrorKind};
 use crate::profile::Profile;
+use crate::wait::reference::WakeMargin;
 use crate::wait::{WaitPolicy, Waited};
 
 /// What `--target` said.
@@ -217,6 +218,11 @@ pub enum PortWait<'p> {
     Sync,
     /// Poll at the instants the policy chooses.
     Poll { policy: &'p mut dyn WaitPolicy, ahead: DeviceState },
+    /// The reference wait ([`crate::wait::reference`]): asleep until `margin`'s margin
+    /// before the completion instant, then watching the clock to it; the wake-up's
+    /// overshoot goes into `margin`. Not a strategy: the emulator's yardstick. Emulated
+    /// ports wait so; ports on files and block devices block.
+    Reference { margin: &'p mut WakeMargin },
 }
 
 impl<'p> PortWait<'p> {

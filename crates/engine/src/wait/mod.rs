@@ -22,6 +22,10 @@
 //!   whether the first poll after waking found the request done, and a per-thread switch
 //!   over polling, PAS and interrupts re-evaluated every 100 I/Os.
 //!
+//! [`reference::WakeMargin`] belongs to none of these: it is the reference wait's margin
+//! (the emulator's yardstick, [`reference`]), asked of a port as
+//! [`crate::target::PortWait::Reference`].
+//!
 //! The last two are the published adaptive rules of other systems, in-kernel there; they
 //! are here so they run in the same jobs as smartcon's own (peers, not improvements).
 //!
@@ -40,6 +44,7 @@ pub mod hybrid;
 pub mod iopoll;
 pub mod pas;
 pub mod predictor;
+pub mod reference;
 
 use smartcon_util::units::format_ns;
 use smartcon_util::Op;

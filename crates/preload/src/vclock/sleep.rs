@@ -14,7 +14,7 @@
 //! Service layer: below the interposed calls; above the domain only.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use libc::timespec;
 use smartcon_engine::clock;
@@ -173,16 +173,39 @@ fn oversleep_after(average_ns: u64, late_ns: u64) -> u64 {
 /// instant, whatever the host, which is what a sweep's real-time check and a guest's device
 /// need; `smartcon run --strategy` asks for the other waits ([`DeviceWait`]).
 ///
-/// A local copy of "sleep, then spin to a deadline": the engine's (`EmuTarget::
-/// transfer_precise`, the replay's margin) takes its margin from its caller and reads the
-/// clock through libc, while this one keeps its own moving margin and makes only raw
-/// system calls, so it can run from any interposed call without entering another.
+/// It is the engine's one "sleep, then spin to a deadline"
+/// ([`clock::sleep_then_spin_until`], the wait of `EmuTarget::transfer_precise` too) on
+/// [`RawClock`], the host's clock and timer by raw system calls, so it can run from any
+/// interposed call without entering another; what stays here is the margin, a moving
+/// average of this process's wake-ups rather than the replay's p99 of one thread's.
 pub fn real_sleep_until(deadline_ns: u64) {
     let spin_ns = spin_ns_for(OVERSLEEP_NS.load(Ordering::Relaxed));
-    let now = real_ns(libc::CLOCK_MONOTONIC);
-    if deadline_ns > now + spin_ns {
-        let wake_ns = deadline_ns - spin_ns;
-        let ts = to_ts(wake_ns);
+    let raw = RawClock { interrupted: AtomicBool::new(false) };
+    let late_ns = clock::sleep_then_spin_until(&raw, deadline_ns, spin_ns);
+    // A sleep a signal cut short says nothing of the kernel's lateness.
+    if let (Some(late_ns), false) = (late_ns, raw.interrupted.load(Ordering::Relaxed)) {
+        let average = OVERSLEEP_NS.load(Ordering::Relaxed);
+        OVERSLEEP_NS.store(oversleep_after(average, late_ns), Ordering::Relaxed);
+    }
+}
+
+/// The real monotonic clock and its timer through raw system calls (not this library's
+/// interposed `clock_gettime` and `clock_nanosleep`, not libc's wrappers): async-signal-safe,
+/// allocation-free, and reentrant from inside an interposed call. One per wait.
+struct RawClock {
+    /// The last sleep ended early (EINTR) instead of at its instant.
+    interrupted: AtomicBool,
+}
+
+impl clock::Clock for RawClock {
+    fn now_ns(&self) -> u64 {
+        real_ns(libc::CLOCK_MONOTONIC)
+    }
+}
+
+impl clock::Sleeper for RawClock {
+    fn sleep_until(&self, at_ns: u64) {
+        let ts = to_ts(at_ns);
         // SAFETY: a valid timespec; an absolute monotonic deadline; EINTR only shortens it.
         let r = unsafe {
             libc::syscall(
@@ -193,14 +216,13 @@ pub fn real_sleep_until(deadline_ns: u64) {
                 std::ptr::null_mut::<timespec>(),
             )
         };
-        if r == 0 {
-            let late_ns = real_ns(libc::CLOCK_MONOTONIC).saturating_sub(wake_ns);
-            let average = OVERSLEEP_NS.load(Ordering::Relaxed);
-            OVERSLEEP_NS.store(oversleep_after(average, late_ns), Ordering::Relaxed);
-        }
+        self.interrupted.store(r != 0, Ordering::Relaxed);
     }
-    while real_ns(libc::CLOCK_MONOTONIC) < deadline_ns {
-        std::hint::spin_loop();
+
+    fn spin_until(&self, at_ns: u64) {
+        while real_ns(libc::CLOCK_MONOTONIC) < at_ns {
+            std::hint::spin_loop();
+        }
     }
 }
 

@@ -44,7 +44,14 @@
 //! policy as a page with `pages - 1` pages ahead of it on the device, so the predictor's
 //! per-byte-ahead slope learns the page transfer time; pipelined waits are one page each,
 //! the first one from submission (fixed latency + a page) by one policy instance and the
-//! following ones (a page) by another, so neither class mixes the two.
+//! following ones (a page) by another, so neither class mixes the two. The policies are the
+//! engine's ([`smartcon_engine::wait::policy_for`], as a SmartPort's) and every clock read,
+//! sleep and clock-only spin of the wait goes through the engine's injected
+//! [`smartcon_engine::clock::Time`] (the host's here), as the engine's emulated target's
+//! do; what is the merge device's own is the page-level status a poll reads. It does not
+//! go through a SmartPort: a merged request is one device command for several threads'
+//! requests, waited for by its leader, which a per-thread "decide, then wait" port has no
+//! place for, and `--polling` names a polling policy, not a `--strategy`.
 //!
 //! With merge off each thread submits its own request (queued FCFS on the channels like
 //! `target::emu`), waits for it with the same policy and does its own post-I/O work: the
@@ -81,7 +88,7 @@ use smartcon_devemu::pages::{self, PageTransfer};
 use smartcon_devemu::{ChannelSet, DeviceModel, EmuSpec, Op, RamStore};
 use smartcon_util::units::format_size;
 
-use smartcon_engine::clock::{now_ns, sleep_until_ns, spin_until_ns};
+use smartcon_engine::clock::{self, SharedTime};
 use smartcon_engine::decision::{DeviceState, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::target::AlignedBuf;
@@ -277,6 +284,10 @@ pub struct MergeDevice {
     counters: Counters,
     /// See [`WAIT_BOUND_NS_MIN`].
     wait_bound_ns: u64,
+    /// The clock the device's instants are on and its waiters sleep and spin on: the
+    /// engine's injected [`clock::Time`] (the host's, [`clock::real`]), as the engine's own
+    /// emulated target reads it, so the waits of `--polling` are the engine's waits.
+    time: SharedTime,
     /// Test hook: the post-I/O work of the n-th released request (from 1) panics.
     fault_panic_at_release: Option<u64>,
     fault_releases: AtomicU64,
@@ -322,6 +333,7 @@ impl MergeDevice {
                         .max()
                         .unwrap_or(0),
             ),
+            time: clock::real(),
             fault_panic_at_release: None,
             fault_releases: AtomicU64::new(0),
         })
@@ -369,7 +381,7 @@ impl MergeDevice {
 
     /// A waiting thread's handle; one per thread.
     pub fn waiter(&self) -> Waiter<'_> {
-        let start = now_ns();
+        let start = self.time.now_ns();
         let strategy = self.config.polling.strategy();
         let policy = || wait::policy_for(strategy, self.config.poll, start).expect("a polling strategy");
         Waiter {
@@ -451,11 +463,11 @@ struct PageStatus<'a> {
 
 impl Status for PageStatus<'_> {
     fn now_ns(&self) -> u64 {
-        now_ns()
+        self.dev.time.now_ns()
     }
 
     fn poll(&mut self) -> Result<bool, Error> {
-        let now = now_ns();
+        let now = self.dev.time.now_ns();
         let cost = self.dev.model.poll_cost_ns;
         if cost > 0 {
             // As target::emu: the register read holds the channel, at most half the time.
@@ -465,7 +477,7 @@ impl Status for PageStatus<'_> {
                 self.dev.channels.lock().unwrap().occupy(self.channel, now, delay);
             }
             self.last_poll_ns = now;
-            spin_until_ns(now + cost);
+            self.dev.time.spin_until(now + cost);
         } else {
             self.acked = self.transfer.acked(now);
         }
@@ -473,12 +485,12 @@ impl Status for PageStatus<'_> {
     }
 
     fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
-        sleep_until_ns(at_ns.min(self.wait_bound_ns));
+        self.dev.time.sleep_until(at_ns.min(self.wait_bound_ns));
         Ok(())
     }
 
     fn spin_until(&mut self, at_ns: u64) {
-        spin_until_ns(at_ns.min(self.wait_bound_ns));
+        self.dev.time.spin_until(at_ns.min(self.wait_bound_ns));
     }
 }
 
@@ -671,7 +683,7 @@ impl Waiter<'_> {
         let rp = dev.pages_per_request();
         let pages = n as u32 * rp;
         let timing = *dev.model.timing(op);
-        let submit = now_ns();
+        let submit = dev.time.now_ns();
         let service = pages::service_ns(&timing, PAGE_BYTES, pages);
         let (channel, start) = {
             let mut ch = dev.channels.lock().unwrap();
@@ -793,6 +805,7 @@ impl Waiter<'_> {
 mod tests {
     use super::*;
     use smartcon_devemu::parse_spec;
+    use smartcon_engine::clock::now_ns;
 
     /// Regression: a prediction far in the future (a poisoned estimate) must not hold the
     /// leader, and everyone parked behind it, beyond the wait bound. Without the bound these
