@@ -39,6 +39,7 @@ pub fn emulate_env(spec: &str, image: &Path, virtual_time: bool, stats: &Path) -
         virtual_time,
         stats: stats.to_path_buf(),
         cpu_speed: None,
+        cpu_clock: false,
     }
 }
 

@@ -177,6 +177,7 @@ fn base(opts: &VmSweepOptions, spec: String, command: &str) -> VmOptions {
         image: None,
         virtual_time: true,
         cpu_speed: 1.0,
+        guest_clock: vm::GuestClock::Cpu,
         command: vec!["sh".into(), "-c".into(), command.into()],
         library: opts.library.clone(),
         kernel: opts.kernel.clone(),

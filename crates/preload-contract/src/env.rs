@@ -11,6 +11,7 @@
 //! | `SMARTCON_PRELOAD_VIRTUAL_TIME` | `1`: the program's clocks and sleeps run in virtual time |
 //! | `SMARTCON_PRELOAD_EMU_STATS` | each process image appends one `emu_process` record here |
 //! | `SMARTCON_PRELOAD_CPU_SPEED` | with virtual time: the program's CPU is this many times the host's |
+//! | `SMARTCON_PRELOAD_GUEST_CLOCK` | with virtual time: `cpu`: the clock moves with the CPU time of the program's processes while it runs (a uniprocessor guest kernel); `wall` or absent: with the real clock |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -24,10 +25,12 @@ pub const EMU_PATH: &str = "SMARTCON_PRELOAD_EMU_PATH";
 pub const VIRTUAL_TIME: &str = "SMARTCON_PRELOAD_VIRTUAL_TIME";
 pub const EMU_STATS: &str = "SMARTCON_PRELOAD_EMU_STATS";
 pub const CPU_SPEED: &str = "SMARTCON_PRELOAD_CPU_SPEED";
+pub const GUEST_CLOCK: &str = "SMARTCON_PRELOAD_GUEST_CLOCK";
 
 /// Every variable above: what the library removes from the environment when it must not
 /// be inherited.
-pub const ALL: [&str; 9] = [STRATEGY, STATS, BUFFERED, INHERIT, EMU_SPEC, EMU_PATH, VIRTUAL_TIME, EMU_STATS, CPU_SPEED];
+pub const ALL: [&str; 10] =
+    [STRATEGY, STATS, BUFFERED, INHERIT, EMU_SPEC, EMU_PATH, VIRTUAL_TIME, EMU_STATS, CPU_SPEED, GUEST_CLOCK];
 
 /// The file name cargo gives the library (beside the `smartcon` binary).
 pub const LIBRARY_FILE: &str = "libsmartcon.so";
@@ -57,6 +60,9 @@ pub struct EmulateEnv {
     pub stats: PathBuf,
     /// With virtual time: the program's CPU is this many times the host's.
     pub cpu_speed: Option<f64>,
+    /// With virtual time: the clock moves with the CPU time of the program's processes
+    /// while it runs, not with the wall (a uniprocessor guest kernel: `emulate vm`).
+    pub cpu_clock: bool,
 }
 
 impl PreloadEnv {
@@ -80,6 +86,9 @@ impl PreloadEnv {
             v.push((EMU_STATS, e.stats.as_os_str().into()));
             if let Some(x) = e.cpu_speed {
                 v.push((CPU_SPEED, x.to_string().into()));
+            }
+            if e.virtual_time && e.cpu_clock {
+                v.push((GUEST_CLOCK, "cpu".into()));
             }
         }
         v
@@ -109,12 +118,14 @@ mod tests {
                 virtual_time: true,
                 stats: "/tmp/e.jsonl".into(),
                 cpu_speed: Some(2.0),
+                cpu_clock: true,
             }),
             ..Default::default()
         };
         let vars = emu.vars();
         assert!(vars.iter().all(|(k, _)| *k != STRATEGY), "a sweep's run takes nothing but the image");
         assert!(vars.contains(&(VIRTUAL_TIME, "1".into())) && vars.contains(&(CPU_SPEED, "2".into())));
+        assert!(vars.contains(&(GUEST_CLOCK, "cpu".into())));
         assert!(vars.iter().all(|(k, _)| ALL.contains(k)));
     }
 }

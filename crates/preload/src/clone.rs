@@ -59,7 +59,13 @@ pub unsafe extern "C" fn clone(
     let helper = flags & libc::CLONE_VM != 0 && flags & libc::CLONE_THREAD == 0;
     if !helper || func.is_none() || !crate::emu::active() {
         // SAFETY: forwarded unchanged.
-        return unsafe { real(func, stack, flags, arg, parent_tid, tls, child_tid) };
+        let pid = unsafe { real(func, stack, flags, arg, parent_tid, tls, child_tid) };
+        // A process of its own (UML starts one per guest address space this way, ptraced,
+        // running guest code): its CPU time is the guest's (domain::cpu_ns).
+        if pid > 0 && flags & (libc::CLONE_VM | libc::CLONE_THREAD) == 0 && domain::on() && domain::cpu_base() {
+            domain::add_cpu_pid(pid as u32);
+        }
+        return pid;
     }
     let Some((index, top)) = crate::helper::claim(func.map_or(0, |f| f as usize), arg as usize) else {
         // SAFETY: forwarded unchanged (no slot or no memory: the helper's own stack).

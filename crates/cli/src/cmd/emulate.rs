@@ -63,6 +63,10 @@ pub struct VmArgs {
     /// With --virtual-time: the guest's CPU is this many times the host's (its CPU time is divided by it).
     #[arg(long, default_value_t = 1.0)]
     pub cpu_speed: f64,
+    /// With --virtual-time: what the guest's clock moves with while it runs: cpu (the CPU time of UML's processes,
+    /// whatever the host's load) or wall (the real clock, the host's load included).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "wall"])]
+    pub guest_clock: String,
     /// Guest memory in MiB.
     #[arg(long, default_value_t = smartcon_emulate::vm::GUEST_MEM_MIB_DEFAULT)]
     pub mem: u64,
@@ -306,6 +310,7 @@ fn vm(a: VmArgs) -> Result<()> {
         image: a.image,
         virtual_time: a.virtual_time,
         cpu_speed: a.cpu_speed,
+        guest_clock: if a.guest_clock == "wall" { vm::GuestClock::Wall } else { vm::GuestClock::Cpu },
         command: a.command,
         library: super::run::library()?,
         kernel: vm::find_kernel().map_err(engine_err)?,

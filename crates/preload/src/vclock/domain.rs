@@ -31,6 +31,11 @@ pub const DOMAIN_PIDS_MAX: usize = 64;
 pub const DOMAIN_WAITS_MAX: usize = 256;
 /// A registered wait without a target instant (it ends only by an event).
 pub const NO_TARGET: u64 = u64::MAX;
+/// Processes whose CPU time the guest CPU clock sums at once at most (a later one goes
+/// uncounted: its CPU time does not move the clock).
+pub const CPU_PIDS_MAX: usize = 128;
+/// A CPU slot being filled or emptied: readers skip it.
+const CPU_PID_BUSY: u32 = u32::MAX;
 
 /// One registered wait. `id` 0: free.
 #[repr(C)]
@@ -76,6 +81,12 @@ struct Domain {
     overflow: AtomicU32,
     /// The virtual instant the last jump went to ([`settle_after_jump`]).
     jumped_to_ns: AtomicU64,
+    /// The guest CPU clock's base ([`cpu_ns`]): the processes whose CPU time it sums (0:
+    /// free, [`CPU_PID_BUSY`]: being filled or emptied), the most each was seen at, and the
+    /// CPU time of those that have gone.
+    cpu_pids: [AtomicU32; CPU_PIDS_MAX],
+    cpu_seen_ns: [AtomicU64; CPU_PIDS_MAX],
+    cpu_retired_ns: AtomicU64,
     pids: [AtomicU32; DOMAIN_PIDS_MAX],
     slots: [Slot; DOMAIN_WAITS_MAX],
 }
@@ -93,6 +104,9 @@ impl Domain {
             threads_counted_at_ns: AtomicU64::new(0),
             overflow: AtomicU32::new(0),
             jumped_to_ns: AtomicU64::new(0),
+            cpu_pids: [const { AtomicU32::new(0) }; CPU_PIDS_MAX],
+            cpu_seen_ns: [const { AtomicU64::new(0) }; CPU_PIDS_MAX],
+            cpu_retired_ns: AtomicU64::new(0),
             pids: [const { AtomicU32::new(0) }; DOMAIN_PIDS_MAX],
             slots: [const {
                 Slot {
@@ -210,12 +224,103 @@ pub fn enable() {
     if let Some(ppm) = std::env::var(ENV_CPU_SPEED).ok().and_then(|t| speed_ppm(&t)) {
         SPEED_PPM.store(ppm, Ordering::Relaxed);
     }
-    // The clock starts at the real one, whatever the speed.
+    if std::env::var(ENV_GUEST_CLOCK).is_ok_and(|v| v == "cpu") {
+        add_cpu_pid(getpid());
+        CPU_BASE.store(true, Ordering::Release);
+    }
+    // The clock starts at the real one, whatever the speed and the base.
     let real = real_ns(libc::CLOCK_MONOTONIC);
-    d.skew_ns.store(real as i64 - scaled(real) as i64, Ordering::Relaxed);
+    d.skew_ns.store(real as i64 - scaled(base_ns()) as i64, Ordering::Relaxed);
     d.last_ns.store(real, Ordering::Relaxed);
     d.pids[0].store(getpid(), Ordering::Relaxed);
     ON.store(true, Ordering::Release);
+}
+
+/// `emulate vm --virtual-time` (the contract's `SMARTCON_PRELOAD_GUEST_CLOCK`): `cpu` makes
+/// the clock move, while the program runs, with the CPU time its processes use instead of
+/// the wall ([`cpu_ns`]).
+pub const ENV_GUEST_CLOCK: &str = smartcon_preload_contract::env::GUEST_CLOCK;
+/// The clock's base is the guest CPU clock ([`cpu_ns`]), not the real monotonic clock.
+static CPU_BASE: AtomicBool = AtomicBool::new(false);
+
+/// What the virtual clock moves with while the program runs (before `--cpu-speed` scales
+/// it): the real monotonic clock, or under `SMARTCON_PRELOAD_GUEST_CLOCK=cpu` the CPU time
+/// of the program's processes ([`cpu_ns`]).
+#[inline]
+fn base_ns() -> u64 {
+    if CPU_BASE.load(Ordering::Relaxed) {
+        cpu_ns(dom())
+    } else {
+        real_ns(libc::CLOCK_MONOTONIC)
+    }
+}
+
+/// The guest CPU clock: the CPU time (the scheduler's, in ns) of every process counted
+/// ([`add_cpu_pid`]), those that have gone included. For a uniprocessor guest kernel run as
+/// host processes (User-Mode Linux: its kernel process and one ptraced process per guest
+/// address space, of which one runs at a time) this is the time its one CPU has been busy,
+/// whatever else the host runs: a guest thread that waits for a host CPU does not move it
+/// (the seed's co-simulator runs its OS on a real CPU, alone). The helper processes that
+/// move data for the device model (UML's ubd and SIGIO threads, `clone(CLONE_VM)`) are not
+/// counted: their work is the device's, hidden as the seed's OS-state pausing hides it.
+///
+/// A process that cannot be read any more (reaped) leaves its last reading to the gone
+/// total; the CPU time it used since that reading is lost (the clock never goes back: the
+/// readings built on it stall that long). Several processes running at once would count
+/// twice: the base is for a uniprocessor guest, which `emulate vm` is.
+fn cpu_ns(d: &Domain) -> u64 {
+    // The gone total first: a process retired after this load is in neither sum (a
+    // reading a little short, which `last_ns` hides), never in both.
+    let mut total = d.cpu_retired_ns.load(Ordering::Acquire);
+    for (i, p) in d.cpu_pids.iter().enumerate() {
+        let pid = p.load(Ordering::Acquire);
+        if pid == 0 || pid == CPU_PID_BUSY {
+            continue;
+        }
+        match process_cpu_ns(pid) {
+            Some(ns) => total += d.cpu_seen_ns[i].fetch_max(ns, Ordering::AcqRel).max(ns),
+            None => {
+                if p.compare_exchange(pid, CPU_PID_BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    d.cpu_retired_ns.fetch_add(d.cpu_seen_ns[i].swap(0, Ordering::AcqRel), Ordering::AcqRel);
+                    p.store(0, Ordering::Release);
+                }
+            }
+        }
+    }
+    total
+}
+
+/// A process's CPU time (all its threads, the scheduler's clock) in ns, or None when it is
+/// gone. Any process's CPU clock can be read on Linux (clock_getcpuclockid(3)); a zombie's
+/// still reads until it is reaped.
+fn process_cpu_ns(pid: u32) -> Option<u64> {
+    // The kernel's process CPU clock id: the negated pid shifted by 3, CPUCLOCK_SCHED (2).
+    let clock = ((!(pid as i64)) << 3) | 2;
+    let mut ts = timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to write; an unknown clock is an error return, not UB.
+    let r = unsafe { libc::syscall(libc::SYS_clock_gettime, clock as clockid_t, &mut ts) };
+    (r == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// Counts `pid`'s CPU time in the guest CPU clock from now on (its CPU time so far too:
+/// a process is added as it starts). Nothing when the clock's base is the wall or the
+/// table is full.
+pub fn add_cpu_pid(pid: u32) {
+    let d = dom();
+    let Some(slot) = d
+        .cpu_pids
+        .iter()
+        .position(|p| p.compare_exchange(0, CPU_PID_BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+    else {
+        return;
+    };
+    d.cpu_seen_ns[slot].store(0, Ordering::Release);
+    d.cpu_pids[slot].store(pid, Ordering::Release);
+}
+
+/// Whether the clock's base is the guest CPU clock.
+pub fn cpu_base() -> bool {
+    CPU_BASE.load(Ordering::Relaxed)
 }
 
 /// `--cpu-speed X` (the contract's `SMARTCON_PRELOAD_CPU_SPEED`): the program's CPU is X
@@ -279,7 +384,7 @@ pub(crate) fn real_gettime(clock: clockid_t, ts: *mut timespec) -> c_int {
 /// The virtual monotonic instant now, without recording it as seen.
 pub fn peek_ns() -> u64 {
     let d = dom();
-    let v = (scaled(real_ns(libc::CLOCK_MONOTONIC)) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    let v = (scaled(base_ns()) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
     v.max(d.last_ns.load(Ordering::Acquire))
 }
 
@@ -287,8 +392,9 @@ pub fn peek_ns() -> u64 {
 /// the real monotonic instant it was computed from.
 pub fn observe_ns() -> (u64, u64) {
     let d = dom();
+    let base = base_ns();
     let real = real_ns(libc::CLOCK_MONOTONIC);
-    let v = (scaled(real) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    let v = (scaled(base) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
     let last = d.last_ns.fetch_max(v, Ordering::AcqRel);
     (v.max(last), real)
 }
@@ -599,9 +705,9 @@ pub fn jump_if_idle() -> u64 {
     if to <= now {
         return now;
     }
-    let real = real_ns(libc::CLOCK_MONOTONIC);
+    let base = base_ns();
     let old_skew = d.skew_ns.load(Ordering::Acquire);
-    let new_skew = to as i64 - scaled(real) as i64;
+    let new_skew = to as i64 - scaled(base) as i64;
     JUMPED_NS.fetch_add(to - now, Ordering::Relaxed);
     JUMPS.fetch_add(1, Ordering::Relaxed);
     SKEW_MADE_NS.fetch_add(new_skew - old_skew, Ordering::Relaxed);
@@ -648,14 +754,14 @@ pub fn settle_after_jump(target_ns: u64) -> u64 {
     if d.jumped_to_ns.load(Ordering::Acquire) != target_ns || d.last_ns.load(Ordering::Acquire) > target_ns {
         return 0;
     }
-    let real = real_ns(libc::CLOCK_MONOTONIC);
+    let base = base_ns();
     let old_skew = d.skew_ns.load(Ordering::Acquire);
-    let now = scaled(real) as i64 + old_skew;
+    let now = scaled(base) as i64 + old_skew;
     if now <= target_ns as i64 {
         return 0;
     }
     let hidden = (now - target_ns as i64) as u64;
-    d.skew_ns.store(target_ns as i64 - scaled(real) as i64, Ordering::Release);
+    d.skew_ns.store(target_ns as i64 - scaled(base) as i64, Ordering::Release);
     SKEW_MADE_NS.fetch_sub(hidden as i64, Ordering::Relaxed);
     WAKE_HIDDEN_NS.fetch_add(hidden, Ordering::Relaxed);
     WAKES_SETTLED.fetch_add(1, Ordering::Relaxed);
@@ -705,15 +811,15 @@ pub fn unchanged_since(generation: u64) -> bool {
 pub fn hold_at(until_ns: u64) -> u64 {
     let d = dom();
     let Some(_lock) = DomainLock::take() else { return 0 };
-    let real = real_ns(libc::CLOCK_MONOTONIC);
+    let base = base_ns();
     let old_skew = d.skew_ns.load(Ordering::Acquire);
-    let now = scaled(real) as i64 + old_skew;
+    let now = scaled(base) as i64 + old_skew;
     let to = until_ns.max(d.last_ns.load(Ordering::Acquire)) as i64;
     if now <= to {
         return 0;
     }
     let hidden = (now - to) as u64;
-    d.skew_ns.store(to - scaled(real) as i64, Ordering::Release);
+    d.skew_ns.store(to - scaled(base) as i64, Ordering::Release);
     SKEW_MADE_NS.fetch_sub(hidden as i64, Ordering::Relaxed);
     hidden
 }
@@ -789,6 +895,9 @@ pub fn fork_child() {
         Some(p) => p.store(me, Ordering::Relaxed),
         None => d.overflow.store(1, Ordering::Relaxed),
     }
+    if cpu_base() {
+        add_cpu_pid(me);
+    }
 }
 
 /// A timespec in ns (a relative duration, or an absolute instant on some clock), or None
@@ -834,6 +943,34 @@ mod tests {
         // The default (the host's speed) leaves every instant as it is.
         assert_eq!(scaled(123_456_789), 123_456_789);
         assert_eq!(real_for(987), 987);
+    }
+
+    #[test]
+    fn the_guest_cpu_clock_sums_live_processes_and_keeps_a_gone_ones_last_reading() {
+        // This process's CPU clock by pid is the kernel's process CPU clock.
+        let by_pid = process_cpu_ns(getpid()).expect("own CPU clock");
+        let own = real_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
+        assert!(by_pid > 0 && by_pid <= own, "{by_pid} {own}");
+        // A child that burns CPU, counted while it runs, then reaped.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+            .spawn()
+            .expect("sh");
+        let d = dom();
+        let before = d.cpu_retired_ns.load(Ordering::Acquire);
+        add_cpu_pid(child.id());
+        let slot = d.cpu_pids.iter().position(|p| p.load(Ordering::Acquire) == child.id()).expect("a slot");
+        let mut running = 0;
+        while child.try_wait().expect("wait").is_none() {
+            running = running.max(cpu_ns(d));
+        }
+        assert!(running > 0, "the busy child's CPU time was seen");
+        let seen = d.cpu_seen_ns[slot].load(Ordering::Acquire);
+        // Reaped: the next reading retires it with its last reading, and frees the slot.
+        cpu_ns(d);
+        assert_eq!(d.cpu_pids[slot].load(Ordering::Acquire), 0);
+        assert!(d.cpu_retired_ns.load(Ordering::Acquire) >= before + seen);
+        assert!(cpu_ns(d) >= running, "the clock's base keeps what the gone process used");
     }
 
     #[test]
