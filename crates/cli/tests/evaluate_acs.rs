@@ -27,6 +27,8 @@ fn acs_bad_input_exits_2_and_writes_nothing() {
         vec!["evaluate", "--study", "acs", "--tiny", "--file-size", "5000", "--out", r],
         vec!["evaluate", "--study", "acs", "--tiny", "--schedulers", "cfq", "--out", r],
         vec!["evaluate", "--study", "acs", "--tiny", "--targets", "emu:nvme", "--out", r],
+        vec!["evaluate", "--study", "acs", "--tiny", "--io-cpus", "4095", "--out", r],
+        vec!["evaluate", "--study", "acs", "--tiny", "--targets", "loop,disk", "--out", r],
         vec!["evaluate", "--tiny", "--full", "--out", r],
         vec!["evaluate", "--schedulers", "bfq", "--out", r],
     ] {
@@ -50,7 +52,19 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
     }
     let dir = scratch("tiny");
     let report = dir.join("r");
-    let args = ["evaluate", "--study", "acs", "--tiny", "--cpu-workers", "2", "--out", report.to_str().unwrap()];
+    // The reader pinned to the first CPU, every strategy alike.
+    let args = [
+        "evaluate",
+        "--study",
+        "acs",
+        "--tiny",
+        "--cpu-workers",
+        "2",
+        "--io-cpus",
+        "0",
+        "--out",
+        report.to_str().unwrap(),
+    ];
     let child = Command::new(env!("CARGO_BIN_EXE_smartcon"))
         .env("SMARTCON_HOME", &dir)
         .args(args)
@@ -90,13 +104,27 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
     assert_eq!(bars.len(), 3 * (4 + 2 + if zram { 4 } else { 0 }), "{text}");
     assert_eq!(bars.iter().filter(|b| b["adaptive"] == "smart").count(), bars.len() / 3);
     assert!(bars.iter().all(|b| b["rounds"] == 2 && b["interval_pct"].as_array().unwrap().len() == 2));
+    // Each bar carries the machine's load, whether the stopping rule held, the median read
+    // of both sides and the share of spins that slept (none for sync, which never spins).
+    for b in &bars {
+        let load = b["load_avg"].as_array().unwrap();
+        assert!(load.len() == 2 && load.iter().all(|l| l.as_f64().unwrap() >= 0.0), "{b}");
+        assert!(b["settled"].is_boolean(), "{b}");
+        assert!(b["p50_us"].as_array().unwrap().iter().all(|p| p.as_f64().unwrap() > 0.0), "{b}");
+        let slept = b["fell_back_pct"].as_f64().unwrap();
+        assert!((0.0..=100.0).contains(&slept), "{b}");
+        if b["adaptive"] == "sync" {
+            assert_eq!(slept, 0.0, "{b}");
+        }
+    }
     // The unmodified readers, where installed.
     let readers = of("acs_reader");
     if Command::new("dd").arg("--version").output().is_ok() {
         assert!(readers.iter().any(|r| r["reader"] == "dd" && r["strategy"] == "smart"), "{text}");
     }
     assert_eq!(of("acs_host").len(), 1);
-    assert!(std::fs::read_to_string(report.join("summary.md")).unwrap().contains("## Fig. 1"));
+    let summary = std::fs::read_to_string(report.join("summary.md")).unwrap();
+    assert!(summary.contains("## Fig. 1") && summary.contains("reader pinned to CPU 0"), "{summary}");
     // Nothing left: no record, no mount, no loop device over our files.
     let records = std::fs::read_dir(dir.join("devices")).map(|d| d.count()).unwrap_or(0);
     assert_eq!(records, 0, "device records left");

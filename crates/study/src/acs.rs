@@ -137,13 +137,17 @@ pub struct AcsPlan {
     pub smartcon_exe: Option<PathBuf>,
     /// `smartcon ctx`'s host profile, for the probe's wake-up figure.
     pub host_profile: Option<PathBuf>,
+    /// The CPUs the reading thread is pinned to, every strategy alike (`None`: wherever the
+    /// scheduler puts it). Pinned, io_uring's helpers move to the other CPUs while it spins;
+    /// the loop device's kernel worker cannot be pinned (an unbound workqueue's kworker).
+    pub io_cpus: Option<Vec<usize>>,
 }
 
 impl AcsPlan {
     pub fn preset(p: AcsPreset) -> AcsPlan {
         let (file_bytes, rounds_min, rounds_max, budget_s, reader_rounds, probe_ms) = match p {
             AcsPreset::Tiny => (2 << 20, 2, 2, 5, 2, 0),
-            AcsPreset::Quick => (4 << 20, 3, 5, 20, 3, 40),
+            AcsPreset::Quick => (2 << 20, 3, 5, 20, 3, 40),
             AcsPreset::Default => (FILE_BYTES_PAPER, 10, 60, 150, 5, 100),
             AcsPreset::Full => (FILE_BYTES_PAPER, ROUNDS_PAPER, ROUNDS_PAPER, u64::MAX / 2_000_000_000, 10, 150),
         };
@@ -169,6 +173,7 @@ impl AcsPlan {
             reader_rounds,
             smartcon_exe: None,
             host_profile: None,
+            io_cpus: None,
         }
     }
 
@@ -255,6 +260,17 @@ pub struct AcsBar {
     /// The decision branch smart took most, with its share ("cpu_busy 97%"); `fixed` for
     /// spin and sync.
     pub reason: String,
+    /// The share of the adaptive strategy's I/Os whose spin ran out of its budget (1 ms) and
+    /// slept, percent: on the loop device, reads whose kernel worker did not get a CPU in time.
+    pub fell_back_pct: f64,
+    /// The median time of one read, microseconds, adaptive's and original's (the median of
+    /// the repetitions' medians): the common case, where the means carry the tail.
+    pub p50_us: [f64; 2],
+    /// Whether the group ended by the stopping rule (smart's and block's 95% intervals each
+    /// narrower than their difference under every scheduler) rather than at its cap.
+    pub settled: bool,
+    /// The 1-minute load average when the group started and ended (the machine is shared).
+    pub load_avg: [f64; 2],
 }
 
 /// One `acs_reader` record: an unmodified reader (dd, fio) under `smartcon run`.
@@ -298,6 +314,10 @@ pub struct Turn {
     pub ios: u64,
     /// smart's I/Os per decision branch ([`Reason::index`]).
     pub by_reason: [u64; Reason::COUNT],
+    /// Spins that ran out of their budget and slept.
+    pub spin_fallbacks: u64,
+    /// The median time of one read, ns.
+    pub p50_ns: u64,
 }
 
 /// The turns of one (scheduler, strategy) over a group's rounds.
@@ -344,6 +364,26 @@ fn main_reason(turns: &[Turn]) -> String {
     main.map_or("fixed".into(), |r| format!("{} {:.0}%", r.name(), reasons[r.index()] as f64 * 100.0 / total as f64))
 }
 
+/// The median of the turns' median read times, microseconds.
+fn median_p50_us(turns: &[Turn]) -> f64 {
+    let mut v: Vec<u64> = turns.iter().map(|t| t.p50_ns).collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    let n = v.len();
+    let m = if n % 2 == 1 { v[n / 2] as f64 } else { (v[n / 2 - 1] + v[n / 2]) as f64 / 2.0 };
+    m / 1e3
+}
+
+/// The 1-minute load average (`/proc/loadavg`), 0 where it cannot be read.
+pub fn load_avg_1min() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next().and_then(|w| w.parse().ok()))
+        .unwrap_or(0.0)
+}
+
 /// The records of one group's series: a result per series and the bars.
 pub fn conclude(
     device: &'static str,
@@ -374,16 +414,19 @@ pub fn conclude(
     }
     let mut bars = Vec::new();
     let Some(first) = series.first().map(|s| s.scheduler.clone()) else { return (results, bars) };
+    let done = settled(series);
     // smart is the paper's "adaptive"; spin and sync (always busy-waiting, always inline)
     // are the two ways it may wait without a switch, each a bar of its own.
     for adaptive in series.iter().filter(|s| s.scheduler == first && s.strategy != BLOCK) {
         for (bar, original) in [("noop-vs-noop", first.as_str()), ("anti-vs-noop", "bfq")] {
             let Some(block) = find(original, BLOCK) else { continue };
-            let Some(r) = ratio(adaptive, block) else { continue };
+            // A group cut short (Ctrl-C) after one round has no interval: no bar.
+            let Some(r) = ratio(adaptive, block).filter(|r| r.rounds >= 2) else { continue };
             let (pct, interval) = saved_pct(&r);
             let with_corunner = cpu_workers > 0;
             let dominates = judge::beats(&adaptive.figures(), &block.figures(), with_corunner).is_some();
             let (busy, ios) = adaptive.turns.iter().fold((0, 0), |(b, n), t| (b + t.busy_ios, n + t.ios));
+            let fell_back: u64 = adaptive.turns.iter().map(|t| t.spin_fallbacks).sum();
             bars.push(AcsBar {
                 record_type: "acs_bar",
                 device,
@@ -398,6 +441,10 @@ pub fn conclude(
                 dominates,
                 busy_pct: if ios > 0 { busy as f64 * 100.0 / ios as f64 } else { 0.0 },
                 reason: main_reason(&adaptive.turns),
+                fell_back_pct: if ios > 0 { fell_back as f64 * 100.0 / ios as f64 } else { 0.0 },
+                p50_us: [median_p50_us(&adaptive.turns), median_p50_us(&block.turns)],
+                settled: done,
+                load_avg: [0.0; 2],
             });
         }
     }
@@ -538,6 +585,8 @@ fn repetition(
         busy_ios: busy,
         ios: c.ios,
         by_reason: c.by_reason,
+        spin_fallbacks: c.spin_fallbacks,
+        p50_ns: c.hist.value_at_quantile(0.5),
     })
 }
 
@@ -639,6 +688,8 @@ pub fn run(
                     break;
                 }
                 progress(Event::Starting(&format!("{name} {} cpu_workers={workers}", pattern.name())));
+                let load_before = load_avg_1min();
+                let group_started = now_ns();
                 let series = run_group(
                     plan,
                     t.as_ref(),
@@ -651,7 +702,21 @@ pub fn run(
                     stop,
                     &mut out.notes,
                 )?;
-                let (results, bars) = conclude(name, pattern, workers, &series);
+                let (results, mut bars) = conclude(name, pattern, workers, &series);
+                let load_after = load_avg_1min();
+                for b in bars.iter_mut() {
+                    b.load_avg = [load_before, load_after];
+                }
+                if !settled(&series) && !stopped(stop) {
+                    let rounds = series.first().map_or(0, |s| s.turns.len());
+                    out.notes.push(format!(
+                        "{name} {} cpu_workers={workers}: not settled after {rounds} rounds ({:.0} s; the cap is {} rounds or {:.0} s once two ran): smart's or block's 95% interval is wider than their difference",
+                        pattern.name(),
+                        (now_ns() - group_started) as f64 / 1e9,
+                        plan.rounds_max,
+                        plan.group_budget_ns as f64 / 1e9
+                    ));
+                }
                 for r in &results {
                     on_record(r)?;
                 }
@@ -720,6 +785,11 @@ fn run_group(
     std::thread::scope(|scope| {
         scope
             .spawn(|| -> Result<(), Error> {
+                // Pinned before the ports (and their rings) exist, so each ring sees its
+                // thread's CPUs and sends io_uring's helpers elsewhere while it spins.
+                if let Some(cpus) = &plan.io_cpus {
+                    smartcon_engine::placement::pin_current_thread(cpus)?;
+                }
                 let _registration = monitor.register_current_thread();
                 let mut ports: Vec<SmartTargetPort<'_>> = Vec::new();
                 for &s in &plan.strategies {
@@ -935,6 +1005,8 @@ mod tests {
                         ios: 10,
                         busy_ios: 5,
                         by_reason,
+                        spin_fallbacks: 2,
+                        p50_ns: (t * 1e3 / 10.0) as u64,
                         ..Turn::default()
                     }
                 })
@@ -1004,7 +1076,18 @@ mod tests {
         assert!((bars[0].interval_pct[0] - 10.0).abs() < 1e-6 && bars[0].dominates && bars[1].dominates);
         assert_eq!((bars[0].rounds, bars[0].busy_pct), (4, 50.0));
         assert_eq!((bars[0].adaptive, bars[0].reason.as_str()), ("smart", "cpu_busy 75%"));
+        // 2 of 10 reads a turn slept after the spin budget; the medians of the turns'
+        // medians (9, 18, 9, 13.5 us and 10, 20, 10, 15 us) are 11.25 and 12.5 us.
+        assert!((bars[0].fell_back_pct - 20.0).abs() < 1e-9, "{:?}", bars[0]);
+        assert!((bars[0].p50_us[0] - 11.25).abs() < 1e-9 && (bars[0].p50_us[1] - 12.5).abs() < 1e-9, "{:?}", bars[0]);
+        // block's rounds swing 2 x: its interval is far wider than the 10% effect, so the
+        // stopping rule does not hold and the bar says so.
+        assert!(!bars[0].settled && !settled(&all));
         // zram: no bfq figure, and no anti-vs-noop bar.
+        // One round only (a run interrupted after it): no mean's interval, no bar.
+        let one: Vec<Series> = all.iter().map(|x| Series { turns: x.turns[..1].to_vec(), ..x.clone() }).collect();
+        let (results, bars) = conclude("loop", AcsPattern::Random, 0, &one);
+        assert!(results.is_empty() && bars.is_empty(), "{bars:?}");
         let (results, bars) = conclude("zram", AcsPattern::Sequential, 9, &all[..2]);
         assert!(results.iter().all(|r| r.improvement_vs_bfq_pct.is_none() && r.cpu_workers == 9));
         assert!(serde_json::to_value(&results[1]).unwrap().get("improvement_vs_bfq_pct").is_none());

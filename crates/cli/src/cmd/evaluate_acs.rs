@@ -10,6 +10,7 @@ use smartcon_engine::job::StrategyChoice;
 use smartcon_engine::profile::HostWaitCost;
 use smartcon_study::acs::{self, AcsOutcome, AcsPlan, AcsPreset};
 use smartcon_study::evaluate::MachineRecord;
+use smartcon_workloads::blockdev::FsDeviceKind;
 
 use super::evaluate::EvaluateArgs;
 use crate::common::{interrupt_flag, interrupted, on_event, prepare_out_dir, progress_bar, smartcon_home};
@@ -35,8 +36,29 @@ fn plan_of(args: &EvaluateArgs) -> Result<AcsPlan> {
     if let Some(s) = &args.schedulers {
         plan.schedulers = s.clone();
     }
+    // loop and zram have no completion interrupt: `irq` (the evaluate's default), `away`
+    // and `any` leave the reader unpinned; a CPU list pins it, every strategy alike.
+    if let smartcon_engine::placement::Placement::Cpus(c) = &args.io_cpus {
+        plan.io_cpus = Some(c.clone());
+    }
+    // `--targets loop`, `zram` or both: the devices the study creates.
+    if let Some(t) = &args.targets {
+        let mut devices = Vec::new();
+        for name in t.split(',').map(str::trim) {
+            let kind = match name {
+                "loop" => FsDeviceKind::Loop,
+                "zram" => FsDeviceKind::Zram,
+                other => {
+                    bail!("--study acs takes --targets loop, zram or loop,zram (the devices it creates), not {other:?}")
+                }
+            };
+            if !devices.contains(&kind) {
+                devices.push(kind);
+            }
+        }
+        plan.devices = devices;
+    }
     let ignored: Vec<&str> = [
-        (args.targets.is_some(), "--targets"),
         (args.loads.is_some(), "--loads"),
         (args.workloads.is_some(), "--workloads"),
         (args.sizes.is_some(), "--sizes"),
@@ -97,7 +119,7 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
     writeln!(
         jsonl,
         "{}",
-        serde_json::json!({"type": "acs_host", "block_cpu_us": wait.as_ref().map(|w| w.block_cpu_ns / 1e3), "wakeup_us": wakeup.as_ref().map(|w| w.0 / 1e3), "wakeup_source": wakeup.as_ref().map(|w| w.1.clone())})
+        serde_json::json!({"type": "acs_host", "block_cpu_us": wait.as_ref().map(|w| w.block_cpu_ns / 1e3), "wakeup_us": wakeup.as_ref().map(|w| w.0 / 1e3), "wakeup_source": wakeup.as_ref().map(|w| w.1.clone()), "load_avg_1min": acs::load_avg_1min()})
     )?;
     jsonl.flush()?;
     let secs = started.elapsed().as_secs_f64();
@@ -108,7 +130,7 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
     }
     for b in &outcome.bars {
         println!(
-            "{} {} cpu_workers={} {}: {} {:+.1}% time saved [{:+.1}, {:+.1}] over {} rounds{}",
+            "{} {} cpu_workers={} {}: {} {:+.1}% time saved [{:+.1}, {:+.1}] over {} rounds{}{}; median read {:.1}/{:.1} us, main branch {}, {:.0}% without a switch, spins slept {:.1}%, load {:.1}-{:.1}",
             b.device,
             b.pattern.name(),
             b.cpu_workers,
@@ -118,7 +140,15 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
             b.interval_pct[0],
             b.interval_pct[1],
             b.rounds,
-            if b.dominates { " (dominates)" } else { "" }
+            if b.settled { "" } else { " (not settled)" },
+            if b.dominates { " (dominates)" } else { "" },
+            b.p50_us[0],
+            b.p50_us[1],
+            b.reason,
+            b.busy_pct,
+            b.fell_back_pct,
+            b.load_avg[0],
+            b.load_avg[1]
         );
     }
     println!("{host}");
@@ -132,7 +162,10 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
 fn host_line(wait: Option<&HostWaitCost>, wakeup: Option<&(f64, String)>) -> String {
     let w = wait.map_or("not measured".to_string(), |w| format!("{:.1} us of CPU", w.block_cpu_ns / 1e3));
     let k = wakeup.map_or("not measured".to_string(), |(ns, src)| format!("{:.1} us ({src})", ns / 1e3));
-    format!("host: a blocking wait costs {w} (host-wait.json); a wake-up {k}")
+    format!(
+        "host: a blocking wait costs {w} (host-wait.json); a wake-up {k}; load average {:.2} now",
+        acs::load_avg_1min()
+    )
 }
 
 fn summary_md(plan: &AcsPlan, o: &AcsOutcome, host: &str, secs: f64) -> String {
@@ -140,24 +173,30 @@ fn summary_md(plan: &AcsPlan, o: &AcsOutcome, host: &str, secs: f64) -> String {
     let m = MachineRecord::here();
     s += "# smartcon evaluate --study acs (seed 001: adaptive context switch)\n\n";
     s += &format!(
-        "{} on {} ({} CPUs), {secs:.0} s; ext2 file of {} MiB, 4 KiB O_DIRECT reads; rounds {}-{}.\n\n{host}\n\n",
+        "{} on {} ({} CPUs), {secs:.0} s; ext2 file of {} MiB, 4 KiB O_DIRECT reads; rounds {}-{}; reader {}.\n\n{host}\n\n",
         m.kernel,
         m.cpu_model,
         m.cpus,
         plan.file_bytes >> 20,
         plan.rounds_min,
-        plan.rounds_max
+        plan.rounds_max,
+        plan.io_cpus.as_ref().map_or("unpinned".to_string(), |c| format!(
+            "pinned to CPU {}",
+            smartcon_engine::placement::format_cpu_list(c)
+        ))
     );
     for n in &o.notes {
         s += &format!("- {n}\n");
     }
     s += "\n## Fig. 1: adaptive (smart; spin, sync beside it) under none against original (block)\n\n";
     s += "Time saved per repetition, geometric mean of the per-round ratios, 90% interval; \
-          `dominates` is the evaluate's Pareto rule.\n\n";
-    s += "| device | pattern | cpu workers | bar | adaptive | original | saved % | interval % | rounds | dominates | without a switch % | main branch |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+          `dominates` is the evaluate's Pareto rule; `settled`: the stopping rule held before the cap; \
+          p50: the median read, adaptive / original; `spins slept`: reads whose spin ran out of its \
+          budget; load: the 1-minute load average at the group's start and end.\n\n";
+    s += "| device | pattern | cpu workers | bar | adaptive | original | saved % | interval % | rounds | settled | dominates | without a switch % | main branch | p50 us | spins slept % | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for b in &o.bars {
         s += &format!(
-            "| {} | {} | {} | {} | {} | block, {} | {:+.1} | {:+.1} .. {:+.1} | {} | {} | {:.0} | {} |\n",
+            "| {} | {} | {} | {} | {} | block, {} | {:+.1} | {:+.1} .. {:+.1} | {} | {} | {} | {:.0} | {} | {:.1} / {:.1} | {:.1} | {:.1}-{:.1} |\n",
             b.device,
             b.pattern.name(),
             b.cpu_workers,
@@ -168,9 +207,15 @@ fn summary_md(plan: &AcsPlan, o: &AcsOutcome, host: &str, secs: f64) -> String {
             b.interval_pct[0],
             b.interval_pct[1],
             b.rounds,
+            b.settled,
             b.dominates,
             b.busy_pct,
-            b.reason
+            b.reason,
+            b.p50_us[0],
+            b.p50_us[1],
+            b.fell_back_pct,
+            b.load_avg[0],
+            b.load_avg[1]
         );
     }
     s += "\n## Every cell\n\nMean time of one repetition (the whole file), 95% interval.\n\n";
