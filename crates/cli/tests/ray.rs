@@ -258,6 +258,14 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
         s.iter().map(|v| virtual_part(v)).collect::<Vec<_>>(),
         r.iter().map(|v| virtual_part(v)).collect::<Vec<_>>()
     );
+    // Where the time went: every point's smartcon CPU time and start, summed in ray_run.
+    let all = records(&on_ray.join("results.jsonl"));
+    let (points, run) = (of_type(&all, "ray_point"), of_type(&all, "ray_run"));
+    assert_eq!((points.len(), run.len()), (6, 1));
+    let cpu: u64 = points.iter().map(|p| p["cpu_ns"].as_u64().expect("ray_point cpu_ns")).sum();
+    assert!(cpu > 0 && run[0]["task_cpu_ns_sum"].as_u64() == Some(cpu), "{:?}", run[0]);
+    let first = points.iter().map(|p| p["start_ns"].as_i64().expect("ray_point start_ns")).min();
+    assert_eq!(run[0]["first_start_ns"].as_i64(), first, "{:?}", run[0]);
     for d in [&serial, &on_ray] {
         let md = std::fs::read_to_string(d.join("summary.md")).unwrap();
         assert_eq!(md.matches("| emu:").count(), 6, "{md}");
