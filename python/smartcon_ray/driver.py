@@ -156,9 +156,15 @@ def _reason(error):
 
 
 def _connect(args):
-    # The tasks are this module's functions: the package travels with the job, so the
-    # nodes need Ray but not smartcon_ray installed.
-    env = {"py_modules": [os.path.dirname(os.path.abspath(__file__))]}
+    # The tasks are this module's functions, sent by value with the tasks (cloudpickle), so
+    # the nodes need Ray but not smartcon_ray installed. Not as a runtime_env py_modules:
+    # a job with a runtime environment needs workers of its own, started and set up after
+    # the driver connects, where one without can take the node's idle workers at once.
+    env = {}
+    if os.environ.get("SMARTCON_RAY_PY_MODULES"):
+        env["py_modules"] = [os.path.dirname(os.path.abspath(__file__))]
+    else:
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     binary_spec = os.path.abspath(args.smartcon)
     if args.ship:
         # The binary travels in the job's runtime environment (uploaded once, unpacked on
@@ -174,7 +180,7 @@ def _connect(args):
         args._ship_dir = ship_dir
     connecting = time.monotonic_ns()
     try:
-        ray.init(address=args.address, runtime_env=env, log_to_driver=False,
+        ray.init(address=args.address, runtime_env=env or None, log_to_driver=False,
                  logging_level="ERROR", configure_logging=True)
     except (ConnectionError, RuntimeError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
