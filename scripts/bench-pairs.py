@@ -35,9 +35,14 @@ import time
 REG_C = r"""
 #include <stdio.h>
 #include <stdlib.h>
+/* Eight independent xorshift chains: enough independent work to fill the core's integer
+   ports, so an SMT sibling busy with the same would slow it (one chain would not). */
 int main(int argc, char **argv) {
-    unsigned long n = strtoul(argv[1], 0, 10), x = 88172645463325252UL, s = 0;
-    for (unsigned long i = 0; i < n; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; s += x; }
+    unsigned long n = strtoul(argv[1], 0, 10), x[8], s = 0;
+    for (int k = 0; k < 8; k++) x[k] = 88172645463325252UL + k;
+    for (unsigned long i = 0; i < n; i++)
+        for (int k = 0; k < 8; k++) { x[k] ^= x[k] << 13; x[k] ^= x[k] >> 7; x[k] ^= x[k] << 17; }
+    for (int k = 0; k < 8; k++) s += x[k];
     printf("%lu\n", s & 1);
     return 0;
 }
@@ -119,7 +124,7 @@ def main():
             subprocess.run(["cc", "-O2", "-o", os.path.join(work, name), os.path.join(work, name + ".c")], check=True)
         reg, chase = os.path.join(work, "reg"), os.path.join(work, "chase")
         jobs = [
-            ("reg", "register-only integer loop", [reg, "600000000"]),
+            ("reg", "register-only integer loop (8 chains)", [reg, "150000000"]),
             ("chase-512k", "pointer chase, 512 KiB (L2)", [chase, "512", "150000000"]),
             ("chase-256m", "pointer chase, 256 MiB (DRAM)", [chase, str(256 * 1024), "10000000"]),
             ("replay", f"emulate replay emu:nvme qd 32, {a.ios} I/Os",
