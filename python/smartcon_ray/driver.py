@@ -25,6 +25,7 @@ import argparse
 import ctypes
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -64,9 +65,18 @@ def _binary(spec):
     return spec
 
 
+def _children_cpu_ns():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return int((ru.ru_utime + ru.ru_stime) * 1e9)
+
+
 def _run(binary_spec, args):
-    """Runs smartcon ARGS on this worker; returns (status, stdout, stderr tail, wall ns)."""
+    """Runs smartcon ARGS on this worker; returns (status, stdout, stderr tail, wall ns, CPU ns).
+
+    The CPU time is that of the children this worker reaped meanwhile: its smartcon (a
+    worker runs one task at a time and starts no other process)."""
     binary = _binary(binary_spec)
+    cpu_before = _children_cpu_ns()
     started = time.monotonic_ns()
     proc = subprocess.Popen(
         [binary] + list(args),
@@ -88,7 +98,8 @@ def _run(binary_spec, args):
             proc.kill()
             proc.wait()
         raise
-    return proc.returncode, out, err[-STDERR_TAIL_CHARS:], time.monotonic_ns() - started
+    wall_ns = time.monotonic_ns() - started
+    return proc.returncode, out, err[-STDERR_TAIL_CHARS:], wall_ns, _children_cpu_ns() - cpu_before
 
 
 def _records(text):
@@ -102,10 +113,11 @@ def _where():
 @ray.remote(num_cpus=1)
 def run_point(point, binary_spec):
     """One sweep point: smartcon with the point's arguments, its records."""
+    start_unix_ns = time.time_ns()
     node, host = _where()
-    status, out, err, wall_ns = _run(binary_spec, point["args"])
+    status, out, err, wall_ns, cpu_ns = _run(binary_spec, point["args"])
     return {"status": status, "records": _records(out) if status == 0 else [], "stderr": err,
-            "node": node, "host": host, "wall_ns": wall_ns}
+            "node": node, "host": host, "wall_ns": wall_ns, "cpu_ns": cpu_ns, "start_unix_ns": start_unix_ns}
 
 
 @ray.remote(num_cpus=1)
@@ -114,20 +126,21 @@ def run_host(node_id, evaluate_args, binary_spec):
     node, host = _where()
     if node != node_id:
         raise RuntimeError(f"pinned to node {node_id} but ran on {node}")
+    start_unix_ns = time.time_ns()
     scratch = tempfile.mkdtemp(prefix="smartcon-fleet-")
     try:
         args = ["evaluate", *evaluate_args, "--out", os.path.join(scratch, "report"), "--fleet-host", node_id]
-        status, out, err, wall_ns = _run(binary_spec, args)
+        status, out, err, wall_ns, cpu_ns = _run(binary_spec, args)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {"status": status, "records": _records(out) if status == 0 else [], "stderr": err,
-            "node": node, "host": host, "wall_ns": wall_ns}
+            "node": node, "host": host, "wall_ns": wall_ns, "cpu_ns": cpu_ns, "start_unix_ns": start_unix_ns}
 
 
 @ray.remote(num_cpus=1)
 def run_nothing(binary_spec):
     """The overhead probe's task: smartcon --version (one process start)."""
-    status, _, _, wall_ns = _run(binary_spec, ["--version"])
+    status, _, _, wall_ns, _ = _run(binary_spec, ["--version"])
     return status, wall_ns
 
 
@@ -143,9 +156,15 @@ def _reason(error):
 
 
 def _connect(args):
-    # The tasks are this module's functions: the package travels with the job, so the
-    # nodes need Ray but not smartcon_ray installed.
-    env = {"py_modules": [os.path.dirname(os.path.abspath(__file__))]}
+    # The tasks are this module's functions, sent by value with the tasks (cloudpickle), so
+    # the nodes need Ray but not smartcon_ray installed. Not as a runtime_env py_modules:
+    # a job with a runtime environment needs workers of its own, started and set up after
+    # the driver connects, where one without can take the node's idle workers at once.
+    env = {}
+    if os.environ.get("SMARTCON_RAY_PY_MODULES"):
+        env["py_modules"] = [os.path.dirname(os.path.abspath(__file__))]
+    else:
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     binary_spec = os.path.abspath(args.smartcon)
     if args.ship:
         # The binary travels in the job's runtime environment (uploaded once, unpacked on
@@ -159,14 +178,17 @@ def _connect(args):
         env["working_dir"] = ship_dir
         binary_spec = "ship:smartcon"
         args._ship_dir = ship_dir
+    connecting = time.monotonic_ns()
     try:
-        ray.init(address=args.address, runtime_env=env, log_to_driver=False,
+        ray.init(address=args.address, runtime_env=env or None, log_to_driver=False,
                  logging_level="ERROR", configure_logging=True)
     except (ConnectionError, RuntimeError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"smartcon_ray: cannot join the Ray cluster at {args.address}: {first}", file=sys.stderr)
         raise SystemExit(2)
-    return binary_spec
+    # The run's clock starts once connected (ns: monotonic; unix_ns: to place the tasks).
+    now = time.monotonic_ns()
+    return binary_spec, {"ns": now, "unix_ns": time.time_ns(), "connect_ns": now - connecting}
 
 
 _INTERRUPT = {"asked": False}
@@ -238,15 +260,21 @@ def _write(out_dir, kind, address, nodes, names, results, failed, extra_records,
     lines += [json.dumps(r) for r in extra_records]
     # Where each point ran and how long its smartcon took (the records themselves are
     # smartcon's, untouched, so that they equal a serial run's).
+    # start_ns: when the task began, after the driver connected (the nodes' clocks against
+    # the driver's: exact on one host, within the clocks' skew across hosts).
     for index in sorted(results):
         r = results[index]
         lines.append(json.dumps({"type": "ray_point", "point": names[index], "node": r["node"],
-                                 "host": r["host"], "wall_ns": r["wall_ns"]}))
+                                 "host": r["host"], "wall_ns": r["wall_ns"], "cpu_ns": r["cpu_ns"],
+                                 "start_ns": r["start_unix_ns"] - started["unix_ns"]}))
     run = {"type": "ray_run", "kind": kind, "address": address, "nodes": nodes, "points": len(names),
            "done": len(results), "failed": len(failed),
            "nodes_used": len({r["node"] for r in results.values()}),
-           "wall_ns": time.monotonic_ns() - started,
-           "task_wall_ns_sum": sum(r["wall_ns"] for r in results.values())}
+           "connect_ns": started["connect_ns"],
+           "wall_ns": time.monotonic_ns() - started["ns"],
+           "first_start_ns": min((r["start_unix_ns"] - started["unix_ns"] for r in results.values()), default=None),
+           "task_wall_ns_sum": sum(r["wall_ns"] for r in results.values()),
+           "task_cpu_ns_sum": sum(r["cpu_ns"] for r in results.values())}
     lines.append(json.dumps(run))
     with open(path, "x") as f:
         f.write("\n".join(lines) + "\n")
@@ -261,8 +289,7 @@ def sweep(args):
     for p in plan:
         if p.get("type") != "plan_point" or "--json" not in p.get("args", []):
             raise SystemExit(f"smartcon_ray: {args.plan}: not a smartcon plan (plan_point records with --json)")
-    binary_spec = _connect(args)
-    started = time.monotonic_ns()
+    binary_spec, started = _connect(args)
     nodes = sum(1 for n in ray.nodes() if n["Alive"])
     print(f"smartcon_ray: {len(plan)} points on {nodes} nodes", file=sys.stderr, flush=True)
     names = {p["index"]: p["name"] for p in plan}
@@ -276,8 +303,7 @@ def sweep(args):
 
 def fleet(args):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    binary_spec = _connect(args)
-    started = time.monotonic_ns()
+    binary_spec, started = _connect(args)
     nodes = [n for n in ray.nodes() if n["Alive"]]
     names, refs = {}, {}
     _submitting()
@@ -297,7 +323,7 @@ def fleet(args):
 
 def overhead(args):
     """Ray's cost per task: one task at a time (round trip), and many at once (throughput)."""
-    binary_spec = _connect(args)
+    binary_spec, _ = _connect(args)
     ray.get(run_nothing.remote(binary_spec))  # workers started, binary found
     local = []
     for _ in range(args.tasks):
