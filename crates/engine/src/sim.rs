@@ -14,13 +14,15 @@
 //!   and returns `wakeup` after the completion (a draw from its quantiles), plus
 //!   `idle_wake_extra_ns` when nothing else runs on the core;
 //! - a timed sleep returns late by a draw from the overshoot quantiles at its requested
-//!   length ([`HostModel::overshoot_at`]) and costs `block_cpu_ns` too;
+//!   length ([`HostModel::overshoot_at`]) and costs what the measured blocking wait costs at
+//!   that length (the curve's devices complete on kernel timers), `block_cpu_ns` without one;
 //! - a spin burns the thread's CPU (user) for as long as it runs; every I/O's submission and
 //!   reaping costs `spin_overhead_ns` of it beforehand;
-//! - crunchers beside (`crunchers`, one per core first): a spinning thread shares its core
-//!   with them in round-robin slices of `slice_ns` and sees its completion only while it
-//!   holds the core; a woken thread preempts them (the scheduler's wake-up preemption) and
-//!   starts a fresh slice;
+//! - crunchers beside (`crunchers`, one per core first), or the machine's own load: a
+//!   spinning thread holds its core for whole slices (`spin_slice_ns`, else `slice_ns`) and
+//!   waits through the others' for the rest of its period, so that it holds the measured
+//!   share; it sees its completion only while it holds the core; a woken thread preempts
+//!   them (the scheduler's wake-up preemption) and starts a fresh slice;
 //! - the device: devemu's FCFS channels, fed in submission order (the event loop runs the
 //!   tasks in order of their submission instants, ties by thread number); the data moves
 //!   through the RAM store as in a real run; what is in flight on the device is given to
@@ -54,9 +56,9 @@ use crate::stats::{JobResult, ThreadStats, Usage};
 use crate::target::emu::{model_profile, EmuTarget};
 use crate::target::{InFlight, Target};
 
-/// The scheduler's time slice between a spinning thread and the crunchers on its core,
-/// assumed: CFS's minimum granularity on a 2-CPU machine (0.75 ms x (1 + log2 2)). Not
-/// measured; `SimConfig::slice_ns` changes it.
+/// The scheduler's time slice a spinning thread holds its shared core for, assumed where the
+/// host model has no measured one (`spin_slice_ns`): EEVDF's base slice on a 2-CPU machine
+/// (0.75 ms x (1 + log2 2)); `SimConfig::slice_ns` changes it.
 pub const SLICE_NS_DEFAULT: u64 = 1_500_000;
 
 /// What one read of the clock costs a spinning thread, assumed (a vDSO clock_gettime on a
@@ -279,7 +281,12 @@ impl Sleeper for VirtualTime {
                 over += (draw(&beside, u) - draw(&alone, u)).max(0.0);
             }
         }
-        let cpu = s.host.block_cpu_ns as u64;
+        // Its CPU: a timed sleep is a blocking wait for a timer, which is what the measured
+        // curve is (its devices complete on kernel timers): the curve's CPU at the sleep's
+        // length, where the model has one (a 50 us sleep costs what a 50 us device's wait
+        // does, not the 1 us device's `block_cpu_ns`).
+        let beside = s.tasks[s.task].sharers > 0;
+        let cpu = s.host.block_wait_at(asked as f64, beside).map_or(s.host.block_cpu_ns, |(cpu, _)| cpu) as u64;
         s.woken(at_ns.max(now) + over as u64, cpu);
     }
 
@@ -289,26 +296,29 @@ impl Sleeper for VirtualTime {
         // A spin reads the clock at least once: a back-to-back poll loop moves on.
         let at_ns = at_ns.max(now + CLOCK_READ_NS);
         let task = s.task;
-        let slice_cruncher = s.slice_ns;
-        // The spinner's slice, so that beside one cruncher it holds the measured share of
-        // the core (its weight against one cruncher's: share / (1 - share)). With none, the
-        // machine's own load (`spin_share_alone` < 1) takes the part of one cruncher.
+        // The share of the core the spinner holds: beside one cruncher the measured one;
+        // with none, the machine's own load (`spin_share_alone` < 1) takes the part of one.
         let alone = s.host.spin_share_alone;
-        let (share, others) = match s.tasks[task].sharers {
-            0 if alone < 0.99 => (alone, 1),
-            0 => (1.0, 0),
-            n => (s.host.spin_share_beside_cruncher, n),
+        let share = match s.tasks[task].sharers {
+            0 if alone < 0.99 => alone,
+            0 => 1.0,
+            _ => s.host.spin_share_beside_cruncher,
         };
-        let share = share.clamp(0.01, 0.99);
-        let slice = ((slice_cruncher as f64 * share / (1.0 - share)) as u64).max(1);
+        // It holds the core for the scheduler's slice at a time (the measured one, else the
+        // configured one) and waits through the others' slices for the rest of its period:
+        // a small share is a long wait between whole slices, not a short slice (the real
+        // spinner's CPU per I/O is the device time, and its p99 the others' turn).
+        let slice = s.host.spin_slice_ns.map_or(s.slice_ns, |v| v as u64).max(1);
         let t = &mut s.tasks[task];
-        let seen = if others == 0 {
+        let seen = if share >= 0.99 {
             t.user_ns += at_ns - now;
             at_ns
         } else {
-            // Round robin with the crunchers: the task holds the core for `slice` of every
-            // `period`, counted from its last wake-up; it sees the clock only then.
-            let period = slice + slice_cruncher * others;
+            let share = share.clamp(0.01, 0.99);
+            let off_turn = ((slice as f64 * (1.0 - share) / share) as u64).max(1);
+            // Round robin from its last wake-up: the task holds the core for `slice` of
+            // every `period`; it sees the clock only then.
+            let period = slice + off_turn;
             let start = t.slice_start_ns;
             let on_cpu = |x: u64| {
                 let d = x - start;
@@ -670,6 +680,43 @@ mod tests {
         let r = run_cell(&emu("emu:optane"), &j, &cfg).unwrap().record.result;
         assert!((r.cpu_user_pct / 100.0 - 0.4).abs() < 0.05, "{}", r.cpu_user_pct);
         assert!(r.ctx_involuntary > 0);
+    }
+
+    #[test]
+    fn a_spinner_with_a_small_share_holds_whole_slices() {
+        // A machine whose load leaves a spinner a fifth of its core, in 3 ms slices.
+        let mut host = HostModel::preset("host-c").unwrap();
+        host.spin_share_alone = 0.2;
+        host.spin_slice_ns = Some(3_000_000.0);
+        let cfg = SimConfig::new(4, host);
+        let j = job(Op::Read, 4096, StrategyChoice::Fixed(Strategy::Spin), 1, 1_000_000_000);
+        let r = run_cell(&emu("emu:nvme"), &j, &cfg).unwrap().record.result;
+        let service = r.model_service_ns.unwrap() as f64;
+        let cpu_ns = r.cpu_user_pct / 100.0 * r.duration_ns as f64;
+        assert!((r.cpu_user_pct / 100.0 - 0.2).abs() < 0.02, "share {}", r.cpu_user_pct);
+        // Whole slices: nearly every I/O is spun for on the core, so its CPU per I/O is the
+        // device time (a slice a fifth as long would see one completion in four for free).
+        let per_io = cpu_ns / r.ios as f64;
+        assert!(per_io > 0.9 * service && per_io < 1.05 * service + 1_000.0, "{per_io} per I/O, service {service}");
+        // And it is preempted once per slice.
+        let slice = cpu_ns / r.ctx_involuntary as f64;
+        assert!((slice - 3e6).abs() < 0.1 * 3e6, "slice {slice}");
+    }
+
+    #[test]
+    fn a_timed_sleep_costs_the_measured_wait_at_its_length() {
+        // host-a's block_cpu_ns is 23.5 us; the curve says 50 us at 10 us, 30 us at 80 us.
+        let host = host_with_curve();
+        let cfg = SimConfig::new(6, host.clone());
+        let j = job(Op::Read, 4096, StrategyChoice::Fixed(Strategy::Hybrid), 1, 500_000_000);
+        let r = run_cell(&emu("emu:nvme"), &j, &cfg).unwrap().record.result;
+        let p = r.polling.as_ref().unwrap();
+        assert!(p.sleeps_per_io > 0.9, "{}", p.sleeps_per_io);
+        let sys_per_sleep = r.cpu_sys_pct / 100.0 * r.duration_ns as f64 / (p.sleeps_per_io * r.ios as f64);
+        // Its sleeps are 80 us less the overshoot: between the curve's two ends, not the
+        // flat figure.
+        assert!(sys_per_sleep > 30_000.0 && sys_per_sleep < 50_000.0, "{sys_per_sleep} per sleep");
+        assert!(sys_per_sleep > host.block_cpu_ns + 5_000.0, "{sys_per_sleep} per sleep");
     }
 
     #[test]

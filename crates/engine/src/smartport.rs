@@ -591,7 +591,12 @@ impl<'t> SmartTargetPort<'t> {
                         format!("{} was chosen but the port has no polling policy", strategy.name()),
                     ));
                 };
-                policy.set_cpu_busy(self.monitor.cpu_utilization_pct() > self.thresholds.cpu_threshold_pct);
+                // With smart's hysteresis (the side shared per threshold): the plain
+                // reading flipped hybrid between its two branches, I/O by I/O, wherever the
+                // others' demand sat within its noise of the threshold, and a run's CPU with
+                // the share of I/Os that happened to take the busy one.
+                let cpu = self.thresholds.cpu_threshold_pct;
+                policy.set_cpu_busy(self.monitor.cpu_utilization_for(cpu) > cpu);
                 PortWait::Poll { policy, ahead }
             }
         };

@@ -47,6 +47,11 @@ pub const SLEEP_REQUESTED_NS: [u64; 5] = [5_000, 10_000, 20_000, 50_000, 100_000
 /// NVMe read. The 1 us end is the probe's host wait cost (`block_cpu_ns`), not measured again.
 pub const BLOCK_WAIT_DEVICE_US: [u64; 3] = [10, 30, 80];
 
+/// A spinner's turns are this many times a blocking turn: its share is counted in the
+/// scheduler's slices (about 3 ms each on a shared core of the team's VM), and a 120 ms
+/// turn held a few dozen of them (turns of one run read 0.26-0.43 apart).
+pub const SPIN_TURN_FACTOR: u64 = 3;
+
 /// What to measure and for how long.
 #[derive(Debug, Clone)]
 pub struct HostPlan {
@@ -233,8 +238,21 @@ fn block_path_rounds(
     })
 }
 
-/// One turn's figures of a blocking (or spinning) 4 KiB read job: CPU per I/O (user +
-/// system), the lateness quantiles past the model's service time, the thread's CPU share.
+/// One turn of a blocking (or spinning) 4 KiB read job.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    /// CPU per I/O (user + system).
+    cpu_ns: f64,
+    /// The lateness quantiles past the model's service time.
+    late: Quantiles,
+    /// The thread's CPU share of the turn.
+    share: f64,
+    /// Its CPU time over its involuntary switches: how long it held the core at a time
+    /// (`None` when nothing preempted it).
+    slice_ns: Option<f64>,
+}
+
+/// One turn's figures (see [`Turn`]).
 fn wait_turn(
     t: &dyn target::Target,
     strategy: Strategy,
@@ -242,7 +260,7 @@ fn wait_turn(
     turn_ns: u64,
     monitor: &SystemMonitor,
     stop: &AtomicBool,
-) -> Result<Option<(f64, Quantiles, f64)>, Error> {
+) -> Result<Option<Turn>, Error> {
     stopped(stop)?;
     let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(strategy));
     js.duration_ns = turn_ns;
@@ -258,16 +276,17 @@ fn wait_turn(
     let late = |q: f64| (r.latency_hist.value_at_quantile(q) as f64 - service).max(0.0);
     let (p50, p90) = (late(0.5), late(0.9).max(late(0.5)));
     let q = Quantiles::new(p50, p90, late(0.99).max(p90)).with_mean((r.lat_ns_mean - service).max(0.0));
-    Ok(Some((cpu_ns, q, share)))
+    let slice_ns = (r.ctx_involuntary > 0).then(|| share * r.duration_ns as f64 / r.ctx_involuntary as f64);
+    Ok(Some(Turn { cpu_ns, late: q, share, slice_ns }))
 }
 
 /// The medians of turns' figures (each quantile separately).
-fn median_turns(turns: &[(f64, Quantiles, f64)]) -> (f64, Quantiles) {
-    let med = |f: &dyn Fn(&(f64, Quantiles, f64)) -> f64| median(&mut turns.iter().map(f).collect::<Vec<_>>());
-    let (p50, p90) = (med(&|x| x.1.p50_ns), med(&|x| x.1.p90_ns));
+fn median_turns(turns: &[Turn]) -> (f64, Quantiles) {
+    let med = |f: &dyn Fn(&Turn) -> f64| median(&mut turns.iter().map(f).collect::<Vec<_>>());
+    let (p50, p90) = (med(&|x| x.late.p50_ns), med(&|x| x.late.p90_ns));
     let p90 = p90.max(p50);
-    let mean = med(&|x| x.1.mean_ns.unwrap_or(x.1.p50_ns));
-    (med(&|x| x.0), Quantiles::new(p50, p90, med(&|x| x.1.p99_ns).max(p90)).with_mean(mean))
+    let mean = med(&|x| x.late.mean_ns.unwrap_or(x.late.p50_ns));
+    (med(&|x| x.cpu_ns), Quantiles::new(p50, p90, med(&|x| x.late.p99_ns).max(p90)).with_mean(mean))
 }
 
 /// The blocking wait by device time, alone and beside a cruncher per core, and the share of
@@ -287,10 +306,13 @@ fn block_wait_curve(
             target::open(&target::parse_target(&format!("emu:nvram,lat={us}us,size=16m"))?, OpenOptions::default())
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    let run = |t: &dyn target::Target, s: Strategy| -> Result<Vec<(f64, Quantiles, f64)>, Error> {
+    // A spinner's share is counted in the scheduler's slices (milliseconds on a shared
+    // core): its turns are longer, so that each holds tens of them.
+    let run = |t: &dyn target::Target, s: Strategy| -> Result<Vec<Turn>, Error> {
+        let turn_ns = if s == Strategy::Spin { plan.wait_turn_ns * SPIN_TURN_FACTOR } else { plan.wait_turn_ns };
         let mut v = Vec::with_capacity(plan.wait_turns);
         for turn in 0..plan.wait_turns {
-            v.extend(wait_turn(t, s, turn, plan.wait_turn_ns, monitor, stop)?);
+            v.extend(wait_turn(t, s, turn, turn_ns, monitor, stop)?);
         }
         if v.is_empty() {
             return Err(Error::new(ErrorKind::Io, format!("{}: no I/O completed in a blocking wait", t.label())));
@@ -304,7 +326,8 @@ fn block_wait_curve(
     }
     // The machine's own load: what a spinner gets of its core with nothing of ours beside
     // it, and what the System Monitor reads of the others meanwhile.
-    let shares_alone: Vec<f64> = run(targets[0].as_ref(), Strategy::Spin)?.iter().map(|x| x.2).collect();
+    let spin_alone = run(targets[0].as_ref(), Strategy::Spin)?;
+    let shares_alone: Vec<f64> = spin_alone.iter().map(|x| x.share).collect();
     let background_busy_pct = monitor.cpu_utilization_pct() as f64;
     progress(Event::Done);
     progress(Event::Starting("blocking wait by device time and a spinner's share, beside a cruncher per core"));
@@ -314,8 +337,13 @@ fn block_wait_curve(
     for t in &targets {
         beside.push(median_turns(&run(t.as_ref(), Strategy::Block)?));
     }
-    let shares: Vec<f64> = run(targets[0].as_ref(), Strategy::Spin)?.iter().map(|x| x.2).collect();
+    let spin_beside = run(targets[0].as_ref(), Strategy::Spin)?;
+    let shares: Vec<f64> = spin_beside.iter().map(|x| x.share).collect();
     drop(load);
+    // The spinner's slice: from its turns beside the crunchers (always preempted there),
+    // and alone where the machine's own load preempted it too.
+    let mut slices: Vec<f64> = spin_beside.iter().chain(&spin_alone).filter_map(|x| x.slice_ns).collect();
+    let spin_slice_ns = (!slices.is_empty()).then(|| median(&mut slices).max(1_000.0));
     progress(Event::Done);
     let points = targets
         .iter()
@@ -328,7 +356,7 @@ fn block_wait_curve(
             late_beside_cruncher: b.1,
         })
         .collect();
-    Ok(BlockWaitCurve { points, shares, shares_alone, background_busy_pct })
+    Ok(BlockWaitCurve { points, shares, shares_alone, background_busy_pct, spin_slice_ns })
 }
 
 /// What [`block_wait_curve`] measured.
@@ -337,6 +365,7 @@ struct BlockWaitCurve {
     shares: Vec<f64>,
     shares_alone: Vec<f64>,
     background_busy_pct: f64,
+    spin_slice_ns: Option<f64>,
 }
 
 /// A UTC date of a Unix time, `YYYY-MM-DD` (days to civil date, Howard Hinnant's method).
@@ -459,6 +488,7 @@ pub fn measure(
         spin_share_beside_cruncher: spin_share,
         spin_share_alone: share_alone,
         background_busy_pct: curve.background_busy_pct.clamp(0.0, 100.0),
+        spin_slice_ns: curve.spin_slice_ns,
         filled: Vec::new(),
     };
     model.validate()?;

@@ -65,7 +65,7 @@ pub struct Oracle {
 
 /// A hybrid that knows the host's overshoot distribution and the device's service time
 /// `service_ns`: it sleeps a fixed `r` after the submission, then spins to the completion.
-/// On the simulation's own model (a draw from `overshoot_at(r)`, `block_cpu_ns` per sleep
+/// On the simulation's own model (a draw from `overshoot_at(r)`, a sleep's CPU per sleep
 /// and never back sooner, `spin_overhead_ns` per I/O), the expected time and CPU per I/O of
 /// each `r` on a 250 ns grid are integrated over 2000 quantiles; the oracle takes the least
 /// CPU share among those with >= 0.95 x spin's IOPS (spin itself qualifies).
@@ -77,12 +77,15 @@ pub fn oracle_hybrid(host: &HostModel, service_ns: f64) -> Oracle {
     let mut r = 250.0;
     while r < service_ns {
         let (mut t_sum, mut cpu_sum) = (0.0, 0.0);
+        // A sleep's CPU as the simulation charges it: the measured blocking wait's at the
+        // sleep's length where the model has the curve, else `block_cpu_ns`.
+        let sleep_cpu = host.block_wait_at(r, false).map_or(host.block_cpu_ns, |(cpu, _)| cpu);
         if let Some(q) = host.overshoot_at(r) {
             for i in 0..n {
                 let u = (i as f64 + 0.5) / n as f64;
-                let wake = (r + sim::draw(&q, u)).max(host.block_cpu_ns);
+                let wake = (r + sim::draw(&q, u)).max(sleep_cpu);
                 t_sum += wake.max(service_ns);
-                cpu_sum += host.block_cpu_ns + (service_ns - wake).max(0.0);
+                cpu_sum += sleep_cpu + (service_ns - wake).max(0.0);
             }
         }
         let (t, cpu) = (ovh + t_sum / n as f64, ovh + cpu_sum / n as f64);

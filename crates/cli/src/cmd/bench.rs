@@ -414,6 +414,9 @@ struct CompareRecord {
     cpu_pct_predicted: f64,
     iops_ratio: f64,
     cpu_ratio: f64,
+    /// The CPU per I/O, predicted over measured: what each wait costs, which the machine's
+    /// other load (the share of a core the real thread got) leaves out.
+    cpu_per_io_ratio: f64,
 }
 
 /// The real cells against the same cells simulated on `measured`; the table (or records)
@@ -444,6 +447,7 @@ fn compare_simulated(args: &BenchArgs, results: &[JobResult], plan: &BenchPlan, 
             cpu_pct_predicted: cpu(p),
             iops_ratio: ratio(p.iops, m.iops),
             cpu_ratio: ratio(cpu(p), cpu(m)),
+            cpu_per_io_ratio: ratio(cpu(p) / p.iops, cpu(m) / m.iops),
         });
     }
     let miss = |x: f64| if x.is_finite() && x > 0.0 { x.max(1.0 / x) } else { f64::INFINITY };
@@ -462,12 +466,12 @@ fn compare_simulated(args: &BenchArgs, results: &[JobResult], plan: &BenchPlan, 
         cfg.crunchers, args.load
     );
     println!(
-        "{:<12} {:>5} {:>6} {:<8} {:>10} {:>10} {:>6} {:>7} {:>7} {:>6}",
-        "target", "op", "bs", "strategy", "IOPS meas", "IOPS pred", "ratio", "CPU% m", "CPU% p", "ratio"
+        "{:<12} {:>5} {:>6} {:<8} {:>10} {:>10} {:>6} {:>7} {:>7} {:>6} {:>9}",
+        "target", "op", "bs", "strategy", "IOPS meas", "IOPS pred", "ratio", "CPU% m", "CPU% p", "ratio", "CPU/IO r"
     );
     for r in &rows {
         println!(
-            "{:<12} {:>5} {:>6} {:<8} {:>10.0} {:>10.0} {:>6.2} {:>7.1} {:>7.1} {:>6.2}",
+            "{:<12} {:>5} {:>6} {:<8} {:>10.0} {:>10.0} {:>6.2} {:>7.1} {:>7.1} {:>6.2} {:>9.2}",
             r.target,
             r.op,
             r.bs_bytes,
@@ -477,12 +481,31 @@ fn compare_simulated(args: &BenchArgs, results: &[JobResult], plan: &BenchPlan, 
             r.iops_ratio,
             r.cpu_pct_measured,
             r.cpu_pct_predicted,
-            r.cpu_ratio
+            r.cpu_ratio,
+            r.cpu_per_io_ratio
         );
     }
     if let Some((m, r, what)) = worst {
         println!("largest miss: {what} of {} {} by {m:.2} x", r.target, r.strategy);
     }
+    // Within x: the prediction within x of the measured figure (|predicted / measured - 1|).
+    let figures: Vec<f64> = rows.iter().flat_map(|r| [r.iops_ratio, r.cpu_ratio]).collect();
+    let close = |r: f64, x: f64| (r - 1.0).abs() <= x + 1e-9;
+    let within = |x: f64| figures.iter().filter(|&&r| close(r, x)).count();
+    let per_io = rows.iter().filter(|r| close(r.cpu_per_io_ratio, 0.10)).count();
+    println!(
+        "{} of {} figures within 10%, {} within 25%; load average {} (the real cells share the machine with it)",
+        within(0.10),
+        figures.len(),
+        within(0.25),
+        std::fs::read_to_string("/proc/loadavg")
+            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|_| "unknown".into())
+    );
+    println!(
+        "CPU per I/O (CPU/IO r: the waits' cost, without the share of a core the real thread got): {per_io} of {} within 10%",
+        rows.len()
+    );
     Ok(())
 }
 

@@ -182,6 +182,9 @@ fn text(m: &HostMeasurement) -> String {
         m.spin_shares_alone.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", "),
         h.background_busy_pct
     );
+    if let Some(slice) = h.spin_slice_ns {
+        s += &format!("spinner's slice on a shared core (CPU / preemptions)   {}\n", us(slice));
+    }
     s += &format!(
         "({} cores; 4 KiB random O_DIRECT reads on {}; measured in {:.1} s)\n",
         h.cores,
