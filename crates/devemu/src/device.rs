@@ -481,13 +481,12 @@ impl ServiceMemo {
     fn service_ns(
         &mut self,
         spec: &EmuSpec,
-        op: Op,
-        offset: u64,
-        bytes: u64,
+        req: &Request,
         pattern: Pattern,
         head: &mut HeadState,
         start_ns: u64,
     ) -> u64 {
+        let (op, offset, bytes) = (req.op, req.offset, req.bytes);
         if !self.pure {
             return spec.service_at_ns(op, offset, bytes, pattern, head, start_ns);
         }
@@ -606,15 +605,7 @@ impl VirtualFcfs {
                 (start_ns, channel) = (k, i);
             }
         }
-        let service = self.memo.service_ns(
-            &self.spec,
-            req.op,
-            req.offset,
-            req.bytes,
-            pattern,
-            &mut self.heads[channel],
-            start_ns,
-        );
+        let service = self.memo.service_ns(&self.spec, &req, pattern, &mut self.heads[channel], start_ns);
         let (complete_ns, error) = if self.faults.is_empty() {
             (start_ns + service, false)
         } else {
