@@ -21,6 +21,7 @@ pub mod table;
 
 pub use device::{
     simulate_batch, simulate_batch_with_faults, Completion, Device, Discipline, FcfsDevice, Request, TimeError,
+    VirtualFcfs,
 };
 pub use fault::FaultPlan;
 pub use model::{ChannelSet, DeviceModel, Op, OpTiming, Schedule};

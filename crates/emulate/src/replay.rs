@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use serde::Serialize;
-use smartcon_devemu::{Completion, Device, EmuSpec, FaultPlan, Op, Request};
+use smartcon_devemu::{Completion, Device, Discipline, EmuSpec, FaultPlan, Op, Request, TimeError, VirtualFcfs};
 
 use crate::stats::{LatencyHist, LatencySummary};
 use crate::trace::{TraceError, TraceIo};
@@ -55,15 +55,22 @@ impl ClosedLoop {
     /// blocks (random, seeded xorshift) or consecutive (sequential, wrapping).
     pub fn requests(&self, capacity_bytes: u64) -> impl Iterator<Item = (Op, u64, u64)> + '_ {
         let blocks = (capacity_bytes / self.bs_bytes).max(1);
+        // A power-of-two count of blocks (the presets' 1 GiB in 4 KiB) takes a mask, the
+        // same value as the remainder without a 64-bit division per request.
+        let mask = blocks.is_power_of_two().then_some(blocks - 1);
+        let within = move |x: u64| match mask {
+            Some(m) => x & m,
+            None => x % blocks,
+        };
         let mut state = self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..self.ios).map(move |i| {
             let block = if self.sequential {
-                i % blocks
+                within(i)
             } else {
                 state ^= state << 13;
                 state ^= state >> 7;
                 state ^= state << 17;
-                state % blocks
+                within(state)
             };
             (self.op, block * self.bs_bytes, self.bs_bytes)
         })
@@ -302,11 +309,63 @@ impl<G: Iterator<Item = (Op, u64, u64)>> Arrivals for Closed<G> {
     }
 }
 
-fn run_loop<A: Arrivals>(
+/// The device model as the loop drives it: [`Device`] for every discipline, and
+/// [`VirtualFcfs`] for FCFS (completions fixed at arrival; the same I/Os, cheaper).
+trait Model {
+    fn peek_completion_ns(&self) -> Option<u64>;
+    fn take_completion(&mut self) -> Option<Completion>;
+    fn submit(&mut self, req: Request) -> Result<(), TimeError>;
+    fn rollbacks(&self) -> u64;
+}
+
+impl Model for Device {
+    #[inline]
+    fn peek_completion_ns(&self) -> Option<u64> {
+        Device::peek_completion_ns(self)
+    }
+    #[inline]
+    fn take_completion(&mut self) -> Option<Completion> {
+        Device::take_completion(self)
+    }
+    #[inline]
+    fn submit(&mut self, req: Request) -> Result<(), TimeError> {
+        Device::submit(self, req)
+    }
+    fn rollbacks(&self) -> u64 {
+        Device::rollbacks(self)
+    }
+}
+
+impl Model for VirtualFcfs {
+    #[inline(always)]
+    fn peek_completion_ns(&self) -> Option<u64> {
+        VirtualFcfs::peek_completion_ns(self)
+    }
+    #[inline(always)]
+    fn take_completion(&mut self) -> Option<Completion> {
+        VirtualFcfs::take_completion(self)
+    }
+    #[inline(always)]
+    fn submit(&mut self, req: Request) -> Result<(), TimeError> {
+        VirtualFcfs::submit(self, req)
+    }
+    fn rollbacks(&self) -> u64 {
+        0
+    }
+}
+
+/// Which model runs the replay: [`VirtualFcfs`] under FCFS unless `general` asks for
+/// [`Device`] (the tests hold the two equal).
+fn run_loop<A: Arrivals>(spec: &EmuSpec, src: A, faults: &FaultPlan, hooks: Hooks) -> Result<VirtualRun, Error> {
+    run_loop_on(spec, src, faults, hooks, false)
+}
+
+fn run_loop_on<A: Arrivals>(
     spec: &EmuSpec,
-    mut src: A,
+    src: A,
     faults: &FaultPlan,
-    mut hooks: Hooks,
+    hooks: Hooks,
+    general: bool,
 ) -> Result<VirtualRun, Error> {
     let faults = match &spec.faults {
         Some(own) if faults.is_empty() => own,
@@ -314,9 +373,28 @@ fn run_loop<A: Arrivals>(
     };
     let wall = Instant::now();
     let cpu_start_ns = thread_cpu_ns();
-    let mut dev = Device::with_faults(spec.clone(), spec.discipline, faults.clone());
+    if spec.discipline == Discipline::Fcfs && !general {
+        let dev = VirtualFcfs::with_faults(spec.clone(), faults.clone()).map_err(|e| usage(e.message))?;
+        drive(spec, src, dev, hooks, wall, cpu_start_ns)
+    } else {
+        let dev = Device::with_faults(spec.clone(), spec.discipline, faults.clone());
+        drive(spec, src, dev, hooks, wall, cpu_start_ns)
+    }
+}
+
+fn drive<A: Arrivals, M: Model>(
+    spec: &EmuSpec,
+    mut src: A,
+    mut dev: M,
+    mut hooks: Hooks,
+    wall: Instant,
+    cpu_start_ns: u64,
+) -> Result<VirtualRun, Error> {
     let mut errors = [0u64; 2];
     let mut lat = [LatencyHist::new(), LatencyHist::new()];
+    // The latest latency of each op and how many times in a row it came: recorded at once
+    // when another comes (a closed loop on a fixed-time model repeats one latency).
+    let mut run: [(u64, u64); 2] = [(0, 0); 2];
     let mut busy_ns: u128 = 0;
     let mut bytes: u64 = 0;
     let mut bytes_max: u64 = 0;
@@ -341,7 +419,15 @@ fn run_loop<A: Arrivals>(
             outstanding -= 1;
             let w = (done.op == Op::Write) as usize;
             errors[w] += u64::from(done.error);
-            lat[w].record(done.complete_ns - done.arrival_ns);
+            let ns = done.complete_ns - done.arrival_ns;
+            if run[w].0 == ns {
+                run[w].1 += 1;
+            } else {
+                if run[w].1 > 0 {
+                    lat[w].record_n(run[w].0, run[w].1);
+                }
+                run[w] = (ns, 1);
+            }
             busy_ns += (done.complete_ns - done.start_ns) as u128;
             bytes += done.bytes;
             last_complete_ns = last_complete_ns.max(done.complete_ns);
@@ -382,6 +468,11 @@ fn run_loop<A: Arrivals>(
     }
     if issued == 0 {
         return Err(usage("nothing to replay: no reads or writes"));
+    }
+    for (hist, &(ns, n)) in lat.iter_mut().zip(&run) {
+        if n > 0 {
+            hist.record_n(ns, n);
+        }
     }
     let sim_ns = last_complete_ns.saturating_sub(src.first_arrival_ns());
     let [reads, writes] = lat;
@@ -578,6 +669,99 @@ mod tests {
             assert_eq!(got.len(), 20_000, "{device}");
             assert!(got == want, "{device} qd{qd} think {think_ns} ns: the replays differ");
         }
+    }
+
+    /// A replay on the general device ([`Device`]) and on the FCFS one ([`VirtualFcfs`]):
+    /// the run (wall and CPU time zeroed) and every completion, in completion order.
+    fn on_both(spec: &EmuSpec, w: &Workload, faults: &FaultPlan) -> [(VirtualRun, Vec<IoRecord>); 2] {
+        [true, false].map(|general| {
+            let mut got = Vec::new();
+            let mut keep = |r: &IoRecord| got.push(*r);
+            let hooks = Hooks { on_complete: Some(&mut keep), progress: None };
+            let mut run = match w {
+                Workload::Trace(t) => {
+                    let src = Open { ios: t.iter().map(|io| Ok(*io)), next: None, first_ns: None, last_ns: 0 };
+                    run_loop_on(spec, src, faults, hooks, general)
+                }
+                Workload::Closed(c) => {
+                    let slots = std::iter::repeat_n(0, u64::from(c.qd).min(c.ios) as usize).collect();
+                    let src =
+                        Closed { gen: c.requests(spec.capacity_bytes), slots, pending: c.ios, think_ns: c.think_ns };
+                    run_loop_on(spec, src, faults, hooks, general)
+                }
+            }
+            .unwrap();
+            (run.wall_ns, run.cpu_ns) = (0, 0);
+            (run, got)
+        })
+    }
+
+    /// A seeded open-loop trace with bursts at one instant, idle gaps, sequential runs on
+    /// several streams, reads and writes of 512 B to 256 KiB.
+    fn bursty_trace(seed: u64, n: usize) -> Vec<TraceIo> {
+        let mut rng = smartcon_util::rng::Rng::new(seed);
+        let (mut t, mut next) = (0u64, [0u64; 3]);
+        (0..n)
+            .map(|_| {
+                t += match rng.below(10) {
+                    0..=3 => 0,
+                    4..=8 => rng.below(30_000),
+                    _ => rng.below(20_000_000),
+                };
+                let stream = rng.below(3) as u32;
+                let bytes = 512 << rng.below(10);
+                let offset = if rng.percent(40) { next[stream as usize] } else { rng.below(1 << 17) * 4096 };
+                next[stream as usize] = offset + bytes;
+                let op = if rng.percent(30) { Op::Write } else { Op::Read };
+                TraceIo { arrival_ns: t, op, offset, bytes, stream }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_fcfs_device_replays_every_io_as_the_general_one() {
+        let plan = crate::scenario::parse(
+            "seed = 4\n[[error]]\nprobability = 0.3\n\
+             [[spike]]\nstart = \"2ms\"\nend = \"9ms\"\nfactor = 3.0\n\
+             [[stall]]\nstart = \"12ms\"\nduration = \"2ms\"\n",
+        )
+        .unwrap();
+        let closed = |qd, think_ns, sequential, op| {
+            Workload::Closed(ClosedLoop { op, sequential, bs_bytes: 4096, qd, ios: 30_000, think_ns, seed: 9 })
+        };
+        let mut cases = 0;
+        for device in [
+            "emu:nvme",
+            "emu:optane",
+            "emu:nvram,channels=3",
+            "emu:sata-ssd,speedup=3",
+            "emu:hdd",
+            "emu:hdd,channels=2",
+            "emu:sdcard,channels=4",
+        ] {
+            let spec = parse_spec(device).unwrap();
+            // Some workload kept requests waiting for a channel (the FIFOs were exercised).
+            let mut queued = false;
+            for w in [
+                closed(32, 0, false, Op::Read),
+                closed(5, 20_000, false, Op::Write),
+                closed(16, 0, true, Op::Read),
+                Workload::Trace(bursty_trace(device.len() as u64, 20_000)),
+            ] {
+                for faults in [FaultPlan::default(), plan.clone()] {
+                    let [(general, want), (fcfs, got)] = on_both(&spec, &w, &faults);
+                    assert_eq!(want.len(), got.len(), "{device}");
+                    assert!(want == got, "{device} {w:?}: the completions differ");
+                    assert_eq!(general, fcfs, "{device}");
+                    cases += 1;
+                    queued |= general.outstanding_max > u64::from(spec.model.channels);
+                    // The faults struck (errors drawn, not skipped).
+                    assert_eq!(faults.is_empty(), general.errors == [0, 0], "{device} {:?}", general.errors);
+                }
+            }
+            assert!(queued, "{device}");
+        }
+        assert_eq!(cases, 7 * 4 * 2);
     }
 
     #[test]

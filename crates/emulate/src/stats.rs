@@ -96,9 +96,15 @@ impl LatencyHist {
 
     #[inline]
     pub fn record(&mut self, ns: u64) {
-        Self::count_distinct(&mut self.distinct, ns, 1);
-        self.hist.saturating_record(ns);
-        self.sum += u128::from(ns);
+        self.record_n(ns, 1);
+    }
+
+    /// Records `n` latencies of `ns` at once (a run of equal ones).
+    #[inline]
+    pub fn record_n(&mut self, ns: u64, n: u64) {
+        Self::count_distinct(&mut self.distinct, ns, n);
+        self.hist.saturating_record_n(ns, n);
+        self.sum += u128::from(ns) * u128::from(n);
         self.min = self.min.min(ns);
         self.max = self.max.max(ns);
     }

@@ -213,7 +213,7 @@ pub fn fold_into(io: &mut TraceIo, capacity_bytes: u64) -> Result<bool, Error> {
 }
 
 /// Dense stream numbers for the keys a format names streams by (a PID, a file, a volume).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq)]
 struct Streams {
     ids: HashMap<Vec<u8>, u32>,
     last: Option<(Vec<u8>, u32)>,
@@ -407,12 +407,239 @@ fn detect_line(n: usize, line: &[u8]) -> Result<Option<(TraceFormat, bool)>, Tra
 }
 
 /// What one line holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
     Io { time_ns: u64, op: Op, offset: u64, bytes: u64, stream: u32 },
     Skip,
     Filtered,
     Nothing,
     End,
+}
+
+/// The lines of the common shape, parsed in one pass over the bytes of the reader's buffer
+/// (no copy of the line, no field array): a fio v3 `USEC FILE read|write OFFSET LENGTH`,
+/// an MSR or an Alibaba record with plain fields. Each returns None, having changed
+/// nothing, for any other line (an action to skip, a field with spaces, an error, a number
+/// of 20 digits), which then goes through the general parser; where both read a line they
+/// give the same event (`trace::tests::the_fast_lines_parse_as_the_general_parser_does`).
+mod fast {
+    use super::{Event, Streams};
+    use smartcon_devemu::Op;
+
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const POW10: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
+
+    /// Eight bytes of `text` from `at`, little-endian (the first byte lowest), if there are.
+    #[inline(always)]
+    fn eight(text: &[u8], at: usize) -> Option<u64> {
+        let chunk: [u8; 8] = text.get(at..at + 8)?.try_into().ok()?;
+        Some(u64::from_le_bytes(chunk))
+    }
+
+    /// 1 to 19 digits from `text[*i..]` (up to 19 cannot overflow), moving `i` past them.
+    /// Eight bytes at a time where the text has them (SWAR: a mask of the non-digits, then
+    /// the digits summed in pairs, fours and eights by three multiplications); the text
+    /// may go on past the line, whose end (a newline) is not a digit.
+    #[inline(always)]
+    fn digits(text: &[u8], i: &mut usize) -> Option<u64> {
+        let start = *i;
+        let mut v = 0u64;
+        while let Some(x) = eight(text, *i) {
+            // Each byte's value less b'0': a digit is a byte now below 10.
+            let x = x ^ (0x30 * ONES);
+            let non_digit = (x | ((x & (0x7F * ONES)) + (0x76 * ONES))) & (0x80 * ONES);
+            let k = (non_digit.trailing_zeros() / 8) as usize;
+            if k > 0 {
+                // The k digits to the top bytes (zeros below: leading zeros), then summed.
+                let y = x << (8 * (8 - k));
+                let y = ((y & (0x0F * ONES)).wrapping_mul(2561)) >> 8;
+                let y = ((y & 0x00FF_00FF_00FF_00FF).wrapping_mul(6_553_601)) >> 16;
+                let y = ((y & 0x0000_FFFF_0000_FFFF).wrapping_mul(42_949_672_960_001)) >> 32;
+                v = v.wrapping_mul(POW10[k]).wrapping_add(y);
+                *i += k;
+            }
+            if k < 8 {
+                return (1..=19).contains(&(*i - start)).then_some(v);
+            }
+        }
+        while let Some(&b) = text.get(*i) {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            v = v.wrapping_mul(10).wrapping_add(u64::from(d));
+            *i += 1;
+        }
+        (1..=19).contains(&(*i - start)).then_some(v)
+    }
+
+    /// Skips what the general splitter takes as a separator (any byte up to b' '); false
+    /// when there was none.
+    #[inline(always)]
+    fn separators(line: &[u8], i: &mut usize) -> bool {
+        let start = *i;
+        while line.get(*i).is_some_and(|&b| b <= b' ') {
+            *i += 1;
+        }
+        *i > start
+    }
+
+    /// A field of `text` from `i` up to the next separator (a byte up to b' ', which the
+    /// line's end is), eight bytes at a time where the text has them.
+    #[inline(always)]
+    fn word<'a>(text: &'a [u8], i: &mut usize) -> &'a [u8] {
+        let start = *i;
+        while let Some(x) = eight(text, *i) {
+            // A byte above b' ' has its top bit set in (b & 0x7F) + 0x5F or in itself.
+            let separator = !(x | ((x & (0x7F * ONES)) + (0x5F * ONES))) & (0x80 * ONES);
+            if separator != 0 {
+                *i += (separator.trailing_zeros() / 8) as usize;
+                return &text[start..*i];
+            }
+            *i += 8;
+        }
+        while text.get(*i).is_some_and(|&b| b > b' ') {
+            *i += 1;
+        }
+        &text[start..*i]
+    }
+
+    /// `b` at `line[*i]`, moving past it.
+    #[inline(always)]
+    fn expect(line: &[u8], i: &mut usize, b: u8) -> Option<()> {
+        (line.get(*i) == Some(&b)).then(|| *i += 1)
+    }
+
+    /// A CSV field up to the next comma (not past the end), and the comma.
+    #[inline(always)]
+    fn until_comma<'a>(line: &'a [u8], i: &mut usize) -> Option<&'a [u8]> {
+        let start = *i;
+        let len = memchr::memchr(b',', &line[start..])?;
+        *i += len + 1;
+        Some(&line[start..start + len])
+    }
+
+    fn matches(filter: Option<&[u8]>, device: &[u8]) -> bool {
+        filter.is_none_or(|d| d == device)
+    }
+
+    #[inline]
+    /// The line is `text[..end]`; the text may go on (`text[end]` ends the line: not a
+    /// digit, a separator), and so may all the [`fast`] parsers' text.
+    pub(super) fn fio_v3(
+        text: &[u8],
+        end: usize,
+        clock_ns: &mut u64,
+        streams: &mut Streams,
+        filter: Option<&[u8]>,
+    ) -> Option<Event> {
+        let line = &text[..end];
+        let mut i = 0;
+        let us = digits(text, &mut i)?;
+        separators(line, &mut i).then_some(())?;
+        let file = word(text, &mut i);
+        (!file.is_empty() && separators(line, &mut i)).then_some(())?;
+        let op = match word(text, &mut i) {
+            b"read" => Op::Read,
+            b"write" => Op::Write,
+            _ => return None,
+        };
+        separators(line, &mut i).then_some(())?;
+        let offset = digits(text, &mut i)?;
+        separators(line, &mut i).then_some(())?;
+        let bytes = digits(text, &mut i)?;
+        separators(line, &mut i);
+        // Nothing after the length, and a length (zero is the general parser's error).
+        if i != line.len() || bytes == 0 {
+            return None;
+        }
+        let time_ns = us.checked_mul(1_000)?;
+        *clock_ns = time_ns;
+        if !matches(filter, file) {
+            return Some(Event::Filtered);
+        }
+        Some(Event::Io { time_ns, op, offset, bytes, stream: streams.id(file) })
+    }
+
+    #[inline]
+    pub(super) fn msr(text: &[u8], end: usize, streams: &mut Streams, filter: Option<&[u8]>) -> Option<Event> {
+        let line = &text[..end];
+        let mut i = 0;
+        let ticks = digits(text, &mut i)?;
+        expect(line, &mut i, b',')?;
+        let host = until_comma(line, &mut i)?;
+        // The general parser trims fields: a host with spaces at its ends goes there.
+        if host.first().is_none_or(u8::is_ascii_whitespace) || host.last().is_none_or(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let disk_at = i;
+        digits(text, &mut i)?;
+        let disk = &line[disk_at..i];
+        expect(line, &mut i, b',')?;
+        let op = match until_comma(line, &mut i)? {
+            t if t.eq_ignore_ascii_case(b"read") => Op::Read,
+            t if t.eq_ignore_ascii_case(b"write") => Op::Write,
+            _ => return None,
+        };
+        let offset = digits(text, &mut i)?;
+        expect(line, &mut i, b',')?;
+        let bytes = digits(text, &mut i)?;
+        expect(line, &mut i, b',')?;
+        // The response time (ignored) is the last field: no comma after it.
+        if memchr::memchr(b',', &line[i..]).is_some() {
+            return None;
+        }
+        let mut key = [0u8; 128];
+        let len = host.len() + 1 + disk.len();
+        if len > key.len() {
+            return None;
+        }
+        key[..host.len()].copy_from_slice(host);
+        key[host.len()] = b'_';
+        key[host.len() + 1..len].copy_from_slice(disk);
+        let device = &key[..len];
+        if bytes == 0 {
+            return Some(Event::Skip);
+        }
+        if !matches(filter, device) {
+            return Some(Event::Filtered);
+        }
+        let time_ns = ticks.checked_mul(100)?;
+        Some(Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) })
+    }
+
+    #[inline]
+    pub(super) fn alibaba(text: &[u8], end: usize, streams: &mut Streams, filter: Option<&[u8]>) -> Option<Event> {
+        let line = &text[..end];
+        let mut i = 0;
+        digits(text, &mut i)?;
+        let device = &line[..i];
+        expect(line, &mut i, b',')?;
+        let op = match line.get(i) {
+            Some(b'R' | b'r') => Op::Read,
+            Some(b'W' | b'w') => Op::Write,
+            _ => return None,
+        };
+        i += 1;
+        expect(line, &mut i, b',')?;
+        let offset = digits(text, &mut i)?;
+        expect(line, &mut i, b',')?;
+        let bytes = digits(text, &mut i)?;
+        expect(line, &mut i, b',')?;
+        let us = digits(text, &mut i)?;
+        // The general parser trims the line: only ASCII whitespace may follow.
+        if !line[i..].iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let time_ns = us.checked_mul(1_000)?;
+        if bytes == 0 {
+            return Some(Event::Skip);
+        }
+        if !matches(filter, device) {
+            return Some(Event::Filtered);
+        }
+        Some(Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) })
+    }
 }
 
 /// A trace read line by line: an iterator of I/Os in arrival order (within the window),
@@ -438,6 +665,8 @@ pub struct TraceReader<R: BufRead> {
     input_done: bool,
     failed: bool,
     stats: TraceStats,
+    /// Every line through the general parser (the tests compare the two ways).
+    general_only: bool,
 }
 
 impl TraceReader<BufReader<Box<dyn Read + Send>>> {
@@ -488,6 +717,7 @@ impl<R: BufRead> TraceReader<R> {
             input_done: false,
             failed: false,
             stats: TraceStats::default(),
+            general_only: false,
         };
         r.detect()?;
         Ok(r)
@@ -825,14 +1055,49 @@ impl<R: BufRead> TraceReader<R> {
         Ok(Event::Io { time_ns, op, offset, bytes, stream })
     }
 
+    /// The next line's event by the [`fast`] parsers, straight from the reader's buffer,
+    /// if the whole line is there and of their shape (else None, nothing read).
+    #[inline]
+    fn fast_event(&mut self) -> Option<Event> {
+        if self.general_only
+            || !self.ahead.is_empty()
+            || self.header_pending
+            || self.line_number as u64 >= self.options.lines_max
+        {
+            return None;
+        }
+        let avail = self.input.fill_buf().ok()?;
+        let newline = memchr::memchr(b'\n', &avail[..avail.len().min(LINE_BYTES_MAX + 1)])?;
+        // The line without its newline and a carriage return before it (both end fields).
+        let end = if newline > 0 && avail[newline - 1] == b'\r' { newline - 1 } else { newline };
+        let filter = self.options.device_filter.as_deref().map(str::as_bytes);
+        let event = match self.format {
+            TraceFormat::FioV3 => fast::fio_v3(avail, end, &mut self.fio_clock_ns, &mut self.streams, filter),
+            TraceFormat::Msr => fast::msr(avail, end, &mut self.streams, filter),
+            TraceFormat::Alibaba => fast::alibaba(avail, end, &mut self.streams, filter),
+            _ => None,
+        }?;
+        self.input.consume(newline + 1);
+        self.stats.bytes_read += newline as u64 + 1;
+        self.stats.lines += 1;
+        self.line_number += 1;
+        Some(event)
+    }
+
     /// Reads until the window is full or the input ends.
     fn fill(&mut self) -> Result<(), TraceError> {
         while !self.input_done && self.window.len() < self.options.reorder_window {
-            if !self.next_line()? {
-                self.input_done = true;
-                break;
-            }
-            let (time_ns, op, offset, bytes, stream) = match self.event()? {
+            let event = match self.fast_event() {
+                Some(event) => event,
+                None => {
+                    if !self.next_line()? {
+                        self.input_done = true;
+                        break;
+                    }
+                    self.event()?
+                }
+            };
+            let (time_ns, op, offset, bytes, stream) = match event {
                 Event::Io { time_ns, op, offset, bytes, stream } => (time_ns, op, offset, bytes, stream),
                 Event::Skip => {
                     self.stats.skipped += 1;
@@ -1210,6 +1475,177 @@ CPU0 (8,0):
         assert_eq!((n, s.ios, s.late), (total, total, 0));
         assert!(s.window_max <= 64);
         assert_eq!(r.streams.ids.len(), 5);
+    }
+
+    /// A reader of `text` handing out at most `chunk` bytes a read, so that lines straddle
+    /// the buffer's end (the fast path then falls back to copying the line).
+    struct Chunked<'a> {
+        text: &'a [u8],
+        chunk: usize,
+    }
+
+    impl Read for Chunked<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let n = out.len().min(self.chunk).min(self.text.len());
+            out[..n].copy_from_slice(&self.text[..n]);
+            self.text = &self.text[n..];
+            Ok(n)
+        }
+    }
+
+    /// Every I/O (or the error) and the stats of a whole trace, read with the fast lines or
+    /// with the general parser only.
+    fn read_all(text: &[u8], options: &TraceOptions, general_only: bool) -> (Vec<Result<TraceIo, String>>, TraceStats) {
+        let input = BufReader::with_capacity(1000, Chunked { text, chunk: 777 });
+        let mut r = match TraceReader::new(input, options.clone()) {
+            Ok(r) => r,
+            Err(e) => return (vec![Err(e.to_string())], TraceStats::default()),
+        };
+        r.general_only = general_only;
+        let ios = r.by_ref().map(|io| io.map_err(|e| e.to_string())).collect();
+        (ios, r.stats())
+    }
+
+    /// Lines of each format, three in ten with odd fields the fast parsers must refuse or
+    /// read as the general parser does: spaces and tabs, control bytes, signs, 19 and 20
+    /// digits, zero sizes, other actions, case, extra and missing fields, a carriage return.
+    fn odd_lines(format: TraceFormat, rng: &mut smartcon_util::rng::Rng) -> String {
+        let mut out = String::new();
+        let mut t = 1_000u64;
+        for _ in 0..3_000 {
+            t += rng.below(50);
+            let odd = rng.percent(30);
+            // The clean field, or in an odd line now and then one of the odd ones.
+            let mut f = |clean: String, odd_ones: &[&str]| {
+                if odd && rng.percent(35) {
+                    odd_ones[rng.below(odd_ones.len() as u64) as usize].to_string()
+                } else {
+                    clean
+                }
+            };
+            const NUM: &[&str] = &[
+                "0",
+                "007",
+                "1234567890123456789",
+                "12345678901234567890",
+                "99999999999999999999",
+                "-1",
+                "+5",
+                "1x",
+                "",
+            ];
+            let offset = (t % 1000 * 4096).to_string();
+            let line = match format {
+                TraceFormat::FioV3 => [
+                    f(t.to_string(), NUM),
+                    f(" ".into(), &["  ", "\t", "\x01", ""]),
+                    f(["/dev/nvme0n1", "/dev/sdb"][(t % 2) as usize].into(), &["f", ""]),
+                    f(" ".into(), &["  ", "\t", "\x01", ""]),
+                    f(["read", "write", "read"][(t % 3) as usize].into(), &["wait", "trim", "READ", "add", "reads"]),
+                    f(" ".into(), &["  ", "\t", ""]),
+                    f(offset, NUM),
+                    f(" ".into(), &["  ", "\t", "\x01", ""]),
+                    f("4096".into(), NUM),
+                    f("".into(), &[" ", " 7", "\r", "\x01", "x"]),
+                ]
+                .concat(),
+                TraceFormat::Msr => format!(
+                    "{},{},{},{},{},{},{}{}",
+                    f((128166372000000000 + t).to_string(), NUM),
+                    f("hm".into(), &["src1", " hm", "hm ", "", "h m"]),
+                    f((t % 2).to_string(), &[" 1", "x", "12345678901234567890"]),
+                    f(["Read", "Write"][(t % 2) as usize].into(), &["read", "WRITE", " Read", "Erase", ""]),
+                    f(offset, NUM),
+                    f("4096".into(), NUM),
+                    f("8742".into(), &["", "x y", "1,2"]),
+                    f("".into(), &["\r", " ", ","]),
+                ),
+                _ => format!(
+                    "{},{},{},{},{}{}",
+                    f(["419", "7"][(t % 2) as usize].into(), &[" 7", "x", ""]),
+                    f(["R", "W", "R"][(t % 3) as usize].into(), &["r", "w", "X", "RW", " R"]),
+                    f(offset, NUM),
+                    f("4096".into(), NUM),
+                    f((1577808144360767 + t).to_string(), NUM),
+                    f("".into(), &["\r", " ", "\t", "\x01", ",1"]),
+                ),
+            };
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+
+    #[test]
+    fn the_fast_lines_parse_as_the_general_parser_does() {
+        let mut rng = smartcon_util::rng::Rng::new(33);
+        let mut fast_lines = 0;
+        for format in [TraceFormat::FioV3, TraceFormat::Msr, TraceFormat::Alibaba] {
+            for filter in [None, Some("/dev/sdb"), Some("hm_1"), Some("7")] {
+                let options = TraceOptions {
+                    format: Some(format),
+                    device_filter: filter.map(String::from),
+                    reorder_window: 16,
+                    ..TraceOptions::default()
+                };
+                // Line by line: the general parser's event (or error) against the fast one's,
+                // from the same state, wherever the fast one reads the line.
+                let text = odd_lines(format, &mut rng);
+                let mut general = TraceReader::new(&b"\n"[..], options.clone()).unwrap();
+                let filter = filter.map(str::as_bytes);
+                for (n, line) in text.lines().enumerate() {
+                    let line = line.as_bytes();
+                    let clock_before = general.fio_clock_ns;
+                    let (mut clock, mut streams) = (clock_before, general.streams.clone());
+                    // The line with a newline and more after it (digits, letters: the fast
+                    // parsers read eight bytes at a time and must stop at the newline), or alone.
+                    let padded = [line, b"\n12345678 9abcdefgh,12345678"].concat();
+                    let text = if n % 4 == 0 { line } else { &padded[..] };
+                    let fast = match format {
+                        TraceFormat::FioV3 => fast::fio_v3(text, line.len(), &mut clock, &mut streams, filter),
+                        TraceFormat::Msr => fast::msr(text, line.len(), &mut streams, filter),
+                        _ => fast::alibaba(text, line.len(), &mut streams, filter),
+                    };
+                    let before = general.streams.clone();
+                    let want = general.event_of(n + 1, line);
+                    let shown = String::from_utf8_lossy(line);
+                    match fast {
+                        Some(event) => {
+                            fast_lines += 1;
+                            assert_eq!(want, Ok(event), "{format:?} {shown:?}");
+                            assert_eq!((clock, &streams), (general.fio_clock_ns, &general.streams), "{shown:?}");
+                        }
+                        // Refused: nothing changed.
+                        None => assert!(streams == before && clock == clock_before, "{shown:?}"),
+                    }
+                }
+                // A whole trace (the odd lines end it with an error at some line, so the
+                // valid prefix of each is read too): the same I/Os, stats and error.
+                let header = match format {
+                    TraceFormat::FioV3 => "fio version 3 iolog\n",
+                    TraceFormat::Msr => "Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n",
+                    _ => "device_id,opcode,offset,length,timestamp\n",
+                };
+                let unfiltered = TraceOptions { device_filter: None, ..options.clone() };
+                let valid: String = text
+                    .lines()
+                    .filter(|l| {
+                        TraceReader::new(format!("{header}{l}\n").as_bytes(), unfiltered.clone())
+                            .is_ok_and(|mut r| r.all(|io| io.is_ok()))
+                    })
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                for whole in [format!("{header}{valid}"), format!("{header}{text}")] {
+                    let (a, sa) = read_all(whole.as_bytes(), &options, true);
+                    let (b, sb) = read_all(whole.as_bytes(), &options, false);
+                    assert_eq!(a, b, "{format:?} {filter:?}");
+                    assert_eq!(sa, sb, "{format:?} {filter:?}");
+                }
+                assert!(valid.lines().count() > 1_000, "{format:?}: {}", valid.lines().count());
+            }
+        }
+        // The fast parsers read most lines (the odd ones are a minority).
+        assert!(fast_lines > 12 * 1_000, "{fast_lines}");
     }
 
     #[test]
