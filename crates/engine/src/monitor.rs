@@ -231,11 +231,12 @@ fn read_schedstat(tid: libc::pid_t) -> Option<SchedStat> {
 /// A thread that slept was woken onto a run queue; what it waited there is the wake-up's
 /// cost on this machine, not CPU it wanted and others held: it wanted none while it
 /// slept, and others ran then (their utilization shows it). Measured on the team's KVM
-/// guest (PVM), a 4 KiB blocking reader pinned beside four blocking I/O workers waited
-/// ~100-400 us a wake-up, because a halted vCPU's wake-up is stolen by the host: counted
-/// whole, that read as 10-30% of the machine demanded by others, smart blocked on
-/// `cpu_busy`, and the blocking kept the reading up (spinning gave 2.4 x the IOPS there,
-/// and the workers 1.7 x their work). A thread taken off its CPU while it ran (a
+/// guest (PVM), beside a 4 KiB blocking reader pinned to CPU 1, four blocking I/O workers
+/// waited 211-457 us a time slice on a run queue (22-70 us while the reader spun), because
+/// a halted vCPU's wake-up is stolen by the host; the reader's own wait, counted whole,
+/// read as 10-32% of the machine demanded by others, smart blocked on `cpu_busy`, and the
+/// blocking kept the reading up (spinning gave 2.4 x the IOPS there, and the workers
+/// 1.7-1.9 x their work). A thread taken off its CPU while it ran (a
 /// spinner) was displaced, and that wait is the others' demand the utilization misses.
 /// The two kinds are not told apart per wait, so the wait is shared in proportion to the
 /// switches of each kind; without the switch counts it all counts, as before.
