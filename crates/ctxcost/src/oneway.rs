@@ -266,8 +266,14 @@ pub fn one_way_wakeups(
             }
             cpu.push(c1.saturating_sub(c0).saturating_sub(overhead_ns));
         }
-        // Let the last ping be read before the closing value.
-        sleep_ns(gap_ns);
+        // Let the last ping be read before the closing value: the woken thread sets `ready`
+        // once it is back in read. (A fixed wait of one gap lost the last ping whenever its
+        // wake-up took longer, an idle core's p99 being 1.8 ms on the team's VM: the
+        // closing value then added to it in the eventfd, and the slowest wake-up went
+        // uncounted; a fresh-clone test run saw 19 pings of 20.)
+        while !ready.load(Ordering::SeqCst) && !wakee.is_finished() && !stop.load(Ordering::Relaxed) {
+            sleep_ns(50_000);
+        }
         drop(finish);
         let lat = wakee.join().map_err(|_| Error::BadInput("the woken thread panicked".into()))??;
         if let Some(p) = poller {
