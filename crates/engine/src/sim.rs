@@ -566,6 +566,17 @@ mod tests {
                 assert_ne!(a, c, "{s}: another seed, another run");
             }
         }
+        // With no crunchers smart spins and its spin check measures both ways: what one
+        // run's ports learnt must not reach the next run (real ports keep their checks for
+        // the next port on the device; a port on the simulation's clock neither keeps nor
+        // takes them).
+        let cfg = SimConfig { crunchers: 0, ..cfg };
+        let j = job(Op::Read, 4096, StrategyChoice::Smart, 1, 30_000_000);
+        let first = run_cell(&emu("emu:nvme"), &j, &cfg).unwrap().record;
+        let trials = first.result.decisions.by_reason.get(&crate::decision::Reason::Trial).copied().unwrap_or(0);
+        assert!(trials > 0, "the spin check measured both ways: {:?}", first.result.decisions.by_reason);
+        let second = run_cell(&emu("emu:nvme"), &j, &cfg).unwrap().record;
+        assert_eq!(serde_json::to_string(&first).unwrap(), serde_json::to_string(&second).unwrap());
     }
 
     #[test]

@@ -175,16 +175,21 @@ pub struct SmartTargetPort<'t> {
     /// How to block, as this port's own waits say: `None` on an emulated device, whose
     /// `sync` spins.
     block_check: Option<BlockCheck>,
+    /// Where its checks are kept when it closes ([`crate::learn::keep`]): its device and
+    /// strategy; `None` for the strategies that keep no checks, and on an injected clock
+    /// (the simulation's): the kept figures are this process's real waits, and a seeded
+    /// run must neither take them nor leave its own for the next (it repeats byte for byte).
+    learnt_key: Option<String>,
 }
 
 impl Drop for SmartTargetPort<'_> {
     /// Keeps what the port's checks learnt for the next port on the same device
     /// ([`crate::learn::keep`]).
     fn drop(&mut self) {
-        if let Some(key) = self.learnt_key() {
+        if let Some(key) = &self.learnt_key {
             let learnt =
                 crate::learn::Learnt { spin: std::mem::take(&mut self.spin_check), block: self.block_check.take() };
-            crate::learn::keep(&key, learnt);
+            crate::learn::keep(key, learnt);
         }
     }
 }
@@ -413,6 +418,9 @@ impl<'t> SmartTargetPort<'t> {
             ),
             _ => profile.thresholds(),
         };
+        let learnt_key = (matches!(options.strategy, StrategyChoice::Smart | StrategyChoice::SmartHybrid)
+            && options.time.is_none())
+        .then(|| format!("{device_id}\0{:?}", options.strategy));
         Ok(SmartTargetPort {
             backend,
             inflight,
@@ -432,22 +440,16 @@ impl<'t> SmartTargetPort<'t> {
             block_check: Some(BlockCheck::new()),
             time,
             last_done_ns: 0,
+            learnt_key,
         }
         .with_kept_checks())
-    }
-
-    /// The key under which this port's checks are kept for the next port: its device and
-    /// strategy; `None` for the strategies that keep no checks.
-    fn learnt_key(&self) -> Option<String> {
-        matches!(self.strategy, StrategyChoice::Smart | StrategyChoice::SmartHybrid)
-            .then(|| format!("{}\0{:?}", self.device_id, self.strategy))
     }
 
     /// Starts from the checks the last closed port on this device and strategy kept
     /// ([`crate::learn::take`]).
     fn with_kept_checks(mut self) -> Self {
-        if let Some(key) = self.learnt_key() {
-            let l = crate::learn::take(&key);
+        if let Some(key) = &self.learnt_key {
+            let l = crate::learn::take(key);
             self.spin_check = l.spin;
             self.block_check = Some(l.block.unwrap_or_default());
         }
