@@ -42,7 +42,7 @@ pub struct EvaluateArgs {
     /// acs: comma-separated schedulers set on the loop device (none, bfq, mq-deadline, kyber).
     #[arg(long, value_delimiter = ',')]
     pub schedulers: Option<Vec<String>>,
-    /// Comma-separated targets (default: emu:optane, emu:nvme, a tmp file on /var/tmp, a loop device over a file and a zram device, each of the --file-size; the loop and zram devices are created for the run and removed after, which needs root; --quick: emu:optane, the tmp file and zram). With --study acs: loop, zram or loop,zram, the devices it creates.
+    /// Comma-separated targets (default: emu:optane, emu:nvme, emu:sata-ssd (the X25-M model of SmartCon Fig. 15), a tmp file on /var/tmp, a loop device over a file and a zram device, each of the --file-size; the loop and zram devices are created for the run and removed after, which needs root; --quick: emu:optane, the tmp file and zram). With --study acs: loop, zram or loop,zram, the devices it creates.
     #[arg(long)]
     pub targets: Option<String>,
     /// Comma-separated loads: bm-only, cpu-intensive, io-intensive.

@@ -168,7 +168,7 @@ pub fn plan(o: &PlanOptions) -> Result<Plan, Error> {
             64 << 20,
         ),
         Preset::Full => (
-            "emu:optane,emu:nvme,tmp:{FILE}@/var/tmp,loop:{FILE},zram:{FILE}",
+            "emu:optane,emu:nvme,emu:sata-ssd,tmp:{FILE}@/var/tmp,loop:{FILE},zram:{FILE}",
             Workload::ALL.to_vec(),
             vec![4 << 10, 16 << 10, 64 << 10, 256 << 10],
             300_000_000,
@@ -341,6 +341,8 @@ mod tests {
         assert_eq!((p.rounds, p.rounds_bm_only), (12, 2), "three strategies: two cycles of six");
         let full = plan(&PlanOptions { file_size_bytes: Some(1 << 30), ..opts(Preset::Full) }).unwrap();
         assert!(full.targets.contains(&"loop:1g".to_string()), "{:?}", full.targets);
+        // SmartCon Fig. 15's low-end SSD (the X25-M model) is in the default matrix.
+        assert!(full.targets.contains(&"emu:sata-ssd".to_string()), "{:?}", full.targets);
         assert_eq!(full.workloads.len(), 9);
         let tiny = plan(&PlanOptions { io_workers: 8, ..opts(Preset::Tiny) }).unwrap();
         assert_eq!((tiny.rounds, tiny.io_workers, tiny.cpu_workers), (1, 2, 1));
