@@ -279,6 +279,17 @@ def run_cleanup(binary_spec):
     """On the node it is pinned to, after tasks were force-cancelled: waits for the
     smartcon of every task whose worker is gone to end (SIGKILL after the grace), runs
     `smartcon cleanup` and removes those tasks' scratch directories."""
+    binary = _binary(binary_spec)
+    # The pid still names that smartcon, not a process that got the number since.
+    name = os.path.basename(binary)[:15]
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                return f.read().strip() == name and _running(pid)
+        except OSError:
+            return False
+
     tmp = tempfile.gettempdir()
     orphans = []
     for name in os.listdir(tmp):
@@ -292,16 +303,16 @@ def run_cleanup(binary_spec):
                 pid = int(f.read())
         except (OSError, ValueError):
             continue
-        while _running(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _running(pid):
+        if alive(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-            while _running(pid) and time.monotonic() < deadline + 5:
+            while alive(pid) and time.monotonic() < deadline + 5:
                 time.sleep(0.1)
-    _cleanup(_binary(binary_spec))
+    _cleanup(binary)
     for path in orphans:
         shutil.rmtree(path, ignore_errors=True)
 
