@@ -14,14 +14,17 @@ Failures: a task whose worker or node is lost is retried by Ray (``max_retries``
 that is still lost, or whose smartcon exits with an error, is a ``point_failed`` record
 naming the point (or host) and why, and the driver exits 3. Ctrl-C (or SIGTERM) cancels
 every task: each task stops its smartcon with SIGTERM (smartcon removes what it created
-and exits) and removes its scratch directory; tasks that do not end within a grace period
-are force-cancelled, and smartcon, which dies with its worker (PR_SET_PDEATHSIG), still
-gets its SIGTERM.
+and exits) and removes its scratch directory; a smartcon that has not ended 20 s after
+its SIGTERM is killed and ``smartcon cleanup`` removes what it recorded. Tasks that do not
+end within a grace period are force-cancelled: the raylet then SIGKILLs their smartcon
+with the worker (smartcon's PR_SET_PDEATHSIG is for a worker that dies otherwise), so the
+driver runs ``smartcon cleanup`` on every node afterwards.
 
 Non-goals: a scheduler, a queue or a result store of its own (Ray and one file are those).
 """
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -32,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 try:
@@ -46,6 +50,12 @@ CANCEL_GRACE_S = 30
 # How long a stopped smartcon gets to remove what it created before SIGKILL.
 TERM_GRACE_S = 20
 STDERR_TAIL_CHARS = 2000
+# How often a task waiting for its smartcon returns to Python (where a cancel is raised).
+POLL_S = 0.2
+# A task's scratch directory in the node's TMPDIR: this, the worker's pid, a dash and a
+# random part; it holds `smartcon.pid` while smartcon runs (run_cleanup finds both by them).
+SCRATCH_PREFIX = "smartcon-ray-"
+PID_FILE = "smartcon.pid"
 
 
 def _die_with_parent():
@@ -65,17 +75,53 @@ def _binary(spec):
     return spec
 
 
+def _cleanup(binary):
+    """`smartcon cleanup` on this node: removes what a killed smartcon left (its records)."""
+    try:
+        subprocess.run([binary, "cleanup"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       stdin=subprocess.DEVNULL, timeout=TERM_GRACE_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
 def _children_cpu_ns():
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return int((ru.ru_utime + ru.ru_stime) * 1e9)
 
 
-def _run(binary_spec, args):
+@contextlib.contextmanager
+def _scratch():
+    """The task's scratch directory, removed when the task ends (run_cleanup removes it
+    when the task's worker was killed first)."""
+    path = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _run(binary_spec, args, scratch=None):
     """Runs smartcon ARGS on this worker; returns (status, stdout, stderr tail, wall ns, CPU ns).
+    With a scratch directory, smartcon's pid is written there while it runs.
 
     The CPU time is that of the children this worker reaped meanwhile: its smartcon (a
     worker runs one task at a time and starts no other process)."""
     binary = _binary(binary_spec)
+    # ray.cancel interrupts a running task with _thread.interrupt_main, which does nothing
+    # while SIGINT is ignored, and a worker inherits an ignored SIGINT from whatever
+    # started its node (`ray start ... &` in a script ignores it): SIGINT raises
+    # KeyboardInterrupt while this task runs, as in a worker of a node started by hand.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _run_interruptible(binary, args, scratch)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _run_interruptible(binary, args, scratch):
     cpu_before = _children_cpu_ns()
     started = time.monotonic_ns()
     proc = subprocess.Popen(
@@ -86,17 +132,33 @@ def _run(binary_spec, args):
         text=True,
         preexec_fn=_die_with_parent,
     )
+    if scratch:
+        with open(os.path.join(scratch, PID_FILE), "w") as f:
+            f.write(str(proc.pid))
     try:
-        out, err = proc.communicate()
+        while True:
+            # In short waits, not one: ray.cancel interrupts a running task with
+            # _thread.interrupt_main, which raises KeyboardInterrupt only once this thread
+            # runs Python again; a wait for output that never comes (evaluate's quiet
+            # minutes, a replay's) would hold it until the force-cancel, whose worker exit
+            # makes the raylet SIGKILL smartcon before it removes what it created.
+            try:
+                out, err = proc.communicate(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                continue
     except BaseException:
-        # Cancelled (ray.cancel raises KeyboardInterrupt here): stop smartcon the way
-        # Ctrl-C would, so it removes what it created, then make sure it is gone.
+        # Cancelled: stop smartcon the way Ctrl-C would, so it removes what it created,
+        # then make sure it is gone (reading its pipes meanwhile, so it cannot block on them).
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=TERM_GRACE_S)
+            proc.communicate(timeout=TERM_GRACE_S)
         except BaseException:
             proc.kill()
             proc.wait()
+            # Killed before it cleaned up: what it recorded is removed by `smartcon
+            # cleanup` (which touches only what a dead smartcon recorded).
+            _cleanup(binary)
         raise
     wall_ns = time.monotonic_ns() - started
     return proc.returncode, out, err[-STDERR_TAIL_CHARS:], wall_ns, _children_cpu_ns() - cpu_before
@@ -115,7 +177,8 @@ def run_point(point, binary_spec):
     """One sweep point: smartcon with the point's arguments, its records."""
     start_unix_ns = time.time_ns()
     node, host = _where()
-    status, out, err, wall_ns, cpu_ns = _run(binary_spec, point["args"])
+    with _scratch() as scratch:
+        status, out, err, wall_ns, cpu_ns = _run(binary_spec, point["args"], scratch)
     return {"status": status, "records": _records(out) if status == 0 else [], "stderr": err,
             "node": node, "host": host, "wall_ns": wall_ns, "cpu_ns": cpu_ns, "start_unix_ns": start_unix_ns}
 
@@ -127,12 +190,9 @@ def run_host(node_id, evaluate_args, binary_spec):
     if node != node_id:
         raise RuntimeError(f"pinned to node {node_id} but ran on {node}")
     start_unix_ns = time.time_ns()
-    scratch = tempfile.mkdtemp(prefix="smartcon-fleet-")
-    try:
+    with _scratch() as scratch:
         args = ["evaluate", *evaluate_args, "--out", os.path.join(scratch, "report"), "--fleet-host", node_id]
-        status, out, err, wall_ns, cpu_ns = _run(binary_spec, args)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        status, out, err, wall_ns, cpu_ns = _run(binary_spec, args, scratch)
     return {"status": status, "records": _records(out) if status == 0 else [], "stderr": err,
             "node": node, "host": host, "wall_ns": wall_ns, "cpu_ns": cpu_ns, "start_unix_ns": start_unix_ns}
 
@@ -205,7 +265,69 @@ def _submitting():
     signal.signal(signal.SIGINT, _defer_interrupt)
 
 
-def _collect(refs, names, started):
+def _running(pid):
+    """Whether process PID exists and is no zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+@ray.remote(num_cpus=0)
+def run_cleanup(binary_spec):
+    """On the node it is pinned to, after tasks were force-cancelled: waits for the
+    smartcon of every task whose worker is gone to end (SIGKILL after the grace), runs
+    `smartcon cleanup` and removes those tasks' scratch directories."""
+    binary = _binary(binary_spec)
+    # The pid still names that smartcon, not a process that got the number since.
+    name = os.path.basename(binary)[:15]
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                return f.read().strip() == name and _running(pid)
+        except OSError:
+            return False
+
+    tmp = tempfile.gettempdir()
+    orphans = []
+    for name in os.listdir(tmp):
+        worker = name[len(SCRATCH_PREFIX):].split("-")[0]
+        if name.startswith(SCRATCH_PREFIX) and worker.isdigit() and not _running(worker):
+            orphans.append(os.path.join(tmp, name))
+    deadline = time.monotonic() + TERM_GRACE_S
+    for path in orphans:
+        try:
+            with open(os.path.join(path, PID_FILE)) as f:
+                pid = int(f.read())
+        except (OSError, ValueError):
+            continue
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            while alive(pid) and time.monotonic() < deadline + 5:
+                time.sleep(0.1)
+    _cleanup(binary)
+    for path in orphans:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _cleanup_everywhere(binary_spec, cancelled):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    # The force-cancelled tasks end once their workers are gone (so run_cleanup sees them gone).
+    ray.wait(cancelled, num_returns=len(cancelled), timeout=CANCEL_GRACE_S)
+    refs = [run_cleanup.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False))
+            .remote(binary_spec) for n in ray.nodes() if n["Alive"]]
+    print(f"smartcon_ray: smartcon cleanup on {len(refs)} nodes (tasks were force-cancelled)", file=sys.stderr, flush=True)
+    ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
+
+
+def _collect(refs, names, started, binary_spec):
     """Waits for every task; returns ({index: result}, {index: reason}, interrupted)."""
     pending = list(refs)
     results, failed = {}, {}
@@ -242,6 +364,10 @@ def _collect(refs, names, started):
         _, still = ray.wait(pending, num_returns=len(pending), timeout=CANCEL_GRACE_S)
         for ref in still:
             ray.cancel(ref, force=True)
+        if still:
+            # A force-cancelled task's worker exits and the raylet SIGKILLs its smartcon:
+            # what that smartcon recorded is removed by `smartcon cleanup` on every node.
+            _cleanup_everywhere(binary_spec, still)
     # Every point is done or named: also those whose result arrived as the interrupt did.
     for index in refs.values():
         if index not in results:
@@ -296,7 +422,7 @@ def sweep(args):
     task = run_point.options(max_retries=args.retries, retry_exceptions=False)
     _submitting()
     refs = {task.remote(p, binary_spec): p["index"] for p in plan}
-    results, failed, interrupted = _collect(refs, names, time.monotonic())
+    results, failed, interrupted = _collect(refs, names, time.monotonic(), binary_spec)
     _write(args.out, "sweep", args.address, nodes, names, results, failed, [], started, args.smartcon)
     return EXIT_INTERRUPTED if interrupted else (EXIT_FAILED if failed else 0)
 
@@ -316,7 +442,7 @@ def fleet(args):
                                 retry_exceptions=False)
         refs[task.remote(n["NodeID"], args.evaluate, binary_spec)] = i
     print(f"smartcon_ray: evaluate on {len(nodes)} nodes", file=sys.stderr, flush=True)
-    results, failed, interrupted = _collect(refs, names, time.monotonic())
+    results, failed, interrupted = _collect(refs, names, time.monotonic(), binary_spec)
     _write(args.out, "fleet", args.address, len(nodes), names, results, failed, [], started, args.smartcon)
     return EXIT_INTERRUPTED if interrupted else (EXIT_FAILED if failed else 0)
 

@@ -3,11 +3,14 @@
 //! their own process groups, stopped by their pids at the end (also when a check fails).
 //!
 //! The checks, in one test so the two nodes start once: a deterministic replay sweep
-//! (virtual time, presets x channels) gives the serial run's records; `fleet --tiny` gives
-//! one report with a table per node; Ctrl-C cancels the sweep and leaves no smartcon on
-//! any node; killing the second node's raylet mid-sweep still completes the sweep or names
-//! the lost points. Skips (saying why) when Ray is not installed: scripts/test.sh installs
-//! it into .venv-ray (or set SMARTCON_RAY_PYTHON). No timing is asserted.
+//! (virtual time, presets x channels) gives the serial run's records; `fleet --quick` gives
+//! one report with a table per node (its host costs, Pareto share, local-disk gain and
+//! thresholds), and a Ctrl-C in the middle of it leaves nothing on either node (no
+//! smartcon, tmp file, zram device, record or scratch directory); Ctrl-C cancels a sweep
+//! too; killing the second node's raylet mid-sweep still completes the sweep or names the
+//! lost points. Each node has its own SMARTCON_HOME, as two hosts would. Skips (saying
+//! why) when Ray is not installed: scripts/test.sh installs it into .venv-ray (or set
+//! SMARTCON_RAY_PYTHON). No timing is asserted.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -79,11 +82,15 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn ray(&self) -> Command {
+    /// `ray` for node `node` (0: the head), with that node's own SMARTCON_HOME, as two
+    /// hosts would have: its stored host cost, its devices' records.
+    fn ray(&self, node: usize) -> Command {
         let ray = self.python.parent().map_or(PathBuf::from("ray"), |d| d.join("ray"));
         let mut c = Command::new(ray);
         // The tasks' scratch directories go to TMPDIR: under the cluster's, to be checked.
-        c.env("RAY_USAGE_STATS_ENABLED", "0").env("SMARTCON_HOME", &self.home).env("TMPDIR", self.dir.join("tmp"));
+        c.env("RAY_USAGE_STATS_ENABLED", "0")
+            .env("SMARTCON_HOME", self.node_home(node))
+            .env("TMPDIR", self.dir.join("tmp"));
         c.process_group(0);
         c.stdout(Stdio::null()).stderr(Stdio::null());
         c
@@ -118,7 +125,7 @@ impl Cluster {
         let port = 30_000 + (id % 10_000) * 3;
         let mut c = Cluster { python, dir, home, address: format!("127.0.0.1:{port}"), nodes: Vec::new() };
         let head = c
-            .ray()
+            .ray(0)
             .args(["start", "--head", "--block", "--num-cpus", "1", "--include-dashboard=false"])
             .args(["--disable-usage-stats", "--port", &port.to_string()])
             .args(["--ray-client-server-port", &(port + 1).to_string()])
@@ -130,7 +137,7 @@ impl Cluster {
         c.nodes.push(head);
         c.wait_nodes(1)?;
         let worker = c
-            .ray()
+            .ray(1)
             .args(["start", "--block", "--num-cpus", "1", "--disable-usage-stats", "--address", &c.address])
             .args(["--dashboard-agent-listen-port", &(port + 3).to_string()])
             .spawn()
@@ -185,6 +192,21 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(500));
         }
+    }
+
+    fn node_home(&self, node: usize) -> PathBuf {
+        self.dir.join(format!("home-{node}"))
+    }
+
+    /// The records of what the node's smartcon runs created (devices, claimed outputs):
+    /// none once they have removed it.
+    fn node_records(&self, node: usize) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for sub in ["devices", "outputs"] {
+            let Ok(entries) = std::fs::read_dir(self.node_home(node).join(sub)) else { continue };
+            out.extend(entries.flatten().map(|e| e.path()));
+        }
+        out
     }
 
     fn smartcon(&self, args: &[&str]) -> Command {
@@ -333,36 +355,142 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
     }
 
     phase("emulate sweep on Ray");
-    // 2. A fleet survey: one task pinned to each node, one report with a table per host.
+    // 2. A fleet survey, `fleet --quick` as a user runs it: one task pinned to each node runs
+    //    evaluate's 2-minute matrix on the node's own targets (emu:optane, a tmp file on
+    //    /var/tmp, a zram device when root), one report with a table per host.
     let fleet = dir.join("fleet");
-    let targets = format!("emu:optane,size=16m,tmp:16m@{}", dir.display());
-    let out = cluster
-        .smartcon(&["fleet", "--ray", &cluster.address, "--tiny", "--out"])
-        .arg(&fleet)
-        .args(["--", "--targets", &targets, "--skip-polling"])
-        .output()
-        .unwrap();
-    ok(&out);
-    let hosts = records(&fleet.join("results.jsonl"));
-    let hosts = of_type(&hosts, "fleet_host");
+    let out = cluster.smartcon(&["fleet", "--ray", &cluster.address, "--quick", "--out"]).arg(&fleet).output().unwrap();
+    let err = ok(&out);
+    assert!(err.contains("points 2/2 done"), "progress counts hosts: {err}");
+    let all = records(&fleet.join("results.jsonl"));
+    let hosts = of_type(&all, "fleet_host");
     let mut ids: Vec<String> = hosts.iter().map(|h| h["node_id"].as_str().unwrap().to_string()).collect();
     let mut nodes = cluster.node_ids();
     ids.sort();
     nodes.sort();
     assert_eq!(ids, nodes, "one fleet_host per node, named by its node id");
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let positive = |h: &serde_json::Value, k: &str| h[k].as_f64().is_some_and(|x| x > 0.0);
+    let mut zram = None;
     for h in &hosts {
-        assert!(!h["host"].as_str().unwrap().is_empty() && h["pareto_judged"].as_u64().unwrap() > 0, "{h}");
-        assert_eq!(h["thresholds"].as_array().unwrap().len(), 2, "{h}");
+        assert_eq!(h["host"].as_str(), Some(hostname.as_str()), "named by the host's name: {h}");
+        // The host's blocking and wake-up cost, its paired Pareto share, its local disk's
+        // 4 KiB gains (the tmp file on /var/tmp), the thresholds of every target.
+        for k in ["block_cpu_ns", "wakeup_overshoot_ns_p50", "local_disk_4k_spin_gain", "local_disk_4k_smart_gain"] {
+            assert!(positive(h, k), "{k} in {h}");
+        }
+        let (judged, front) = (h["pareto_judged"].as_u64().unwrap(), h["pareto_front"].as_u64().unwrap());
+        assert!(judged > 0 && front <= judged && h["pareto_share"].as_f64().is_some(), "{h}");
+        let targets: Vec<&str> =
+            h["thresholds"].as_array().unwrap().iter().map(|t| t["target"].as_str().unwrap()).collect();
+        assert!(targets.contains(&"emu:optane") && targets.iter().any(|t| t.starts_with("tmp:")), "{h}");
+        // The zram device when it could be created (root), on both nodes or on neither.
+        let has_zram = targets.iter().any(|t| t.starts_with("/dev/zram"));
+        assert!(zram.is_none_or(|z| z == has_zram) && targets.len() == 2 + usize::from(has_zram), "{h}");
+        zram = Some(has_zram);
+        assert!(
+            positive(h, "cells") && h["thresholds"].as_array().unwrap().iter().all(|t| t["class"].is_string()),
+            "{h}"
+        );
     }
     let md = std::fs::read_to_string(fleet.join("summary.md")).unwrap();
     assert_eq!(md.matches("\n### ").count(), 2, "{md}");
     for id in &ids {
-        assert!(md.contains(&format!("(Ray node {id})")), "{md}");
+        assert!(md.contains(&format!("### {hostname} (Ray node {id})")), "a table per host: {md}");
+    }
+    for row in [
+        "| blocking wait: CPU of the waiting thread |",
+        "| wake-up: a timed sleep wakes late by",
+        "| smart on the Pareto front (paired",
+        "| local disk, 4 KiB random reads: spin over block |",
+    ] {
+        assert_eq!(md.matches(row).count(), 2, "{row} in each host's table: {md}");
     }
     let scratch: Vec<_> = std::fs::read_dir(dir.join("tmp")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(scratch.is_empty(), "the tasks removed their scratch directories: {scratch:?}");
+    for node in 0..2 {
+        assert!(cluster.node_records(node).is_empty(), "node {node} left {:?}", cluster.node_records(node));
+    }
+    let zram = zram == Some(true);
+    eprintln!("fleet --quick: zram {}", if zram { "probed on both nodes" } else { "not available (not root?)" });
 
     phase("the fleet");
+    // 2b. Ctrl-C while both hosts' evaluate runs, once each has created its tmp file (and its
+    //     zram device, when the survey above had one): exit 130, and nothing is left on
+    //     either node: no smartcon, no tmp file, no zram device, no record, no scratch.
+    let stopped = dir.join("fleet-stopped");
+    let log = dir.join("fleet-stopped.log");
+    let mut run = cluster
+        .smartcon(&["fleet", "--ray", &cluster.address, "--quick", "--out"])
+        .arg(&stopped)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let tmp_files = |pid: u32| -> Vec<PathBuf> {
+        let own = [format!("smartcon-{pid}-"), format!(".smartcon-{pid}-")];
+        let Ok(entries) = std::fs::read_dir("/var/tmp") else { return Vec::new() };
+        entries
+            .flatten()
+            .filter(|e| own.iter().any(|o| e.file_name().to_string_lossy().starts_with(o.as_str())))
+            .map(|e| e.path())
+            .collect()
+    };
+    let zram_records =
+        |node: usize| cluster.node_records(node).iter().filter(|p| p.to_string_lossy().ends_with("-z0.rec")).count();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let evaluates = loop {
+        let pids = cluster.smartcons();
+        let created = pids.len() == 2
+            && pids.iter().all(|p| !tmp_files(*p).is_empty())
+            && (!zram || (0..2).all(|n| zram_records(n) == 1));
+        if created {
+            break pids;
+        }
+        assert!(Instant::now() < deadline, "the two evaluates did not create their targets in 300 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let zram_devices: Vec<String> = (0..2)
+        .flat_map(|n| cluster.node_records(n))
+        .filter(|p| p.to_string_lossy().ends_with("-z0.rec"))
+        .filter_map(|p| {
+            std::fs::read_to_string(p).ok()?.lines().skip_while(|l| *l != "zram").nth(1).map(|n| format!("zram{n}"))
+        })
+        .collect();
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
+    let status = run.wait().unwrap();
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted: cancelling 2 tasks"), "{err}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cluster.smartcons().is_empty() {
+        assert!(Instant::now() < deadline, "smartcon still runs on a node after the cancel: {:?}", cluster.smartcons());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for pid in &evaluates {
+        assert!(tmp_files(*pid).is_empty(), "evaluate {pid} left {:?}", tmp_files(*pid));
+    }
+    assert_eq!(zram_devices.len(), if zram { 2 } else { 0 }, "{zram_devices:?}");
+    for z in &zram_devices {
+        assert!(!Path::new("/sys/block").join(z).exists(), "/dev/{z} is still there: {err}");
+    }
+    for node in 0..2 {
+        assert!(cluster.node_records(node).is_empty(), "node {node} left {:?}", cluster.node_records(node));
+    }
+    let scratch: Vec<_> = std::fs::read_dir(dir.join("tmp")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(scratch.is_empty(), "no scratch directory left: {scratch:?}");
+    let c = records(&stopped.join("results.jsonl"));
+    assert_eq!(of_type(&c, "point_failed").len(), 2, "both hosts named as cancelled");
+    eprintln!(
+        "fleet --quick cancelled: {}",
+        if err.contains("force-cancelled") {
+            "force-cancelled, then smartcon cleanup"
+        } else {
+            "each task stopped its evaluate"
+        }
+    );
+
+    phase("Ctrl-C of the fleet");
     // 3. Ctrl-C: the sweep is cancelled, exits 130 and leaves no smartcon on any node.
     let long = ["--channels", "1,2,4,8", "--ios", "2000000"];
     let mut args: Vec<&str> = SWEEP[..6].to_vec();
@@ -392,7 +520,7 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
     let c = records(&cancelled.join("results.jsonl"));
     assert_eq!(of_type(&c, "replay_result").len() + of_type(&c, "point_failed").len(), 8);
 
-    phase("Ctrl-C");
+    phase("Ctrl-C of a sweep");
     // 4. The second node's raylet is killed while it runs a point: Ray retries that point
     //    on the head, or the report names it.
     let lost = dir.join("lost");
