@@ -1,6 +1,6 @@
 //! Discrete-event replay speed: requests per second on emu:nvme at QD32 (closed loop), the
-//! rollback-heavy SJF discipline, the HDD, and a streamed fio iolog (parsed while it is
-//! replayed, from memory so that the disk is not measured). Small I/O counts keep a CI run
+//! rollback-heavy SJF discipline, the HDD, and streamed fio iolog, MSR and Alibaba traces
+//! (parsed while they are replayed, from memory so that the disk is not measured). Small I/O counts keep a CI run
 //! short; `smartcon emulate replay` reports the same figure (and per CPU second) for any size.
 //!
 //! Measured in CPU time of the benchmark thread ([`CpuTime`]), not wall time: the host is
@@ -9,7 +9,7 @@
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use smartcon_devemu::{parse_spec, FaultPlan, Op};
-use smartcon_emulate::replay::{replay_trace, run_virtual, thread_cpu_ns, ClosedLoop, Hooks, Workload};
+use smartcon_emulate::replay::{replay_reader, run_virtual, thread_cpu_ns, ClosedLoop, Hooks, Workload, BATCH_IOS};
 
 /// Criterion's measurement as CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), in ns.
 struct CpuTime;
@@ -57,11 +57,15 @@ impl ValueFormatter for CpuFormatter {
         "ns"
     }
 }
-use smartcon_emulate::trace::{TraceOptions, TraceReader};
+use smartcon_emulate::trace::{TraceFormat, TraceOptions, TraceReader};
 
-/// A fio v3 iolog of `n` 4 KiB requests that emu:nvme keeps up with (about 100 k/s, 70% reads).
-fn iolog(n: u64) -> Vec<u8> {
-    let mut out = b"fio version 3 iolog\n0 /dev/nvme0n1 add\n".to_vec();
+/// A trace of `n` 4 KiB requests that emu:nvme keeps up with (about 100 k/s, 70% reads), in
+/// one of the streamed formats: a fio v3 iolog, an MSR Cambridge or an Alibaba CSV.
+fn trace(format: TraceFormat, n: u64) -> Vec<u8> {
+    let mut out = match format {
+        TraceFormat::FioV3 => b"fio version 3 iolog\n0 /dev/nvme0n1 add\n".to_vec(),
+        _ => Vec::new(),
+    };
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut us = 1;
     for _ in 0..n {
@@ -69,8 +73,18 @@ fn iolog(n: u64) -> Vec<u8> {
         state ^= state >> 7;
         state ^= state << 17;
         us += state % 20;
-        let op = if state % 10 < 7 { "read" } else { "write" };
-        out.extend_from_slice(format!("{us} /dev/nvme0n1 {op} {} 4096\n", (state >> 20) % (1 << 18) * 4096).as_bytes());
+        let read = state % 10 < 7;
+        let offset = (state >> 20) % (1 << 18) * 4096;
+        let line = match format {
+            TraceFormat::FioV3 => format!("{us} /dev/nvme0n1 {} {offset} 4096\n", if read { "read" } else { "write" }),
+            TraceFormat::Msr => format!(
+                "{},hm,1,{},{offset},4096,1398\n",
+                128_166_372_000_000_000 + us * 10,
+                if read { "Read" } else { "Write" }
+            ),
+            _ => format!("3,{},{offset},4096,{}\n", if read { 'R' } else { 'W' }, 1_577_808_000_000_000 + us),
+        };
+        out.extend_from_slice(line.as_bytes());
     }
     out
 }
@@ -96,18 +110,30 @@ fn des(c: &mut Criterion<CpuTime>) {
         });
     }
     let spec = parse_spec("emu:nvme").unwrap();
-    let text = iolog(ios);
-    group.bench_function("emu:nvme streamed fio iolog v3", |b| {
-        b.iter(|| {
-            let reader = TraceReader::new(&text[..], TraceOptions::default()).unwrap();
-            replay_trace(&spec, reader, &FaultPlan::default(), Hooks::default()).unwrap().ios
-        })
-    });
-    // The two halves of the streamed replay apart: parsing alone, and the replay of the
-    // same I/Os already parsed (in memory).
+    // Streamed as the command replays a trace file: the reader's batches into the loop.
+    for format in [TraceFormat::FioV3, TraceFormat::Msr, TraceFormat::Alibaba] {
+        let text = trace(format, ios);
+        group.bench_function(format!("emu:nvme streamed {}", format.name()), |b| {
+            b.iter(|| {
+                let mut reader = TraceReader::new(&text[..], TraceOptions::default()).unwrap();
+                replay_reader(&spec, &mut reader, &FaultPlan::default(), Hooks::default()).unwrap().ios
+            })
+        });
+    }
+    // The two halves of the streamed replay apart: parsing alone (in batches, as the replay
+    // takes them), and the replay of the same I/Os already parsed (in memory).
+    let text = trace(TraceFormat::FioV3, ios);
     group.bench_function("fio iolog v3 parse only", |b| {
         b.iter(|| {
-            TraceReader::new(&text[..], TraceOptions::default()).unwrap().map(|io| io.unwrap().bytes).sum::<u64>()
+            let mut reader = TraceReader::new(&text[..], TraceOptions::default()).unwrap();
+            let (mut batch, mut bytes) = (Vec::new(), 0u64);
+            loop {
+                reader.next_batch(&mut batch, BATCH_IOS).unwrap();
+                if batch.is_empty() {
+                    break bytes;
+                }
+                bytes += batch.iter().map(|io| io.bytes).sum::<u64>();
+            }
         })
     });
     let parsed = Workload::Trace(

@@ -197,6 +197,7 @@ pub struct TraceStats {
 
 /// Folds an I/O of a trace taken on a larger device into `capacity_bytes` (block-aligned
 /// modulo, keeping distances within the span); returns whether it moved.
+#[inline]
 pub fn fold_into(io: &mut TraceIo, capacity_bytes: u64) -> Result<bool, Error> {
     if io.bytes > capacity_bytes {
         return Err(Error::new(
@@ -664,6 +665,8 @@ pub struct TraceReader<R: BufRead> {
     last_out_ns: u64,
     input_done: bool,
     failed: bool,
+    /// An error met after the I/Os of a batch, for the next call ([`TraceReader::next_batch`]).
+    deferred: Option<TraceError>,
     stats: TraceStats,
     /// Every line through the general parser (the tests compare the two ways).
     general_only: bool,
@@ -716,6 +719,7 @@ impl<R: BufRead> TraceReader<R> {
             last_out_ns: 0,
             input_done: false,
             failed: false,
+            deferred: None,
             stats: TraceStats::default(),
             general_only: false,
         };
@@ -1097,77 +1101,224 @@ impl<R: BufRead> TraceReader<R> {
                     self.event()?
                 }
             };
-            let (time_ns, op, offset, bytes, stream) = match event {
-                Event::Io { time_ns, op, offset, bytes, stream } => (time_ns, op, offset, bytes, stream),
-                Event::Skip => {
-                    self.stats.skipped += 1;
-                    continue;
-                }
-                Event::Filtered => {
-                    self.stats.filtered += 1;
-                    continue;
-                }
-                Event::Nothing => continue,
-                Event::End => {
-                    self.input_done = true;
-                    break;
-                }
-            };
-            let mut io = TraceIo { arrival_ns: time_ns, op, offset, bytes, stream };
-            if let Some(cap) = self.options.capacity_bytes {
-                if fold_into(&mut io, cap).map_err(|e| bad(self.line_number, e.message))? {
-                    self.stats.folded += 1;
-                }
-            }
-            // Insert by arrival, after equal ones (stable): nearly sorted traces cost one
-            // comparison.
-            // (In order, the common case, is a push: VecDeque::insert at the end was 4% of a
-            // streamed replay.)
-            if self.window.back().is_none_or(|last| last.arrival_ns <= io.arrival_ns) {
-                self.window.push_back(io);
-            } else {
-                let mut i = self.window.len() - 1;
-                while i > 0 && self.window[i - 1].arrival_ns > io.arrival_ns {
-                    i -= 1;
-                }
-                self.window.insert(i, io);
-            }
-            self.stats.window_max = self.stats.window_max.max(self.window.len() as u64);
+            self.take_event(event)?;
         }
         Ok(())
+    }
+
+    /// Counts or admits one line's event.
+    #[inline]
+    fn take_event(&mut self, event: Event) -> Result<(), TraceError> {
+        match event {
+            Event::Io { time_ns, op, offset, bytes, stream } => admit(
+                &mut self.window,
+                &mut self.stats,
+                self.options.capacity_bytes,
+                self.line_number,
+                TraceIo { arrival_ns: time_ns, op, offset, bytes, stream },
+            ),
+            Event::Skip => {
+                self.stats.skipped += 1;
+                Ok(())
+            }
+            Event::Filtered => {
+                self.stats.filtered += 1;
+                Ok(())
+            }
+            Event::Nothing => Ok(()),
+            Event::End => {
+                self.input_done = true;
+                Ok(())
+            }
+        }
     }
 
     fn next_io(&mut self) -> Result<Option<TraceIo>, TraceError> {
         if self.window.len() < self.options.reorder_window {
             self.fill()?;
         }
-        let Some(mut io) = self.window.pop_front() else {
+        let Some(io) = self.window.pop_front() else {
             if self.stats.ios == 0 {
                 return Err(bad(0, format!("the {} trace has no reads or writes", self.format.name())));
             }
             return Ok(None);
         };
-        let t0 = *self.t0.get_or_insert(io.arrival_ns);
-        let mut t = io.arrival_ns.saturating_sub(t0);
-        if t > TRACE_SPAN_NS_MAX {
-            return Err(bad(
-                self.line_number,
-                format!(
-                    "an I/O arrives {} s after the trace's first, beyond the {} years a replay spans (by this line)",
-                    t / 1_000_000_000,
-                    TRACE_SPAN_NS_MAX / YEAR_NS
-                ),
-            ));
-        }
-        if io.arrival_ns < t0 || t < self.last_out_ns {
-            self.stats.late += 1;
-            t = self.last_out_ns;
-        }
-        io.arrival_ns = t;
-        self.last_out_ns = t;
-        self.stats.ios += 1;
-        Ok(Some(io))
+        hand_out(io, &mut self.t0, &mut self.last_out_ns, &mut self.stats, self.line_number).map(Some)
     }
+
+    /// The next I/Os into `out` (cleared first; at most `max` of them, at least one until
+    /// the trace ends): the same I/Os, in the same order and with the same stats and error,
+    /// as the iterator hands out one by one, for a caller that takes many at once (the
+    /// replay: no `Option<Result<..>>` per record, and the lines of the fast parsers' shape
+    /// parsed in a run straight from the reader's buffer). Empty `out`: the end. An error
+    /// comes after the I/Os read before it, on the next call.
+    pub fn next_batch(&mut self, out: &mut Vec<TraceIo>, max: usize) -> Result<(), TraceError> {
+        out.clear();
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        if self.failed {
+            return Ok(());
+        }
+        if let Err(e) = self.batch_into(out, max.max(1)) {
+            self.failed = true;
+            let e = TraceError { path: self.path.clone(), ..e };
+            if out.is_empty() {
+                return Err(e);
+            }
+            self.deferred = Some(e);
+        }
+        Ok(())
+    }
+
+    fn batch_into(&mut self, out: &mut Vec<TraceIo>, max: usize) -> Result<(), TraceError> {
+        while out.len() < max {
+            // An I/O is handed out when the window holds its full count (or the input ended),
+            // as the iterator does: the same reordering, the same late ones.
+            if self.window.len() >= self.options.reorder_window || self.input_done {
+                let Some(io) = self.window.pop_front() else {
+                    if self.stats.ios == 0 {
+                        return Err(bad(0, format!("the {} trace has no reads or writes", self.format.name())));
+                    }
+                    break;
+                };
+                out.push(hand_out(io, &mut self.t0, &mut self.last_out_ns, &mut self.stats, self.line_number)?);
+                continue;
+            }
+            if self.fast_run(out, max)? {
+                continue;
+            }
+            if !self.next_line()? {
+                self.input_done = true;
+                continue;
+            }
+            let event = self.event()?;
+            self.take_event(event)?;
+        }
+        Ok(())
+    }
+
+    /// Lines of the [`fast`] parsers' shape, parsed in a run from the reader's buffer (one
+    /// `fill_buf` and one `consume` for all of them), each admitted to the window and, when
+    /// the window is full, its first I/O handed out into `out`. False when the next line is
+    /// not theirs (or not whole in the buffer): the general parser reads it.
+    fn fast_run(&mut self, out: &mut Vec<TraceIo>, max: usize) -> Result<bool, TraceError> {
+        if self.general_only || !self.ahead.is_empty() || self.header_pending {
+            return Ok(false);
+        }
+        let lines_left = self.options.lines_max.saturating_sub(self.line_number as u64);
+        let Ok(avail) = self.input.fill_buf() else {
+            return Ok(false); // the general path reads again and reports the error
+        };
+        let filter = self.options.device_filter.as_deref().map(str::as_bytes);
+        let window_max = self.options.reorder_window;
+        let (mut at, mut lines) = (0usize, 0u64);
+        let mut result = Ok(());
+        while lines < lines_left && out.len() < max {
+            let text = &avail[at..];
+            let Some(newline) = memchr::memchr(b'\n', &text[..text.len().min(LINE_BYTES_MAX + 1)]) else {
+                break;
+            };
+            let end = if newline > 0 && text[newline - 1] == b'\r' { newline - 1 } else { newline };
+            let event = match self.format {
+                TraceFormat::FioV3 => fast::fio_v3(text, end, &mut self.fio_clock_ns, &mut self.streams, filter),
+                TraceFormat::Msr => fast::msr(text, end, &mut self.streams, filter),
+                TraceFormat::Alibaba => fast::alibaba(text, end, &mut self.streams, filter),
+                _ => None,
+            };
+            let Some(event) = event else { break };
+            at += newline + 1;
+            lines += 1;
+            self.line_number += 1;
+            match event {
+                Event::Io { time_ns, op, offset, bytes, stream } => {
+                    let io = TraceIo { arrival_ns: time_ns, op, offset, bytes, stream };
+                    result =
+                        admit(&mut self.window, &mut self.stats, self.options.capacity_bytes, self.line_number, io);
+                    if result.is_ok() && self.window.len() >= window_max {
+                        let io = self.window.pop_front().expect("a full window");
+                        match hand_out(io, &mut self.t0, &mut self.last_out_ns, &mut self.stats, self.line_number) {
+                            Ok(io) => out.push(io),
+                            Err(e) => result = Err(e),
+                        }
+                    }
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                Event::Skip => self.stats.skipped += 1,
+                Event::Filtered => self.stats.filtered += 1,
+                // The fast parsers read I/O lines only.
+                Event::Nothing | Event::End => unreachable!("a fast parser's event"),
+            }
+        }
+        self.input.consume(at);
+        self.stats.bytes_read += at as u64;
+        self.stats.lines += lines;
+        result.map(|()| lines > 0)
+    }
+}
+
+/// Puts a parsed I/O into the reorder window by arrival, after equal ones (stable), folding
+/// its offset into the capacity first.
+#[inline(always)]
+fn admit(
+    window: &mut VecDeque<TraceIo>,
+    stats: &mut TraceStats,
+    capacity_bytes: Option<u64>,
+    line_number: usize,
+    mut io: TraceIo,
+) -> Result<(), TraceError> {
+    if let Some(cap) = capacity_bytes {
+        if fold_into(&mut io, cap).map_err(|e| bad(line_number, e.message))? {
+            stats.folded += 1;
+        }
+    }
+    // In order, the common case, is a push and one comparison (VecDeque::insert at the end
+    // was 4% of a streamed replay).
+    if window.back().is_none_or(|last| last.arrival_ns <= io.arrival_ns) {
+        window.push_back(io);
+    } else {
+        let mut i = window.len() - 1;
+        while i > 0 && window[i - 1].arrival_ns > io.arrival_ns {
+            i -= 1;
+        }
+        window.insert(i, io);
+    }
+    stats.window_max = stats.window_max.max(window.len() as u64);
+    Ok(())
+}
+
+/// An I/O leaving the window: its arrival made relative to the first one handed out, and
+/// one older than the last handed out replayed at that instant (late).
+#[inline(always)]
+fn hand_out(
+    mut io: TraceIo,
+    t0: &mut Option<u64>,
+    last_out_ns: &mut u64,
+    stats: &mut TraceStats,
+    line_number: usize,
+) -> Result<TraceIo, TraceError> {
+    let t0 = *t0.get_or_insert(io.arrival_ns);
+    let mut t = io.arrival_ns.saturating_sub(t0);
+    if t > TRACE_SPAN_NS_MAX {
+        return Err(bad(
+            line_number,
+            format!(
+                "an I/O arrives {} s after the trace's first, beyond the {} years a replay spans (by this line)",
+                t / 1_000_000_000,
+                TRACE_SPAN_NS_MAX / YEAR_NS
+            ),
+        ));
+    }
+    if io.arrival_ns < t0 || t < *last_out_ns {
+        stats.late += 1;
+        t = *last_out_ns;
+    }
+    io.arrival_ns = t;
+    *last_out_ns = t;
+    stats.ios += 1;
+    Ok(io)
 }
 
 impl<R: BufRead> Iterator for TraceReader<R> {
@@ -1493,16 +1644,40 @@ CPU0 (8,0):
         }
     }
 
-    /// Every I/O (or the error) and the stats of a whole trace, read with the fast lines or
-    /// with the general parser only.
-    fn read_all(text: &[u8], options: &TraceOptions, general_only: bool) -> (Vec<Result<TraceIo, String>>, TraceStats) {
+    /// How [`read_all`] reads a trace.
+    #[derive(Debug, Clone, Copy)]
+    enum Way {
+        /// The iterator, every line through the general parser.
+        General,
+        /// The iterator, fast lines by the fast parsers.
+        Fast,
+        /// [`TraceReader::next_batch`], batches of this many I/Os.
+        Batches(usize),
+    }
+
+    /// Every I/O (or the error) and the stats of a whole trace, read one of the [`Way`]s.
+    fn read_all(text: &[u8], options: &TraceOptions, way: Way) -> (Vec<Result<TraceIo, String>>, TraceStats) {
         let input = BufReader::with_capacity(1000, Chunked { text, chunk: 777 });
         let mut r = match TraceReader::new(input, options.clone()) {
             Ok(r) => r,
             Err(e) => return (vec![Err(e.to_string())], TraceStats::default()),
         };
-        r.general_only = general_only;
-        let ios = r.by_ref().map(|io| io.map_err(|e| e.to_string())).collect();
+        r.general_only = matches!(way, Way::General);
+        let Way::Batches(max) = way else {
+            let ios = r.by_ref().map(|io| io.map_err(|e| e.to_string())).collect();
+            return (ios, r.stats());
+        };
+        let (mut ios, mut batch) = (Vec::new(), Vec::new());
+        loop {
+            match r.next_batch(&mut batch, max) {
+                Ok(()) if batch.is_empty() => break,
+                Ok(()) => {
+                    assert!(batch.len() <= max);
+                    ios.extend(batch.iter().map(|&io| Ok(io)));
+                }
+                Err(e) => ios.push(Err(e.to_string())),
+            }
+        }
         (ios, r.stats())
     }
 
@@ -1636,10 +1811,14 @@ CPU0 (8,0):
                     .map(|l| format!("{l}\n"))
                     .collect();
                 for whole in [format!("{header}{valid}"), format!("{header}{text}")] {
-                    let (a, sa) = read_all(whole.as_bytes(), &options, true);
-                    let (b, sb) = read_all(whole.as_bytes(), &options, false);
-                    assert_eq!(a, b, "{format:?} {filter:?}");
-                    assert_eq!(sa, sb, "{format:?} {filter:?}");
+                    let (a, sa) = read_all(whole.as_bytes(), &options, Way::General);
+                    // The iterator with the fast lines, and batches of one I/O, of a prime
+                    // count and of more than the window (the replay's way).
+                    for way in [Way::Fast, Way::Batches(1), Way::Batches(7), Way::Batches(100)] {
+                        let (b, sb) = read_all(whole.as_bytes(), &options, way);
+                        assert_eq!(a, b, "{format:?} {filter:?} {way:?}");
+                        assert_eq!(sa, sb, "{format:?} {filter:?} {way:?}");
+                    }
                 }
                 assert!(valid.lines().count() > 1_000, "{format:?}: {}", valid.lines().count());
             }

@@ -6,7 +6,7 @@
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use smartcon_emulate::realtime::{self, THREADS_MAX};
-use smartcon_emulate::replay::{replay_closed, replay_trace, ClosedLoop, Hooks, VirtualRun};
+use smartcon_emulate::replay::{replay_closed, replay_reader, ClosedLoop, Hooks, VirtualRun};
 use smartcon_emulate::trace::{TraceFormat, TraceOptions, TraceReader, REORDER_WINDOW_DEFAULT};
 use smartcon_emulate::{replay_result, scenario, ReplayResult};
 use smartcon_engine::decision::Strategy;
@@ -467,7 +467,7 @@ fn replay_one(args: &ReplayArgs, point: &ReplayPoint, show_progress: bool) -> Re
             let mut reader = open()?;
             let label = format!("trace:{}:{}", reader.format().name(), path.display());
             let with_progress = Hooks { progress: Some(&mut progress), ..hooks() };
-            let virt = replay_trace(&spec, reader.by_ref(), &faults, with_progress).map_err(usage)?;
+            let virt = replay_reader(&spec, &mut reader, &faults, with_progress).map_err(usage)?;
             bar.finish_and_clear();
             let stats = reader.stats();
             if !args.json {
