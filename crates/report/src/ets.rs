@@ -32,6 +32,7 @@ pub fn tables(tasks: &[TaskRecord], sweep: &[SweepRecord], s: &SummaryRecord, th
         s.instructions,
         threads
     );
+    out += &fig3_table(tasks);
     out.push('\n');
     let _ = writeln!(out, "IPC normalised to UTS-2.5 (Fig. 6a) and the slices ETS gave (Fig. 6b)");
     let _ = writeln!(out, "task          IPC 2.5   IPC 10  IPC ETS    10/2.5   ETS/2.5    ETS-10 |  2.5ms    5ms  7.5ms   10ms ignored  diff%");
@@ -97,7 +98,30 @@ pub fn tables(tasks: &[TaskRecord], sweep: &[SweepRecord], s: &SummaryRecord, th
         pct(s.sweep_error_pct_mean_drrip.map(|e| e / 100.0)),
         pct(s.sweep_error_pct_mean_ship.map(|e| e / 100.0)),
     );
+    let fig3: Vec<String> = s.uniform_cpi_over_uts_10_geomean.iter().map(|(ms, v)| format!("{ms} ms {v:.3}")).collect();
+    let _ = writeln!(out, "CPI over UTS-10, geometric mean over the tasks (Fig. 3): {}", fig3.join(", "));
     let _ = writeln!(out, "wall time {:.1} s", s.wall_ns as f64 / 1e9);
+    out
+}
+
+/// Fig. 3: CPI at each uniform slice over CPI at 10 ms, one row per task.
+fn fig3_table(tasks: &[TaskRecord]) -> String {
+    let mut out = String::new();
+    let Some(first) = tasks.first() else { return out };
+    out.push('\n');
+    let _ = writeln!(out, "Slowdown: CPI at each uniform slice over CPI at UTS-10 (Fig. 3)");
+    let _ = write!(out, "{:<12}", "task");
+    for p in &first.uniform {
+        let _ = write!(out, " {:>9}", format!("{} ms", p.slice_ms));
+    }
+    out.push('\n');
+    for r in tasks {
+        let _ = write!(out, "{:<12}", r.task);
+        for p in &r.uniform {
+            let _ = write!(out, " {:>9.3}", p.cpi_over_uts_10);
+        }
+        out.push('\n');
+    }
     out
 }
 
@@ -145,10 +169,29 @@ fn sweep_table(tasks: &[TaskRecord], sweep: &[SweepRecord]) -> String {
     out
 }
 
-/// `fig6a_ipc.svg`, `fig6b_slices.svg`, `fig8_latency.svg`, `fig9_error.svg` and
-/// `cs_misses_llc.svg` in `dir`.
+/// `fig3_slowdown.svg`, `fig6a_ipc.svg`, `fig6b_slices.svg`, `fig8_latency.svg`,
+/// `fig9_error.svg` and `cs_misses_llc.svg` in `dir`.
 pub fn plots(dir: &Path, tasks: &[TaskRecord], sweep: &[SweepRecord], s: &SummaryRecord) -> Result<()> {
     let names: Vec<String> = tasks.iter().map(|r| r.task.clone()).collect();
+    let fig3: Vec<plot::Series> = tasks
+        .iter()
+        .map(|r| plot::Series {
+            name: r.task.clone(),
+            points: r.uniform.iter().map(|p| (p.slice_ms, p.cpi_over_uts_10)).collect(),
+        })
+        .collect();
+    plot::line_chart(
+        &dir.join("fig3_slowdown.svg"),
+        &plot::LineChart {
+            title: "Slowdown as the uniform slice shrinks (Fig. 3)",
+            x_label: "uniform time slice (ms)",
+            y_label: "CPI / CPI(UTS-10)",
+            log_x: false,
+            log_y: false,
+            markers: vec![],
+        },
+        &fig3,
+    )?;
     plot::bar_chart(
         &dir.join("fig6a_ipc.svg"),
         &plot::BarChart {

@@ -1,9 +1,10 @@
 //! `smartcon ets`: the elastic-time-slicing study (Jammula et al., seeds/003) on the
 //! trace-driven simulator, and `smartcon ets crosscheck` against valgrind's cachegrind.
 //!
-//! The study runs every task of the suite three times (UTS with 2.5 ms slices, UTS with
-//! 10 ms, ETS with Table I), each time as the paper's "application of interest" whose
-//! co-runners keep 2.5 ms slices, and prints per task: IPC normalised to UTS-2.5 (Fig. 6a),
+//! The study runs every task of the suite once per uniform slice (UTS; 2.5, 5 and 10 ms by
+//! default, `--slices`) and once with ETS (Table I), each time as the paper's "application
+//! of interest" whose co-runners keep 2.5 ms slices, and prints per task: CPI per uniform
+//! slice normalised to UTS-10 (Fig. 3), IPC normalised to UTS-2.5 (Fig. 6a),
 //! the slices ETS gave (Fig. 6b), the latency between consecutive schedules of a co-runner
 //! (Fig. 8) and the error of the 1/16-sampled estimate against the exact count (Fig. 9).
 //! A sweep then counts CS misses per LLC size (1, 2, 4 MiB) and policy (Sec. VI) under
@@ -48,10 +49,15 @@ enum EtsCommand {
 
 #[derive(clap::Args)]
 struct StudyArgs {
-    /// Tasks as KIND:SIZE, comma-separated (kinds: stream, loop, random, phased, hotcold);
-    /// default: the eight-task suite of docs/cachesim-ets.md.
+    /// Tasks as KIND:SIZE, comma-separated (kinds: stream, loop, random, phased, hotcold),
+    /// or trace:PATH, a captured trace (`smartcon trace` file or lackey --trace-mem=yes
+    /// text) that runs until it ends or the instruction budget does; default: the
+    /// eight-task suite of docs/cachesim-ets.md.
     #[arg(long)]
     tasks: Option<String>,
+    /// Uniform slices in ms, comma-separated (Fig. 3); 2.5 and 10 always run.
+    #[arg(long, default_value = "2.5,5,10")]
+    slices: String,
     /// LLC replacement policy for the main study: lru, drrip or ship.
     #[arg(long, default_value = "lru")]
     policy: String,
@@ -126,6 +132,7 @@ fn study(a: StudyArgs) -> Result<()> {
         llc_size_bytes: parse_size(&a.llc).context("--llc")?,
         instructions: a.instructions.unwrap_or(if a.quick { 24_000_000 } else { 100_000_000 }),
         sample_shift: a.sample_shift,
+        extra_slices_cycles: parse_slices(&a.slices)?,
         sweep: !a.no_sweep,
         threads: a
             .threads
@@ -165,6 +172,18 @@ fn study(a: StudyArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--slices 2.5,5,10`: milliseconds, as cycles at 4 GHz (the range is the plan's check).
+fn parse_slices(text: &str) -> Result<Vec<u64>> {
+    text.split(',')
+        .map(|t| {
+            let ms: f64 = t.trim().parse().ok().filter(|v: &f64| v.is_finite() && *v > 0.0).with_context(|| {
+                format!("--slices {text:?}: {:?} is not a positive number of milliseconds", t.trim())
+            })?;
+            Ok(smartcon_cachesim::sched::ms_to_cycles(ms))
+        })
+        .collect()
 }
 
 fn write_outputs(dir: &Path, tasks: &[TaskRecord], sweep: &[SweepRecord], s: &SummaryRecord) -> Result<()> {
