@@ -24,7 +24,7 @@ pub const SAMPLE_SHIFT_DEFAULT: u32 = 4;
 /// zero: DRRIP's leader sets sit at multiples of the constituency size, so sampling the sets
 /// at multiples of 16 would sample only leaders, whose insertion policy is fixed and unlike
 /// the followers'. With sets at offset 0 the 1 MiB DRRIP sweep showed 36-48% errors.
-const SAMPLE_OFFSET_BITS: usize = 0b0101;
+pub(crate) const SAMPLE_OFFSET_BITS: usize = 0b0101;
 
 /// Sec. V-C: above this divergence the estimate is ignored and the slice kept.
 pub const DIVERGENCE_MAX: f64 = 0.15;

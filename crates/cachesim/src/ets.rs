@@ -1,8 +1,10 @@
 //! The elastic-time-slicing study (Jammula et al., seeds/003) and its metrics.
 //!
-//! The study runs every task of the suite three times (UTS with 2.5 ms slices, UTS with
-//! 10 ms, ETS with Table I), each time as the paper's "application of interest" whose
-//! co-runners keep 2.5 ms slices, and derives per task: IPC normalised to UTS-2.5 (Fig. 6a),
+//! The study runs every task of the suite once per uniform slice (UTS; 2.5 and 10 ms always,
+//! 5 ms by default for Fig. 3, any list of slices on request) and once with ETS (Table I),
+//! each time as the paper's "application of interest" whose co-runners keep 2.5 ms slices,
+//! and derives per task: the CPI of every uniform slice normalised to UTS-10 (Fig. 3), IPC
+//! normalised to UTS-2.5 (Fig. 6a),
 //! the slices ETS gave (Fig. 6b), the latency between consecutive schedules of a co-runner
 //! (Fig. 8) and the error of the 1/16-sampled estimate against the exact count (Fig. 9). A
 //! sweep then counts CS misses per LLC size (1, 2, 4 MiB) and policy (Sec. VI) under
@@ -28,8 +30,22 @@ use crate::{Error, ErrorKind, Result};
 
 /// The fewest instructions per task: less is less than one 2.5 ms slice.
 pub const INSTRUCTIONS_MIN: u64 = 1_000_000;
+/// The uniform slices run unless told otherwise: Fig. 3's 2.5, 5 and 10 ms.
+pub const UNIFORM_SLICES_DEFAULT_CYCLES: [u64; 3] = [BASE_SLICE_CYCLES, 2 * BASE_SLICE_CYCLES, 4 * BASE_SLICE_CYCLES];
+/// The longest uniform slice accepted: 100 ms.
+pub const UNIFORM_SLICE_MAX_CYCLES: u64 = 40 * BASE_SLICE_CYCLES;
 /// The LLC sizes of the sweep (16-way, 64-byte lines).
 pub const SWEEP_LLC_SIZES_BYTES: [u64; 3] = [1 << 20, 2 << 20, 4 << 20];
+
+/// One uniform slice's result for a task (a point of Fig. 3).
+#[derive(Debug, Serialize, Clone, PartialEq)]
+pub struct UniformPoint {
+    pub slice_ms: f64,
+    pub ipc: f64,
+    /// CPI at this slice over CPI at 10 ms: Fig. 3's slowdown (1 at 10 ms).
+    pub cpi_over_uts_10: f64,
+    pub schedules: usize,
+}
 
 /// One task of the main study.
 #[derive(Debug, Serialize, Clone, PartialEq)]
@@ -63,6 +79,11 @@ pub struct TaskRecord {
     pub cs_misses_estimated: u64,
     pub cs_misses_excess: i64,
     pub estimation_error_pct: Option<f64>,
+    /// Every uniform slice run, shortest first (Fig. 3).
+    pub uniform: Vec<UniformPoint>,
+    /// Records the ETS run simulated (for a trace task: the whole trace, unless the
+    /// instruction budget ended it first).
+    pub records_ets: u64,
 }
 
 /// One task at one LLC size and policy of the sweep.
@@ -102,6 +123,8 @@ pub struct SummaryRecord {
     pub sweep_error_pct_mean_lru: Option<f64>,
     pub sweep_error_pct_mean_drrip: Option<f64>,
     pub sweep_error_pct_mean_ship: Option<f64>,
+    /// Geometric mean over the tasks of CPI / CPI(UTS-10) per uniform slice (Fig. 3).
+    pub uniform_cpi_over_uts_10_geomean: Vec<(f64, f64)>,
     pub wall_ns: u64,
 }
 
@@ -116,6 +139,8 @@ pub struct EtsPlan {
     pub instructions: u64,
     /// Sample one set in 2^N for the estimator (4 = 1/16 as in the paper).
     pub sample_shift: u32,
+    /// Uniform slices to run besides 2.5 and 10 ms (which always run), in cycles.
+    pub extra_slices_cycles: Vec<u64>,
     /// Run the LLC size x policy sweep.
     pub sweep: bool,
     pub threads: usize,
@@ -154,14 +179,38 @@ impl EtsPlan {
                 self.instructions
             )));
         }
+        if let Some(bad) = self
+            .extra_slices_cycles
+            .iter()
+            .find(|&&c| !(BASE_SLICE_CYCLES / 10..=UNIFORM_SLICE_MAX_CYCLES).contains(&c))
+        {
+            return Err(parameter(format!(
+                "--slices: {} ms is outside 0.25 to 100 ms",
+                cycles_to_ns(*bad) as f64 / 1e6
+            )));
+        }
         if hierarchy.llc.sets() >> self.sample_shift < 2 || self.sample_shift > 16 {
             return Err(parameter(format!("--sample-shift {} leaves fewer than two sample sets", self.sample_shift)));
         }
         Ok(hierarchy)
     }
 
-    /// Every simulation: three per task (UTS-2.5, UTS-10, ETS), then the sweep's, with the
-    /// (task, policy, LLC size) of each sweep job.
+    /// The uniform slices run, in cycles, shortest first: 2.5 and 10 ms and the extra ones.
+    pub fn uniform_slices_cycles(&self) -> Vec<u64> {
+        let mut v = vec![BASE_SLICE_CYCLES, 4 * BASE_SLICE_CYCLES];
+        v.extend(&self.extra_slices_cycles);
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Simulations per task in the main study: ETS and one per uniform slice.
+    fn per_task(&self) -> usize {
+        1 + self.uniform_slices_cycles().len()
+    }
+
+    /// Every simulation: per task ETS then the uniform slices (shortest first), then the
+    /// sweep's, with the (task, policy, LLC size) of each sweep job.
     fn jobs(&self) -> Result<(Vec<Job>, Vec<SweepKey>)> {
         let base = RunConfig {
             hierarchy: self.hierarchy()?,
@@ -171,14 +220,12 @@ impl EtsPlan {
             table: EtsTable::table_i(),
             sample_shift: self.sample_shift,
         };
-        let modes = [
-            SliceMode::Uniform { slice_cycles: BASE_SLICE_CYCLES },
-            SliceMode::Uniform { slice_cycles: 4 * BASE_SLICE_CYCLES },
-            SliceMode::Elastic,
-        ];
+        let modes: Vec<SliceMode> = std::iter::once(SliceMode::Elastic)
+            .chain(self.uniform_slices_cycles().into_iter().map(|slice_cycles| SliceMode::Uniform { slice_cycles }))
+            .collect();
         let mut jobs = Vec::new();
         for t in &self.tasks {
-            for mode in modes {
+            for &mode in &modes {
                 jobs.push((t.clone(), RunConfig { mode, ..base.clone() }));
             }
         }
@@ -201,7 +248,8 @@ impl EtsPlan {
 
     /// How many simulations the study runs (for a progress bar).
     pub fn runs(&self) -> usize {
-        self.tasks.len() * (3 + if self.sweep { SWEEP_LLC_SIZES_BYTES.len() * PolicyKind::ALL.len() } else { 0 })
+        self.tasks.len()
+            * (self.per_task() + if self.sweep { SWEEP_LLC_SIZES_BYTES.len() * PolicyKind::ALL.len() } else { 0 })
     }
 }
 
@@ -214,14 +262,19 @@ pub fn run(plan: &EtsPlan, stop: &AtomicBool, on_done: &(dyn Fn() + Sync)) -> Re
         return Err(Error::new(ErrorKind::Interrupted, "interrupted; no results printed"));
     }
     let n = plan.tasks.len();
+    let k = plan.per_task();
+    let slices = plan.uniform_slices_cycles();
     let tasks = plan
         .tasks
         .iter()
-        .zip(runs.chunks_exact(3))
-        .map(|(t, r)| task_record(&t.name, plan, n, [&r[0], &r[1], &r[2]]))
+        .zip(runs.chunks_exact(k))
+        .map(|(t, r)| {
+            let uniform: Vec<(u64, &TaskRun)> = slices.iter().copied().zip(&r[1..]).collect();
+            task_record(&t.name, plan, n, &r[0], &uniform)
+        })
         .collect();
     let sweep =
-        sweep_keys.iter().zip(&runs[3 * n..]).map(|((task, p, size), r)| sweep_record(task, *p, *size, r)).collect();
+        sweep_keys.iter().zip(&runs[k * n..]).map(|((task, p, size), r)| sweep_record(task, *p, *size, r)).collect();
     Ok(EtsResults { tasks, sweep })
 }
 
@@ -239,8 +292,14 @@ pub fn uts_10_latency_ns(tasks: usize) -> f64 {
     cycles_to_ns(4 * BASE_SLICE_CYCLES * (tasks as u64).saturating_sub(1)) as f64
 }
 
-/// The metrics of one task from its [UTS-2.5, UTS-10, ETS] runs among `tasks` tasks.
-pub fn task_record(name: &str, plan: &EtsPlan, tasks: usize, [uts25, uts10, ets]: [&TaskRun; 3]) -> TaskRecord {
+/// The metrics of one task from its ETS run and its uniform runs (slice in cycles, run;
+/// 2.5 and 10 ms among them) among `tasks` tasks.
+///
+/// Panics when the 2.5 or 10 ms run is missing ([`EtsPlan::uniform_slices_cycles`] always
+/// has them).
+pub fn task_record(name: &str, plan: &EtsPlan, tasks: usize, ets: &TaskRun, uniform: &[(u64, &TaskRun)]) -> TaskRecord {
+    let at = |slice: u64| uniform.iter().find(|(c, _)| *c == slice).map(|(_, r)| *r).expect("2.5 and 10 ms always run");
+    let (uts25, uts10) = (at(BASE_SLICE_CYCLES), at(4 * BASE_SLICE_CYCLES));
     let slices: Vec<u64> = ets.schedules.iter().map(|s| s.cycles).collect();
     let (co_mean, co_std, own_mean) = latencies_ns(&slices, tasks);
     let (u25, _, _) = latencies_ns(&uts25.schedules.iter().map(|s| s.cycles).collect::<Vec<_>>(), tasks);
@@ -275,6 +334,16 @@ pub fn task_record(name: &str, plan: &EtsPlan, tasks: usize, [uts25, uts10, ets]
         cs_misses_estimated: uts25.cs_misses_estimated(),
         cs_misses_excess: uts25.schedules.iter().map(|s| s.cs_misses_excess).sum(),
         estimation_error_pct: uts25.estimation_error().map(|e| 100.0 * e),
+        uniform: uniform
+            .iter()
+            .map(|(c, r)| UniformPoint {
+                slice_ms: cycles_to_ns(*c) as f64 / 1e6,
+                ipc: r.ipc(),
+                cpi_over_uts_10: uts10.ipc() / r.ipc(),
+                schedules: r.schedules.len(),
+            })
+            .collect(),
+        records_ets: ets.records,
     }
 }
 
@@ -309,6 +378,15 @@ pub fn summary(plan: &EtsPlan, results: &EtsResults, wall_ns: u64) -> SummaryRec
         mean(results.sweep.iter().filter(|r| r.policy == p.name()).filter_map(|r| r.estimation_error_pct))
     };
     let log_ratio_sum: f64 = tasks.iter().map(|r| (r.ipc_ets / r.ipc_uts_10).ln()).sum();
+    let slices: Vec<f64> = tasks.first().map(|t| t.uniform.iter().map(|p| p.slice_ms).collect()).unwrap_or_default();
+    let uniform_geomean = slices
+        .iter()
+        .enumerate()
+        .map(|(i, &ms)| {
+            let logs: f64 = tasks.iter().map(|t| t.uniform[i].cpi_over_uts_10.ln()).sum();
+            (ms, (logs / n as f64).exp())
+        })
+        .collect();
     SummaryRecord {
         r#type: "ets_summary",
         tasks: n,
@@ -326,6 +404,7 @@ pub fn summary(plan: &EtsPlan, results: &EtsResults, wall_ns: u64) -> SummaryRec
         sweep_error_pct_mean_lru: sweep_error(PolicyKind::Lru),
         sweep_error_pct_mean_drrip: sweep_error(PolicyKind::Drrip),
         sweep_error_pct_mean_ship: sweep_error(PolicyKind::Ship),
+        uniform_cpi_over_uts_10_geomean: uniform_geomean,
         wall_ns,
     }
 }
@@ -349,7 +428,15 @@ mod tests {
     }
 
     fn run(instructions: u64, cycles: u64, schedules: Vec<Schedule>) -> TaskRun {
-        TaskRun { task: "t".into(), instructions, cycles, llc_accesses: 0, llc_misses: 0, schedules }
+        TaskRun {
+            task: "t".into(),
+            records: 4 * instructions,
+            instructions,
+            cycles,
+            llc_accesses: 0,
+            llc_misses: 0,
+            schedules,
+        }
     }
 
     fn plan(tasks: usize) -> EtsPlan {
@@ -359,6 +446,7 @@ mod tests {
             llc_size_bytes: 2 << 20,
             instructions: 1_000_000,
             sample_shift: 4,
+            extra_slices_cycles: vec![2 * BASE_SLICE_CYCLES],
             sweep: false,
             threads: 1,
         }
@@ -376,7 +464,9 @@ mod tests {
             1250,
             vec![schedule(1, b, 0, 0), schedule(2, 2 * b, 0, 0), schedule(2, 2 * b, 0, 0), schedule(4, 4 * b, 0, 0)],
         );
-        let r = task_record("x", &p, 4, [&uts25, &uts10, &ets]);
+        let uts5 = run(1000, 1600, vec![schedule(2, 2 * b, 0, 0)]);
+        let uniform = [(b, &uts25), (2 * b, &uts5), (4 * b, &uts10)];
+        let r = task_record("x", &p, 4, &ets, &uniform);
         assert_eq!(r.ipc_uts_2_5, 0.5);
         assert_eq!(r.ipc_ets, 0.8);
         assert!((r.ets_over_uts_2_5 - 1.6).abs() < 1e-12);
@@ -389,6 +479,10 @@ mod tests {
         assert_eq!(r.cosched_latency_ns_mean_uts_10, 30e6);
         // Under UTS-2.5 a co-runner waits for the three others' 2.5 ms slices.
         assert!((r.cosched_latency_ns_mean_uts_2_5 - 7.5e6).abs() < 1.0, "{}", r.cosched_latency_ns_mean_uts_2_5);
+        // Fig. 3: CPI over CPI(UTS-10) at 2.5, 5 and 10 ms.
+        let fig3: Vec<(f64, f64)> = r.uniform.iter().map(|u| (u.slice_ms, u.cpi_over_uts_10)).collect();
+        assert_eq!(fig3, vec![(2.5, 2.0), (5.0, 1.6), (10.0, 1.0)]);
+        assert_eq!(r.records_ets, 4000);
     }
 
     #[test]
@@ -398,8 +492,12 @@ mod tests {
         let base = run(1000, 1000, vec![schedule(1, b, 10, 11)]);
         let faster = run(2000, 1000, vec![schedule(1, b, 10, 11)]);
         let slower = run(500, 1000, vec![schedule(1, b, 10, 11)]);
-        let tasks =
-            vec![task_record("a", &p, 2, [&base, &base, &faster]), task_record("b", &p, 2, [&base, &base, &slower])];
+        let b = BASE_SLICE_CYCLES;
+        let half = run(500, 1000, vec![schedule(1, b, 10, 11)]);
+        let tasks = vec![
+            task_record("a", &p, 2, &faster, &[(b, &base), (4 * b, &base)]),
+            task_record("b", &p, 2, &slower, &[(b, &half), (4 * b, &base)]),
+        ];
         let sweep = vec![sweep_record("a", PolicyKind::Ship, 1 << 20, &base)];
         let s = summary(&p, &EtsResults { tasks, sweep }, 7);
         assert!((s.ets_over_uts_10_geomean - 1.0).abs() < 1e-12, "sqrt(2 * 0.5)");
@@ -410,6 +508,14 @@ mod tests {
         assert!(s.sweep_error_pct_mean_lru.is_none());
         assert!((s.sweep_error_pct_mean_ship.unwrap() - 10.0).abs() < 1e-9);
         assert_eq!(s.wall_ns, 7);
+        // CPI over UTS-10 at 2.5 ms: 1 for a, 2 for b; geometric mean sqrt(2).
+        assert_eq!(s.uniform_cpi_over_uts_10_geomean.len(), 2);
+        assert!((s.uniform_cpi_over_uts_10_geomean[0].1 - 2f64.sqrt()).abs() < 1e-12);
+        assert!((s.uniform_cpi_over_uts_10_geomean[1].1 - 1.0).abs() < 1e-12);
+    }
+
+    fn b() -> u64 {
+        BASE_SLICE_CYCLES
     }
 
     #[test]
@@ -417,7 +523,11 @@ mod tests {
         assert_eq!(plan(1).hierarchy().unwrap_err().kind, ErrorKind::Parameter);
         assert_eq!(EtsPlan { instructions: 999_999, ..plan(2) }.hierarchy().unwrap_err().kind, ErrorKind::Parameter);
         assert_eq!(EtsPlan { sample_shift: 17, ..plan(2) }.hierarchy().unwrap_err().kind, ErrorKind::Parameter);
-        assert_eq!(EtsPlan { sweep: true, ..plan(2) }.runs(), 2 * (3 + 9));
+        assert_eq!(EtsPlan { sweep: true, ..plan(2) }.runs(), 2 * (4 + 9));
+        let slices = EtsPlan { extra_slices_cycles: vec![3 * b(), b(), 1], ..plan(2) };
+        assert_eq!(slices.hierarchy().unwrap_err().kind, ErrorKind::Parameter, "a slice under 0.25 ms");
+        let slices = EtsPlan { extra_slices_cycles: vec![3 * b(), b()], ..plan(2) };
+        assert_eq!(slices.uniform_slices_cycles(), vec![b(), 3 * b(), 4 * b()]);
         let stop = AtomicBool::new(true);
         assert_eq!(super::run(&plan(2), &stop, &|| {}).unwrap_err().kind, ErrorKind::Interrupted);
     }

@@ -21,6 +21,8 @@ pub mod geometry;
 pub mod hierarchy;
 pub mod policy;
 pub mod sched;
+pub mod shared;
+pub mod source;
 pub mod study;
 pub mod synth;
 pub mod trace;

@@ -30,6 +30,7 @@ use crate::estimator::{AtdEstimator, GroundTruth};
 use crate::geometry::Geometry;
 use crate::hierarchy::{Hierarchy, HierarchyConfig, LlcObserver, CLOCK_HZ};
 use crate::policy::{Drrip, Lru, PolicyKind, ReplacementPolicy, Ship};
+use crate::source::{RecordSource, TaskSource};
 use crate::synth::{Synth, SynthKind};
 
 /// 2.5 ms at 4 GHz.
@@ -75,30 +76,44 @@ pub enum SliceMode {
     Elastic,
 }
 
-/// A task: a synthetic generator with a name.
+/// A task: a synthetic generator or a captured trace, with a name.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskSpec {
     pub name: String,
-    pub kind: SynthKind,
-    pub working_set_bytes: u64,
-    pub seed: u64,
+    pub source: TaskSource,
 }
 
 impl TaskSpec {
-    /// Parses `kind:size` (for example `loop:1m`); `stream` needs no size.
+    /// A synthetic task.
+    pub fn synth(name: &str, kind: SynthKind, working_set_bytes: u64, seed: u64) -> Self {
+        TaskSpec { name: name.to_string(), source: TaskSource::Synth { kind, working_set_bytes, seed } }
+    }
+
+    /// Parses `kind:size` (for example `loop:1m`; `stream` needs no size) or `trace:PATH`,
+    /// a `smartcon trace` file or lackey `--trace-mem=yes` text. A trace is opened and its
+    /// first record read here, so a missing or foreign file is refused before anything runs.
     pub fn parse(text: &str, seed: u64, parse_size: impl Fn(&str) -> Option<u64>) -> Result<Self> {
+        if let Some(path) = text.strip_prefix("trace:") {
+            if path.is_empty() {
+                return Err(Error::new(ErrorKind::Parameter, format!("{text:?}: trace:PATH needs a file")));
+            }
+            let source = TaskSource::Trace { path: path.into() };
+            let mut first = Vec::new();
+            RecordSource::open(&source)?.fill(&mut first, 1)?;
+            return Ok(TaskSpec { name: text.to_string(), source });
+        }
         let (kind_text, size_text) = text.split_once(':').unwrap_or((text, "1m"));
         let kind = SynthKind::parse(kind_text).ok_or_else(|| {
             Error::new(
                 ErrorKind::Parameter,
-                format!("unknown task kind {kind_text:?} in {text:?} (stream, loop, random, phased, hotcold)"),
+                format!("unknown task kind {kind_text:?} in {text:?} (stream, loop, random, phased, hotcold, trace)"),
             )
         })?;
         let working_set_bytes = parse_size(size_text).ok_or_else(|| {
             Error::new(ErrorKind::Parameter, format!("cannot read {size_text:?} in {text:?} as a size"))
         })?;
         Synth::new(kind, working_set_bytes, seed)?;
-        Ok(TaskSpec { name: text.to_string(), kind, working_set_bytes, seed })
+        Ok(TaskSpec::synth(text, kind, working_set_bytes, seed))
     }
 
     /// The default suite of eight task types, from no reuse to heavy LLC reuse.
@@ -116,7 +131,7 @@ impl TaskSpec {
         ]
         .into_iter()
         .enumerate()
-        .map(|(i, (name, kind, ws))| TaskSpec { name: name.into(), kind, working_set_bytes: ws, seed: 1 + i as u64 })
+        .map(|(i, (name, kind, ws))| TaskSpec::synth(name, kind, ws, 1 + i as u64))
         .collect()
     }
 }
@@ -142,6 +157,8 @@ pub struct Schedule {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskRun {
     pub task: String,
+    /// Records (accesses) simulated: all of a trace that ended before the budget.
+    pub records: u64,
     pub instructions: u64,
     pub cycles: u64,
     pub llc_accesses: u64,
@@ -222,13 +239,20 @@ fn run_task_with<P: ReplacementPolicy>(spec: &TaskSpec, config: &RunConfig, stop
         flushed_misses: 0,
     };
     let mut h: Hierarchy<P, Shadow<P>> = Hierarchy::with_observer(config.hierarchy, shadow)?;
-    let mut source = Synth::new(spec.kind, spec.working_set_bytes, spec.seed)?;
+    let mut source = RecordSource::open(&spec.source)?;
+    let mut batch = Vec::with_capacity(64);
+    let mut ended = false;
     let mut schedules = Vec::new();
     let mut slice_cycles = match config.mode {
         SliceMode::Uniform { slice_cycles } => slice_cycles,
         SliceMode::Elastic => BASE_SLICE_CYCLES,
     };
-    while h.instructions() < config.instructions && !stop.load(Ordering::Relaxed) {
+    while !ended && h.instructions() < config.instructions && !stop.load(Ordering::Relaxed) {
+        // A trace that ends exactly at a schedule's end leaves no empty schedule behind.
+        source.fill(&mut batch, 64)?;
+        if batch.is_empty() {
+            break;
+        }
         if schedules.len() >= SCHEDULES_MAX {
             return Err(Error::new(
                 ErrorKind::Parameter,
@@ -243,9 +267,24 @@ fn run_task_with<P: ReplacementPolicy>(spec: &TaskSpec, config: &RunConfig, stop
         let end_cycles = cycles0 + slice_cycles;
         // Records in batches between clock checks keep the loop tight.
         while h.cycles() < end_cycles && h.instructions() < config.instructions {
-            for r in source.by_ref().take(64) {
-                h.access(&r);
+            if batch.is_empty() {
+                source.fill(&mut batch, 64)?;
+                if batch.is_empty() {
+                    ended = true;
+                    break;
+                }
             }
+            // Stop at the first record boundary at or after the slice, as before: the batch
+            // is consumed record by record and what is left waits for the next schedule.
+            let mut used = 0;
+            for r in &batch {
+                h.access(r);
+                used += 1;
+                if h.cycles() >= end_cycles || h.instructions() >= config.instructions {
+                    break;
+                }
+            }
+            batch.drain(..used);
         }
         let estimate = h.observer.atd.estimate();
         let flushed = h.observer.flushed_misses - flushed0;
@@ -268,6 +307,7 @@ fn run_task_with<P: ReplacementPolicy>(spec: &TaskSpec, config: &RunConfig, stop
     let stats = h.stats();
     Ok(TaskRun {
         task: spec.name.clone(),
+        records: stats.records,
         instructions: stats.instructions,
         cycles: stats.cycles,
         llc_accesses: stats.llc.accesses,
@@ -353,6 +393,7 @@ pub fn mean_std(values: &[u64]) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::AccessKind;
 
     #[test]
     fn table_i_groups() {
@@ -393,8 +434,8 @@ mod tests {
             table: EtsTable::table_i(),
             sample_shift: 4,
         };
-        let heavy = TaskSpec { name: "loop:1m".into(), kind: SynthKind::Loop, working_set_bytes: 1 << 20, seed: 1 };
-        let light = TaskSpec { name: "loop:64k".into(), kind: SynthKind::Loop, working_set_bytes: 64 << 10, seed: 2 };
+        let heavy = TaskSpec::synth("loop:1m", SynthKind::Loop, 1 << 20, 1);
+        let light = TaskSpec::synth("loop:64k", SynthKind::Loop, 64 << 10, 2);
         let uts = run_task(&heavy, &config(SliceMode::Uniform { slice_cycles: BASE_SLICE_CYCLES }), &stop).unwrap();
         let ets = run_task(&heavy, &config(SliceMode::Elastic), &stop).unwrap();
         // 1 MiB = 16384 lines reused every pass: well above 10,500 CS misses -> 10 ms slices.
@@ -407,6 +448,90 @@ mod tests {
         // The estimate tracks the exact count.
         let err = uts.estimation_error().unwrap();
         assert!(err < 0.05, "error {err}");
+    }
+
+    fn table_ii_config(mode: SliceMode, instructions: u64) -> RunConfig {
+        RunConfig {
+            hierarchy: HierarchyConfig::table_ii(),
+            policy: PolicyKind::Lru,
+            instructions,
+            mode,
+            table: EtsTable::table_i(),
+            sample_shift: 4,
+        }
+    }
+
+    /// Fig. 3's 5 ms point: for a task whose LLC state is worth keeping (a 1 MiB loop
+    /// refills 16,384 lines after every switch, a fixed cost per schedule), a longer uniform
+    /// slice is fewer refills per instruction, so IPC(2.5) < IPC(5) < IPC(10) must hold.
+    #[test]
+    fn uts_5_lies_between_uts_2_5_and_uts_10_for_a_cache_sensitive_task() {
+        let stop = AtomicBool::new(false);
+        let task = TaskSpec::synth("loop:1m", SynthKind::Loop, 1 << 20, 1);
+        let ipc = |k: u64| {
+            run_task(
+                &task,
+                &table_ii_config(SliceMode::Uniform { slice_cycles: k * BASE_SLICE_CYCLES }, 16_000_000),
+                &stop,
+            )
+            .unwrap()
+            .ipc()
+        };
+        let (i25, i5, i10) = (ipc(1), ipc(2), ipc(4));
+        assert!(i25 < i5 && i5 < i10, "IPC 2.5 ms {i25}, 5 ms {i5}, 10 ms {i10}");
+        // The refill is a fixed cost per schedule: halving the schedules removes a real part.
+        assert!(i5 > 1.1 * i25, "IPC 2.5 ms {i25}, 5 ms {i5}");
+    }
+
+    /// A captured trace as a task: the whole file is simulated (every record, every fetch an
+    /// instruction) when it ends before the budget, over several schedules, and the same
+    /// accesses through lackey text and through a `SCTRACE1` file give the same run.
+    #[test]
+    fn a_trace_task_runs_every_record_of_its_file() {
+        use crate::trace::{write_trace_file, TraceReader};
+        let stop = AtomicBool::new(false);
+        let dir = std::env::temp_dir().join(format!("smartcon-sched-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (bin, text) = (dir.join("loop.sct"), dir.join("loop.lackey"));
+        // 3 M records of a stream: 2.25 M instructions and 94 K memory misses of 400 cycles,
+        // about 38 M cycles, so several 2.5 ms schedules.
+        let records = 3_000_000u64;
+        let synth = Synth::new(SynthKind::Stream, 1 << 20, 9).unwrap();
+        write_trace_file(&bin, synth, records, &stop).unwrap();
+        let all = TraceReader::read_all(&bin).unwrap();
+        let fetches = all.iter().filter(|r| r.kind == AccessKind::Fetch).count() as u64;
+        let mut lackey = String::from("==7== Lackey, an example Valgrind tool\n");
+        for r in &all {
+            use std::fmt::Write;
+            let _ = match r.kind {
+                AccessKind::Fetch => writeln!(lackey, "I  {:08x},{}", r.addr, r.size_bytes),
+                AccessKind::Read => writeln!(lackey, " L {:08x},{}", r.addr, r.size_bytes),
+                AccessKind::Write => writeln!(lackey, " S {:08x},{}", r.addr, r.size_bytes),
+                AccessKind::Modify => writeln!(lackey, " M {:08x},{}", r.addr, r.size_bytes),
+            };
+        }
+        std::fs::write(&text, lackey).unwrap();
+        let mut runs = Vec::new();
+        for path in [&bin, &text] {
+            let spec = TaskSpec::parse(&format!("trace:{}", path.display()), 1, |_| None).unwrap();
+            let run = run_task(&spec, &table_ii_config(SliceMode::Elastic, 1 << 40), &stop).unwrap();
+            assert_eq!(run.records, records, "{}", path.display());
+            assert_eq!(run.instructions, fetches);
+            assert!(run.schedules.len() >= 3, "{} schedules", run.schedules.len());
+            assert_eq!(run.schedules.iter().map(|s| s.instructions).sum::<u64>(), fetches);
+            runs.push(run);
+        }
+        assert_eq!(runs[0].cycles, runs[1].cycles);
+        assert_eq!(runs[0].schedules, runs[1].schedules);
+        // A budget below the trace stops the task at the budget.
+        let spec = TaskSpec::parse(&format!("trace:{}", bin.display()), 1, |_| None).unwrap();
+        let short = run_task(&spec, &table_ii_config(SliceMode::Elastic, 1_000_000), &stop).unwrap();
+        assert_eq!(short.instructions, 1_000_000);
+        assert!(short.records < records);
+        // A missing file is refused when the task is parsed.
+        let missing = TaskSpec::parse(&format!("trace:{}", dir.join("none").display()), 1, |_| None);
+        assert_eq!(missing.unwrap_err().kind, ErrorKind::Io);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Regression: with the sample sets at multiples of 16 every sampled set was a DRRIP
@@ -424,8 +549,7 @@ mod tests {
             table: EtsTable::table_i(),
             sample_shift: 4,
         };
-        let task =
-            TaskSpec { name: "loop:1536k".into(), kind: SynthKind::Loop, working_set_bytes: 1536 << 10, seed: 5 };
+        let task = TaskSpec::synth("loop:1536k", SynthKind::Loop, 1536 << 10, 5);
         let run = run_task(&task, &config, &stop).unwrap();
         assert!(run.cs_misses_exact() > 10_000);
         let err = run.estimation_error().unwrap();

@@ -35,6 +35,10 @@ const BASELINES: &[(&str, &[&str])] = &[
     ("trace capture", &["--", "true"]),
     ("trace synth", &["--kind", "stream", "--working-set", "4k", "--accesses", "10"]),
     ("ets", &["--quick"]),
+    (
+        "ets shared",
+        &["--pairs", "loop:64k+loop:64k", "--partition", "ways", "--llc", "256k", "--instructions", "1000000"],
+    ),
     ("evaluate", &["--tiny"]),
     ("emulate replay", &["--device", "emu:nvme"]),
     ("emulate sweep", &["--device", "emu:nvme"]),

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use smartcon_cachesim::ets::{SummaryRecord, SweepRecord, TaskRecord};
 use smartcon_cachesim::policy::PolicyKind;
+use smartcon_cachesim::shared::{SharedRecord, SharedSummaryRecord};
 use smartcon_util::units::format_size;
 
 use crate::plot;
@@ -32,6 +33,7 @@ pub fn tables(tasks: &[TaskRecord], sweep: &[SweepRecord], s: &SummaryRecord, th
         s.instructions,
         threads
     );
+    out += &fig3_table(tasks);
     out.push('\n');
     let _ = writeln!(out, "IPC normalised to UTS-2.5 (Fig. 6a) and the slices ETS gave (Fig. 6b)");
     let _ = writeln!(out, "task          IPC 2.5   IPC 10  IPC ETS    10/2.5   ETS/2.5    ETS-10 |  2.5ms    5ms  7.5ms   10ms ignored  diff%");
@@ -97,7 +99,30 @@ pub fn tables(tasks: &[TaskRecord], sweep: &[SweepRecord], s: &SummaryRecord, th
         pct(s.sweep_error_pct_mean_drrip.map(|e| e / 100.0)),
         pct(s.sweep_error_pct_mean_ship.map(|e| e / 100.0)),
     );
+    let fig3: Vec<String> = s.uniform_cpi_over_uts_10_geomean.iter().map(|(ms, v)| format!("{ms} ms {v:.3}")).collect();
+    let _ = writeln!(out, "CPI over UTS-10, geometric mean over the tasks (Fig. 3): {}", fig3.join(", "));
     let _ = writeln!(out, "wall time {:.1} s", s.wall_ns as f64 / 1e9);
+    out
+}
+
+/// Fig. 3: CPI at each uniform slice over CPI at 10 ms, one row per task.
+fn fig3_table(tasks: &[TaskRecord]) -> String {
+    let mut out = String::new();
+    let Some(first) = tasks.first() else { return out };
+    out.push('\n');
+    let _ = writeln!(out, "Slowdown: CPI at each uniform slice over CPI at UTS-10 (Fig. 3)");
+    let _ = write!(out, "{:<12}", "task");
+    for p in &first.uniform {
+        let _ = write!(out, " {:>9}", format!("{} ms", p.slice_ms));
+    }
+    out.push('\n');
+    for r in tasks {
+        let _ = write!(out, "{:<12}", r.task);
+        for p in &r.uniform {
+            let _ = write!(out, " {:>9.3}", p.cpi_over_uts_10);
+        }
+        out.push('\n');
+    }
     out
 }
 
@@ -145,10 +170,29 @@ fn sweep_table(tasks: &[TaskRecord], sweep: &[SweepRecord]) -> String {
     out
 }
 
-/// `fig6a_ipc.svg`, `fig6b_slices.svg`, `fig8_latency.svg`, `fig9_error.svg` and
-/// `cs_misses_llc.svg` in `dir`.
+/// `fig3_slowdown.svg`, `fig6a_ipc.svg`, `fig6b_slices.svg`, `fig8_latency.svg`,
+/// `fig9_error.svg` and `cs_misses_llc.svg` in `dir`.
 pub fn plots(dir: &Path, tasks: &[TaskRecord], sweep: &[SweepRecord], s: &SummaryRecord) -> Result<()> {
     let names: Vec<String> = tasks.iter().map(|r| r.task.clone()).collect();
+    let fig3: Vec<plot::Series> = tasks
+        .iter()
+        .map(|r| plot::Series {
+            name: r.task.clone(),
+            points: r.uniform.iter().map(|p| (p.slice_ms, p.cpi_over_uts_10)).collect(),
+        })
+        .collect();
+    plot::line_chart(
+        &dir.join("fig3_slowdown.svg"),
+        &plot::LineChart {
+            title: "Slowdown as the uniform slice shrinks (Fig. 3)",
+            x_label: "uniform time slice (ms)",
+            y_label: "CPI / CPI(UTS-10)",
+            log_x: false,
+            log_y: false,
+            markers: vec![],
+        },
+        &fig3,
+    )?;
     plot::bar_chart(
         &dir.join("fig6a_ipc.svg"),
         &plot::BarChart {
@@ -273,5 +317,99 @@ fn plot_errors(
             &series,
         )?;
     }
+    Ok(())
+}
+
+/// `smartcon ets shared`'s tables: one row per sharer and partition (Fig. 9), then the mean
+/// error per partition.
+pub fn shared_tables(records: &[SharedRecord], summaries: &[SharedSummaryRecord], threads: usize) -> String {
+    let mut out = String::new();
+    let Some(first) = records.first() else { return out };
+    let _ = writeln!(
+        out,
+        "Shared LLC (Fig. 9): {} {}-way LRU shared by the tasks of each group, {} ms slices on every core, {} threads",
+        format_size(first.llc_size_bytes),
+        first.llc_ways,
+        first.slice_ms,
+        threads
+    );
+    out.push('\n');
+    let _ = writeln!(
+        out,
+        "partition sharer        with               IPC  schedules   LLC misses     CS exact  CS estimate    CS excess divergent    error"
+    );
+    for r in records {
+        let _ = writeln!(
+            out,
+            "{:<9} {:<13} {:<13} {:>8.4} {:>10} {:>12} {:>12} {:>12} {:>12} {:>9} {:>8}",
+            r.partition,
+            r.task,
+            r.sharing_with.join("+"),
+            r.ipc,
+            r.schedules,
+            r.llc_misses,
+            r.cs_misses_exact,
+            r.cs_misses_estimated,
+            r.cs_misses_excess,
+            r.divergent_schedules,
+            pct(r.estimation_error_pct.map(|e| e / 100.0))
+        );
+    }
+    out.push('\n');
+    for s in summaries {
+        let _ = writeln!(
+            out,
+            "{}: estimation error mean {} (max {}) over {} of {} sharers with CS misses, {} within 5%",
+            s.partition,
+            pct(s.estimation_error_pct_mean.map(|e| e / 100.0)),
+            pct(s.estimation_error_pct_max.map(|e| e / 100.0)),
+            s.estimation_sharers,
+            s.sharers,
+            s.sharers_within_5pct
+        );
+    }
+    if let Some(s) = summaries.first() {
+        let _ = writeln!(out, "wall time {:.1} s", s.wall_ns as f64 / 1e9);
+    }
+    out
+}
+
+/// `fig9_shared_error.svg`: the error per sharer, one series per partition.
+pub fn shared_plot(dir: &Path, records: &[SharedRecord]) -> Result<()> {
+    let mut partitions: Vec<&str> = records.iter().map(|r| r.partition).collect();
+    partitions.dedup();
+    let label = |r: &SharedRecord| format!("{} (+{})", r.task, r.sharing_with.join("+"));
+    let mut categories: Vec<String> = Vec::new();
+    for r in records {
+        if !categories.contains(&label(r)) {
+            categories.push(label(r));
+        }
+    }
+    let series = partitions
+        .iter()
+        .map(|p| {
+            let values = categories
+                .iter()
+                .map(|c| {
+                    records
+                        .iter()
+                        .find(|r| r.partition == *p && label(r) == *c)
+                        .and_then(|r| r.estimation_error_pct)
+                        .unwrap_or(f64::NAN)
+                })
+                .collect();
+            (format!("{p} partition"), values)
+        })
+        .collect();
+    plot::bar_chart(
+        &dir.join("fig9_shared_error.svg"),
+        &plot::BarChart {
+            title: "CS-miss estimation error per sharer, 2 cores sharing the LLC (Fig. 9)",
+            y_label: "error (%)",
+            categories,
+            series,
+            reference: Some(5.0),
+        },
+    )?;
     Ok(())
 }
