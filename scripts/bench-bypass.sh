@@ -8,8 +8,10 @@
 #     took (its --stats record), how they waited.
 #  2. emulated: fio 4 KiB random reads on an `--emulate emu:hdd=IMG` image, psync QD1 and
 #     libaio at iodepth 1 and 4, in real and virtual time: fio's mean completion latency,
-#     and the model's mean for the same requests (device time / requests, from the run's
-#     summary line: the completion instants libaio's events are held to).
+#     the model's mean for the same requests (device time / requests, from the run's
+#     --stats record: the completion instants libaio's events are held to), how late the
+#     reads came back after those instants (the wait's wake-up) and the rest (fio's and the
+#     library's own work); libaio QD1 against psync QD1, also each against its own model.
 #
 #   bash scripts/bench-bypass.sh [--rounds 5] [--runtime 3] [--emu-ios 200] [--dir /var/tmp]
 #   ONLY=taken bash scripts/bench-bypass.sh      # or ONLY=emulated
@@ -71,31 +73,44 @@ fi
 
 if [ "${ONLY:-emulated}" = emulated ] || [ -z "${ONLY:-}" ]; then
     echo
-    echo "## emulated: emu:hdd, 4 KiB random reads over 256 MiB, ${emu_ios} per run"
-    echo "mode job fio_mean_lat_us model_mean_us fio/model wall_s"
+    echo "## emulated: emu:hdd, 4 KiB random reads over 256 MiB, ${emu_ios} per run; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    # model: the model's mean time for the run's requests (arrival to completion, queueing
+    # included: the instants libaio's events are held to); late: how long after that instant
+    # each read returned or each event was handed out (the wait's wake-up); fio - model -
+    # late: fio's and the library's own work. The hdd's rotation depends on the arrival
+    # instant, so two runs' models differ by a few %: psync and libaio QD1 are also compared
+    # each against its own model (the last column of the ratio line).
+    echo "mode job fio_mean_lat_us model_mean_us late_mean_us fio-model-late_us fio/model wall_s"
     img="$work/hdd.img"
     for mode in real virtual; do
         flags=()
         [ "$mode" = virtual ] && flags+=(--virtual-time)
+        declare -A lat_of=() model_of=()
         for job in "psync --iodepth=1" "libaio --iodepth=1" "libaio --iodepth=4"; do
             read -r engine extra <<<"$job"
+            rm -f "$work/stats.jsonl"
             t0=$(date +%s.%N)
             # shellcheck disable=SC2086
-            out=$("$bin" run --strategy smart --emulate "emu:hdd,size=1g=$img" "${flags[@]}" -- \
+            out=$("$bin" run --strategy smart --stats "$work/stats.jsonl" --emulate "emu:hdd,size=1g=$img" "${flags[@]}" -- \
                 fio --name=r --filename="$img" --size=256m --direct=1 --rw=randread --bs=4k \
                 --ioengine="$engine" --clocksource=clock_gettime --output-format=terse $extra \
                 --number_ios="$emu_ios" --randseed=7 2>"$work/err")
             t1=$(date +%s.%N)
             lat=$(cut -d';' -f40 <<<"$out")
-            # "emu:hdd served N reads ... device time X s"
-            model=$(python3 - "$work/err" <<'EOF'
-import re, sys
-t = open(sys.argv[1]).read()
-m = re.search(r"served (\d+) reads and (\d+) writes .*device time ([0-9.]+) s", t)
-print(f"{float(m.group(3)) * 1e6 / (int(m.group(1)) + int(m.group(2))):.1f}" if m else "nan")
-EOF
-)
-            echo "$mode ${engine}:${extra} $lat $model $(python3 -c "print(f'{$lat/$model:.3f}')") $(python3 -c "print(f'{$t1-$t0:.2f}')")"
+            read -r model late <<<"$(python3 - "$work/stats.jsonl" <<'EOF2'
+import json, sys
+e = json.loads(open(sys.argv[1]).read().splitlines()[-1])["emulated"]
+n = max(1, e["reads"] + e["writes"])
+print(f"{e['device_ns'] / n / 1e3:.1f} {e['late_ns_sum'] / n / 1e3:.1f}")
+EOF2
+)"
+            lat_of[$engine$extra]=$lat
+            model_of[$engine$extra]=$model
+            echo "$mode ${engine}:${extra} $lat $model $late $(python3 -c "print(f'{$lat-$model-$late:.1f}')") $(python3 -c "print(f'{$lat/$model:.3f}')") $(python3 -c "print(f'{$t1-$t0:.2f}')")"
         done
+        p=psync--iodepth=1 a=libaio--iodepth=1
+        echo "$mode libaio QD1 / psync QD1: $(python3 -c "print(f'{${lat_of[$a]}/${lat_of[$p]}:.3f} (fio means), {(${lat_of[$a]}/${model_of[$a]})/(${lat_of[$p]}/${model_of[$p]}):.3f} (each against its own model)')")"
+        unset lat_of model_of
     done
+    echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 fi

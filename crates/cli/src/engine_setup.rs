@@ -121,12 +121,10 @@ pub fn parse_strategy(text: &str) -> Result<StrategyChoice> {
         .with_context(|| format!("unknown strategy {text:?}; use one of {}", StrategyChoice::names().join(", ")))
 }
 
-pub fn parse_size_arg(what: &str, text: &str) -> Result<u64> {
-    let v = units::parse_size(text).with_context(|| format!("--{what}"))?;
-    if v == 0 {
-        bail!("--{what} must be more than 0");
-    }
-    Ok(v)
+/// A size flag given as text (`--bs`, `--span`, `--size`, ...), of its kind's range: the one
+/// size parser ([`units::parse_size_in`]), "--bs: ..." on one line.
+pub fn parse_size_arg(what: &str, text: &str, range: units::SizeRange) -> Result<u64> {
+    units::parse_size_in(text, range).map_err(|e| anyhow::anyhow!("--{what}: {e}"))
 }
 
 pub fn parse_duration_arg(what: &str, text: &str) -> Result<u64> {
@@ -157,9 +155,12 @@ pub fn split_targets(text: &str) -> Result<Vec<String>> {
 /// placement, each a one-line usage error when wrong: the workspace's typed error
 /// ([`ErrorKind::Usage`], with the parse error as its source where there is one), whose
 /// message clap prints after the option's name.
-pub fn size_value(text: &str) -> Result<u64, EngineError> {
-    let v = units::parse_size(text).map_err(|e| EngineError::from_source(ErrorKind::Usage, e))?;
-    more_than_zero(v)
+pub fn io_size_value(text: &str) -> Result<u64, EngineError> {
+    units::parse_size_in(text, units::IO_SIZE).map_err(|e| EngineError::new(ErrorKind::Usage, e.to_string()))
+}
+
+pub fn device_size_value(text: &str) -> Result<u64, EngineError> {
+    units::parse_size_in(text, units::DEVICE_SIZE).map_err(|e| EngineError::new(ErrorKind::Usage, e.to_string()))
 }
 
 pub fn duration_value(text: &str) -> Result<u64, EngineError> {

@@ -160,6 +160,12 @@ fn fio_libaio_on_an_emulated_image_is_served_by_the_model() {
         let waited: u64 = r["emulated"]["by_strategy"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
         let served = r["emulated"]["reads"].as_u64().unwrap() + r["emulated"]["writes"].as_u64().unwrap();
         assert_eq!(waited, served, "every served request's wait was decided: {r}");
+        assert!(r["emulated"]["device_ns"].as_u64().unwrap() > 0, "{r}");
+        if !vt {
+            // Each event is handed out after its instant (a real wake-up is never exact):
+            // the lateness is counted for libaio as for a synchronous call. Before, 0.
+            assert!(r["emulated"]["late_ns_max"].as_u64().unwrap() > 0, "{r}");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -310,4 +316,57 @@ fn a_launchers_helper_shells_are_not_counted_as_the_programs_processes() {
     assert!(stderr(&o).contains("in 1 process(es)"), "{}", stderr(&o));
     assert!(stderr(&o).contains("more process(es) loaded the library and did no I/O"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Finding 6: `emulate replay --trace /dev/urandom` read forever. A device is refused at
+/// once (one line, exit 2), and a trace on standard input, which has no size to check, ends
+/// after `--trace-lines-max` lines with one line saying how to raise it, however long the
+/// stream (here endless valid lines; the writer stops when smartcon closes the pipe).
+#[test]
+fn a_trace_that_never_ends_is_refused_or_bounded() {
+    // Bounded: a smartcon that reads the device forever fails here rather than hangs.
+    let mut child = smartcon()
+        .args(["emulate", "replay", "--device", "emu:nvme", "--trace", "/dev/urandom"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("emulate replay --trace /dev/urandom still reading after 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("/dev/urandom"), "{}", stderr(&o));
+
+    use std::io::Write;
+    let mut child = smartcon()
+        .args(["emulate", "replay", "--device", "emu:nvme", "--format", "msr", "--trace", "-"])
+        .args(["--trace-lines-max", "1000"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let line = b"128166372003061629,hm,1,Read,383496192,4096,118484\n";
+        // Bounded, so a smartcon that never stops reading fails the test instead of hanging it.
+        let mut written = 0u64;
+        while written < 50_000_000 && input.write_all(line).is_ok() {
+            written += 1;
+        }
+        written
+    });
+    let o = child.wait_with_output().unwrap();
+    let written = writer.join().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("more than 1000 lines; raise --trace-lines-max"), "{}", stderr(&o));
+    assert!(written < 50_000_000, "smartcon read the whole stream");
 }

@@ -160,7 +160,7 @@ pub const PRESETS: &[Preset] = &[
 
 /// The capacity limit of an emulated device: it lives in RAM (pages are only touched when
 /// written, but a span this large is a mistake on a 24 GiB machine).
-pub const CAPACITY_BYTES_MAX: u64 = 16 << 30;
+pub const CAPACITY_BYTES_MAX: u64 = smartcon_util::units::DEVICE_SIZE.max_bytes;
 
 /// Looks up a preset by name.
 pub fn preset(name: &str) -> Option<&'static Preset> {
@@ -233,7 +233,7 @@ impl EmuSpec {
 }
 
 /// The largest request a job makes (the engine's block size limit, 64 MiB).
-pub const REQUEST_BYTES_MAX: u64 = 64 << 20;
+pub const REQUEST_BYTES_MAX: u64 = smartcon_util::units::IO_SIZE.max_bytes;
 /// The longest one request of [`REQUEST_BYTES_MAX`] may take on a model: beyond it the
 /// parameters describe no storage device, and one I/O would outlast any run.
 pub const REQUEST_NS_MAX: u64 = 10_000_000_000;
@@ -328,14 +328,8 @@ pub fn parse_spec(text: &str) -> Result<EmuSpec, Error> {
                 model.channels = v;
             }
             "size" => {
-                let v = parse_size(value).map_err(|e| usage(format!("size: {e}")))?;
-                if !(1 << 20..=CAPACITY_BYTES_MAX).contains(&v) || v % 4096 != 0 {
-                    return Err(usage(format!(
-                        "size must be a multiple of 4 KiB between 1 MiB and {} GiB",
-                        CAPACITY_BYTES_MAX >> 30
-                    )));
-                }
-                capacity_bytes = v;
+                capacity_bytes = smartcon_util::units::parse_size_in(value, smartcon_util::units::DEVICE_SIZE)
+                    .map_err(|e| usage(format!("size: {e}")))?;
             }
             "poll_cost" => model.poll_cost_ns = dur()?,
             "speedup" => {

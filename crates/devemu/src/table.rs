@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use crate::model::Op;
 use smartcon_util::error::{Error, ErrorKind};
-use smartcon_util::units::{parse_duration_ns, parse_size};
+use smartcon_util::units::parse_duration_ns;
 
 use crate::usage;
 
@@ -156,7 +156,8 @@ impl LatencyTable {
                     fields.len()
                 )));
             }
-            let size_bytes = parse_size(fields[0]).map_err(|e| usage(format!("line {line_number}: {e}")))?;
+            let size_bytes = smartcon_util::units::parse_size_in(fields[0], smartcon_util::units::IO_SIZE)
+                .map_err(|e| usage(format!("line {line_number}: {e}")))?;
             let mut latency_ns = [0u64; 4];
             for (slot, field) in latency_ns.iter_mut().zip(&fields[1..]) {
                 *slot = parse_duration_ns(field).map_err(|e| usage(format!("line {line_number}: {e}")))?;

@@ -34,7 +34,7 @@ use crate::wait::PollParams;
 pub const FILL_SEED: u64 = 0x5eed_f111;
 
 /// Limits on job parameters: beyond these the input is a mistake, not a workload.
-pub const BS_BYTES_MAX: u64 = 64 << 20;
+pub const BS_BYTES_MAX: u64 = smartcon_util::units::IO_SIZE.max_bytes;
 pub const THREADS_MAX: u32 = 256;
 pub const DURATION_NS_MAX: u64 = 24 * 3600 * 1_000_000_000;
 /// The default spin budget: past it a spinner sleeps (SmartCon spins for one I/O, not for
@@ -191,8 +191,9 @@ impl JobSpec {
     pub fn validate(&self, target: &dyn Target) -> Result<u64, Error> {
         let usage = |m: String| Err(Error::new(ErrorKind::Usage, m));
         let block = target.block_bytes();
-        if self.bs_bytes == 0 || self.bs_bytes > BS_BYTES_MAX {
-            return usage(format!("block size {} is out of range (1 byte to 64 MiB)", self.bs_bytes));
+        // The bounds every `--bs` is parsed with (a job built by code is held to them too).
+        if let Err(e) = smartcon_util::units::IO_SIZE.check(self.bs_bytes) {
+            return usage(format!("block size: {e}"));
         }
         if !self.bs_bytes.is_multiple_of(block) {
             return usage(format!(

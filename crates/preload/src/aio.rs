@@ -107,7 +107,9 @@ pub struct IoEvent {
 struct Held {
     ctx: usize,
     event: IoEvent,
+    /// The model's instant for it, and its arrival (submission) on the program's clock.
     complete_ns: u64,
+    arrival_ns: u64,
     /// How `io_getevents` waits for it (the run's strategy, decided at submission).
     wait: DeviceWait,
     /// Bytes in the image's in-flight counters until it is reaped (0: not entered).
@@ -545,7 +547,7 @@ pub unsafe extern "C" fn io_submit(ctx: *mut c_void, nr: c_long, iocbs: *mut *mu
                 (arrival_ns, DeviceWait::Precise, 0)
             };
             let event = IoEvent { data: cb.data, obj: p as u64, res, res2: 0 };
-            HELD.lock().push(Held { ctx: ctx as usize, event, complete_ns, wait, inflight_bytes });
+            HELD.lock().push(Held { ctx: ctx as usize, event, complete_ns, arrival_ns, wait, inflight_bytes });
             HELD_COUNT.fetch_add(1, Ordering::Relaxed);
             done += 1;
             continue;
@@ -586,7 +588,16 @@ unsafe fn take_ready(ctx: usize, now_ns: u64, out: *mut IoEvent, room: usize) ->
             Some((i, h)) if h.complete_ns <= now_ns => {
                 // SAFETY: n < room (the caller's promise on out).
                 unsafe { out.add(n).write(h.event) };
-                held.swap_remove(i).reaped();
+                let h = held.swap_remove(i);
+                h.reaped();
+                // How late the event reaches the program, as a synchronous call's return is
+                // counted: the wait's wake-up and this call's own work.
+                if h.inflight_bytes > 0 {
+                    emu::note_lateness(
+                        now_ns.saturating_sub(h.complete_ns),
+                        h.complete_ns.saturating_sub(h.arrival_ns),
+                    );
+                }
                 HELD_COUNT.fetch_sub(1, Ordering::Relaxed);
                 n += 1;
             }

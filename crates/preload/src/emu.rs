@@ -143,7 +143,7 @@ pub const LATE_EDGES_PPM: [u64; 7] = [5_000, 10_000, 20_000, 50_000, 100_000, 50
 
 /// Counts one served request that came back `late_ns` after its model instant, which lay
 /// `service_ns` after its arrival.
-fn note_lateness(late_ns: u64, service_ns: u64) {
+pub fn note_lateness(late_ns: u64, service_ns: u64) {
     let ppm = (late_ns as u128 * 1_000_000 / service_ns.max(1) as u128) as u64;
     let bucket = LATE_EDGES_PPM.iter().position(|&e| ppm <= e).unwrap_or(LATE_EDGES_PPM.len());
     LATE_HIST[bucket].fetch_add(1, Ordering::Relaxed);

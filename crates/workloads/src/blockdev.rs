@@ -47,7 +47,7 @@ use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_util::loopmount;
 
 /// The largest device created (RAM-backed: it must fit in memory comfortably).
-pub const DEVICE_BYTES_MAX: u64 = 8 << 30;
+pub const DEVICE_BYTES_MAX: u64 = smartcon_util::units::RAMDISK_SIZE.max_bytes;
 
 /// Why this process cannot create block devices, if it cannot.
 pub fn unavailable_reason() -> Option<String> {
@@ -471,9 +471,9 @@ pub fn cleanup_recorded() -> Result<CleanupReport, Error> {
 }
 
 fn check_size(size_bytes: u64) -> Result<(), Error> {
-    if !(1 << 20..=DEVICE_BYTES_MAX).contains(&size_bytes) || !size_bytes.is_multiple_of(4096) {
-        return Err(Error::new(ErrorKind::Usage, "device size must be a multiple of 4 KiB between 1 MiB and 8 GiB"));
-    }
+    smartcon_util::units::RAMDISK_SIZE
+        .check(size_bytes)
+        .map_err(|e| Error::new(ErrorKind::Usage, format!("device size: {e}")))?;
     if let Some(r) = unavailable_reason() {
         return Err(Error::new(ErrorKind::Setup, r));
     }

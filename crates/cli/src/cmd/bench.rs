@@ -42,7 +42,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = DEFAULT_TARGETS)]
     pub targets: String,
     /// Comma-separated request sizes.
-    #[arg(long, value_delimiter = ',', value_parser = size_value, default_value = "4k,16k,64k,256k")]
+    #[arg(long, value_delimiter = ',', value_parser = io_size_value, default_value = "4k,16k,64k,256k")]
     pub sizes: Vec<u64>,
     /// Comma-separated ops.
     #[arg(long, value_delimiter = ',', value_parser = |s: &str| parse_op(s).map_err(|e| e.to_string()), default_value = "read,write")]
@@ -135,7 +135,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     args.run.apply_globals();
     let spin_budget_ns = args.run.spin_budget_ns()?;
-    let span = args.span.as_deref().map(|s| parse_size_arg("span", s)).transpose()?;
+    let span =
+        args.span.as_deref().map(|s| parse_size_arg("span", s, smartcon_util::units::DEVICE_SIZE)).transpose()?;
     if args.threads == 0 {
         bail!("--threads must be at least 1");
     }

@@ -30,13 +30,13 @@ pub struct CompareFioArgs {
     #[arg(long, default_value = "rand", value_parser = pattern_value)]
     pub pattern: Pattern,
     /// Request size.
-    #[arg(long, default_value = "4k", value_parser = size_value)]
+    #[arg(long, default_value = "4k", value_parser = io_size_value)]
     pub bs: u64,
     /// Time per run.
     #[arg(long, default_value = "2s", value_parser = duration_value)]
     pub duration: u64,
     /// The region used, from offset 0 (default: the target, at most 1 GiB).
-    #[arg(long, value_parser = size_value)]
+    #[arg(long, value_parser = device_size_value)]
     pub span: Option<u64>,
     /// Allow writing to a file or block device smartcon did not create.
     #[arg(long)]

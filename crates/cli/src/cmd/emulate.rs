@@ -286,7 +286,7 @@ fn vm(a: VmArgs) -> Result<()> {
     match (&a.size, has_size) {
         (Some(_), true) => bail!("give the size once: --size or size= in the spec"),
         (Some(s), false) => {
-            parse_size_arg("size", s)?;
+            parse_size_arg("size", s, smartcon_util::units::DEVICE_SIZE)?;
             spec.push_str(&format!(",size={s}"));
         }
         (None, false) if parsed.capacity_bytes != vm::IMAGE_BYTES_DEFAULT => {
@@ -343,7 +343,12 @@ fn mount(a: MountArgs) -> Result<()> {
         println!("detached: server pid {}; end it with: smartcon emulate umount {}", record.pid, record.dir.display());
         return Ok(());
     }
-    let size_bytes = a.size.as_deref().map(|s| parse_size_arg("size", s)).transpose()?.unwrap_or(spec.capacity_bytes);
+    let size_bytes = a
+        .size
+        .as_deref()
+        .map(|s| parse_size_arg("size", s, smartcon_util::units::DEVICE_SIZE))
+        .transpose()?
+        .unwrap_or(spec.capacity_bytes);
     let fs = if a.fs == "ext4" { Fs::Ext4 } else { Fs::None };
     let transport = match a.transport.as_deref() {
         Some("dev") => mount::Transport::Dev,
@@ -502,7 +507,7 @@ fn replay_one(args: &ReplayArgs, point: &ReplayPoint, show_progress: bool) -> Re
             let job = ClosedLoop {
                 op: parse_op(&args.op)?,
                 sequential: parse_pattern(&args.pattern)? == Pattern::Seq,
-                bs_bytes: parse_size_arg("bs", &args.bs)?,
+                bs_bytes: parse_size_arg("bs", &args.bs, smartcon_util::units::IO_SIZE)?,
                 qd: args.qd,
                 ios: args.ios,
                 think_ns: args.think.as_deref().map(|t| parse_duration_arg("think", t)).transpose()?.unwrap_or(0),
@@ -707,7 +712,7 @@ fn sweep(mut args: SweepArgs) -> Result<()> {
     let command = (!args.command.is_empty()).then_some(args.command.clone());
     let device = args.device.clone().unwrap_or_default();
     let (speedups, check_real_time) = (args.speedups.clone(), !args.no_real_time);
-    let tree_bytes = parse_size_arg("tree-size", &tree_size)?;
+    let tree_bytes = parse_size_arg("tree-size", &tree_size, smartcon_util::units::DEVICE_SIZE)?;
     if args.plan_only || args.ray.ray.is_some() {
         // One run per factor (1 x first when not asked for) and the real-time 1 x: each
         // point is `emulate sweep --point S` with the same flags.
@@ -806,7 +811,7 @@ fn vm_sweep(args: SweepArgs) -> Result<()> {
         .map_err(engine_err)?;
     let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
     let tree_bytes = match &args.tree_size {
-        Some(t) => parse_size_arg("tree-size", t)?,
+        Some(t) => parse_size_arg("tree-size", t, smartcon_util::units::DEVICE_SIZE)?,
         None if args.full => vmsweep::FULL_TREE_BYTES,
         None => vmsweep::QUICK_TREE_BYTES,
     };

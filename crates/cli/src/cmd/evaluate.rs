@@ -57,7 +57,7 @@ pub struct EvaluateArgs {
     #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     pub postmark_dir: Option<PathBuf>,
     /// Comma-separated record sizes.
-    #[arg(long, value_delimiter = ',', value_parser = size_value)]
+    #[arg(long, value_delimiter = ',', value_parser = io_size_value)]
     pub sizes: Option<Vec<u64>>,
     /// Comma-separated strategies; block is always run (the baseline).
     #[arg(long, value_delimiter = ',', value_parser = strategy_value, default_value = "block,spin,sync,smart,paper")]
@@ -66,7 +66,7 @@ pub struct EvaluateArgs {
     #[arg(long, value_parser = duration_value)]
     pub duration: Option<u64>,
     /// The IOZone file size (the temporary file's size; the paper uses 256 MiB).
-    #[arg(long, value_parser = size_value)]
+    #[arg(long, value_parser = device_size_value)]
     pub file_size: Option<u64>,
     /// Number crunchers of the CPU-intensive load (default: one per CPU).
     #[arg(long)]

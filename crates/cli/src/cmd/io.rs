@@ -22,10 +22,10 @@ pub struct IoArgs {
     #[arg(long, default_value = "rand", value_parser = pattern_value)]
     pub pattern: Pattern,
     /// Request size (4k, 64k, 1m).
-    #[arg(long, default_value = "4k", value_parser = size_value)]
+    #[arg(long, default_value = "4k", value_parser = io_size_value)]
     pub bs: u64,
     /// The region used, from offset 0 (default: the whole target).
-    #[arg(long, value_parser = size_value)]
+    #[arg(long, value_parser = device_size_value)]
     pub span: Option<u64>,
     /// block, spin, sync, smart, hybrid, smart-hybrid, dip (the paper's wait without polling),
     /// poll (fixed interval), or a peer's rule: half-mean (Linux's removed hybrid polling),

@@ -102,9 +102,13 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
         duration_ns: parse_duration_arg("duration", &args.duration)?,
         ops: split_list("ops", &args.ops)?.iter().map(|s| parse_op(s)).collect::<Result<_>>()?,
         patterns: split_list("patterns", &args.patterns)?.iter().map(|s| parse_pattern(s)).collect::<Result<_>>()?,
-        bs_bytes: parse_size_arg("bs", &args.bs)?,
+        bs_bytes: parse_size_arg("bs", &args.bs, smartcon_util::units::IO_SIZE)?,
         merge_pages_max: args.max_merge,
-        span_bytes: args.span.as_deref().map(|s| parse_size_arg("span", s)).transpose()?,
+        span_bytes: args
+            .span
+            .as_deref()
+            .map(|s| parse_size_arg("span", s, smartcon_util::units::DEVICE_SIZE))
+            .transpose()?,
         rounds: args.rounds,
         reference: !args.no_reference,
         poll: args.poll.params()?,

@@ -28,7 +28,7 @@ pub struct ProbeArgs {
     #[arg(long, default_value = "300ms", value_parser = duration_value)]
     pub duration: u64,
     /// Comma-separated sizes (default 4k..512k in powers of two).
-    #[arg(long, value_delimiter = ',', value_parser = size_value)]
+    #[arg(long, value_delimiter = ',', value_parser = io_size_value)]
     pub sizes: Option<Vec<u64>>,
     /// Also measure writes on a file or block device smartcon did not create (destroys data).
     #[arg(long)]

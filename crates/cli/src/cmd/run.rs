@@ -314,6 +314,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             "emulated": emu_totals.as_ref().map(|t| json!({
                 "reads": t.reads, "writes": t.writes, "bytes": t.bytes, "image_opens": t.image_opens,
                 "around_model": t.around_model, "by_strategy": t.by_strategy,
+                "device_ns": t.device_ns, "late_ns_sum": t.lateness.sum_ns, "late_ns_max": t.lateness.max_ns,
             })),
         });
         // The program ran: a record that cannot be written is reported, and the exit status

@@ -35,8 +35,9 @@ pub enum TargetSpec {
     Temp { size_bytes: u64, dir: Option<PathBuf> },
 }
 
-/// The largest temporary file smartcon will create.
-pub const TEMP_BYTES_MAX: u64 = 64 << 30;
+/// The largest temporary file smartcon will create: a device size's bound
+/// ([`units::DEVICE_SIZE`], the size of every `tmp:` file, emulated device and region).
+pub const TEMP_BYTES_MAX: u64 = units::DEVICE_SIZE.max_bytes;
 
 /// Parses a `--target` argument.
 pub fn parse_target(text: &str) -> Result<TargetSpec, Error> {
@@ -48,14 +49,8 @@ pub fn parse_target(text: &str) -> Result<TargetSpec, Error> {
             Some((s, d)) => (s, Some(PathBuf::from(d))),
             None => (rest, None),
         };
-        let size_bytes =
-            units::parse_size(size).map_err(|e| Error::new(ErrorKind::Usage, format!("tmp target: {e}")))?;
-        if !(1 << 20..=TEMP_BYTES_MAX).contains(&size_bytes) || size_bytes % 4096 != 0 {
-            return Err(Error::new(
-                ErrorKind::Usage,
-                "tmp target size must be a multiple of 4 KiB between 1 MiB and 64 GiB",
-            ));
-        }
+        let size_bytes = units::parse_size_in(size, units::DEVICE_SIZE)
+            .map_err(|e| Error::new(ErrorKind::Usage, format!("tmp target {text:?}: {e}")))?;
         return Ok(TargetSpec::Temp { size_bytes, dir });
     }
     if text.is_empty() {

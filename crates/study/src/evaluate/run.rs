@@ -97,7 +97,7 @@ pub struct Session {
 /// `loop:SIZE`, `zram:SIZE` and `loopfs:SIZE` create a device for the run (root only).
 fn ramdisk(text: &str) -> Result<Option<Ramdisk>, Error> {
     let Some((kind @ ("loop" | "zram" | "loopfs"), size)) = text.split_once(':') else { return Ok(None) };
-    let size = smartcon_util::units::parse_size(size)
+    let size = smartcon_util::units::parse_size_in(size, smartcon_util::units::RAMDISK_SIZE)
         .map_err(|e| Error::new(ErrorKind::Usage, format!("target {text}: {e}")))?;
     Ok(Some(match kind {
         "loop" => Ramdisk::Loop(blockdev::LoopDevice::create(size)?),
