@@ -18,6 +18,8 @@ pub use smartcon_engine::sim;
 pub use smartcon_engine::target::emu;
 
 pub mod target {
-    //! The target kinds a `--target` argument names, parsed and opened.
-    pub use smartcon_engine::target::{open, parse_target, TargetSpec};
+    //! The target kinds a `--target` argument names, parsed and opened, beside the engine's
+    //! target vocabulary (`Target`, `Port`, `OpenOptions`...), re-exported so that a caller
+    //! has one path for both.
+    pub use smartcon_engine::target::*;
 }
