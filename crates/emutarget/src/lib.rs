@@ -14,12 +14,6 @@
 //! Non-goals: anything the engine can do without a device model. Files, block devices and
 //! temporary files stay the engine's own targets; this crate only names them.
 
-pub use smartcon_engine::sim;
-pub use smartcon_engine::target::emu;
-
-pub mod target {
-    //! The target kinds a `--target` argument names, parsed and opened, beside the engine's
-    //! target vocabulary (`Target`, `Port`, `OpenOptions`...), re-exported so that a caller
-    //! has one path for both.
-    pub use smartcon_engine::target::*;
-}
+pub mod emu;
+pub mod sim;
+pub mod target;
