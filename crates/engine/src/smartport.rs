@@ -175,13 +175,17 @@ pub struct SmartTargetPort<'t> {
     /// How to block, as this port's own waits say: `None` on an emulated device, whose
     /// `sync` spins.
     block_check: Option<BlockCheck>,
+    /// The key under which the checks are taken at the port's opening and kept at its
+    /// closing for the next port ([`crate::learn`]): its device and strategy; `None` for
+    /// the strategies that keep no checks.
+    learnt_key: Option<String>,
 }
 
 impl Drop for SmartTargetPort<'_> {
     /// Keeps what the port's checks learnt for the next port on the same device
     /// ([`crate::learn::keep`]).
     fn drop(&mut self) {
-        if let Some(key) = self.learnt_key() {
+        if let Some(key) = self.learnt_key.take() {
             let learnt =
                 crate::learn::Learnt { spin: std::mem::take(&mut self.spin_check), block: self.block_check.take() };
             crate::learn::keep(&key, learnt);
@@ -413,6 +417,8 @@ impl<'t> SmartTargetPort<'t> {
             ),
             _ => profile.thresholds(),
         };
+        let learnt_key = matches!(options.strategy, StrategyChoice::Smart | StrategyChoice::SmartHybrid)
+            .then(|| format!("{device_id}\0{:?}", options.strategy));
         Ok(SmartTargetPort {
             backend,
             inflight,
@@ -432,22 +438,16 @@ impl<'t> SmartTargetPort<'t> {
             block_check: Some(BlockCheck::new()),
             time,
             last_done_ns: 0,
+            learnt_key,
         }
         .with_kept_checks())
-    }
-
-    /// The key under which this port's checks are kept for the next port: its device and
-    /// strategy; `None` for the strategies that keep no checks.
-    fn learnt_key(&self) -> Option<String> {
-        matches!(self.strategy, StrategyChoice::Smart | StrategyChoice::SmartHybrid)
-            .then(|| format!("{}\0{:?}", self.device_id, self.strategy))
     }
 
     /// Starts from the checks the last closed port on this device and strategy kept
     /// ([`crate::learn::take`]).
     fn with_kept_checks(mut self) -> Self {
-        if let Some(key) = self.learnt_key() {
-            let l = crate::learn::take(&key);
+        if let Some(key) = &self.learnt_key {
+            let l = crate::learn::take(key);
             self.spin_check = l.spin;
             self.block_check = Some(l.block.unwrap_or_default());
         }
