@@ -10,22 +10,18 @@ use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::Profile;
 use smartcon_engine::smartport::{SmartPortOptions, SmartTargetPort, StrategyChoice};
 
-fn fixed(s: Strategy) -> SmartPortOptions {
-    SmartPortOptions {
-        strategy: StrategyChoice::Fixed(s),
-        monitor: Some(Arc::new(SystemMonitor::fixed(0))),
-        profile: Some(Profile::paper_default("test")),
-        ..Default::default()
-    }
-}
-
 #[test]
 fn an_emulated_target_goes_through_the_same_glue_with_every_choice() {
     let spec = target::parse_target("emu:optane,size=1m").unwrap();
     let target = target::open(&spec, target::OpenOptions::default()).unwrap();
     for name in StrategyChoice::names() {
         let choice = StrategyChoice::parse(name).unwrap();
-        let options = SmartPortOptions { strategy: choice, ..fixed(Strategy::Block) };
+        let options = SmartPortOptions {
+            strategy: choice,
+            monitor: Some(Arc::new(SystemMonitor::fixed(0))),
+            profile: Some(Profile::paper_default("test")),
+            ..Default::default()
+        };
         let mut port = SmartTargetPort::on_target(target.as_ref(), options).unwrap();
         let mut buf = vec![0u8; 4096];
         assert_eq!(port.write_at(&[5u8; 4096], 8192).unwrap(), 4096, "{name}");
@@ -64,7 +60,7 @@ fn paper_takes_the_class_the_device_type_declares_whatever_the_profile_measured(
             strategy: StrategyChoice::Paper,
             profile: Some(profile),
             monitor: Some(Arc::new(SystemMonitor::fixed(0))),
-            ..fixed(Strategy::Block)
+            ..Default::default()
         };
         let mut port = SmartTargetPort::on_target(target.as_ref(), options).unwrap();
         let mut buf = vec![0u8; 4096];
