@@ -1090,12 +1090,12 @@ mod tests {
     #[test]
     fn the_fcfs_only_devices_refuse_another_discipline_with_one_check() {
         let sjf = parse_spec("emu:hdd,queue=sjf").unwrap();
-        let e = FcfsDevice::with_faults(sjf.clone(), FaultPlan::default(), 0).err().expect("refused");
+        let e = FcfsDevice::with_faults(sjf.clone(), FaultPlan::default(), 0).expect_err("refused");
         assert_eq!(
             e.message,
             "emu:hdd,queue=sjf: queue=sjf needs the virtual-time replay (smartcon emulate replay); real time serves FCFS only"
         );
-        let e = VirtualFcfs::with_faults(sjf, FaultPlan::default()).err().expect("refused");
+        let e = VirtualFcfs::with_faults(sjf, FaultPlan::default()).expect_err("refused");
         assert!(e.message.contains("queue=sjf") && e.message.contains("FCFS only"), "{}", e.message);
         let fcfs = parse_spec("emu:hdd,channels=2").unwrap();
         assert!(FcfsDevice::with_faults(fcfs.clone(), FaultPlan::default(), 0).is_ok());
