@@ -56,6 +56,8 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
 fi
 echo "scripts/test.sh: the preload library's layers (no module reaches up, no circle)"
 bash scripts/check-preload-layers.sh
+echo "scripts/test.sh: the crates' layers (the engine does not depend on its device emulator)"
+bash scripts/check-crate-layers.sh
 echo "scripts/test.sh: every citation of the papers names a section, figure or table its paper has"
 if [ -d ../shared/seeds ] && command -v python3 >/dev/null; then
     python3 scripts/citations.py --check >/dev/null

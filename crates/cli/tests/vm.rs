@@ -47,6 +47,23 @@ fn json_record(out: &Output) -> Value {
         .unwrap_or_else(|| panic!("no emulate_vm record in {text}\nstderr: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
+/// `smartcon emulate vm VM_ARGS... --virtual-time --json -- sh -c SCRIPT` with `home` as
+/// SMARTCON_HOME: a shell script in a guest on virtual time. The guest's exit status must
+/// be `code`; returns the run's record.
+fn guest_script(home: &Path, vm_args: &[&str], script: &str, code: i32) -> Value {
+    let args = [&["emulate", "vm"][..], vm_args, &["--virtual-time", "--json", "--", "sh", "-c", script]].concat();
+    let out = smartcon(home, &args);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: stderr: {}", String::from_utf8_lossy(&out.stderr));
+    json_record(&out)
+}
+
+/// No record and no working directory of `home`'s runs is left in its `vms` folder.
+fn assert_nothing_left(home: &Path) {
+    let left: Vec<_> =
+        std::fs::read_dir(home.join("vms")).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "records left: {left:?}");
+}
+
 #[test]
 fn a_guest_returns_its_status_and_fsynced_data_survives_into_a_second_run() {
     if !uml_available() {
@@ -58,26 +75,7 @@ fn a_guest_returns_its_status_and_fsynced_data_survives_into_a_second_run() {
     // Virtual time: the guest writes and fsyncs a file on ext4, sleeps 3 s of its own
     // time, and exits 5.
     let script = "printf 'kept across runs\\n' > kept && sync kept && sleep 3; exit 5";
-    let out = smartcon(
-        &home,
-        &[
-            "emulate",
-            "vm",
-            "emu:nvme",
-            "--size",
-            "64m",
-            "--image",
-            image_arg,
-            "--virtual-time",
-            "--json",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ],
-    );
-    assert_eq!(out.status.code(), Some(5), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let r = json_record(&out);
+    let r = guest_script(&home, &["emu:nvme", "--size", "64m", "--image", image_arg], script, 5);
     assert_eq!(r["exit_code"], 5);
     assert_eq!(r["virtual_time"], true);
     // The guest's clock saw its sleep (virtual time still counts it).
@@ -91,10 +89,7 @@ fn a_guest_returns_its_status_and_fsynced_data_survives_into_a_second_run() {
     assert_eq!(out.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "kept across runs\n");
 
-    // Nothing left: no record, no working directory of this home's runs.
-    let vms = home.join("vms");
-    let left: Vec<_> = std::fs::read_dir(&vms).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
-    assert!(left.is_empty(), "records left: {left:?}");
+    assert_nothing_left(&home);
     let _ = std::fs::remove_dir_all(&home);
 }
 
@@ -124,26 +119,7 @@ fn every_guest_request_is_in_the_lateness_histogram_and_page_pieces_join() {
     // page-sized calls, which join their request on the model.
     let script = "dd if=/dev/zero of=/dev/ubda bs=1M count=1 oflag=direct status=none && \
                   dd if=/dev/ubda of=/dev/null bs=1M count=1 iflag=direct status=none";
-    let out = smartcon(
-        &home,
-        &[
-            "emulate",
-            "vm",
-            "emu:hdd",
-            "--size",
-            "64m",
-            "--fs",
-            "none",
-            "--virtual-time",
-            "--json",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let r = json_record(&out);
+    let r = guest_script(&home, &["emu:hdd", "--size", "64m", "--fs", "none"], script, 0);
     let d = &r["device"];
     let requests = d["reads"].as_u64().unwrap() + d["writes"].as_u64().unwrap();
     let counts: u64 = d["lateness"]["counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).sum();
@@ -156,6 +132,7 @@ fn every_guest_request_is_in_the_lateness_histogram_and_page_pieces_join() {
     assert!(d["pieces_joined"].as_u64().unwrap() >= 2 * 200, "{d}");
     let share = r["within_2pct"].as_f64().expect("a share when requests were served");
     assert!((0.0..=1.0).contains(&share), "{r}");
+    assert_nothing_left(&home);
     let _ = std::fs::remove_dir_all(&home);
 }
 
@@ -202,10 +179,7 @@ fn a_vm_sweep_gives_the_tables_columns_per_scheduler() {
     // One progress line per point on stderr.
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().filter(|l| l.contains("/2] none")).count(), 2, "{err}");
-    // Nothing left behind.
-    let left: Vec<_> =
-        std::fs::read_dir(home.join("vms")).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
-    assert!(left.is_empty(), "records left: {left:?}");
+    assert_nothing_left(&home);
     let _ = std::fs::remove_dir_all(&home);
 }
 

@@ -523,17 +523,20 @@ pub struct VirtualFcfs {
     memo: ServiceMemo,
 }
 
+/// The one check of the devices that serve FCFS only ([`VirtualFcfs`], [`FcfsDevice`]):
+/// `spec`'s discipline must be FCFS, else a usage error `LABEL: queue=NAME WHY`. Returns the
+/// number of channels, which sizes their per-channel state.
+fn fcfs_channels(spec: &EmuSpec, why: &str) -> Result<usize, Error> {
+    if spec.discipline != Discipline::Fcfs {
+        return Err(usage(format!("{}: queue={} {why}", spec.label, spec.discipline.name())));
+    }
+    Ok(spec.model.channels as usize)
+}
+
 impl VirtualFcfs {
     /// A device for `spec` (its discipline must be FCFS) that injects `faults`.
     pub fn with_faults(spec: EmuSpec, faults: FaultPlan) -> Result<VirtualFcfs, Error> {
-        if spec.discipline != Discipline::Fcfs {
-            return Err(usage(format!(
-                "{}: VirtualFcfs serves FCFS only (queue={})",
-                spec.label,
-                spec.discipline.name()
-            )));
-        }
-        let n = spec.model.channels as usize;
+        let n = fcfs_channels(&spec, "is Device's; VirtualFcfs serves FCFS only")?;
         Ok(VirtualFcfs {
             memo: ServiceMemo::new(&spec),
             spec,
@@ -659,14 +662,10 @@ impl FcfsDevice {
     /// A device that injects the plan's faults, its windows counted from `origin_ns`
     /// (validate the plan first).
     pub fn with_faults(spec: EmuSpec, faults: FaultPlan, origin_ns: u64) -> Result<FcfsDevice, Error> {
-        if spec.discipline != Discipline::Fcfs {
-            return Err(usage(format!(
-                "{}: queue={} needs the virtual-time replay (smartcon emulate replay); real time serves FCFS only",
-                spec.label,
-                spec.discipline.name()
-            )));
-        }
-        let n = spec.model.channels as usize;
+        let n = fcfs_channels(
+            &spec,
+            "needs the virtual-time replay (smartcon emulate replay); real time serves FCFS only",
+        )?;
         Ok(FcfsDevice {
             channels: ChannelSet::new(spec.model.channels),
             spec,
@@ -1086,5 +1085,20 @@ mod tests {
         assert_eq!(s.complete_ns - origin, 80_000);
         let (s, _) = dev.schedule_checked(Op::Read, 0, 4096, origin + 31_000);
         assert_eq!(s.complete_ns - origin, 81_004);
+    }
+
+    #[test]
+    fn the_fcfs_only_devices_refuse_another_discipline_with_one_check() {
+        let sjf = parse_spec("emu:hdd,queue=sjf").unwrap();
+        let e = FcfsDevice::with_faults(sjf.clone(), FaultPlan::default(), 0).expect_err("refused");
+        assert_eq!(
+            e.message,
+            "emu:hdd,queue=sjf: queue=sjf needs the virtual-time replay (smartcon emulate replay); real time serves FCFS only"
+        );
+        let e = VirtualFcfs::with_faults(sjf, FaultPlan::default()).expect_err("refused");
+        assert!(e.message.contains("queue=sjf") && e.message.contains("FCFS only"), "{}", e.message);
+        let fcfs = parse_spec("emu:hdd,channels=2").unwrap();
+        assert!(FcfsDevice::with_faults(fcfs.clone(), FaultPlan::default(), 0).is_ok());
+        assert!(VirtualFcfs::with_faults(fcfs, FaultPlan::default()).is_ok());
     }
 }

@@ -38,10 +38,10 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 use smartcon_devemu::{EmuSpec, Op};
+use smartcon_emutarget::emu::EmuTarget;
 use smartcon_engine::clock::{now_ns, sleep_until_ns, tighten_timer_slack};
 use smartcon_engine::decision::{DeviceState, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
-use smartcon_engine::target::emu::EmuTarget;
 use smartcon_engine::target::{AlignedBuf, IoBuf, PortWait, Target};
 use smartcon_engine::wait::hybrid::Hybrid;
 use smartcon_engine::wait::reference::WakeMargin;

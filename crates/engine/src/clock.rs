@@ -3,7 +3,8 @@
 //!
 //! The ports, the waits and the emulated-device target read the time through a [`Clock`]
 //! and wait through a [`Sleeper`], both injected; [`RealClock`] (the default everywhere) is
-//! the monotonic clock and the kernel's timers, and [`crate::sim`] injects a virtual one.
+//! the monotonic clock and the kernel's timers, and the simulation
+//! (`smartcon_emutarget::sim`) injects a virtual one.
 //! [`sleep_then_spin_until`] is the one "sleep, then spin to a deadline" wait: whoever must
 //! see an instant more precisely than a timer wakes goes through it;
 //! [`sleep_then_spin_until_or`] is its variant for a waiter that an event also wakes (a

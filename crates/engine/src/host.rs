@@ -143,7 +143,7 @@ pub struct HostModel {
     /// over its involuntary context switches, beside a cruncher per core): the scheduler's
     /// slice. A share below a half is the spinner waiting through more of the others'
     /// slices, not a shorter slice of its own (measured on the team's VM: 2.7 ms whether
-    /// it held 11% or 24% of its core). Absent: [`crate::sim::SLICE_NS_DEFAULT`].
+    /// it held 11% or 24% of its core). Absent: `smartcon_emutarget::sim::SLICE_NS_DEFAULT`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spin_slice_ns: Option<f64>,
     /// Fields filled from another host's figures because this host's source lacked them.

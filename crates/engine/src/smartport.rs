@@ -859,61 +859,6 @@ mod tests {
     }
 
     #[test]
-    fn an_emulated_target_goes_through_the_same_glue_with_every_choice() {
-        let spec = crate::target::parse_target("emu:optane,size=1m").unwrap();
-        let target = crate::target::open(&spec, crate::target::OpenOptions::default()).unwrap();
-        for name in StrategyChoice::names() {
-            let choice = StrategyChoice::parse(name).unwrap();
-            let options = SmartPortOptions { strategy: choice, ..fixed(Strategy::Block) };
-            let mut port = SmartTargetPort::on_target(target.as_ref(), options).unwrap();
-            let mut buf = vec![0u8; 4096];
-            assert_eq!(port.write_at(&[5u8; 4096], 8192).unwrap(), 4096, "{name}");
-            assert_eq!(port.read_at(&mut buf, 8192).unwrap(), 4096, "{name}");
-            assert!(buf.iter().all(|&b| b == 5), "{name}");
-            // Past the end of the device: a short read, then nothing.
-            assert_eq!(port.read_at(&mut buf, (1 << 20) - 512).unwrap(), 512, "{name}");
-            assert_eq!(port.read_at(&mut buf, 1 << 20).unwrap(), 0, "{name}");
-            let c = port.finish();
-            assert_eq!(c.ios, 4, "{name}");
-            // smart-hybrid's first waits of a size block to measure (crate::learn): only a
-            // fixed choice is sure to poll in four I/Os.
-            if matches!(choice, StrategyChoice::Fixed(_)) || !choice.polls() {
-                assert_eq!(c.polled_ios > 0, choice.polls(), "{name}: polls exactly when its choice polls");
-            }
-            if let StrategyChoice::Fixed(f) = choice {
-                assert_eq!(c.by_strategy[f.index()], 4, "{name}");
-            } else {
-                assert_eq!(c.by_reason.iter().sum::<u64>(), 4, "{name}: every I/O was decided");
-            }
-        }
-    }
-
-    #[test]
-    fn paper_takes_the_class_the_device_type_declares_whatever_the_profile_measured() {
-        use crate::decision::{DeviceClass, Reason};
-        for (spec, strategy, reason) in [
-            ("emu:nvram,size=1m", Strategy::Sync, Reason::VeryFastDevice),
-            ("emu:hdd,size=1m", Strategy::Block, Reason::MainstreamDevice),
-            ("emu:optane,size=1m", Strategy::Spin, Reason::CpuAvailable),
-        ] {
-            let target = crate::target::open(&crate::target::parse_target(spec).unwrap(), Default::default()).unwrap();
-            // A profile that measured every device fast, and a machine that reads idle.
-            let profile = Profile { class: DeviceClass::Fast, ..Profile::paper_default("test") };
-            let options = SmartPortOptions {
-                strategy: StrategyChoice::Paper,
-                profile: Some(profile),
-                monitor: Some(Arc::new(SystemMonitor::fixed(0))),
-                ..fixed(Strategy::Block)
-            };
-            let mut port = SmartTargetPort::on_target(target.as_ref(), options).unwrap();
-            let mut buf = vec![0u8; 4096];
-            port.read_at(&mut buf, 0).unwrap();
-            let c = port.finish();
-            assert_eq!((c.by_strategy[strategy.index()], c.by_reason[reason.index()]), (1, 1), "{spec}");
-        }
-    }
-
-    #[test]
     fn smart_flushes_inline_on_a_very_fast_device_and_blocks_elsewhere() {
         let (path, f) = temp_file("fsync", 4096);
         let port = |strategy, class| {
@@ -942,9 +887,7 @@ mod tests {
 
     #[test]
     fn a_port_on_a_file_has_its_disk_queue_watched_by_its_monitor() {
-        let target =
-            crate::target::open(&crate::target::parse_target("tmp:1m").unwrap(), crate::target::OpenOptions::default())
-                .unwrap();
+        let target: Box<dyn Target> = Box::new(crate::target::file::FileTarget::temporary(1 << 20, None).unwrap());
         let Some(queue) = target.device_queue() else {
             eprintln!("skipped: the temp directory is not on a block device sysfs knows");
             return;

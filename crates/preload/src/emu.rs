@@ -316,9 +316,9 @@ fn model_thresholds(spec: &EmuSpec) -> Thresholds {
         return p.thresholds();
     }
     let small = EmuSpec { capacity_bytes: 1 << 20, faults: None, ..spec.clone() };
-    let target = smartcon_engine::target::open(
-        &smartcon_engine::target::TargetSpec::Emu(small),
-        smartcon_engine::target::OpenOptions::default(),
+    let target = smartcon_emutarget::target::open(
+        &smartcon_emutarget::target::TargetSpec::Emu(small),
+        smartcon_emutarget::target::OpenOptions::default(),
     );
     match target.ok().and_then(|t| t.builtin_profile()) {
         Some(p) => p.thresholds(),

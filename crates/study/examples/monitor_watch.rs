@@ -11,11 +11,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use smartcon_emutarget::target::{open, parse_target, OpenOptions};
 use smartcon_engine::job::Pattern;
 use smartcon_engine::job::{run_job, JobSpec};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::smartport::StrategyChoice;
-use smartcon_engine::target::{open, parse_target, OpenOptions};
 use smartcon_util::Op;
 use smartcon_workloads::load::{CpuLoad, IoLoad};
 

@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
+use smartcon_emutarget::target::{self, OpenOptions, Target, TargetSpec};
 use smartcon_engine::clock::now_ns;
 use smartcon_engine::decision::{Reason, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
@@ -38,7 +39,6 @@ use smartcon_engine::job::StrategyChoice;
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::Profile;
 use smartcon_engine::smartport::{SmartPortOptions, SmartTargetPort};
-use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
 use smartcon_util::stats::{mean_ci95, PairedRatio};
 use smartcon_workloads::blockdev::{DeviceFs, FsDeviceKind};
 use smartcon_workloads::load::{CpuLoad, LoadSnapshot};

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::Serialize;
 use smartcon_ctxcost::oneway::{one_way_wakeups, quantile, OneWay};
 use smartcon_ctxcost::HostProfile;
+use smartcon_emutarget::target::{self, OpenOptions, TargetSpec};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::host::{
@@ -34,7 +35,6 @@ use smartcon_engine::host::{
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::{online_cpus, HostWaitCost, Profile};
-use smartcon_engine::target::{self, OpenOptions, TargetSpec};
 use smartcon_util::stats::{median, PairedRatio};
 use smartcon_util::Op;
 

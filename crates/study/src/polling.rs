@@ -13,13 +13,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
+use smartcon_emutarget::target::{self, OpenOptions, Target};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::Error;
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::{online_cpus, Profile};
 use smartcon_engine::stats::JobResult;
-use smartcon_engine::target::{self, OpenOptions, Target};
 use smartcon_engine::wait::PollParams;
 use smartcon_util::units::format_ns;
 use smartcon_util::Op;

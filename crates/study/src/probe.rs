@@ -30,6 +30,7 @@ pub use smartcon_util::stats::median;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use smartcon_emutarget::target::{self, OpenOptions, Target};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
@@ -37,7 +38,6 @@ use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::placement::format_cpu_list;
 use smartcon_engine::profile::{self, rules, HostWaitCost, LatencyPoint, Profile, PROFILE_VERSION};
 use smartcon_engine::stats::JobResult;
-use smartcon_engine::target::{self, OpenOptions, Target};
 use smartcon_util::units::{format_ns, format_size};
 use smartcon_util::Op;
 

@@ -15,11 +15,11 @@
 
 use serde::Serialize;
 use smartcon_devemu::{EmuSpec, Op};
+use smartcon_emutarget::sim::{self, SimConfig};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::Error;
 use smartcon_engine::host::HostModel;
 use smartcon_engine::job::{JobSpec, Pattern, StrategyChoice};
-use smartcon_engine::sim::{self, SimConfig};
 use smartcon_engine::stats::JobResult;
 
 use crate::evaluate::judge::judge_cells;

@@ -21,12 +21,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use criterion::{black_box, Criterion};
+use smartcon_emutarget::target::{self, AlignedBuf, OpenOptions, Target, TargetSpec};
 use smartcon_engine::decision::{DeviceClass, Strategy};
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::Profile;
 use smartcon_engine::smartport::{SmartPortOptions, SmartTargetPort};
-use smartcon_engine::target::{self, AlignedBuf, OpenOptions, Target, TargetSpec};
 use smartcon_util::Op;
 use smartcon_workloads::blockdev::{self, ZramDevice};
 

@@ -852,10 +852,13 @@ mod tests {
         // Normal life: created, usable as a target, removed.
         let (dev, backing) = {
             let l = LoopDevice::create(4 << 20).expect("loop device");
-            let opts = smartcon_engine::target::OpenOptions { write: true, destructive: false, created_by_tool: true };
-            let t =
-                smartcon_engine::target::open(&smartcon_engine::target::TargetSpec::Path(l.path().to_path_buf()), opts)
-                    .unwrap();
+            let opts =
+                smartcon_emutarget::target::OpenOptions { write: true, destructive: false, created_by_tool: true };
+            let t = smartcon_emutarget::target::open(
+                &smartcon_emutarget::target::TargetSpec::Path(l.path().to_path_buf()),
+                opts,
+            )
+            .unwrap();
             assert_eq!(t.capacity_bytes(), 4 << 20);
             drop(t);
             (l.path().to_path_buf(), l.backing.clone())

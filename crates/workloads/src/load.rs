@@ -484,8 +484,8 @@ mod tests {
 
     #[test]
     fn io_load_processes_read_a_file_count_and_are_reaped() {
-        let spec = smartcon_engine::target::parse_target("tmp:4m").unwrap();
-        let target = smartcon_engine::target::open(&spec, Default::default()).unwrap();
+        let spec = smartcon_emutarget::target::parse_target("tmp:4m").unwrap();
+        let target = smartcon_emutarget::target::open(&spec, Default::default()).unwrap();
         let load = IoLoad::default();
         load.spawn_processes(target.as_ref(), 2, 4096, 4 << 20).unwrap();
         assert!(load.as_processes());
@@ -507,8 +507,8 @@ mod tests {
             assert!(unsafe { libc::kill(pid, 0) } != 0, "worker {pid} survived");
         }
         // An emulated device has no descriptor a child could share.
-        let emu = smartcon_engine::target::open(
-            &smartcon_engine::target::parse_target("emu:nvram,size=8m").unwrap(),
+        let emu = smartcon_emutarget::target::open(
+            &smartcon_emutarget::target::parse_target("emu:nvram,size=8m").unwrap(),
             Default::default(),
         )
         .unwrap();
@@ -518,8 +518,8 @@ mod tests {
 
     #[test]
     fn io_load_counts_ios_on_an_emulated_device() {
-        let spec = smartcon_engine::target::parse_target("emu:nvram,size=8m").unwrap();
-        let target = smartcon_engine::target::open(&spec, Default::default()).unwrap();
+        let spec = smartcon_emutarget::target::parse_target("emu:nvram,size=8m").unwrap();
+        let target = smartcon_emutarget::target::open(&spec, Default::default()).unwrap();
         let load = IoLoad::default();
         std::thread::scope(|s| {
             load.spawn(s, target.as_ref(), 2, 4096, 8 << 20).unwrap();

@@ -464,7 +464,7 @@ pub fn check_dir(dir: &Path) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use smartcon_engine::target::{open, parse_target, OpenOptions};
+    use smartcon_emutarget::target::{open, parse_target, OpenOptions};
 
     fn small(strategy: StrategyChoice, seed: u64) -> PostmarkSpec {
         PostmarkSpec {

@@ -15,16 +15,16 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use smartcon_emutarget::sim::{self, SimConfig};
+use smartcon_emutarget::target::TargetSpec;
+use smartcon_emutarget::target::{self, OpenOptions};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error as EngineError, ErrorKind};
 use smartcon_engine::host::{HostModel, HOST_MODEL_FILE, PRESETS};
 use smartcon_engine::job::{JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::profile::online_cpus;
 use smartcon_engine::profile::Profile;
-use smartcon_engine::sim::{self, SimConfig};
 use smartcon_engine::stats::JobResult;
-use smartcon_engine::target::TargetSpec;
-use smartcon_engine::target::{self, OpenOptions};
 use smartcon_engine::wait::PollParams;
 use smartcon_study::bench::{BenchPlan, BenchTarget};
 use smartcon_util::Op;

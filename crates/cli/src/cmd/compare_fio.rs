@@ -7,9 +7,9 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
+use smartcon_emutarget::target::{self, OpenOptions, TargetSpec};
 use smartcon_engine::job::{JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::placement::Placement;
-use smartcon_engine::target::{self, OpenOptions, TargetSpec};
 use smartcon_study::compare_fio::{fio_available, ComparePlan, TempFile};
 use smartcon_util::units::{format_ns, format_size};
 use smartcon_util::Op;

@@ -4,7 +4,7 @@ use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
 use smartcon_devemu::PRESETS;
-use smartcon_engine::target::{emu::EmuTarget, Target};
+use smartcon_emutarget::{emu::EmuTarget, target::Target};
 use smartcon_util::units::{format_ns, format_size};
 use smartcon_util::Op;
 

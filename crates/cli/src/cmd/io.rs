@@ -2,8 +2,8 @@
 
 use anyhow::Result;
 use clap::Args;
+use smartcon_emutarget::target::{self, OpenOptions};
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
-use smartcon_engine::target::{self, OpenOptions};
 use smartcon_util::Op;
 
 use crate::common::{emit_json, interrupt_flag};

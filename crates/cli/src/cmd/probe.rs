@@ -12,9 +12,9 @@
 use anyhow::{bail, Result};
 use clap::Args;
 use serde::Serialize;
+use smartcon_emutarget::target::{self, OpenOptions, TargetSpec};
 use smartcon_engine::placement::Placement;
 use smartcon_engine::profile::{profile_path, LatencyPoint, Profile};
-use smartcon_engine::target::{self, OpenOptions, TargetSpec};
 use smartcon_study::probe::{probe_target, ProbePlan, PROBE_SIZES_BYTES};
 
 use crate::common::{emit_json, interrupt_flag, on_event, progress_bar, smartcon_home};

@@ -3,61 +3,31 @@
 //! nothing but the in-flight counters the Decision Module reads (emulated devices also take
 //! their channel lock, as a device's queue would).
 //!
-//! Kinds:
+//! Kinds here ([`file`]):
 //! - a path: a regular file (O_DIRECT, or buffered with a warning where the file system
 //!   refuses it) or a block device; either is written (write jobs, `--verify`'s prefill)
 //!   only with `--destructive` or when smartcon created it itself;
-//! - `tmp:SIZE[@DIR]`: a temporary file smartcon creates, fills and removes afterwards;
-//! - `emu:PRESET[,key=value...]`: an emulated device in RAM with a timing model.
+//! - a temporary file smartcon creates, fills and removes afterwards (`tmp:SIZE[@DIR]`).
+//!
+//! The emulated device (`emu:PRESET[,key=value...]`, a devemu model and RAM store behind
+//! this module's [`Port`]) and the registry that parses a `--target` into any of the three
+//! kinds live in `smartcon-emutarget`, above both the engine and devemu: the engine does
+//! not depend on its device emulator.
 
 pub mod buffer;
-pub mod emu;
 pub mod file;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub use buffer::AlignedBuf;
-use smartcon_devemu::EmuSpec;
-use smartcon_util::{units, Op};
+use smartcon_util::Op;
 
 use crate::decision::{DeviceState, Strategy};
 use crate::error::{Error, ErrorKind};
 use crate::profile::Profile;
 use crate::wait::reference::WakeMargin;
 use crate::wait::{WaitPolicy, Waited};
-
-/// What `--target` said.
-#[derive(Debug, Clone)]
-pub enum TargetSpec {
-    Emu(EmuSpec),
-    Path(PathBuf),
-    Temp { size_bytes: u64, dir: Option<PathBuf> },
-}
-
-/// The largest temporary file smartcon will create: a device size's bound
-/// ([`units::DEVICE_SIZE`], the size of every `tmp:` file, emulated device and region).
-pub const TEMP_BYTES_MAX: u64 = units::DEVICE_SIZE.max_bytes;
-
-/// Parses a `--target` argument.
-pub fn parse_target(text: &str) -> Result<TargetSpec, Error> {
-    if text.starts_with("emu:") {
-        return smartcon_devemu::parse_spec(text).map(TargetSpec::Emu);
-    }
-    if let Some(rest) = text.strip_prefix("tmp:") {
-        let (size, dir) = match rest.split_once('@') {
-            Some((s, d)) => (s, Some(PathBuf::from(d))),
-            None => (rest, None),
-        };
-        let size_bytes = units::parse_size_in(size, units::DEVICE_SIZE)
-            .map_err(|e| Error::new(ErrorKind::Usage, format!("tmp target {text:?}: {e}")))?;
-        return Ok(TargetSpec::Temp { size_bytes, dir });
-    }
-    if text.is_empty() {
-        return Err(Error::new(ErrorKind::Usage, "empty target"));
-    }
-    Ok(TargetSpec::Path(PathBuf::from(text)))
-}
 
 /// How a target is opened.
 #[derive(Debug, Clone, Copy, Default)]
@@ -353,13 +323,4 @@ pub trait Target: Send + Sync {
     }
     /// Writes raw bytes bypassing the engine, to corrupt data on purpose in tests.
     fn poke(&self, offset: u64, data: &[u8]) -> Result<(), Error>;
-}
-
-/// Opens a target.
-pub fn open(spec: &TargetSpec, options: OpenOptions) -> Result<Box<dyn Target>, Error> {
-    match spec {
-        TargetSpec::Emu(e) => Ok(Box::new(emu::EmuTarget::new(e.clone())?)),
-        TargetSpec::Path(p) => Ok(Box::new(file::FileTarget::open(p, options)?)),
-        TargetSpec::Temp { size_bytes, dir } => Ok(Box::new(file::FileTarget::temporary(*size_bytes, dir.as_deref())?)),
-    }
 }

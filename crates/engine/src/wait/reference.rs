@@ -8,8 +8,9 @@
 //!
 //! The margin is [`WakeMargin`]: the p99 of this thread's recent wake-up overshoots. A port
 //! is asked for this wait with [`crate::target::PortWait::Reference`]; emulated ports
-//! implement it (`EmuTarget::transfer_precise`), ports on files and block devices, whose
-//! completion instant is the kernel's and not a model's, wait as `block` does.
+//! implement it (`EmuTarget::transfer_precise`, in smartcon-emutarget), ports on files and
+//! block devices, whose completion instant is the kernel's and not a model's, wait as
+//! `block` does.
 //!
 //! Non-goals: use as a `--strategy` (it spends CPU in every wait to be exact, which is what
 //! the strategies are measured against, not one of them).

@@ -20,13 +20,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use smartcon_emutarget::target::{self, OpenOptions, Target, TargetSpec};
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::{run_job, JobSpec, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::placement::format_cpu_list;
 use smartcon_engine::profile::{self, profile_path, HostWaitCost, Profile};
 use smartcon_engine::stats::JobResult;
-use smartcon_engine::target::{self, OpenOptions, Target, TargetSpec};
 use smartcon_engine::wait::PollParams;
 use smartcon_workloads::blockdev;
 use smartcon_workloads::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadSnapshot};

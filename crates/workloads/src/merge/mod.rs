@@ -54,7 +54,7 @@
 //! place for, and `--polling` names a polling policy, not a `--strategy`.
 //!
 //! With merge off each thread submits its own request (queued FCFS on the channels like
-//! `target::emu`), waits for it with the same policy and does its own post-I/O work: the
+//! `smartcon_emutarget::emu`), waits for it with the same policy and does its own post-I/O work: the
 //! reference row.
 //!
 //! # Shared requests and unwinding
@@ -73,7 +73,7 @@
 //!
 //! Non-goals: merging across ops in one device command; more than one merged request in
 //! flight per channel; requests that are not whole pages; real hardware (this is the
-//! emulated device of `target::emu` with a page-level view of its transfers).
+//! emulated device of `smartcon_emutarget::emu` with a page-level view of its transfers).
 
 pub mod job;
 pub mod pool;
@@ -470,7 +470,7 @@ impl Status for PageStatus<'_> {
         let now = self.dev.time.now_ns();
         let cost = self.dev.model.poll_cost_ns;
         if cost > 0 {
-            // As target::emu: the register read holds the channel, at most half the time.
+            // As smartcon_emutarget::emu: the register read holds the channel, at most half the time.
             let delay = cost.min(now.saturating_sub(self.last_poll_ns) / 2);
             self.acked = self.transfer.stall(now, delay);
             if delay > 0 && self.acked < self.transfer.pages() {

@@ -6,13 +6,13 @@
 
 use std::sync::atomic::AtomicBool;
 
+use smartcon_emutarget::target::{self, OpenOptions};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::placement::{
     current_affinity, current_cpu, online_cpu_ids, pin_current_thread, pinned_split, Placement,
 };
-use smartcon_engine::target::{self, OpenOptions};
 use smartcon_util::Op;
 
 /// The CPUs this process may run on: the test thread's mask, inherited from the process

@@ -3,12 +3,12 @@
 
 use std::sync::atomic::AtomicBool;
 
+use smartcon_emutarget::target::{self, OpenOptions, Target};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::ErrorKind;
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::Profile;
-use smartcon_engine::target::{self, OpenOptions, Target};
 use smartcon_util::Op;
 
 fn strategies() -> Vec<StrategyChoice> {

@@ -9,13 +9,13 @@
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
+use smartcon_emutarget::target::{self, AlignedBuf, OpenOptions, Target};
 use smartcon_engine::clock::now_ns;
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::Profile;
-use smartcon_engine::target::{self, AlignedBuf, OpenOptions, Target};
 use smartcon_util::Op;
 
 fn ring_available() -> bool {

@@ -4,14 +4,14 @@
 //! and per second of this thread's CPU time: on a shared machine the wall time includes
 //! the others' load, the CPU time does not.
 //!
-//! `cargo bench -p smartcon-engine --bench simulate`
+//! `cargo bench -p smartcon-emutarget --bench simulate`
 
 use std::time::Instant;
 
+use smartcon_emutarget::sim::{run_cell, SimConfig};
 use smartcon_engine::clock::thread_cpu_ns;
 use smartcon_engine::host::HostModel;
 use smartcon_engine::job::{JobSpec, Pattern, StrategyChoice};
-use smartcon_engine::sim::{run_cell, SimConfig};
 use smartcon_util::Op;
 
 fn main() {

@@ -1,10 +1,10 @@
 //! The seeded simulation: the engine's own code on a virtual clock, in one process.
 //!
 //! A cell of `smartcon bench` (an emulated device, an op, a size, a strategy, N threads) runs
-//! here with the real [`crate::smartport::SmartTargetPort`], [`crate::decision::decide`],
-//! the waits of [`crate::wait`] and the device model of devemu behind
-//! [`crate::target::emu::EmuTarget`], all reading a [`VirtualTime`] injected as their
-//! [`crate::clock::Clock`] and [`crate::clock::Sleeper`]. Nothing sleeps and nothing reads
+//! here with the real [`smartcon_engine::smartport::SmartTargetPort`], [`smartcon_engine::decision::decide`],
+//! the waits of [`smartcon_engine::wait`] and the device model of devemu behind
+//! [`crate::emu::EmuTarget`], all reading a [`VirtualTime`] injected as their
+//! [`smartcon_engine::clock::Clock`] and [`smartcon_engine::clock::Sleeper`]. Nothing sleeps and nothing reads
 //! the host's clock: the same seed gives the same records, byte for byte.
 //!
 //! What is modelled ([`HostModel`] gives the figures):
@@ -45,16 +45,16 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use smartcon_devemu::{EmuSpec, Op};
 
-use crate::clock::{Clock, Sleeper, Time};
-use crate::error::{Error, ErrorKind};
-use crate::host::{HostModel, Quantiles};
-use crate::job::{JobSpec, Pattern};
-use crate::monitor::SystemMonitor;
-use crate::profile::{HostWaitCost, Profile};
-use crate::smartport::{SmartPortOptions, SmartTargetPort};
-use crate::stats::{JobResult, ThreadStats, Usage};
-use crate::target::emu::{model_profile, EmuTarget};
-use crate::target::{InFlight, Target};
+use crate::emu::{model_profile, EmuTarget};
+use smartcon_engine::clock::{Clock, Sleeper, Time};
+use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::host::{HostModel, Quantiles};
+use smartcon_engine::job::{JobSpec, Pattern};
+use smartcon_engine::monitor::SystemMonitor;
+use smartcon_engine::profile::{HostWaitCost, Profile};
+use smartcon_engine::smartport::{SmartPortOptions, SmartTargetPort};
+use smartcon_engine::stats::{JobResult, ThreadStats, Usage};
+use smartcon_engine::target::{InFlight, Target};
 
 /// The scheduler's time slice a spinning thread holds its shared core for, assumed where the
 /// host model has no measured one (`spin_slice_ns`): EEVDF's base slice on a 2-CPU machine
@@ -542,9 +542,9 @@ pub fn run_cell(spec: &EmuSpec, job: &JobSpec, cfg: &SimConfig) -> Result<SimRun
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::Strategy;
-    use crate::host::PRESETS;
-    use crate::job::StrategyChoice;
+    use smartcon_engine::decision::Strategy;
+    use smartcon_engine::host::PRESETS;
+    use smartcon_engine::job::StrategyChoice;
 
     fn job(op: Op, bs: u64, strategy: StrategyChoice, threads: u32, duration_ns: u64) -> JobSpec {
         JobSpec { threads, duration_ns, span_bytes: Some(4 << 20), ..JobSpec::new(op, Pattern::Rand, bs, strategy) }
@@ -576,7 +576,8 @@ mod tests {
         let cfg = SimConfig { crunchers: 0, ..cfg };
         let j = job(Op::Read, 4096, StrategyChoice::Smart, 1, 30_000_000);
         let first = run_cell(&emu("emu:nvme"), &j, &cfg).unwrap().record;
-        let trials = first.result.decisions.by_reason.get(&crate::decision::Reason::Trial).copied().unwrap_or(0);
+        let trials =
+            first.result.decisions.by_reason.get(&smartcon_engine::decision::Reason::Trial).copied().unwrap_or(0);
         assert!(trials > 0, "the spin check measured both ways: {:?}", first.result.decisions.by_reason);
         let second = run_cell(&emu("emu:nvme"), &j, &cfg).unwrap().record;
         assert_eq!(serde_json::to_string(&first).unwrap(), serde_json::to_string(&second).unwrap());
@@ -632,7 +633,7 @@ mod tests {
     /// host-a with a measured blocking-wait curve: dearer and later on a short device, and
     /// later still beside a cruncher.
     fn host_with_curve() -> HostModel {
-        use crate::host::BlockWaitPoint;
+        use smartcon_engine::host::BlockWaitPoint;
         let q = Quantiles::new;
         let mut h = HostModel::preset("host-a").unwrap();
         h.block_wait = vec![

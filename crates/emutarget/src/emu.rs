@@ -10,7 +10,7 @@
 //!   context switch of this host;
 //! - `spin`: the thread polls the device's status ("now >= completion") back to back with
 //!   a pause hint; past the spin budget it sleeps on the timer instead;
-//! - `hybrid`, `dip`, `poll`, `half-mean`, `iopoll-hybrid`, `pas` (crate::wait): the policy
+//! - `hybrid`, `dip`, `poll`, `half-mean`, `iopoll-hybrid`, `pas` (smartcon_engine::wait): the policy
 //!   polls at the instants it chooses and sleeps with clock_nanosleep in between; a policy
 //!   that blocks (`pas` in its interrupt mode) waits as `block` does, on the ring's timer;
 //! - `sync`: programmed I/O. The caller does the device's work inline, as a PIO driver or a
@@ -47,13 +47,13 @@ use std::sync::Mutex;
 use smartcon_devemu::{EmuSpec, FcfsDevice, RamStore};
 use smartcon_util::{units::format_size, Op};
 
-use super::{InFlight, IoBuf, Port, PortWait, Target, WaitOutcome};
-use crate::clock::{self, sleep_then_spin_until, SharedTime, Time};
-use crate::error::{Error, ErrorKind};
-use crate::profile::{self, rules, HostWaitCost, Profile, WaitCost, PROFILE_VERSION};
-use crate::ring::Ring;
-use crate::stop;
-use crate::wait::{Pending, Status};
+use smartcon_engine::clock::{self, sleep_then_spin_until, SharedTime, Time};
+use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::profile::{self, rules, HostWaitCost, Profile, WaitCost, PROFILE_VERSION};
+use smartcon_engine::ring::Ring;
+use smartcon_engine::stop;
+use smartcon_engine::target::{InFlight, IoBuf, Port, PortWait, Target, WaitOutcome};
+use smartcon_engine::wait::{Pending, Status};
 
 /// Waits until `done_ns` with `wait_until`, in slices of at most [`stop::WAIT_SLICE_NS`]
 /// between which the process-wide stop flag is read. `from_ns` is when the wait started:
@@ -183,7 +183,7 @@ impl EmuTarget {
 
     /// A target on an injected clock and sleeper (the simulation's virtual time); the
     /// fault plan's windows count from `origin_ns` on that clock. On a clock that is not
-    /// the host's, a blocking wait is the sleeper's [`crate::clock::Sleeper::block_until`]
+    /// the host's, a blocking wait is the sleeper's [`smartcon_engine::clock::Sleeper::block_until`]
     /// instead of a timer on the port's io_uring.
     pub fn with_time(spec: EmuSpec, time: SharedTime, origin_ns: u64) -> Result<EmuTarget, Error> {
         let store = RamStore::new(spec.capacity_bytes as usize).map_err(|e| {
@@ -484,7 +484,7 @@ impl Port for EmuPort<'_> {
                         outcome.fell_back = true;
                         break;
                     }
-                    crate::clock::spin_hint();
+                    smartcon_engine::clock::spin_hint();
                 }
             }
             PortWait::Sync => wait_in_slices(time, arrival, status.done_ns, |t| {
