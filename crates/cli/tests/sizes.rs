@@ -18,6 +18,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_smartcon");
 const IO: &str = "an I/O size is 512 to 64m bytes, a multiple of 512";
 const DEVICE: &str = "a device size is 1m to 16g bytes, a multiple of 4k";
 const RAMDISK: &str = "a RAM disk size is 1m to 8g bytes, a multiple of 4k";
+const TREE: &str = "a tree size is 4k to 16g bytes, a multiple of 4k";
 
 fn scratch(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sizes-{}-{name}", std::process::id()));
@@ -55,7 +56,7 @@ fn every_command_refuses_a_zero_a_too_large_and_a_malformed_size_with_one_line_n
         ("evaluate --tiny --out OUT --file-size {S}", DEVICE),
         ("evaluate --study acs --tiny --out OUT --file-size {S}", DEVICE),
         ("emulate replay --device emu:nvme,size={S} --ios 10", DEVICE),
-        ("emulate sweep --device emu:nvme --plan-only --tree-size {S}", DEVICE),
+        ("emulate sweep --device emu:nvme --plan-only --tree-size {S}", TREE),
         ("emulate sweep --device emu:nvme,size={S} --plan-only", DEVICE),
         ("emulate mount emu:nvme MNT --size {S}", DEVICE),
         ("emulate mount emu:nvme,size={S} MNT", DEVICE),

@@ -73,13 +73,17 @@ pub const IO_SIZE: SizeRange =
     SizeRange { name: "an I/O size", min_bytes: SECTOR_BYTES, max_bytes: 64 << 20, multiple_bytes: SECTOR_BYTES };
 /// A device or a file smartcon creates or works in: an emulated device's capacity (`size=`,
 /// `--size`, an `--emulate` image), a `tmp:` file, the region a job uses (`--span`), a
-/// study's file (`--file-size`), a generated tree (`--tree-size`): whole 4 KiB pages from
-/// 1 MiB to 16 GiB (an emulated device lives in RAM on a machine of tens of GiB).
+/// study's file (`--file-size`): whole 4 KiB pages from 1 MiB to 16 GiB (an emulated device
+/// lives in RAM on a machine of tens of GiB).
 pub const DEVICE_SIZE: SizeRange =
     SizeRange { name: "a device size", min_bytes: 1 << 20, max_bytes: 16 << 30, multiple_bytes: 4096 };
 /// A loop, zram or loop-with-ext4 device created for a run (`loop:SIZE`, `zram:SIZE`,
 /// `loopfs:SIZE`): as [`DEVICE_SIZE`], up to 8 GiB, since it is filled in RAM (/dev/shm or
 /// zram) where an emulated device's untouched pages cost nothing.
+/// The files of a generated tree (`emulate sweep --tree-size`): whole pages, as a device's,
+/// from one page, since a tree is the data written onto a device, not the device: a tree of
+/// a few hundred KiB makes a sweep that runs in seconds (the vm test's).
+pub const TREE_SIZE: SizeRange = SizeRange { name: "a tree size", min_bytes: 4096, ..DEVICE_SIZE };
 pub const RAMDISK_SIZE: SizeRange = SizeRange { name: "a RAM disk size", max_bytes: 8 << 30, ..DEVICE_SIZE };
 
 const _: () = assert!(IO_SIZE.min_bytes >= SECTOR_BYTES && DEVICE_SIZE.min_bytes >= SECTOR_BYTES);

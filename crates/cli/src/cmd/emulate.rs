@@ -712,7 +712,7 @@ fn sweep(mut args: SweepArgs) -> Result<()> {
     let command = (!args.command.is_empty()).then_some(args.command.clone());
     let device = args.device.clone().unwrap_or_default();
     let (speedups, check_real_time) = (args.speedups.clone(), !args.no_real_time);
-    let tree_bytes = parse_size_arg("tree-size", &tree_size, smartcon_util::units::DEVICE_SIZE)?;
+    let tree_bytes = parse_size_arg("tree-size", &tree_size, smartcon_util::units::TREE_SIZE)?;
     if args.plan_only || args.ray.ray.is_some() {
         // One run per factor (1 x first when not asked for) and the real-time 1 x: each
         // point is `emulate sweep --point S` with the same flags.
@@ -811,7 +811,7 @@ fn vm_sweep(args: SweepArgs) -> Result<()> {
         .map_err(engine_err)?;
     let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
     let tree_bytes = match &args.tree_size {
-        Some(t) => parse_size_arg("tree-size", t, smartcon_util::units::DEVICE_SIZE)?,
+        Some(t) => parse_size_arg("tree-size", t, smartcon_util::units::TREE_SIZE)?,
         None if args.full => vmsweep::FULL_TREE_BYTES,
         None => vmsweep::QUICK_TREE_BYTES,
     };
