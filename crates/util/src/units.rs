@@ -80,11 +80,11 @@ pub const DEVICE_SIZE: SizeRange =
 /// A loop, zram or loop-with-ext4 device created for a run (`loop:SIZE`, `zram:SIZE`,
 /// `loopfs:SIZE`): as [`DEVICE_SIZE`], up to 8 GiB, since it is filled in RAM (/dev/shm or
 /// zram) where an emulated device's untouched pages cost nothing.
+pub const RAMDISK_SIZE: SizeRange = SizeRange { name: "a RAM disk size", max_bytes: 8 << 30, ..DEVICE_SIZE };
 /// The files of a generated tree (`emulate sweep --tree-size`): whole pages, as a device's,
 /// from one page, since a tree is the data written onto a device, not the device: a tree of
 /// a few hundred KiB makes a sweep that runs in seconds (the vm test's).
 pub const TREE_SIZE: SizeRange = SizeRange { name: "a tree size", min_bytes: 4096, ..DEVICE_SIZE };
-pub const RAMDISK_SIZE: SizeRange = SizeRange { name: "a RAM disk size", max_bytes: 8 << 30, ..DEVICE_SIZE };
 
 const _: () = assert!(IO_SIZE.min_bytes >= SECTOR_BYTES && DEVICE_SIZE.min_bytes >= SECTOR_BYTES);
 const _: () = assert!(IO_SIZE.max_bytes <= DEVICE_SIZE.max_bytes && RAMDISK_SIZE.max_bytes <= DEVICE_SIZE.max_bytes);
