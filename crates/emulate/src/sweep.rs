@@ -263,10 +263,12 @@ fn io_err(what: &str, e: std::io::Error) -> Error {
 /// deterministic, in directories of 32 files.
 /// Runs the program with the library (the contract's launcher) until it ends or the
 /// process is told to stop (SIGINT/SIGTERM set the engine's stop flag): then the program
-/// is sent SIGTERM, and SIGKILL a second later.
+/// and its children (its own process group) are sent SIGTERM, and SIGKILL a second later.
 fn wait_or_stop(cmd: &mut std::process::Command) -> std::io::Result<std::process::ExitStatus> {
     let mut escalation = Escalation::new(std::time::Duration::from_secs(1));
-    launch::run(cmd, || escalation.signal(smartcon_engine::stop::global().load(std::sync::atomic::Ordering::Relaxed)))
+    launch::run_group(cmd, || {
+        escalation.signal(smartcon_engine::stop::global().load(std::sync::atomic::Ordering::Relaxed))
+    })
 }
 
 fn stopped() -> Result<(), Error> {

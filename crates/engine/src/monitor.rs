@@ -123,6 +123,9 @@ struct Shared {
     own_wait_ns: AtomicU64,
     /// The block devices whose kernel queue the ticker reads.
     devices: Mutex<Vec<WatchedDevice>>,
+    /// Held by the ticker while it has `devices` taken out to read their files, so a
+    /// count of the watched devices waits for the list to be whole again.
+    reading: Mutex<()>,
 }
 
 /// A device whose queue the ticker reads: our counters for it (weak: a device nobody uses
@@ -407,6 +410,7 @@ impl SystemMonitor {
             retired_own_ns: AtomicU64::new(0),
             own_wait_ns: AtomicU64::new(0),
             devices: Mutex::new(Vec::new()),
+            reading: Mutex::new(()),
         });
         let period_ns = (window_ns / 10).max(10_000_000);
         let inner = shared.clone();
@@ -435,6 +439,7 @@ impl SystemMonitor {
                 retired_own_ns: AtomicU64::new(0),
                 own_wait_ns: AtomicU64::new(0),
                 devices: Mutex::new(Vec::new()),
+                reading: Mutex::new(()),
             }),
             ticker: Arc::new(Mutex::new(None)),
         }
@@ -551,6 +556,8 @@ impl SystemMonitor {
 
     /// The devices whose queue the ticker reads (for tests and reports).
     pub fn watched_devices(&self) -> usize {
+        // The ticker takes the list out while it reads the files: wait for it to be put back.
+        let _whole = self.shared.reading.lock().unwrap();
         self.shared.devices.lock().unwrap().len()
     }
 
@@ -620,6 +627,7 @@ fn ticker(shared: Arc<Shared>, window_ns: u64, period_ns: u64) {
 /// is taken out while the files are read (no system call with the lock held), and put
 /// back with the devices added meanwhile; devices nobody uses any more are dropped.
 fn read_device_queues(shared: &Shared) {
+    let _reading = shared.reading.lock().unwrap();
     let mut mine = std::mem::take(&mut *shared.devices.lock().unwrap());
     if mine.is_empty() {
         return;

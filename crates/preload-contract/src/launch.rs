@@ -44,8 +44,30 @@ impl Launch {
 
 /// Starts `cmd` and waits for it. Every [`POLL_MS`] ms `signal_to_send` says which signal
 /// to send it now (`None`: none). The command gets SIGTERM if the calling thread dies first.
-pub fn run(cmd: &mut Command, mut signal_to_send: impl FnMut() -> Option<libc::c_int>) -> std::io::Result<ExitStatus> {
+pub fn run(cmd: &mut Command, signal_to_send: impl FnMut() -> Option<libc::c_int>) -> std::io::Result<ExitStatus> {
+    wait_for(cmd, false, signal_to_send)
+}
+
+/// [`run`] for a command that needs no terminal, in a process group of its own: a signal
+/// goes to the whole group, so a shell's children (a `tar` in `sh -c '... | ...'`) stop
+/// with it rather than go on writing into files the caller is about to remove. Once the
+/// command has ended after a signal was sent, what is left of its group gets SIGKILL.
+pub fn run_group(
+    cmd: &mut Command,
+    signal_to_send: impl FnMut() -> Option<libc::c_int>,
+) -> std::io::Result<ExitStatus> {
+    wait_for(cmd, true, signal_to_send)
+}
+
+fn wait_for(
+    cmd: &mut Command,
+    group: bool,
+    mut signal_to_send: impl FnMut() -> Option<libc::c_int>,
+) -> std::io::Result<ExitStatus> {
     use std::os::unix::process::CommandExt;
+    if group {
+        cmd.process_group(0);
+    }
     // SAFETY: prctl is async-signal-safe and touches only the child's own attributes; the
     // closure allocates nothing.
     unsafe {
@@ -56,13 +78,25 @@ pub fn run(cmd: &mut Command, mut signal_to_send: impl FnMut() -> Option<libc::c
     }
     let mut child = cmd.spawn()?;
     let pid = child.id() as libc::pid_t;
+    // In a group of its own, the group's id is the child's pid.
+    let target = if group { -pid } else { pid };
+    let mut signalled = false;
     loop {
         if let Some(status) = child.try_wait()? {
+            if group && signalled {
+                // SAFETY: kill(2) takes no pointers. The group id was the child's pid; a group
+                // lives while any member does, so while the id is in use it is still this
+                // group (a new process cannot take a pid that names a live group); with no
+                // member left the call fails with ESRCH and does nothing.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
             return Ok(status);
         }
         if let Some(signal) = signal_to_send() {
-            // SAFETY: kill(2) on the pid of our own unreaped child: it cannot have been reused.
-            unsafe { libc::kill(pid, signal) };
+            signalled = true;
+            // SAFETY: kill(2) on our own unreaped child (its pid cannot have been reused) or
+            // on the group it leads (whose id cannot be reused while the leader is unreaped).
+            unsafe { libc::kill(target, signal) };
         }
         std::thread::sleep(Duration::from_millis(POLL_MS));
     }
@@ -122,5 +156,38 @@ mod tests {
         .unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    }
+
+    /// A shell's child must stop with the shell: sent to the group, the signal reaches the
+    /// `sleep` that `sh` started in the background (with [`run`] it would go on alone).
+    #[test]
+    fn a_group_run_stops_the_commands_children_too() {
+        let pid_file = std::env::temp_dir().join(format!("smartcon-launch-{}-group", std::process::id()));
+        let _ = std::fs::remove_file(&pid_file);
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(format!("sleep 30 & echo $! > '{}'; wait", pid_file.display()));
+        let mut asked = 0;
+        let status = run_group(&mut cmd, || {
+            asked += 1;
+            // Ask only once the background sleep has started and said its pid.
+            (pid_file.exists() && asked > 2).then_some(libc::SIGTERM)
+        })
+        .unwrap();
+        assert!(!status.success(), "{status:?}");
+        let text = std::fs::read_to_string(&pid_file).unwrap();
+        let _ = std::fs::remove_file(&pid_file);
+        let child: u32 = text.trim().parse().unwrap();
+        // Reparented, it may stay a zombie for a moment until its new parent reaps it.
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+                .unwrap_or(false)
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!alive(), "the shell's child {child} outlived the group's stop");
     }
 }

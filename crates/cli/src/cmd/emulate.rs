@@ -754,11 +754,11 @@ fn sweep(mut args: SweepArgs) -> Result<()> {
     if let Some(s) = args.point {
         // One run of a plan (on a Ray worker): its record, nothing else.
         let run = prepare(&opts).and_then(|c| run_point(&opts, &c, s, !args.point_real_time, "p"));
-        let _ = std::fs::remove_dir_all(&opts.work_dir);
+        remove_work_dir(&opts.work_dir);
         return emit_json(&run.map_err(engine_err)?);
     }
     let runs = run_sweep_points(&opts).map_err(engine_err);
-    let _ = std::fs::remove_dir_all(&opts.work_dir);
+    remove_work_dir(&opts.work_dir);
     let runs = runs?;
     if let Some(out) = out_dir {
         let mut lines = String::new();
@@ -785,6 +785,22 @@ fn sweep(mut args: SweepArgs) -> Result<()> {
         out.commit()?;
     }
     Ok(())
+}
+
+/// Removes the sweep's scratch directory. A program stopped by a signal has its whole
+/// process group killed (launch::run_group), but a member dying may still finish the file
+/// it was creating: a few tries a little apart, then a line saying what is left.
+fn remove_work_dir(dir: &std::path::Path) {
+    for _ in 0..20 {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(25)),
+        }
+    }
+    if dir.exists() {
+        eprintln!("smartcon: could not remove {}: remove it by hand", dir.display());
+    }
 }
 
 /// `emulate sweep --vm`: the seed's studies in a UML guest (smartcon_emulate::vmsweep).
