@@ -311,6 +311,10 @@ impl<F: FnMut(&str)> Progress for F {
     }
 }
 
+/// Times a direct point no longer than the pipe overhead is measured again before
+/// [`measure`] gives up on a busy machine.
+pub const DIRECT_RETRIES: u32 = 3;
+
 /// The number of steps [`measure`] reports, for a progress bar's length.
 pub fn step_count(plan: &Plan) -> u64 {
     (1 + plan.direct_procs.len() + 2 * plan.array_sizes_bytes.len() + 2 + 1) as u64
@@ -325,17 +329,44 @@ pub fn measure(plan: &Plan, stop: &AtomicBool, progress: &mut dyn Progress) -> R
     let (pipe_overhead_ns, direct, indirect, perf, perf_skipped_reason) = {
         let _pin = affinity::AffinityGuard::pin(plan.cpu)?;
         progress.step("single-process pipe overhead");
-        let overhead_ns = ring::ring_ns_per_hop(1, 0, plan.budget, stop)?;
-        let mut direct = Vec::with_capacity(plan.direct_procs.len());
+        let mut overhead_ns = ring::ring_ns_per_hop(1, 0, plan.budget, stop)?;
+        let mut raws = Vec::with_capacity(plan.direct_procs.len());
         for &procs in &plan.direct_procs {
             progress.step(&format!("direct, {procs} processes"));
-            let raw_ns = ring::ring_ns_per_hop(procs, 0, plan.budget, stop)?;
-            direct.push(DirectPoint {
-                procs,
-                us_per_switch: to_us((raw_ns - overhead_ns).max(0.0)),
-                us_per_switch_raw: to_us(raw_ns),
-            });
+            raws.push(ring::ring_ns_per_hop(procs, 0, plan.budget, stop)?);
         }
+        // The overhead again, and the smaller of the two, as for the hot times below: a
+        // neighbour's burst only ever adds time. Where a ring still took no longer than one
+        // process (a busy machine: `ctx --quick` beside seven compiles once wrote a direct
+        // cost of 0, which every reader of host.json rejects), it is measured again, up to
+        // DIRECT_RETRIES times, each time beside a fresh overhead.
+        overhead_ns = overhead_ns.min(ring::ring_ns_per_hop(1, 0, plan.budget, stop)?);
+        for (raw_ns, &procs) in raws.iter_mut().zip(&plan.direct_procs) {
+            let mut tries = 0;
+            while *raw_ns <= overhead_ns && tries < DIRECT_RETRIES {
+                tries += 1;
+                progress.step(&format!("direct, {procs} processes, again (the machine is busy)"));
+                *raw_ns = raw_ns.min(ring::ring_ns_per_hop(procs, 0, plan.budget, stop)?);
+                overhead_ns = overhead_ns.min(ring::ring_ns_per_hop(1, 0, plan.budget, stop)?);
+            }
+            if *raw_ns <= overhead_ns {
+                return Err(Error::BadInput(format!(
+                    "the machine is too busy to measure a context switch: {procs} processes took {:.2} us a hop, \
+                     one process {:.2} us; run `smartcon ctx` again when it is quieter",
+                    to_us(*raw_ns),
+                    to_us(overhead_ns)
+                )));
+            }
+        }
+        let direct: Vec<DirectPoint> = raws
+            .iter()
+            .zip(&plan.direct_procs)
+            .map(|(&raw_ns, &procs)| DirectPoint {
+                procs,
+                us_per_switch: to_us(raw_ns - overhead_ns),
+                us_per_switch_raw: to_us(raw_ns),
+            })
+            .collect();
         // perf right after the ring's direct figures, so both see the same machine state.
         progress.step("perf bench sched pipe");
         let (perf, perf_skipped_reason) = if plan.perf_loops == 0 {
