@@ -29,6 +29,9 @@ pub(crate) const SAMPLE_OFFSET_BITS: usize = 0b0101;
 /// Sec. V-C: above this divergence the estimate is ignored and the slice kept.
 pub const DIVERGENCE_MAX: f64 = 0.15;
 
+/// The sparsest sampling either study accepts (1 set in 65536).
+pub const SAMPLE_SHIFT_MAX: u32 = 16;
+
 /// The estimate read at switch-out.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimate {
@@ -44,62 +47,113 @@ impl Estimate {
     pub fn trusted(&self) -> bool {
         self.divergence <= DIVERGENCE_MAX
     }
+
+    /// Algorithm 1 `estimate_cs_penalty()` plus the Sec. V-C divergence, from the two half
+    /// counters of sets sampled one in `2^sample_shift`.
+    pub fn of(half_counts: [u64; 2], sample_shift: u32) -> Estimate {
+        let [a, b] = half_counts;
+        let sum = a + b;
+        let divergence = if sum == 0 { 0.0 } else { a.abs_diff(b) as f64 / sum as f64 };
+        Estimate { half_counts, cs_misses: sum << sample_shift, divergence }
+    }
 }
 
-pub struct AtdEstimator {
+/// The ATD itself, for one task ([`AtdEstimator`]) and for the sharers of one LLC
+/// (`crate::shared::SharedAtd`): the sampling rule (which sets, which half) and one valid
+/// bit per way of each sampled set. Whose counter a CS miss goes to is the caller's.
+pub(crate) struct SampledAtd {
     sample_shift: u32,
     sample_mask: usize,
     sample_offset: usize,
     /// One valid bit per way, one word per sampled set.
-    atd_valid: Vec<u64>,
+    valid: Vec<u64>,
+    ways: usize,
+}
+
+impl SampledAtd {
+    pub(crate) fn new(sets: usize, ways: u32, sample_shift: u32) -> Result<Self> {
+        let sampled = sets.checked_shr(sample_shift).unwrap_or(0);
+        if ways > 64 || sampled < 2 || sample_shift > SAMPLE_SHIFT_MAX {
+            return Err(Error::new(
+                ErrorKind::Parameter,
+                format!("cannot sample 1/{} of {sets} sets into two halves", 1u64 << sample_shift.min(63)),
+            ));
+        }
+        Ok(SampledAtd {
+            sample_shift,
+            sample_mask: (1usize << sample_shift) - 1,
+            sample_offset: ((1usize << sample_shift) - 1) & SAMPLE_OFFSET_BITS,
+            valid: vec![0; sampled],
+            ways: ways as usize,
+        })
+    }
+
+    pub(crate) fn sample_shift(&self) -> u32 {
+        self.sample_shift
+    }
+
+    /// Algorithm 1 `initialize()` for every line.
+    pub(crate) fn clear(&mut self) {
+        self.valid.fill(0);
+    }
+
+    /// `initialize()` for the lines `owned(set, way)` names only: a sharer switched in.
+    pub(crate) fn clear_where(&mut self, owned: impl Fn(usize, usize) -> bool) {
+        for (index, word) in self.valid.iter_mut().enumerate() {
+            let set = (index << self.sample_shift) | self.sample_offset;
+            for way in 0..self.ways {
+                if owned(set, way) {
+                    *word &= !(1u64 << way);
+                }
+            }
+        }
+    }
+
+    /// Algorithm 1 `count_cs_misses()`: an MTD access landed in `way` of `set`. Returns the
+    /// half whose counter takes a CS miss (a sampled set, an MTD hit on an invalid ATD way);
+    /// the way is valid afterwards.
+    #[inline]
+    pub(crate) fn on_access(&mut self, set: usize, way: usize, mtd_hit: bool) -> Option<usize> {
+        if set & self.sample_mask != self.sample_offset {
+            return None;
+        }
+        let index = set >> self.sample_shift;
+        let bit = 1u64 << way;
+        let word = &mut self.valid[index];
+        let cs_miss = mtd_hit && *word & bit == 0;
+        *word |= bit;
+        cs_miss.then_some(index & 1)
+    }
+}
+
+/// Algorithm 1 for one task: the ATD and one CS-MISS-CNT of two halves.
+pub struct AtdEstimator {
+    atd: SampledAtd,
     counts: [u64; 2],
 }
 
 impl AtdEstimator {
     pub fn new(sets: usize, ways: u32, sample_shift: u32) -> Result<Self> {
-        let sampled = sets >> sample_shift;
-        if ways > 64 || sampled < 2 {
-            return Err(Error::new(
-                ErrorKind::Parameter,
-                format!("cannot sample 1/{} of {sets} sets into two halves", 1u64 << sample_shift),
-            ));
-        }
-        Ok(AtdEstimator {
-            sample_shift,
-            sample_mask: (1usize << sample_shift) - 1,
-            sample_offset: ((1usize << sample_shift) - 1) & SAMPLE_OFFSET_BITS,
-            atd_valid: vec![0; sampled],
-            counts: [0; 2],
-        })
+        Ok(AtdEstimator { atd: SampledAtd::new(sets, ways, sample_shift)?, counts: [0; 2] })
     }
 
     /// Algorithm 1 `initialize()`: the task is switched in.
     pub fn switch_in(&mut self) {
-        self.atd_valid.fill(0);
+        self.atd.clear();
         self.counts = [0; 2];
     }
 
     /// Algorithm 1 `count_cs_misses()`: an MTD access landed in `way` of `set`.
     #[inline]
     pub fn on_access(&mut self, set: usize, way: usize, mtd_hit: bool) {
-        if set & self.sample_mask != self.sample_offset {
-            return;
+        if let Some(half) = self.atd.on_access(set, way, mtd_hit) {
+            self.counts[half] += 1;
         }
-        let index = set >> self.sample_shift;
-        let bit = 1u64 << way;
-        let word = &mut self.atd_valid[index];
-        if mtd_hit && *word & bit == 0 {
-            self.counts[index & 1] += 1;
-        }
-        *word |= bit;
     }
 
     /// Algorithm 1 `estimate_cs_penalty()` plus the Sec. V-C divergence.
     pub fn estimate(&self) -> Estimate {
-        let [a, b] = self.counts;
-        let sum = a + b;
-        let divergence = if sum == 0 { 0.0 } else { a.abs_diff(b) as f64 / sum as f64 };
-        Estimate { half_counts: self.counts, cs_misses: sum << self.sample_shift, divergence }
+        Estimate::of(self.counts, self.atd.sample_shift())
     }
 }
 

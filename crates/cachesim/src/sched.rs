@@ -153,7 +153,7 @@ pub struct Schedule {
     pub estimate_ignored: bool,
 }
 
-/// A task's whole run under one slice mode.
+/// A task's whole run under one slice mode (or one sharer's run on a shared LLC).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskRun {
     pub task: String,
@@ -323,15 +323,27 @@ pub fn run_jobs(
     stop: &AtomicBool,
     on_done: &(dyn Fn() + Sync),
 ) -> Result<Vec<TaskRun>> {
+    run_parallel(jobs, threads, |(spec, config)| run_task(spec, config, stop), on_done).into_iter().collect()
+}
+
+/// Runs `run` on every job on up to `threads` threads (each takes the next job when it is
+/// done), calling `on_done` after each; the results in job order. The private study's and
+/// the shared LLC's pool.
+pub(crate) fn run_parallel<J: Sync, R: Send>(
+    jobs: &[J],
+    threads: usize,
+    run: impl Fn(&J) -> R + Sync,
+    on_done: &(dyn Fn() + Sync),
+) -> Vec<R> {
     let next = AtomicUsize::new(0);
-    let mut results: Vec<Option<Result<TaskRun>>> = (0..jobs.len()).map(|_| None).collect();
+    let mut results: Vec<Option<R>> = (0..jobs.len()).map(|_| None).collect();
     let slots = std::sync::Mutex::new(&mut results);
     std::thread::scope(|scope| {
         for _ in 0..threads.max(1).min(jobs.len().max(1)) {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((spec, config)) = jobs.get(i) else { break };
-                let r = run_task(spec, config, stop);
+                let Some(job) = jobs.get(i) else { break };
+                let r = run(job);
                 slots.lock().expect("no panics while holding")[i] = Some(r);
                 on_done();
             });

@@ -23,16 +23,16 @@
 //! study: a switch is the invalidation of the sharer's lines. LRU only (the paper's
 //! configuration for Fig. 9).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
 use crate::cache::{Cache, CacheStats};
-use crate::estimator::{Estimate, DIVERGENCE_MAX, SAMPLE_OFFSET_BITS};
+use crate::estimator::{Estimate, SampledAtd};
 use crate::geometry::Geometry;
 use crate::hierarchy::{HierarchyConfig, Timing};
 use crate::policy::Lru;
-use crate::sched::{Schedule, TaskSpec, BASE_SLICE_CYCLES, SCHEDULES_MAX};
+use crate::sched::{run_parallel, Schedule, TaskRun, TaskSpec, BASE_SLICE_CYCLES, SCHEDULES_MAX};
 use crate::source::RecordSource;
 use crate::trace::{AccessKind, Record};
 use crate::{Error, ErrorKind, Result};
@@ -200,70 +200,36 @@ impl SharedLlc {
     }
 }
 
-/// Algorithm 1 with one ATD for all sharers and one CS-MISS-CNT (two halves) per sharer.
+/// Algorithm 1 with one ATD for all sharers (the private study's sampling rule,
+/// [`SampledAtd`]) and one CS-MISS-CNT (two halves) per sharer.
 pub struct SharedAtd {
-    sample_shift: u32,
-    sample_mask: usize,
-    sample_offset: usize,
-    ways: usize,
-    atd_valid: Vec<u64>,
+    atd: SampledAtd,
     counts: Vec<[u64; 2]>,
 }
 
 impl SharedAtd {
     pub fn new(sets: usize, ways: u32, sample_shift: u32, sharers: usize) -> Result<Self> {
-        let sampled = sets >> sample_shift;
-        if ways > 64 || sampled < 2 || sample_shift > 16 {
-            return Err(Error::new(
-                ErrorKind::Parameter,
-                format!("cannot sample 1/{} of {sets} sets into two halves", 1u64 << sample_shift.min(63)),
-            ));
-        }
-        Ok(SharedAtd {
-            sample_shift,
-            sample_mask: (1usize << sample_shift) - 1,
-            sample_offset: ((1usize << sample_shift) - 1) & SAMPLE_OFFSET_BITS,
-            ways: ways as usize,
-            atd_valid: vec![0; sampled],
-            counts: vec![[0; 2]; sharers],
-        })
+        Ok(SharedAtd { atd: SampledAtd::new(sets, ways, sample_shift)?, counts: vec![[0; 2]; sharers] })
     }
 
     /// `sharer` is switched in: the ATD bits of the MTD ways it owns, and its counters, clear.
     pub fn switch_in(&mut self, sharer: usize, mtd: &SharedLlc) {
-        for (index, word) in self.atd_valid.iter_mut().enumerate() {
-            let set = (index << self.sample_shift) | self.sample_offset;
-            for way in 0..self.ways {
-                if mtd.owner_at(set, way) == Some(sharer) {
-                    *word &= !(1u64 << way);
-                }
-            }
-        }
+        self.atd.clear_where(|set, way| mtd.owner_at(set, way) == Some(sharer));
         self.counts[sharer] = [0; 2];
     }
 
     /// An MTD access of `sharer` landed in `way` of `set`.
     #[inline]
     pub fn on_access(&mut self, sharer: usize, set: usize, way: usize, mtd_hit: bool) {
-        if set & self.sample_mask != self.sample_offset {
-            return;
+        // A hit means the line's owner tag is `sharer`: a CS miss is its counter's.
+        if let Some(half) = self.atd.on_access(set, way, mtd_hit) {
+            self.counts[sharer][half] += 1;
         }
-        let index = set >> self.sample_shift;
-        let bit = 1u64 << way;
-        let word = &mut self.atd_valid[index];
-        if mtd_hit && *word & bit == 0 {
-            // A hit means the line's owner tag is `sharer`: its counter.
-            self.counts[sharer][index & 1] += 1;
-        }
-        *word |= bit;
     }
 
     /// The estimate of `sharer` since its switch-in.
     pub fn estimate(&self, sharer: usize) -> Estimate {
-        let [a, b] = self.counts[sharer];
-        let sum = a + b;
-        let divergence = if sum == 0 { 0.0 } else { a.abs_diff(b) as f64 / sum as f64 };
-        Estimate { half_counts: [a, b], cs_misses: sum << self.sample_shift, divergence }
+        Estimate::of(self.counts[sharer], self.atd.sample_shift())
     }
 }
 
@@ -401,42 +367,6 @@ pub struct SharedConfig {
     pub sample_shift: u32,
 }
 
-/// One sharer's whole run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SharerRun {
-    pub task: String,
-    pub records: u64,
-    pub instructions: u64,
-    pub cycles: u64,
-    pub llc_accesses: u64,
-    pub llc_misses: u64,
-    pub schedules: Vec<Schedule>,
-}
-
-impl SharerRun {
-    pub fn ipc(&self) -> f64 {
-        if self.cycles == 0 {
-            0.0
-        } else {
-            self.instructions as f64 / self.cycles as f64
-        }
-    }
-
-    pub fn cs_misses_exact(&self) -> u64 {
-        self.schedules.iter().map(|s| s.cs_misses_exact).sum()
-    }
-
-    pub fn cs_misses_estimated(&self) -> u64 {
-        self.schedules.iter().map(|s| s.cs_misses_estimated).sum()
-    }
-
-    /// |estimate - exact| / exact over the run, `None` without CS misses.
-    pub fn estimation_error(&self) -> Option<f64> {
-        let exact = self.cs_misses_exact();
-        (exact > 0).then(|| self.cs_misses_estimated().abs_diff(exact) as f64 / exact as f64)
-    }
-}
-
 /// Records a core runs before the clocks are compared again.
 const INTERLEAVE_RECORDS: usize = 16;
 
@@ -454,8 +384,8 @@ struct Lane {
 }
 
 /// Runs one task per core on the shared LLC until every task has its instructions (or its
-/// trace ended). `stop` ends it early (the run is then partial).
-pub fn run_shared(tasks: &[TaskSpec], config: &SharedConfig, stop: &AtomicBool) -> Result<Vec<SharerRun>> {
+/// trace ended); each sharer's run is a [`TaskRun`], as a task's of the private study. `stop` ends it early (the run is then partial).
+pub fn run_shared(tasks: &[TaskSpec], config: &SharedConfig, stop: &AtomicBool) -> Result<Vec<TaskRun>> {
     let n = tasks.len();
     let g = config.hierarchy.llc;
     config.hierarchy.validate()?;
@@ -535,7 +465,7 @@ pub fn run_shared(tasks: &[TaskSpec], config: &SharedConfig, stop: &AtomicBool) 
         .into_iter()
         .zip(tasks)
         .enumerate()
-        .map(|(sharer, (lane, t))| SharerRun {
+        .map(|(sharer, (lane, t))| TaskRun {
             task: t.name.clone(),
             records: lane.core.records,
             instructions: lane.core.instructions,
@@ -564,7 +494,7 @@ fn close_schedule(lane: &mut Lane, sharer: usize, shared: &SharedLevel, slice_cy
         cs_misses_exact: shared.truth.cs_misses(sharer),
         cs_misses_excess: flushed as i64 - mtd as i64,
         divergence: estimate.divergence,
-        estimate_ignored: estimate.divergence > DIVERGENCE_MAX,
+        estimate_ignored: !estimate.trusted(),
     });
 }
 
@@ -685,27 +615,16 @@ pub fn run_plan(plan: &SharedPlan, stop: &AtomicBool, on_done: &(dyn Fn() + Sync
     let base = plan.config()?;
     let jobs: Vec<(Partition, usize)> =
         plan.partitions.iter().flat_map(|&p| (0..plan.groups.len()).map(move |g| (p, g))).collect();
-    let next = AtomicUsize::new(0);
-    let slots: std::sync::Mutex<Vec<Option<Result<Vec<SharerRun>>>>> =
-        std::sync::Mutex::new((0..jobs.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..plan.threads.max(1).min(jobs.len().max(1)) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(partition, g)) = jobs.get(i) else { break };
-                let r = run_shared(&plan.groups[g], &SharedConfig { partition, ..base.clone() }, stop);
-                slots.lock().expect("no panics while holding")[i] = Some(r);
-                on_done();
-            });
-        }
-    });
+    let run = |&(partition, g): &(Partition, usize)| {
+        run_shared(&plan.groups[g], &SharedConfig { partition, ..base.clone() }, stop)
+    };
+    let results = run_parallel(&jobs, plan.threads, run, on_done);
     if stop.load(Ordering::Relaxed) {
         return Err(Error::new(ErrorKind::Interrupted, "interrupted; no results printed"));
     }
     let mut records = Vec::new();
-    let results = slots.into_inner().expect("threads joined");
     for ((partition, g), runs) in jobs.iter().zip(results) {
-        let runs = runs.expect("every job ran")?;
+        let runs = runs?;
         let group = &plan.groups[*g];
         for (sharer, run) in runs.iter().enumerate() {
             records.push(SharedRecord {

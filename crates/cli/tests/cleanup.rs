@@ -57,6 +57,11 @@ impl Drop for World {
     }
 }
 
+/// Every `smartcon cleanup` also removes, by name, what gone runs left in /dev/shm and on
+/// mounts: a test that makes such leftovers holds this for writing, so that no other test's
+/// cleanup removes them before its own does (the others hold it for reading).
+static BY_NAME: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -100,6 +105,7 @@ fn losetup_detach(dev: &Path) {
 /// own name but without the creating run's mark: all survive, each is reported.
 #[test]
 fn a_forged_record_costs_the_user_nothing() {
+    let _scan = BY_NAME.read().unwrap_or_else(|e| e.into_inner());
     if !root() {
         eprintln!("skipped: attaching a loop device over a user's file needs root");
         return;
@@ -163,7 +169,9 @@ fn a_forged_record_costs_the_user_nothing() {
     }
     assert!(user_mnt.is_dir(), "the user's directory stays");
     assert!(said.contains("left alone"), "{said}");
-    assert!(!said.contains("removed file") && !said.contains("removed loop"), "{said}");
+    // Only its own paths: cleanup also removes, by name, what other (gone) runs left in /dev/shm.
+    let own = [user_file.display().to_string(), shm_file.display().to_string(), dev.display().to_string()];
+    assert!(!said.lines().any(|l| l.contains("removed") && own.iter().any(|p| l.contains(p.as_str()))), "{said}");
 }
 
 /// A record that is not UTF-8 (or not a record at all) made cleanup exit 2 and skip the
@@ -171,6 +179,7 @@ fn a_forged_record_costs_the_user_nothing() {
 /// name is not UTF-8 either) is still cleaned up.
 #[test]
 fn an_unreadable_record_is_skipped_and_the_rest_cleaned() {
+    let _scan = BY_NAME.read().unwrap_or_else(|e| e.into_inner());
     let w = World::new("unreadable");
     let pid = dead_pid();
     std::fs::write(w.home().join("devices/bad.rec"), b"owner\n\xff\xfe\n\x80zram\n").unwrap();
@@ -197,6 +206,7 @@ fn an_unreadable_record_is_skipped_and_the_rest_cleaned() {
 /// an empty `--out`; `cleanup` removes a claim a killed run recorded.
 #[test]
 fn a_stale_claim_does_not_block_an_empty_out_dir() {
+    let _scan = BY_NAME.read().unwrap_or_else(|e| e.into_inner());
     let w = World::new("claim");
     let pid = dead_pid();
     for (name, claim) in
@@ -245,6 +255,7 @@ fn a_stale_claim_does_not_block_an_empty_out_dir() {
 /// unused, is removed.
 #[test]
 fn a_stale_zram_record_removes_only_the_recorded_size() {
+    let _scan = BY_NAME.read().unwrap_or_else(|e| e.into_inner());
     if !root() {
         eprintln!("skipped: zram devices need root");
         return;
@@ -286,6 +297,19 @@ fn a_stale_zram_record_removes_only_the_recorded_size() {
     assert!(removed, "the recorded size, unused, is removed: {}", text(&same));
 }
 
+/// Why a test that makes loop file systems cannot run here, if it cannot.
+fn loop_fs_skip_reason() -> Option<&'static str> {
+    if !root() {
+        return Some("loop devices and mounts need root");
+    }
+    if Command::new("mkfs.ext4").arg("-V").output().is_err()
+        || Command::new("losetup").arg("--version").output().is_err()
+    {
+        return Some("mkfs.ext4 (e2fsprogs) or losetup (mount) is not installed");
+    }
+    None
+}
+
 fn mounted(dir: &Path) -> bool {
     let text = std::fs::read("/proc/self/mounts").unwrap_or_default();
     text.split(|&b| b == b'\n').any(|l| l.split(|&b| b == b' ').nth(1) == Some(dir.as_os_str().as_bytes()))
@@ -296,14 +320,9 @@ fn mounted(dir: &Path) -> bool {
 /// (a lossy record reported success and left both).
 #[test]
 fn a_loop_file_system_under_a_non_utf8_tmpdir_is_cleaned_after_kill() {
-    if !root() {
-        eprintln!("skipped: loop devices need root");
-        return;
-    }
-    if Command::new("mkfs.ext4").arg("-V").output().is_err()
-        || Command::new("losetup").arg("--version").output().is_err()
-    {
-        eprintln!("skipped: mkfs.ext4 (e2fsprogs) or losetup (mount) is not installed");
+    let _scan = BY_NAME.read().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = loop_fs_skip_reason() {
+        eprintln!("skipped: {why}");
         return;
     }
     let w = World::new("tmpdir");
@@ -358,6 +377,7 @@ fn a_loop_file_system_under_a_non_utf8_tmpdir_is_cleaned_after_kill() {
 /// exit 2, leaving nothing; a non-empty directory is refused without `--force`.
 #[test]
 fn emulate_mount_locks_its_directory_and_refuses_a_non_empty_one() {
+    let _scan = BY_NAME.read().unwrap_or_else(|e| e.into_inner());
     if !root() || !Path::new("/dev/fuse").exists() {
         eprintln!("skipped: emulate mount needs root and /dev/fuse");
         return;
@@ -420,4 +440,188 @@ fn emulate_mount_locks_its_directory_and_refuses_a_non_empty_one() {
     assert_eq!(third.status.code(), Some(2), "{}", text(&third));
     assert_eq!(text(&third).trim_end().lines().count(), 1, "{}", text(&third));
     assert!(left.is_empty() && !mounted(&dir), "nothing left: {left:?}");
+}
+
+/// A process's start time in clock ticks (field 22 of /proc/PID/stat).
+fn start_ticks(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A run that is over, with the start time its owner marks would hold.
+fn gone_run() -> (u32, u64) {
+    let mut child = Command::new("sleep").arg("600").spawn().unwrap();
+    let pid = child.id();
+    let start = start_ticks(pid).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    (pid, start)
+}
+
+/// Writes the owner mark smartcon writes beside a scratch path: `.NAME.smartcon-owner`.
+fn mark(path: &Path, pid: u32, start: u64) -> PathBuf {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap());
+    name.push(".smartcon-owner");
+    let mark = path.with_file_name(name);
+    std::fs::write(&mark, format!("{pid} {start}\n")).unwrap();
+    mark
+}
+
+/// Makes `path` look an hour old, as a leftover of a run killed long ago: cleanup takes
+/// leftovers by name only once they are a minute old.
+fn age(path: &Path) {
+    let then = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::open(path).unwrap().set_modified(then).unwrap();
+}
+
+/// A killed run whose SMARTCON_HOME was deleted leaves no record (the review's loopfs
+/// leftovers of pids 2345 and 2541): cleanup finds what it left by smartcon's own names with
+/// the gone run's pid, and leaves alone the same names of a live run, a gone pid's name
+/// without its mark, a mark naming another pid, and a name that is not smartcon's.
+#[test]
+fn leftovers_without_a_record_are_found_by_their_names() {
+    let _scan = BY_NAME.write().unwrap_or_else(|e| e.into_inner());
+    let w = World::new("byname");
+    let tmp = w.root.join("tmp");
+    let (gone, gone_start) = gone_run();
+    let me = std::process::id();
+    let my_start = start_ticks(me).unwrap();
+    // A directory or a file in TMPDIR (or an absolute path), made now.
+    let dir = |name: String| {
+        let p = tmp.join(name);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    };
+    let file = |name: String| {
+        let p = tmp.join(name);
+        std::fs::write(&p, b"data").unwrap();
+        p
+    };
+    // The gone run's: a sweep's tree and a tmp: target's file with their marks, crosscheck's
+    // unmarked directory, an empty mount directory, a loop ramdisk's file with its mark.
+    let sweep = dir(format!("smartcon-sweep-{gone}"));
+    std::fs::create_dir_all(sweep.join("tree/a")).unwrap();
+    std::fs::write(sweep.join("tree/a/f"), b"x").unwrap();
+    let sweep_mark = mark(&sweep, gone, gone_start);
+    let target = file(format!("smartcon-{gone}-77.tmp"));
+    mark(&target, gone, gone_start);
+    let cross = dir(format!("smartcon-crosscheck-{gone}"));
+    std::fs::write(cross.join("trace.sct"), b"t").unwrap();
+    let mount_dir = dir(format!("smartcon-loopfs-{gone}-5"));
+    let image = file(format!("/dev/shm/smartcon-loop-{gone}-424242.img"));
+    let image_mark = mark(&image, gone, gone_start);
+    // A run that had this test's pid before it: its mark holds another start time.
+    let reused = file(format!("smartcon-run-{me}.jsonl"));
+    mark(&reused, me, my_start + 1);
+    // To keep: a live run's (this test's) names, marked or not.
+    let live_sweep = dir(format!("smartcon-sweep-{me}"));
+    mark(&live_sweep, me, my_start);
+    let live_cross = dir(format!("smartcon-crosscheck-{me}"));
+    let live_mount_dir = dir(format!("smartcon-loopfs-{me}-5"));
+    let live_image = file(format!("/dev/shm/smartcon-loop-{me}-424242.img"));
+    let live_image_mark = mark(&live_image, me, my_start);
+    // To keep: a gone pid's names without proof (no mark; a mark naming another pid), and a
+    // name that is not smartcon's.
+    let unmarked = file(format!("smartcon-run-{gone}.jsonl"));
+    let other = dead_pid();
+    assert_ne!(other, gone);
+    let misnamed = dir(format!("smartcon-vmsweep-{gone}"));
+    mark(&misnamed, other, 1);
+    let users = file(format!("notes-{gone}"));
+    mark(&users, gone, gone_start);
+    // All of it old, the live run's too (it is kept for being alive, not for being new).
+    let shm = [&image, &image_mark, &live_image, &live_image_mark];
+    std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .chain(shm.iter().map(|p| p.to_path_buf()))
+        .for_each(|p| age(&p));
+
+    let out = w.run(&["cleanup"]);
+    let said = text(&out);
+    let live_image_kept = live_image.exists() && live_image_mark.exists();
+    // Undo what the test made outside its world before asserting.
+    for p in [&live_image, &live_image_mark, &image, &image_mark] {
+        let _ = std::fs::remove_file(p);
+    }
+    eprintln!("{said}");
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    for p in [&sweep, &sweep_mark, &target, &cross, &mount_dir, &reused] {
+        assert!(std::fs::symlink_metadata(p).is_err(), "{} is removed: {said}", p.display());
+    }
+    assert!(said.contains(&format!("removed file {}", image.display())), "{said}");
+    assert!(live_image_kept, "a live run's loop file and its mark stay: {said}");
+    for p in [&live_sweep, &live_cross, &live_mount_dir, &unmarked, &misnamed, &users] {
+        assert!(p.exists(), "{} is kept: {said}", p.display());
+    }
+}
+
+/// The review's leftover itself, as root: an ext4 file system on a loop device over a gone
+/// run's /dev/shm file, mounted on `smartcon-loopfs-PID-N`, with no record anywhere: cleanup
+/// unmounts it, detaches the device and removes the file. A user's loop device mounted on a
+/// directory of the same shape is left mounted.
+#[test]
+fn a_gone_runs_loop_file_system_without_a_record_is_removed() {
+    let _scan = BY_NAME.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = loop_fs_skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let w = World::new("byname-root");
+    let tmp = w.root.join("tmp");
+    let (gone, gone_start) = gone_run();
+    let image = PathBuf::from(format!("/dev/shm/smartcon-loop-{gone}-1.img"));
+    let image_mark = mark(&image, gone, gone_start);
+    let users = w.root.join("user/u.img");
+    let made = |file: &Path, dir: &Path| -> Option<PathBuf> {
+        std::fs::File::create(file).ok()?.set_len(32 << 20).ok()?;
+        let dev = losetup_attach(file)?;
+        let ok = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev).status().is_ok_and(|s| s.success())
+            && std::fs::create_dir(dir).is_ok()
+            && Command::new("mount").arg(&dev).arg(dir).status().is_ok_and(|s| s.success());
+        if !ok {
+            losetup_detach(&dev);
+            return None;
+        }
+        Some(dev)
+    };
+    let mount_dir = tmp.join(format!("smartcon-loopfs-{gone}-1"));
+    let users_dir = tmp.join(format!("smartcon-loopfs-{gone}-2"));
+    let (Some(dev), Some(users_dev)) = (made(&image, &mount_dir), made(&users, &users_dir)) else {
+        for d in [&mount_dir, &users_dir] {
+            let _ = Command::new("umount").arg(d).status();
+        }
+        let _ = w.run(&["cleanup"]);
+        let _ = std::fs::remove_file(&image);
+        let _ = std::fs::remove_file(&image_mark);
+        eprintln!("skipped: could not make the loop file systems here");
+        return;
+    };
+    age(&image_mark);
+    let out = w.run(&["cleanup"]);
+    let said = text(&out);
+    let (mounted_after, attached_after) = (mounted(&mount_dir), loop_backing(&dev));
+    let users_mounted = mounted(&users_dir);
+    // Undo what is left before asserting.
+    for d in [&users_dir, &mount_dir] {
+        if mounted(d) {
+            let _ = Command::new("umount").arg(d).status();
+        }
+    }
+    losetup_detach(&users_dev);
+    if attached_after.is_some() {
+        losetup_detach(&dev);
+    }
+    let image_left = image.exists() || image_mark.exists();
+    let _ = std::fs::remove_file(&image);
+    let _ = std::fs::remove_file(&image_mark);
+    eprintln!("{said}");
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(!mounted_after && !mount_dir.exists(), "the gone run's mount and directory are gone: {said}");
+    assert_ne!(attached_after.as_deref(), Some(image.as_path()), "its loop device is detached: {said}");
+    assert!(!image_left, "its file and mark are removed: {said}");
+    assert!(users_mounted, "a user's loop device on a look-alike directory stays mounted: {said}");
+    assert!(said.contains("left alone"), "{said}");
 }

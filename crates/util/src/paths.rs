@@ -274,7 +274,7 @@ fn claim_is_live(claim: &Path) -> bool {
 pub fn owner_mark_path(path: &Path) -> PathBuf {
     let mut name = std::ffi::OsString::from(".");
     name.push(path.file_name().unwrap_or_default());
-    name.push(".smartcon-owner");
+    name.push(OWNER_MARK_SUFFIX);
     parent_of(path).join(name)
 }
 
@@ -299,6 +299,18 @@ pub fn owner_mark_is(path: &Path, pid: u32, start: u64) -> bool {
             .and_then(|t| parse_identity(&t))
             .is_some_and(|(p, s)| p == pid && s == Some(start))
 }
+
+/// The identity `(pid, start)` an owner mark holds, when `mark` is a regular file holding
+/// one (the start time is `None` in marks of older builds).
+pub fn owner_mark_identity(mark: &Path) -> Option<(u32, Option<u64>)> {
+    if !std::fs::symlink_metadata(mark).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
+    parse_identity(&std::fs::read_to_string(mark).ok()?)
+}
+
+/// The suffix of an owner mark's name (`.NAME` + this).
+pub const OWNER_MARK_SUFFIX: &str = ".smartcon-owner";
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -104,6 +104,16 @@ pub fn alive(pid: u32) -> bool {
     process_stat(pid).is_some_and(|s| s.is_alive())
 }
 
+/// Whether the run of process `pid`, started at `start_ticks` where that is known (an owner
+/// mark's start time; 0 or `None` when not), is over: no live process has the pid (a zombie
+/// is over), or the one that has it started at another time (a later process got the pid).
+pub fn run_gone(pid: u32, start_ticks: Option<u64>) -> bool {
+    match process_stat(pid) {
+        Some(s) if s.is_alive() => start_ticks.is_some_and(|t| t != 0 && t != s.start_ticks),
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +128,13 @@ mod tests {
         assert!(alive(std::process::id()));
         assert!(!alive(u32::MAX - 1));
         assert!(process_stat(std::process::id()).is_some_and(|s| s.start_ticks > 0));
+        // This run, with its own start time or none, is not over; with another start time,
+        // it is a later process's pid, and the run that wrote it is.
+        let me = process_stat(std::process::id()).unwrap().start_ticks;
+        assert!(!run_gone(std::process::id(), Some(me)) && !run_gone(std::process::id(), None));
+        assert!(!run_gone(std::process::id(), Some(0)));
+        assert!(run_gone(std::process::id(), Some(me + 1)));
+        assert!(run_gone(u32::MAX - 1, None));
     }
 
     #[test]

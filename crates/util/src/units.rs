@@ -31,18 +31,34 @@ fn split_number(text: &str) -> Option<(f64, &str)> {
     Some((value, t[end..].trim()))
 }
 
+/// The one unit table of every size: bytes per unit, binary multiples, case ignored
+/// (`k`, `kb` and `kib` are all 1024); `None` for anything else. It goes up to `e` (2^60),
+/// so that [`parse_size_in`] can call "1p" too large for its kind rather than unreadable.
+fn unit_multiplier(unit: &str) -> Option<u64> {
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        "p" | "pb" | "pib" => 50,
+        "e" | "eb" | "eib" => 60,
+        _ => return None,
+    };
+    Some(1 << shift)
+}
+
+/// The largest unit [`parse_size`] reads (t): it has never read `p` or `e`, and its callers'
+/// sizes (caches, working sets, bandwidths) stay as they were.
+const PARSE_SIZE_UNIT_MAX: u64 = 1 << 40;
+
 /// Parses a size such as `4096`, `4k`, `4KiB`, `1m`, `2G` into bytes.
 pub fn parse_size(text: &str) -> Result<u64, ParseError> {
     let err = || ParseError { text: text.to_string(), expected: "a size such as 4096, 4k, 1m or 2g" };
     let (value, unit) = split_number(text).ok_or_else(err)?;
-    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(err()),
-    };
+    // Units up to t only, as always: `p` and `e` are [`parse_size_in`]'s, where a size too
+    // large to hold is out of its kind's range rather than malformed.
+    let multiplier = unit_multiplier(unit).filter(|&m| m <= PARSE_SIZE_UNIT_MAX).ok_or_else(err)?;
     let bytes = value * multiplier as f64;
     if !bytes.is_finite() || bytes > u64::MAX as f64 / 2.0 || bytes.fract() != 0.0 {
         return Err(err());
@@ -161,16 +177,7 @@ impl std::error::Error for SizeError {}
 pub fn parse_size_in(text: &str, range: SizeRange) -> Result<u64, SizeError> {
     let err = |problem| SizeError { text: text.trim().to_string(), problem, range };
     let (value, unit) = split_number(text).ok_or_else(|| err(SizeProblem::Malformed))?;
-    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        "p" | "pb" | "pib" => 1 << 50,
-        "e" | "eb" | "eib" => 1 << 60,
-        _ => return Err(err(SizeProblem::Malformed)),
-    };
+    let multiplier = unit_multiplier(unit).ok_or_else(|| err(SizeProblem::Malformed))?;
     let bytes = value * multiplier as f64;
     if !bytes.is_finite() {
         return Err(err(SizeProblem::Malformed));
@@ -242,6 +249,17 @@ mod tests {
         assert!(parse_size("4x").is_err());
         assert!(parse_size("-4k").is_err());
         assert!(parse_size("1.3").is_err());
+        // One unit table, two readers: parse_size stops at t, parse_size_in reads p and e
+        // (to say "out of range"), and both read every spelling of the units they share.
+        assert_eq!(parse_size("2TiB").unwrap(), 2 << 40);
+        assert!(parse_size("1p").is_err() && parse_size("1e").is_err());
+        for unit in ["", "b", "k", "KB", "kib", "m", "MiB", "g", "gb", "t", "TiB"] {
+            let text = format!("16{unit}");
+            let range = SizeRange { name: "any size", min_bytes: 1, max_bytes: 1 << 62, multiple_bytes: 1 };
+            assert_eq!(parse_size_in(&text, range).ok(), parse_size(&text).ok(), "{text}");
+        }
+        assert_eq!(unit_multiplier("PiB"), Some(1 << 50));
+        assert_eq!(unit_multiplier("x"), None);
         assert_eq!(format_size(262144), "256k");
         assert_eq!(format_size(1000), "1000");
     }

@@ -156,7 +156,7 @@ fn backing_is_ours(backing: &Path, pid: u32, start: u64) -> bool {
 }
 
 /// Where loop ramdisks' backing files are made.
-const LOOP_DIR: &str = "/dev/shm";
+pub(crate) const LOOP_DIR: &str = "/dev/shm";
 
 impl Recorded {
     /// One line naming what the record holds, paths escaped.
@@ -233,7 +233,7 @@ fn detach_loop(device: &Path) -> Result<(), Error> {
 }
 
 /// Detaches every loop device over `backing`, then removes the file.
-fn remove_loop_backed_by(backing: &Path) -> Result<(), Error> {
+pub(crate) fn remove_loop_backed_by(backing: &Path) -> Result<(), Error> {
     let mut first_error = None;
     for device in loopmount::loops_backed_by(backing) {
         if let Err(e) = detach_loop(&device) {
@@ -276,12 +276,12 @@ fn remove_recorded_mount(mount: &Path, ours: impl Fn(&OsStr) -> bool, report: &m
 
 /// Unmounts `mount` and removes the empty directory. A busy file system (a file still
 /// open) is detached lazily at once, so the loop device can go.
-fn unmount_and_remove(mount: &Path) {
+pub(crate) fn unmount_and_remove(mount: &Path) {
     let _ = loopmount::unmount(mount, 1);
     let _ = std::fs::remove_dir(mount);
 }
 
-fn zram_reset_and_remove(id: u32) -> Result<(), Error> {
+pub(crate) fn zram_reset_and_remove(id: u32) -> Result<(), Error> {
     let reset = write_sys(&format!("/sys/block/zram{id}/reset"), "1");
     let mut removed = write_sys("/sys/class/zram-control/hot_remove", &id.to_string());
     for _ in 0..REMOVE_TRIES_MAX {

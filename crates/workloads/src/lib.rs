@@ -12,6 +12,7 @@
 //! decision and statistics like any application would.
 
 pub mod blockdev;
+pub mod leftovers;
 pub mod load;
 pub mod merge;
 pub mod postmark;

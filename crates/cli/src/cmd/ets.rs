@@ -174,15 +174,9 @@ fn study(a: StudyArgs) -> Result<()> {
         sample_shift: a.sample_shift,
         extra_slices_cycles: parse_slices(&a.slices)?,
         sweep: !a.no_sweep,
-        threads: a
-            .threads
-            .map(|n| n.get())
-            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+        threads: threads(a.threads),
     };
-    plan.hierarchy().map_err(|e| match e.kind {
-        ErrorKind::Geometry => anyhow::Error::from(e).context("--llc"),
-        _ => e.into(),
-    })?;
+    plan.hierarchy().map_err(llc_error)?;
     let bar = common::progress_bar(plan.runs() as u64, "ets");
     let results = ets::run(&plan, common::interrupt_flag(), &|| bar.inc(1));
     bar.finish_and_clear();
@@ -200,18 +194,7 @@ fn study(a: StudyArgs) -> Result<()> {
     } else {
         print!("{}", ets_report::tables(&results.tasks, &results.sweep, &summary, plan.threads));
     }
-    if common::interrupted() {
-        anyhow::bail!("interrupted; the report directory was not written");
-    }
-    if let Some(out) = out {
-        write_outputs(out.dir(), &results.tasks, &results.sweep, &summary)
-            .map_err(|e| out.wrap(&format!("cannot write the report: {e:#}")))?;
-        let dir = out.commit()?;
-        if !a.json {
-            println!("wrote results.jsonl and plots to {}", dir.display());
-        }
-    }
-    Ok(())
+    write_report(out, a.json, "plots", |dir| write_outputs(dir, &results.tasks, &results.sweep, &summary))
 }
 
 fn parse_tasks(list: &str) -> Result<Vec<TaskSpec>> {
@@ -259,15 +242,9 @@ fn shared(a: SharedArgs) -> Result<()> {
         instructions: a.instructions,
         slice_cycles: smartcon_cachesim::sched::ms_to_cycles(slice_ms),
         sample_shift: a.sample_shift,
-        threads: a
-            .threads
-            .map(|n| n.get())
-            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+        threads: threads(a.threads),
     };
-    plan.config().map_err(|e| match e.kind {
-        ErrorKind::Geometry => anyhow::Error::from(e).context("--llc"),
-        _ => e.into(),
-    })?;
+    plan.config().map_err(llc_error)?;
     let bar = common::progress_bar(plan.runs() as u64, "ets shared");
     let records = shared_study::run_plan(&plan, common::interrupt_flag(), &|| bar.inc(1));
     bar.finish_and_clear();
@@ -283,33 +260,59 @@ fn shared(a: SharedArgs) -> Result<()> {
     } else {
         print!("{}", ets_report::shared_tables(&records, &summaries, plan.threads));
     }
+    write_report(out, a.json, "fig9_shared_error.svg", |dir| write_shared_outputs(dir, &records, &summaries))
+}
+
+/// `--threads`, or every CPU the machine has.
+fn threads(flag: Option<std::num::NonZeroUsize>) -> usize {
+    flag.map(|n| n.get()).unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+}
+
+/// A plan's check failed: a cache shape it refuses is `--llc`'s fault, said so.
+fn llc_error(e: smartcon_cachesim::Error) -> anyhow::Error {
+    match e.kind {
+        ErrorKind::Geometry => anyhow::Error::from(e).context("--llc"),
+        _ => e.into(),
+    }
+}
+
+/// After the results reached the terminal: an interrupted run writes no report; otherwise
+/// `write` fills the claimed `--out` directory, which is then moved into place. `plots`
+/// names what is written beside results.jsonl, for the closing line.
+fn write_report(
+    out: Option<smartcon_util::paths::OutDir>,
+    json: bool,
+    plots: &str,
+    write: impl FnOnce(&Path) -> Result<()>,
+) -> Result<()> {
     if common::interrupted() {
         anyhow::bail!("interrupted; the report directory was not written");
     }
     if let Some(out) = out {
-        write_shared_outputs(out.dir(), &records, &summaries)
-            .map_err(|e| out.wrap(&format!("cannot write the report: {e:#}")))?;
+        write(out.dir()).map_err(|e| out.wrap(&format!("cannot write the report: {e:#}")))?;
         let dir = out.commit()?;
-        if !a.json {
-            println!("wrote results.jsonl and fig9_shared_error.svg to {}", dir.display());
+        if !json {
+            println!("wrote results.jsonl and {plots} to {}", dir.display());
         }
     }
     Ok(())
 }
 
 fn write_shared_outputs(dir: &Path, records: &[SharedRecord], summaries: &[SharedSummaryRecord]) -> Result<()> {
-    use std::io::Write;
     let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("results.jsonl"))?);
-    for r in records {
-        serde_json::to_writer(&mut f, r)?;
-        f.write_all(b"\n")?;
-    }
-    for s in summaries {
-        serde_json::to_writer(&mut f, s)?;
-        f.write_all(b"\n")?;
-    }
-    f.flush()?;
+    jsonl(&mut f, records)?;
+    jsonl(&mut f, summaries)?;
+    std::io::Write::flush(&mut f)?;
     Ok(ets_report::shared_plot(dir, records)?)
+}
+
+/// One JSON line per record.
+fn jsonl<T: serde::Serialize>(f: &mut impl std::io::Write, records: &[T]) -> Result<()> {
+    for r in records {
+        serde_json::to_writer(&mut *f, r)?;
+        f.write_all(b"\n")?;
+    }
+    Ok(())
 }
 
 /// `--slices 2.5,5,10`: milliseconds, as cycles at 4 GHz (the range is the plan's check).
@@ -330,19 +333,11 @@ fn write_outputs(dir: &Path, tasks: &[TaskRecord], sweep: &[SweepRecord], s: &Su
 }
 
 fn write_jsonl(dir: &Path, tasks: &[TaskRecord], sweep: &[SweepRecord], s: &SummaryRecord) -> Result<()> {
-    use std::io::Write;
     let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("results.jsonl"))?);
-    for r in tasks {
-        serde_json::to_writer(&mut f, r)?;
-        f.write_all(b"\n")?;
-    }
-    for r in sweep {
-        serde_json::to_writer(&mut f, r)?;
-        f.write_all(b"\n")?;
-    }
-    serde_json::to_writer(&mut f, s)?;
-    f.write_all(b"\n")?;
-    f.flush()?;
+    jsonl(&mut f, tasks)?;
+    jsonl(&mut f, sweep)?;
+    jsonl(&mut f, std::slice::from_ref(s))?;
+    std::io::Write::flush(&mut f)?;
     Ok(())
 }
 
