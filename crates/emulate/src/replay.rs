@@ -905,4 +905,53 @@ mod tests {
             assert_eq!(records[0], records[1], "window {window}");
         }
     }
+
+    #[test]
+    fn every_format_replays_in_batches_as_the_general_iterator_did() {
+        // Each format's trace with records back in time, skipped lines and folded offsets,
+        // clean and ending in a bad line: the replay of the reading before the fast paths
+        // (the general parser, the window one I/O at a time, the iterator) against the
+        // command's (fast parsers, batches, deferred hand-outs): every completion and the run.
+        use crate::trace::{mixed_trace, Tail, TraceFormat};
+        let spec = parse_spec("emu:nvme").unwrap();
+        for format in TraceFormat::ALL {
+            for tail in [Tail::Clean, Tail::BadLine] {
+                let text = mixed_trace(format, 7, 6_000, tail);
+                for window in [16, 4096] {
+                    let options = TraceOptions {
+                        reorder_window: window,
+                        capacity_bytes: Some(1 << 30),
+                        ..TraceOptions::default()
+                    };
+                    let mut records = [Vec::new(), Vec::new()];
+                    let [before, now] = &mut records;
+                    let mut keep = |r: &IoRecord| before.push(*r);
+                    let hooks = Hooks { on_complete: Some(&mut keep), progress: None };
+                    let reader = TraceReader::new(text.as_bytes(), options.clone()).unwrap().general_only();
+                    let a = replay_trace(&spec, reader, &FaultPlan::default(), hooks);
+                    let mut keep = |r: &IoRecord| now.push(*r);
+                    let hooks = Hooks { on_complete: Some(&mut keep), progress: None };
+                    let mut reader = TraceReader::new(text.as_bytes(), options).unwrap();
+                    let b = replay_reader(&spec, &mut reader, &FaultPlan::default(), hooks);
+                    match (a, b) {
+                        (Ok(a), Ok(b)) => {
+                            assert_eq!(tail, Tail::Clean);
+                            let same = |r: VirtualRun| VirtualRun { wall_ns: 0, cpu_ns: 0, ..r };
+                            assert_eq!(same(a), same(b), "{format:?} window {window}");
+                            let stats = reader.stats();
+                            assert!(stats.folded > 0 && stats.skipped > 0, "{format:?}: {stats:?}");
+                            assert_eq!(stats.late > 0, window < 4096 && format != TraceFormat::FioV2, "{format:?}");
+                        }
+                        (Err(a), Err(b)) => {
+                            assert_eq!(tail, Tail::BadLine, "{a}");
+                            assert_eq!((a.kind, a.message), (b.kind, b.message));
+                        }
+                        (a, b) => panic!("{format:?} window {window}: {a:?} against {b:?}"),
+                    }
+                    assert!(records[0].len() > 1_000, "{format:?} {tail:?} {}", records[0].len());
+                    assert!(records[0] == records[1], "{format:?} {tail:?} window {window}: the completions differ");
+                }
+            }
+        }
+    }
 }

@@ -418,13 +418,16 @@ enum Event {
 }
 
 /// The lines of the common shape, parsed in one pass over the bytes of the reader's buffer
-/// (no copy of the line, no field array): a fio v3 `USEC FILE read|write OFFSET LENGTH`,
-/// an MSR or an Alibaba record with plain fields. Each returns None, having changed
-/// nothing, for any other line (an action to skip, a field with spaces, an error, a number
-/// of 20 digits), which then goes through the general parser; where both read a line they
-/// give the same event (`trace::tests::the_fast_lines_parse_as_the_general_parser_does`).
+/// (no copy of the line, no field array, no search for the line's end first: the parser
+/// finds the newline where its last field ends): a fio v3 `USEC FILE read|write OFFSET
+/// LENGTH`, an MSR or an Alibaba record with plain fields. Each returns the event and the
+/// bytes of the line with its newline, or None, having changed nothing, for any other line
+/// (an action to skip, a field with spaces, an error, a number of 20 digits, a line not
+/// whole in the buffer or longer than [`LINE_BYTES_MAX`]), which then goes through the
+/// general parser; where both read a line they give the same event
+/// (`trace::tests::the_fast_lines_parse_as_the_general_parser_does`).
 mod fast {
-    use super::{Event, Streams};
+    use super::{Event, Streams, LINE_BYTES_MAX};
     use smartcon_devemu::Op;
 
     const ONES: u64 = 0x0101_0101_0101_0101;
@@ -474,19 +477,19 @@ mod fast {
         (1..=19).contains(&(*i - start)).then_some(v)
     }
 
-    /// Skips what the general splitter takes as a separator (any byte up to b' '); false
-    /// when there was none.
+    /// Skips what the general splitter takes as a separator inside a line (any byte up to
+    /// b' ' but the newline, which ends the line); false when there was none.
     #[inline(always)]
-    fn separators(line: &[u8], i: &mut usize) -> bool {
+    fn separators(text: &[u8], i: &mut usize) -> bool {
         let start = *i;
-        while line.get(*i).is_some_and(|&b| b <= b' ') {
+        while text.get(*i).is_some_and(|&b| b <= b' ' && b != b'\n') {
             *i += 1;
         }
         *i > start
     }
 
     /// A field of `text` from `i` up to the next separator (a byte up to b' ', which the
-    /// line's end is), eight bytes at a time where the text has them.
+    /// newline is), eight bytes at a time where the text has them.
     #[inline(always)]
     fn word<'a>(text: &'a [u8], i: &mut usize) -> &'a [u8] {
         let start = *i;
@@ -505,91 +508,111 @@ mod fast {
         &text[start..*i]
     }
 
-    /// `b` at `line[*i]`, moving past it.
+    /// `b` at `text[*i]`, moving past it.
     #[inline(always)]
-    fn expect(line: &[u8], i: &mut usize, b: u8) -> Option<()> {
-        (line.get(*i) == Some(&b)).then(|| *i += 1)
+    fn expect(text: &[u8], i: &mut usize, b: u8) -> Option<()> {
+        (text.get(*i) == Some(&b)).then(|| *i += 1)
     }
 
-    /// A CSV field up to the next comma (not past the end), and the comma.
+    /// The bytes of a line whose newline is at `at`: the line is whole, and no longer than
+    /// the general reader takes one ([`LINE_BYTES_MAX`] bytes before its newline).
     #[inline(always)]
-    fn until_comma<'a>(line: &'a [u8], i: &mut usize) -> Option<&'a [u8]> {
+    fn newline(text: &[u8], at: usize) -> Option<usize> {
+        (at <= LINE_BYTES_MAX && text.get(at) == Some(&b'\n')).then_some(at + 1)
+    }
+
+    /// Where the next comma or newline is, from `from` (within the longest line). A byte
+    /// at a time: the fields it crosses are a few bytes long (`hm`, `Read`, a response
+    /// time), shorter than a vector search's set-up.
+    #[inline(always)]
+    fn comma_or_newline(text: &[u8], from: usize) -> Option<usize> {
+        let mut at = from;
+        while at <= LINE_BYTES_MAX {
+            match *text.get(at)? {
+                b',' | b'\n' => return Some(at),
+                _ => at += 1,
+            }
+        }
+        None
+    }
+
+    /// A CSV field up to the next comma in the line, and the comma.
+    #[inline(always)]
+    fn until_comma<'a>(text: &'a [u8], i: &mut usize) -> Option<&'a [u8]> {
         let start = *i;
-        let len = memchr::memchr(b',', &line[start..])?;
-        *i += len + 1;
-        Some(&line[start..start + len])
+        let at = comma_or_newline(text, start)?;
+        (text[at] == b',').then_some(())?;
+        *i = at + 1;
+        Some(&text[start..at])
     }
 
     fn matches(filter: Option<&[u8]>, device: &[u8]) -> bool {
         filter.is_none_or(|d| d == device)
     }
 
+    /// A fio v3 line at the start of `text` (the reader's buffer from the line on).
     #[inline]
-    /// The line is `text[..end]`; the text may go on (`text[end]` ends the line: not a
-    /// digit, a separator), and so may all the [`fast`] parsers' text.
     pub(super) fn fio_v3(
         text: &[u8],
-        end: usize,
         clock_ns: &mut u64,
         streams: &mut Streams,
         filter: Option<&[u8]>,
-    ) -> Option<Event> {
-        let line = &text[..end];
+    ) -> Option<(Event, usize)> {
         let mut i = 0;
         let us = digits(text, &mut i)?;
-        separators(line, &mut i).then_some(())?;
+        separators(text, &mut i).then_some(())?;
         let file = word(text, &mut i);
-        (!file.is_empty() && separators(line, &mut i)).then_some(())?;
+        (!file.is_empty() && separators(text, &mut i)).then_some(())?;
         let op = match word(text, &mut i) {
             b"read" => Op::Read,
             b"write" => Op::Write,
             _ => return None,
         };
-        separators(line, &mut i).then_some(())?;
+        separators(text, &mut i).then_some(())?;
         let offset = digits(text, &mut i)?;
-        separators(line, &mut i).then_some(())?;
+        separators(text, &mut i).then_some(())?;
         let bytes = digits(text, &mut i)?;
-        separators(line, &mut i);
-        // Nothing after the length, and a length (zero is the general parser's error).
-        if i != line.len() || bytes == 0 {
+        // Nothing after the length but separators (a carriage return is one), and a length
+        // (zero is the general parser's error).
+        separators(text, &mut i);
+        let used = newline(text, i)?;
+        if bytes == 0 {
             return None;
         }
         let time_ns = us.checked_mul(1_000)?;
         *clock_ns = time_ns;
         if !matches(filter, file) {
-            return Some(Event::Filtered);
+            return Some((Event::Filtered, used));
         }
-        Some(Event::Io { time_ns, op, offset, bytes, stream: streams.id(file) })
+        Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(file) }, used))
     }
 
     #[inline]
-    pub(super) fn msr(text: &[u8], end: usize, streams: &mut Streams, filter: Option<&[u8]>) -> Option<Event> {
-        let line = &text[..end];
+    pub(super) fn msr(text: &[u8], streams: &mut Streams, filter: Option<&[u8]>) -> Option<(Event, usize)> {
         let mut i = 0;
         let ticks = digits(text, &mut i)?;
-        expect(line, &mut i, b',')?;
-        let host = until_comma(line, &mut i)?;
+        expect(text, &mut i, b',')?;
+        let host = until_comma(text, &mut i)?;
         // The general parser trims fields: a host with spaces at its ends goes there.
         if host.first().is_none_or(u8::is_ascii_whitespace) || host.last().is_none_or(u8::is_ascii_whitespace) {
             return None;
         }
         let disk_at = i;
         digits(text, &mut i)?;
-        let disk = &line[disk_at..i];
-        expect(line, &mut i, b',')?;
-        let op = match until_comma(line, &mut i)? {
+        let disk = &text[disk_at..i];
+        expect(text, &mut i, b',')?;
+        let op = match until_comma(text, &mut i)? {
             t if t.eq_ignore_ascii_case(b"read") => Op::Read,
             t if t.eq_ignore_ascii_case(b"write") => Op::Write,
             _ => return None,
         };
         let offset = digits(text, &mut i)?;
-        expect(line, &mut i, b',')?;
+        expect(text, &mut i, b',')?;
         let bytes = digits(text, &mut i)?;
-        expect(line, &mut i, b',')?;
-        // The response time (ignored) is the last field: no comma after it.
-        if memchr::memchr(b',', &line[i..]).is_some() {
-            return None;
-        }
+        expect(text, &mut i, b',')?;
+        // The response time (ignored, a carriage return before the newline with it) is the
+        // last field: no comma after it.
+        let used = newline(text, comma_or_newline(text, i)?)?;
         let mut key = [0u8; 128];
         let len = host.len() + 1 + disk.len();
         if len > key.len() {
@@ -600,46 +623,46 @@ mod fast {
         key[host.len() + 1..len].copy_from_slice(disk);
         let device = &key[..len];
         if bytes == 0 {
-            return Some(Event::Skip);
+            return Some((Event::Skip, used));
         }
         if !matches(filter, device) {
-            return Some(Event::Filtered);
+            return Some((Event::Filtered, used));
         }
         let time_ns = ticks.checked_mul(100)?;
-        Some(Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) })
+        Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) }, used))
     }
 
     #[inline]
-    pub(super) fn alibaba(text: &[u8], end: usize, streams: &mut Streams, filter: Option<&[u8]>) -> Option<Event> {
-        let line = &text[..end];
+    pub(super) fn alibaba(text: &[u8], streams: &mut Streams, filter: Option<&[u8]>) -> Option<(Event, usize)> {
         let mut i = 0;
         digits(text, &mut i)?;
-        let device = &line[..i];
-        expect(line, &mut i, b',')?;
-        let op = match line.get(i) {
+        let device = &text[..i];
+        expect(text, &mut i, b',')?;
+        let op = match text.get(i) {
             Some(b'R' | b'r') => Op::Read,
             Some(b'W' | b'w') => Op::Write,
             _ => return None,
         };
         i += 1;
-        expect(line, &mut i, b',')?;
+        expect(text, &mut i, b',')?;
         let offset = digits(text, &mut i)?;
-        expect(line, &mut i, b',')?;
+        expect(text, &mut i, b',')?;
         let bytes = digits(text, &mut i)?;
-        expect(line, &mut i, b',')?;
+        expect(text, &mut i, b',')?;
         let us = digits(text, &mut i)?;
         // The general parser trims the line: only ASCII whitespace may follow.
-        if !line[i..].iter().all(u8::is_ascii_whitespace) {
-            return None;
+        while text.get(i).is_some_and(|&b| b != b'\n' && b.is_ascii_whitespace()) {
+            i += 1;
         }
+        let used = newline(text, i)?;
         let time_ns = us.checked_mul(1_000)?;
         if bytes == 0 {
-            return Some(Event::Skip);
+            return Some((Event::Skip, used));
         }
         if !matches(filter, device) {
-            return Some(Event::Filtered);
+            return Some((Event::Filtered, used));
         }
-        Some(Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) })
+        Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) }, used))
     }
 }
 
@@ -1071,18 +1094,15 @@ impl<R: BufRead> TraceReader<R> {
             return None;
         }
         let avail = self.input.fill_buf().ok()?;
-        let newline = memchr::memchr(b'\n', &avail[..avail.len().min(LINE_BYTES_MAX + 1)])?;
-        // The line without its newline and a carriage return before it (both end fields).
-        let end = if newline > 0 && avail[newline - 1] == b'\r' { newline - 1 } else { newline };
         let filter = self.options.device_filter.as_deref().map(str::as_bytes);
-        let event = match self.format {
-            TraceFormat::FioV3 => fast::fio_v3(avail, end, &mut self.fio_clock_ns, &mut self.streams, filter),
-            TraceFormat::Msr => fast::msr(avail, end, &mut self.streams, filter),
-            TraceFormat::Alibaba => fast::alibaba(avail, end, &mut self.streams, filter),
+        let (event, used) = match self.format {
+            TraceFormat::FioV3 => fast::fio_v3(avail, &mut self.fio_clock_ns, &mut self.streams, filter),
+            TraceFormat::Msr => fast::msr(avail, &mut self.streams, filter),
+            TraceFormat::Alibaba => fast::alibaba(avail, &mut self.streams, filter),
             _ => None,
         }?;
-        self.input.consume(newline + 1);
-        self.stats.bytes_read += newline as u64 + 1;
+        self.input.consume(used);
+        self.stats.bytes_read += used as u64;
         self.stats.lines += 1;
         self.line_number += 1;
         Some(event)
@@ -1200,8 +1220,20 @@ impl<R: BufRead> TraceReader<R> {
 
     /// Lines of the [`fast`] parsers' shape, parsed in a run from the reader's buffer (one
     /// `fill_buf` and one `consume` for all of them), each admitted to the window and, when
-    /// the window is full, its first I/O handed out into `out`. False when the next line is
-    /// not theirs (or not whole in the buffer): the general parser reads it.
+    /// the window holds its count, the window's first I/O handed out into `out`. False when
+    /// the next line is not theirs (or not whole in the buffer): the general parser reads it.
+    ///
+    /// The hand-out is deferred while the I/Os come in order: an I/O at or after the
+    /// window's last is pushed onto its end, and the I/O the window would hand out then (its
+    /// first) is owed, not moved; the owed ones are moved into `out` together, before an
+    /// I/O that goes back in time is inserted, and at the end of the run. Pushing onto the
+    /// end never changes which I/O is first, so the I/Os owed are the ones the iterator
+    /// hands out one at a time, in the same order, and an I/O going back in time meets the
+    /// window the iterator has (the same reordering, the same late ones; the tests hold
+    /// every I/O, stat and error equal). Only once the origin is known and when nothing in
+    /// the window, nor the I/O pushed, lies beyond [`TRACE_SPAN_NS_MAX`] from it: then no
+    /// owed hand-out can fail, so none has to happen at its own line. The window holds up
+    /// to `max` I/Os more than its count meanwhile.
     fn fast_run(&mut self, out: &mut Vec<TraceIo>, max: usize) -> Result<bool, TraceError> {
         if self.general_only || !self.ahead.is_empty() || self.header_pending {
             return Ok(false);
@@ -1211,35 +1243,53 @@ impl<R: BufRead> TraceReader<R> {
             return Ok(false); // the general path reads again and reports the error
         };
         let filter = self.options.device_filter.as_deref().map(str::as_bytes);
-        let window_max = self.options.reorder_window;
-        let (mut at, mut lines) = (0usize, 0u64);
+        let count = self.options.reorder_window;
+        // The latest arrival an I/O may have to be pushed with its hand-out owed (None: no
+        // hand-out is owed in this run).
+        let defer_until = self
+            .t0
+            .map(|t0| t0.saturating_add(TRACE_SPAN_NS_MAX))
+            .filter(|&until| self.window.back().is_none_or(|io| io.arrival_ns <= until));
+        let (mut at, mut lines, mut owed) = (0usize, 0u64, 0usize);
         let mut result = Ok(());
-        while lines < lines_left && out.len() < max {
+        while lines < lines_left && out.len() + owed < max {
             let text = &avail[at..];
-            let Some(newline) = memchr::memchr(b'\n', &text[..text.len().min(LINE_BYTES_MAX + 1)]) else {
-                break;
-            };
-            let end = if newline > 0 && text[newline - 1] == b'\r' { newline - 1 } else { newline };
             let event = match self.format {
-                TraceFormat::FioV3 => fast::fio_v3(text, end, &mut self.fio_clock_ns, &mut self.streams, filter),
-                TraceFormat::Msr => fast::msr(text, end, &mut self.streams, filter),
-                TraceFormat::Alibaba => fast::alibaba(text, end, &mut self.streams, filter),
+                TraceFormat::FioV3 => fast::fio_v3(text, &mut self.fio_clock_ns, &mut self.streams, filter),
+                TraceFormat::Msr => fast::msr(text, &mut self.streams, filter),
+                TraceFormat::Alibaba => fast::alibaba(text, &mut self.streams, filter),
                 _ => None,
             };
-            let Some(event) = event else { break };
-            at += newline + 1;
+            let Some((event, used)) = event else { break };
+            at += used;
             lines += 1;
             self.line_number += 1;
             match event {
                 Event::Io { time_ns, op, offset, bytes, stream } => {
-                    let io = TraceIo { arrival_ns: time_ns, op, offset, bytes, stream };
-                    result =
-                        admit(&mut self.window, &mut self.stats, self.options.capacity_bytes, self.line_number, io);
-                    if result.is_ok() && self.window.len() >= window_max {
-                        let io = self.window.pop_front().expect("a full window");
-                        match hand_out(io, &mut self.t0, &mut self.last_out_ns, &mut self.stats, self.line_number) {
-                            Ok(io) => out.push(io),
-                            Err(e) => result = Err(e),
+                    let mut io = TraceIo { arrival_ns: time_ns, op, offset, bytes, stream };
+                    result = fold(&mut io, &mut self.stats, self.options.capacity_bytes, self.line_number);
+                    if result.is_ok()
+                        && defer_until.is_some_and(|until| io.arrival_ns <= until)
+                        && self.window.back().is_none_or(|last| last.arrival_ns <= io.arrival_ns)
+                    {
+                        self.window.push_back(io);
+                        let held = self.window.len() - owed;
+                        self.stats.window_max = self.stats.window_max.max(held as u64);
+                        owed += usize::from(held >= count);
+                        continue;
+                    }
+                    // Back in time, beyond the span or an error: what is owed first, then
+                    // as the iterator does.
+                    pay(&mut self.window, self.t0, &mut self.last_out_ns, &mut self.stats, out, owed);
+                    owed = 0;
+                    if result.is_ok() {
+                        insert(&mut self.window, &mut self.stats, io);
+                        if self.window.len() >= count {
+                            let io = self.window.pop_front().expect("a full window");
+                            match hand_out(io, &mut self.t0, &mut self.last_out_ns, &mut self.stats, self.line_number) {
+                                Ok(io) => out.push(io),
+                                Err(e) => result = Err(e),
+                            }
                         }
                     }
                     if result.is_err() {
@@ -1252,6 +1302,7 @@ impl<R: BufRead> TraceReader<R> {
                 Event::Nothing | Event::End => unreachable!("a fast parser's event"),
             }
         }
+        pay(&mut self.window, self.t0, &mut self.last_out_ns, &mut self.stats, out, owed);
         self.input.consume(at);
         self.stats.bytes_read += at as u64;
         self.stats.lines += lines;
@@ -1259,21 +1310,64 @@ impl<R: BufRead> TraceReader<R> {
     }
 }
 
-/// Puts a parsed I/O into the reorder window by arrival, after equal ones (stable), folding
-/// its offset into the capacity first.
-#[inline(always)]
-fn admit(
+/// Hands out the window's first `owed` I/Os into `out` ([`TraceReader::fast_run`]): as
+/// [`hand_out`] does one at a time, which cannot fail for them (the origin `t0` is known and
+/// none lies beyond the span from it).
+#[inline]
+fn pay(
     window: &mut VecDeque<TraceIo>,
+    t0: Option<u64>,
+    last_out_ns: &mut u64,
+    stats: &mut TraceStats,
+    out: &mut Vec<TraceIo>,
+    owed: usize,
+) {
+    if owed == 0 {
+        return;
+    }
+    let t0 = t0.expect("owed only once the origin is known");
+    let start = out.len();
+    let (a, b) = window.as_slices();
+    let from_a = a.len().min(owed);
+    out.extend_from_slice(&a[..from_a]);
+    out.extend_from_slice(&b[..owed - from_a]);
+    window.drain(..owed);
+    let (mut last, mut late) = (*last_out_ns, 0u64);
+    for io in &mut out[start..] {
+        let mut t = io.arrival_ns.saturating_sub(t0);
+        debug_assert!(t <= TRACE_SPAN_NS_MAX);
+        if io.arrival_ns < t0 || t < last {
+            late += 1;
+            t = last;
+        }
+        io.arrival_ns = t;
+        last = t;
+    }
+    *last_out_ns = last;
+    stats.late += late;
+    stats.ios += owed as u64;
+}
+
+/// Folds a parsed I/O's offset into the capacity, counting it (an I/O larger than the
+/// capacity is an error of its line).
+#[inline(always)]
+fn fold(
+    io: &mut TraceIo,
     stats: &mut TraceStats,
     capacity_bytes: Option<u64>,
     line_number: usize,
-    mut io: TraceIo,
 ) -> Result<(), TraceError> {
     if let Some(cap) = capacity_bytes {
-        if fold_into(&mut io, cap).map_err(|e| bad(line_number, e.message))? {
+        if fold_into(io, cap).map_err(|e| bad(line_number, e.message))? {
             stats.folded += 1;
         }
     }
+    Ok(())
+}
+
+/// Puts an I/O into the reorder window by arrival, after equal ones (stable).
+#[inline(always)]
+fn insert(window: &mut VecDeque<TraceIo>, stats: &mut TraceStats, io: TraceIo) {
     // In order, the common case, is a push and one comparison (VecDeque::insert at the end
     // was 4% of a streamed replay).
     if window.back().is_none_or(|last| last.arrival_ns <= io.arrival_ns) {
@@ -1286,6 +1380,20 @@ fn admit(
         window.insert(i, io);
     }
     stats.window_max = stats.window_max.max(window.len() as u64);
+}
+
+/// Puts a parsed I/O into the reorder window by arrival, after equal ones (stable), folding
+/// its offset into the capacity first.
+#[inline(always)]
+fn admit(
+    window: &mut VecDeque<TraceIo>,
+    stats: &mut TraceStats,
+    capacity_bytes: Option<u64>,
+    line_number: usize,
+    mut io: TraceIo,
+) -> Result<(), TraceError> {
+    fold(&mut io, stats, capacity_bytes, line_number)?;
+    insert(window, stats, io);
     Ok(())
 }
 
@@ -1361,6 +1469,158 @@ pub fn load(path: &Path) -> Result<Trace, TraceError> {
     let mut r = TraceReader::open(path, options)?;
     let ios = r.by_ref().collect::<Result<Vec<_>, _>>()?;
     Ok(Trace { format: r.format(), ios, skipped: r.stats().skipped })
+}
+
+impl<R: BufRead> TraceReader<R> {
+    /// Every line through the general parser and every I/O through the window one at a
+    /// time: the reading as it was before the fast paths (for the tests to compare with).
+    #[cfg(test)]
+    pub(crate) fn general_only(mut self) -> Self {
+        self.general_only = true;
+        self
+    }
+}
+
+/// How [`mixed_trace`] ends.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tail {
+    /// Valid to the end.
+    Clean,
+    /// A line the format's parser refuses.
+    BadLine,
+    /// From two thirds on, the arrivals jump eleven years ahead (beyond the span a replay
+    /// takes: an error when the first of them is handed out).
+    BeyondSpan,
+    /// A 2 GiB request (larger than a 1 GiB capacity: an error when it is folded).
+    TooLarge,
+}
+
+/// A seeded trace of `n` records in `format` for the tests: 4 KiB to 256 KiB requests on
+/// offsets up to 4 GiB (folded into a 1 GiB capacity), two devices and streams, lines the
+/// format skips (other actions, zero sizes, flushes, other stages), and (but fio v2, which
+/// has no timestamps) records going back in time, 1 in 25 (Tencent's seconds stand for
+/// milliseconds): by up to 8 records' worth or by
+/// up to 2,000 (more than a window of 16 or 300 holds, then late).
+#[cfg(test)]
+pub(crate) fn mixed_trace(format: TraceFormat, seed: u64, n: usize, tail: Tail) -> String {
+    let mut rng = smartcon_util::rng::Rng::new(seed);
+    let mut out = String::from(match format {
+        TraceFormat::FioV2 => "fio version 2 iolog\n/dev/a add\n/dev/b add\n",
+        TraceFormat::FioV3 => "fio version 3 iolog\n0 /dev/a add\n",
+        TraceFormat::Msr => "Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n",
+        _ => "",
+    });
+    const ELEVEN_YEARS_US: u64 = 11 * 365 * 24 * 3600 * 1_000_000;
+    let (mut us, mut seq) = (1_000u64, 0u64);
+    for i in 0..n {
+        let step = rng.below(20);
+        us += step;
+        let jump = if tail == Tail::BeyondSpan && i >= 2 * n / 3 { ELEVEN_YEARS_US } else { 0 };
+        let back = match rng.below(25) {
+            0 => rng.below(8 * 10),
+            1 => rng.below(2_000 * 10),
+            _ => 0,
+        };
+        let t = us.saturating_sub(back) + jump;
+        let second = rng.percent(30);
+        let write = rng.percent(30);
+        let bytes = 4096u64 << rng.below(7);
+        let offset = rng.below(1 << 20) * 4096;
+        let skip = rng.percent(4);
+        let line = match format {
+            TraceFormat::Blkparse => {
+                seq += 1;
+                let (dev, pid) = if second { ("8,16", 4163) } else { ("8,0", 4162) };
+                let rwbs = if write { "W" } else { "R" };
+                let (ts, ns) = (t / 1_000_000, t % 1_000_000 * 1_000);
+                let sector = offset / 512;
+                let count = bytes / 512;
+                let mut l =
+                    format!("  {dev}    1 {seq:8} {ts:5}.{ns:09} {pid:5}  Q  {rwbs} {sector} + {count} [fio]\n");
+                seq += 1;
+                if skip {
+                    l.push_str(&format!("  {dev}    0 {seq:8} {ts:5}.{ns:09} {pid:5}  D  FN [kworker]\n"));
+                } else {
+                    l.push_str(&format!(
+                        "  {dev}    1 {seq:8} {ts:5}.{ns:09} {pid:5}  D  {rwbs} {sector} + {count} [fio]\n"
+                    ));
+                }
+                l
+            }
+            TraceFormat::FioV2 => {
+                let file = if second { "/dev/b" } else { "/dev/a" };
+                let mut l = String::new();
+                if step > 10 || jump > 0 && i == 2 * n / 3 {
+                    l.push_str(&format!("{file} wait {}\n", step + jump * u64::from(i == 2 * n / 3)));
+                }
+                let action = if skip {
+                    "sync"
+                } else if write {
+                    "write"
+                } else {
+                    "read"
+                };
+                l.push_str(&format!("{file} {action} {offset} {bytes}\n"));
+                l
+            }
+            TraceFormat::FioV3 => {
+                let file = if second { "/dev/b" } else { "/dev/a" };
+                let action = if skip {
+                    "trim"
+                } else if write {
+                    "write"
+                } else {
+                    "read"
+                };
+                format!("{t} {file} {action} {offset} {bytes}\n")
+            }
+            TraceFormat::Msr => {
+                let op = if write { "Write" } else { "Read" };
+                let size = if skip { 0 } else { bytes };
+                format!("{},hm,{},{op},{offset},{size},1398\n", 128_166_372_000_000_000 + t * 10, u8::from(second))
+            }
+            TraceFormat::Alibaba => {
+                let op = if write { 'W' } else { 'R' };
+                let size = if skip { 0 } else { bytes };
+                format!("{},{op},{offset},{size},{}\n", if second { 7 } else { 419 }, 1_577_808_000_000_000 + t)
+            }
+            TraceFormat::Tencent => {
+                let size = if skip { 0 } else { bytes / 512 };
+                // Seconds: a millisecond of the others' time is a second here (else every
+                // record of a short trace would fall in the same second).
+                format!(
+                    "{},{},{size},{},{}\n",
+                    1_538_323_200 + (t - jump) / 1_000 + jump / 1_000_000,
+                    offset / 512,
+                    u8::from(write),
+                    if second { 27 } else { 1283 }
+                )
+            }
+        };
+        out.push_str(&line);
+    }
+    let last = match (tail, format) {
+        (Tail::Clean | Tail::BeyondSpan, _) => return out,
+        (Tail::BadLine, TraceFormat::Blkparse) => "  8,0 1 2 zero 1 D R 8 + 8 [x]".to_string(),
+        (Tail::BadLine, TraceFormat::FioV2) => "/dev/a frobnicate 0 1".to_string(),
+        (Tail::BadLine, TraceFormat::FioV3) => format!("{us} /dev/a read x 4096"),
+        (Tail::BadLine, TraceFormat::Msr) => "1,hm,1,Erase,0,512,1".to_string(),
+        (Tail::BadLine, TraceFormat::Alibaba) => "419,X,0,4096,2".to_string(),
+        (Tail::BadLine, TraceFormat::Tencent) => "1,2,8,2,1283".to_string(),
+        (Tail::TooLarge, TraceFormat::Blkparse) => {
+            format!("  8,0 1 {} {}.000000000 4162 D R 0 + 4194304 [x]", seq + 1, us / 1_000_000)
+        }
+        (Tail::TooLarge, TraceFormat::FioV2) => "/dev/a read 0 2147483648".to_string(),
+        (Tail::TooLarge, TraceFormat::FioV3) => format!("{us} /dev/a read 0 2147483648"),
+        (Tail::TooLarge, TraceFormat::Msr) => format!("{},hm,0,Read,0,2147483648,1", 128_166_372_000_000_000 + us * 10),
+        (Tail::TooLarge, TraceFormat::Alibaba) => format!("419,R,0,2147483648,{}", 1_577_808_000_000_000 + us),
+        (Tail::TooLarge, TraceFormat::Tencent) => format!("{},0,4194304,0,1283", 1_538_323_200 + us / 1_000),
+    };
+    // The bad line, then more good ones (the error ends the reading at it).
+    let more = mixed_trace(format, seed + 1, 50, Tail::Clean);
+    let more = more.lines().filter(|l| !l.starts_with("fio") && !l.starts_with("Timestamp") && !l.ends_with(" add"));
+    format!("{out}{last}\n{}\n", more.collect::<Vec<_>>().join("\n"))
 }
 
 #[cfg(test)]
@@ -1657,7 +1917,18 @@ CPU0 (8,0):
 
     /// Every I/O (or the error) and the stats of a whole trace, read one of the [`Way`]s.
     fn read_all(text: &[u8], options: &TraceOptions, way: Way) -> (Vec<Result<TraceIo, String>>, TraceStats) {
-        let input = BufReader::with_capacity(1000, Chunked { text, chunk: 777 });
+        read_all_in(text, options, way, 777, 1000)
+    }
+
+    /// [`read_all`] from a reader that hands out `chunk` bytes a read into a buffer of `buffer`.
+    fn read_all_in(
+        text: &[u8],
+        options: &TraceOptions,
+        way: Way,
+        chunk: usize,
+        buffer: usize,
+    ) -> (Vec<Result<TraceIo, String>>, TraceStats) {
+        let input = BufReader::with_capacity(buffer, Chunked { text, chunk });
         let mut r = match TraceReader::new(input, options.clone()) {
             Ok(r) => r,
             Err(e) => return (vec![Err(e.to_string())], TraceStats::default()),
@@ -1772,22 +2043,31 @@ CPU0 (8,0):
                     let line = line.as_bytes();
                     let clock_before = general.fio_clock_ns;
                     let (mut clock, mut streams) = (clock_before, general.streams.clone());
-                    // The line with a newline and more after it (digits, letters: the fast
-                    // parsers read eight bytes at a time and must stop at the newline), or alone.
-                    let padded = [line, b"\n12345678 9abcdefgh,12345678"].concat();
-                    let text = if n % 4 == 0 { line } else { &padded[..] };
-                    let fast = match format {
-                        TraceFormat::FioV3 => fast::fio_v3(text, line.len(), &mut clock, &mut streams, filter),
-                        TraceFormat::Msr => fast::msr(text, line.len(), &mut streams, filter),
-                        _ => fast::alibaba(text, line.len(), &mut streams, filter),
+                    // The line with its newline and more after it (digits, letters: the fast
+                    // parsers read eight bytes at a time and must stop at the newline), with a
+                    // carriage return before the newline (the reader drops one), or alone.
+                    let ending: &[u8] = match n % 4 {
+                        0 => b"\n",
+                        1 => b"\r\n12345678 9abcdefgh,12345678",
+                        _ => b"\n12345678 9abcdefgh,12345678",
                     };
+                    let text = [line, ending].concat();
+                    let parse = |text: &[u8], clock: &mut u64, streams: &mut Streams| match format {
+                        TraceFormat::FioV3 => fast::fio_v3(text, clock, streams, filter),
+                        TraceFormat::Msr => fast::msr(text, streams, filter),
+                        _ => fast::alibaba(text, streams, filter),
+                    };
+                    // Without its newline the line is not whole in the buffer: refused.
+                    assert_eq!(parse(line, &mut clock.clone(), &mut streams.clone()), None);
+                    let fast = parse(&text, &mut clock, &mut streams);
                     let before = general.streams.clone();
                     let want = general.event_of(n + 1, line);
                     let shown = String::from_utf8_lossy(line);
                     match fast {
-                        Some(event) => {
+                        Some((event, used)) => {
                             fast_lines += 1;
                             assert_eq!(want, Ok(event), "{format:?} {shown:?}");
+                            assert_eq!(used, line.len() + ending.iter().position(|&b| b == b'\n').unwrap() + 1);
                             assert_eq!((clock, &streams), (general.fio_clock_ns, &general.streams), "{shown:?}");
                         }
                         // Refused: nothing changed.
@@ -1825,6 +2105,74 @@ CPU0 (8,0):
         }
         // The fast parsers read most lines (the odd ones are a minority).
         assert!(fast_lines > 12 * 1_000, "{fast_lines}");
+    }
+
+    #[test]
+    fn every_format_reads_in_batches_as_the_general_iterator_does() {
+        // The reading before the fast paths (every line through the general parser, every
+        // I/O through the window one at a time) against the iterator with the fast parsers
+        // and batches of 1, 7 and 1,024 I/Os (the replay's: the window's hand-outs deferred
+        // while the I/Os come in order), over traces with records back in time (reordered
+        // or late), skipped lines, folded offsets, a bad line, arrivals beyond the span and a
+        // request larger than the capacity; read in 777-byte pieces (lines across the
+        // buffer's end) and from a buffer of 64 KiB (long runs of fast lines).
+        let mut compared = 0;
+        for format in TraceFormat::ALL {
+            for (k, tail) in [Tail::Clean, Tail::BadLine, Tail::BeyondSpan, Tail::TooLarge].into_iter().enumerate() {
+                let text = mixed_trace(format, 40 + k as u64, 3_000, tail);
+                for (window, capacity, filter) in [
+                    (1, None, None),
+                    (16, Some(1 << 30), None),
+                    (300, Some(1 << 30), None),
+                    (4096, None, None),
+                    (16, Some(1 << 30), Some(["8,0", "/dev/a", "/dev/a", "hm_0", "419", "1283"])),
+                ] {
+                    let device = filter.map(|f| f[TraceFormat::ALL.iter().position(|&x| x == format).unwrap()]);
+                    let options = TraceOptions {
+                        reorder_window: window,
+                        capacity_bytes: capacity,
+                        device_filter: device.map(String::from),
+                        ..TraceOptions::default()
+                    };
+                    let (want, want_stats) = read_all(text.as_bytes(), &options, Way::General);
+                    let errors = want.iter().filter(|io| io.is_err()).count();
+                    let expect_error = match tail {
+                        Tail::Clean => false,
+                        Tail::BadLine => true,
+                        Tail::BeyondSpan => true,
+                        Tail::TooLarge => capacity.is_some(),
+                    };
+                    assert_eq!(
+                        errors,
+                        usize::from(expect_error),
+                        "{format:?} {tail:?} window {window}: {:?}",
+                        want.last()
+                    );
+                    // A window larger than the trace hands nothing out before an error.
+                    if window < 3_000 || !expect_error {
+                        assert!(want.len() > 1_000, "{format:?} {tail:?} {options:?} {}", want.len());
+                    }
+                    if window < 4096 && format != TraceFormat::FioV2 {
+                        assert!(want_stats.late > 0, "{format:?} {tail:?} window {window}");
+                    }
+                    for way in [Way::Fast, Way::Batches(1), Way::Batches(7), Way::Batches(1024)] {
+                        for (chunk, buffer) in [(777, 1000), (1 << 16, 1 << 16)] {
+                            let (got, stats) = read_all_in(text.as_bytes(), &options, way, chunk, buffer);
+                            let at = want.iter().zip(&got).position(|(a, b)| a != b);
+                            assert!(
+                                want == got,
+                                "{format:?} {tail:?} window {window} {way:?} {chunk}: first differs at {at:?}: {:?} against {:?}",
+                                at.map(|i| &want[i]),
+                                at.and_then(|i| got.get(i))
+                            );
+                            assert_eq!(want_stats, stats, "{format:?} {tail:?} window {window} {way:?} {chunk}");
+                            compared += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(compared, 6 * 4 * 5 * 4 * 2);
     }
 
     #[test]
