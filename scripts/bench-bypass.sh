@@ -15,6 +15,11 @@
 #
 #   bash scripts/bench-bypass.sh [--rounds 5] [--runtime 3] [--emu-ios 200] [--dir /var/tmp]
 #   ONLY=taken bash scripts/bench-bypass.sh      # or ONLY=emulated
+#   ONLY=taken JOBS='libaio --iodepth=8;psync' bash scripts/bench-bypass.sh --rounds 9   # some engines
+#
+# The taken part starts with the host's own figures (`smartcon host`, into the work
+# directory: a blocking wait's CPU, a 20 us sleep's overshoot, a wake-up across cores) and
+# prints the load average beside each round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=5
@@ -49,8 +54,12 @@ fio_job() { # engine extra... -> the terse line
 if [ "${ONLY:-taken}" = taken ] || [ -z "${ONLY:-}" ]; then
     echo
     echo "## taken: 4 KiB random reads, ${runtime} s per run, ${rounds} rounds"
-    echo "engine round plain_iops smart_iops ratio taken waits not_taken"
-    for job in "psync" "pvsync2 --hipri" "libaio --iodepth=8"; do
+    echo "# the host's figures (smartcon host): $("$bin" host --out "$work/host.json" 2>/dev/null |
+        grep -E "^(blocking wait's CPU|sleep 20.0 us|wake-up across cores)" | sed 's/  */ /g' | paste -sd';')"
+    echo "engine round plain_iops smart_iops ratio taken waits reasons not_taken load1"
+    jobs=("psync" "pvsync2 --hipri" "libaio --iodepth=8")
+    [ -n "${JOBS:-}" ] && IFS=';' read -ra jobs <<<"$JOBS"
+    for job in "${jobs[@]}"; do
         read -r engine extra <<<"$job"
         ratios=()
         for r in $(seq 1 "$rounds"); do
@@ -62,10 +71,10 @@ if [ "${ONLY:-taken}" = taken ] || [ -z "${ONLY:-}" ]; then
                 fio --name=r --filename="$work/data" --size=256m --direct=1 --rw=randread --bs=4k \
                 --ioengine="$engine" --clocksource=clock_gettime --output-format=terse $extra \
                 --runtime="$runtime" --time_based 2>/dev/null | cut -d';' -f8)
-            rec=$(python3 -c "import json;r=json.loads(open('$work/stats.jsonl').read().splitlines()[-1]);print(r['ios'], ','.join(f'{k}:{v}' for k,v in r['by_strategy'].items()) or '-', ','.join(f'{k}:{v}' for k,v in r['not_taken'].items()))")
+            rec=$(python3 -c "import json;r=json.loads(open('$work/stats.jsonl').read().splitlines()[-1]);print(r['ios'], ','.join(f'{k}:{v}' for k,v in r['by_strategy'].items()) or '-', ','.join(f'{k}:{v}' for k,v in r['by_reason'].items()) or '-', ','.join(f'{k}:{v}' for k,v in r['not_taken'].items()) or '-')")
             ratio=$(python3 -c "print(f'{$smart/$plain:.3f}')")
             ratios+=("$ratio")
-            echo "${engine}${extra:+:}${extra} $r $plain $smart $ratio $rec"
+            echo "${engine}${extra:+:}${extra} $r $plain $smart $ratio $rec $(cut -d' ' -f1 /proc/loadavg)"
         done
         echo "${engine}${extra:+:}${extra} median smart/plain: $(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')"
     done

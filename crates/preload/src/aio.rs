@@ -8,8 +8,20 @@
 //! is the wait. At submission each request enters its device's in-flight counters (the ones
 //! the taken synchronous calls share) and the run's strategy decides how its completion will
 //! be waited for, as for a synchronous call (`smart`: the engine's `decide` on the device's
-//! stored profile, the backlog ahead and the System Monitor). `io_getevents` then waits as
-//! the oldest outstanding request of the context says:
+//! stored profile, the backlog ahead and the System Monitor; `paper`: `decide_paper`).
+//!
+//! `smart` (and `smart-hybrid`, `smart-static`) decides again when the program waits, for
+//! the request the wait ends with: a call that wants `min_nr` events returns when the
+//! `min_nr`-th oldest of the context's requests is reaped (the kernel completes a device's
+//! queue roughly in order), and what is ahead of *that* request is what was submitted
+//! before it and is still in flight, not the whole queue it joined at submission. At fio's
+//! `--iodepth=8` (`min_nr` 1) the submission decision saw 7 ahead and blocked
+//! (`queue_over_limit`) for every request; by the time the program waits for the oldest,
+//! the 7 were submitted after it, and the decision sees only the device's other traffic (the
+//! program's other contexts and threads on the device, counted ahead whatever their order,
+//! and other processes' requests as the System Monitor publishes them), the request's size
+//! and the CPU, as for a synchronous call ([`awaited`]). Other strategies wait as the
+//! oldest outstanding request of the context was decided at submission. Either way:
 //!
 //! - `spin` (and `sync`, which `smart` chooses on a very fast device): the completion ring
 //!   is polled in user space (libaio's own `io_getevents` with a zero timeout reads the
@@ -19,7 +31,9 @@
 //!   the kernel's own wait, the program's call as it is.
 //!
 //! Each reaped request is counted as a taken I/O (`ios`, `bytes`, `by_strategy` as it was
-//! waited for, `by_reason`, latency from submission to reap). At most
+//! waited for, `by_reason`, latency from submission to reap): a request reaped by a wait
+//! `smart` decided is counted with that wait's decision; one the program reaped without
+//! waiting (`min_nr` 0, a zero timeout) with its submission's. At most
 //! [`TAKEN_INFLIGHT_MAX`] requests are outstanding as taken; past that they are passed to
 //! the kernel untaken and named as libaio.
 //!
@@ -52,7 +66,9 @@ use std::sync::Arc;
 
 use libc::{c_int, c_long, c_void, iovec, timespec};
 use smartcon_devemu::Op;
-use smartcon_engine::decision::{decide, Reason, Request, Strategy, SystemState, Thresholds};
+use smartcon_engine::decision::{
+    decide, decide_paper, DeviceState, Reason, Request, Strategy, SystemState, Thresholds,
+};
 use smartcon_engine::job::{StrategyChoice, SPIN_BUDGET_NS_DEFAULT};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::target::InFlight;
@@ -195,9 +211,19 @@ fn kernel_inflight_add(ctx: usize, n: i64) {
 /// # Safety
 /// `events` holds `n` events the kernel wrote.
 unsafe fn kernel_reaped(ctx: usize, events: *const IoEvent, n: usize) {
+    // SAFETY: the caller's promise.
+    unsafe { kernel_reaped_by(ctx, events, n, None) };
+}
+
+/// [`kernel_reaped`], counting the taken requests as `waited` says (a wait decided for
+/// them), or as their submission's decision.
+///
+/// # Safety
+/// `events` holds `n` events the kernel wrote.
+unsafe fn kernel_reaped_by(ctx: usize, events: *const IoEvent, n: usize, waited: Option<Waited>) {
     kernel_inflight_add(ctx, -(n as i64));
     // SAFETY: the caller's promise.
-    unsafe { reaped(ctx, events, n) };
+    unsafe { reaped(ctx, events, n, waited) };
 }
 
 fn kernel_inflight(ctx: usize) -> u64 {
@@ -236,6 +262,8 @@ struct DeviceOf {
     generation: u64,
     inflight: Arc<InFlight>,
     thresholds: Thresholds,
+    /// The paper's rule's (`paper`): the device's declared class, Q = 0.
+    paper: Thresholds,
     monitor: Arc<SystemMonitor>,
 }
 
@@ -245,19 +273,25 @@ struct TakenReq {
     /// The iocb's address, which the kernel returns in the event's `obj`.
     obj: u64,
     bytes: u64,
+    write: bool,
     submit_ns: u64,
+    /// Its place in submission order (the process's), which a batch's requests share no
+    /// clock reading for.
+    seq: u64,
     /// How it is waited for and counted: `Spin` (the ring polled) or `Block` (the kernel's
     /// wait).
     strategy: Strategy,
     reason: Option<Reason>,
     hipri: bool,
-    /// The device's in-flight counters it is in until reaped.
-    inflight: Arc<InFlight>,
+    /// Its device: the in-flight counters it is in until reaped, and what a wait for it is
+    /// decided with.
+    device: DeviceOf,
 }
 
 static DEVICES_OF: Spin<Vec<DeviceOf>> = Spin::new(Vec::new());
 static TAKEN: Spin<Vec<TakenReq>> = Spin::new(Vec::new());
 static TAKEN_COUNT: AtomicU64 = AtomicU64::new(0);
+static TAKEN_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// The thresholds a port on `device_id` decides with: its stored profile, else the
 /// paper's defaults (the port has said so in the run's notes).
@@ -281,6 +315,7 @@ fn device_of(fd: c_int) -> Option<DeviceOf> {
         generation,
         inflight: crate::devices::inflight(dev),
         thresholds: thresholds_of(&device_id),
+        paper: thresholds_of(&device_id).paper(smartcon_engine::profile::declared_class_of(&device_id), 0),
         monitor: crate::devices::monitor().0,
     };
     let mut cache = DEVICES_OF.lock();
@@ -297,13 +332,42 @@ fn device_of(fd: c_int) -> Option<DeviceOf> {
 /// (`Spin`: the ring is polled; `Block`: the kernel waits) and the decision's reason.
 fn decide_wait(d: &DeviceOf, bytes: u64, write: bool) -> (Strategy, Option<Reason>) {
     let ahead = d.inflight.enter(bytes);
-    let choice = crate::config::get().map_or(StrategyChoice::Smart, |c| c.strategy);
+    choose(strategy_choice(), d, bytes, write, ahead)
+}
+
+fn strategy_choice() -> StrategyChoice {
+    crate::config::get().map_or(StrategyChoice::Smart, |c| c.strategy)
+}
+
+/// Whether `choice` decides a wait again when the program waits ([`awaited`]).
+fn decides_at_wait(choice: StrategyChoice) -> bool {
+    matches!(choice, StrategyChoice::Smart | StrategyChoice::SmartHybrid | StrategyChoice::SmartStatic)
+}
+
+/// The decision for a request of `bytes` on `d` with `ahead` in flight before it, fed as a
+/// port feeds it (smart: the others' CPU demand against the threshold with the port's
+/// hysteresis; paper: the machine-wide figure and the paper's rule); the strategy it is
+/// waited for with here and the reason.
+fn choose(
+    choice: StrategyChoice,
+    d: &DeviceOf,
+    bytes: u64,
+    write: bool,
+    ahead: DeviceState,
+) -> (Strategy, Option<Reason>) {
+    let request = Request { bytes, write };
     let (decided, reason) = match choice {
         StrategyChoice::Fixed(s) => (s, None),
+        StrategyChoice::Paper | StrategyChoice::PaperQ1 => {
+            let queue_limit = u32::from(choice == StrategyChoice::PaperQ1);
+            let system = SystemState { cpu_utilization_pct: d.monitor.machine_utilization_pct() };
+            let r = decide_paper(request, ahead, system, &Thresholds { queue_limit, ..d.paper });
+            (r.strategy, Some(r.reason))
+        }
         _ => {
             crate::devices::register_current_thread(&d.monitor);
-            let system = SystemState { cpu_utilization_pct: d.monitor.cpu_utilization_pct() };
-            let r = decide(Request { bytes, write }, ahead, system, &d.thresholds);
+            let cpu = d.monitor.cpu_utilization_for(d.thresholds.cpu_threshold_pct);
+            let r = decide(request, ahead, SystemState { cpu_utilization_pct: cpu }, &d.thresholds);
             (r.strategy, Some(r.reason))
         }
     };
@@ -354,17 +418,21 @@ unsafe fn take_requests(ctx: usize, nr: usize, iocbs: *mut *mut Iocb) -> Vec<usi
         let Some(d) = device_of(fd) else { continue };
         // SAFETY: a valid iocb and vector (the caller's promise).
         let bytes = unsafe { request_bytes(cb) };
-        let (strategy, reason) = decide_wait(&d, bytes, matches!(cb.opcode, IO_CMD_PWRITE | IO_CMD_PWRITEV));
+        let write = matches!(cb.opcode, IO_CMD_PWRITE | IO_CMD_PWRITEV);
+        let (strategy, reason) = decide_wait(&d, bytes, write);
         let hipri = cb.rw_flags & libc::RWF_HIPRI != 0;
+        let seq = TAKEN_SEQ.fetch_add(1, Ordering::Relaxed);
         TAKEN.lock().push(TakenReq {
             ctx,
             obj: p as u64,
             bytes,
+            write,
             submit_ns,
+            seq,
             strategy,
             reason,
             hipri,
-            inflight: d.inflight,
+            device: d,
         });
         TAKEN_COUNT.fetch_add(1, Ordering::Relaxed);
         taken.push(i);
@@ -375,18 +443,19 @@ unsafe fn take_requests(ctx: usize, nr: usize, iocbs: *mut *mut Iocb) -> Vec<usi
 /// Removes ctx's entry for the request at `obj` (the oldest, should a stale one remain).
 fn untake(ctx: usize, obj: u64) -> Option<TakenReq> {
     let mut taken = TAKEN.lock();
-    let i = taken.iter().enumerate().filter(|(_, t)| t.ctx == ctx && t.obj == obj).min_by_key(|(_, t)| t.submit_ns)?.0;
+    let i = taken.iter().enumerate().filter(|(_, t)| t.ctx == ctx && t.obj == obj).min_by_key(|(_, t)| t.seq)?.0;
     let t = taken.swap_remove(i);
     TAKEN_COUNT.fetch_sub(1, Ordering::Relaxed);
     Some(t)
 }
 
 /// The kernel handed `n` events of `ctx` to the program: the taken requests among them
-/// leave their device's counters and are counted as taken I/Os.
+/// leave their device's counters and are counted as taken I/Os, as the wait that reaped
+/// them was decided (`waited`), else as their submission's decision.
 ///
 /// # Safety
 /// `events` holds `n` events the kernel wrote.
-unsafe fn reaped(ctx: usize, events: *const IoEvent, n: usize) {
+unsafe fn reaped(ctx: usize, events: *const IoEvent, n: usize, waited: Option<Waited>) {
     if TAKEN_COUNT.load(Ordering::Relaxed) == 0 {
         return;
     }
@@ -395,21 +464,95 @@ unsafe fn reaped(ctx: usize, events: *const IoEvent, n: usize) {
         // SAFETY: i < n (the caller's promise).
         let ev = unsafe { *events.add(i) };
         let Some(t) = untake(ctx, ev.obj) else { continue };
-        t.inflight.leave(t.bytes);
+        t.device.inflight.leave(t.bytes);
         if t.hipri {
             bypass::hipri();
         }
-        process::count_taken(now.saturating_sub(t.submit_ns), ev.res.max(0) as u64, t.strategy, t.reason);
+        let (strategy, reason) = waited.unwrap_or((t.strategy, t.reason));
+        process::count_taken(now.saturating_sub(t.submit_ns), ev.res.max(0) as u64, strategy, reason);
     }
 }
 
-/// How `io_getevents` on `ctx` waits: as its oldest taken request was decided; `None` when
-/// it has none.
-fn taken_wait(ctx: usize) -> Option<Strategy> {
+/// How the requests a wait reaped are counted: the wait's strategy and its reason.
+type Waited = (Strategy, Option<Reason>);
+
+/// One of a context's taken requests as a wait sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Pending {
+    seq: u64,
+    bytes: u64,
+    /// Its device (the address of the device's in-flight counters).
+    device: usize,
+    /// Where it is in [`TAKEN`].
+    index: usize,
+}
+
+/// The request a wait for `min_nr` events of a context ends with, the `min_nr`-th oldest
+/// of `pending` (the context's taken requests, in any order; reordered here), and what is
+/// in flight ahead of it on its device: the context's older requests there; the process's
+/// other requests there (`counts(awaited)` gives the process's count on the device, all of
+/// it, and other processes'), counted ahead whatever their order, at the awaited request's
+/// size (their sizes are not kept); and other processes' as the System Monitor publishes
+/// them. `None` when the context has fewer than `min_nr` taken requests (the wait also
+/// ends with a request the library does not follow) or `min_nr` is 0.
+fn awaited(
+    pending: &mut [Pending],
+    min_nr: usize,
+    counts: impl FnOnce(&Pending) -> (u32, (u32, u64)),
+) -> Option<(Pending, DeviceState)> {
+    if min_nr == 0 || pending.len() < min_nr {
+        return None;
+    }
+    let (older, &mut a, later) = pending.select_nth_unstable_by_key(min_nr - 1, |p| p.seq);
+    let (older_n, older_bytes) =
+        older.iter().filter(|p| p.device == a.device).fold((0u32, 0u64), |(n, b), p| (n + 1, b + p.bytes));
+    let from_a = 1 + later.iter().filter(|p| p.device == a.device).count() as u32;
+    let (ours_on_device, others) = counts(&a);
+    let process_other = ours_on_device.saturating_sub(older_n + from_a);
+    let ahead = DeviceState {
+        inflight_count: older_n.saturating_add(process_other).saturating_add(others.0),
+        inflight_bytes: older_bytes
+            .saturating_add(u64::from(process_other).saturating_mul(a.bytes))
+            .saturating_add(others.1),
+    };
+    Some((a, ahead))
+}
+
+/// How `io_getevents` on `ctx`, asked for `min_nr` events, waits (`Spin`: the ring is
+/// polled; `Block`: the kernel's wait), and for a wait decided now how the requests it
+/// reaps are counted: `smart` decides for the request the wait ends with ([`awaited`]);
+/// other strategies, and a wait `awaited` cannot place, wait as the context's oldest request
+/// was decided at submission. `None` when ctx has no taken request.
+fn taken_wait(ctx: usize, min_nr: usize) -> Option<(Strategy, Option<Waited>)> {
     if TAKEN_COUNT.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    TAKEN.lock().iter().filter(|t| t.ctx == ctx).min_by_key(|t| t.submit_ns).map(|t| t.strategy)
+    let choice = strategy_choice();
+    let taken = TAKEN.lock();
+    let submitted = (taken.iter().filter(|t| t.ctx == ctx).min_by_key(|t| t.seq)?.strategy, None);
+    if !decides_at_wait(choice) {
+        return Some(submitted);
+    }
+    let mut pending: Vec<Pending> = taken
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.ctx == ctx)
+        .map(|(index, t)| Pending {
+            seq: t.seq,
+            bytes: t.bytes,
+            device: Arc::as_ptr(&t.device.inflight) as usize,
+            index,
+        })
+        .collect();
+    let counts = |a: &Pending| {
+        let inflight = &taken[a.index].device.inflight;
+        (inflight.ours(), inflight.others())
+    };
+    let Some((a, ahead)) = awaited(&mut pending, min_nr, counts) else { return Some(submitted) };
+    let (device, write) = (taken[a.index].device.clone(), taken[a.index].write);
+    drop(taken);
+    let decided = choose(choice, &device, a.bytes, write, ahead);
+    Some((decided.0, Some(decided)))
 }
 
 /// A taken `spin` wait: polls ctx's completion ring (libaio's zero-timeout call reads it in
@@ -510,7 +653,7 @@ pub unsafe extern "C" fn io_submit(ctx: *mut c_void, nr: c_long, iocbs: *mut *mu
         for &i in taken.iter().filter(|&&i| i >= submitted) {
             // SAFETY: one of the caller's nr pointers.
             if let Some(t) = untake(ctx as usize, unsafe { *iocbs.add(i) } as u64) {
-                t.inflight.leave(t.bytes);
+                t.device.inflight.leave(t.bytes);
             }
         }
         if counting && r > 0 {
@@ -638,7 +781,17 @@ pub unsafe extern "C" fn io_getevents(
         // timeout that is not zero) for requests `spin` was decided for.
         // SAFETY: a non-null timeout is the caller's valid timespec.
         let zero_timeout = !timeout.is_null() && unsafe { (*timeout).tv_sec == 0 && (*timeout).tv_nsec == 0 };
-        let poll = usable && !held_here && min_nr > 0 && !zero_timeout && taken_wait(c) == Some(Strategy::Spin);
+        let wait = if usable && !held_here && min_nr > 0 && !zero_timeout {
+            // Inside the library while deciding: the System Monitor's registration of a
+            // thread reads /proc.
+            Busy::try_enter().and_then(|_busy| taken_wait(c, min_nr as usize))
+        } else {
+            None
+        };
+        let (poll, waited) = match wait {
+            Some((strategy, waited)) => (strategy == Strategy::Spin, waited),
+            None => (false, None),
+        };
         let r = if poll {
             // SAFETY: forwarded caller promise; the timeout is not zero.
             unsafe { poll_events(ctx, min_nr as usize, nr as usize, events, timeout) }
@@ -648,7 +801,7 @@ pub unsafe extern "C" fn io_getevents(
         };
         if r > 0 {
             // SAFETY: the kernel wrote r events there.
-            unsafe { kernel_reaped(c, events, r as usize) };
+            unsafe { kernel_reaped_by(c, events, r as usize, waited) };
         }
         return r;
     }
@@ -730,7 +883,7 @@ pub unsafe extern "C" fn io_destroy(ctx: *mut c_void) -> c_int {
     if TAKEN_COUNT.load(Ordering::Relaxed) > 0 {
         let mut taken = TAKEN.lock();
         let before = taken.len();
-        taken.iter().filter(|t| t.ctx == c).for_each(|t| t.inflight.leave(t.bytes));
+        taken.iter().filter(|t| t.ctx == c).for_each(|t| t.device.inflight.leave(t.bytes));
         taken.retain(|t| t.ctx != c);
         TAKEN_COUNT.fetch_sub((before - taken.len()) as u64, Ordering::Relaxed);
     }
@@ -776,4 +929,92 @@ pub fn fork_child() {
     TAKEN.lock().clear();
     TAKEN_COUNT.store(0, Ordering::Relaxed);
     DEVICES_OF.lock().clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smartcon_engine::decision::DeviceClass;
+
+    fn pending(seqs: &[(u64, usize)]) -> Vec<Pending> {
+        seqs.iter().enumerate().map(|(index, &(seq, device))| Pending { seq, bytes: 4096, device, index }).collect()
+    }
+
+    /// vda's stored profile on the session's host: fast, Q = 0, 128 KiB, CPU 62%.
+    const VDA: Thresholds = Thresholds {
+        class: DeviceClass::Fast,
+        size_threshold_bytes: 128 << 10,
+        cpu_threshold_pct: 62,
+        queue_limit: 0,
+        spin_cheaper_bytes_max: 0,
+        spin_cheaper_write_bytes_max: 0,
+    };
+
+    fn decided(ahead: DeviceState, cpu: u32) -> (Strategy, Reason) {
+        let r = decide(Request { bytes: 4096, write: false }, ahead, SystemState { cpu_utilization_pct: cpu }, &VDA);
+        (r.strategy, r.reason)
+    }
+
+    /// fio's libaio at --iodepth=8 reaps with min_nr 1: the wait ends with the oldest of the
+    /// 8, and nothing of the context is ahead of it. At submission the same request saw 7
+    /// ahead and blocked (queue_over_limit); at the wait, with the CPU free, it spins.
+    #[test]
+    fn a_wait_for_one_of_eight_is_decided_for_the_oldest_with_nothing_ahead() {
+        // Submitted as seq 10..18, listed out of order (swap_remove reorders TAKEN).
+        let mut p = pending(&[(14, 1), (11, 1), (17, 1), (10, 1), (12, 1), (16, 1), (13, 1), (15, 1)]);
+        let (a, ahead) = awaited(&mut p, 1, |_| (8, (0, 0))).unwrap();
+        assert_eq!(a.seq, 10);
+        assert_eq!((ahead.inflight_count, ahead.inflight_bytes), (0, 0));
+        assert_eq!(decided(ahead, 10), (Strategy::Spin, Reason::CpuAvailable));
+        // What the submission saw for the 8th request: 7 ahead.
+        assert_eq!(decided(DeviceState { inflight_count: 7, inflight_bytes: 7 * 4096 }, 10).1, Reason::QueueOverLimit);
+        // The CPU still decides: others' demand over the threshold blocks.
+        assert_eq!(decided(ahead, 90), (Strategy::Block, Reason::CpuBusy));
+    }
+
+    /// A wait for min_nr events ends with the min_nr-th oldest: the min_nr - 1 older ones
+    /// are ahead of it, the later ones are not.
+    #[test]
+    fn a_wait_for_several_has_the_older_ones_ahead() {
+        let mut p = pending(&[(5, 1), (3, 1), (4, 1), (1, 1), (2, 1)]);
+        let (a, ahead) = awaited(&mut p, 3, |_| (5, (0, 0))).unwrap();
+        assert_eq!(a.seq, 3);
+        assert_eq!((ahead.inflight_count, ahead.inflight_bytes), (2, 2 * 4096));
+        assert_eq!(decided(ahead, 10), (Strategy::Block, Reason::QueueOverLimit));
+    }
+
+    /// Requests of the process on the same device outside this context (another context,
+    /// another thread's synchronous call) are ahead whatever their order, at the awaited
+    /// request's size; other processes' as published; other devices' not at all.
+    #[test]
+    fn the_devices_other_traffic_is_ahead() {
+        // Context: seq 1 and 2 on device 1, seq 0 on device 2 (older, but another device).
+        let mut p = pending(&[(2, 1), (0, 2), (1, 1)]);
+        // min_nr 2: the awaited is seq 1, on device 1, with seq 0 (device 2) not ahead.
+        let (a, ahead) = awaited(&mut p, 2, |a| {
+            assert_eq!(a.device, 1);
+            (2, (0, 0))
+        })
+        .unwrap();
+        assert_eq!((a.seq, ahead.inflight_count), (1, 0));
+        // The process has 5 on device 1: 2 of them this context's, 3 elsewhere; 2 requests
+        // of other processes with 64 KiB between them.
+        let mut p = pending(&[(2, 1), (0, 2), (1, 1)]);
+        let (_, ahead) = awaited(&mut p, 2, |_| (5, (2, 64 << 10))).unwrap();
+        assert_eq!((ahead.inflight_count, ahead.inflight_bytes), (5, 3 * 4096 + (64 << 10)));
+        // Counters that lag behind (a request entered but not yet in `ours`) never go below 0.
+        let mut p = pending(&[(2, 1), (1, 1)]);
+        let (_, ahead) = awaited(&mut p, 1, |_| (0, (0, 0))).unwrap();
+        assert_eq!(ahead.inflight_count, 0);
+    }
+
+    /// A wait the library cannot place: no event wanted, or fewer taken requests than
+    /// wanted (the rest are requests it does not follow).
+    #[test]
+    fn a_wait_beyond_the_taken_requests_is_not_placed() {
+        let mut p = pending(&[(1, 1), (2, 1)]);
+        assert!(awaited(&mut p, 0, |_| (2, (0, 0))).is_none());
+        assert!(awaited(&mut p, 3, |_| (2, (0, 0))).is_none());
+        assert!(awaited(&mut [], 1, |_| (0, (0, 0))).is_none());
+    }
 }
