@@ -54,8 +54,8 @@ pub const OVERSHOOT_WINDOW: usize = 64;
 /// own overshoots, inside issue 27's 5% (the oracle's bound), with room for the polls at
 /// alpha, the prediction's error and the tail the margin counts as twice the median. In
 /// the simulation (hosts A-D and bare-metal, emu:nvme and emu:optane, seeds 1-12, 1 s and
-/// 3 s) 40 gave 0.950-0.956 x spin's IOPS, 35 gives 0.954-0.960 and 30 0.957-0.965, at
-/// 0.01 of a CPU more per 5 per mille.
+/// 3 s; bare-metal nvme aside) 40 gave 0.950-0.956 x spin's IOPS, 35 gives 0.954-0.960
+/// and 30 0.957-0.965, at 0.01 of a CPU more per 5 per mille.
 pub const LATE_BUDGET_PER_MILLE: u64 = 35;
 /// Overshoots the window must hold before its quantiles decide that sleeping does not pay:
 /// until then every predicted I/O sleeps (to just before the prediction where the usual
