@@ -4,26 +4,31 @@
 //!    seen too rarely so far): fixed-interval polls every `interval`, response times
 //!    recorded per op and size class ([`Predictor`]).
 //! 2. Dynamic phase: predict the completion P = submission + estimate + backlog ahead.
-//!    Sleep in the kernel until P minus this thread's measured wake-up overshoot (so it runs
-//!    again on time), but only when that sleep is longer than half the overshoot estimate (a
-//!    shorter one costs more than it saves); then wait without polling until P; poll; if
-//!    not done, poll every `alpha` until done. The first poll's outcome corrects the
-//!    prediction (caught at once: shrink; late: grow by the error).
+//!    Sleep in the kernel until P minus a margin, but only when that sleep is longer than
+//!    half the overshoot's 90th percentile (a shorter one costs more than it saves); then
+//!    wait without polling until P; poll; if not done, poll every `alpha` until done. The
+//!    first poll's outcome corrects the prediction (caught at once: shrink; late: grow by
+//!    the error).
 //!
-//! The overshoot is a running estimate of the 90th percentile of (woke - asked), tracked by
-//! stochastic approximation (up by 9 steps when a sleep overshot the estimate, down by one
-//! otherwise; a step is 1/64 of the estimate): it wakes the thread early for nine I/Os in
-//! ten, so the completion is rarely missed, and a preemption's 4 ms moves it by one step
-//! rather than poisoning a mean; a sleep far below the estimate closes an eighth of the
-//! gap. Its first value is the first measured sleep. An estimate too high would stop the
-//! thread from sleeping and so from measuring again: after [`EXPLORE_ON_TIME_AFTER`]
-//! predicted I/Os without a sleep, it sleeps once to the usual target if that still lies
-//! ahead (on time, so free), and after [`EXPLORE_AFTER`] until just before the prediction
-//! (on a device faster than the wake-up that costs one late completion in that many); each
-//! such re-measure that finds sleeping still does not pay doubles the wait for the next, up
-//! to [`EXPLORE_AFTER_MAX`]. (On the
-//! development VMs the overshoot grows with the sleep: 15 us for short sleeps, 25 us at
-//! 50 us, with a long tail.)
+//! The margin is chosen as issue 27's oracle chooses its sleep, on the thread's own last
+//! [`OVERSHOOT_WINDOW`] overshoots (woke - asked) instead of the host's distribution: the
+//! least margin whose expected wake past the completion is at most
+//! [`LATE_BUDGET_PER_MILLE`] of the predicted latency. Until issue 27's fourth session it
+//! was a tracked 90th percentile, which woke the thread early for nine sleeps in ten and
+//! spun the difference: 0.07 of a CPU above the oracle on emu:nvme of hosts A-D (0.39
+//! against 0.32 on host A), at 0.97 x spin's IOPS where 0.95 was allowed. An overshoot
+//! over twice the window's median counts as that much (a preemption or the timer's tail),
+//! so neither one millisecond sample nor a burst of late wake-ups can stop the sleeping
+//! ([`OvershootWindow::margin`]). Until the window holds
+//! [`OVERSHOOT_SAMPLES_MIN`] overshoots every predicted I/O sleeps. A window that says
+//! sleeping does not pay would stop the thread from sleeping and so from measuring again:
+//! after [`EXPLORE_ON_TIME_AFTER`] predicted I/Os without a sleep, it sleeps once to the
+//! usual target if that still lies ahead (on time, so free), and after [`EXPLORE_AFTER`]
+//! until just before the prediction (on a device faster than the wake-up that costs one
+//! late completion in that many); each such re-measure that finds sleeping still does not
+//! pay doubles the wait for both, up to [`EXPLORE_AFTER_MAX`]. (On the development VMs the
+//! overshoot grows with the sleep: 15 us for short sleeps, 25 us at 50 us, with a long
+//! tail.)
 //!
 //! When the CPUs are busy with other work (the System Monitor above the profile's CPU
 //! threshold, as SmartCon's Decision Module reads it), polling time is taken from the other
@@ -40,16 +45,29 @@ use super::predictor::{Feedback, Predictor};
 use super::{poll_every, predict_or_sample, Pending, PollParams, Status, WaitPolicy, Waited};
 use crate::error::Error;
 
-/// The overshoot quantile tracker: a step is this fraction of the estimate (at least
-/// 100 ns); an overshoot above the estimate moves it up by `UP_STEPS` steps, one below it
-/// down by one, which settles where 1 sleep in `UP_STEPS + 1` overshoots it.
-const OVERSHOOT_STEP_FRACTION: u64 = 64;
-const OVERSHOOT_UP_STEPS: u64 = 9;
+/// Overshoots kept: the last this many timer-woken sleeps' (woke - asked), the sample the
+/// wake-up margin is chosen from.
+pub const OVERSHOOT_WINDOW: usize = 64;
+/// The lateness hybrid allows itself, per mille of the predicted latency: it wakes as late
+/// as keeps its expected wake past the completion (over its own recent overshoots) within
+/// this. 35 per mille costs at most 1 - 1 / 1.035 = 3.4% of spin's IOPS on the window's
+/// own overshoots, inside issue 27's 5% (the oracle's bound), with room for the polls at
+/// alpha, the prediction's error and the tail the margin counts as twice the median. In
+/// the simulation (hosts A-D and bare-metal, emu:nvme and emu:optane, seeds 1-12, 1 s and
+/// 3 s; bare-metal nvme aside) 40 gave 0.950-0.956 x spin's IOPS, 35 gives 0.954-0.960
+/// and 30 0.957-0.965, at 0.01 of a CPU more per 5 per mille.
+pub const LATE_BUDGET_PER_MILLE: u64 = 35;
+/// Overshoots the window must hold before its quantiles decide that sleeping does not pay:
+/// until then every predicted I/O sleeps (to just before the prediction where the usual
+/// target is not ahead). One or two samples are no distribution: a first sleep woken from
+/// the tail once stopped a thread from sleeping for the rest of its run.
+pub const OVERSHOOT_SAMPLES_MIN: usize = OVERSHOOT_WINDOW;
 /// Predicted I/Os without a sleep after which one sleep re-measures the overshoot, waking
 /// just before the prediction (late by the overshoot if the estimate was right).
 pub const EXPLORE_AFTER: u32 = 128;
 /// The same where a sleep to the usual target still wakes in time: it costs no latency, so
-/// it is taken more often.
+/// it is taken more often (this many times as often as the re-measure before the
+/// prediction, backing off with it).
 pub const EXPLORE_ON_TIME_AFTER: u32 = 16;
 /// Each re-measuring sleep that finds sleeping still does not pay doubles the wait for the
 /// next, up to this: on a device faster than the wake-up (a 10 us one on a VM whose sleeps
@@ -61,7 +79,7 @@ pub struct Hybrid {
     params: PollParams,
     sampling_end_ns: u64,
     predictor: Predictor,
-    overshoot_ns: Option<u64>,
+    overshoots: OvershootWindow,
     since_sleep: u32,
     /// The current wait between re-measuring sleeps: [`EXPLORE_AFTER`], doubled by each one
     /// that finds sleeping still does not pay, back to the start when a sleep pays.
@@ -75,7 +93,7 @@ impl Hybrid {
             params,
             sampling_end_ns: start_ns + params.sampling_ns,
             predictor: Predictor::new(params.alpha_ns, params.interval_ns),
-            overshoot_ns: None,
+            overshoots: OvershootWindow::default(),
             since_sleep: 0,
             explore_after: EXPLORE_AFTER,
             cpu_busy: false,
@@ -90,20 +108,75 @@ impl Hybrid {
         if woke_ns < asked_ns {
             return; // woken by the completion, not by the timer
         }
-        let seen = woke_ns - asked_ns;
-        self.overshoot_ns = Some(match self.overshoot_ns {
-            None => seen,
-            Some(est) => {
-                let step = (est / OVERSHOOT_STEP_FRACTION).max(100);
-                if seen > est {
-                    est + OVERSHOOT_UP_STEPS * step
-                } else {
-                    // Far below: close an eighth of the gap, so an estimate pushed up by a
-                    // burst of preemptions comes back within a few sleeps.
-                    est.saturating_sub(step.max((est - seen) / 8))
+        self.overshoots.push(woke_ns - asked_ns);
+    }
+}
+
+/// The last [`OVERSHOOT_WINDOW`] overshoots, in arrival order and sorted.
+#[derive(Debug, Clone, Default)]
+struct OvershootWindow {
+    ring: std::collections::VecDeque<u64>,
+    sorted: Vec<u64>,
+}
+
+impl OvershootWindow {
+    fn push(&mut self, seen: u64) {
+        if self.ring.len() == OVERSHOOT_WINDOW {
+            if let Some(old) = self.ring.pop_front() {
+                if let Ok(i) = self.sorted.binary_search(&old) {
+                    self.sorted.remove(i);
                 }
             }
-        });
+        }
+        self.ring.push_back(seen);
+        let i = self.sorted.partition_point(|&x| x <= seen);
+        self.sorted.insert(i, seen);
+    }
+
+    fn len(&self) -> usize {
+        self.sorted.len()
+    }
+
+    /// The median, `None` before any sleep.
+    fn p50(&self) -> Option<u64> {
+        let n = self.sorted.len();
+        (n > 0).then(|| self.sorted[n / 2])
+    }
+
+    /// The 90th percentile (the bar for whether a sleep pays), `None` before any sleep.
+    fn p90(&self) -> Option<u64> {
+        let n = self.sorted.len();
+        (n > 0).then(|| self.sorted[(n * 9 / 10).min(n - 1)])
+    }
+
+    /// The least margin m (wake m before the completion) whose expected lateness over the
+    /// window, mean((min(o, clip) - m)+), is at most `budget_ns`. An overshoot longer than
+    /// twice the window's median counts as that (`clip`): a wake-up that late was a
+    /// preemption or the timer's tail, not the body the margin is for, and a tail counted
+    /// whole pushed the margin up, the sleeps shorter and their overshoots (a short sleep's
+    /// tail is longer on these VMs) further up until the thread stopped sleeping. The
+    /// median is the anchor because a burst of late wake-ups moves it least: at twice the
+    /// 90th percentile, which a burst of seven in the window's 64 moves, the simulation of
+    /// issue 27's host A stopped sleeping for a quarter of a 3 s run (seed 5).
+    fn margin(&self, budget_ns: u64) -> Option<u64> {
+        let n = self.sorted.len();
+        let clip_ns = self.p50()?.saturating_mul(2);
+        let budget_total = budget_ns as u128 * n as u128;
+        // With the top k samples above m (m between the (k+1)-th and the k-th largest):
+        // sum(top k) - k m = budget_total.
+        let mut top_sum: u128 = 0;
+        for k in 1..=n {
+            let c = self.sorted[n - k].min(clip_ns) as u128;
+            top_sum += c;
+            let below = if k < n { self.sorted[n - k - 1].min(clip_ns) as u128 } else { 0 };
+            // The lateness with m at the next sample down; if it is within the budget, m lies
+            // in this segment.
+            if top_sum.saturating_sub(k as u128 * below) >= budget_total || k == n {
+                let m = top_sum.saturating_sub(budget_total) / k as u128;
+                return Some((m as u64).max(below as u64).min(c as u64));
+            }
+        }
+        None
     }
 }
 
@@ -124,13 +197,20 @@ impl WaitPolicy for Hybrid {
         let predicted = req.submit_ns + latency;
         waited.predicted_done_ns = Some(predicted);
         let alpha = self.params.alpha_ns;
-        let overshoot = self.overshoot_ns.unwrap_or(0);
+        // The bar for a sleep that pays (below) is half the overshoot's 90th percentile; the
+        // margin keeps the expected wake past the prediction within the lateness budget.
+        let p90 = self.overshoots.p90().unwrap_or(0);
+        let budget = latency.saturating_mul(LATE_BUDGET_PER_MILLE) / 1000;
+        // Never earlier than the window's 90th percentile (the rule before the budget): a
+        // margin grown by a tail shortens the sleeps, whose overshoots (a short sleep's tail
+        // is longer on these VMs) grew it further until the thread stopped sleeping.
+        let margin = self.overshoots.margin(budget).unwrap_or(0).min(p90);
         let now = status.now_ns();
-        let mut wake_at = predicted.saturating_sub(overshoot + alpha);
+        let mut wake_at = predicted.saturating_sub(margin + alpha);
         // Sleep only if the sleep is long enough to pay for itself: its CPU cost is about the
-        // median overshoot, which is below the 90th percentile tracked; half of that is the
-        // bar (unknown yet: try once).
-        let mut sleep = wake_at > now + overshoot / 2;
+        // median overshoot; half the 90th percentile is the bar (unknown yet: try once).
+        let mut sleep = wake_at > now + p90 / 2;
+        let measuring = self.overshoots.len() < OVERSHOOT_SAMPLES_MIN;
         if sleep {
             self.explore_after = EXPLORE_AFTER;
         }
@@ -140,10 +220,17 @@ impl WaitPolicy for Hybrid {
             // Give the CPU away until the completion is due; the overshoot is paid.
             wake_at = predicted;
             sleep = wake_at > now;
-        } else if !sleep && wake_at > now && self.since_sleep >= EXPLORE_ON_TIME_AFTER {
-            // A sleep that still wakes in time, though it may not pay: it re-measures for free.
+        } else if !sleep
+            && wake_at > now
+            && (measuring || self.since_sleep >= self.explore_after / (EXPLORE_AFTER / EXPLORE_ON_TIME_AFTER))
+        {
+            // A sleep that still wakes in time, though it may not pay: it re-measures at no
+            // cost in latency. It backs off with the re-measure below: at a fixed one in 16
+            // it put 0.06 sleeps per I/O into a run whose sleeps did not pay and none into
+            // one where the usual target was not ahead (issue 27's "does not flip").
             sleep = true;
-        } else if !sleep && self.since_sleep >= self.explore_after && predicted > now + 2 * alpha {
+            exploring = true;
+        } else if !sleep && (measuring || self.since_sleep >= self.explore_after) && predicted > now + 2 * alpha {
             wake_at = predicted - alpha;
             sleep = true;
             exploring = true;
@@ -157,11 +244,12 @@ impl WaitPolicy for Hybrid {
                 // Under contention the wake-up waits for a CPU: not this host's overshoot.
                 self.record_overshoot(wake_at, woke);
             }
-            if exploring {
+            if exploring && !measuring {
                 // Would the usual sleep pay now, with the overshoot just measured? If not,
                 // wait twice as long before the next re-measure.
-                let o = self.overshoot_ns.unwrap_or(0);
-                let pays = predicted.saturating_sub(o + alpha) > now + o / 2;
+                let o = self.overshoots.p90().unwrap_or(0);
+                let m = self.overshoots.margin(budget).unwrap_or(0).min(o);
+                let pays = predicted.saturating_sub(m + alpha) > now + o / 2;
                 if !pays {
                     self.explore_after = self.explore_after.saturating_mul(2).min(EXPLORE_AFTER_MAX);
                 }
@@ -202,7 +290,7 @@ impl WaitPolicy for Hybrid {
     }
 
     fn overshoot_ns(&self) -> Option<u64> {
-        self.overshoot_ns
+        self.overshoots.p90()
     }
 }
 
@@ -239,8 +327,10 @@ mod tests {
         let tail = &dynamic[100..];
         // It sleeps through most of the 80 us and sees the completion within a few alphas.
         assert!(tail.iter().all(|(w, _)| w.sleeps == 1));
+        // A fixed 5 us overshoot: it wakes as late as the lateness budget allows, no later.
         let late: Vec<u64> = tail.iter().map(|(w, d)| w.seen_ns - d.done_ns).collect();
-        assert!(late.iter().all(|&l| l <= 1_000), "{late:?}");
+        let budget = 80_000 * LATE_BUDGET_PER_MILLE / 1000;
+        assert!(late.iter().all(|&l| l <= budget + 1_000), "{late:?}");
         // The overshoot was learned, so the wake-up lands before the completion.
         let o = h.overshoot_ns().unwrap();
         assert!((4_000..=7_000).contains(&o), "overshoot {o}");
@@ -253,12 +343,13 @@ mod tests {
         let mut t = 0;
         let sampling = run(&mut h, &mut t, 100, 10_000, 16_000);
         let dynamic = run(&mut h, &mut t, 200, 10_000, 16_000);
-        // One sleep to learn the overshoot, then only the re-measuring one after
-        // EXPLORE_AFTER I/Os (then twice as many): a 16 us wake-up on a 10 us device.
+        // The window's first sleeps to learn the overshoot, then only the re-measuring one
+        // after EXPLORE_AFTER I/Os (then twice as many): a 16 us wake-up on a 10 us device.
         let sleeps: u32 = sampling.iter().chain(&dynamic).map(|(w, _)| w.sleeps).sum();
-        assert!((1..=2 + 200 / EXPLORE_AFTER).contains(&sleeps), "{sleeps} sleeps");
+        let most = OVERSHOOT_SAMPLES_MIN as u32 + 1 + 200 / EXPLORE_AFTER;
+        assert!((OVERSHOOT_SAMPLES_MIN as u32..=most).contains(&sleeps), "{sleeps} sleeps");
         let on_time = dynamic.iter().filter(|(w, d)| w.seen_ns - d.done_ns <= 1_000).count();
-        assert!(on_time >= 200 - 2, "{on_time} of 200 seen within 1 us");
+        assert!(on_time >= 200 - most as usize, "{on_time} of 200 seen within 1 us");
         assert!(dynamic.iter().all(|(w, _)| w.predicted_done_ns.is_some()));
     }
 
@@ -268,9 +359,11 @@ mod tests {
         let mut t = 0;
         run(&mut h, &mut t, 100, 10_000, 16_000);
         let dynamic = run(&mut h, &mut t, 20_000, 10_000, 16_000);
-        // 128, 256, ... 4096, then every 4096: 5 + 3 re-measures in 20,000 I/Os, not 156.
+        // The window's first 8, then 128, 256, ... 4096, then every 4096: 8 + 6 + 3
+        // re-measures in 20,000 I/Os, not 156.
         let sleeps: u32 = dynamic.iter().map(|(w, _)| w.sleeps).sum();
-        assert!((6..=12).contains(&sleeps), "{sleeps} sleeps in 20000 I/Os");
+        let first = OVERSHOOT_SAMPLES_MIN as u32;
+        assert!((first + 6..=first + 12).contains(&sleeps), "{sleeps} sleeps in 20000 I/Os");
         assert_eq!(h.explore_after, EXPLORE_AFTER_MAX);
         // A device slow enough that sleeping pays resets it.
         run(&mut h, &mut t, 300, 80_000, 16_000);
@@ -315,6 +408,79 @@ mod tests {
         assert!(lowest + 1_000 >= before, "the estimate walked down from {before} to {lowest}");
         let after = h.predictor().estimate_ns(Op::Read, 4096).unwrap();
         assert!((78_000..=81_000).contains(&after), "estimate {after}");
+    }
+
+    /// Back-to-back I/Os of `service_ns` whose sleeps overshoot by `overshoots` in turn.
+    fn run_varied(
+        h: &mut Hybrid,
+        t: &mut u64,
+        n: usize,
+        service_ns: u64,
+        overshoots: &[u64],
+    ) -> Vec<(Waited, VirtualDevice)> {
+        (0..n).map(|i| run(h, t, 1, service_ns, overshoots[i % overshoots.len()]).pop().unwrap()).collect()
+    }
+
+    #[test]
+    fn wakes_as_late_as_the_lateness_budget_allows() {
+        // Overshoots of 10-40 us, evenly: the old 90th percentile woke 37 us early and spun it.
+        let overshoots: Vec<u64> = (0..31).map(|i| 10_000 + i * 1_000).collect();
+        let mut h = Hybrid::new(PARAMS, 0);
+        let mut t = 0;
+        run(&mut h, &mut t, 100, 80_000, 20_000);
+        run_varied(&mut h, &mut t, 300, 80_000, &overshoots);
+        let tail = run_varied(&mut h, &mut t, 620, 80_000, &overshoots);
+        assert!(tail.iter().all(|(w, _)| w.sleeps == 1));
+        let n = tail.len() as f64;
+        let late = tail.iter().map(|(w, d)| (w.seen_ns - d.done_ns) as f64).sum::<f64>() / n;
+        // The expected wake past the completion stays within the budget (3.5% of the 80 us,
+        // 2.8 us), and is not far under it: the margin is not a high quantile.
+        let budget = (80_000 * LATE_BUDGET_PER_MILLE / 1000) as f64;
+        assert!(late <= budget + 500.0, "{late} ns late on average");
+        assert!(late >= 1_500.0, "{late} ns late on average: woke too early");
+        // What it spins after waking (the 80 us less the time asleep, overshoot included):
+        // a margin at the 90th percentile (37 us) spins 12 us per I/O, the budget's (27 us)
+        // about 4.
+        let spun = tail.iter().map(|(_, d)| 80_000u64.saturating_sub(d.slept_ns) as f64).sum::<f64>() / n;
+        assert!(spun < 7_000.0, "spun {spun} ns per I/O after waking");
+    }
+
+    #[test]
+    fn a_first_sleep_from_the_tail_does_not_stop_the_sleeping() {
+        // The first sleep after sampling wakes 200 us late (a preemption), the rest 5 us.
+        let mut h = Hybrid::new(PARAMS, 0);
+        let mut t = 0;
+        run(&mut h, &mut t, 100, 80_000, 5_000);
+        run(&mut h, &mut t, 1, 80_000, 200_000);
+        let rest = run(&mut h, &mut t, 300, 80_000, 5_000);
+        let sleeps: u32 = rest.iter().map(|(w, _)| w.sleeps).sum();
+        assert!(sleeps >= 295, "{sleeps} sleeps in 300 I/Os");
+        // Once the 200 us sample has left the window, each wakes within the lateness budget
+        // (a fixed 5 us overshoot: the margin is 5 us less the budget).
+        let budget = 80_000 * LATE_BUDGET_PER_MILLE / 1000;
+        assert!(rest[100..].iter().all(|(w, d)| w.seen_ns - d.done_ns <= budget + 1_000));
+    }
+
+    #[test]
+    fn a_burst_from_the_tail_does_not_stop_the_sleeping() {
+        // Seen in the simulation of issue 27's host A (seed 5, 3 s): a run of sleeps woken
+        // 50-95 us late on a 20-30 us body. Here 16 in a row at 70 us on a 20 us body, a
+        // quarter of the window. Counted whole (a clip at twice the 90th percentile, now
+        // 70 us), they put the margin at 59 us: a 21 us sleep, under half the 90th
+        // percentile, so the thread stopped sleeping, and the window, which only sleeps
+        // refresh, held the burst for 64 re-measures (seconds, as they back off). Counted
+        // as twice the median (40 us), the margin stays near 29 us and it sleeps on.
+        let mut h = Hybrid::new(PARAMS, 0);
+        let mut t = 0;
+        run(&mut h, &mut t, 100, 80_000, 20_000);
+        run(&mut h, &mut t, 100, 80_000, 20_000);
+        let burst = run(&mut h, &mut t, 16, 80_000, 70_000);
+        let rest = run(&mut h, &mut t, 300, 80_000, 20_000);
+        let sleeps: u32 = burst.iter().chain(&rest).map(|(w, _)| w.sleeps).sum();
+        assert_eq!(sleeps, 316, "{sleeps} sleeps in 316 I/Os");
+        // The margin stayed under twice the median: each sleep asked for more than 80 - 40
+        // - alpha us (slept_ns holds the 20 us overshoot as well).
+        assert!(rest.iter().all(|(_, d)| d.slept_ns >= 59_000), "a sleep asked for under 39 us");
     }
 
     #[test]
