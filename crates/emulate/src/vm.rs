@@ -80,11 +80,12 @@ pub enum GuestClock {
 /// programs' load stays out of the real-time reference as far as the host allows. Also
 /// the nice of UML's own autogroup (its session), what counts against other sessions.
 pub const GUEST_NICE: i32 = -20;
-/// The real-time reference's processes run on one host CPU (the last the caller may use;
-/// UML is a uniprocessor, so its kernel and guest processes hand over to each other on one
-/// CPU instead of waking an idle one: a virtual point was +2.0% and +5.3% from pinned
-/// references, -16% and -19% from unpinned ones, docs/vm.md), and in the host's
-/// round-robin real-time class at
+/// UML's processes run on one host CPU in both modes (the last the caller may use; UML is
+/// a uniprocessor, so its kernel and guest processes hand over to each other on one CPU
+/// instead of waking an idle one: pinned, the reference used a third of the CPU time and
+/// its guest time fell 18-23%, docs/vm.md; the guest CPU clock of virtual time counts that
+/// CPU time, so it is pinned too, to be measured the same way). The real-time reference's
+/// processes also run in the host's round-robin real-time class at
 /// this (the lowest) priority, when allowed (root): on this kernel (EEVDF) a woken task at
 /// nice -20 in an autogroup at -20 still waited for the running one, and UML wakes one of
 /// its processes at every guest system call and page fault (a ptrace round trip), so the
@@ -170,8 +171,7 @@ pub struct VmResult {
     /// UML's processes ran in the host's round-robin real-time class
     /// ([`REFERENCE_RR_PRIORITY`]): the real-time reference, as root.
     pub host_round_robin: bool,
-    /// The one host CPU UML's processes were pinned to (the real-time reference); None:
-    /// any of the caller's.
+    /// The one host CPU UML's processes were pinned to (in both modes); None: not pinned.
     pub host_cpu: Option<u32>,
     /// What CMD left in `$SMARTCON_VM_WORK/output` (a sweep's fio JSON), if anything.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -521,14 +521,14 @@ fn boot(
             if round_robin {
                 let param = libc::sched_param { sched_priority: REFERENCE_RR_PRIORITY };
                 libc::sched_setscheduler(0, libc::SCHED_RR, &param);
-                // One host CPU for the uniprocessor guest: the last one allowed.
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
-                    if let Some(cpu) = (0..libc::CPU_SETSIZE as usize).rev().find(|&c| libc::CPU_ISSET(c, &set)) {
-                        let mut one: libc::cpu_set_t = std::mem::zeroed();
-                        libc::CPU_SET(cpu, &mut one);
-                        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
-                    }
+            }
+            // One host CPU for the uniprocessor guest, in both modes: the last one allowed.
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+                if let Some(cpu) = (0..libc::CPU_SETSIZE as usize).rev().find(|&c| libc::CPU_ISSET(c, &set)) {
+                    let mut one: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut one);
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
                 }
             }
             Ok(())
