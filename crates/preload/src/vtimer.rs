@@ -49,6 +49,8 @@ struct Timer {
     /// The real instant `timer_gettime` first found it disarmed since it was last set or
     /// kicked; 0: not seen disarmed ([`kick_if_lost`]).
     disarmed_seen_ns: AtomicU64,
+    /// The real instant of the last such read.
+    disarmed_last_ns: AtomicU64,
 }
 
 static TIMERS: [Timer; TIMERS_MAX] = [const {
@@ -59,6 +61,7 @@ static TIMERS: [Timer; TIMERS_MAX] = [const {
         expiry_ns: AtomicU64::new(0),
         interval_ns: AtomicU64::new(0),
         disarmed_seen_ns: AtomicU64::new(0),
+        disarmed_last_ns: AtomicU64::new(0),
     }
 }; TIMERS_MAX];
 
@@ -258,6 +261,8 @@ pub unsafe extern "C" fn timer_settime(
 /// How long (real ns) `timer_gettime` may keep finding a timer disarmed, with nothing
 /// setting it, before its signal is raised once more ([`kick_if_lost`]).
 pub const LOST_TICK_KICK_NS: u64 = 5_000_000;
+/// Reads further apart than this (real ns) are not a busy idle loop: the count restarts.
+pub const LOST_TICK_GAP_NS: u64 = 1_000_000;
 
 /// UML's idle check reads its timer (`timer_gettime`, SIGALRM blocked) and sleeps in
 /// `sigsuspend` only when it is armed; disarmed, it returns and looks again, a busy loop.
@@ -268,11 +273,17 @@ pub const LOST_TICK_KICK_NS: u64 = 5_000_000;
 /// is lost is not found; this repairs it: a timer read disarmed for
 /// [`LOST_TICK_KICK_NS`] of real time without being set raises its signal, a spurious
 /// timer interrupt, which a kernel tolerates (it runs the timers that are due and
-/// programs the next). Returns whether it raised.
-fn kick_if_lost(slot: &Timer, disarmed: bool, real_now: u64) -> bool {
-    if !disarmed {
+/// programs the next). Only UML's pattern counts: the timer's signal blocked at each read
+/// (`blocked`; UML blocks SIGALRM around its check) and the reads a busy loop (each within
+/// [`LOST_TICK_GAP_NS`] of the one before), so another program that looks at a spent
+/// timer now and then gets no signal it did not ask for. Returns whether it raised.
+fn kick_if_lost(slot: &Timer, disarmed: bool, blocked: bool, real_now: u64) -> bool {
+    let last = slot.disarmed_last_ns.swap(real_now, Ordering::AcqRel);
+    if !disarmed || !blocked || real_now.saturating_sub(last) > LOST_TICK_GAP_NS {
         slot.disarmed_seen_ns.store(0, Ordering::Release);
-        return false;
+        if !(disarmed && blocked) {
+            return false;
+        }
     }
     let seen = slot.disarmed_seen_ns.load(Ordering::Acquire);
     if seen == 0 {
@@ -286,6 +297,22 @@ fn kick_if_lost(slot: &Timer, disarmed: bool, real_now: u64) -> bool {
     LOST_TICKS_KICKED.fetch_add(1, Ordering::Relaxed);
     raise(slot);
     true
+}
+
+/// Whether the calling thread blocks `slot`'s signal now.
+fn signal_blocked(slot: &Timer) -> bool {
+    // SAFETY: all-zero sigsets are valid; a query (no new mask) that writes `cur` only.
+    unsafe {
+        let mut cur: sigset_t = std::mem::zeroed();
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            std::ptr::null::<sigset_t>(),
+            &mut cur,
+            std::mem::size_of::<u64>(),
+        );
+        libc::sigismember(&cur, slot.signo.load(Ordering::Relaxed)) == 1
+    }
 }
 
 /// Signals raised by [`kick_if_lost`] (the `emu_process` record's `lost_ticks_kicked`).
@@ -326,7 +353,7 @@ pub unsafe extern "C" fn timer_gettime(t: libc::timer_t, cur: *mut itimerspec) -
             let value = current(slot, now);
             // SAFETY: non-null; the caller's promise that it is writable.
             unsafe { *cur = value };
-            kick_if_lost(slot, slot.expiry_ns.load(Ordering::Acquire) == 0, real_now);
+            kick_if_lost(slot, slot.expiry_ns.load(Ordering::Acquire) == 0, signal_blocked(slot), real_now);
             return 0;
         }
     }
@@ -513,6 +540,7 @@ mod tests {
             expiry_ns: AtomicU64::new(expiry_ns),
             interval_ns: AtomicU64::new(interval_ns),
             disarmed_seen_ns: AtomicU64::new(0),
+            disarmed_last_ns: AtomicU64::new(0),
         }
     }
 
@@ -530,15 +558,34 @@ mod tests {
         let t = timer(0, 0);
         t.signo.store(libc::SIGURG, Ordering::Relaxed);
         let before = lost_ticks_kicked();
-        assert!(!kick_if_lost(&t, true, 1_000), "first seen disarmed");
-        assert!(!kick_if_lost(&t, true, 1_000 + LOST_TICK_KICK_NS - 1));
-        assert!(kick_if_lost(&t, true, 1_000 + LOST_TICK_KICK_NS), "disarmed that long: kicked");
-        assert!(!kick_if_lost(&t, true, 1_000 + LOST_TICK_KICK_NS + 1), "then a new period starts");
-        // Armed in between: the count starts again.
-        assert!(!kick_if_lost(&t, false, 1_000 + 3 * LOST_TICK_KICK_NS));
-        assert!(!kick_if_lost(&t, true, 1_000 + 4 * LOST_TICK_KICK_NS));
-        assert!(!kick_if_lost(&t, true, 1_000 + 5 * LOST_TICK_KICK_NS - 1));
+        let step = LOST_TICK_GAP_NS / 2;
+        // A busy loop of reads, the signal blocked: kicked once the loop has lasted long enough.
+        let mut now = 1_000;
+        assert!(!kick_if_lost(&t, true, true, now), "first seen disarmed");
+        let mut kicked_at = None;
+        while now < 1_000 + 2 * LOST_TICK_KICK_NS && kicked_at.is_none() {
+            now += step;
+            if kick_if_lost(&t, true, true, now) {
+                kicked_at = Some(now);
+            }
+        }
+        let at = kicked_at.expect("kicked");
+        assert!(at - 1_000 >= LOST_TICK_KICK_NS && at - 1_000 < LOST_TICK_KICK_NS + step, "{at}");
+        assert!(!kick_if_lost(&t, true, true, at + step), "then a new period starts");
         assert!(lost_ticks_kicked() > before);
+        // Armed in between: the count starts again.
+        assert!(!kick_if_lost(&t, false, true, at + 2 * step));
+        assert!(!kick_if_lost(&t, true, true, at + 3 * step));
+        // Reads that are not a busy loop, or with the signal unblocked, never kick.
+        let mut now = at + 4 * step;
+        for _ in 0..20 {
+            now += LOST_TICK_GAP_NS + 1;
+            assert!(!kick_if_lost(&t, true, true, now), "sparse reads");
+        }
+        for _ in 0..40 {
+            now += step;
+            assert!(!kick_if_lost(&t, true, false, now), "signal not blocked");
+        }
     }
 
     #[test]
