@@ -83,11 +83,41 @@ fn a_guest_returns_its_status_and_fsynced_data_survives_into_a_second_run() {
     // The device served the guest's requests (mount, the file, the journal).
     assert!(r["device"]["writes"].as_u64().unwrap() > 0, "{r}");
     assert!(image.is_file(), "--image is kept");
+    // UML ran in a session of its own whose autogroup (what weighs against the host's
+    // other sessions) got nice -20, as root where the kernel has autogroups; the caller's
+    // own autogroup is left as it was.
+    let own_autogroup = std::fs::read_to_string("/proc/self/autogroup").ok();
+    let autogroups_on =
+        std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled").is_ok_and(|t| t.trim() == "1");
+    // SAFETY: geteuid has no preconditions.
+    if own_autogroup.is_some() && autogroups_on && unsafe { libc::geteuid() } == 0 {
+        assert_eq!(r["host_autogroup_nice"], -20, "{r}");
+        assert_eq!(std::fs::read_to_string("/proc/self/autogroup").ok(), own_autogroup);
+    } else {
+        eprintln!("not checked: the guest's autogroup nice (needs root and the kernel's autogroups)");
+    }
 
     // Real time, the same image: the file is there (it was mounted, not formatted again).
-    let out = smartcon(&home, &["emulate", "vm", "emu:nvme", "--image", image_arg, "--", "cat", "kept"]);
+    let out = smartcon(&home, &["emulate", "vm", "emu:nvme", "--image", image_arg, "--json", "--", "cat", "kept"]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "kept across runs\n");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("kept across runs\n"), "{out:?}");
+    // The real-time reference runs in the host's round-robin class where allowed (root);
+    // the virtual-time run above does not.
+    let real = json_record(&out);
+    assert_eq!(r["host_round_robin"], false, "{r}");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // Whether the class is open here at all, asked of a child (chrt, util-linux).
+        let rt_allowed = Command::new("chrt").args(["-r", "1", "true"]).status().is_ok_and(|s| s.success());
+        if rt_allowed {
+            assert_eq!(real["host_round_robin"], true, "{real}");
+            // ... on one host CPU, as the virtual-time run: the same one, the last allowed.
+            assert!(real["host_cpu"].is_u64(), "{real}");
+            assert_eq!(real["host_cpu"], r["host_cpu"], "{r}");
+        } else {
+            eprintln!("not checked: the reference's real-time class (chrt -r 1 is refused here)");
+        }
+    }
 
     assert_nothing_left(&home);
     let _ = std::fs::remove_dir_all(&home);

@@ -150,6 +150,9 @@ pub struct EmuTotals {
     pub flush_real_ns: u64,
     /// Requests of UML's ubd thread joined to the previous one (one guest request's pages).
     pub pieces_joined: u64,
+    /// Lost timer interrupts repaired under virtual time (UML's stall; `vtimer` in the
+    /// preload library).
+    pub lost_ticks_kicked: u64,
     /// How late served requests came back after the model's instant (all processes).
     pub lateness: LatenessRecord,
 }
@@ -174,6 +177,7 @@ pub fn sum_records(text: &str) -> EmuTotals {
         }
         t.flushes += r.flushes;
         t.pieces_joined += r.pieces_joined;
+        t.lost_ticks_kicked += r.lost_ticks_kicked;
         t.flush_real_ns += r.flush_real_ns;
         t.lateness.add(&r.lateness);
     }

@@ -77,8 +77,25 @@ pub enum GuestClock {
 }
 
 /// The niceness UML's processes ask for on the host: first on its CPUs, so that other
-/// programs' load stays out of the real-time reference as far as the host allows.
+/// programs' load stays out of the real-time reference as far as the host allows. Also
+/// the nice of UML's own autogroup (its session), what counts against other sessions.
 pub const GUEST_NICE: i32 = -20;
+/// UML's processes run on one host CPU in both modes (the last the caller may use; UML is
+/// a uniprocessor, so its kernel and guest processes hand over to each other on one CPU
+/// instead of waking an idle one: pinned, the reference used a third of the CPU time and
+/// its guest time fell 18-23%, docs/vm.md; the guest CPU clock of virtual time counts that
+/// CPU time, so it is pinned too, to be measured the same way). The real-time reference's
+/// processes also run in the host's round-robin real-time class at
+/// this (the lowest) priority, when allowed (root): on this kernel (EEVDF) a woken task at
+/// nice -20 in an autogroup at -20 still waited for the running one, and UML wakes one of
+/// its processes at every guest system call and page fault (a ptrace round trip), so the
+/// reference's processes waited 3.1 s for host CPUs beside 1.5 s of CPU (load 24); in the
+/// real-time class, 0.08 s (docs/vm.md). The kernel's real-time throttling (95% of each
+/// CPU by default) leaves the host's other programs their share. Virtual time does not
+/// need it: its guest clock counts CPU time, whatever the host's load.
+pub const REFERENCE_RR_PRIORITY: i32 = 1;
+/// [`GUEST_NICE`] as written to `/proc/self/autogroup`.
+const AUTOGROUP_NICE_TEXT: &[u8] = b"-20";
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -148,6 +165,14 @@ pub struct VmResult {
     /// The niceness UML's processes ran at on the host ([`GUEST_NICE`] when allowed, i.e.
     /// as root; else the caller's).
     pub host_nice: Option<i32>,
+    /// The nice of UML's autogroup on the host (its own session's: [`GUEST_NICE`] when
+    /// allowed), what weighs against other sessions' load; None without autogroups.
+    pub host_autogroup_nice: Option<i32>,
+    /// UML's processes ran in the host's round-robin real-time class
+    /// ([`REFERENCE_RR_PRIORITY`]): the real-time reference, as root.
+    pub host_round_robin: bool,
+    /// The one host CPU UML's processes were pinned to (in both modes); None: not pinned.
+    pub host_cpu: Option<u32>,
     /// What CMD left in `$SMARTCON_VM_WORK/output` (a sweep's fio JSON), if anything.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
@@ -457,15 +482,55 @@ fn boot(
     };
     Launch { library: opts.library.clone(), env: PreloadEnv { emulate: Some(emulate), ..Default::default() } }
         .apply(&mut cmd);
-    cmd.env("TMPDIR", uml_tmp_dir(work)).stdin(std::process::Stdio::null()).process_group(0);
-    // The guest first on the host's CPUs (nice -20, when allowed): the real-time reference
-    // counts the time its processes wait for a host CPU as guest time, so on a shared host
-    // other programs' load shows in it (docs/vm.md). Inherited by UML's every process.
-    // SAFETY: setpriority is async-signal-safe and touches only the child's own priority;
-    // a failure (not root) leaves it as it was, which the record says (`host_nice`).
+    cmd.env("TMPDIR", uml_tmp_dir(work)).stdin(std::process::Stdio::null());
+    let round_robin = !opts.virtual_time;
+    // The guest first on the host's CPUs: the real-time reference counts the time its
+    // processes wait for a host CPU as guest time, so on a shared host other programs'
+    // load shows in it (docs/vm.md). With the kernel's autogroups (Debian's default) a
+    // process's nice weighs only against its own session, so UML gets a session of its
+    // own (also its process group, which `kill_group` ends) and that session's autogroup
+    // gets [`GUEST_NICE`] against the other sessions; within it, nice -20 too. Inherited
+    // by UML's every process.
+    // SAFETY: setsid, setpgid, setpriority, open, write and close are async-signal-safe
+    // and touch only the child itself (its session, group, priority, and the autogroup
+    // file only of the session it just made, through a descriptor closed on every path);
+    // the path and the text are static; sched_setscheduler, sched_getaffinity and
+    // sched_setaffinity (system calls, async-signal-safe) read and set only the child's
+    // own policy and CPUs, from values on its stack (an all-zero cpu_set_t is valid).
+    // A failure (not root, no autogroups, no real-time class) leaves the priority as it
+    // was, which the record says (`host_nice`, `host_autogroup_nice`, `host_round_robin`);
+    // the group is made by one call or the other.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
+            let own_session = libc::setsid() >= 0;
+            if !own_session && libc::setpgid(0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Only a session of its own: the caller's autogroup is the caller's.
+            let fd = if own_session {
+                libc::open(c"/proc/self/autogroup".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC)
+            } else {
+                -1
+            };
+            if fd >= 0 {
+                let text = AUTOGROUP_NICE_TEXT;
+                libc::write(fd, text.as_ptr().cast(), text.len());
+                libc::close(fd);
+            }
             libc::setpriority(libc::PRIO_PROCESS, 0, GUEST_NICE);
+            if round_robin {
+                let param = libc::sched_param { sched_priority: REFERENCE_RR_PRIORITY };
+                libc::sched_setscheduler(0, libc::SCHED_RR, &param);
+            }
+            // One host CPU for the uniprocessor guest, in both modes: the last one allowed.
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+                if let Some(cpu) = (0..libc::CPU_SETSIZE as usize).rev().find(|&c| libc::CPU_ISSET(c, &set)) {
+                    let mut one: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut one);
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+                }
+            }
             Ok(())
         })
     };
@@ -484,6 +549,11 @@ fn boot(
     let mut child = cmd.spawn().map_err(|e| Error::io(ErrorKind::Setup, &opts.kernel, e))?;
     record.pid = child.id();
     let host_nice = host_nice(record.pid);
+    let host_autogroup_nice =
+        std::fs::read_to_string(format!("/proc/{}/autogroup", record.pid)).ok().and_then(|t| autogroup_nice(&t));
+    // SAFETY: a query of our child's policy (a pid that is ours until reaped).
+    let host_round_robin = unsafe { libc::sched_getscheduler(record.pid as libc::pid_t) } == libc::SCHED_RR;
+    let host_cpu = single_cpu(record.pid);
     record.start_ticks = process_identity(record.pid).map_or(0, |(s, _)| s);
     record.save()?;
     let started_mark = work.join("started");
@@ -551,6 +621,9 @@ fn boot(
         device_share,
         within_2pct,
         host_nice,
+        host_autogroup_nice,
+        host_round_robin,
+        host_cpu,
         output,
     })
 }
@@ -560,6 +633,30 @@ fn boot(
 fn host_nice(pid: u32) -> Option<i32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     text[text.rfind(')')? + 1..].split_ascii_whitespace().nth(16)?.parse().ok()
+}
+
+/// The CPU `pid` may run on when it is exactly one, else None.
+fn single_cpu(pid: u32) -> Option<u32> {
+    // SAFETY: an all-zero cpu_set_t is valid; sched_getaffinity only writes it, and
+    // CPU_ISSET only reads it within CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        let mut cpus = (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set));
+        match (cpus.next(), cpus.next()) {
+            (Some(c), None) => Some(c as u32),
+            _ => None,
+        }
+    }
+}
+
+/// The nice of `/proc/PID/autogroup`'s text ("/autogroup-42 nice -20").
+fn autogroup_nice(text: &str) -> Option<i32> {
+    let mut words = text.split_ascii_whitespace();
+    words.find(|w| *w == "nice")?;
+    words.next()?.parse().ok()
 }
 
 /// Where UML puts its memory file (created and unlinked at once, so nothing is left): a
@@ -613,12 +710,17 @@ pub fn accuracy_text(r: &VmResult) -> String {
     let l = &r.device.lateness;
     match r.within_2pct {
         Some(share) => format!(
-            "{:.1}% of {} requests back within 2% of the model's instant (latest {:.3} ms late{}); {} page pieces joined to their request",
+            "{:.1}% of {} requests back within 2% of the model's instant (latest {:.3} ms late{}); {} page pieces joined to their request{}",
             share * 100.0,
             l.requests(),
             l.max_ns as f64 / 1e6,
             if l.data_overran > 0 { format!(", {} data halves ran past it", l.data_overran) } else { String::new() },
-            r.device.pieces_joined
+            r.device.pieces_joined,
+            if r.device.lost_ticks_kicked > 0 {
+                format!("; {} lost timer interrupts repaired", r.device.lost_ticks_kicked)
+            } else {
+                String::new()
+            }
         ),
         None => "no requests served".to_string(),
     }
@@ -633,6 +735,15 @@ mod tests {
         assert_eq!(quote(b"plain"), "'plain'");
         assert_eq!(quote(b"it's"), r"'it'\''s'");
         assert_eq!(quote(b"$HOME `x`"), "'$HOME `x`'");
+    }
+
+    #[test]
+    fn the_autogroups_nice_is_read_from_its_line() {
+        assert_eq!(autogroup_nice("/autogroup-2854 nice -20\n"), Some(-20));
+        assert_eq!(autogroup_nice("/autogroup-7 nice 0"), Some(0));
+        assert_eq!(autogroup_nice("/autogroup-7"), None);
+        assert_eq!(autogroup_nice(""), None);
+        assert_eq!(std::str::from_utf8(AUTOGROUP_NICE_TEXT).unwrap().parse::<i32>().unwrap(), GUEST_NICE);
     }
 
     #[test]

@@ -106,6 +106,9 @@ pub struct EmuProcessRecord {
     /// Requests of a clone helper (UML's ubd thread) put on the model as the continuation
     /// of its previous one (one guest request split into page-sized calls).
     pub pieces_joined: u64,
+    /// Virtual time: timer signals raised because the program's idle check kept finding
+    /// its POSIX timer disarmed (a lost timer interrupt repaired; UML's stall).
+    pub lost_ticks_kicked: u64,
     /// How late served requests came back after the model's instant.
     pub lateness: LatenessRecord,
 }

@@ -666,6 +666,7 @@ pub fn flush() {
         spin_fell_back: SPIN_FELL_BACK.load(Ordering::Relaxed),
         flushes: FLUSHES.load(Ordering::Relaxed),
         pieces_joined: PIECES_JOINED.load(Ordering::Relaxed),
+        lost_ticks_kicked: crate::vtimer::lost_ticks_kicked(),
         flush_real_ns: FLUSH_REAL_NS.load(Ordering::Relaxed),
         lateness: LatenessRecord {
             edges_ppm: LATE_EDGES_PPM.to_vec(),

@@ -46,6 +46,11 @@ struct Timer {
     /// The virtual monotonic expiry; 0: disarmed.
     expiry_ns: AtomicU64,
     interval_ns: AtomicU64,
+    /// The real instant `timer_gettime` first found it disarmed since it was last set or
+    /// kicked; 0: not seen disarmed ([`kick_if_lost`]).
+    disarmed_seen_ns: AtomicU64,
+    /// The real instant of the last such read.
+    disarmed_last_ns: AtomicU64,
 }
 
 static TIMERS: [Timer; TIMERS_MAX] = [const {
@@ -55,6 +60,8 @@ static TIMERS: [Timer; TIMERS_MAX] = [const {
         tid: AtomicI32::new(0),
         expiry_ns: AtomicU64::new(0),
         interval_ns: AtomicU64::new(0),
+        disarmed_seen_ns: AtomicU64::new(0),
+        disarmed_last_ns: AtomicU64::new(0),
     }
 }; TIMERS_MAX];
 
@@ -247,7 +254,73 @@ pub unsafe extern "C" fn timer_settime(
     };
     slot.interval_ns.store(interval_ns, Ordering::Release);
     slot.expiry_ns.store(expiry, Ordering::Release);
+    slot.disarmed_seen_ns.store(0, Ordering::Release);
     arm_real(t, slot, now)
+}
+
+/// How long (real ns) `timer_gettime` may keep finding a timer disarmed, with nothing
+/// setting it, before its signal is raised once more ([`kick_if_lost`]).
+pub const LOST_TICK_KICK_NS: u64 = 5_000_000;
+/// Reads further apart than this (real ns) are not a busy idle loop: the count restarts.
+pub const LOST_TICK_GAP_NS: u64 = 1_000_000;
+
+/// UML's idle check reads its timer (`timer_gettime`, SIGALRM blocked) and sleeps in
+/// `sigsuspend` only when it is armed; disarmed, it returns and looks again, a busy loop.
+/// A guest whose timer interrupt was lost is stuck there: its kernel believes an
+/// interrupt is on its way (it programs the timer again only for an earlier instant), the
+/// library holds the timer disarmed, and nothing else wakes it (docs/vm.md, "The stall":
+/// 12 minutes at 100% of a CPU, ended by one SIGALRM sent by hand). Where the interrupt
+/// is lost is not found; this repairs it: a timer read disarmed for
+/// [`LOST_TICK_KICK_NS`] of real time without being set raises its signal, a spurious
+/// timer interrupt, which a kernel tolerates (it runs the timers that are due and
+/// programs the next). Only UML's pattern counts: the timer's signal blocked at each read
+/// (`blocked`; UML blocks SIGALRM around its check) and the reads a busy loop (each within
+/// [`LOST_TICK_GAP_NS`] of the one before), so another program that looks at a spent
+/// timer now and then gets no signal it did not ask for. Returns whether it raised.
+fn kick_if_lost(slot: &Timer, disarmed: bool, blocked: bool, real_now: u64) -> bool {
+    let last = slot.disarmed_last_ns.swap(real_now, Ordering::AcqRel);
+    if !disarmed || !blocked || real_now.saturating_sub(last) > LOST_TICK_GAP_NS {
+        slot.disarmed_seen_ns.store(0, Ordering::Release);
+        if !(disarmed && blocked) {
+            return false;
+        }
+    }
+    let seen = slot.disarmed_seen_ns.load(Ordering::Acquire);
+    if seen == 0 {
+        slot.disarmed_seen_ns.store(real_now.max(1), Ordering::Release);
+        return false;
+    }
+    if real_now.saturating_sub(seen) < LOST_TICK_KICK_NS {
+        return false;
+    }
+    slot.disarmed_seen_ns.store(real_now.max(1), Ordering::Release);
+    LOST_TICKS_KICKED.fetch_add(1, Ordering::Relaxed);
+    raise(slot);
+    true
+}
+
+/// Whether the calling thread blocks `slot`'s signal now.
+fn signal_blocked(slot: &Timer) -> bool {
+    // SAFETY: all-zero sigsets are valid; a query (no new mask) that writes `cur` only.
+    unsafe {
+        let mut cur: sigset_t = std::mem::zeroed();
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            std::ptr::null::<sigset_t>(),
+            &mut cur,
+            std::mem::size_of::<u64>(),
+        );
+        libc::sigismember(&cur, slot.signo.load(Ordering::Relaxed)) == 1
+    }
+}
+
+/// Signals raised by [`kick_if_lost`] (the `emu_process` record's `lost_ticks_kicked`).
+static LOST_TICKS_KICKED: AtomicU64 = AtomicU64::new(0);
+
+/// How many lost timer interrupts were repaired in this process.
+pub fn lost_ticks_kicked() -> u64 {
+    LOST_TICKS_KICKED.load(Ordering::Relaxed)
 }
 
 /// An absolute expiry given on the timer's clock, as a virtual monotonic instant. The
@@ -276,9 +349,11 @@ pub unsafe extern "C" fn timer_gettime(t: libc::timer_t, cur: *mut itimerspec) -
     type F = unsafe extern "C" fn(libc::timer_t, *mut itimerspec) -> c_int;
     if applies() && !cur.is_null() {
         if let Some(slot) = find(t) {
-            let (now, _) = domain::observe_ns();
+            let (now, real_now) = domain::observe_ns();
+            let value = current(slot, now);
             // SAFETY: non-null; the caller's promise that it is writable.
-            unsafe { *cur = current(slot, now) };
+            unsafe { *cur = value };
+            kick_if_lost(slot, slot.expiry_ns.load(Ordering::Acquire) == 0, signal_blocked(slot), real_now);
             return 0;
         }
     }
@@ -464,6 +539,8 @@ mod tests {
             tid: AtomicI32::new(0),
             expiry_ns: AtomicU64::new(expiry_ns),
             interval_ns: AtomicU64::new(interval_ns),
+            disarmed_seen_ns: AtomicU64::new(0),
+            disarmed_last_ns: AtomicU64::new(0),
         }
     }
 
@@ -473,6 +550,42 @@ mod tests {
         assert_eq!(next_expiry(&t, 999), (Some(1_000), false));
         assert_eq!(next_expiry(&t, 1_000), (None, true));
         assert_eq!(next_expiry(&t, 5_000), (None, false));
+    }
+
+    #[test]
+    fn a_timer_read_disarmed_for_long_is_kicked_once_per_period() {
+        // SIGURG: ignored by default, so the kicks raised at this test process are harmless.
+        let t = timer(0, 0);
+        t.signo.store(libc::SIGURG, Ordering::Relaxed);
+        let before = lost_ticks_kicked();
+        let step = LOST_TICK_GAP_NS / 2;
+        // A busy loop of reads, the signal blocked: kicked once the loop has lasted long enough.
+        let mut now = 1_000;
+        assert!(!kick_if_lost(&t, true, true, now), "first seen disarmed");
+        let mut kicked_at = None;
+        while now < 1_000 + 2 * LOST_TICK_KICK_NS && kicked_at.is_none() {
+            now += step;
+            if kick_if_lost(&t, true, true, now) {
+                kicked_at = Some(now);
+            }
+        }
+        let at = kicked_at.expect("kicked");
+        assert!(at - 1_000 >= LOST_TICK_KICK_NS && at - 1_000 < LOST_TICK_KICK_NS + step, "{at}");
+        assert!(!kick_if_lost(&t, true, true, at + step), "then a new period starts");
+        assert!(lost_ticks_kicked() > before);
+        // Armed in between: the count starts again.
+        assert!(!kick_if_lost(&t, false, true, at + 2 * step));
+        assert!(!kick_if_lost(&t, true, true, at + 3 * step));
+        // Reads that are not a busy loop, or with the signal unblocked, never kick.
+        let mut now = at + 4 * step;
+        for _ in 0..20 {
+            now += LOST_TICK_GAP_NS + 1;
+            assert!(!kick_if_lost(&t, true, true, now), "sparse reads");
+        }
+        for _ in 0..40 {
+            now += step;
+            assert!(!kick_if_lost(&t, true, false, now), "signal not blocked");
+        }
     }
 
     #[test]
