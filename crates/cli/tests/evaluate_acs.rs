@@ -107,8 +107,12 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
     let bars = of("acs_bar");
     assert_eq!(bars.len(), 3 * (4 + 2 + if zram { 4 } else { 0 }), "{text}");
     assert_eq!(bars.iter().filter(|b| b["adaptive"] == "smart").count(), bars.len() / 3);
-    // --tiny: 2 rounds, each repetition in 2 pieces, so 4 pairs a bar.
-    assert!(bars.iter().all(|b| b["rounds"] == 2 && b["pairs"] == 4), "{text}");
+    // --tiny: at most 2 rounds, each repetition in 2 pieces, so 2 pairs a round; one round
+    // already gives an interval, so a group past its 5 s budget ends after it.
+    for b in &bars {
+        let rounds = b["rounds"].as_u64().unwrap();
+        assert!((1..=2).contains(&rounds) && b["pairs"].as_u64() == Some(2 * rounds), "{b}");
+    }
     assert!(bars.iter().all(|b| b["interval_pct"].as_array().unwrap().len() == 2));
     // Each bar carries the machine's load, whether the stopping rule held, the median read
     // of both sides and the share of spins that slept (none for sync, which never spins).
