@@ -196,7 +196,10 @@ impl AcsPlan {
         if self.file_bytes < 1 << 20 || self.file_bytes > 4 << 30 || !self.file_bytes.is_multiple_of(BLOCK_BYTES) {
             return usage("--file-size must be a multiple of 4 KiB between 1 MiB and 4 GiB".into());
         }
-        if self.rounds_min < 1 || self.rounds_max < self.rounds_min || self.rounds_min * self.pieces.max(1) < 2 {
+        if self.rounds_min < 1
+            || self.rounds_max < self.rounds_min
+            || self.rounds_min.saturating_mul(self.pieces.max(1)) < 2
+        {
             return usage(
                 "--rounds must be at least 2, or 1 with --pieces 2 or more (an interval needs two pairs)".into(),
             );
