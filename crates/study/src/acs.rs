@@ -17,10 +17,14 @@
 //! - the schedulers (`none`, noop's successor; `bfq` with idling on, the nearest descendant
 //!   of the anticipatory scheduler, which left Linux in 2.6.33; `mq-deadline`, `kyber`) are
 //!   set on the loop device for their turn and restored ([`SchedulerGuard`]);
-//! - a round is one repetition of every (scheduler, strategy) in a balanced order
-//!   ([`crate::turn_order`]), so every comparison, also block under bfq against smart under
-//!   none (the paper's "anti vs noop"), is a ratio taken round by round
-//!   ([`PairedRatio`]) and judged with the evaluate's rule ([`judge::beats`]);
+//! - a round is one repetition of every (scheduler, strategy), each read in
+//!   [`AcsPlan::pieces`] contiguous pieces of the pattern's order, piece p of every turn (in
+//!   a balanced order, [`crate::turn_order`]) before piece p + 1 of any; so every
+//!   comparison, also block under bfq against smart under none (the paper's "anti vs
+//!   noop"), is a ratio taken piece by piece ([`PairedRatio`]) and judged with the
+//!   evaluate's rule ([`judge::beats`]). Pieces let a round whose repetitions take minutes
+//!   (the loop device beside 9 crunchers: 25,000 reads of several ms each) give an interval
+//!   of its own, and pair figures taken seconds apart rather than minutes;
 //! - the 1 + 9 experiment runs the same beside `cpu_workers` forked crunchers.
 //!
 //! Non-goals: the paper's modified `make_request` path (user space here), and lmbench
@@ -60,6 +64,8 @@ pub const CPU_WORKERS_PAPER: u32 = 9;
 pub const SCHEDULERS: [&str; 4] = ["none", "bfq", "mq-deadline", "kyber"];
 /// bfq's idling, milliseconds, where the kernel's default is off for the device.
 pub const BFQ_SLICE_IDLE_MS: u32 = 8;
+/// The most pieces a repetition may be cut into.
+pub const PIECES_MAX: u32 = 1024;
 /// How long the crunchers run before the first turn (more than a System Monitor window).
 pub const SETTLE_NS: u64 = 250_000_000;
 
@@ -122,9 +128,15 @@ pub struct AcsPlan {
     /// Rounds before the stopping rule is asked; `rounds_max` ends a group in any case.
     pub rounds_min: u32,
     pub rounds_max: u32,
-    /// A group (device, load, pattern) ends after this much time, once it has two rounds
-    /// (the least an interval needs), whatever `rounds_min` says.
+    /// A group (device, load, pattern) ends after this much time, once it has an interval
+    /// (two rounds, or one round cut into two or more pieces), whatever `rounds_min` says.
     pub group_budget_ns: u64,
+    /// Each repetition is read in this many pieces (contiguous stretches of the pattern's
+    /// order), interleaved with the other (scheduler, strategy) turns piece by piece: every
+    /// turn still reads the whole file once a round, in the paper's order, and its time is
+    /// the sum of its pieces; pieces are paired (piece p of a round against the same piece
+    /// of every other turn). 1 reads each repetition in one go (`--full`, the paper's).
+    pub pieces: u32,
     /// The 1 + 9 experiment's crunchers; 0 skips it. It runs under the first scheduler.
     pub cpu_workers: u32,
     /// smart's probe of each created device, per point; 0 skips the probe (smart then runs
@@ -145,11 +157,11 @@ pub struct AcsPlan {
 
 impl AcsPlan {
     pub fn preset(p: AcsPreset) -> AcsPlan {
-        let (file_bytes, rounds_min, rounds_max, budget_s, reader_rounds, probe_ms) = match p {
-            AcsPreset::Tiny => (2 << 20, 2, 2, 5, 2, 0),
-            AcsPreset::Quick => (2 << 20, 3, 5, 20, 3, 40),
-            AcsPreset::Default => (FILE_BYTES_PAPER, 10, 60, 150, 5, 100),
-            AcsPreset::Full => (FILE_BYTES_PAPER, ROUNDS_PAPER, ROUNDS_PAPER, u64::MAX / 2_000_000_000, 10, 150),
+        let (file_bytes, rounds_min, rounds_max, budget_s, pieces, reader_rounds, probe_ms) = match p {
+            AcsPreset::Tiny => (2 << 20, 2, 2, 5, 2, 2, 0),
+            AcsPreset::Quick => (2 << 20, 3, 5, 20, 4, 3, 40),
+            AcsPreset::Default => (FILE_BYTES_PAPER, 10, 60, 150, 16, 5, 100),
+            AcsPreset::Full => (FILE_BYTES_PAPER, ROUNDS_PAPER, ROUNDS_PAPER, u64::MAX / 2_000_000_000, 1, 10, 150),
         };
         AcsPlan {
             devices: vec![FsDeviceKind::Loop, FsDeviceKind::Zram],
@@ -168,6 +180,7 @@ impl AcsPlan {
             rounds_min,
             rounds_max,
             group_budget_ns: budget_s * 1_000_000_000,
+            pieces,
             cpu_workers: CPU_WORKERS_PAPER,
             probe_ns: probe_ms * 1_000_000,
             reader_rounds,
@@ -183,8 +196,16 @@ impl AcsPlan {
         if self.file_bytes < 1 << 20 || self.file_bytes > 4 << 30 || !self.file_bytes.is_multiple_of(BLOCK_BYTES) {
             return usage("--file-size must be a multiple of 4 KiB between 1 MiB and 4 GiB".into());
         }
-        if self.rounds_min < 2 || self.rounds_max < self.rounds_min {
-            return usage("--rounds must be at least 2 (an interval needs two repetitions)".into());
+        if self.rounds_min < 1
+            || self.rounds_max < self.rounds_min
+            || self.rounds_min.saturating_mul(self.pieces.max(1)) < 2
+        {
+            return usage(
+                "--rounds must be at least 2, or 1 with --pieces 2 or more (an interval needs two pairs)".into(),
+            );
+        }
+        if self.pieces < 1 || self.pieces > PIECES_MAX || self.file_bytes / BLOCK_BYTES < self.pieces as u64 {
+            return usage(format!("--pieces must be between 1 and {PIECES_MAX} and at most the file's 4 KiB blocks"));
         }
         if self.reader_rounds == 1 {
             return usage("the unmodified readers need at least 2 rounds (0 skips them)".into());
@@ -221,12 +242,15 @@ pub struct AcsResult {
     pub pattern: AcsPattern,
     pub strategy: &'static str,
     pub cpu_workers: u32,
-    /// The mean time of one repetition (reading the whole file), microseconds.
+    /// The mean time of one repetition (reading the whole file), microseconds: the pieces'
+    /// mean time times [`AcsPlan::pieces`] (with one piece, the repetitions' mean).
     pub mean_us: f64,
-    /// The half-width of the mean's 95% interval (Student's t over the repetitions).
+    /// The half-width of the mean's 95% interval (Student's t over the pieces, scaled as
+    /// the mean is; with one piece, over the repetitions).
     pub ci95_us: f64,
     /// The time saved against block under the same scheduler, percent: 100 x (1 - the
-    /// geometric mean of the per-round ratios of this strategy's time to block's).
+    /// geometric mean of the per-piece ratios of this strategy's time to block's; with one
+    /// piece, per round).
     pub improvement_pct: f64,
     /// The same against block under bfq (the paper's "anti vs noop"); loop only.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -248,9 +272,12 @@ pub struct AcsBar {
     pub adaptive: &'static str,
     pub original_scheduler: String,
     pub improvement_pct: f64,
-    /// The 90% interval of `improvement_pct` (the judge's paired interval).
+    /// The 90% interval of `improvement_pct` (the judge's paired interval, over the pairs).
     pub interval_pct: [f64; 2],
+    /// Whole rounds: repetitions of the whole file by each turn.
     pub rounds: usize,
+    /// Paired pieces the bar rests on (rounds x pieces, less a round cut short by Ctrl-C).
+    pub pairs: usize,
     /// Whether adaptive dominates original by the evaluate's Pareto rule
     /// ([`judge::beats`]: >= 5% surely faster at no more CPU, or keeping the crunchers' work).
     pub dominates: bool,
@@ -303,7 +330,8 @@ pub struct AcsOutcome {
     pub profiles: Vec<(String, Profile)>,
 }
 
-/// One turn's figures: a repetition's time, its thread's CPU and what it decided.
+/// One piece's figures (a repetition's, with one piece): its time, its thread's CPU and
+/// what it decided.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Turn {
     pub time_ns: u64,
@@ -320,11 +348,14 @@ pub struct Turn {
     pub p50_ns: u64,
 }
 
-/// The turns of one (scheduler, strategy) over a group's rounds.
+/// The pieces of one (scheduler, strategy) over a group's rounds, in the order read: piece
+/// `i` of every series of a group was read in the same round, over the same blocks.
 #[derive(Debug, Clone)]
 pub struct Series {
     pub scheduler: String,
     pub strategy: StrategyChoice,
+    /// Pieces a repetition is read in ([`AcsPlan::pieces`]).
+    pub pieces: u32,
     pub turns: Vec<Turn>,
 }
 
@@ -333,11 +364,23 @@ impl Series {
         self.turns.iter().map(|t| t.time_ns as f64 / 1e3).collect()
     }
 
+    /// The mean time of one repetition and its 95% half-width, microseconds: the pieces'
+    /// figures times the number of pieces (each piece is a repetition's share).
+    fn repetition_mean_ci95(&self) -> Option<(f64, f64)> {
+        let k = self.pieces as f64;
+        mean_ci95(&self.times_us()).map(|(m, h)| (m * k, h * k))
+    }
+
+    /// Whole repetitions read.
+    fn rounds(&self) -> usize {
+        self.turns.len() / self.pieces.max(1) as usize
+    }
+
     fn figures(&self) -> Vec<TurnFigures> {
         self.turns
             .iter()
             .map(|t| TurnFigures {
-                perf: if t.time_ns > 0 { 1e9 / t.time_ns as f64 } else { 0.0 },
+                perf: if t.time_ns > 0 { t.ios.max(1) as f64 * 1e9 / t.time_ns as f64 } else { 0.0 },
                 corunner_work_per_s: t.corunner_work_per_s,
                 cpu_pct: t.cpu_pct,
             })
@@ -395,9 +438,8 @@ pub fn conclude(
     let ratio = |a: &Series, b: &Series| PairedRatio::of(&a.times_us(), &b.times_us());
     let mut results = Vec::new();
     for s in series {
-        let times = s.times_us();
-        // A series cut short by Ctrl-C before its second repetition has no interval: left out.
-        let Some((mean, half)) = mean_ci95(&times) else { continue };
+        // A series cut short by Ctrl-C before its second piece has no interval: left out.
+        let Some((mean, half)) = s.repetition_mean_ci95() else { continue };
         let vs = |sched: &str| find(sched, BLOCK).and_then(|b| ratio(s, b)).map(|r| saved_pct(&r).0);
         results.push(AcsResult {
             record_type: "acs_result",
@@ -420,7 +462,7 @@ pub fn conclude(
     for adaptive in series.iter().filter(|s| s.scheduler == first && s.strategy != BLOCK) {
         for (bar, original) in [("noop-vs-noop", first.as_str()), ("anti-vs-noop", "bfq")] {
             let Some(block) = find(original, BLOCK) else { continue };
-            // A group cut short (Ctrl-C) after one round has no interval: no bar.
+            // A group cut short (Ctrl-C) after one pair has no interval: no bar.
             let Some(r) = ratio(adaptive, block).filter(|r| r.rounds >= 2) else { continue };
             let (pct, interval) = saved_pct(&r);
             let with_corunner = cpu_workers > 0;
@@ -437,7 +479,8 @@ pub fn conclude(
                 original_scheduler: original.to_string(),
                 improvement_pct: pct,
                 interval_pct: interval,
-                rounds: r.rounds,
+                rounds: adaptive.rounds().min(block.rounds()),
+                pairs: r.rounds,
                 dominates,
                 busy_pct: if ios > 0 { busy as f64 * 100.0 / ios as f64 } else { 0.0 },
                 reason: main_reason(&adaptive.turns),
@@ -452,10 +495,10 @@ pub fn conclude(
 }
 
 /// Whether a group has measured enough: under every scheduler, smart's and block's 95%
-/// intervals are each narrower than the difference of their means.
+/// intervals (of the mean repetition) are each narrower than the difference of their means.
 pub fn settled(series: &[Series]) -> bool {
     let by_sched = |sched: &str, s: StrategyChoice| {
-        series.iter().find(|x| x.scheduler == sched && x.strategy == s).and_then(|x| mean_ci95(&x.times_us()))
+        series.iter().find(|x| x.scheduler == sched && x.strategy == s).and_then(Series::repetition_mean_ci95)
     };
     let mut scheds: Vec<&str> = series.iter().map(|s| s.scheduler.as_str()).collect();
     scheds.dedup();
@@ -556,18 +599,27 @@ fn write_file(path: &Path, bytes: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// One repetition: the whole file in `pattern`'s order on `port`.
-fn repetition(
+/// The stretch of a repetition's order (read indexes, not blocks) that piece `p` of `pieces`
+/// covers: the pieces are contiguous, in order, and together the whole repetition.
+pub fn piece_range(p: u32, pieces: u32, blocks: u64) -> std::ops::Range<u64> {
+    let at = |q: u32| blocks * q as u64 / pieces.max(1) as u64;
+    at(p)..at(p + 1)
+}
+
+/// One piece: reads `order` of the file in `pattern`'s order on `port` (all of it,
+/// `0..blocks`, is one repetition).
+fn piece(
     port: &mut SmartTargetPort<'_>,
     buf: &mut [u8],
     pattern: AcsPattern,
     blocks: u64,
+    order: std::ops::Range<u64>,
     load: Option<&CpuLoad>,
 ) -> Result<Turn, Error> {
     let before: Option<LoadSnapshot> = load.map(CpuLoad::snapshot);
     port.reset_counters();
     let t0 = now_ns();
-    for i in 0..blocks {
+    for i in order {
         let off = pattern.block(i, blocks) * BLOCK_BYTES;
         let n = port.read_at(buf, off)?;
         if n != buf.len() {
@@ -708,10 +760,11 @@ pub fn run(
                     b.load_avg = [load_before, load_after];
                 }
                 if !settled(&series) && !stopped(stop) {
-                    let rounds = series.first().map_or(0, |s| s.turns.len());
+                    let rounds = series.first().map_or(0, Series::rounds);
                     out.notes.push(format!(
-                        "{name} {} cpu_workers={workers}: not settled after {rounds} rounds ({:.0} s; the cap is {} rounds or {:.0} s once two ran): smart's or block's 95% interval is wider than their difference",
+                        "{name} {} cpu_workers={workers}: not settled after {rounds} rounds of {} pieces ({:.0} s; the cap is {} rounds or {:.0} s once an interval is possible): smart's or block's 95% interval is wider than their difference",
                         pattern.name(),
+                        plan.pieces,
                         (now_ns() - group_started) as f64 / 1e9,
                         plan.rounds_max,
                         plan.group_budget_ns as f64 / 1e9
@@ -759,8 +812,8 @@ fn stopped(stop: &AtomicBool) -> bool {
     stop.load(Ordering::Relaxed) || smartcon_engine::stop::requested()
 }
 
-/// One group's rounds: every (scheduler, strategy) reads the file once per round, in a
-/// balanced order, on the I/O thread of this group (registered with the System Monitor, so
+/// One group's rounds: every (scheduler, strategy) reads the file once per round, in
+/// [`AcsPlan::pieces`] pieces interleaved piece by piece in a balanced order, on the I/O thread of this group (registered with the System Monitor, so
 /// smart does not count its own spinning as load).
 #[allow(clippy::too_many_arguments)]
 fn run_group(
@@ -779,7 +832,12 @@ fn run_group(
     let mut series: Vec<Series> = scheds
         .iter()
         .flat_map(|sc| {
-            plan.strategies.iter().map(move |&s| Series { scheduler: sc.clone(), strategy: s, turns: Vec::new() })
+            plan.strategies.iter().map(move |&s| Series {
+                scheduler: sc.clone(),
+                strategy: s,
+                pieces: plan.pieces.max(1),
+                turns: Vec::new(),
+            })
         })
         .collect();
     std::thread::scope(|scope| {
@@ -804,28 +862,38 @@ fn run_group(
                 let mut buf = smartcon_engine::target::AlignedBuf::new(BLOCK_BYTES as usize);
                 // Warm-up: a fresh ring and the file's block map pay once.
                 for port in ports.iter_mut() {
-                    repetition(port, buf.as_mut_slice(), pattern, blocks.min(256), None)?;
+                    let warm = 0..blocks.min(256);
+                    piece(port, buf.as_mut_slice(), pattern, warm.end, warm, None)?;
                 }
                 let started = now_ns();
+                let k = plan.pieces.max(1);
                 for round in 0..plan.rounds_max as usize {
-                    for si in turn_order(scheds.len(), round) {
-                        if let Some(g) = guard.as_mut() {
-                            if let Some(n) = g.set(&scheds[si])? {
-                                if !notes.contains(&n) {
-                                    notes.push(n);
+                    // Piece p of every (scheduler, strategy) before piece p + 1 of any: each
+                    // reads the whole file once a round, and pieces of one step are paired.
+                    for p in 0..k {
+                        let step = round * k as usize + p as usize;
+                        for si in turn_order(scheds.len(), step) {
+                            if let Some(g) = guard.as_mut() {
+                                if let Some(n) = g.set(&scheds[si])? {
+                                    if !notes.contains(&n) {
+                                        notes.push(n);
+                                    }
                                 }
                             }
-                        }
-                        for k in turn_order(plan.strategies.len(), round) {
-                            if stopped(stop) {
-                                return Ok(());
+                            for s in turn_order(plan.strategies.len(), step) {
+                                if stopped(stop) {
+                                    return Ok(());
+                                }
+                                let order = piece_range(p, k, blocks);
+                                let turn = piece(&mut ports[s], buf.as_mut_slice(), pattern, blocks, order, load)?;
+                                series[si * plan.strategies.len() + s].turns.push(turn);
                             }
-                            let turn = repetition(&mut ports[k], buf.as_mut_slice(), pattern, blocks, load)?;
-                            series[si * plan.strategies.len() + k].turns.push(turn);
                         }
                     }
                     let enough = round + 1 >= plan.rounds_min as usize && settled(&series);
-                    if enough || (round >= 1 && now_ns() - started > plan.group_budget_ns) {
+                    // An interval needs two pairs: two rounds, or one round in two pieces.
+                    let has_interval = (round + 1) * k as usize >= 2;
+                    if enough || (has_interval && now_ns() - started > plan.group_budget_ns) {
                         break;
                     }
                 }
@@ -834,6 +902,11 @@ fn run_group(
             .join()
             .unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "the acs I/O thread panicked")))
     })?;
+    // Ctrl-C mid-step: every series keeps the pieces all of them read, so pairs stay aligned.
+    let done = series.iter().map(|s| s.turns.len()).min().unwrap_or(0);
+    for s in series.iter_mut() {
+        s.turns.truncate(done);
+    }
     Ok(series)
 }
 
@@ -993,6 +1066,7 @@ mod tests {
         Series {
             scheduler: sched.into(),
             strategy: s,
+            pieces: 1,
             turns: times_us
                 .iter()
                 .map(|t| {
@@ -1074,7 +1148,7 @@ mod tests {
         assert_eq!((bars[0].bar, bars[1].bar), ("noop-vs-noop", "anti-vs-noop"));
         assert!((bars[0].improvement_pct - 10.0).abs() < 1e-6 && (bars[1].improvement_pct - 20.0).abs() < 1e-6);
         assert!((bars[0].interval_pct[0] - 10.0).abs() < 1e-6 && bars[0].dominates && bars[1].dominates);
-        assert_eq!((bars[0].rounds, bars[0].busy_pct), (4, 50.0));
+        assert_eq!((bars[0].rounds, bars[0].pairs, bars[0].busy_pct), (4, 4, 50.0));
         assert_eq!((bars[0].adaptive, bars[0].reason.as_str()), ("smart", "cpu_busy 75%"));
         // 2 of 10 reads a turn slept after the spin budget; the medians of the turns'
         // medians (9, 18, 9, 13.5 us and 10, 20, 10, 15 us) are 11.25 and 12.5 us.
@@ -1092,6 +1166,40 @@ mod tests {
         assert!(results.iter().all(|r| r.improvement_vs_bfq_pct.is_none() && r.cpu_workers == 9));
         assert!(serde_json::to_value(&results[1]).unwrap().get("improvement_vs_bfq_pct").is_none());
         assert_eq!(bars.len(), 1);
+    }
+
+    #[test]
+    fn pieces_cover_a_repetition_once_in_order_and_scale_to_it() {
+        for (pieces, blocks) in [(1, 7), (4, 7), (16, 24_414), (7, 7)] {
+            let mut next = 0;
+            for p in 0..pieces {
+                let r = piece_range(p, pieces, blocks);
+                assert_eq!(r.start, next, "pieces {pieces} of {blocks}: piece {p}");
+                assert!(r.end > r.start, "no empty piece");
+                next = r.end;
+            }
+            assert_eq!(next, blocks);
+        }
+        // Two rounds of 4 pieces: a repetition is the pieces' mean times 4, the bars pair the
+        // 8 pieces and count 2 rounds; a run cut after 3 pieces still has a bar.
+        let mk = |s, t: &[f64]| Series { pieces: 4, ..series("none", s, t) };
+        let block = mk(BLOCK, &[25.0, 50.0, 25.0, 30.0, 20.0, 40.0, 25.0, 35.0]);
+        let smart = mk(StrategyChoice::Smart, &[20.0, 40.0, 20.0, 24.0, 16.0, 32.0, 20.0, 28.0]);
+        let (results, bars) = conclude("zram", AcsPattern::Random, 9, &[block.clone(), smart.clone()]);
+        assert!((results[0].mean_us - 125.0).abs() < 1e-9, "{:?}", results[0]);
+        assert!((results[1].improvement_pct - 20.0).abs() < 1e-6);
+        assert_eq!((bars[0].rounds, bars[0].pairs), (2, 8));
+        let cut = |s: &Series| Series { turns: s.turns[..3].to_vec(), ..s.clone() };
+        let (_, bars) = conclude("zram", AcsPattern::Random, 9, &[cut(&block), cut(&smart)]);
+        assert_eq!((bars[0].rounds, bars[0].pairs), (0, 3));
+        assert!((bars[0].improvement_pct - 20.0).abs() < 1e-6);
+        let mut p = AcsPlan::preset(AcsPreset::Default);
+        assert_eq!((p.pieces, AcsPlan::preset(AcsPreset::Full).pieces), (16, 1));
+        p.pieces = 0;
+        assert_eq!(p.validate().unwrap_err().kind, ErrorKind::Usage);
+        p.pieces = 257;
+        p.file_bytes = 1 << 20;
+        assert!(p.validate().unwrap_err().message.contains("--pieces"));
     }
 
     #[test]

@@ -42,6 +42,11 @@ pub struct EvaluateArgs {
     /// acs: comma-separated schedulers set on the loop device (none, bfq, mq-deadline, kyber).
     #[arg(long, value_delimiter = ',')]
     pub schedulers: Option<Vec<String>>,
+    /// acs: read each repetition of the file in this many pieces, interleaved piece by piece
+    /// with the other strategies and schedulers and paired piece by piece (default 16;
+    /// --quick 4; --full 1, the paper's whole-file reads).
+    #[arg(long)]
+    pub pieces: Option<u32>,
     /// Comma-separated targets (default: emu:optane, emu:nvme, emu:sata-ssd (the X25-M model of SmartCon Fig. 15), a tmp file on /var/tmp, a loop device over a file and a zram device, each of the --file-size; the loop and zram devices are created for the run and removed after, which needs root; --quick: emu:optane, the tmp file and zram). With --study acs: loop, zram or loop,zram, the devices it creates.
     #[arg(long)]
     pub targets: Option<String>,
@@ -157,8 +162,8 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     if args.study == "window" {
         return super::evaluate_window::run(&args);
     }
-    if args.full || args.schedulers.is_some() {
-        bail!("--full and --schedulers belong to --study acs");
+    if args.full || args.schedulers.is_some() || args.pieces.is_some() {
+        bail!("--full, --schedulers and --pieces belong to --study acs");
     }
     // Claimed before anything runs; the files are written beside it and moved in at the end.
     let out = crate::paths::out_dir("--out", &args.out)?;

@@ -16,7 +16,13 @@ use crate::engine_setup::*;
 use smartcon_study::window::{self, WindowPlan};
 
 pub fn run(args: &EvaluateArgs) -> Result<()> {
-    if args.tiny || args.full || args.paper_loads || args.targets.is_some() || args.loads.is_some() {
+    if args.tiny
+        || args.full
+        || args.paper_loads
+        || args.targets.is_some()
+        || args.loads.is_some()
+        || args.pieces.is_some()
+    {
         bail!("--study window takes only --quick, --cpu-workers and --out");
     }
     let mut plan = WindowPlan::preset(args.quick);
