@@ -17,17 +17,19 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_smartcon");
 
 struct World {
+    /// Removed when the World is dropped (also when the test panics).
+    _scratch: tempfile::TempDir,
     root: PathBuf,
 }
 
 impl World {
     fn new(name: &str) -> World {
-        let root = std::env::temp_dir().join(format!("smartcon-cleanup-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let scratch = tempfile::Builder::new().prefix(&format!("smartcon-cleanup-{name}-")).tempdir().unwrap();
+        let root = scratch.path().to_path_buf();
         for d in ["home/devices", "home/outputs", "tmp", "user"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
-        World { root }
+        World { _scratch: scratch, root }
     }
 
     fn home(&self) -> PathBuf {
@@ -48,12 +50,6 @@ impl World {
     fn run(&self, args: &[&str]) -> Output {
         let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
         self.command(&args).output().unwrap()
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 
