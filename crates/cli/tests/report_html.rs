@@ -33,7 +33,12 @@ fn chromium() -> Option<PathBuf> {
 /// failed or hung.
 fn browse(browser: &Path, page: &Path, mode: &str, profile: &Path) -> Option<(String, String, Duration)> {
     let started = Instant::now();
+    // Chromium's own scratch (org.chromium.Chromium.*) goes beside the profile, inside the
+    // test's directory, so a browser killed at the time limit leaves nothing in TMPDIR.
+    let tmp = profile.with_extension("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
     let mut child = Command::new(browser)
+        .env("TMPDIR", &tmp)
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1000"])
         .args(["--enable-logging=stderr", "--v=0"])
         .arg(format!("--user-data-dir={}", profile.display()))

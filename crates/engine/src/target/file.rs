@@ -101,7 +101,7 @@ pub(crate) struct FdInfo {
 /// for an architecture with another encoding (where libc's BLKSSZGET differs too), rather
 /// than letting it send a wrong request.
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
-const _: () = assert!(libc::BLKSSZGET as u64 == 0x1268, "BLKGETSIZE64 is the asm-generic _IOR encoding");
+const _: () = assert!(libc::BLKSSZGET == 0x1268, "BLKGETSIZE64 is the asm-generic _IOR encoding");
 
 /// Describes `fd`: a regular file (the device of its file system) or a block device.
 pub(crate) fn describe_fd(fd: libc::c_int) -> Result<FdInfo, Error> {
