@@ -390,6 +390,7 @@ mod tests {
         let at: Vec<usize> = order.iter().map(|s| html.find(s).unwrap()).collect();
         assert!(at.windows(2).all(|w| w[0] < w[1]), "top, body, plots, bottom in that order: {at:?}");
         assert!(!html.contains("<script") && !html.contains("<link"), "nothing to run or fetch");
+        std::fs::remove_dir_all(&dir).unwrap();
         assert!(write_report_html(&dir, &page).is_err(), "a missing folder is an error, not a panic");
     }
 }
