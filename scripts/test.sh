@@ -79,7 +79,16 @@ tree_files() {
         | { grep -E '^(\?\?|!!) ' || true; } | sort
 }
 tree_before=$(tree_files)
-cargo test --workspace --release "$@"
+# Nor anything in the temporary directory (issue 21): the tests run with TMPDIR set to a
+# fresh directory, and whatever is in it afterwards is named and fails the run.
+test_tmp=$(mktemp -d "${TMPDIR:-/tmp}/smartcon-test.XXXXXX")
+TMPDIR=$test_tmp cargo test --workspace --release "$@"
+if [ -n "$(ls -A "$test_tmp")" ]; then
+    echo "scripts/test.sh: the tests left these in TMPDIR ($test_tmp); remove them when a test ends, also on panic (tempfile):"
+    ls -A "$test_tmp"
+    exit 1
+fi
+rmdir "$test_tmp"
 tree_new=$(comm -13 <(echo "$tree_before") <(tree_files))
 if [ -n "$tree_new" ]; then
     echo "scripts/test.sh: the tests left files in the source tree (write them under a temporary directory):"

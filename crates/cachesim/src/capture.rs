@@ -169,8 +169,9 @@ mod tests {
             eprintln!("skipped: valgrind is not installed (apt-get install valgrind)");
             return;
         }
-        let dir = std::env::temp_dir().join(format!("smartcon-capture-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-capture-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let captured = dir.join("true.sct");
         let n = capture(&["/bin/true".to_string()], &captured).unwrap();
         let a = TraceReader::read_all(&captured).unwrap();
@@ -194,6 +195,5 @@ mod tests {
         let failed = dir.join("fail.sct");
         assert!(capture(&["/bin/false".to_string()], &failed).is_err());
         assert!(!failed.exists());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

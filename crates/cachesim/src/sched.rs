@@ -502,8 +502,9 @@ mod tests {
     fn a_trace_task_runs_every_record_of_its_file() {
         use crate::trace::{write_trace_file, TraceReader};
         let stop = AtomicBool::new(false);
-        let dir = std::env::temp_dir().join(format!("smartcon-sched-trace-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-sched-trace-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let (bin, text) = (dir.join("loop.sct"), dir.join("loop.lackey"));
         // 3 M records of a stream: 2.25 M instructions and 94 K memory misses of 400 cycles,
         // about 38 M cycles, so several 2.5 ms schedules.
@@ -543,7 +544,6 @@ mod tests {
         // A missing file is refused when the task is parsed.
         let missing = TaskSpec::parse(&format!("trace:{}", dir.join("none").display()), 1, |_| None);
         assert_eq!(missing.unwrap_err().kind, ErrorKind::Io);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Regression: with the sample sets at multiples of 16 every sampled set was a DRRIP

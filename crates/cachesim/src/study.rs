@@ -230,8 +230,9 @@ mod tests {
 
     #[test]
     fn simulates_a_trace_and_refuses_a_truncated_one() {
-        let dir = std::env::temp_dir().join(format!("smartcon-cachesim-study-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-cachesim-study-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("loop.sct");
         let mut w = TraceWriter::create(&path).unwrap();
         // 512 KiB loop, four passes: misses L2, fits the LLC: only compulsory LL misses.
@@ -259,7 +260,6 @@ mod tests {
         let e = simulate(config, PolicyKind::Lru, &path, &go).unwrap_err();
         assert!(e.to_string().contains("truncated"), "{e}");
         assert!(describe("info", &path).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -4,20 +4,20 @@
 //! (RWF_HIPRI), libaio, io_uring and mmap engines, and Python's `os.preadv` (preadv2).
 //! Tests that need fio or python3 say why they skip. No timing is asserted.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn smartcon() -> Command {
+fn smartcon(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_smartcon"));
-    c.env("SMARTCON_HOME", scratch("home"));
+    c.env("SMARTCON_HOME", home);
     c
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
     // On the local disk (O_DIRECT), not a tmpfs.
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("bypass-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    tempfile::Builder::new().prefix(&format!("bypass-{name}-")).tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
 }
 
 fn have(tool: &str) -> bool {
@@ -55,7 +55,15 @@ fn fio_args(file: &Path, engine: &str, extra: &[&str]) -> Vec<String> {
 
 /// `smartcon run [flags] --stats STATS -- fio ...`.
 fn run_fio(flags: &[&str], stats: &Path, fio: &[String]) -> Output {
-    smartcon().arg("run").args(flags).arg("--stats").arg(stats).arg("--").args(fio).output().unwrap()
+    smartcon(scratch("home").path())
+        .arg("run")
+        .args(flags)
+        .arg("--stats")
+        .arg(stats)
+        .arg("--")
+        .args(fio)
+        .output()
+        .unwrap()
 }
 
 /// fio's pvsync2 engine (preadv2), with and without --hipri: every read is taken, and the
@@ -66,7 +74,8 @@ fn fio_pvsync2_reads_are_taken_and_hipri_is_counted() {
         eprintln!("skipped: fio is not installed (apt-get install fio)");
         return;
     }
-    let dir = scratch("pvsync2");
+    let dir_guard = scratch("pvsync2");
+    let dir = dir_guard.path().to_path_buf();
     let file = dir.join("data");
     for hipri in [false, true] {
         let stats = dir.join(format!("stats-{hipri}.jsonl"));
@@ -86,7 +95,6 @@ fn fio_pvsync2_reads_are_taken_and_hipri_is_counted() {
             assert_eq!(counted, 0, "{r}");
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// fio's libaio engine outside --emulate, on an O_DIRECT file: every request is taken (the
@@ -100,7 +108,8 @@ fn fio_libaio_requests_are_taken_and_buffered_ones_named() {
         eprintln!("skipped: fio is not installed (apt-get install fio)");
         return;
     }
-    let dir = scratch("libaio");
+    let dir_guard = scratch("libaio");
+    let dir = dir_guard.path().to_path_buf();
     for strategy in ["spin", "block", "smart"] {
         let stats = dir.join(format!("stats-{strategy}.jsonl"));
         let o = run_fio(
@@ -130,7 +139,6 @@ fn fio_libaio_requests_are_taken_and_buffered_ones_named() {
     let r = run_result(&stats);
     assert!(r["not_taken"]["libaio"].as_u64().unwrap_or(0) >= 500, "{r}");
     assert!(stderr(&o).contains("not taken: libaio"), "{}", stderr(&o));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// fio's libaio engine on an emulated image, at iodepth 1 and 4, in virtual and real
@@ -142,7 +150,8 @@ fn fio_libaio_on_an_emulated_image_is_served_by_the_model() {
         eprintln!("skipped: fio is not installed (apt-get install fio)");
         return;
     }
-    let dir = scratch("libaio-emu");
+    let dir_guard = scratch("libaio-emu");
+    let dir = dir_guard.path().to_path_buf();
     let img = dir.join("disk.img");
     let emulate = format!("emu:nvram,size=64m={}", img.display());
     for (depth, vt) in [("1", true), ("4", true), ("4", false)] {
@@ -167,7 +176,6 @@ fn fio_libaio_on_an_emulated_image_is_served_by_the_model() {
             assert!(r["emulated"]["late_ns_max"].as_u64().unwrap() > 0, "{r}");
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// io_uring and mmap on an emulated image: named on stderr and in the record, exit 3 (the
@@ -178,7 +186,8 @@ fn io_uring_and_mmap_on_an_emulated_image_are_named_and_fail_the_run() {
         eprintln!("skipped: fio is not installed (apt-get install fio)");
         return;
     }
-    let dir = scratch("around");
+    let dir_guard = scratch("around");
+    let dir = dir_guard.path().to_path_buf();
     let img = dir.join("disk.img");
     let emulate = format!("emu:nvram,size=64m={}", img.display());
     for engine in ["io_uring", "mmap"] {
@@ -192,7 +201,6 @@ fn io_uring_and_mmap_on_an_emulated_image_are_named_and_fail_the_run() {
         assert!(r["emulated"]["around_model"][engine].as_u64().unwrap_or(0) >= 1, "{engine}: {r}");
         assert!(r["not_taken"][engine].as_u64().unwrap_or(0) >= 1, "{engine}: {r}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// CPython's os.preadv/os.pwritev (preadv2 when glibc has it) on an emulated image: every
@@ -203,7 +211,8 @@ fn python_preadv_on_an_emulated_image_is_served() {
         eprintln!("skipped: python3 is not installed");
         return;
     }
-    let dir = scratch("python");
+    let dir_guard = scratch("python");
+    let dir = dir_guard.path().to_path_buf();
     let img = dir.join("disk.img");
     let script = dir.join("pv.py");
     std::fs::write(
@@ -219,7 +228,7 @@ fn python_preadv_on_an_emulated_image_is_served() {
     .unwrap();
     let stats = dir.join("stats.jsonl");
     let emulate = format!("emu:nvram,size=64m={}", img.display());
-    let o = smartcon()
+    let o = smartcon(scratch("home").path())
         .args(["run", "--emulate", &emulate, "--stats"])
         .arg(&stats)
         .arg("--")
@@ -233,7 +242,6 @@ fn python_preadv_on_an_emulated_image_is_served() {
     let r = run_result(&stats);
     assert_eq!(r["emulated"]["reads"], 100, "{r}");
     assert_eq!(r["emulated"]["writes"], 1, "{r}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--emulate SPEC=PATH` with a directory, /proc/self/mem or a path in a directory that
@@ -241,12 +249,13 @@ fn python_preadv_on_an_emulated_image_is_served() {
 /// existing directory is created at the capacity. Before: each ran to exit 0.
 #[test]
 fn an_emulate_path_that_is_not_an_image_is_refused_before_the_program_runs() {
-    let dir = scratch("validate");
+    let dir_guard = scratch("validate");
+    let dir = dir_guard.path().to_path_buf();
     let marker = dir.join("ran");
     let touch = format!("touch {}", marker.display());
     let bad = [dir.display().to_string(), "/proc/self/mem".into(), dir.join("missing/disk.img").display().to_string()];
     for path in &bad {
-        let o = smartcon()
+        let o = smartcon(scratch("home").path())
             .args(["run", "--emulate", &format!("emu:hdd={path}"), "--", "sh", "-c", &touch])
             .output()
             .unwrap();
@@ -255,14 +264,13 @@ fn an_emulate_path_that_is_not_an_image_is_refused_before_the_program_runs() {
         assert!(!marker.exists(), "{path}: the program ran");
     }
     let img = dir.join("disk.img");
-    let o = smartcon()
+    let o = smartcon(scratch("home").path())
         .args(["run", "--emulate", &format!("emu:nvram,size=16m={}", img.display()), "--", "true"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::metadata(&img).unwrap().len(), 16 << 20);
     assert!(stderr(&o).contains("never opened"), "{}", stderr(&o));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `emulate sweep --speedups` takes the factors a spec's `speedup=` takes (0.001 to
@@ -271,7 +279,7 @@ fn an_emulate_path_that_is_not_an_image_is_refused_before_the_program_runs() {
 #[test]
 fn sweep_speedups_are_bounded_as_a_specs_speedup_is() {
     for extra in [&["--plan-only"][..], &[]] {
-        let o = smartcon()
+        let o = smartcon(scratch("home").path())
             .args(["emulate", "sweep", "--device", "emu:nvram", "--speedups", "1,1e12"])
             .args(extra)
             .args(["--", "true"])
@@ -282,8 +290,10 @@ fn sweep_speedups_are_bounded_as_a_specs_speedup_is() {
         assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
     }
     // The spec's own bound, for comparison: the same words.
-    let o =
-        smartcon().args(["run", "--emulate", "emu:nvram,speedup=1e12=/nonexistent/x", "--", "true"]).output().unwrap();
+    let o = smartcon(scratch("home").path())
+        .args(["run", "--emulate", "emu:nvram,speedup=1e12=/nonexistent/x", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("between 0.001 and 1000000"), "{}", stderr(&o));
 }
@@ -298,7 +308,8 @@ fn a_launchers_helper_shells_are_not_counted_as_the_programs_processes() {
         eprintln!("skipped: no dd");
         return;
     }
-    let dir = scratch("shim");
+    let dir_guard = scratch("shim");
+    let dir = dir_guard.path().to_path_buf();
     let data = dir.join("data");
     std::fs::write(&data, vec![7u8; 1 << 20]).unwrap();
     let stats = dir.join("stats.jsonl");
@@ -307,7 +318,13 @@ fn a_launchers_helper_shells_are_not_counted_as_the_programs_processes() {
         "for i in 1 2 3 4 5; do sh -c 'x=$(echo shim)'; done; exec dd if={} of=/dev/null bs=4k count=64 iflag=direct 2>/dev/null",
         data.display()
     );
-    let o = smartcon().arg("run").arg("--stats").arg(&stats).args(["--", "sh", "-c", &shim]).output().unwrap();
+    let o = smartcon(scratch("home").path())
+        .arg("run")
+        .arg("--stats")
+        .arg(&stats)
+        .args(["--", "sh", "-c", &shim])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let r = run_result(&stats);
     assert!(r["ios"].as_u64().unwrap() >= 64, "dd's O_DIRECT reads were not taken: {r}");
@@ -315,7 +332,6 @@ fn a_launchers_helper_shells_are_not_counted_as_the_programs_processes() {
     assert!(r["processes_loaded"].as_u64().unwrap() >= 6, "the helpers loaded the library: {r}");
     assert!(stderr(&o).contains("in 1 process(es)"), "{}", stderr(&o));
     assert!(stderr(&o).contains("more process(es) loaded the library and did no I/O"), "{}", stderr(&o));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Finding 6: `emulate replay --trace /dev/urandom` read forever. A device is refused at
@@ -325,7 +341,8 @@ fn a_launchers_helper_shells_are_not_counted_as_the_programs_processes() {
 #[test]
 fn a_trace_that_never_ends_is_refused_or_bounded() {
     // Bounded: a smartcon that reads the device forever fails here rather than hangs.
-    let mut child = smartcon()
+    let home = scratch("home");
+    let mut child = smartcon(home.path())
         .args(["emulate", "replay", "--device", "emu:nvme", "--trace", "/dev/urandom"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -346,7 +363,8 @@ fn a_trace_that_never_ends_is_refused_or_bounded() {
     assert!(stderr(&o).contains("/dev/urandom"), "{}", stderr(&o));
 
     use std::io::Write;
-    let mut child = smartcon()
+    let home = scratch("home");
+    let mut child = smartcon(home.path())
         .args(["emulate", "replay", "--device", "emu:nvme", "--format", "msr", "--trace", "-"])
         .args(["--trace-lines-max", "1000"])
         .stdin(std::process::Stdio::piped())

@@ -19,9 +19,9 @@ fn smartcon(home: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn calibrate_runs_on_a_real_probe_and_evaluation() {
-    let home = std::env::temp_dir().join(format!("smartcon-calibrate-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&home);
-    std::fs::create_dir_all(&home).unwrap();
+    // Removed when dropped, also when the test panics.
+    let scratch = tempfile::Builder::new().prefix("smartcon-calibrate-test-").tempdir().unwrap();
+    let home = scratch.path().to_path_buf();
     let target = "emu:optane,size=16m";
     smartcon(&home, &["ctx", "--quick"]);
     smartcon(&home, &["probe", target, "--duration", "20ms", "--sizes", "4k,64k"]);
@@ -80,5 +80,4 @@ fn calibrate_runs_on_a_real_probe_and_evaluation() {
         assert_eq!(r["latency_strategy"], "spin");
         assert_eq!(r["device_latency_ns"], spin["lat_ns_mean"]);
     }
-    std::fs::remove_dir_all(&home).unwrap();
 }

@@ -17,17 +17,19 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_smartcon");
 
 struct World {
+    /// Removed when the World is dropped (also when the test panics).
+    _scratch: tempfile::TempDir,
     root: PathBuf,
 }
 
 impl World {
     fn new(name: &str) -> World {
-        let root = std::env::temp_dir().join(format!("smartcon-cleanup-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let scratch = tempfile::Builder::new().prefix(&format!("smartcon-cleanup-{name}-")).tempdir().unwrap();
+        let root = scratch.path().to_path_buf();
         for d in ["home/devices", "home/outputs", "tmp", "user"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
-        World { root }
+        World { _scratch: scratch, root }
     }
 
     fn home(&self) -> PathBuf {
@@ -48,12 +50,6 @@ impl World {
     fn run(&self, args: &[&str]) -> Output {
         let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
         self.command(&args).output().unwrap()
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 
@@ -94,8 +90,19 @@ fn loop_backing(dev: &Path) -> Option<PathBuf> {
     Some(PathBuf::from(OsStr::from_bytes(t.trim_ascii_end())))
 }
 
+/// Detaches `dev`, trying again for a while: just after an unmount the device can still be
+/// busy for a moment, and a detach refused then left a test's loop devices attached.
 fn losetup_detach(dev: &Path) {
-    let _ = Command::new("losetup").arg("-d").arg(dev).status();
+    let name = dev.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let backing = PathBuf::from(format!("/sys/block/{name}/loop/backing_file"));
+    for _ in 0..100 {
+        let _ = Command::new("losetup").arg("-d").arg(dev).stderr(Stdio::null()).status();
+        if !backing.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("could not detach {}", dev.display());
 }
 
 /// Issue 22's finding 4: a record in `$SMARTCON_HOME/devices/` naming a dead owner and a

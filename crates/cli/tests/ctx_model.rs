@@ -16,8 +16,9 @@ fn positive(v: &serde_json::Value, field: &str) -> f64 {
 
 #[test]
 fn ctx_quick_then_model_reads_the_host_profile() {
-    let home = std::env::temp_dir().join(format!("smartcon-ctx-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&home);
+    // Removed when dropped, also when the test panics.
+    let scratch = tempfile::Builder::new().prefix("smartcon-ctx-test-").tempdir().unwrap();
+    let home = scratch.path().join("home");
     let out = smartcon().args(["ctx", "--quick", "--json"]).env("SMARTCON_HOME", &home).output().unwrap();
     assert!(out.status.success(), "ctx failed: {}", String::from_utf8_lossy(&out.stderr));
     let records: Vec<serde_json::Value> =
@@ -70,13 +71,13 @@ fn ctx_quick_then_model_reads_the_host_profile() {
         positive(p, "cpi_mainstream");
         positive(p, "ratio");
     }
-    let _ = std::fs::remove_dir_all(&home);
 }
 
 #[test]
 fn bad_input_exits_2_and_writes_nothing() {
-    let home = std::env::temp_dir().join(format!("smartcon-ctx-bad-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&home);
+    // The home itself must not exist at first: bad input creates nothing.
+    let scratch = tempfile::Builder::new().prefix("smartcon-ctx-bad-").tempdir().unwrap();
+    let home = scratch.path().join("home");
     for args in [
         vec!["ctx", "--procs", "0"],
         vec!["ctx", "--sizes", "900g"],
@@ -94,5 +95,4 @@ fn bad_input_exits_2_and_writes_nothing() {
     std::fs::write(home.join("host.json"), "{\"version\": 1}").unwrap();
     let out = smartcon().args(["model", "--calibrate"]).env("SMARTCON_HOME", &home).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let _ = std::fs::remove_dir_all(&home);
 }

@@ -11,24 +11,25 @@
 //! Timing bounds are seconds wide: each fails only if the fix is gone (the unfixed binary
 //! takes the whole emulated latency, or the whole fill, after the signal).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn smartcon() -> Command {
+fn smartcon(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_smartcon"));
-    c.env("SMARTCON_HOME", scratch("home"));
+    c.env("SMARTCON_HOME", home);
     c
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("smartcon-defects-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-defects-test-{name}-")).tempdir().unwrap()
 }
 
 fn run(args: &[&str]) -> Output {
-    smartcon().args(args).output().unwrap()
+    let home = scratch("home");
+    smartcon(home.path()).args(args).output().unwrap()
 }
 
 fn text(out: &Output) -> String {
@@ -55,7 +56,8 @@ fn user_data(len: usize) -> Vec<u8> {
 
 #[test]
 fn verify_reads_of_every_request_size_match_what_the_fill_wrote() {
-    let dir = scratch("verify-units");
+    let dir_guard = scratch("verify-units");
+    let dir = dir_guard.path().to_path_buf();
     let tmp = format!("tmp:16m@{}", dir.display());
     let mut cases: Vec<(String, &str, &str)> = Vec::new();
     for target in ["emu:nvram,size=16m", tmp.as_str()] {
@@ -83,12 +85,12 @@ fn verify_reads_of_every_request_size_match_what_the_fill_wrote() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("matched"), "{target} --bs {bs}: {}", text(&out));
     }
     assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "temporary file left in {}", dir.display());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_file_smartcon_did_not_create_is_never_written_without_destructive() {
-    let dir = scratch("consent");
+    let dir_guard = scratch("consent");
+    let dir = dir_guard.path().to_path_buf();
     let file = dir.join("user-data");
     let data = user_data(1 << 20);
     std::fs::write(&file, &data).unwrap();
@@ -114,7 +116,6 @@ fn a_file_smartcon_did_not_create_is_never_written_without_destructive() {
     let out = run(&["io", "--target", f, "--verify", "--destructive", "--duration", "100ms"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("matched"), "{}", text(&out));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -158,7 +159,8 @@ fn sigterm_and_sigint_end_a_run_in_the_middle_of_a_long_emulated_wait() {
     for (strategy, signal) in
         [("block", libc::SIGTERM), ("spin", libc::SIGINT), ("sync", libc::SIGTERM), ("hybrid", libc::SIGINT)]
     {
-        let child = smartcon()
+        let home = scratch("home");
+        let child = smartcon(home.path())
             .args(["io", "--target", "emu:optane,lat=9500ms,size=16m", "--strategy", strategy, "--duration", "60s"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -178,8 +180,10 @@ fn sigterm_and_sigint_end_a_run_in_the_middle_of_a_long_emulated_wait() {
 /// binary finished the fill before looking at the signal.
 #[test]
 fn sigint_during_a_temporary_files_fill_ends_it_and_removes_the_file() {
-    let dir = scratch("fill");
-    let child = smartcon()
+    let dir_guard = scratch("fill");
+    let dir = dir_guard.path().to_path_buf();
+    let home = scratch("home");
+    let child = smartcon(home.path())
         .args(["io", "--target", &format!("tmp:4g@{}", dir.display()), "--duration", "60s"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -201,7 +205,6 @@ fn sigint_during_a_temporary_files_fill_ends_it_and_removes_the_file() {
         other => panic!("exit {other:?}: {}", text(&out)),
     }
     assert!(is_empty(&dir), "the temporary file was left in {}", dir.display());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn is_empty(dir: &Path) -> bool {

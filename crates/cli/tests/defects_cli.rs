@@ -6,17 +6,41 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("smartcon-defects-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-defects-{name}-")).tempdir().unwrap()
 }
 
 fn cmd(home: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_smartcon"));
     c.env("SMARTCON_HOME", home).args(args);
+    ends_with_the_test(&mut c);
     c
+}
+
+/// The child gets SIGTERM when the test's thread ends, a panic or a killed test run
+/// included, so a `trace synth` of a billion accesses stops and removes its partial file
+/// instead of writing on for minutes (one once left 14 GB in /tmp), and an `evaluate`
+/// removes its devices.
+fn ends_with_the_test(c: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs in the child between fork and exec and calls only prctl,
+    // getppid and raise, which are async-signal-safe and touch no memory of the parent's.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The test may have ended between fork and prctl: then no signal would come.
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGTERM);
+            }
+            Ok(())
+        });
+    }
 }
 
 fn smartcon(home: &Path, args: &[&str]) -> Output {
@@ -39,7 +63,8 @@ fn is_root() -> bool {
 /// Item 6: a cache that cannot be allocated was a SIGABRT with a backtrace.
 #[test]
 fn huge_cache_sizes_are_one_line_and_exit_2() {
-    let dir = scratch("cachesize");
+    let dir_guard = scratch("cachesize");
+    let dir = dir_guard.path().to_path_buf();
     let trace = dir.join("t.trace");
     let t = trace.to_str().unwrap();
     let out =
@@ -48,20 +73,19 @@ fn huge_cache_sizes_are_one_line_and_exit_2() {
     assert_one_line_exit_2(&smartcon(&dir, &["cachesim", "--trace", t, "--ll", "1t,16"]), "--ll");
     assert_one_line_exit_2(&smartcon(&dir, &["cachesim", "--trace", t, "--l2", "64g,16"]), "maximum");
     assert_one_line_exit_2(&smartcon(&dir, &["ets", "--llc", "1t", "--quick"]), "--llc");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// "Also": `ets --threads 0` was accepted.
 #[test]
 fn ets_refuses_zero_threads() {
-    let dir = scratch("threads");
+    let dir_guard = scratch("threads");
+    let dir = dir_guard.path().to_path_buf();
     let out = dir.join("out");
     assert_one_line_exit_2(
         &smartcon(&dir, &["ets", "--threads", "0", "--quick", "--out", out.to_str().unwrap()]),
         "--threads",
     );
     assert!(!out.exists(), "nothing written");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Sends `signal` to a child and waits (bounded) for it to end; a child that outlives the
@@ -93,7 +117,8 @@ fn wait_for_file(path: &Path, bytes: u64) {
 /// Item 3: `trace synth` wrote 84 GB, ignored SIGTERM and SIGINT, and left its partial file.
 #[test]
 fn trace_synth_checks_space_stops_on_a_signal_and_leaves_nothing() {
-    let dir = scratch("synth");
+    let dir_guard = scratch("synth");
+    let dir = dir_guard.path().to_path_buf();
     let out = dir.join("big.trace");
     let o = out.to_str().unwrap();
     let synth =
@@ -112,7 +137,6 @@ fn trace_synth_checks_space_stops_on_a_signal_and_leaves_nothing() {
         assert!(!status.success(), "an interrupted trace is not a success");
         assert!(!out.exists() && !tmp.exists(), "partial trace removed after signal {signal}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn tiny_evaluate(out: &Path) -> Vec<String> {
@@ -126,7 +150,8 @@ fn tiny_evaluate(out: &Path) -> Vec<String> {
 /// Item 4: two `evaluate` runs with the same `--out` both exited 0 with a corrupt report.
 #[test]
 fn two_evaluates_racing_for_one_out_dir_exactly_one_wins() {
-    let dir = scratch("race");
+    let dir_guard = scratch("race");
+    let dir = dir_guard.path().to_path_buf();
     // Store the device profile first, so the racers do not also race to probe.
     let first = dir.join("first");
     let a: Vec<String> = tiny_evaluate(&first);
@@ -156,7 +181,6 @@ fn two_evaluates_racing_for_one_out_dir_exactly_one_wins() {
             "round {round}: valid JSON Lines"
         );
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// What the creation records under `home/devices` name: (backing files, mount points, zram ids).
@@ -259,7 +283,8 @@ fn assert_nothing_left(backing: &[PathBuf], mounts: &[PathBuf], zram: &[String],
 /// the creation records name, and leaves a live run's devices alone.
 #[test]
 fn cleanup_removes_what_a_killed_evaluate_left_and_spares_a_live_one() {
-    let dir = scratch("kill9");
+    let dir_guard = scratch("kill9");
+    let dir = dir_guard.path().to_path_buf();
     let Some(mut child) = evaluate_on_ramdisks(&dir) else { return };
     let (backing, mounts, zram) = recorded(&dir);
     let live = smartcon(&dir, &["cleanup"]);
@@ -276,14 +301,14 @@ fn cleanup_removes_what_a_killed_evaluate_left_and_spares_a_live_one() {
     assert_nothing_left(&backing, &mounts, &zram, &dir);
     let again = smartcon(&dir, &["cleanup"]);
     assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to clean up"));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Item 5: a second Ctrl-C during cleanup re-raised SIGINT and left devices behind; now every
 /// further signal waits for the removal, and the run exits 130.
 #[test]
 fn repeated_interrupts_leave_no_device_behind_and_exit_130() {
-    let dir = scratch("sigint2");
+    let dir_guard = scratch("sigint2");
+    let dir = dir_guard.path().to_path_buf();
     let Some(mut child) = evaluate_on_ramdisks(&dir) else { return };
     let (backing, mounts, zram) = recorded(&dir);
     // SAFETY: kill with a pid we spawned and have not reaped.
@@ -304,13 +329,13 @@ fn repeated_interrupts_leave_no_device_behind_and_exit_130() {
     });
     assert_eq!(status.code(), Some(130));
     assert_nothing_left(&backing, &mounts, &zram, &dir);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// "Also": the exit status after an interrupt was 0, 1 or 2 by command; it is 130.
 #[test]
 fn an_interrupt_exits_130_whatever_the_command() {
-    let dir = scratch("exit130");
+    let dir_guard = scratch("exit130");
+    let dir = dir_guard.path().to_path_buf();
     let trace = dir.join("t.trace");
     let commands: [Vec<&str>; 3] = [
         vec!["io", "--target", "emu:nvme,size=16m", "--duration", "60s"],
@@ -338,14 +363,14 @@ fn an_interrupt_exits_130_whatever_the_command() {
         }
     }
     assert!(!trace.exists());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// "Also": `probe --out /nonexist/p.json` created the directory and said smart would use
 /// the file; a missing parent is refused, and only the stored path is called smart's.
 #[test]
 fn probe_out_needs_an_existing_directory_and_tells_the_truth() {
-    let dir = scratch("probeout");
+    let dir_guard = scratch("probeout");
+    let dir = dir_guard.path().to_path_buf();
     let missing = dir.join("nonexist");
     let p = missing.join("p.json");
     let probe =
@@ -357,13 +382,13 @@ fn probe_out_needs_an_existing_directory_and_tells_the_truth() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("smart uses it") && text.contains("--profile"), "{text}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// "Also": a corrupt stored profile aborted even `--strategy block`, which does not read it.
 #[test]
 fn a_corrupt_stored_profile_only_stops_strategies_that_need_it() {
-    let dir = scratch("corruptprofile");
+    let dir_guard = scratch("corruptprofile");
+    let dir = dir_guard.path().to_path_buf();
     std::fs::create_dir_all(dir.join("profiles")).unwrap();
     std::fs::write(dir.join("profiles/emu_nvme_size_16m.json"), b"{ not json").unwrap();
     let io = |strategy: &str| {
@@ -390,14 +415,14 @@ fn a_corrupt_stored_profile_only_stops_strategies_that_need_it() {
         ],
     );
     assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// "Also": `evaluate --rounds 0` and `--plot` onto an existing file or a directory were
 /// accepted; each is one line, exit 2, nothing written.
 #[test]
 fn zero_rounds_and_plots_onto_existing_paths_are_refused() {
-    let dir = scratch("plots");
+    let dir_guard = scratch("plots");
+    let dir = dir_guard.path().to_path_buf();
     let report = dir.join("report");
     let mut a = tiny_evaluate(&report);
     a.extend(["--rounds".to_string(), "0".to_string()]);
@@ -432,7 +457,6 @@ fn zero_rounds_and_plots_onto_existing_paths_are_refused() {
     assert_one_line_exit_2(&bench(&dir.join("no/such.svg")), "not a directory");
     assert_one_line_exit_2(&smartcon(&dir, &["ctx", "--plot", dir.to_str().unwrap(), "--force"]), "directory");
     assert_eq!(std::fs::read(&existing).unwrap(), b"keep me");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `smartcon cleanup` is the one command after a SIGKILL: it also removes what a killed
@@ -443,7 +467,8 @@ fn cleanup_also_removes_a_killed_emulate_mount() {
         eprintln!("skipped: needs root, /dev/fuse and losetup (util-linux)");
         return;
     }
-    let dir = scratch("kill9-mount");
+    let dir_guard = scratch("kill9-mount");
+    let dir = dir_guard.path().to_path_buf();
     let mnt = dir.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     let mut child =
@@ -484,7 +509,6 @@ fn cleanup_also_removes_a_killed_emulate_mount() {
     assert!(text.contains("removed what pid"), "{text}");
     assert!(!fuse_mounted(), "FUSE still mounted after cleanup");
     assert!(!attached(), "{dev} still attached after cleanup");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Issue 21: loop devices, zram devices and `emulate mount`'s stacks are recorded in one
@@ -494,7 +518,8 @@ fn cleanup_also_removes_a_killed_emulate_mount() {
 /// servers' records name no device.
 #[test]
 fn cleanup_finds_mount_records_in_the_one_folder_and_the_old_one() {
-    let home = scratch("record-folders");
+    let home_guard = scratch("record-folders");
+    let home = home_guard.path().to_path_buf();
     // A pid that has exited: the records' servers are dead.
     let mut gone = Command::new("true").spawn().unwrap();
     gone.wait().unwrap();
@@ -522,5 +547,4 @@ fn cleanup_finds_mount_records_in_the_one_folder_and_the_old_one() {
     }
     let again = smartcon(&home, &["cleanup"]);
     assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to clean up"));
-    std::fs::remove_dir_all(&home).unwrap();
 }

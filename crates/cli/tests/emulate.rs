@@ -3,7 +3,7 @@
 //! emulated target. Checks exit status and records; asserts no timing (real-time runs use
 //! microsecond latencies and only their counts are checked).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -21,11 +21,10 @@ fn record(home: &Path, args: &[&str], record_type: &str) -> Value {
     recs.into_iter().find(|r| r["type"] == record_type).unwrap_or_else(|| panic!("no {record_type} in {text}"))
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("smartcon-emulate-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-emulate-cli-{name}-")).tempdir().unwrap()
 }
 
 fn ring_available() -> bool {
@@ -40,7 +39,8 @@ fn ring_available() -> bool {
 
 #[test]
 fn replay_closed_loop_and_traces_in_virtual_and_real_time() {
-    let home = scratch("replay");
+    let home_guard = scratch("replay");
+    let home = home_guard.path().to_path_buf();
     let h = home.as_path();
     let closed = ["emulate", "replay", "--device", "emu:sdcard", "--op", "write", "--ios", "300", "--json"];
     let v = record(h, &closed, "replay_result");
@@ -84,12 +84,12 @@ fn replay_closed_loop_and_traces_in_virtual_and_real_time() {
     let out = run(h, &["emulate", "replay", "--device", "emu:optane", "--trace", iolog.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 3"), "{}", String::from_utf8_lossy(&out.stderr));
-    std::fs::remove_dir_all(&home).unwrap();
 }
 
 #[test]
 fn replay_reads_the_public_trace_formats_and_refuses_bad_input_in_one_line() {
-    let home = scratch("formats");
+    let home_guard = scratch("formats");
+    let home = home_guard.path().to_path_buf();
     let h = home.as_path();
     // MSR Cambridge (filetime ticks, bytes), two disks; Alibaba (us, bytes); Tencent
     // (seconds, sectors): lines as their READMEs describe them.
@@ -159,12 +159,12 @@ fn replay_reads_the_public_trace_formats_and_refuses_bad_input_in_one_line() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(&want), "{err} lacks {want}");
     }
-    std::fs::remove_dir_all(&home).unwrap();
 }
 
 #[test]
 fn faults_in_the_device_spec_fail_io_and_count_in_replays() {
-    let home = scratch("faults");
+    let home_guard = scratch("faults");
+    let home = home_guard.path().to_path_buf();
     let h = home.as_path();
     let all_writes = home.join("writes-fail.toml");
     std::fs::write(&all_writes, "seed = 3\n[[error]]\nop = \"write\"\n").unwrap();
@@ -211,5 +211,4 @@ fn faults_in_the_device_spec_fail_io_and_count_in_replays() {
     let d = dev(&spike);
     let r = record(h, &["io", "--target", &d, "--duration", "100ms", "--strategy", "spin", "--json"], "result");
     assert!(r["lat_ns_min"].as_u64().unwrap() >= 3 * r["model_service_ns"].as_u64().unwrap() - 3);
-    std::fs::remove_dir_all(&home).unwrap();
 }

@@ -4,17 +4,18 @@
 //! and `ets shared` (two cores on one LLC, the error per sharer), with their bad inputs
 //! refused in one line with exit 2.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn home() -> PathBuf {
-    std::env::temp_dir().join(format!("smartcon-cli-test-{}-ets-traces", std::process::id()))
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-ets-traces-{name}-")).tempdir().unwrap()
 }
 
 fn smartcon(args: &[&str]) -> Output {
-    let home = home();
-    std::fs::create_dir_all(&home).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", &home).args(args).output().unwrap()
+    let home = scratch("home");
+    Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", home.path()).args(args).output().unwrap()
 }
 
 fn json_lines(out: &Output) -> Vec<serde_json::Value> {
@@ -61,8 +62,8 @@ fn ets_task<'a>(records: &'a [serde_json::Value], task: &str) -> &'a serde_json:
 
 #[test]
 fn a_lackey_file_runs_as_an_ets_task_and_every_uniform_slice_is_reported() {
-    let dir = home().join("file");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir_guard = scratch("file");
+    let dir = dir_guard.path().to_path_buf();
     let trace = dir.join("loop.lackey");
     // 200,000 rounds of 4 records over 8,192 lines (512 KiB): 600,000 instructions.
     write_lackey(&trace, 25, 8_192);
@@ -107,7 +108,6 @@ fn a_lackey_file_runs_as_an_ets_task_and_every_uniform_slice_is_reported() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// valgrind lackey's own output of a real program, as `--log-file` writes it, runs as a
@@ -118,8 +118,8 @@ fn a_real_lackey_capture_runs_as_an_ets_task() {
         eprintln!("skipping: valgrind is not installed (scripts/test.sh installs it as root on Debian)");
         return;
     }
-    let dir = home().join("lackey");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir_guard = scratch("lackey");
+    let dir = dir_guard.path().to_path_buf();
     let trace = dir.join("true.lackey");
     let capture = Command::new("valgrind")
         .args(["--tool=lackey", "--trace-mem=yes"])
@@ -154,7 +154,6 @@ fn a_real_lackey_capture_runs_as_an_ets_task() {
     let sharer = of_type(&records, "ets_shared").into_iter().find(|r| r["task"] == task.as_str()).unwrap();
     assert_eq!(sharer["records"].as_u64(), Some(accesses));
     assert_eq!(sharer["instructions"].as_u64(), Some(fetches));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -6,11 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("smartcon-evaltest-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-evaltest-{name}-")).tempdir().unwrap()
 }
 
 /// A CPU this process may run on (its affinity mask: taskset or a cgroup cpuset), for tests
@@ -26,7 +25,8 @@ fn smartcon(home: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn probe_writes_a_profile_that_follows_the_rules() {
-    let dir = scratch("probe");
+    let dir_guard = scratch("probe");
+    let dir = dir_guard.path().to_path_buf();
     let out = smartcon(&dir, &["probe", "emu:nvme,size=16m", "--duration", "20ms", "--sizes", "4k,64k,512k", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
@@ -61,12 +61,12 @@ fn probe_writes_a_profile_that_follows_the_rules() {
     assert!(io.status.success());
     let r: serde_json::Value = serde_json::from_str(String::from_utf8(io.stdout).unwrap().trim()).unwrap();
     assert_eq!(r["profile_source"], "probe");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn evaluate_tiny_writes_the_whole_report() {
-    let dir = scratch("tiny");
+    let dir_guard = scratch("tiny");
+    let dir = dir_guard.path().to_path_buf();
     let report = dir.join("report");
     let out = smartcon(&dir, &["evaluate", "--tiny", "--duration", "20ms", "--out", report.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -138,12 +138,12 @@ fn evaluate_tiny_writes_the_whole_report() {
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
     assert_eq!(std::fs::read_to_string(report.join("summary.md")).unwrap(), before);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn bad_input_exits_2_and_writes_nothing() {
-    let dir = scratch("bad");
+    let dir_guard = scratch("bad");
+    let dir = dir_guard.path().to_path_buf();
     let report = dir.join("r");
     let cases: Vec<Vec<&str>> = vec![
         // A target too small for the workload's record size.
@@ -180,12 +180,12 @@ fn bad_input_exits_2_and_writes_nothing() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("profile"));
     assert_eq!(std::fs::read_to_string(profiles.join("emu_optane_size_16m.json")).unwrap(), "not json");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn compare_fio_puts_fio_beside_smartcon() {
-    let dir = scratch("fio");
+    let dir_guard = scratch("fio");
+    let dir = dir_guard.path().to_path_buf();
     // An emulated device is refused whether or not fio is installed.
     let out = smartcon(&dir, &["compare-fio", "emu:optane"]);
     assert_eq!(out.status.code(), Some(2));
@@ -217,12 +217,12 @@ fn compare_fio_puts_fio_beside_smartcon() {
         .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
         .collect();
     assert!(left.is_empty(), "temporary file left behind");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn postmark_and_the_mail_servers_fsync_run_on_a_file_system() {
-    let dir = scratch("postmark");
+    let dir_guard = scratch("postmark");
+    let dir = dir_guard.path().to_path_buf();
     let report = dir.join("report");
     let tmp = format!("tmp:16m@{}", dir.display());
     let out = smartcon(
@@ -294,7 +294,6 @@ fn postmark_and_the_mail_servers_fsync_run_on_a_file_system() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("not a directory"), "{err}");
     assert!(!report2.exists());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The plot-file form of a directory path (as evaluate names per-target files).
@@ -304,7 +303,8 @@ fn file_part(dir: &Path) -> String {
 
 #[test]
 fn strategies_come_from_the_engines_parser_so_hybrid_runs_too() {
-    let dir = scratch("hybrid");
+    let dir_guard = scratch("hybrid");
+    let dir = dir_guard.path().to_path_buf();
     let report = dir.join("report");
     let out = smartcon(
         &dir,
@@ -327,7 +327,6 @@ fn strategies_come_from_the_engines_parser_so_hybrid_runs_too() {
     let hybrid = text.lines().filter(|l| l.contains("\"strategy\":\"hybrid\"")).count();
     // --tiny: 2 IOZone workloads x 2 sizes + the mail server.
     assert_eq!(hybrid, 5);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -337,7 +336,8 @@ fn postmark_runs_on_the_loop_ramdisk_with_a_file_system_and_leaves_nothing() {
         eprintln!("skipped: loopfs needs root and mkfs.ext4 (e2fsprogs)");
         return;
     }
-    let dir = scratch("loopfs");
+    let dir_guard = scratch("loopfs");
+    let dir = dir_guard.path().to_path_buf();
     let report = dir.join("report");
     let out = smartcon(
         &dir,
@@ -371,7 +371,6 @@ fn postmark_runs_on_the_loop_ramdisk_with_a_file_system_and_leaves_nothing() {
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
     let pid_part = format!("smartcon-loopfs-{}-", out_pid(&pm[0]));
     assert!(!mounts.contains(&pid_part), "file system unmounted");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The process id in the postmark directory's name (`.../smartcon-loopfs-PID-N`).
@@ -385,7 +384,8 @@ fn out_pid(r: &serde_json::Value) -> String {
 /// pinned elsewhere: evaluate probes again for itself and leaves the stored one as it was.
 #[test]
 fn a_profile_from_another_placement_is_probed_again_and_kept() {
-    let dir = scratch("placement");
+    let dir_guard = scratch("placement");
+    let dir = dir_guard.path().to_path_buf();
     let tmp = format!("tmp:16m@{}", dir.display());
     let cpu = allowed_cpu();
     let probe =
@@ -422,5 +422,4 @@ fn a_profile_from_another_placement_is_probed_again_and_kept() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), before, "the stored profile is kept");
     let summary = std::fs::read_to_string(report.join("summary.md")).unwrap();
     assert!(summary.contains("I/O threads on CPUs"), "the summary names the placement");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -3,14 +3,13 @@
 //! only, never timings (the machine is shared): every cell's record has exactly the issue's
 //! fields, the bars are there, the unmodified readers ran, and nothing is left behind.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("smartcon-acstest-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-acstest-{name}-")).tempdir().unwrap()
 }
 
 fn smartcon(home: &Path, args: &[&str]) -> Output {
@@ -19,7 +18,8 @@ fn smartcon(home: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn acs_bad_input_exits_2_and_writes_nothing() {
-    let dir = scratch("bad");
+    let dir_guard = scratch("bad");
+    let dir = dir_guard.path().to_path_buf();
     let report = dir.join("r");
     let r = report.to_str().unwrap();
     for args in [
@@ -40,7 +40,6 @@ fn acs_bad_input_exits_2_and_writes_nothing() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         assert!(!report.exists(), "{args:?} wrote the report directory");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -54,7 +53,8 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
         eprintln!("skipped: mkfs.ext2 (e2fsprogs) or losetup (util-linux) is not installed");
         return;
     }
-    let dir = scratch("tiny");
+    let dir_guard = scratch("tiny");
+    let dir = dir_guard.path().to_path_buf();
     let report = dir.join("r");
     // The reader pinned to the first CPU, every strategy alike.
     let args = [
@@ -144,5 +144,4 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
     }
     let loops = Command::new("losetup").arg("-a").output().unwrap();
     assert!(!String::from_utf8_lossy(&loops.stdout).contains(&format!("smartcon-loop-{pid}-")), "a loop device left");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -6,16 +6,14 @@
 
 use std::process::{Command, Output};
 
-fn smartcon() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_smartcon"));
-    let home = std::env::temp_dir().join(format!("smartcon-cli-test-{}-fidelity", std::process::id()));
-    std::fs::create_dir_all(&home).unwrap();
-    c.env("SMARTCON_HOME", home);
-    c
+/// A scratch directory, removed when dropped (also when the test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-fidelity-{name}-")).tempdir().unwrap()
 }
 
 fn run(args: &[&str]) -> Output {
-    smartcon().args(args).output().unwrap()
+    let home = scratch("home");
+    Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", home.path()).args(args).output().unwrap()
 }
 
 #[test]
@@ -52,10 +50,8 @@ fn window_study_refuses_other_flags_with_exit_2() {
 /// report there now, the table it printed.
 #[test]
 fn window_study_prints_a_row_per_window_and_writes_its_report_to_out() {
-    let dir = std::env::temp_dir().join(format!("smartcon-cli-test-{}-window", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out_dir = dir.join("report");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("window");
+    let out_dir = dir.path().join("report");
     let out = run(&["evaluate", "--study", "window", "--quick", "--out", out_dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -67,7 +63,6 @@ fn window_study_prints_a_row_per_window_and_writes_its_report_to_out() {
     let again = run(&["evaluate", "--study", "window", "--quick", "--out", out_dir.to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(2));
     assert_eq!(String::from_utf8_lossy(&again.stderr).lines().count(), 1);
-    std::fs::remove_dir_all(&dir).unwrap();
     assert!(stdout.contains("truth (/proc/stat"), "{stdout}");
     for w in ["| 50 ms |", "| 100 ms |", "| 200 ms |", "| 500 ms |", "| 1000 ms |"] {
         let row = stdout.lines().find(|l| l.starts_with(w)).unwrap_or_else(|| panic!("no row {w}: {stdout}"));

@@ -4,7 +4,7 @@
 //! the model when it re-measures, and a bad `--out` is refused with exit 2 before any
 //! measuring. No figure is asserted beyond what a model must hold: the machine is shared.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use smartcon_ctxcost::HostProfile;
@@ -16,12 +16,9 @@ fn smartcon(home: &Path) -> Command {
     c
 }
 
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory, removed when dropped (also when the test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-{name}-")).tempdir().unwrap()
 }
 
 fn two_cpus() -> bool {
@@ -34,11 +31,10 @@ fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
         println!("skipped: fewer than two allowed CPUs, so no wake-up across cores to measure");
         return;
     }
-    let home = Scratch(std::env::temp_dir().join(format!("smartcon-host-test-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&home.0);
-    std::fs::create_dir_all(home.0.join("tmp")).unwrap();
+    let home = scratch("host-test");
+    std::fs::create_dir_all(home.path().join("tmp")).unwrap();
 
-    let out = smartcon(&home.0).args(["host", "--quick", "--json"]).output().unwrap();
+    let out = smartcon(home.path()).args(["host", "--quick", "--json"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() && stderr.contains("io_uring") {
         println!("skipped: io_uring is not available here: {stderr}");
@@ -62,7 +58,7 @@ fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
     assert!(stderr.contains("sleep overshoot"), "{stderr}");
 
     // Stored: the model for the simulation, ctx's profile for `smartcon model`, one file.
-    let stored = home.0.join("host.json");
+    let stored = home.path().join("host.json");
     assert_eq!(HostModel::load(&stored).unwrap(), model);
     let ctx = HostProfile::read(&stored).expect("ctx's profile beside the model");
     assert!(ctx.quick);
@@ -75,10 +71,10 @@ fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
     assert!(model.block_wait.iter().all(|p| p.cpu_ns > 0.0 && p.late.mean_ns.is_some()), "{model:?}");
     assert!(model.spin_share_beside_cruncher > 0.0 && model.spin_share_alone <= 1.0, "{model:?}");
     // Nothing left in the temporary directory (the comparison's file is removed).
-    assert_eq!(std::fs::read_dir(home.0.join("tmp")).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(home.path().join("tmp")).unwrap().count(), 0);
 
     // `smartcon ctx` re-measures into the store and keeps the model.
-    let out = smartcon(&home.0).args(["ctx", "--quick", "--no-perf"]).output().unwrap();
+    let out = smartcon(home.path()).args(["ctx", "--quick", "--no-perf"]).output().unwrap();
     assert!(out.status.success(), "ctx failed: {}", String::from_utf8_lossy(&out.stderr));
     let kept = HostModel::load(&stored).expect("the model survives ctx");
     assert_eq!((kept.sleep.clone(), kept.block_path), (model.sleep.clone(), model.block_path));
@@ -89,27 +85,27 @@ fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
     assert!((kept_ns - new_ns).abs() <= 1e-6 * new_ns.abs(), "switch costs follow the new profile: {kept_ns} {new_ns}");
 
     // A bad --out: refused before measuring, exit 2, one line naming it, the file intact.
-    let existing = home.0.join("existing.json");
+    let existing = home.path().join("existing.json");
     std::fs::write(&existing, "keep me").unwrap();
-    let out = smartcon(&home.0).args(["host", "--quick", "--out"]).arg(&existing).output().unwrap();
+    let out = smartcon(home.path()).args(["host", "--quick", "--out"]).arg(&existing).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("existing.json"), "{err}");
     assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
     assert!(out.stdout.is_empty());
-    let out = smartcon(&home.0).args(["host", "--quick", "--out"]).arg(home.0.join("no/such/dir/h.json")).output();
+    let out =
+        smartcon(home.path()).args(["host", "--quick", "--out"]).arg(home.path().join("no/such/dir/h.json")).output();
     assert_eq!(out.unwrap().status.code(), Some(2));
-    let out = smartcon(&home.0).args(["host", "--quick", "--temp-dir"]).arg(&existing).output().unwrap();
+    let out = smartcon(home.path()).args(["host", "--quick", "--temp-dir"]).arg(&existing).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--temp-dir"));
 }
 
 #[test]
 fn a_ctx_only_host_json_is_no_host_model() {
-    let dir = Scratch(std::env::temp_dir().join(format!("smartcon-host-ctxonly-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let path = dir.0.join("host.json");
+    let dir = scratch("host-ctxonly");
+    let path = dir.path().join("host.json");
     std::fs::write(&path, r#"{"version":1,"direct":[{"procs":2,"us_per_switch":2.0,"us_per_switch_raw":3.0}]}"#)
         .unwrap();
     let e = HostModel::load(&path).unwrap_err().to_string();

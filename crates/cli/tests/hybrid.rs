@@ -4,19 +4,16 @@
 
 use std::process::{Command, Output};
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("smartcon-hybrid-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-hybrid-test-{name}-")).tempdir().unwrap()
 }
 
 fn run(args: &[&str]) -> Output {
     // An empty home: no stored profile of the user's steers smart.
-    let home =
-        std::env::temp_dir().join(format!("smartcon-hybrid-test-{}-home-{}", std::process::id(), args.join(" ").len()));
-    let out = Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", &home).args(args).output().unwrap();
-    let _ = std::fs::remove_dir_all(&home);
-    out
+    let home = scratch("home");
+    Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", home.path()).args(args).output().unwrap()
 }
 
 fn records(out: &Output) -> Vec<serde_json::Value> {
@@ -26,7 +23,8 @@ fn records(out: &Output) -> Vec<serde_json::Value> {
 
 #[test]
 fn interval_sweep_reports_the_best_interval_and_draws_the_curve() {
-    let dir = scratch("sweep");
+    let dir_guard = scratch("sweep");
+    let dir = dir_guard.path().to_path_buf();
     let svg = dir.join("fig1.svg");
     let out = run(&[
         "bench",
@@ -75,7 +73,6 @@ fn interval_sweep_reports_the_best_interval_and_draws_the_curve() {
     ] {
         assert!(text.contains(series), "missing {series:?} in the plot");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -127,7 +124,8 @@ fn bad_polling_input_exits_2() {
 
 #[test]
 fn evaluate_reports_the_polling_study() {
-    let dir = scratch("evaluate");
+    let dir_guard = scratch("evaluate");
+    let dir = dir_guard.path().to_path_buf();
     let out_dir = dir.join("report");
     let out = run(&[
         "evaluate",
@@ -175,5 +173,4 @@ fn evaluate_reports_the_polling_study() {
     }
     let svg = std::fs::read_to_string(out_dir.join("hybrid.svg")).unwrap();
     assert!(svg.contains("hybrid IOPS / spin IOPS") && svg.contains("hybrid CPU / spin CPU"));
-    let _ = std::fs::remove_dir_all(&dir);
 }

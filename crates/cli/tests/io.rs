@@ -2,24 +2,25 @@
 //! exit 2 and one line naming the problem with nothing written; JSON records carry every
 //! documented field; Ctrl-C stops a run cleanly and removes its temporary file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-fn smartcon() -> Command {
+fn smartcon(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_smartcon"));
     // Keep stored profiles of the user out of the tests.
-    c.env("SMARTCON_HOME", scratch("home"));
+    c.env("SMARTCON_HOME", home);
     c
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("smartcon-cli-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-cli-test-{name}-")).tempdir().unwrap()
 }
 
 fn run(args: &[&str]) -> Output {
-    smartcon().args(args).output().unwrap()
+    let home = scratch("home");
+    smartcon(home.path()).args(args).output().unwrap()
 }
 
 fn leftovers(dir: &Path) -> Vec<String> {
@@ -28,7 +29,8 @@ fn leftovers(dir: &Path) -> Vec<String> {
 
 #[test]
 fn bad_input_exits_2_with_one_line_naming_the_problem_and_writes_nothing() {
-    let dir = scratch("bad");
+    let dir_guard = scratch("bad");
+    let dir = dir_guard.path().to_path_buf();
     let tmp = format!("tmp:4m@{}", dir.display());
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["io", "--target", "/nonexistent/smartcon/file"], "No such file"),
@@ -68,8 +70,6 @@ fn bad_input_exits_2_with_one_line_naming_the_problem_and_writes_nothing() {
     }
     // The temporary file of the refused tmp: run was removed again.
     assert!(leftovers(&dir).is_empty(), "left behind: {:?}", leftovers(&dir));
-    // Nothing of the test is left in the temp dir (a failed test keeps it for a look).
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -79,15 +79,14 @@ fn permission_denied_is_a_setup_error() {
         eprintln!("skipped: running as root, which bypasses file permissions");
         return;
     }
-    let dir = scratch("perm");
+    let dir_guard = scratch("perm");
+    let dir = dir_guard.path().to_path_buf();
     let f = dir.join("locked");
     std::fs::write(&f, vec![0u8; 1 << 20]).unwrap();
     std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
     let out = run(&["io", "--target", f.to_str().unwrap(), "--duration", "100ms"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
-    // Nothing of the test is left in the temp dir (a failed test keeps it for a look).
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 const RESULT_FIELDS: &[&str] = &[
@@ -167,7 +166,8 @@ fn smart_never_spins_on_a_hard_disk_and_bench_json_has_a_summary() {
 
 #[test]
 fn verify_through_the_cli_on_a_temporary_file_and_the_file_is_removed() {
-    let dir = scratch("verify");
+    let dir_guard = scratch("verify");
+    let dir = dir_guard.path().to_path_buf();
     let target = format!("tmp:8m@{}", dir.display());
     for op in ["write", "read"] {
         let out = run(&[
@@ -188,8 +188,6 @@ fn verify_through_the_cli_on_a_temporary_file_and_the_file_is_removed() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("matched"));
     }
     assert!(leftovers(&dir).is_empty());
-    // Nothing of the test is left in the temp dir (a failed test keeps it for a look).
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -204,8 +202,10 @@ fn devices_lists_every_preset_with_its_source() {
 
 #[test]
 fn ctrl_c_stops_cleanly_prints_what_was_measured_and_removes_the_temp_file() {
-    let dir = scratch("sigint");
-    let child = smartcon()
+    let dir_guard = scratch("sigint");
+    let dir = dir_guard.path().to_path_buf();
+    let home = scratch("home");
+    let child = smartcon(home.path())
         .args(["io", "--target", &format!("tmp:8m@{}", dir.display()), "--duration", "60s", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -228,8 +228,6 @@ fn ctrl_c_stops_cleanly_prints_what_was_measured_and_removes_the_temp_file() {
     assert_eq!(v["interrupted"], true);
     assert!(v["duration_ns"].as_u64().unwrap() < 30_000_000_000);
     assert!(leftovers(&dir).is_empty(), "temp file left: {:?}", leftovers(&dir));
-    // Nothing of the test is left in the temp dir (a failed test keeps it for a look).
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -239,7 +237,8 @@ fn writing_to_a_block_device_the_tool_did_not_create_is_refused() {
         eprintln!("skipped: creating a loop device needs root");
         return;
     }
-    let dir = scratch("loop");
+    let dir_guard = scratch("loop");
+    let dir = dir_guard.path().to_path_buf();
     let backing = dir.join("backing.img");
     std::fs::write(&backing, vec![0x5au8; 8 << 20]).unwrap();
     let out = Command::new("losetup").args(["-f", "--show"]).arg(&backing).output();
@@ -258,6 +257,4 @@ fn writing_to_a_block_device_the_tool_did_not_create_is_refused() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--destructive"));
     assert!(untouched.unwrap(), "the refused run changed the device");
     assert!(allowed.status.success(), "{}", String::from_utf8_lossy(&allowed.stderr));
-    // Nothing of the test is left in the temp dir (a failed test keeps it for a look).
-    let _ = std::fs::remove_dir_all(&dir);
 }

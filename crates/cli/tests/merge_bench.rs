@@ -43,8 +43,9 @@ fn bad_input_is_one_line_and_exit_2() {
 
 #[test]
 fn a_short_run_writes_every_record_and_the_plot() {
-    let dir = std::env::temp_dir().join(format!("smartcon-merge-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // Removed when dropped, also when the test panics.
+    let scratch = tempfile::Builder::new().prefix("smartcon-merge-bench-").tempdir().unwrap();
+    let dir = scratch.path();
     let svg = dir.join("merge.svg");
     let out = smartcon(&[
         "--target",
@@ -122,7 +123,6 @@ fn a_short_run_writes_every_record_and_the_plot() {
     assert!(summary["read_ratio_mean"].as_f64().unwrap() > 0.0);
     let svg_text = std::fs::read_to_string(&svg).unwrap();
     assert!(svg_text.contains("<svg") && svg_text.contains("fixed/pipelined"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

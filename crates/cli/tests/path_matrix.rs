@@ -198,6 +198,8 @@ fn run(env: &Env, args: &[String]) -> Ran {
 /// A scratch world: the directory the bad inputs live in, the TMPDIR, SMARTCON_HOME and a
 /// working directory, all under one root that is compared before and after each case.
 struct Env {
+    /// Removed when the Env is dropped, after Drop below has unmounted `ro`.
+    _scratch: tempfile::TempDir,
     root: PathBuf,
     home: PathBuf,
     tmp: PathBuf,
@@ -208,9 +210,10 @@ struct Env {
 
 impl Env {
     fn new(name: &str) -> Env {
-        let root = std::env::temp_dir().join(format!("smartcon-matrix-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let scratch = tempfile::Builder::new().prefix(&format!("smartcon-matrix-{name}-")).tempdir().unwrap();
+        let root = scratch.path().to_path_buf();
         let env = Env {
+            _scratch: scratch,
             home: root.join("home"),
             tmp: root.join("tmp"),
             cwd: root.join("cwd"),
@@ -256,7 +259,6 @@ impl Drop for Env {
             let _ = Command::new("umount").arg(&self.ro).status();
         }
         let _ = std::fs::set_permissions(&self.ro, std::fs::Permissions::from_mode(0o755));
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 

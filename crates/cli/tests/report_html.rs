@@ -14,11 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("smartcon-htmltest-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-htmltest-{name}-")).tempdir().unwrap()
 }
 
 fn chromium() -> Option<PathBuf> {
@@ -34,7 +33,12 @@ fn chromium() -> Option<PathBuf> {
 /// failed or hung.
 fn browse(browser: &Path, page: &Path, mode: &str, profile: &Path) -> Option<(String, String, Duration)> {
     let started = Instant::now();
+    // Chromium's own scratch (org.chromium.Chromium.*) goes beside the profile, inside the
+    // test's directory, so a browser killed at the time limit leaves nothing in TMPDIR.
+    let tmp = profile.with_extension("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
     let mut child = Command::new(browser)
+        .env("TMPDIR", &tmp)
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1000"])
         .args(["--enable-logging=stderr", "--v=0"])
         .arg(format!("--user-data-dir={}", profile.display()))
@@ -156,7 +160,8 @@ fn judged_in_results(text: &str) -> BTreeMap<Place, String> {
 
 #[test]
 fn report_html_shows_the_judges_map_first_and_renders_in_a_browser() {
-    let dir = scratch("evaluate");
+    let dir_guard = scratch("evaluate");
+    let dir = dir_guard.path().to_path_buf();
     let report = dir.join("report");
     let out = Command::new(env!("CARGO_BIN_EXE_smartcon"))
         .env("SMARTCON_HOME", &dir)
@@ -260,5 +265,4 @@ fn report_html_shows_the_judges_map_first_and_renders_in_a_browser() {
     let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-first-screen.png");
     std::fs::copy(&png_path, &keep).unwrap();
     eprintln!("first screen kept as {}", keep.display());
-    std::fs::remove_dir_all(&dir).unwrap();
 }

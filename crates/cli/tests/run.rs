@@ -7,24 +7,25 @@
 //! it; `cargo test -p smartcon-cli` alone needs `cargo build --release -p smartcon-preload`
 //! first, which the error message says).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn smartcon() -> Command {
+fn smartcon(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_smartcon"));
-    c.env("SMARTCON_HOME", scratch("home"));
+    c.env("SMARTCON_HOME", home);
     c
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
     // On the local disk (O_DIRECT), not a tmpfs.
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("run-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    tempfile::Builder::new().prefix(&format!("run-{name}-")).tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
 }
 
 fn run(args: &[&str]) -> Output {
-    smartcon().args(args).output().unwrap()
+    let home = scratch("home");
+    smartcon(home.path()).args(args).output().unwrap()
 }
 
 fn have(tool: &str) -> bool {
@@ -65,7 +66,8 @@ fn dd_with_direct_io_copies_exactly_under_every_strategy() {
         eprintln!("skipped: dd or cmp is not installed");
         return;
     }
-    let dir = scratch("dd");
+    let dir_guard = scratch("dd");
+    let dir = dir_guard.path().to_path_buf();
     let src = dir.join("src");
     let data: Vec<u8> = (0..1_048_576u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     std::fs::write(&src, &data).unwrap();
@@ -107,7 +109,6 @@ fn dd_with_direct_io_copies_exactly_under_every_strategy() {
         }
         assert!(stderr(&o).contains("smartcon run: 129 I/Os taken"), "{}", stderr(&o));
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn cc() -> Option<&'static str> {
@@ -122,7 +123,8 @@ fn a_c_program_behaves_the_same_under_run() {
         eprintln!("skipped: no C compiler");
         return;
     };
-    let dir = scratch("contract");
+    let dir_guard = scratch("contract");
+    let dir = dir_guard.path().to_path_buf();
     let exe = dir.join("contract");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../preload/c/contract.c");
     let c = Command::new(cc).args(["-O1", "-pthread", "-o"]).arg(&exe).arg(&src).output().unwrap();
@@ -130,14 +132,18 @@ fn a_c_program_behaves_the_same_under_run() {
     let plain = Command::new(&exe).arg(&dir).output().unwrap();
     assert!(plain.status.success(), "{}", String::from_utf8_lossy(&plain.stdout));
     let stats = dir.join("stats.jsonl");
-    let o = smartcon().args(["run", "--stats", stats.to_str().unwrap(), "--"]).arg(&exe).arg(&dir).output().unwrap();
+    let o = smartcon(scratch("home").path())
+        .args(["run", "--stats", stats.to_str().unwrap(), "--"])
+        .arg(&exe)
+        .arg(&dir)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}\n{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
     assert_eq!(String::from_utf8_lossy(&plain.stdout), String::from_utf8_lossy(&o.stdout));
     let r = run_result(&stats);
     assert!(r["ios"].as_u64().unwrap() >= 3000, "{r}");
     // The parent and its forked child.
     assert!(r["processes"].as_u64().unwrap() >= 2, "{r}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -146,7 +152,8 @@ fn a_static_program_runs_untouched_with_a_note() {
         eprintln!("skipped: no C compiler");
         return;
     };
-    let dir = scratch("static");
+    let dir_guard = scratch("static");
+    let dir = dir_guard.path().to_path_buf();
     let src = dir.join("s.c");
     std::fs::write(&src, "int main(void) { return 5; }\n").unwrap();
     let exe = dir.join("s");
@@ -156,13 +163,16 @@ fn a_static_program_runs_untouched_with_a_note() {
         return;
     }
     let stats = dir.join("stats.jsonl");
-    let o = smartcon().args(["run", "--stats", stats.to_str().unwrap(), "--"]).arg(&exe).output().unwrap();
+    let o = smartcon(scratch("home").path())
+        .args(["run", "--stats", stats.to_str().unwrap(), "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(5));
     assert!(stderr(&o).contains("statically linked"), "{}", stderr(&o));
     let r = run_result(&stats);
     assert_eq!(r["preloaded"], false);
     assert_eq!(r["ios"], 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// fio's own verification (crc32c) of what it wrote through the library, 4 jobs of
@@ -173,13 +183,14 @@ fn fio_verifies_its_data_under_the_library() {
         eprintln!("skipped: fio is not installed (scripts/test.sh installs it as root)");
         return;
     }
-    let dir = scratch("fio");
+    let dir_guard = scratch("fio");
+    let dir = dir_guard.path().to_path_buf();
     for strategy in ["block", "spin", "smart"] {
         let stats = dir.join(format!("stats-{strategy}.jsonl"));
         // fio saves its verify state (`local-verify-N-verify.state`) into its working
         // directory when a verifying job ends early; in the scratch directory, never in the
         // source tree (they were once committed from crates/cli).
-        let o = smartcon()
+        let o = smartcon(scratch("home").path())
             .current_dir(&dir)
             .args([
                 "run",
@@ -210,7 +221,6 @@ fn fio_verifies_its_data_under_the_library() {
         // At least the 4 x 4 MiB written and read back.
         assert!(r["bytes"].as_u64().unwrap() >= 2 * 16 * 1_048_576, "{strategy}: {r}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
     // Nothing of fio's landed in this crate's directory (the test's own working directory).
     let stray: Vec<_> = std::fs::read_dir(env!("CARGO_MANIFEST_DIR"))
         .unwrap()
@@ -227,7 +237,8 @@ fn fio_verifies_its_data_under_the_library() {
 /// asserted (docs/run.md has the CPU figures, measured with scripts/bench-run-emulate.sh).
 #[test]
 fn an_emulated_image_waits_as_the_strategy_says() {
-    let dir = scratch("emu-strategy");
+    let dir_guard = scratch("emu-strategy");
+    let dir = dir_guard.path().to_path_buf();
     let img = dir.join("disk.img");
     let emulate = format!("emu:nvme,size=16m={}", img.display());
     for strategy in ["block", "spin", "smart"] {
@@ -263,5 +274,4 @@ fn an_emulated_image_waits_as_the_strategy_says() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

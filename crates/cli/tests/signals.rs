@@ -17,17 +17,19 @@ const BIN: &str = env!("CARGO_BIN_EXE_smartcon");
 const EXIT_SECONDS_MAX: u64 = 60;
 
 struct Env {
+    /// Removed when the Env is dropped (also when the test panics).
+    _scratch: tempfile::TempDir,
     root: PathBuf,
 }
 
 impl Env {
     fn new(name: &str) -> Env {
-        let root = std::env::temp_dir().join(format!("smartcon-signals-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let scratch = tempfile::Builder::new().prefix(&format!("smartcon-signals-{name}-")).tempdir().unwrap();
+        let root = scratch.path().to_path_buf();
         for d in ["home", "tmp", "out"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
-        Env { root }
+        Env { _scratch: scratch, root }
     }
 
     fn out(&self, name: &str) -> String {
@@ -56,12 +58,6 @@ impl Env {
             }
         }
         names
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 
@@ -254,12 +250,13 @@ fn longs() -> Vec<Long> {
 }
 
 /// One lackey input for every `trace convert` run (about 200 MB, several seconds of
-/// converting), made once and removed at the end of the test.
+/// converting), made once and removed when the test ends ([`LackeyInputRemoved`]).
+static LACKEY_INPUT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
 fn lackey_input() -> PathBuf {
-    static INPUT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    INPUT
+    LACKEY_INPUT
         .get_or_init(|| {
-            let path = std::env::temp_dir().join(format!("smartcon-signals-lackey-{}.txt", std::process::id()));
+            let file = tempfile::Builder::new().prefix("smartcon-signals-lackey-").suffix(".txt").tempfile().unwrap();
             let mut text = Vec::with_capacity(201 << 20);
             let mut x: u32 = 0x9e37_79b9;
             while text.len() < 200 << 20 {
@@ -268,10 +265,22 @@ fn lackey_input() -> PathBuf {
                 x ^= x << 5;
                 text.extend_from_slice(format!(" L {x:08x},8\n").as_bytes());
             }
-            std::fs::write(&path, text).unwrap();
-            path
+            std::fs::write(file.path(), text).unwrap();
+            // Kept past this function; the test's LackeyInputRemoved removes it.
+            file.into_temp_path().keep().unwrap()
         })
         .clone()
+}
+
+/// Removes the lackey input when dropped, so a panicking test does not leave 200 MB behind.
+struct LackeyInputRemoved;
+
+impl Drop for LackeyInputRemoved {
+    fn drop(&mut self) {
+        if let Some(path) = LACKEY_INPUT.get() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -291,6 +300,7 @@ enum How {
 
 #[test]
 fn every_long_command_stops_on_a_signal_and_leaves_nothing() {
+    let _lackey = LackeyInputRemoved;
     let hows = [How::One, How::Group, How::Two, How::Timeout, How::Kill];
     let mut failures = Vec::new();
     let mut lines = Vec::new();
@@ -410,7 +420,6 @@ fn every_long_command_stops_on_a_signal_and_leaves_nothing() {
         }
     }
     eprintln!("{}", lines.join("\n"));
-    let _ = std::fs::remove_file(lackey_input());
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
 }
 

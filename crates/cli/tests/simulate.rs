@@ -5,16 +5,15 @@
 
 use std::process::{Command, Output};
 
-fn home(tag: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("smartcon-simulate-test-{}-{tag}", std::process::id()))
+/// A scratch directory, removed when dropped (also when the test panics).
+fn scratch(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-simulate-test-{tag}-")).tempdir().unwrap()
 }
 
 fn run(tag: &str, args: &[&str]) -> Output {
     // An empty home: no host.json of this machine picks the host model.
-    let home = home(tag);
-    let out = Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", &home).args(args).output().unwrap();
-    let _ = std::fs::remove_dir_all(&home);
-    out
+    let home = scratch(tag);
+    Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", home.path()).args(args).output().unwrap()
 }
 
 const CELLS: [&str; 14] = [
@@ -63,8 +62,8 @@ fn the_same_seed_prints_the_same_records_and_each_is_marked_simulated() {
 
 #[test]
 fn the_host_model_comes_from_a_file_and_cores_from_the_flag() {
-    let dir = home("file");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir_guard = scratch("file");
+    let dir = dir_guard.path();
     let mut model = smartcon_engine::host::HostModel::preset("bare-metal").unwrap();
     model.name = "from-a-file".into();
     let path = dir.join("host.json");
@@ -72,7 +71,6 @@ fn the_host_model_comes_from_a_file_and_cores_from_the_flag() {
     let args: Vec<&str> =
         CELLS.iter().copied().chain(["bm-only", "--host", path.to_str().unwrap(), "--cores", "3"]).collect();
     let out = run("file-run", &args);
-    std::fs::remove_dir_all(&dir).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let first: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();

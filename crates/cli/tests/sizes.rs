@@ -9,7 +9,7 @@
 //! The table: each row is a command with `{S}` where the size goes, and the kind whose
 //! bounds the refusal must name. Nothing here needs root: every case ends at the size.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_smartcon");
@@ -20,16 +20,17 @@ const DEVICE: &str = "a device size is 1m to 16g bytes, a multiple of 4k";
 const RAMDISK: &str = "a RAM disk size is 1m to 8g bytes, a multiple of 4k";
 const TREE: &str = "a tree size is 4k to 16g bytes, a multiple of 4k";
 
-fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sizes-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    // On the local disk (O_DIRECT), not a tmpfs.
+    tempfile::Builder::new().prefix(&format!("sizes-{name}-")).tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
 }
 
 #[test]
 fn every_command_refuses_a_zero_a_too_large_and_a_malformed_size_with_one_line_naming_the_bound() {
-    let dir = scratch("table");
+    let dir_guard = scratch("table");
+    let dir = dir_guard.path().to_path_buf();
     let home = dir.join("home");
     let out = dir.join("report");
     let img = dir.join("disk.img");
@@ -93,14 +94,14 @@ fn every_command_refuses_a_zero_a_too_large_and_a_malformed_size_with_one_line_n
     assert!(!Path::new(out).exists(), "a refused run claimed its report directory");
     assert!(!Path::new(img).exists(), "a refused run created the image");
     assert!(problems.is_empty(), "{} of {} cases:\n{}", problems.len(), rows.len() * 3, problems.join("\n"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The same size is a size of its kind everywhere: the largest of each kind is taken by one
 /// command and the next page up refused by another with the same words.
 #[test]
 fn the_largest_size_of_a_kind_is_one_bound_for_every_command() {
-    let dir = scratch("edge");
+    let dir_guard = scratch("edge");
+    let dir = dir_guard.path().to_path_buf();
     let refused = |args: &[&str], kind: &str| {
         let o = Command::new(BIN).env("SMARTCON_HOME", dir.join("home")).args(args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -127,5 +128,4 @@ fn the_largest_size_of_a_kind_is_one_bound_for_every_command() {
     let tmp = format!("tmp:{}@{}", (16u64 << 30) + 4096, dir.display());
     refused(&["io", "--target", &tmp, "--duration", "1ms"], DEVICE);
     refused(&["io", "--target", "emu:nvram,size=17179873280", "--duration", "1ms"], DEVICE);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,11 +14,10 @@ fn smartcon(home: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", home).args(args).output().expect("run smartcon")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("smartcon-vm-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory of this test, removed when the guard is dropped (also when the
+/// test panics).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("smartcon-vm-test-{name}-")).tempdir().unwrap()
 }
 
 fn uml_available() -> bool {
@@ -69,7 +68,8 @@ fn a_guest_returns_its_status_and_fsynced_data_survives_into_a_second_run() {
     if !uml_available() {
         return;
     }
-    let home = scratch("home");
+    let home_guard = scratch("home");
+    let home = home_guard.path().to_path_buf();
     let image = home.join("disk.img");
     let image_arg = image.to_str().unwrap();
     // Virtual time: the guest writes and fsyncs a file on ext4, sleeps 3 s of its own
@@ -120,12 +120,12 @@ fn a_guest_returns_its_status_and_fsynced_data_survives_into_a_second_run() {
     }
 
     assert_nothing_left(&home);
-    let _ = std::fs::remove_dir_all(&home);
 }
 
 #[test]
 fn bad_vm_flags_are_one_line_and_exit_2() {
-    let home = scratch("flags");
+    let home_guard = scratch("flags");
+    let home = home_guard.path().to_path_buf();
     for args in [
         &["emulate", "vm", "emu:hdd", "--cpu-speed", "0", "--virtual-time", "--", "true"][..],
         &["emulate", "vm", "emu:hdd", "--cpu-speed", "2", "--", "true"][..],
@@ -136,7 +136,6 @@ fn bad_vm_flags_are_one_line_and_exit_2() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(String::from_utf8_lossy(&out.stderr).trim().lines().count(), 1, "{args:?}");
     }
-    let _ = std::fs::remove_dir_all(&home);
 }
 
 #[test]
@@ -144,7 +143,8 @@ fn every_guest_request_is_in_the_lateness_histogram_and_page_pieces_join() {
     if !uml_available() {
         return;
     }
-    let home = scratch("late");
+    let home_guard = scratch("late");
+    let home = home_guard.path().to_path_buf();
     // 1 MiB direct write and read back on the raw device: UML's ubd thread issues each as
     // page-sized calls, which join their request on the model.
     let script = "dd if=/dev/zero of=/dev/ubda bs=1M count=1 oflag=direct status=none && \
@@ -163,7 +163,6 @@ fn every_guest_request_is_in_the_lateness_histogram_and_page_pieces_join() {
     let share = r["within_2pct"].as_f64().expect("a share when requests were served");
     assert!((0.0..=1.0).contains(&share), "{r}");
     assert_nothing_left(&home);
-    let _ = std::fs::remove_dir_all(&home);
 }
 
 #[test]
@@ -171,7 +170,8 @@ fn a_vm_sweep_gives_the_tables_columns_per_scheduler() {
     if !uml_available() {
         return;
     }
-    let home = scratch("sweep");
+    let home_guard = scratch("sweep");
+    let home = home_guard.path().to_path_buf();
     let out = smartcon(
         &home,
         &[
@@ -210,12 +210,12 @@ fn a_vm_sweep_gives_the_tables_columns_per_scheduler() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().filter(|l| l.contains("/2] none")).count(), 2, "{err}");
     assert_nothing_left(&home);
-    let _ = std::fs::remove_dir_all(&home);
 }
 
 #[test]
 fn bad_sweep_vm_flags_are_one_line_and_exit_2() {
-    let home = scratch("sweepflags");
+    let home_guard = scratch("sweepflags");
+    let home = home_guard.path().to_path_buf();
     for args in [
         &["emulate", "sweep", "--full"][..],
         &["emulate", "sweep", "--vm", "--fio", "--plot", "x.svg"][..],
@@ -226,5 +226,4 @@ fn bad_sweep_vm_flags_are_one_line_and_exit_2() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         assert!(!String::from_utf8_lossy(&out.stderr).trim().is_empty(), "{args:?}");
     }
-    let _ = std::fs::remove_dir_all(&home);
 }

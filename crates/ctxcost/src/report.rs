@@ -203,13 +203,14 @@ mod tests {
 
     #[test]
     fn a_written_profile_reads_back_and_a_rewrite_says_it_replaced() {
-        let dir = std::env::temp_dir().join(format!("smartcon-ctxcost-report-{}", std::process::id()));
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-ctxcost-report-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("sub").join("host.json");
         let p = profile();
         assert!(!p.write(&path).unwrap());
         assert_eq!(HostProfile::read(&path).unwrap(), p);
         assert!(p.write(&path).unwrap());
         assert!(!path.with_extension("json.tmp").exists());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -574,8 +574,9 @@ mod tests {
 
     #[test]
     fn an_image_must_be_a_readable_file_in_a_directory_that_exists() {
-        let dir = std::env::temp_dir().join(format!("smartcon-image-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-image-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         for bad in [dir.clone(), PathBuf::from("/proc/self/mem"), dir.join("no-such-dir/disk.img")] {
             let e = prepare_image("emu:hdd", &bad).expect_err(&bad.display().to_string());
             assert_eq!(e.kind, ErrorKind::Usage, "{e}");
@@ -584,7 +585,6 @@ mod tests {
         assert!(prepare_image("emu:nvram,size=16m", &img).unwrap(), "created");
         assert_eq!(std::fs::metadata(&img).unwrap().len(), 16 << 20);
         assert!(!prepare_image("emu:nvram,size=16m", &img).unwrap(), "used as it is");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -2188,15 +2188,15 @@ CPU0 (8,0):
     #[test]
     fn gzip_input_is_read_as_it_streams() {
         use std::io::Write;
-        let dir = std::env::temp_dir().join(format!("smartcon-emulate-gz-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-emulate-gz-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("hm_1.csv.gz");
         let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::fast());
         gz.write_all(MSR.as_bytes()).unwrap();
         gz.finish().unwrap();
         let t = load(&path).unwrap();
         assert_eq!((t.format, t.ios.len()), (TraceFormat::Msr, 3));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
 
@@ -2206,8 +2206,9 @@ mod file_tests {
 
     #[test]
     fn load_names_the_file_and_replays_end_to_end() {
-        let dir = std::env::temp_dir().join(format!("smartcon-emulate-trace-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-emulate-trace-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("t.iolog");
         std::fs::write(&path, "fio version 3 iolog\n0 f add\n10 f write 0 4096\n20 f write 4096 4096\n30 f oops\n")
             .unwrap();
@@ -2222,6 +2223,5 @@ mod file_tests {
         assert_eq!(run.by_op.write.lat_ns_max, 1_160_100);
         assert_eq!(run.by_op.write.ios, 2);
         assert_eq!(run.sim_ns, 4_990_000 + 11_500);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

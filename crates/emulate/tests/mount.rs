@@ -22,12 +22,25 @@ static SERIAL: Mutex<()> = Mutex::new(());
 static CHILD_STOP: AtomicBool = AtomicBool::new(false);
 const SIZE_BYTES: u64 = 128 << 20;
 
-/// One SMARTCON_HOME for this test process (set before any thread reads it).
+/// One SMARTCON_HOME for this test process (set before any thread reads it), removed when
+/// the process exits: the test harness ends with exit(3), which runs atexit handlers (a
+/// killed run leaves it, as it leaves anything).
 fn home() -> PathBuf {
-    let home = std::env::temp_dir().join(format!("smartcon-mount-test-{}", std::process::id()));
-    std::fs::create_dir_all(&home).unwrap();
-    std::env::set_var("SMARTCON_HOME", &home);
-    home
+    static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    extern "C" fn remove_home() {
+        if let Some(home) = HOME.get() {
+            let _ = std::fs::remove_dir_all(home);
+        }
+    }
+    HOME.get_or_init(|| {
+        let home = tempfile::Builder::new().prefix("smartcon-mount-test-").tempdir().unwrap().keep();
+        std::env::set_var("SMARTCON_HOME", &home);
+        // SAFETY: atexit takes a plain extern "C" function that stays valid for the life of
+        // the process; remove_home only reads HOME, which is set before this call.
+        unsafe { libc::atexit(remove_home) };
+        home
+    })
+    .clone()
 }
 
 fn skip_reason() -> Option<String> {

@@ -6,7 +6,6 @@
 //! Latencies are a few microseconds so the tests run fast; what they assert is the model's
 //! instants (a waiter never returns before them), never how long the host took.
 
-use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
 use smartcon_emutarget::target::{self, AlignedBuf, OpenOptions, Target};
@@ -28,13 +27,12 @@ fn ring_available() -> bool {
     }
 }
 
-/// Writes a scenario to a file of its own and returns its path.
-fn scenario(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("smartcon-faults-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path
+/// Writes a scenario to a file of its own and returns its path, which removes the file
+/// when dropped (also when the test panics).
+fn scenario(name: &str, text: &str) -> tempfile::TempPath {
+    let file = tempfile::Builder::new().prefix(&format!("smartcon-faults-{name}-")).suffix(".toml").tempfile().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    file.into_temp_path()
 }
 
 fn open(spec: &str) -> Result<Box<dyn Target>, Error> {

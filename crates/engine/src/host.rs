@@ -528,8 +528,9 @@ mod tests {
 
     #[test]
     fn a_version_1_host_json_still_loads_and_a_ctx_only_one_is_no_model() {
-        let dir = std::env::temp_dir().join(format!("smartcon-host-v1-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-host-v1-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("host.json");
         // Version 1: the model's fields beside ctx's, no curve, no shares.
         let mut v = serde_json::to_value(this_host()).unwrap();
@@ -550,7 +551,6 @@ mod tests {
             .unwrap();
         let e = HostModel::load(&path).unwrap_err().to_string();
         assert!(e.contains("run `smartcon host`"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1133,8 +1133,9 @@ mod tests {
     /// by time: the loops end as soon as the value is there.
     #[test]
     fn the_ticker_publishes_the_others_of_a_watched_device() {
-        let dir = std::env::temp_dir().join(format!("smartcon-monitor-stat-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-monitor-stat-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let stat_path = dir.join("stat");
         std::fs::write(&stat_path, "100 0 800 0 0 0 0 0 5 0 0\n").unwrap();
         let queue = DeviceQueue { inflight: Arc::new(InFlight::default()), stat_path: stat_path.clone() };
@@ -1160,7 +1161,6 @@ mod tests {
         mon.stop();
         assert_eq!(queue.inflight.others(), (0, 0), "cleared when the monitor stops");
         queue.inflight.leave(4096);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

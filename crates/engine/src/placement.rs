@@ -249,8 +249,9 @@ mod tests {
     /// queue on CPU 1, as on the VMs this was written on.
     #[test]
     fn completion_cpus_follow_the_request_vectors() {
-        let root = std::env::temp_dir().join(format!("smartcon-placement-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-placement-").tempdir().unwrap();
+        let root = scratch.path().to_path_buf();
         let (sys, proc) = (root.join("sys"), root.join("proc"));
         let pci = sys.join("devices/pci0000:00/0000:00:02.0");
         std::fs::create_dir_all(pci.join("virtio1/block/vda")).unwrap();

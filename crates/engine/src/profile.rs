@@ -720,8 +720,9 @@ mod tests {
     /// `<device>.json.tmp` name, a writer's rename found its file already renamed away.
     #[test]
     fn concurrent_saves_of_one_device_all_succeed_and_leave_valid_json() {
-        let dir = std::env::temp_dir().join(format!("smartcon-profile-save-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-profile-save-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("profiles").join("emu_optane.json");
         let threads = 8u64;
         let rounds = 40u64;
@@ -893,7 +894,9 @@ mod tests {
 
     #[test]
     fn profile_round_trip_and_bad_files() {
-        let dir = std::env::temp_dir().join(format!("smartcon-profile-{}", std::process::id()));
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-profile-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("p.json");
         let p = Profile::paper_default("blk:vda");
         p.save(&path).unwrap();
@@ -905,7 +908,6 @@ mod tests {
         std::fs::write(&path, serde_json::to_string(&future).unwrap()).unwrap();
         let e = Profile::load(&path).unwrap_err().to_string();
         assert!(e.contains(&format!("version {}", PROFILE_VERSION + 1)) && e.contains("re-run smartcon probe"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn cost(bs_bytes: u64, op: &str, block_cpu_ns: f64, spin_cpu_ns: f64) -> WaitCost {
@@ -966,8 +968,9 @@ mod tests {
 
     #[test]
     fn a_version_1_profile_loads_with_costs_derived_from_its_points() {
-        let dir = std::env::temp_dir().join(format!("smartcon-profile-v1-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-profile-v1-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("v1.json");
         // As `smartcon probe` wrote it before version 2 (fields of version 1 only).
         let v1 = r#"{"version": 1, "device": "emu:optane", "source": "probe", "class": "fast",
@@ -981,6 +984,5 @@ mod tests {
         assert_eq!(p.wait_costs.len(), 1);
         assert_eq!(p.spin_cheaper_bytes_max, 4096, "{p:?}");
         assert_eq!(p.thresholds().spin_cheaper_bytes_max, 4096);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

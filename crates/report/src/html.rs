@@ -366,8 +366,9 @@ mod tests {
 
     #[test]
     fn the_page_inlines_every_plot_with_its_caption() {
-        let dir = std::env::temp_dir().join(format!("smartcon-html-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-html-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let svg = "<?xml version=\"1.0\"?>\n<svg width=\"10\" height=\"10\" viewBox=\"0 0 10 10\"><rect/></svg>\n";
         std::fs::write(dir.join("table6-corunner.svg"), svg).unwrap();
         std::fs::write(dir.join("fig8-cpu-x.svg"), svg).unwrap();

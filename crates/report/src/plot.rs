@@ -329,8 +329,9 @@ mod tests {
 
     #[test]
     fn charts_are_svg_with_every_series_named() {
-        let dir = std::env::temp_dir().join(format!("smartcon-plot-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-plot-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let line = dir.join("line.svg");
         let series = vec![
             Series { name: "block".into(), points: vec![(4096.0, 10.0), (65536.0, 20.0)] },
@@ -378,7 +379,6 @@ mod tests {
         assert!(text.contains("spin") && text.contains("same work") && text.contains("5% more IOPS"));
         assert!(text.contains("dominates"), "the shaded region is labelled");
         assert!(text.matches("<circle").count() >= 2, "one point per finite cell");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
 

@@ -576,12 +576,12 @@ mod tests {
         let md = md(&map);
         assert!(md.contains("bm-only:") && md.contains("cpu-intensive:"), "{md}");
         assert!(md.contains("spin +20% IOPS"), "{md}");
-        let dir = std::env::temp_dir().join(format!("smartcon-map-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-map-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         assert_eq!(write_svg(&dir.join("m.svg"), &map).unwrap(), 1);
         let svg = std::fs::read_to_string(dir.join("m.svg")).unwrap();
         assert!(svg.contains("spin +20% IOPS") && svg.contains("cpu-intensive") && svg.contains("#C7E9C0"), "{svg}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

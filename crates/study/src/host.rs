@@ -565,8 +565,9 @@ mod tests {
             perf_skipped_reason: None,
         };
         assert_eq!(switch_costs_ns(&ctx), (Some(2000.0), Some(3500.0)));
-        let dir = std::env::temp_dir().join(format!("smartcon-host-json-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when dropped, also when the test panics.
+        let scratch = tempfile::Builder::new().prefix("smartcon-host-json-").tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("host.json");
         let text = serde_json::to_string_pretty(&stored_json(&model, Some(&ctx)).unwrap()).unwrap();
         std::fs::write(&path, text).unwrap();
@@ -577,6 +578,5 @@ mod tests {
         std::fs::write(&path, serde_json::to_string(&stored_json(&model, None).unwrap()).unwrap()).unwrap();
         assert_eq!(HostModel::load(&path).unwrap(), model);
         assert!(stored_ctx(&path).is_none());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

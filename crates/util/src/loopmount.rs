@@ -38,8 +38,9 @@ pub fn records_dirs_to_read(home: &Path) -> Vec<PathBuf> {
     std::iter::once(RECORDS_FOLDER).chain(RECORDS_FOLDERS_LEGACY.iter().copied()).map(|f| home.join(f)).collect()
 }
 
-/// LOOP_CLR_FD from linux/loop.h (`_IO(0x4C, 1)`: no argument memory); the libc crate
-/// does not name the loop ioctls.
+/// LOOP_CLR_FD from linux/loop.h, where it is the literal 0x4C01 (not an `_IO` encoding,
+/// so it is the same number on every architecture) and takes no argument memory. The libc
+/// crate does not name the loop ioctls, and nix would only wrap this same number.
 const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
 
 /// Bounded retries of a removal the kernel refuses for a moment (a device still closing).

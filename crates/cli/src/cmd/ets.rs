@@ -342,14 +342,6 @@ fn write_jsonl(dir: &Path, tasks: &[TaskRecord], sweep: &[SweepRecord], s: &Summ
 }
 
 /// Removes the directory it names when dropped.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn crosscheck(a: CrosscheckArgs) -> Result<()> {
     let line = parse_line(&a.line)?;
     let l1 = parse_geometry("--l1", &a.l1, line)?;
@@ -358,12 +350,15 @@ fn crosscheck(a: CrosscheckArgs) -> Result<()> {
     let config =
         HierarchyConfig { l1i: l1, l1d: l1, l2: None, llc: ll, timing: Default::default(), mode: Mode::Cachegrind };
     config.validate()?;
-    let dir = TempDir(std::env::temp_dir().join(format!("smartcon-crosscheck-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).with_context(|| format!("cannot create {}", dir.0.display()))?;
-    let trace = dir.0.join("trace.sct");
+    // Removed when dropped: on success, on error and on a Ctrl-C that ends the run.
+    let dir = tempfile::Builder::new()
+        .prefix("smartcon-crosscheck-")
+        .tempdir()
+        .with_context(|| format!("cannot create a directory in {}", std::env::temp_dir().display()))?;
+    let trace = dir.path().join("trace.sct");
     capture(&a.program, &trace)?;
     let ours = simulate(config, PolicyKind::Lru, &trace, common::interrupt_flag())?;
-    let cg = run_cachegrind(&a.program, &l1, &ll, &dir.0.join("cachegrind.out"))?;
+    let cg = run_cachegrind(&a.program, &l1, &ll, &dir.path().join("cachegrind.out"))?;
     let rec = CrosscheckRecord::new(&a.program.join(" "), &l1, &ll, &ours, &cg);
     if a.json {
         return common::emit_json(&rec);

@@ -95,6 +95,14 @@ pub(crate) struct FdInfo {
     pub stat_path: Option<PathBuf>,
 }
 
+/// BLKGETSIZE64 from linux/fs.h, `_IOR(0x12, 114, size_t)`: the device's size in bytes.
+/// The libc crate names BLKSSZGET (used below) but not this one; the number is the
+/// asm-generic encoding (x86-64, arm64, riscv64), and the assertion after it stops a build
+/// for an architecture with another encoding (where libc's BLKSSZGET differs too), rather
+/// than letting it send a wrong request.
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+const _: () = assert!(libc::BLKSSZGET == 0x1268, "BLKGETSIZE64 is the asm-generic _IOR encoding");
+
 /// Describes `fd`: a regular file (the device of its file system) or a block device.
 pub(crate) fn describe_fd(fd: libc::c_int) -> Result<FdInfo, Error> {
     // SAFETY: an all-zero stat is valid; fstat fills it or fails, which is checked.
@@ -122,10 +130,10 @@ pub(crate) fn describe_fd(fd: libc::c_int) -> Result<FdInfo, Error> {
     let (capacity_bytes, block_bytes, dev) = if is_block {
         let mut size: u64 = 0;
         let mut ssz: libc::c_int = 0;
-        // SAFETY: BLKGETSIZE64 writes a u64 and BLKSSZGET an int into valid locals.
+        // SAFETY: fd is an open block device (fstat above); BLKGETSIZE64 writes one u64
+        // into `size` and BLKSSZGET one int into `ssz`, both valid locals of those types.
         let ok = unsafe {
-            libc::ioctl(fd, 0x8008_1272 /* BLKGETSIZE64 */, &mut size) == 0
-                && libc::ioctl(fd, 0x1268 /* BLKSSZGET */, &mut ssz) == 0
+            libc::ioctl(fd, BLKGETSIZE64 as _, &mut size) == 0 && libc::ioctl(fd, libc::BLKSSZGET as _, &mut ssz) == 0
         };
         if !ok {
             let e = std::io::Error::last_os_error();
