@@ -128,6 +128,15 @@ pub const PIECE_GAP_NS: u64 = 200_000;
 /// Pieces joined to the previous one.
 static PIECES_JOINED: AtomicU64 = AtomicU64::new(0);
 
+/// Lost timer interrupts repaired by the interposed timer calls (`vtimer::kick_if_lost`):
+/// the `emu_process` record's `lost_ticks_kicked`.
+pub(crate) static LOST_TICKS_KICKED: AtomicU64 = AtomicU64::new(0);
+
+/// How many lost timer interrupts were repaired in this process.
+pub(crate) fn lost_ticks_kicked() -> u64 {
+    LOST_TICKS_KICKED.load(Ordering::Relaxed)
+}
+
 /// When a helper's request at `offset` continues its previous piece: that piece's
 /// completion (this one's arrival) and the arrival of the request's first piece.
 fn joined_arrival(offset: u64, write: bool, real_now: u64) -> Option<(u64, u64)> {
@@ -666,7 +675,7 @@ pub fn flush() {
         spin_fell_back: SPIN_FELL_BACK.load(Ordering::Relaxed),
         flushes: FLUSHES.load(Ordering::Relaxed),
         pieces_joined: PIECES_JOINED.load(Ordering::Relaxed),
-        lost_ticks_kicked: crate::vtimer::lost_ticks_kicked(),
+        lost_ticks_kicked: lost_ticks_kicked(),
         flush_real_ns: FLUSH_REAL_NS.load(Ordering::Relaxed),
         lateness: LatenessRecord {
             edges_ppm: LATE_EDGES_PPM.to_vec(),
