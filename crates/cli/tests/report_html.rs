@@ -33,12 +33,14 @@ fn chromium() -> Option<PathBuf> {
 /// failed or hung.
 fn browse(browser: &Path, page: &Path, mode: &str, profile: &Path) -> Option<(String, String, Duration)> {
     let started = Instant::now();
-    // Chromium's own scratch (org.chromium.Chromium.*) goes beside the profile, inside the
-    // test's directory, so a browser killed at the time limit leaves nothing in TMPDIR.
-    let tmp = profile.with_extension("tmp");
-    std::fs::create_dir_all(&tmp).unwrap();
+    // Chromium's own scratch (org.chromium.Chromium.*) goes into a directory of its own,
+    // removed when this returns, so a browser killed at the time limit leaves nothing in
+    // TMPDIR. Its name is short: chromium puts its SingletonSocket there, and a Unix
+    // socket's path has room for 107 bytes; one beside the profile, inside the test's own
+    // directory inside the suite's TMPDIR, came to 126, and chromium failed to start.
+    let tmp = tempfile::Builder::new().prefix("cr-").tempdir().unwrap();
     let mut child = Command::new(browser)
-        .env("TMPDIR", &tmp)
+        .env("TMPDIR", tmp.path())
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1000"])
         .args(["--enable-logging=stderr", "--v=0"])
         .arg(format!("--user-data-dir={}", profile.display()))
