@@ -179,6 +179,8 @@ struct Class {
     paired: Mean,
     /// The last pair's log ratio.
     last_pair: f64,
+    /// `paired`'s mean as a ratio (its exp, taken when a pair comes, not per I/O).
+    paired_ratio: f64,
 }
 
 /// The counted waits of the run under way: the last [`RUN_KEEP`] of them, and its length.
@@ -224,6 +226,7 @@ impl Default for Class {
             pending: None,
             paired: Mean::default(),
             last_pair: 0.0,
+            paired_ratio: 1.0,
         }
     }
 }
@@ -257,7 +260,7 @@ impl Class {
     /// else from the two means.
     fn ratio(&self) -> f64 {
         if self.paired_warm() {
-            self.paired.ns.exp()
+            self.paired_ratio
         } else {
             self.unpaired_ratio()
         }
@@ -284,6 +287,7 @@ impl Class {
             m.ns += (1.0 / (m.n + 1) as f64).max(PAIR_ALPHA) * (x - m.ns);
         }
         m.n = m.n.saturating_add(1);
+        self.paired_ratio = m.ns.exp();
     }
 
     /// The run under way has ended (the way changes): a short one (a trial, or a burst
@@ -316,8 +320,8 @@ impl Class {
 
     /// The verdict, from the pairs once warm (with [`PAIR_HYSTERESIS`]), before that from
     /// the means where they are [`DECISIVE_FACTOR`] apart.
-    fn judge(&mut self, gain_min: f64) {
-        let edge = (1.0 + gain_min).ln();
+    /// `edge` is `ln(1 + gain_min)`, taken once per [`TwoWays`].
+    fn judge(&mut self, gain_min: f64, edge: f64) {
         if self.paired_warm() {
             let x = self.paired.ns;
             self.base_preferred =
@@ -328,18 +332,18 @@ impl Class {
     }
 
     /// The last pair says the other way: the host may have changed.
-    fn in_doubt(&self, gain_min: f64) -> bool {
-        self.paired_warm() && (self.last_pair <= (1.0 + gain_min).ln()) != self.base_preferred
+    fn in_doubt(&self, edge: f64) -> bool {
+        self.paired_warm() && (self.last_pair <= edge) != self.base_preferred
     }
 
     /// I/Os between trials: one burst until warm; [`TRIAL_PERIOD`] near the boundary; far
     /// from it, as many as keep the trials' extra wait within [`TRIAL_COST`] of the total
     /// (at least [`TRIAL_PERIOD_SURE`], at most [`TRIAL_PERIOD_MAX`]).
-    fn period(&self, gain_min: f64) -> u32 {
+    fn period(&self, gain_min: f64, edge: f64) -> u32 {
         if !self.warm() {
             return TRIAL_BURST;
         }
-        if self.in_doubt(gain_min) {
+        if self.in_doubt(edge) {
             return TRIAL_PERIOD_DOUBT;
         }
         let r = self.ratio();
@@ -359,6 +363,8 @@ impl Class {
 pub struct TwoWays {
     classes: [[Class; BUCKETS]; 2],
     gain_min: f64,
+    /// `ln(1 + gain_min)`: the paired verdict's edge, taken once, not per I/O.
+    edge: f64,
 }
 
 /// One wait as [`TwoWays::pick`] chose it.
@@ -377,7 +383,7 @@ fn bucket(bytes: u64) -> usize {
 
 impl TwoWays {
     pub fn new(gain_min: f64) -> TwoWays {
-        TwoWays { classes: [[Class::default(); BUCKETS]; 2], gain_min }
+        TwoWays { classes: [[Class::default(); BUCKETS]; 2], gain_min, edge: (1.0 + gain_min).ln() }
     }
 
     /// Two ways that both sleep: no trial ends early, every verdict waits for
@@ -389,7 +395,7 @@ impl TwoWays {
     /// io_uring at 0.45 x the plain call's IOPS for the whole run.
     pub fn patient(gain_min: f64) -> TwoWays {
         let class = Class { patient: true, ..Class::default() };
-        TwoWays { classes: [[class; BUCKETS]; 2], gain_min }
+        TwoWays { classes: [[class; BUCKETS]; 2], gain_min, edge: (1.0 + gain_min).ln() }
     }
 
     fn class(&mut self, bytes: u64, write: bool) -> &mut Class {
@@ -399,14 +405,14 @@ impl TwoWays {
     /// The way for the next I/O of this op and size.
     #[inline]
     pub fn pick(&mut self, bytes: u64, write: bool) -> Pick {
-        let gain_min = self.gain_min;
+        let (gain_min, edge) = (self.gain_min, self.edge);
         let c = self.class(bytes, write);
         let trial = if c.trial_left > 0 {
             c.trial_left -= 1;
             true
         } else {
             c.since_trial += 1;
-            if c.since_trial > c.period(gain_min) {
+            if c.since_trial > c.period(gain_min, edge) {
                 c.since_trial = 0;
                 c.trial_left = TRIAL_BURST - 1;
                 true
@@ -420,7 +426,7 @@ impl TwoWays {
     /// What one such I/O waited, from submission to completion as the port saw it.
     #[inline]
     pub fn record(&mut self, bytes: u64, write: bool, alt: bool, wait_ns: u64) {
-        let gain_min = self.gain_min;
+        let (gain_min, edge) = (self.gain_min, self.edge);
         let c = self.class(bytes, write);
         if c.last_alt != Some(alt) {
             c.end_run();
@@ -460,7 +466,7 @@ impl TwoWays {
                 }
             }
         }
-        c.judge(gain_min);
+        c.judge(gain_min, edge);
     }
 
     /// Whether the base way is preferred for this op and size now.
