@@ -88,7 +88,7 @@ pub struct HostPlan {
 }
 
 impl HostPlan {
-    /// The full plan (about 10-20 s on the team's VM) or the quick one (a few seconds; the
+    /// The full plan (about 10-25 s on the team's VM) or the quick one (a few seconds; the
     /// figures are coarse: for tests).
     pub fn new(quick: bool) -> HostPlan {
         HostPlan {
