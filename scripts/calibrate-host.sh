@@ -2,14 +2,16 @@
 # Issue 27's calibration in one session, so the host model and the runs it is compared with
 # come from the same host state: `smartcon host` into a fresh SMARTCON_HOME, then
 # `bench --compare-simulated` bm-only and beside the crunchers, then five real hybrid runs
-# on emu:nvme (4 KiB reads, 3 s) with spin beside them. About 2.5 minutes; run it with every
+# on emu:nvme (4 KiB reads, 3 s) with spin beside them, each against the oracle hybrid for
+# the host.json just measured (`--compare-simulated --host`). About 2.5 minutes; run it with every
 # other process on the machine stopped (the real cells share the CPUs with whatever runs:
 # a spinner alone held 14-39% of a core at load average 10-15).
 #
 #   scripts/calibrate-host.sh [OUT_DIR]     (OUT_DIR: a new directory; default calibration-DATE)
 #   SMARTCON=path/to/smartcon scripts/calibrate-host.sh
 #
-# Writes into OUT_DIR: host.json (the model), host.txt, compare-bm-only.txt,
+# Writes into OUT_DIR: host.json (the model), host.jsonl (`smartcon host --json`: the model and
+# how it was measured, each blocking turn's figures), compare-bm-only.txt,
 # compare-cpu-intensive.txt, hybrid-N.jsonl and summary.txt (the load average before and
 # after each step, the figures within 10%, the five hybrid runs' spin-relative figures).
 # The temporary SMARTCON_HOME is removed on exit, also on Ctrl-C.
@@ -28,7 +30,7 @@ load() { echo "$(date -u +%H:%M:%S) load average $(cut -d' ' -f1-3 /proc/loadavg
 start=$(date +%s)
 echo "smartcon $("$SMARTCON" --version 2>/dev/null || true), $(git rev-parse --short HEAD 2>/dev/null || true), $(nproc) CPUs" > "$OUT/summary.txt"
 load "before smartcon host"
-"$SMARTCON" host > "$OUT/host.txt"
+"$SMARTCON" host --json > "$OUT/host.jsonl"
 cp "$SMARTCON_HOME/host.json" "$OUT/host.json"
 for l in bm-only cpu-intensive; do
     load "before compare-simulated, $l"
@@ -40,7 +42,7 @@ done
 for i in 1 2 3 4 5; do
     load "before hybrid run $i"
     "$SMARTCON" bench --targets emu:nvme --sizes 4k --ops read --strategies spin,hybrid --duration 3s --json \
-        > "$OUT/hybrid-$i.jsonl"
+        --compare-simulated --host "$OUT/host.json" > "$OUT/hybrid-$i.jsonl"
 done
 load "at the end"
 python3 - "$OUT" <<'PY' | tee -a "$OUT/summary.txt"
@@ -48,11 +50,13 @@ import json, sys
 out = sys.argv[1]
 rows = []
 for i in range(1, 6):
-    cells = {}
+    cells, oracle = {}, None
     for line in open(f"{out}/hybrid-{i}.jsonl"):
         r = json.loads(line)
         if r.get("type") == "result":
             cells[r["strategy"]] = r
+        elif r.get("type") == "hybrid_oracle":
+            oracle = r
     s, h = cells["spin"], cells["hybrid"]
     cpu = lambda r: r["cpu_user_pct"] + r["cpu_sys_pct"]
     spi = (h.get("polling") or {}).get("sleeps_per_io", 0.0)
@@ -61,8 +65,14 @@ for i in range(1, 6):
     per_io = (cpu(h) / h["iops"]) / (cpu(s) / s["iops"])
     rows.append((h["iops"] / s["iops"], cpu(h) / cpu(s), cpu(h), spi, per_io))
     print(f"hybrid run {i}: {rows[-1][0]:.2f} x spin's IOPS, {rows[-1][1]:.2f} x spin's CPU "
-          f"(hybrid {rows[-1][2]:.1f}% of a CPU), {spi:.3f} sleeps per I/O, "
+          f"(hybrid {rows[-1][2]:.1f}% of a CPU, spin {cpu(s):.1f}%), {spi:.3f} sleeps per I/O, "
           f"CPU per I/O {per_io:.3f} x spin's")
+    if oracle:
+        o, sim = oracle["oracle"], oracle.get("simulated") or {}
+        print(f"  this host's oracle (host.json): {o['iops_over_spin']:.3f} x IOPS, {o['cpu_share']:.3f} x CPU "
+              f"(sleep {o['sleep_ns'] / 1e3:.2f} us), CPU per I/O {oracle['oracle_cpu_per_io_over_spin']:.3f} x; "
+              f"simulated hybrid {sim.get('iops_over_spin', float('nan')):.3f} x IOPS, "
+              f"{sim.get('cpu_over_spin', float('nan')):.3f} x CPU; measured CPU - oracle {oracle['cpu_over_oracle']:+.3f}")
 spread = lambda k: max(r[k] for r in rows) - min(r[k] for r in rows)
 print(f"hybrid's CPU x spin: spread {spread(1):.3f} (issue 27: <= 0.05); "
       f"CPU per I/O x spin's: spread {spread(4):.3f}; sleeps per I/O spread {spread(3):.3f}")

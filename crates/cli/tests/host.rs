@@ -54,6 +54,14 @@ fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
     assert!(model.block_cpu_ns > 0.0 && model.wakeup.p50_ns > 0.0, "{model:?}");
     assert!(model.switch_direct_ns.is_some(), "ctx's figures are taken: {model:?}");
     assert_eq!(lines[1]["block_path"].as_array().map(Vec::len), Some(2), "idle and beside spinners");
+    // Each device time's blocking turns, alone and beside a cruncher, as the model pooled them.
+    let turns = lines[1]["block_wait_turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2 * model.block_wait.len(), "{turns:?}");
+    for t in turns {
+        assert!(t["load"] == "alone" || t["load"] == "beside_cruncher", "{t}");
+        assert_eq!(t["cpu_ns"].as_array().map(Vec::len), t["late"].as_array().map(Vec::len), "{t}");
+        assert!(!t["late"].as_array().unwrap().is_empty(), "{t}");
+    }
     // Progress on stderr, one line per step off a terminal.
     assert!(stderr.contains("sleep overshoot"), "{stderr}");
 

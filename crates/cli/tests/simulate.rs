@@ -91,6 +91,8 @@ fn bad_simulation_input_is_a_one_line_usage_error() {
         (vec!["bench", "--compare-simulated", "--targets", "emu:optane"], "smartcon host"),
         (vec!["bench", "--compare-simulated", "--simulate"], "--simulate"),
         (vec!["bench", "--presets-table"], "--simulate"),
+        (vec!["bench", "--host", "host-b", "--targets", "emu:optane"], "--simulate or --compare-simulated"),
+        (vec!["bench", "--compare-simulated", "--host", "host-z", "--targets", "emu:optane"], "neither a preset"),
     ] {
         let out = run("bad", &args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -98,4 +100,64 @@ fn bad_simulation_input_is_a_one_line_usage_error() {
         assert!(err.contains(says), "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+}
+
+#[test]
+fn the_presets_table_takes_one_host() {
+    let out = run("table", &["bench", "--simulate", "--presets-table", "--host", "host-b", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 1, "only the host given: {rows:?}");
+    assert_eq!(rows[0]["type"], "preset_row");
+    assert_eq!(rows[0]["host"], "host-b");
+}
+
+/// `--compare-simulated --host`: the real cells against a given host model, and hybrid
+/// against spin beside the oracle for that host (issue 27: hybrid's level against this
+/// host's oracle in one command). The real cells are short; no figure is asserted, only
+/// that each record is there and consistent with the cells it names.
+#[test]
+fn compare_simulated_puts_hybrid_beside_the_hosts_oracle() {
+    let out = run(
+        "oracle",
+        &[
+            "bench",
+            "--compare-simulated",
+            "--host",
+            "host-c",
+            "--targets",
+            "emu:nvme",
+            "--sizes",
+            "4k",
+            "--ops",
+            "read",
+            "--strategies",
+            "spin,hybrid",
+            "--duration",
+            "100ms",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let records: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let of = |t: &str| records.iter().filter(|r| r["type"] == t).collect::<Vec<_>>();
+    assert_eq!(of("compare_simulated").len(), 3, "block, spin and hybrid: {records:?}");
+    let oracle = of("hybrid_oracle");
+    assert_eq!(oracle.len(), 1, "{records:?}");
+    let o = oracle[0];
+    assert_eq!(o["host"], "host-c");
+    assert_eq!(o["target"], "emu:nvme");
+    let cpu = |r: &serde_json::Value| r["cpu_user_pct"].as_f64().unwrap() + r["cpu_sys_pct"].as_f64().unwrap();
+    let results = of("result");
+    let (spin, hybrid) = (
+        results.iter().find(|r| r["strategy"] == "spin").unwrap(),
+        results.iter().find(|r| r["strategy"] == "hybrid").unwrap(),
+    );
+    let measured_cpu = o["measured"]["cpu_over_spin"].as_f64().unwrap();
+    assert!((measured_cpu - cpu(hybrid) / cpu(spin)).abs() < 1e-9, "{o}");
+    let share = o["oracle"]["cpu_share"].as_f64().unwrap();
+    assert!((o["cpu_over_oracle"].as_f64().unwrap() - (measured_cpu - share)).abs() < 1e-9, "{o}");
+    assert!(o["simulated"]["iops_over_spin"].as_f64().unwrap() > 0.0, "{o}");
 }

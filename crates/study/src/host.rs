@@ -35,6 +35,7 @@ use smartcon_engine::host::{
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::{online_cpus, HostWaitCost, Profile};
+use smartcon_engine::stats::JobResult;
 use smartcon_util::stats::{median, PairedRatio};
 use smartcon_util::Op;
 
@@ -52,6 +53,13 @@ pub const BLOCK_WAIT_DEVICE_US: [u64; 3] = [10, 30, 80];
 /// turn held a few dozen of them (turns of one run read 0.26-0.43 apart).
 pub const SPIN_TURN_FACTOR: u64 = 3;
 
+/// Turns of 120 ms per device time and load of the blocking-wait curve. A blocking wait's
+/// lateness has a tail of scheduler slices (milliseconds; beside a cruncher p99 4-35 ms on
+/// the team's VM), rare enough that a 120 ms turn holds a handful: the mean, which sets a
+/// run's IOPS, is taken over all turns' I/Os together, and five turns hold 600 ms of them
+/// per device and load (three gave 360 ms, issue 27's fifth session).
+pub const WAIT_TURNS: usize = 5;
+
 /// What to measure and for how long.
 #[derive(Debug, Clone)]
 pub struct HostPlan {
@@ -64,10 +72,13 @@ pub struct HostPlan {
     /// Rounds of the io_uring against pread comparison per load (each runs both once).
     pub block_rounds: usize,
     pub block_turn_ns: u64,
-    /// Turns per device time and load of the blocking-wait curve (medians taken), and
-    /// each turn's time; the spinner's share beside a cruncher takes as many turns.
+    /// Turns per device time and load of the blocking-wait curve, and each turn's time; the
+    /// turns of one device are pooled (every I/O of all of them), see [`pooled`].
     pub wait_turns: usize,
     pub wait_turn_ns: u64,
+    /// Turns of the spinner's share, alone and beside a cruncher (medians taken; each turn
+    /// [`SPIN_TURN_FACTOR`] x `wait_turn_ns`).
+    pub spin_turns: usize,
     /// The temporary file for that comparison.
     pub temp_bytes: u64,
     pub temp_dir: Option<PathBuf>,
@@ -77,7 +88,7 @@ pub struct HostPlan {
 }
 
 impl HostPlan {
-    /// The full plan (about 10-20 s on the team's VM) or the quick one (a few seconds; the
+    /// The full plan (about 10-25 s on the team's VM) or the quick one (a few seconds; the
     /// figures are coarse: for tests).
     pub fn new(quick: bool) -> HostPlan {
         HostPlan {
@@ -86,8 +97,9 @@ impl HostPlan {
             ping_gap_ns: 1_000_000,
             block_rounds: if quick { 1 } else { 10 },
             block_turn_ns: if quick { 50_000_000 } else { 200_000_000 },
-            wait_turns: if quick { 1 } else { 3 },
+            wait_turns: if quick { 1 } else { WAIT_TURNS },
             wait_turn_ns: if quick { 30_000_000 } else { 120_000_000 },
+            spin_turns: if quick { 1 } else { 3 },
             temp_bytes: if quick { 8 << 20 } else { 64 << 20 },
             temp_dir: None,
             ctx_profile: None,
@@ -135,6 +147,9 @@ pub struct HostMeasurement {
     pub polled_by: &'static str,
     pub block_path_target: String,
     pub block_path: Vec<BlockPathLoad>,
+    /// The blocking wait's turns per device time and load, each turn's own figures (the
+    /// model holds all turns pooled).
+    pub block_wait_turns: Vec<BlockWaitTurns>,
     /// The spinner's CPU share beside a cruncher per core, per turn.
     pub spin_shares: Vec<f64>,
     /// The spinner's CPU share with nothing of ours beside it, per turn.
@@ -238,12 +253,12 @@ fn block_path_rounds(
     })
 }
 
-/// One turn of a blocking (or spinning) 4 KiB read job.
+/// The figures of a blocking (or spinning) 4 KiB read job: one turn, or turns pooled.
 #[derive(Debug, Clone, Copy)]
 struct Turn {
     /// CPU per I/O (user + system).
     cpu_ns: f64,
-    /// The lateness quantiles past the model's service time.
+    /// The lateness quantiles past the model's service time, and its mean.
     late: Quantiles,
     /// The thread's CPU share of the turn.
     share: f64,
@@ -252,7 +267,24 @@ struct Turn {
     slice_ns: Option<f64>,
 }
 
-/// One turn's figures (see [`Turn`]).
+impl Turn {
+    /// The figures of a job's result (`None` when no I/O completed).
+    fn of(r: &JobResult) -> Option<Turn> {
+        if r.ios == 0 {
+            return None;
+        }
+        let share = (r.cpu_user_pct + r.cpu_sys_pct) / 100.0;
+        let cpu_ns = share * r.duration_ns as f64 / r.ios as f64;
+        let service = r.model_service_ns.unwrap_or(0) as f64;
+        let late = |q: f64| (r.latency_hist.value_at_quantile(q) as f64 - service).max(0.0);
+        let (p50, p90) = (late(0.5), late(0.9).max(late(0.5)));
+        let q = Quantiles::new(p50, p90, late(0.99).max(p90)).with_mean((r.lat_ns_mean - service).max(0.0));
+        let slice_ns = (r.ctx_involuntary > 0).then(|| share * r.duration_ns as f64 / r.ctx_involuntary as f64);
+        Some(Turn { cpu_ns, late: q, share, slice_ns })
+    }
+}
+
+/// One turn of a 4 KiB random read job with `strategy` (its result, with no I/O too).
 fn wait_turn(
     t: &dyn target::Target,
     strategy: Strategy,
@@ -260,33 +292,41 @@ fn wait_turn(
     turn_ns: u64,
     monitor: &SystemMonitor,
     stop: &AtomicBool,
-) -> Result<Option<Turn>, Error> {
+) -> Result<JobResult, Error> {
     stopped(stop)?;
     let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(strategy));
     js.duration_ns = turn_ns;
     js.warmup_ios = TURN_WARMUP_IOS;
     js.seed = 1 + turn as u64;
-    let r = run_job(t, &js, &Profile::paper_default(&t.device_id()), monitor, stop)?;
-    if r.ios == 0 {
-        return Ok(None);
-    }
-    let share = (r.cpu_user_pct + r.cpu_sys_pct) / 100.0;
-    let cpu_ns = share * r.duration_ns as f64 / r.ios as f64;
-    let service = r.model_service_ns.unwrap_or(0) as f64;
-    let late = |q: f64| (r.latency_hist.value_at_quantile(q) as f64 - service).max(0.0);
-    let (p50, p90) = (late(0.5), late(0.9).max(late(0.5)));
-    let q = Quantiles::new(p50, p90, late(0.99).max(p90)).with_mean((r.lat_ns_mean - service).max(0.0));
-    let slice_ns = (r.ctx_involuntary > 0).then(|| share * r.duration_ns as f64 / r.ctx_involuntary as f64);
-    Ok(Some(Turn { cpu_ns, late: q, share, slice_ns }))
+    run_job(t, &js, &Profile::paper_default(&t.device_id()), monitor, stop)
 }
 
-/// The medians of turns' figures (each quantile separately).
-fn median_turns(turns: &[Turn]) -> (f64, Quantiles) {
-    let med = |f: &dyn Fn(&Turn) -> f64| median(&mut turns.iter().map(f).collect::<Vec<_>>());
-    let (p50, p90) = (med(&|x| x.late.p50_ns), med(&|x| x.late.p90_ns));
-    let p90 = p90.max(p50);
-    let mean = med(&|x| x.late.mean_ns.unwrap_or(x.late.p50_ns));
-    (med(&|x| x.cpu_ns), Quantiles::new(p50, p90, med(&|x| x.late.p99_ns).max(p90)).with_mean(mean))
+/// Turns of one device pooled: every I/O of every turn together (the CPU per I/O is the
+/// summed CPU over the summed I/Os, the lateness quantiles and mean those of all I/Os).
+///
+/// The mean is what sets a run's IOPS, and a blocking wait's lateness has a millisecond
+/// tail (scheduler slices) that a 120 ms turn holds a handful of. The median of the turns'
+/// means, which this replaced, drops the turn that met the most of it: it is biased low
+/// for any right-skewed lateness, and swung 65-595 us between two devices of one run.
+fn pooled(turns: &[JobResult]) -> Option<Turn> {
+    let (first, rest) = turns.split_first()?;
+    let mut all = first.clone();
+    for r in rest {
+        all.merge(r);
+    }
+    Turn::of(&all)
+}
+
+/// One device's blocking turns as `host_measurement` records them: what the pooled figure
+/// was taken from, turn by turn (the spread of a tail over 120 ms turns).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockWaitTurns {
+    pub device_ns: f64,
+    /// `alone` or `beside_cruncher`.
+    pub load: &'static str,
+    /// Per turn: CPU per I/O, and the lateness quantiles with their mean.
+    pub cpu_ns: Vec<f64>,
+    pub late: Vec<Quantiles>,
 }
 
 /// The blocking wait by device time, alone and beside a cruncher per core, and the share of
@@ -294,6 +334,9 @@ fn median_turns(turns: &[Turn]) -> (f64, Quantiles) {
 /// needs beyond the 1 us host wait cost (issue 27's calibration found a blocking wait on a
 /// 10 us device burning 55 us of CPU against 33 on a 1 us one, a blocked thread waiting
 /// long for a cruncher's core, and a spinner holding 70% of its core, not half).
+///
+/// The devices' turns are interleaved (turn 1 of every device, then turn 2, ...), so a
+/// burst of the machine's other load lands on all device times alike, not on one.
 fn block_wait_curve(
     plan: &HostPlan,
     monitor: &SystemMonitor,
@@ -306,38 +349,57 @@ fn block_wait_curve(
             target::open(&target::parse_target(&format!("emu:nvram,lat={us}us,size=16m"))?, OpenOptions::default())
         })
         .collect::<Result<Vec<_>, Error>>()?;
+    let no_io =
+        |t: &dyn target::Target| Error::new(ErrorKind::Io, format!("{}: no I/O completed in a wait", t.label()));
+    // Every device's blocking turns, interleaved; pooled per device.
+    let blocking = |load: &'static str| -> Result<(Vec<Turn>, Vec<BlockWaitTurns>), Error> {
+        let mut runs: Vec<Vec<JobResult>> = vec![Vec::with_capacity(plan.wait_turns); targets.len()];
+        for turn in 0..plan.wait_turns {
+            for (t, v) in targets.iter().zip(&mut runs) {
+                v.push(wait_turn(t.as_ref(), Strategy::Block, turn, plan.wait_turn_ns, monitor, stop)?);
+            }
+        }
+        let mut points = Vec::with_capacity(targets.len());
+        let mut record = Vec::with_capacity(targets.len());
+        for (t, v) in targets.iter().zip(&runs) {
+            points.push(pooled(v).ok_or_else(|| no_io(t.as_ref()))?);
+            let each: Vec<Turn> = v.iter().filter_map(Turn::of).collect();
+            record.push(BlockWaitTurns {
+                device_ns: t.model_service_ns(Op::Read, 4096).unwrap_or(0) as f64,
+                load,
+                cpu_ns: each.iter().map(|x| x.cpu_ns).collect(),
+                late: each.iter().map(|x| x.late).collect(),
+            });
+        }
+        Ok((points, record))
+    };
     // A spinner's share is counted in the scheduler's slices (milliseconds on a shared
     // core): its turns are longer, so that each holds tens of them.
-    let run = |t: &dyn target::Target, s: Strategy| -> Result<Vec<Turn>, Error> {
-        let turn_ns = if s == Strategy::Spin { plan.wait_turn_ns * SPIN_TURN_FACTOR } else { plan.wait_turn_ns };
-        let mut v = Vec::with_capacity(plan.wait_turns);
-        for turn in 0..plan.wait_turns {
-            v.extend(wait_turn(t, s, turn, turn_ns, monitor, stop)?);
+    let spinning = |t: &dyn target::Target| -> Result<Vec<Turn>, Error> {
+        let mut v = Vec::with_capacity(plan.spin_turns);
+        for turn in 0..plan.spin_turns {
+            let r = wait_turn(t, Strategy::Spin, turn, plan.wait_turn_ns * SPIN_TURN_FACTOR, monitor, stop)?;
+            v.extend(Turn::of(&r));
         }
         if v.is_empty() {
-            return Err(Error::new(ErrorKind::Io, format!("{}: no I/O completed in a blocking wait", t.label())));
+            return Err(no_io(t));
         }
         Ok(v)
     };
     progress(Event::Starting("blocking wait by device time and a spinner's share, alone"));
-    let mut alone = Vec::with_capacity(targets.len());
-    for t in &targets {
-        alone.push(median_turns(&run(t.as_ref(), Strategy::Block)?));
-    }
+    let (alone, mut turns) = blocking("alone")?;
     // The machine's own load: what a spinner gets of its core with nothing of ours beside
     // it, and what the System Monitor reads of the others meanwhile.
-    let spin_alone = run(targets[0].as_ref(), Strategy::Spin)?;
+    let spin_alone = spinning(targets[0].as_ref())?;
     let shares_alone: Vec<f64> = spin_alone.iter().map(|x| x.share).collect();
     let background_busy_pct = monitor.cpu_utilization_pct() as f64;
     progress(Event::Done);
     progress(Event::Starting("blocking wait by device time and a spinner's share, beside a cruncher per core"));
     let load = smartcon_workloads::load::CpuLoad::start(online_cpus().max(1))?;
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let mut beside = Vec::with_capacity(targets.len());
-    for t in &targets {
-        beside.push(median_turns(&run(t.as_ref(), Strategy::Block)?));
-    }
-    let spin_beside = run(targets[0].as_ref(), Strategy::Spin)?;
+    let (beside, beside_turns) = blocking("beside_cruncher")?;
+    turns.extend(beside_turns);
+    let spin_beside = spinning(targets[0].as_ref())?;
     let shares: Vec<f64> = spin_beside.iter().map(|x| x.share).collect();
     drop(load);
     // The spinner's slice: from its turns beside the crunchers (always preempted there),
@@ -350,18 +412,19 @@ fn block_wait_curve(
         .zip(alone.iter().zip(&beside))
         .map(|(t, (a, b))| BlockWaitPoint {
             device_ns: t.model_service_ns(Op::Read, 4096).unwrap_or(0) as f64,
-            cpu_ns: a.0,
-            late: a.1,
-            cpu_beside_cruncher_ns: b.0,
-            late_beside_cruncher: b.1,
+            cpu_ns: a.cpu_ns,
+            late: a.late,
+            cpu_beside_cruncher_ns: b.cpu_ns,
+            late_beside_cruncher: b.late,
         })
         .collect();
-    Ok(BlockWaitCurve { points, shares, shares_alone, background_busy_pct, spin_slice_ns })
+    Ok(BlockWaitCurve { points, turns, shares, shares_alone, background_busy_pct, spin_slice_ns })
 }
 
 /// What [`block_wait_curve`] measured.
 struct BlockWaitCurve {
     points: Vec<BlockWaitPoint>,
+    turns: Vec<BlockWaitTurns>,
     shares: Vec<f64>,
     shares_alone: Vec<f64>,
     background_busy_pct: f64,
@@ -504,6 +567,7 @@ pub fn measure(
         polled_by: wake_busy.polled_by.unwrap_or("none"),
         block_path_target,
         block_path,
+        block_wait_turns: curve.turns,
         spin_shares: curve.shares,
         spin_shares_alone: curve.shares_alone,
         elapsed_ns: started.elapsed().as_nanos() as u64,
@@ -531,6 +595,45 @@ pub fn stored_ctx(path: &Path) -> Option<HostProfile> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (issue 27's fifth session): the blocking wait's lateness was the median of
+    /// three turns' means, which drops the turn that met the most of a millisecond tail. The
+    /// pooled figure is the mean over every I/O of every turn, what a run's IOPS follows.
+    #[test]
+    fn pooled_turns_keep_the_tail_a_median_of_turns_drops() {
+        use smartcon_emutarget::sim::{self, SimConfig};
+        let spec = smartcon_devemu::parse_spec("emu:nvme").unwrap();
+        let job = JobSpec {
+            duration_ns: 50_000_000,
+            span_bytes: Some(16 << 20),
+            ..JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(Strategy::Block))
+        };
+        // Two turns on a host with a short tail, one on a host with a long one (noisy-cloud's
+        // wake-up p99 is hundreds of us): the middle turn is a short-tailed one.
+        let turn = |host: &str, seed: u64| {
+            let cfg = SimConfig::new(seed, HostModel::preset(host).unwrap());
+            sim::run_cell(&spec, &job, &cfg).unwrap().record.result
+        };
+        let turns = [turn("bare-metal", 1), turn("noisy-cloud", 2), turn("bare-metal", 3)];
+        let each: Vec<Turn> = turns.iter().map(|r| Turn::of(r).unwrap()).collect();
+        let p = pooled(&turns).unwrap();
+        let ios: Vec<f64> = turns.iter().map(|r| r.ios as f64).collect();
+        let weighted = |f: &dyn Fn(&Turn) -> f64| {
+            each.iter().zip(&ios).map(|(t, n)| f(t) * n).sum::<f64>() / ios.iter().sum::<f64>()
+        };
+        let mean = |t: &Turn| t.late.mean_ns.unwrap();
+        // The pooled mean is the I/O-weighted mean of the turns' (histogram rounding aside),
+        // and the CPU per I/O the summed CPU over the summed I/Os.
+        let close = |a: f64, b: f64| (a - b).abs() <= 0.01 * b.abs().max(1.0);
+        assert!(close(mean(&p), weighted(&mean)), "{p:?} against {each:?}");
+        assert!(close(p.cpu_ns, weighted(&|t: &Turn| t.cpu_ns)), "{p:?} against {each:?}");
+        // The median of the turns' means is a short-tailed turn's, below the pooled mean.
+        let mut means: Vec<f64> = each.iter().map(mean).collect();
+        let med = median(&mut means);
+        assert!(mean(&each[1]) > 2.0 * med, "the long-tailed turn stands out: {each:?}");
+        assert!(mean(&p) > 1.2 * med, "pooled {} against the median of turns {med}", mean(&p));
+        assert!(pooled(&[]).is_none());
+    }
 
     #[test]
     fn utc_dates() {

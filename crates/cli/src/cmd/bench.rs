@@ -88,20 +88,24 @@ pub struct BenchArgs {
     /// With --simulate: virtual CPUs (default: the host model's).
     #[arg(long, requires = "simulate")]
     pub cores: Option<u32>,
-    /// With --simulate: the host model, a preset (host-a, host-b, host-c, bare-metal,
-    /// noisy-cloud), `measured` ($SMARTCON_HOME/host.json, from `smartcon host`) or a
-    /// host.json file. Default: measured where it exists, else host-c.
-    #[arg(long, requires = "simulate", value_name = "FILE|PRESET")]
+    /// With --simulate or --compare-simulated: the host model, a preset (host-a, host-b,
+    /// host-c, host-d, bare-metal, noisy-cloud), `measured` ($SMARTCON_HOME/host.json, from
+    /// `smartcon host`) or a host.json file. Default: measured where it exists, else host-c
+    /// (--compare-simulated: measured).
+    #[arg(long, value_name = "FILE|PRESET")]
     pub host: Option<String>,
     /// Measure the matrix, then simulate the same cells on this machine's host model
-    /// (`measured`: $SMARTCON_HOME/host.json, seed 1) and print predicted against measured,
-    /// with the largest miss (issue 27's calibration). Emulated targets only.
+    /// (`--host`, default `measured`: $SMARTCON_HOME/host.json; seed 1) and print predicted
+    /// against measured, with the largest miss (issue 27's calibration); where a cell has
+    /// spin and hybrid, hybrid against spin measured, simulated and by the oracle for that
+    /// host. Emulated targets only.
     #[arg(long, conflicts_with_all = ["simulate", "sweep_interval"])]
     pub compare_simulated: bool,
     /// With --simulate: instead of the matrix, every host preset and `measured` (where
-    /// host.json exists) x {smart's share of the paired front over emulated devices, ops,
-    /// sizes and both loads in 3 seeded rounds; hybrid's IOPS and CPU on emu:optane and
-    /// emu:nvme against an oracle hybrid} (issue 27, item 4; `--seed` the first round's).
+    /// host.json exists), or only the `--host` given, x {smart's share of the paired front
+    /// over emulated devices, ops, sizes and both loads in 3 seeded rounds; hybrid's IOPS and
+    /// CPU on emu:optane and emu:nvme against an oracle hybrid} (issue 27, item 4; `--seed`
+    /// the first round's).
     #[arg(long, requires = "simulate")]
     pub presets_table: bool,
     #[command(flatten)]
@@ -141,6 +145,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bail!("--threads must be at least 1");
     }
     let plan = BenchPlan { ops, sizes, pattern, configs, threads: args.threads, duration_ns, spin_budget_ns };
+    if args.host.is_some() && !args.simulate && !args.compare_simulated {
+        bail!("--host names the simulation's host model; give --simulate or --compare-simulated too");
+    }
     if args.simulate {
         if plot_out.is_some() {
             bail!("--plot draws a measured sweep; it does not take --simulate");
@@ -150,7 +157,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.compare_simulated {
         // Both checked before anything is measured.
         emu_specs(&targets)?;
-        resolve_host(Some("measured"))?;
+        resolve_host(Some(compare_host(&args)))?;
     }
     // Open (and validate) every target before measuring anything.
     let placement = args.run.placement()?;
@@ -229,6 +236,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The host model `--compare-simulated` simulates on: `--host`, else `measured`.
+fn compare_host(args: &BenchArgs) -> &str {
+    args.host.as_deref().unwrap_or("measured")
 }
 
 /// The host model `--host` names (see [`BenchArgs::host`]).
@@ -317,11 +329,16 @@ fn run_simulated(args: &BenchArgs, targets: &[String], plan: &BenchPlan, span: O
 /// `bench --simulate --presets-table`: the presets (and `measured`) in one table.
 fn presets_table(args: &BenchArgs) -> Result<()> {
     use smartcon_study::simtable;
-    let mut hosts: Vec<HostModel> = PRESETS.iter().filter_map(|p| HostModel::preset(p)).collect();
-    let measured = crate::common::smartcon_home().join(HOST_MODEL_FILE);
-    if measured.exists() {
-        hosts.push(resolve_host(Some("measured"))?);
-    }
+    let hosts = match args.host.as_deref() {
+        Some(h) => vec![resolve_host(Some(h))?],
+        None => {
+            let mut hosts: Vec<HostModel> = PRESETS.iter().filter_map(|p| HostModel::preset(p)).collect();
+            if crate::common::smartcon_home().join(HOST_MODEL_FILE).exists() {
+                hosts.push(resolve_host(Some("measured"))?);
+            }
+            hosts
+        }
+    };
     let plan = simtable::TablePlan::new(args.seed);
     let mut rows = Vec::new();
     for h in &hosts {
@@ -420,10 +437,10 @@ struct CompareRecord {
     cpu_per_io_ratio: f64,
 }
 
-/// The real cells against the same cells simulated on `measured`; the table (or records)
-/// and the largest miss.
+/// The real cells against the same cells simulated on `--host` (`measured` by default); the
+/// table (or records), the largest miss, and hybrid against spin beside the host's oracle.
 fn compare_simulated(args: &BenchArgs, results: &[JobResult], plan: &BenchPlan, span: Option<u64>) -> Result<()> {
-    let host = resolve_host(Some("measured"))?;
+    let host = resolve_host(Some(compare_host(args)))?;
     let mut cfg = SimConfig::new(1, host);
     cfg.crunchers = if args.load == "cpu-intensive" { cfg.cores } else { 0 };
     let targets = split_targets(&args.targets)?;
@@ -456,15 +473,22 @@ fn compare_simulated(args: &BenchArgs, results: &[JobResult], plan: &BenchPlan, 
         .iter()
         .flat_map(|r| [(miss(r.iops_ratio), r, "IOPS"), (miss(r.cpu_ratio), r, "CPU")])
         .max_by(|a, b| a.0.total_cmp(&b.0));
+    let hybrid = smartcon_study::simtable::hybrid_against_oracle(&cfg.host, results, &predicted);
     if args.json {
         for r in &rows {
+            emit_json(r)?;
+        }
+        for r in &hybrid {
             emit_json(r)?;
         }
         return Ok(());
     }
     println!(
-        "\npredicted (simulated on host.json, seed 1, {} crunchers) against measured, {}:",
-        cfg.crunchers, args.load
+        "\npredicted (simulated on host {} ({}), seed 1, {} crunchers) against measured, {}:",
+        cfg.host.name,
+        compare_host(args),
+        cfg.crunchers,
+        args.load
     );
     println!(
         "{:<12} {:>5} {:>6} {:<8} {:>10} {:>10} {:>6} {:>7} {:>7} {:>6} {:>9}",
@@ -507,6 +531,7 @@ fn compare_simulated(args: &BenchArgs, results: &[JobResult], plan: &BenchPlan, 
         "CPU per I/O (CPU/IO r: the waits' cost, without the share of a core the real thread got): {per_io} of {} within 10%",
         rows.len()
     );
+    print!("{}", smartcon_study::simtable::render_hybrid_oracle(&hybrid));
     Ok(())
 }
 
