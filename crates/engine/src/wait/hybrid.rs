@@ -212,10 +212,11 @@ impl WaitPolicy for Hybrid {
         // median overshoot; half of it is the bar (unknown yet: try once). The bar was half
         // the 90th percentile, which a burst of seven late wake-ups in the window's 64 moves:
         // the thread stopped sleeping, and the window, which only sleeps refresh, held the
-        // burst for 64 re-measures, seconds as they back off. Real hybrid on emu:nvme slept
-        // on 0.99 of its I/Os in one 3 s run and 0.29 in the next, a minute apart, on a
-        // quiet machine (fourteenth session); the margin is already anchored on the median
-        // for the same reason (`OvershootWindow::margin`).
+        // burst for 64 re-measures, seconds as they back off. The margin is already anchored
+        // on the median for the same reason (`OvershootWindow::margin`). This is one
+        // mechanism of real hybrid's flips, not the only one: in eight quiet 3 s runs on
+        // emu:nvme the old bar flipped to about half its I/Os asleep in 2, this one in 1
+        // (fourteenth session, docs/simulate.md).
         let mut sleep = wake_at > now + p50 / 2;
         let measuring = self.overshoots.len() < OVERSHOOT_SAMPLES_MIN;
         if sleep {
