@@ -160,6 +160,11 @@ fn every_guest_request_is_in_the_lateness_histogram_and_page_pieces_join() {
     );
     // 2 x 256 pages; all but the first of each request continue the one before.
     assert!(d["pieces_joined"].as_u64().unwrap() >= 2 * 200, "{d}");
+    // The pieces already due when issued are some of the joined ones, and the data half of
+    // each ran past its instant (the model's completion was behind it before it began).
+    let due = d["pieces_due_before_issue"].as_u64().expect("the field is recorded");
+    assert!(due <= d["pieces_joined"].as_u64().unwrap(), "{d}");
+    assert!(due <= d["lateness"]["data_overran"].as_u64().unwrap(), "{d}");
     let share = r["within_2pct"].as_f64().expect("a share when requests were served");
     assert!((0.0..=1.0).contains(&share), "{r}");
     assert_nothing_left(&home);

@@ -150,6 +150,9 @@ pub struct EmuTotals {
     pub flush_real_ns: u64,
     /// Requests of UML's ubd thread joined to the previous one (one guest request's pages).
     pub pieces_joined: u64,
+    /// Of those, the pieces already due by the model when they were issued (see
+    /// `EmuProcessRecord::pieces_due_before_issue`).
+    pub pieces_due_before_issue: u64,
     /// Lost timer interrupts repaired under virtual time (UML's stall; `vtimer` in the
     /// preload library).
     pub lost_ticks_kicked: u64,
@@ -177,6 +180,7 @@ pub fn sum_records(text: &str) -> EmuTotals {
         }
         t.flushes += r.flushes;
         t.pieces_joined += r.pieces_joined;
+        t.pieces_due_before_issue += r.pieces_due_before_issue;
         t.lost_ticks_kicked += r.lost_ticks_kicked;
         t.flush_real_ns += r.flush_real_ns;
         t.lateness.add(&r.lateness);
@@ -615,8 +619,9 @@ mod tests {
 
     #[test]
     fn records_sum_and_other_lines_are_skipped() {
-        let text = "{\"type\":\"emu_process\",\"reads\":2,\"skew_ns\":-5,\"cpu_ns\":7}\n{\"type\":\"preload_process\",\"reads\":9}\nnot json\n{\"type\":\"emu_process\",\"reads\":3,\"skew_ns\":10}\n";
+        let text = "{\"type\":\"emu_process\",\"reads\":2,\"skew_ns\":-5,\"cpu_ns\":7,\"pieces_joined\":4,\"pieces_due_before_issue\":3}\n{\"type\":\"preload_process\",\"reads\":9}\nnot json\n{\"type\":\"emu_process\",\"reads\":3,\"skew_ns\":10,\"pieces_joined\":2,\"pieces_due_before_issue\":1}\n";
         let t = sum_records(text);
         assert_eq!((t.processes, t.reads, t.skew_ns, t.cpu_ns), (2, 5, 5, 7));
+        assert_eq!((t.pieces_joined, t.pieces_due_before_issue), (6, 4));
     }
 }

@@ -710,12 +710,17 @@ pub fn accuracy_text(r: &VmResult) -> String {
     let l = &r.device.lateness;
     match r.within_2pct {
         Some(share) => format!(
-            "{:.1}% of {} requests back within 2% of the model's instant (latest {:.3} ms late{}); {} page pieces joined to their request{}",
+            "{:.1}% of {} requests back within 2% of the model's instant (latest {:.3} ms late{}); {} page pieces joined to their request{}{}",
             share * 100.0,
             l.requests(),
             l.max_ns as f64 / 1e6,
             if l.data_overran > 0 { format!(", {} data halves ran past it", l.data_overran) } else { String::new() },
             r.device.pieces_joined,
+            if r.device.pieces_due_before_issue > 0 {
+                format!(" ({} of them already due by the model when issued)", r.device.pieces_due_before_issue)
+            } else {
+                String::new()
+            },
             if r.device.lost_ticks_kicked > 0 {
                 format!("; {} lost timer interrupts repaired", r.device.lost_ticks_kicked)
             } else {

@@ -106,6 +106,12 @@ pub struct EmuProcessRecord {
     /// Requests of a clone helper (UML's ubd thread) put on the model as the continuation
     /// of its previous one (one guest request split into page-sized calls).
     pub pieces_joined: u64,
+    /// Of those, the pieces whose model completion was already past when they were issued
+    /// (the pieces before them took longer than the model gives the whole request): their
+    /// data half runs past the model's instant (`lateness.data_overran` counts them too),
+    /// and where that overrun is more than 2 % of the request's model time they come back
+    /// late.
+    pub pieces_due_before_issue: u64,
     /// Virtual time: timer signals raised because the program's idle check kept finding
     /// its POSIX timer disarmed (a lost timer interrupt repaired; UML's stall).
     pub lost_ticks_kicked: u64,

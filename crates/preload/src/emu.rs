@@ -127,6 +127,7 @@ struct Piece {
 pub const PIECE_GAP_NS: u64 = 200_000;
 /// Pieces joined to the previous one.
 static PIECES_JOINED: AtomicU64 = AtomicU64::new(0);
+static PIECES_DUE_BEFORE_ISSUE: AtomicU64 = AtomicU64::new(0);
 
 /// Lost timer interrupts repaired by the interposed timer calls (`vtimer::kick_if_lost`):
 /// the `emu_process` record's `lost_ticks_kicked`.
@@ -365,6 +366,7 @@ pub fn fork_child() {
         &DATA_OVERRAN,
         &DATA_HIDDEN_NS,
         &PIECES_JOINED,
+        &PIECES_DUE_BEFORE_ISSUE,
     ]
     .into_iter()
     .chain(&BY_STRATEGY)
@@ -484,12 +486,17 @@ pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce()
     let wait = choose(emu, bytes, !read, entered.ahead);
     let offset = offset.max(0) as u64;
     let mut first_arrival_ns = arrival_ns;
-    if let Some((previous, first)) = joined_arrival(offset, !read, real_start) {
+    let issued_ns = arrival_ns;
+    let joined = joined_arrival(offset, !read, real_start);
+    if let Some((previous, first)) = joined {
         PIECES_JOINED.fetch_add(1, Ordering::Relaxed);
         arrival_ns = previous.min(arrival_ns);
         first_arrival_ns = first.min(arrival_ns);
     }
     let complete_ns = schedule(op, offset, bytes, arrival_ns)?;
+    if joined.is_some() && complete_ns < issued_ns {
+        PIECES_DUE_BEFORE_ISSUE.fetch_add(1, Ordering::Relaxed);
+    }
     // Not inside the library while waiting: a signal handler that runs meanwhile reads the
     // virtual clock (the real one is behind it) and may do its own I/O.
     drop(busy);
@@ -675,6 +682,7 @@ pub fn flush() {
         spin_fell_back: SPIN_FELL_BACK.load(Ordering::Relaxed),
         flushes: FLUSHES.load(Ordering::Relaxed),
         pieces_joined: PIECES_JOINED.load(Ordering::Relaxed),
+        pieces_due_before_issue: PIECES_DUE_BEFORE_ISSUE.load(Ordering::Relaxed),
         lost_ticks_kicked: lost_ticks_kicked(),
         flush_real_ns: FLUSH_REAL_NS.load(Ordering::Relaxed),
         lateness: LatenessRecord {
