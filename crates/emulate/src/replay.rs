@@ -214,20 +214,114 @@ where
     run_loop(spec, Open { ios, next: None, first_ns: None, last_ns: 0 }, faults, hooks)
 }
 
-/// I/Os taken from a [`TraceReader`] at a time by [`replay_reader`].
-pub const BATCH_IOS: usize = 1024;
+/// I/Os a reader thread parses into one chunk for [`replay_reader`].
+pub const BATCH_IOS: usize = 8192;
+/// Chunks parsed ahead of the replay (the channel's bound): memory stays constant.
+pub const CHUNKS_AHEAD: usize = 2;
 
 /// A trace file in virtual time as it streams, as [`replay_trace`] replays the reader's
-/// iterator (the same run), but taking its I/Os [`BATCH_IOS`] at a time
-/// ([`TraceReader::next_batch`]): the reader parses a run of lines at once and the loop
-/// reads them from a slice.
-pub fn replay_reader<R: BufRead>(
+/// iterator (the same run): a reader thread parses the trace into chunks of [`BATCH_IOS`]
+/// I/Os ([`TraceReader::next_batch`]) and hands them over a bounded channel (at most
+/// [`CHUNKS_AHEAD`] waiting, the vectors sent back for reuse) to this thread, which replays
+/// them. The parsing runs on another core; `cpu_ns` is the CPU time of both threads.
+pub fn replay_reader<R: BufRead + Send>(
     spec: &EmuSpec,
     reader: &mut TraceReader<R>,
     faults: &FaultPlan,
     hooks: Hooks,
 ) -> Result<VirtualRun, Error> {
-    let src = Batched { reader, ios: Vec::with_capacity(BATCH_IOS), at: 0, first_ns: None };
+    use std::sync::mpsc::sync_channel;
+    let (tx, rx) = sync_channel::<Result<Vec<TraceIo>, TraceError>>(CHUNKS_AHEAD);
+    let (back_tx, back_rx) = sync_channel::<Vec<TraceIo>>(CHUNKS_AHEAD + 2);
+    std::thread::scope(|scope| {
+        let parser = scope.spawn(move || {
+            let cpu0 = thread_cpu_ns();
+            loop {
+                let mut chunk = back_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_IOS));
+                match reader.next_batch(&mut chunk, BATCH_IOS) {
+                    Ok(()) if chunk.is_empty() => break,
+                    Ok(()) => {
+                        if tx.send(Ok(chunk)).is_err() {
+                            break; // the replay ended (an error of its own)
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        break;
+                    }
+                }
+            }
+            drop(tx);
+            thread_cpu_ns() - cpu0
+        });
+        let src = Piped { rx, back: back_tx, ios: Vec::new(), at: 0, first_ns: None };
+        let run = run_loop(spec, src, faults, hooks);
+        let parser_cpu_ns = parser.join().expect("the trace parser thread panicked");
+        run.map(|r| VirtualRun { cpu_ns: r.cpu_ns + parser_cpu_ns, ..r })
+    })
+}
+
+/// The replay's end of [`replay_reader`]'s channel.
+struct Piped {
+    rx: std::sync::mpsc::Receiver<Result<Vec<TraceIo>, TraceError>>,
+    back: std::sync::mpsc::SyncSender<Vec<TraceIo>>,
+    /// The chunk; `ios[at..]` are still to be taken.
+    ios: Vec<TraceIo>,
+    at: usize,
+    first_ns: Option<u64>,
+}
+
+impl Piped {
+    #[inline(never)]
+    fn refill(&mut self) -> Result<(), Error> {
+        let done = std::mem::take(&mut self.ios);
+        if done.capacity() > 0 {
+            let _ = self.back.try_send(done);
+        }
+        self.at = 0;
+        match self.rx.recv() {
+            Ok(Ok(chunk)) => self.ios = chunk,
+            Ok(Err(e)) => return Err(usage(e.to_string())),
+            Err(_) => return Ok(()), // the end
+        }
+        if let Some(io) = self.ios.first() {
+            self.first_ns.get_or_insert(io.arrival_ns);
+        }
+        Ok(())
+    }
+}
+
+impl Arrivals for Piped {
+    #[inline(always)]
+    fn peek(&mut self) -> Result<Option<u64>, Error> {
+        if self.at == self.ios.len() {
+            self.refill()?;
+        }
+        // The reader hands out arrivals that never decrease (a late one takes the last instant).
+        Ok(self.ios.get(self.at).map(|io| io.arrival_ns))
+    }
+
+    #[inline(always)]
+    fn take(&mut self) -> TraceIo {
+        let io = self.ios[self.at];
+        self.at += 1;
+        io
+    }
+
+    fn first_arrival_ns(&self) -> u64 {
+        self.first_ns.unwrap_or(0)
+    }
+}
+
+/// The per-record path before the reader thread: the same reader's chunks taken on this
+/// thread (the tests and the bench compare the two).
+pub fn replay_reader_inline<R: BufRead>(
+    spec: &EmuSpec,
+    reader: &mut TraceReader<R>,
+    faults: &FaultPlan,
+    hooks: Hooks,
+) -> Result<VirtualRun, Error> {
+    let src = Batched { reader, ios: Vec::with_capacity(1024), at: 0, first_ns: None };
     run_loop(spec, src, faults, hooks)
 }
 
@@ -303,7 +397,7 @@ struct Batched<'a, R: BufRead> {
 impl<R: BufRead> Batched<'_, R> {
     #[inline(never)]
     fn refill(&mut self) -> Result<(), Error> {
-        self.reader.next_batch(&mut self.ios, BATCH_IOS).map_err(|e| usage(e.to_string()))?;
+        self.reader.next_batch(&mut self.ios, 1024).map_err(|e| usage(e.to_string()))?;
         self.at = 0;
         if let Some(io) = self.ios.first() {
             self.first_ns.get_or_insert(io.arrival_ns);
@@ -951,6 +1045,68 @@ mod tests {
                     assert!(records[0].len() > 1_000, "{format:?} {tail:?} {}", records[0].len());
                     assert!(records[0] == records[1], "{format:?} {tail:?} window {window}: the completions differ");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_reader_thread_replays_ties_as_the_per_record_path() {
+        // Arrivals at whole multiples of the model's service time, in bursts at one instant:
+        // completions fall on arrivals (the tie rule: a completion at an arrival's instant is
+        // taken first) and several channels complete at once (the lowest first). The reader
+        // thread's replay, the inline batches and the general iterator give every completion
+        // and the run alike.
+        use std::collections::HashSet;
+        for device in ["emu:nvme", "emu:sdcard,channels=4", "emu:optane"] {
+            let spec = parse_spec(device).unwrap();
+            let one = TraceIo { arrival_ns: 0, op: Op::Read, offset: 0, bytes: 4096, stream: 0 };
+            let (_, r) = run_virtual_records(&spec, &Workload::Trace(vec![one]), true, &FaultPlan::default()).unwrap();
+            let service = r[0].complete_ns;
+            assert!(service > 0);
+            let mut rng = smartcon_util::rng::Rng::new(11);
+            let mut text = String::new();
+            let mut k = 0u64;
+            for i in 0..30_000u64 {
+                k += rng.below(3);
+                let t = k * service;
+                let op = if rng.percent(30) { "W" } else { "R" };
+                let sector = rng.below(1 << 18) * 8;
+                text.push_str(&format!(
+                    "8,0 0 {i} {}.{:09} 100 D {op} {sector} + 8 [fio]\n",
+                    t / 1_000_000_000,
+                    t % 1_000_000_000
+                ));
+            }
+            for window in [1, 4096] {
+                let options =
+                    TraceOptions { reorder_window: window, capacity_bytes: Some(1 << 30), ..TraceOptions::default() };
+                let mut records: [Vec<IoRecord>; 3] = Default::default();
+                let [a, b, c] = &mut records;
+                let mut keep = |r: &IoRecord| a.push(*r);
+                let reader = TraceReader::new(text.as_bytes(), options.clone()).unwrap().general_only();
+                let hooks = Hooks { on_complete: Some(&mut keep), progress: None };
+                let one_by_one = replay_trace(&spec, reader, &FaultPlan::default(), hooks).unwrap();
+                let mut keep = |r: &IoRecord| b.push(*r);
+                let mut reader = TraceReader::new(text.as_bytes(), options.clone()).unwrap();
+                let hooks = Hooks { on_complete: Some(&mut keep), progress: None };
+                let inline = replay_reader_inline(&spec, &mut reader, &FaultPlan::default(), hooks).unwrap();
+                let mut keep = |r: &IoRecord| c.push(*r);
+                let mut reader = TraceReader::new(text.as_bytes(), options).unwrap();
+                let hooks = Hooks { on_complete: Some(&mut keep), progress: None };
+                let piped = replay_reader(&spec, &mut reader, &FaultPlan::default(), hooks).unwrap();
+                assert_eq!(reader.stats().ios, 30_000);
+                let same = |r: VirtualRun| VirtualRun { wall_ns: 0, cpu_ns: 0, ..r };
+                assert_eq!(same(one_by_one.clone()), same(inline), "{device}");
+                assert_eq!(same(one_by_one), same(piped), "{device}");
+                assert!(records[0] == records[1] && records[0] == records[2], "{device} window {window}");
+                // The ties were there: completions at an arrival's instant, arrivals together,
+                // and completions at one instant.
+                let arrivals: HashSet<u64> = records[0].iter().map(|r| r.arrival_ns).collect();
+                let on_arrival = records[0].iter().filter(|r| arrivals.contains(&r.complete_ns)).count();
+                assert!(on_arrival > 20, "{device}: {on_arrival}");
+                assert!(arrivals.len() < 25_000, "{device}: {}", arrivals.len());
+                let at_once = records[0].windows(2).filter(|w| w[0].complete_ns == w[1].complete_ns).count();
+                assert!(at_once > 100, "{device}: {at_once}");
             }
         }
     }
