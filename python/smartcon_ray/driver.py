@@ -514,9 +514,18 @@ def main(argv=None):
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        return {"sweep": sweep, "fleet": fleet, "overhead": overhead}[args.mode](args)
+        code = {"sweep": sweep, "fleet": fleet, "overhead": overhead}[args.mode](args)
     finally:
         if getattr(args, "_ship_dir", None):
             shutil.rmtree(args._ship_dir, ignore_errors=True)
-        if ray.is_initialized():
+    if ray.is_initialized():
+        if os.environ.get("SMARTCON_RAY_SHUTDOWN") == "1":
             ray.shutdown()
+        else:
+            # ray.shutdown() (also run at exit) takes seconds: the cluster notices the
+            # driver's exit and ends the job's workers itself. Everything this driver wrote
+            # is closed by now; flush what is buffered and leave at once.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return code
