@@ -64,6 +64,19 @@ def _die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _spawn_args(argv):
+    """The command and preexec_fn that start ARGV so it gets SIGTERM when this worker dies.
+
+    With util-linux's setpriv in front (it sets the death signal, then execs smartcon in
+    the same pid) there is no preexec_fn, so subprocess starts the child with vfork (or
+    posix_spawn) instead of a full fork of this large Python worker, which copies its page
+    tables for every point. Without setpriv, the prctl runs in a forked child as before."""
+    setpriv = shutil.which("setpriv")
+    if setpriv:
+        return [setpriv, "--pdeathsig", "TERM", "--"] + argv, None
+    return argv, _die_with_parent
+
+
 def _binary(spec):
     """The smartcon binary on this worker: a path, or ``ship:NAME`` in the working dir."""
     if spec.startswith("ship:"):
@@ -124,13 +137,14 @@ def _run(binary_spec, args, scratch=None):
 def _run_interruptible(binary, args, scratch):
     cpu_before = _children_cpu_ns()
     started = time.monotonic_ns()
+    argv, preexec = _spawn_args([binary] + list(args))
     proc = subprocess.Popen(
-        [binary] + list(args),
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
-        preexec_fn=_die_with_parent,
+        preexec_fn=preexec,
     )
     if scratch:
         with open(os.path.join(scratch, PID_FILE), "w") as f:
@@ -500,9 +514,18 @@ def main(argv=None):
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        return {"sweep": sweep, "fleet": fleet, "overhead": overhead}[args.mode](args)
+        code = {"sweep": sweep, "fleet": fleet, "overhead": overhead}[args.mode](args)
     finally:
         if getattr(args, "_ship_dir", None):
             shutil.rmtree(args._ship_dir, ignore_errors=True)
-        if ray.is_initialized():
+    if ray.is_initialized():
+        if os.environ.get("SMARTCON_RAY_SHUTDOWN") == "1":
             ray.shutdown()
+        else:
+            # ray.shutdown() (also run at exit) takes seconds: the cluster notices the
+            # driver's exit and ends the job's workers itself. Everything this driver wrote
+            # is closed by now; flush what is buffered and leave at once.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return code
