@@ -254,62 +254,32 @@ pub fn replay_reader<R: BufRead + Send>(
             drop(tx);
             thread_cpu_ns() - cpu0
         });
-        let src = Piped { rx, back: back_tx, ios: Vec::new(), at: 0, first_ns: None };
+        let src = Chunks::new(Piped { rx, back: back_tx }, Vec::new());
         let run = run_loop(spec, src, faults, hooks);
         let parser_cpu_ns = parser.join().expect("the trace parser thread panicked");
         run.map(|r| VirtualRun { cpu_ns: r.cpu_ns + parser_cpu_ns, ..r })
     })
 }
 
-/// The replay's end of [`replay_reader`]'s channel.
+/// The replay's end of [`replay_reader`]'s channel: each chunk received, the one before
+/// sent back for reuse.
 struct Piped {
     rx: std::sync::mpsc::Receiver<Result<Vec<TraceIo>, TraceError>>,
     back: std::sync::mpsc::SyncSender<Vec<TraceIo>>,
-    /// The chunk; `ios[at..]` are still to be taken.
-    ios: Vec<TraceIo>,
-    at: usize,
-    first_ns: Option<u64>,
 }
 
-impl Piped {
-    #[inline(never)]
-    fn refill(&mut self) -> Result<(), Error> {
-        let done = std::mem::take(&mut self.ios);
+impl ChunkSource for Piped {
+    fn next_chunk(&mut self, ios: &mut Vec<TraceIo>) -> Result<(), Error> {
+        let done = std::mem::take(ios);
         if done.capacity() > 0 {
             let _ = self.back.try_send(done);
         }
-        self.at = 0;
         match self.rx.recv() {
-            Ok(Ok(chunk)) => self.ios = chunk,
+            Ok(Ok(chunk)) => *ios = chunk,
             Ok(Err(e)) => return Err(usage(e.to_string())),
-            Err(_) => return Ok(()), // the end
-        }
-        if let Some(io) = self.ios.first() {
-            self.first_ns.get_or_insert(io.arrival_ns);
+            Err(_) => {} // the end: no chunk, no I/O
         }
         Ok(())
-    }
-}
-
-impl Arrivals for Piped {
-    #[inline(always)]
-    fn peek(&mut self) -> Result<Option<u64>, Error> {
-        if self.at == self.ios.len() {
-            self.refill()?;
-        }
-        // The reader hands out arrivals that never decrease (a late one takes the last instant).
-        Ok(self.ios.get(self.at).map(|io| io.arrival_ns))
-    }
-
-    #[inline(always)]
-    fn take(&mut self) -> TraceIo {
-        let io = self.ios[self.at];
-        self.at += 1;
-        io
-    }
-
-    fn first_arrival_ns(&self) -> u64 {
-        self.first_ns.unwrap_or(0)
     }
 }
 
@@ -321,7 +291,7 @@ pub fn replay_reader_inline<R: BufRead>(
     faults: &FaultPlan,
     hooks: Hooks,
 ) -> Result<VirtualRun, Error> {
-    let src = Batched { reader, ios: Vec::with_capacity(1024), at: 0, first_ns: None };
+    let src = Chunks::new(reader, Vec::with_capacity(INLINE_BATCH_IOS));
     run_loop(spec, src, faults, hooks)
 }
 
@@ -386,18 +356,39 @@ impl<I: Iterator<Item = Result<TraceIo, TraceError>>> Arrivals for Open<I> {
     }
 }
 
-struct Batched<'a, R: BufRead> {
-    reader: &'a mut TraceReader<R>,
-    /// The batch; `ios[at..]` are still to be taken.
+/// I/Os the inline path takes from a [`TraceReader`] at a time.
+const INLINE_BATCH_IOS: usize = 1024;
+
+/// Where [`Chunks`] gets its next run of I/Os: a reader on this thread, or the reader
+/// thread's channel.
+trait ChunkSource {
+    /// Replaces `ios` with the next chunk; left empty at the end of the trace.
+    fn next_chunk(&mut self, ios: &mut Vec<TraceIo>) -> Result<(), Error>;
+}
+
+impl<R: BufRead> ChunkSource for &mut TraceReader<R> {
+    fn next_chunk(&mut self, ios: &mut Vec<TraceIo>) -> Result<(), Error> {
+        self.next_batch(ios, INLINE_BATCH_IOS).map_err(|e| usage(e.to_string()))
+    }
+}
+
+/// A trace's I/Os in chunks, as the replay loop takes them one by one.
+struct Chunks<S> {
+    source: S,
+    /// The chunk; `ios[at..]` are still to be taken.
     ios: Vec<TraceIo>,
     at: usize,
     first_ns: Option<u64>,
 }
 
-impl<R: BufRead> Batched<'_, R> {
+impl<S: ChunkSource> Chunks<S> {
+    fn new(source: S, ios: Vec<TraceIo>) -> Chunks<S> {
+        Chunks { source, ios, at: 0, first_ns: None }
+    }
+
     #[inline(never)]
     fn refill(&mut self) -> Result<(), Error> {
-        self.reader.next_batch(&mut self.ios, 1024).map_err(|e| usage(e.to_string()))?;
+        self.source.next_chunk(&mut self.ios)?;
         self.at = 0;
         if let Some(io) = self.ios.first() {
             self.first_ns.get_or_insert(io.arrival_ns);
@@ -406,7 +397,7 @@ impl<R: BufRead> Batched<'_, R> {
     }
 }
 
-impl<R: BufRead> Arrivals for Batched<'_, R> {
+impl<S: ChunkSource> Arrivals for Chunks<S> {
     #[inline(always)]
     fn peek(&mut self) -> Result<Option<u64>, Error> {
         if self.at == self.ios.len() {
