@@ -128,12 +128,20 @@ pub struct HarmPoint {
     pub iops_ratio: f64,
     /// The crunchers' work beside the spinner over beside the blocker.
     pub corunner_ratio: f64,
+    /// The two ends of the 90% interval of `corunner_ratio` (the per-round ratios'); 0 in
+    /// files written before they were kept.
+    #[serde(default)]
+    pub corunner_lo: f64,
+    #[serde(default)]
+    pub corunner_hi: f64,
 }
 
 impl HostWaitCost {
-    /// 2: the co-runner comparison ([`HostWaitCost::spin_harmless_service_ns_max`]); a
-    /// version-1 file is measured again, since it may come from another host.
-    pub const VERSION: u32 = 2;
+    /// 3: the co-runner bound from falling fits over every device time, not the first
+    /// point that missed (2: that walk; 2 added the co-runner comparison,
+    /// [`HostWaitCost::spin_harmless_service_ns_max`]). An older file is measured again: its
+    /// bound was set by one round's luck, and it may come from another host.
+    pub const VERSION: u32 = 3;
 
     /// The most CPU a spinning wait may burn and still cost everyone no more than a
     /// blocking one: the measured harmless device time plus the spin's own overhead, when

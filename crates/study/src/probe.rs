@@ -182,43 +182,51 @@ pub fn measure_host_wait_cost(
 /// Device times at which spinning is weighed against blocking beside the crunchers.
 pub const HARM_SERVICE_US: [u64; 5] = [5, 10, 20, 40, 80];
 /// Rounds per device time (each runs block and spin once, in a balanced order).
-pub const HARM_ROUNDS: usize = 6;
+pub const HARM_ROUNDS: usize = 8;
 /// One turn's time.
-pub const HARM_TURN_NS: u64 = 40_000_000;
+pub const HARM_TURN_NS: u64 = 50_000_000;
 /// The crunchers keep at least this share of their work beside the spinner: harmless.
 pub const HARM_CORUNNER_KEPT: f64 = 0.97;
 
 /// What a blocking wait costs everyone, measured by its outcome: one cruncher per CPU runs
 /// while an I/O thread reads 4 KiB from an emulated device, spinning or blocking in
-/// interleaved rounds, at device times from 5 us up. At each time: does the spinner do at
+/// interleaved rounds, at every device time of [`HARM_SERVICE_US`]. The bound is
+/// [`harmless_bound`] of those points: the longest time up to which the spinner does at
 /// least as much I/O while the crunchers keep >= 0.97 of the work they do beside the
-/// blocker (geometric means of the per-round ratios)? The bound is the longest time at
-/// which, and at every shorter one, it does; the walk stops at the first that fails.
-/// This is what the waiting thread's CPU clock cannot show: on one host a blocking wait
+/// blocker, on fits that fall with the device time. This is what the waiting thread's CPU clock cannot show: on one host a blocking wait
 /// burnt 9.7 us of its thread's CPU, yet spinning on a 10 us device cost the crunchers
 /// nothing; on another it burnt 23.5 us and spinning on the same device cost them 4.5%.
 pub fn measure_beside_crunchers(
     monitor: &SystemMonitor,
     stop: &AtomicBool,
 ) -> Result<(Option<f64>, Vec<profile::HarmPoint>), Error> {
+    measure_beside_crunchers_with(monitor, stop, HARM_ROUNDS, HARM_TURN_NS)
+}
+
+/// [`measure_beside_crunchers`] with `rounds` rounds of `turn_ns` turns at each device time.
+pub fn measure_beside_crunchers_with(
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+    rounds: usize,
+    turn_ns: u64,
+) -> Result<(Option<f64>, Vec<profile::HarmPoint>), Error> {
     use smartcon_util::stats::PairedRatio;
     let load = smartcon_workloads::load::CpuLoad::start(profile::online_cpus().max(1))?;
     std::thread::sleep(std::time::Duration::from_millis(20));
     let strategies = [Strategy::Block, Strategy::Spin];
     let mut points = Vec::new();
-    let mut bound = None;
     for &us in &HARM_SERVICE_US {
         let t =
             target::open(&target::parse_target(&format!("emu:nvram,lat={us}us,size=16m"))?, OpenOptions::default())?;
         let p = Profile::paper_default(&t.device_id());
         let (mut iops, mut work): ([Vec<f64>; 2], [Vec<f64>; 2]) = Default::default();
-        for round in 0..HARM_ROUNDS {
+        for round in 0..rounds {
             for i in turn_order(strategies.len(), round) {
                 if stop.load(Ordering::Relaxed) {
                     return Err(interrupted());
                 }
                 let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(strategies[i]));
-                js.duration_ns = HARM_TURN_NS;
+                js.duration_ns = turn_ns;
                 js.warmup_ios = TURN_WARMUP_IOS;
                 js.seed = 1 + round as u64;
                 let before = load.snapshot();
@@ -231,17 +239,79 @@ pub fn measure_beside_crunchers(
             break;
         };
         let service_ns = t.model_service_ns(Op::Read, 4096).unwrap_or(us * 1000) as f64;
-        points.push(profile::HarmPoint { service_ns, rounds: r.rounds, iops_ratio: r.gmean, corunner_ratio: k.gmean });
-        if r.gmean < 1.0 || k.gmean < HARM_CORUNNER_KEPT {
+        points.push(profile::HarmPoint {
+            service_ns,
+            rounds: r.rounds,
+            iops_ratio: r.gmean,
+            corunner_ratio: k.gmean,
+            corunner_lo: k.lo,
+            corunner_hi: k.hi,
+        });
+    }
+    let bound = harmless_bound(&points);
+    Ok((bound, points))
+}
+
+/// The longest device time at which spinning beside the crunchers is harmless, from
+/// measured points (any order): `None` without points, `Some(0.0)` when it is harmful
+/// already at the shortest time.
+///
+/// Spinning burns the whole device time and blocking a fixed cost, so the crunchers' share
+/// beside a spinner and the spinner's IOPS gain can only fall as the device time grows.
+/// Each is therefore fitted by the decreasing sequence nearest to the measured log ratios
+/// (pool-adjacent-violators), the crunchers' weighted by the inverse square of each point's
+/// interval, and the bound is the longest time at which both fits hold: crunchers >= 0.97,
+/// IOPS >= 1. Before, the bound was the first point that missed either, point by point, and
+/// one unlucky round sets that: six repeats on one host (`harm_watch`, 6 and 12 rounds of
+/// 40 and 60 ms) gave 20.5, 10.5, 0, 20.5, 0 and 5.5 us, so smart's `spin_cheaper` moved
+/// between runs.
+pub fn harmless_bound(points: &[profile::HarmPoint]) -> Option<f64> {
+    let mut points: Vec<&profile::HarmPoint> =
+        points.iter().filter(|p| p.iops_ratio > 0.0 && p.corunner_ratio > 0.0).collect();
+    if points.is_empty() {
+        return None;
+    }
+    points.sort_by(|a, b| a.service_ns.total_cmp(&b.service_ns));
+    // The interval's half-width in the log, floored so that one exact point cannot take all
+    // the weight; points without an interval (older files) weigh alike.
+    let weight = |p: &profile::HarmPoint| {
+        let half = if p.corunner_lo > 0.0 && p.corunner_hi > 0.0 {
+            ((p.corunner_hi / p.corunner_lo).ln() / 2.0).max(0.005)
+        } else {
+            0.05
+        };
+        1.0 / (half * half)
+    };
+    let kept = decreasing_fit(&points.iter().map(|p| (p.corunner_ratio.ln(), weight(p))).collect::<Vec<_>>());
+    let gain = decreasing_fit(&points.iter().map(|p| (p.iops_ratio.ln(), p.rounds.max(1) as f64)).collect::<Vec<_>>());
+    let mut bound = 0.0;
+    for (i, p) in points.iter().enumerate() {
+        if kept[i] < HARM_CORUNNER_KEPT.ln() || gain[i] < 0.0 {
             break;
         }
-        bound = Some(service_ns);
+        bound = p.service_ns;
     }
-    // Measured, and harmful already at the shortest time: nothing is harmless.
-    if bound.is_none() && !points.is_empty() {
-        bound = Some(0.0);
+    Some(bound)
+}
+
+/// The non-increasing sequence nearest to `values` in the weighted least squares (the
+/// pool-adjacent-violators algorithm): each pooled block takes its weighted mean.
+fn decreasing_fit(values: &[(f64, f64)]) -> Vec<f64> {
+    // Blocks of (weighted mean, weight, length).
+    let mut blocks: Vec<(f64, f64, usize)> = Vec::with_capacity(values.len());
+    for &(v, w) in values {
+        blocks.push((v, w.max(f64::MIN_POSITIVE), 1));
+        while blocks.len() > 1 {
+            let (b, a) = (blocks[blocks.len() - 1], blocks[blocks.len() - 2]);
+            if a.0 >= b.0 {
+                break;
+            }
+            blocks.truncate(blocks.len() - 2);
+            let w = a.1 + b.1;
+            blocks.push(((a.0 * a.1 + b.0 * b.1) / w, w, a.2 + b.2));
+        }
     }
-    Ok((bound, points))
+    blocks.into_iter().flat_map(|(m, _, n)| std::iter::repeat_n(m, n)).collect()
 }
 
 /// The host's stored wait cost, else measured now and stored (a note says so).
@@ -700,6 +770,67 @@ pub fn size_points(latencies: &[LatencyPoint], sizes: &[u64]) -> Vec<rules::Size
 
 #[cfg(test)]
 mod tests {
+
+    fn point(service_us: f64, iops_ratio: f64, corunner: (f64, f64, f64)) -> profile::HarmPoint {
+        profile::HarmPoint {
+            service_ns: service_us * 1e3,
+            rounds: 8,
+            iops_ratio,
+            corunner_ratio: corunner.0,
+            corunner_lo: corunner.1,
+            corunner_hi: corunner.2,
+        }
+    }
+
+    #[test]
+    fn the_harmless_bound_is_where_the_falling_fits_cross() {
+        let clean = [
+            point(5.5, 3.8, (1.01, 0.99, 1.03)),
+            point(10.5, 2.2, (1.00, 0.98, 1.02)),
+            point(20.5, 1.2, (0.99, 0.97, 1.01)),
+            point(40.5, 0.8, (0.92, 0.90, 0.94)),
+            point(80.5, 0.6, (0.85, 0.83, 0.87)),
+        ];
+        assert_eq!(harmless_bound(&clean), Some(20_500.0));
+        // Any order.
+        let mut shuffled = clean.clone();
+        shuffled.reverse();
+        assert_eq!(harmless_bound(&shuffled), Some(20_500.0));
+        // Spinning that gains no IOPS is not harmless, whatever the crunchers keep.
+        let slow = [point(5.5, 1.3, (1.0, 0.98, 1.02)), point(10.5, 0.95, (1.0, 0.98, 1.02))];
+        assert_eq!(harmless_bound(&slow), Some(5_500.0));
+        // Harmful from the start, and nothing measured.
+        let harmful = [point(5.5, 3.0, (0.90, 0.88, 0.92)), point(10.5, 2.0, (0.88, 0.86, 0.90))];
+        assert_eq!(harmless_bound(&harmful), Some(0.0));
+        assert_eq!(harmless_bound(&[]), None);
+    }
+
+    #[test]
+    fn one_unlucky_point_does_not_set_the_harmless_bound() {
+        // harm_watch's run 2 (12 rounds of 60 ms): the first point alone fell to 0.942 with
+        // a wide interval, and the walk stopped there with a bound of 0; its neighbours kept
+        // the crunchers' work.
+        let points = [
+            point(5.5, 4.4, (0.942, 0.888, 0.999)),
+            point(10.5, 2.4, (1.002, 0.985, 1.019)),
+            point(20.5, 1.15, (1.010, 0.990, 1.030)),
+            point(40.5, 0.79, (0.902, 0.852, 0.955)),
+        ];
+        assert_eq!(harmless_bound(&points), Some(20_500.0));
+        // The same low point with a narrow interval is evidence, not luck: it pools the
+        // first two points below 0.97.
+        let sure = [point(5.5, 4.4, (0.90, 0.895, 0.905)), point(10.5, 2.4, (1.002, 0.985, 1.019))];
+        assert_eq!(harmless_bound(&sure), Some(0.0));
+    }
+
+    #[test]
+    fn the_decreasing_fit_pools_what_rises() {
+        let fit = decreasing_fit(&[(3.0, 1.0), (1.0, 1.0), (2.0, 1.0), (0.0, 1.0)]);
+        assert_eq!(fit, vec![3.0, 1.5, 1.5, 0.0]);
+        let fit = decreasing_fit(&[(0.0, 3.0), (1.0, 1.0)]);
+        assert!(fit.iter().all(|&v| (v - 0.25).abs() < 1e-12), "{fit:?}");
+        assert!(decreasing_fit(&[]).is_empty());
+    }
     use super::*;
 
     fn lp(op: &str, bs: u64, s: &str, lat: f64, k: u32) -> LatencyPoint {
