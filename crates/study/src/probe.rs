@@ -193,9 +193,10 @@ pub const HARM_CORUNNER_KEPT: f64 = 0.97;
 /// interleaved rounds, at every device time of [`HARM_SERVICE_US`]. The bound is
 /// [`harmless_bound`] of those points: the longest time up to which the spinner does at
 /// least as much I/O while the crunchers keep >= 0.97 of the work they do beside the
-/// blocker, on fits that fall with the device time. This is what the waiting thread's CPU clock cannot show: on one host a blocking wait
-/// burnt 9.7 us of its thread's CPU, yet spinning on a 10 us device cost the crunchers
-/// nothing; on another it burnt 23.5 us and spinning on the same device cost them 4.5%.
+/// blocker, on fits that fall with the device time. This is what the waiting thread's CPU
+/// clock cannot show: on one host a blocking wait burnt 9.7 us of its thread's CPU, yet
+/// spinning on a 10 us device cost the crunchers nothing; on another it burnt 23.5 us and
+/// spinning on the same device cost them 4.5%.
 pub fn measure_beside_crunchers(
     monitor: &SystemMonitor,
     stop: &AtomicBool,
