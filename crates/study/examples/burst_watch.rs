@@ -11,7 +11,8 @@
 //! length it prints the mean wait of each way, leaving out the first two of every run
 //! (as the spin check does), and block's mean over spin's. The spin check pairs bursts of
 //! eight spins among blocks; if the ratio grows with the run's length, bursts that short
-//! do not see what spinning throughout gives. PIN=CPU pins the thread.
+//! do not see what spinning throughout gives. PIN=CPU pins the thread; OP=write writes
+//! (the target must be writable: a `tmp:` file or an emulated device).
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -36,8 +37,9 @@ fn main() {
         .get(3)
         .map(|s| s.split(',').map(|b| b.parse().expect("burst length")).collect())
         .unwrap_or_else(|| vec![8, 32, 128, 512, 4096]);
+    let write = std::env::var("OP").is_ok_and(|o| o == "write");
     let spec = parse_target(&a[0]).expect("target");
-    let target = open(&spec, OpenOptions { write: false, destructive: false, created_by_tool: true }).expect("open");
+    let target = open(&spec, OpenOptions { write, destructive: false, created_by_tool: true }).expect("open");
     let monitor = std::sync::Arc::new(SystemMonitor::start(smartcon_engine::monitor::WINDOW_NS_DEFAULT));
     let span = target.capacity_bytes().min(256 << 20);
     let io = IoLoad::default();
@@ -82,7 +84,11 @@ fn main() {
                         rng ^= rng << 17;
                         let off = (rng % (span / 4096)) * 4096;
                         let t0 = Instant::now();
-                        ways[way].read_at(buf.as_mut_slice(), off).expect("read");
+                        if write {
+                            ways[way].write_at(buf.as_slice(), off).expect("write");
+                        } else {
+                            ways[way].read_at(buf.as_mut_slice(), off).expect("read");
+                        }
                         if k >= SKIP {
                             let e = &mut sums[i][way];
                             e.0 += t0.elapsed().as_nanos() as f64;
