@@ -30,7 +30,7 @@ fn write_trace(format: TraceFormat, n: u64, out: &mut impl Write) -> std::io::Re
         let step = state % 20;
         us += step;
         let read = state % 10 < 7;
-        let second = (state >> 8) % 4 == 0;
+        let second = (state >> 8).is_multiple_of(4);
         let bytes = 4096u64 << ((state >> 12) % 6);
         let offset = (state >> 20) % (1 << 24) * 4096;
         match format {
