@@ -419,19 +419,22 @@ enum Event {
 
 /// The lines of the common shape, parsed in one pass over the bytes of the reader's buffer
 /// (no copy of the line, no field array, no search for the line's end first: the parser
-/// finds the newline where its last field ends): a fio v3 `USEC FILE read|write OFFSET
-/// LENGTH`, an MSR or an Alibaba record with plain fields. Each returns the event and the
-/// bytes of the line with its newline, or None, having changed nothing, for any other line
-/// (an action to skip, a field with spaces, an error, a number of 20 digits, a line not
-/// whole in the buffer or longer than [`LINE_BYTES_MAX`]), which then goes through the
-/// general parser; where both read a line they give the same event
+/// finds the newline where its last field ends, or with one vector search where the rest
+/// of the line is read by nobody): a blkparse event with the default fields (an arrival, a
+/// skipped request or another stage), a fio v2 `FILE read|write OFFSET LENGTH`, `FILE wait
+/// USEC` or skipped action, a fio v3 `USEC FILE read|write OFFSET LENGTH`, an MSR, Alibaba
+/// or Tencent record with plain fields. Each returns the event and the bytes of the line
+/// with its newline, or None, having changed nothing, for any other line (a field with
+/// spaces, an error, a number of 20 digits, a blank line or a header, a line not whole in
+/// the buffer or longer than [`LINE_BYTES_MAX`]), which then goes through the general
+/// parser; where both read a line they give the same event
 /// (`trace::tests::the_fast_lines_parse_as_the_general_parser_does`).
 mod fast {
     use super::{Event, Streams, LINE_BYTES_MAX};
     use smartcon_devemu::Op;
 
     const ONES: u64 = 0x0101_0101_0101_0101;
-    const POW10: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
+    const POW10: [u64; 10] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000, 1_000_000_000];
 
     /// Eight bytes of `text` from `at`, little-endian (the first byte lowest), if there are.
     #[inline(always)]
@@ -546,6 +549,42 @@ mod fast {
         Some(&text[start..at])
     }
 
+    /// The end of a line whose rest the general parser does not read (a blkparse stage or
+    /// a skipped action): past its newline, which must be within the longest line.
+    #[inline(always)]
+    fn line_end(text: &[u8], from: usize) -> Option<usize> {
+        let end = text.len().min(LINE_BYTES_MAX + 1);
+        memchr::memchr(b'\n', text.get(from..end)?).map(|at| from + at + 1)
+    }
+
+    /// At least one separator ([`separators`]).
+    #[inline(always)]
+    fn gap(text: &[u8], i: &mut usize) -> Option<()> {
+        separators(text, i).then_some(())
+    }
+
+    /// A field of at least one byte ([`word`]).
+    #[inline(always)]
+    fn field<'a>(text: &'a [u8], i: &mut usize) -> Option<&'a [u8]> {
+        let w = word(text, i);
+        (!w.is_empty()).then_some(w)
+    }
+
+    /// A whole field of digits: [`digits`], then a separator or the newline.
+    #[inline(always)]
+    fn number(text: &[u8], i: &mut usize) -> Option<u64> {
+        let v = digits(text, i)?;
+        text.get(*i).is_some_and(|&b| b <= b' ').then_some(v)
+    }
+
+    /// CSV: ASCII whitespace up to the newline (the general parser trims the line).
+    #[inline(always)]
+    fn trailing_space(text: &[u8], i: &mut usize) {
+        while text.get(*i).is_some_and(|&b| b != b'\n' && b.is_ascii_whitespace()) {
+            *i += 1;
+        }
+    }
+
     fn matches(filter: Option<&[u8]>, device: &[u8]) -> bool {
         filter.is_none_or(|d| d == device)
     }
@@ -585,6 +624,161 @@ mod fast {
             return Some((Event::Filtered, used));
         }
         Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(file) }, used))
+    }
+
+    /// A blkparse line at the start of `text`: the arrival event `action` with `R` or `W`
+    /// and `SECTOR + COUNT` (an I/O), another stage (nothing), or a flush or discard (a
+    /// skip); `blkparse -f` formats and the summary go to the general parser.
+    #[inline]
+    pub(super) fn blkparse(
+        text: &[u8],
+        action: u8,
+        streams: &mut Streams,
+        filter: Option<&[u8]>,
+    ) -> Option<(Event, usize)> {
+        let mut i = 0;
+        separators(text, &mut i);
+        let device_at = i;
+        digits(text, &mut i)?;
+        expect(text, &mut i, b',')?;
+        digits(text, &mut i)?;
+        let device = &text[device_at..i];
+        gap(text, &mut i)?;
+        // The CPU and the sequence number: read by nobody.
+        field(text, &mut i)?;
+        gap(text, &mut i)?;
+        field(text, &mut i)?;
+        gap(text, &mut i)?;
+        // SECONDS.NANOSECONDS, up to nine digits after the point (none is zero).
+        let secs = digits(text, &mut i)?;
+        let mut frac_ns = 0;
+        if text.get(i) == Some(&b'.') {
+            i += 1;
+            let frac_at = i;
+            if text.get(i).is_some_and(u8::is_ascii_digit) {
+                frac_ns = digits(text, &mut i)?;
+            }
+            let k = i - frac_at;
+            frac_ns = frac_ns.checked_mul(*POW10.get(9usize.checked_sub(k)?)?)?;
+        }
+        let time_ns = secs.checked_mul(1_000_000_000)?.checked_add(frac_ns)?;
+        gap(text, &mut i)?;
+        let pid_at = i;
+        digits(text, &mut i)?;
+        let pid = &text[pid_at..i];
+        gap(text, &mut i)?;
+        let stage = field(text, &mut i)?;
+        gap(text, &mut i)?;
+        let rwbs = field(text, &mut i)?;
+        if stage != [action] {
+            // Another stage of the same requests: the general parser reads no further than a
+            // seventh field.
+            return Some((Event::Nothing, line_end(text, i)?));
+        }
+        let op = if rwbs.contains(&b'D') {
+            None // discard
+        } else if rwbs.contains(&b'W') {
+            Some(Op::Write)
+        } else if rwbs.contains(&b'R') {
+            Some(Op::Read)
+        } else {
+            None
+        };
+        let Some(op) = op else {
+            return Some((Event::Skip, line_end(text, i)?));
+        };
+        gap(text, &mut i)?;
+        let sector = number(text, &mut i)?;
+        gap(text, &mut i)?;
+        (field(text, &mut i)? == b"+").then_some(())?;
+        gap(text, &mut i)?;
+        let sectors = number(text, &mut i)?;
+        // The process and what follows: read by nobody.
+        let used = line_end(text, i)?;
+        let (offset, bytes) = (sector.checked_mul(512)?, sectors.checked_mul(512)?);
+        if bytes == 0 {
+            return Some((Event::Skip, used));
+        }
+        if !matches(filter, device) {
+            return Some((Event::Filtered, used));
+        }
+        Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(pid) }, used))
+    }
+
+    /// A fio v2 line at the start of `text`: `FILE read|write OFFSET LENGTH`, `FILE wait
+    /// USEC` (the clock advances: nothing else) or a skipped action.
+    #[inline]
+    pub(super) fn fio_v2(
+        text: &[u8],
+        clock_ns: &mut u64,
+        streams: &mut Streams,
+        filter: Option<&[u8]>,
+    ) -> Option<(Event, usize)> {
+        let mut i = 0;
+        let file = field(text, &mut i)?;
+        gap(text, &mut i)?;
+        let op = match word(text, &mut i) {
+            b"read" => Op::Read,
+            b"write" => Op::Write,
+            b"wait" => {
+                gap(text, &mut i)?;
+                let us = digits(text, &mut i)?;
+                separators(text, &mut i);
+                let used = newline(text, i)?;
+                *clock_ns = us.checked_mul(1_000).and_then(|ns| clock_ns.checked_add(ns))?;
+                return Some((Event::Nothing, used));
+            }
+            b"add" | b"open" | b"close" | b"sync" | b"datasync" | b"trim" => {
+                return Some((Event::Skip, line_end(text, i)?));
+            }
+            _ => return None,
+        };
+        gap(text, &mut i)?;
+        let offset = digits(text, &mut i)?;
+        gap(text, &mut i)?;
+        let bytes = digits(text, &mut i)?;
+        separators(text, &mut i);
+        let used = newline(text, i)?;
+        if bytes == 0 {
+            return None;
+        }
+        if !matches(filter, file) {
+            return Some((Event::Filtered, used));
+        }
+        Some((Event::Io { time_ns: *clock_ns, op, offset, bytes, stream: streams.id(file) }, used))
+    }
+
+    /// A Tencent line at the start of `text`.
+    #[inline]
+    pub(super) fn tencent(text: &[u8], streams: &mut Streams, filter: Option<&[u8]>) -> Option<(Event, usize)> {
+        let mut i = 0;
+        let secs = digits(text, &mut i)?;
+        expect(text, &mut i, b',')?;
+        let sector = digits(text, &mut i)?;
+        expect(text, &mut i, b',')?;
+        let sectors = digits(text, &mut i)?;
+        expect(text, &mut i, b',')?;
+        let op = match text.get(i) {
+            Some(b'0') => Op::Read,
+            Some(b'1') => Op::Write,
+            _ => return None,
+        };
+        i += 1;
+        expect(text, &mut i, b',')?;
+        let device_at = i;
+        digits(text, &mut i)?;
+        let device = &text[device_at..i];
+        trailing_space(text, &mut i);
+        let used = newline(text, i)?;
+        let (offset, bytes) = (sector.checked_mul(512)?, sectors.checked_mul(512)?);
+        let time_ns = secs.checked_mul(1_000_000_000)?;
+        if bytes == 0 {
+            return Some((Event::Skip, used));
+        }
+        if !matches(filter, device) {
+            return Some((Event::Filtered, used));
+        }
+        Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) }, used))
     }
 
     #[inline]
@@ -650,10 +844,7 @@ mod fast {
         let bytes = digits(text, &mut i)?;
         expect(text, &mut i, b',')?;
         let us = digits(text, &mut i)?;
-        // The general parser trims the line: only ASCII whitespace may follow.
-        while text.get(i).is_some_and(|&b| b != b'\n' && b.is_ascii_whitespace()) {
-            i += 1;
-        }
+        trailing_space(text, &mut i);
         let used = newline(text, i)?;
         let time_ns = us.checked_mul(1_000)?;
         if bytes == 0 {
@@ -1096,10 +1287,12 @@ impl<R: BufRead> TraceReader<R> {
         let avail = self.input.fill_buf().ok()?;
         let filter = self.options.device_filter.as_deref().map(str::as_bytes);
         let (event, used) = match self.format {
+            TraceFormat::Blkparse => fast::blkparse(avail, self.blk_action, &mut self.streams, filter),
+            TraceFormat::FioV2 => fast::fio_v2(avail, &mut self.fio_clock_ns, &mut self.streams, filter),
             TraceFormat::FioV3 => fast::fio_v3(avail, &mut self.fio_clock_ns, &mut self.streams, filter),
             TraceFormat::Msr => fast::msr(avail, &mut self.streams, filter),
             TraceFormat::Alibaba => fast::alibaba(avail, &mut self.streams, filter),
-            _ => None,
+            TraceFormat::Tencent => fast::tencent(avail, &mut self.streams, filter),
         }?;
         self.input.consume(used);
         self.stats.bytes_read += used as u64;
@@ -1255,10 +1448,12 @@ impl<R: BufRead> TraceReader<R> {
         while lines < lines_left && out.len() + owed < max {
             let text = &avail[at..];
             let event = match self.format {
+                TraceFormat::Blkparse => fast::blkparse(text, self.blk_action, &mut self.streams, filter),
+                TraceFormat::FioV2 => fast::fio_v2(text, &mut self.fio_clock_ns, &mut self.streams, filter),
                 TraceFormat::FioV3 => fast::fio_v3(text, &mut self.fio_clock_ns, &mut self.streams, filter),
                 TraceFormat::Msr => fast::msr(text, &mut self.streams, filter),
                 TraceFormat::Alibaba => fast::alibaba(text, &mut self.streams, filter),
-                _ => None,
+                TraceFormat::Tencent => fast::tencent(text, &mut self.streams, filter),
             };
             let Some((event, used)) = event else { break };
             at += used;
@@ -1298,8 +1493,10 @@ impl<R: BufRead> TraceReader<R> {
                 }
                 Event::Skip => self.stats.skipped += 1,
                 Event::Filtered => self.stats.filtered += 1,
-                // The fast parsers read I/O lines only.
-                Event::Nothing | Event::End => unreachable!("a fast parser's event"),
+                // A blkparse stage other than the arrival's, a fio v2 wait (its clock moved).
+                Event::Nothing => {}
+                // The summary that ends a blkparse trace goes to the general parser.
+                Event::End => unreachable!("a fast parser's event"),
             }
         }
         pay(&mut self.window, self.t0, &mut self.last_out_ns, &mut self.stats, out, owed);
@@ -1601,6 +1798,11 @@ pub(crate) fn mixed_trace(format: TraceFormat, seed: u64, n: usize, tail: Tail) 
         out.push_str(&line);
     }
     let last = match (tail, format) {
+        // The summary ends the events: the event after it is not read.
+        (Tail::Clean, TraceFormat::Blkparse) => {
+            out.push_str("\nCPU0 (8,0):\n Reads Queued:     1,    4KiB\n  8,0 1 1 0.5 1 D R 0 + 8 [x]\n");
+            return out;
+        }
         (Tail::Clean | Tail::BeyondSpan, _) => return out,
         (Tail::BadLine, TraceFormat::Blkparse) => "  8,0 1 2 zero 1 D R 8 + 8 [x]".to_string(),
         (Tail::BadLine, TraceFormat::FioV2) => "/dev/a frobnicate 0 1".to_string(),
@@ -1981,7 +2183,83 @@ CPU0 (8,0):
                 "",
             ];
             let offset = (t % 1000 * 4096).to_string();
+            let sep = |f: &mut dyn FnMut(String, &[&str]) -> String| f(" ".into(), &["  ", "\t", "\x01", "\r", ""]);
             let line = match format {
+                TraceFormat::Blkparse => {
+                    // blkparse prints nine digits after the point; fewer are read too.
+                    let (s, ns) = (t / 1_000_000, t % 1_000_000 * 1_000);
+                    let time = match t % 3 {
+                        0 => format!("{s}.{ns:09}"),
+                        1 => format!("{s}.{:06}", ns / 1_000),
+                        _ => format!("{s}.{}", ns / 100_000_000),
+                    };
+                    [
+                        f("".into(), &["  ", "\t", "\x01"]),
+                        f(["8,0", "8,16"][(t % 2) as usize].into(), &["8", "8,", ",0", "8,0x", "", "8;0"]),
+                        sep(&mut f),
+                        f("1".into(), &["", "x"]),
+                        sep(&mut f),
+                        f(t.to_string(), &["", "-"]),
+                        sep(&mut f),
+                        f(
+                            time,
+                            &[
+                                "5",
+                                "5.",
+                                ".5",
+                                "5.1234567890",
+                                "5.12345678",
+                                "1.2.3",
+                                "x",
+                                "5.x",
+                                "12345678901234567890.0",
+                                "18446744073.709551616",
+                                "18446744074.0",
+                                "1234567890123456789.1",
+                            ],
+                        ),
+                        sep(&mut f),
+                        f(["4162", "4163", "007"][(t % 3) as usize].into(), NUM),
+                        sep(&mut f),
+                        f(["Q", "D", "D", "C", "G"][(t % 5) as usize].into(), &["DD", "", "d", "Q\x01"]),
+                        sep(&mut f),
+                        f(["R", "W", "WS", "RM", "FN", "D", "N", "RA"][(t % 8) as usize].into(), &["", "WD", "rw"]),
+                        sep(&mut f),
+                        f((t % 1000 * 8).to_string(), NUM),
+                        sep(&mut f),
+                        f("+".into(), &["++", "-", "", "+5"]),
+                        sep(&mut f),
+                        f(["8", "16", "0"][(t % 3) as usize].into(), NUM),
+                        f(" [fio]".into(), &["", " [a b]", " [x]\x01", "\r", " 7 8 9 10 11 12", "x"]),
+                    ]
+                    .concat()
+                }
+                TraceFormat::FioV2 => {
+                    let file = f(["/dev/nvme0n1", "/dev/sdb"][(t % 2) as usize].into(), &["f", "", " /dev/sdb"]);
+                    let action = f(
+                        ["read", "write", "read", "wait", "read", "add"][(t % 6) as usize].into(),
+                        &["trim", "READ", "sync", "reads", "frobnicate", "close", "wait"],
+                    );
+                    let rest = if action == "wait" {
+                        f(
+                            (t % 40).to_string(),
+                            &["", "x", "18446744073709551", "12345678901234567890", "5 6", "1234567890123456789"],
+                        )
+                    } else {
+                        [f(offset, NUM), sep(&mut f), f("4096".into(), NUM)].concat()
+                    };
+                    [file, sep(&mut f), action, sep(&mut f), rest, f("".into(), &[" ", " 7", "\r", "\x01", "x"])]
+                        .concat()
+                }
+                TraceFormat::Tencent => format!(
+                    "{},{},{},{},{}{}",
+                    f((1_538_323_200 + t / 1_000).to_string(), NUM),
+                    f((t % 1000 * 8).to_string(), NUM),
+                    f(["8", "16", "0", "8"][(t % 4) as usize].into(), NUM),
+                    f(["0", "1"][(t % 2) as usize].into(), &["2", "", " 1", "01", "R"]),
+                    f(["1283", "27"][(t % 2) as usize].into(), &[" 27", "x", "", "12345678901234567890", "007"]),
+                    f("".into(), &["\r", " ", "\t", "\x01", ",1"]),
+                ),
                 TraceFormat::FioV3 => [
                     f(t.to_string(), NUM),
                     f(" ".into(), &["  ", "\t", "\x01", ""]),
@@ -2016,6 +2294,11 @@ CPU0 (8,0):
                     f("".into(), &["\r", " ", "\t", "\x01", ",1"]),
                 ),
             };
+            // Now and then an odd line cut short anywhere (a field missing, or cut).
+            let mut line = line;
+            if odd && rng.percent(10) {
+                line.truncate(rng.below(line.len() as u64) as usize);
+            }
             out.push_str(&line);
             out.push('\n');
         }
@@ -2026,8 +2309,8 @@ CPU0 (8,0):
     fn the_fast_lines_parse_as_the_general_parser_does() {
         let mut rng = smartcon_util::rng::Rng::new(33);
         let mut fast_lines = 0;
-        for format in [TraceFormat::FioV3, TraceFormat::Msr, TraceFormat::Alibaba] {
-            for filter in [None, Some("/dev/sdb"), Some("hm_1"), Some("7")] {
+        for format in TraceFormat::ALL {
+            for filter in [None, Some("/dev/sdb"), Some("hm_1"), Some("7"), Some("8,16"), Some("27")] {
                 let options = TraceOptions {
                     format: Some(format),
                     device_filter: filter.map(String::from),
@@ -2052,10 +2335,14 @@ CPU0 (8,0):
                         _ => b"\n12345678 9abcdefgh,12345678",
                     };
                     let text = [line, ending].concat();
+                    let action = general.blk_action;
                     let parse = |text: &[u8], clock: &mut u64, streams: &mut Streams| match format {
+                        TraceFormat::Blkparse => fast::blkparse(text, action, streams, filter),
+                        TraceFormat::FioV2 => fast::fio_v2(text, clock, streams, filter),
                         TraceFormat::FioV3 => fast::fio_v3(text, clock, streams, filter),
                         TraceFormat::Msr => fast::msr(text, streams, filter),
-                        _ => fast::alibaba(text, streams, filter),
+                        TraceFormat::Alibaba => fast::alibaba(text, streams, filter),
+                        TraceFormat::Tencent => fast::tencent(text, streams, filter),
                     };
                     // Without its newline the line is not whole in the buffer: refused.
                     assert_eq!(parse(line, &mut clock.clone(), &mut streams.clone()), None);
@@ -2077,15 +2364,30 @@ CPU0 (8,0):
                 // A whole trace (the odd lines end it with an error at some line, so the
                 // valid prefix of each is read too): the same I/Os, stats and error.
                 let header = match format {
-                    TraceFormat::FioV3 => "fio version 3 iolog\n",
-                    TraceFormat::Msr => "Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n",
-                    _ => "device_id,opcode,offset,length,timestamp\n",
+                    // blkparse has none, but the reader looks ahead this many lines to detect
+                    // (they go through the general parser): blank ones, so that the fast
+                    // parser reads the trace's lines.
+                    TraceFormat::Blkparse => "\n".repeat(DETECT_LINES),
+                    TraceFormat::FioV2 => "fio version 2 iolog\n".into(),
+                    TraceFormat::FioV3 => "fio version 3 iolog\n".into(),
+                    TraceFormat::Msr => "Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n".into(),
+                    TraceFormat::Alibaba => "device_id,opcode,offset,length,timestamp\n".into(),
+                    TraceFormat::Tencent => "Timestamp,Offset,Size,IOType,VolumeID\n".into(),
+                };
+                // A line valid alone, before a read (a line of a blkparse stage, a fio v2
+                // wait or a skipped one alone would be a trace without reads or writes; a
+                // blkparse line before an issue event and without the blank lines: the issue
+                // is the arrival event, as in the whole trace).
+                let (before, after) = match format {
+                    TraceFormat::Blkparse => ("", "  8,0 1 1 0.5 1 D R 0 + 8 [x]\n"),
+                    TraceFormat::FioV2 => (header.as_str(), "/dev/x read 0 4096\n"),
+                    _ => (header.as_str(), ""),
                 };
                 let unfiltered = TraceOptions { device_filter: None, ..options.clone() };
                 let valid: String = text
                     .lines()
                     .filter(|l| {
-                        TraceReader::new(format!("{header}{l}\n").as_bytes(), unfiltered.clone())
+                        TraceReader::new(format!("{before}{l}\n{after}").as_bytes(), unfiltered.clone())
                             .is_ok_and(|mut r| r.all(|io| io.is_ok()))
                     })
                     .map(|l| format!("{l}\n"))
@@ -2119,7 +2421,10 @@ CPU0 (8,0):
         let mut compared = 0;
         for format in TraceFormat::ALL {
             for (k, tail) in [Tail::Clean, Tail::BadLine, Tail::BeyondSpan, Tail::TooLarge].into_iter().enumerate() {
-                let text = mixed_trace(format, 40 + k as u64, 3_000, tail);
+                // blkparse has two lines a record: more than the reader looks ahead to detect
+                // (those go through the general parser), so that the fast one reads the rest.
+                let records = if format == TraceFormat::Blkparse { DETECT_LINES / 2 + 3_000 } else { 3_000 };
+                let text = mixed_trace(format, 40 + k as u64, records, tail);
                 for (window, capacity, filter) in [
                     (1, None, None),
                     (16, Some(1 << 30), None),
@@ -2197,6 +2502,36 @@ CPU0 (8,0):
         gz.finish().unwrap();
         let t = load(&path).unwrap();
         assert_eq!((t.format, t.ios.len()), (TraceFormat::Msr, 3));
+        // Every format, detected, through the fast parsers in the replay's batches from the
+        // decompressing reader: as the general parser reads the plain text (an error, with
+        // its line, at the end of a bad one).
+        for format in TraceFormat::ALL {
+            for tail in [Tail::Clean, Tail::BadLine] {
+                let text = mixed_trace(format, 9, DETECT_LINES / 2 + 3_000, tail);
+                let path = dir.join(format!("{}.gz", format.name()));
+                let mut gz =
+                    flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::fast());
+                gz.write_all(text.as_bytes()).unwrap();
+                gz.finish().unwrap();
+                let options = TraceOptions { reorder_window: 64, ..TraceOptions::default() };
+                let (want, want_stats) = read_all(text.as_bytes(), &options, Way::General);
+                let mut r = TraceReader::open(&path, options).unwrap();
+                assert_eq!(r.format(), format);
+                let (mut got, mut batch) = (Vec::new(), Vec::new());
+                loop {
+                    match r.next_batch(&mut batch, 1024) {
+                        Ok(()) if batch.is_empty() => break,
+                        Ok(()) => got.extend(batch.iter().map(|&io| Ok(io))),
+                        // The file's name before the line, as the plain reader has none.
+                        Err(e) => got.push(Err(TraceError { path: None, ..e }.to_string())),
+                    }
+                }
+                assert!(want.len() > 1_000, "{format:?} {tail:?}");
+                assert_eq!(want.last().unwrap().is_err(), tail == Tail::BadLine, "{format:?} {tail:?}");
+                assert!(want == got, "{format:?} {tail:?}");
+                assert_eq!(want_stats, r.stats(), "{format:?} {tail:?}");
+            }
+        }
     }
 }
 
