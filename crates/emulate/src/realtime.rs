@@ -24,8 +24,9 @@
 //! model's completion instant of each I/O ([`SmartTargetPort::last_done_ns`]) and counts
 //! what it decided, by strategy and by reason.
 //!
-//! Lateness of one I/O = the instant the waiting thread got control back minus the model's
-//! completion instant for it (WaitOutcome::done_ns). Within 2% means lateness <= 2% of the
+//! Lateness of one I/O = the instant the waiting thread got control back from the emulated
+//! port ([`SmartTargetPort::last_seen_ns`], read before the SmartPort counts the I/O) minus
+//! the model's completion instant for it ([`SmartTargetPort::last_done_ns`]). Within 2% means lateness <= 2% of the
 //! model's latency for that I/O (Griffin et al.'s criterion, as the seed uses it).
 //! On a shared host other processes delay wake-ups; `fifo` runs the replay threads under
 //! SCHED_FIFO (priority 1) so a timer's wake-up preempts them, as the seed's emulator runs
@@ -237,8 +238,12 @@ where
                             }
                             other => other?,
                         };
-                        let t1 = now_ns();
                         check_whole(moved, r.bytes as usize, r.op, r.offset)?;
+                        // The instant the wait ended, read by the port as soon as the
+                        // emulated port returned (where this loop read it before the replay
+                        // went through a SmartPort): the port's own counting afterwards is
+                        // not the emulator's lateness.
+                        let t1 = port.last_seen_ns();
                         let done_ns = port.last_done_ns();
                         let model_ns = done_ns.saturating_sub(t0);
                         let lateness_ns = t1.saturating_sub(done_ns);

@@ -194,6 +194,9 @@ pub struct SmartTargetPort<'t> {
     /// The model's completion instant of the last I/O (emulated targets), else the instant
     /// it was seen.
     last_done_ns: u64,
+    /// The instant the port had the last I/O back from the port below (its wait ended),
+    /// before counting it.
+    last_seen_ns: u64,
     /// How to block, as this port's own waits say: `None` on an emulated device, whose
     /// `sync` spins.
     block_check: Option<BlockCheck>,
@@ -467,6 +470,7 @@ impl<'t> SmartTargetPort<'t> {
             time,
             margin,
             last_done_ns: 0,
+            last_seen_ns: 0,
             learnt_key,
         }
         .with_kept_checks())
@@ -639,6 +643,7 @@ impl<'t> SmartTargetPort<'t> {
         let outcome = outcome?;
         let t1 = self.time.now_ns();
         self.last_done_ns = if self.emulated { outcome.done_ns } else { t1 };
+        self.last_seen_ns = t1;
         match (checked, self.block_check.as_mut()) {
             (Some(Checked::Spin(spun)), _) => self.spin_check.record(bytes, write, spun, t1 - t0),
             (Some(Checked::Block(sync)), Some(check)) => check.record(bytes, write, sync, t1 - t0),
@@ -704,6 +709,13 @@ impl<'t> SmartTargetPort<'t> {
     /// else the instant the port saw it complete; on the port's clock.
     pub fn last_done_ns(&self) -> u64 {
         self.last_done_ns
+    }
+
+    /// The instant the last I/O's wait ended (read right after the port below returned,
+    /// before the port counted it), on the port's clock. Minus [`Self::last_done_ns`] on an
+    /// emulated target: how late the completion was seen, the lateness the port records.
+    pub fn last_seen_ns(&self) -> u64 {
+        self.last_seen_ns
     }
 
     /// Ends the count (time, CPU, context switches of the calling thread, the policy's
