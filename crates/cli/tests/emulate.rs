@@ -79,6 +79,25 @@ fn replay_closed_loop_and_traces_in_virtual_and_real_time() {
             assert!((0.0..=1.0).contains(&r["within_2pct"].as_f64().unwrap()));
         }
     }
+    // The replay's strategy is the engine's: smart decides every I/O through the SmartPort,
+    // block is the reference wait, and a strategy the replay does not take is refused.
+    if real {
+        let smart = ["emulate", "replay", "--device", "emu:nvme", "--ios", "200", "--real-time", "--strategy", "smart"];
+        let r = record(h, &[&smart[..], &["--json"]].concat(), "replay_result");
+        let rt = &r["real_time"];
+        assert_eq!(rt["strategy"], "smart");
+        let sum = |v: &Value| v.as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum::<u64>();
+        assert_eq!(sum(&rt["decisions"]["by_reason"]), 200, "{rt}");
+        assert_eq!(sum(&rt["decisions"]["by_strategy"]), 200, "{rt}");
+        let block = ["emulate", "replay", "--device", "emu:nvme", "--ios", "50", "--real-time", "--json"];
+        let rt = record(h, &block, "replay_result")["real_time"].clone();
+        assert_eq!((rt["strategy"].as_str(), rt["reference_waits"].as_u64()), (Some("block"), Some(50)), "{rt}");
+        assert_eq!(rt["decisions"]["by_strategy"]["block"], 50, "{rt}");
+    }
+    let out = run(h, &["emulate", "replay", "--device", "emu:nvme", "--ios", "10", "--real-time", "--strategy", "dip"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"dip\"") && err.contains("smart, paper"), "{err}");
     // A bad line is an error naming its line number.
     std::fs::write(&iolog, "fio version 3 iolog\n10 f write 0 4096\n20 f frobnicate 0 4096\n").unwrap();
     let out = run(h, &["emulate", "replay", "--device", "emu:optane", "--trace", iolog.to_str().unwrap()]);

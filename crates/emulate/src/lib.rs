@@ -60,6 +60,10 @@ pub fn fit_to_capacity(ios: &mut [TraceIo], capacity_bytes: u64) -> Result<u64, 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RealTimeFields {
     pub strategy: &'static str,
+    /// I/Os by the strategy they waited with and, for `smart` and `paper`, by reason.
+    pub decisions: smartcon_engine::stats::Decisions,
+    /// `block` I/Os waited for with the reference wait.
+    pub reference_waits: u64,
     pub threads: u64,
     pub fifo: bool,
     pub wall_ns: u64,
@@ -161,6 +165,8 @@ pub fn replay_result(spec: &EmuSpec, workload: String, v: &VirtualRun, real: Opt
         lateness_ns_p99: real.map(|r| r.lateness_ns_p99),
         real_time: real.map(|r| RealTimeFields {
             strategy: r.strategy,
+            decisions: r.decisions.clone(),
+            reference_waits: r.reference_waits,
             threads: r.threads,
             fifo: r.fifo,
             wall_ns: r.wall_ns,

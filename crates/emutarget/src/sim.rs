@@ -496,6 +496,7 @@ pub fn run_cell(spec: &EmuSpec, job: &JobSpec, cfg: &SimConfig) -> Result<SimRun
             strategy: job.strategy,
             spin_budget_ns: job.spin_budget_ns,
             poll: job.poll,
+            block_wait: smartcon_engine::smartport::BlockWait::Kernel,
             profile: Some(profile.clone()),
             monitor: Some(monitor.clone()),
             inflight: Some(inflight.clone()),

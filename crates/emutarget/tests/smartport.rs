@@ -69,3 +69,46 @@ fn paper_takes_the_class_the_device_type_declares_whatever_the_profile_measured(
         assert_eq!((c.by_strategy[strategy.index()], c.by_reason[reason.index()]), (1, 1), "{spec}");
     }
 }
+
+#[test]
+fn a_reference_block_wait_replaces_the_kernel_wake_up_and_nothing_else() {
+    use smartcon_engine::clock::now_ns;
+    use smartcon_engine::smartport::BlockWait;
+    // paper blocks on a device whose type is declared mainstream (the test above).
+    for (spec, choice, block_wait, reference_waits) in [
+        ("emu:nvme,size=1m", StrategyChoice::Fixed(Strategy::Block), BlockWait::Reference, 4),
+        ("emu:nvme,size=1m", StrategyChoice::Fixed(Strategy::Block), BlockWait::Kernel, 0),
+        ("emu:nvme,size=1m", StrategyChoice::Fixed(Strategy::Spin), BlockWait::Reference, 0),
+        ("emu:nvme,size=1m", StrategyChoice::Fixed(Strategy::Hybrid), BlockWait::Reference, 0),
+        ("emu:hdd,size=1m", StrategyChoice::Paper, BlockWait::Reference, 4),
+    ] {
+        let target = target::open(&target::parse_target(spec).unwrap(), Default::default()).unwrap();
+        let options = SmartPortOptions {
+            strategy: choice,
+            block_wait,
+            monitor: Some(Arc::new(SystemMonitor::fixed(0))),
+            profile: Some(Profile::paper_default("test")),
+            ..Default::default()
+        };
+        let mut port = SmartTargetPort::on_target(target.as_ref(), options).unwrap();
+        assert_eq!(port.block_wait(), block_wait);
+        let mut buf = vec![0u8; 4096];
+        for i in 0..4 {
+            if i % 2 == 0 {
+                port.write_at(&[3u8; 4096], i * 4096).unwrap();
+            } else {
+                port.read_at(&mut buf, (i - 1) * 4096).unwrap();
+                assert!(buf.iter().all(|&b| b == 3), "{spec} {choice:?} {block_wait:?}");
+            }
+            // Whatever the wait, the thread has control back no earlier than the model's instant.
+            assert!(port.last_seen_ns() >= port.last_done_ns(), "{spec} {choice:?} {block_wait:?}");
+            assert!(now_ns() >= port.last_seen_ns());
+        }
+        let c = port.finish();
+        let name = choice.name();
+        assert_eq!(c.ios, 4, "{spec} {name}");
+        assert_eq!(c.reference_waits, reference_waits, "{spec} {name} {block_wait:?}");
+        // Only `block` I/Os are waited for the reference way.
+        assert!(c.reference_waits <= c.by_strategy[Strategy::Block.index()], "{spec} {name}");
+    }
+}

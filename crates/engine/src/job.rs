@@ -309,6 +309,7 @@ impl Shared<'_> {
             strategy: self.spec.strategy,
             spin_budget_ns: self.spec.spin_budget_ns,
             poll: self.spec.poll,
+            block_wait: crate::smartport::BlockWait::Kernel,
             profile: Some(self.profile.clone()),
             monitor: Some(Arc::new(self.monitor.clone())),
             inflight: None,

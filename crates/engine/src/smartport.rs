@@ -36,6 +36,7 @@ use crate::monitor::{SystemMonitor, ThreadRegistration};
 use crate::profile::{profile_path, Profile};
 use crate::target::file::{describe_fd, FilePort};
 use crate::target::{DeviceQueue, InFlight, IoBuf, Port, PortWait, Target};
+use crate::wait::reference::WakeMargin;
 use crate::wait::{self, PollParams, WaitPolicy};
 use smartcon_util::Op;
 
@@ -49,12 +50,29 @@ pub type PortCounters = crate::stats::ThreadStats;
 /// The largest spin budget a port takes.
 pub const SPIN_BUDGET_NS_MAX: u64 = 10_000_000_000;
 
+/// How a port waits when its strategy (fixed or decided) is `block`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BlockWait {
+    /// The kernel wakes the thread at the completion (io_uring), paying the real wake-up:
+    /// the strategy smartcon measures. Every port's default.
+    #[default]
+    Kernel,
+    /// The reference wait ([`crate::wait::reference`]): asleep until a margin before the
+    /// device's completion instant, then watching the clock to it. The emulator's
+    /// yardstick (`emulate replay --real-time`), not a way a job waits; the port owns a
+    /// [`WakeMargin`], calibrated when it opens (about 8 ms of sleeps on the host's clock).
+    /// Ports on files and block devices wait as [`BlockWait::Kernel`] does.
+    Reference,
+}
+
 /// How a port waits and what it decides with.
 #[derive(Clone)]
 pub struct SmartPortOptions {
     pub strategy: StrategyChoice,
     pub spin_budget_ns: u64,
     pub poll: PollParams,
+    /// How a `block` wait is done: the kernel's wake-up (default) or the reference wait.
+    pub block_wait: BlockWait,
     /// Thresholds; `None` = the stored profile of the device under `$SMARTCON_HOME`, else
     /// (for emulated targets) the model's, else the paper's defaults, with a note.
     pub profile: Option<Profile>,
@@ -75,6 +93,7 @@ impl Default for SmartPortOptions {
             strategy: StrategyChoice::Smart,
             spin_budget_ns: crate::job::SPIN_BUDGET_NS_DEFAULT,
             poll: PollParams::DEFAULT,
+            block_wait: BlockWait::Kernel,
             profile: None,
             monitor: None,
             inflight: None,
@@ -169,9 +188,15 @@ pub struct SmartTargetPort<'t> {
     spin_check: SpinCheck,
     /// The clock each I/O's latency is measured on.
     time: SharedTime,
+    /// [`BlockWait::Reference`]: the wake-up margin a `block` wait's timer is armed early
+    /// by; `None` waits for the kernel's wake-up.
+    margin: Option<Box<WakeMargin>>,
     /// The model's completion instant of the last I/O (emulated targets), else the instant
     /// it was seen.
     last_done_ns: u64,
+    /// The instant the port had the last I/O back from the port below (its wait ended),
+    /// before counting it.
+    last_seen_ns: u64,
     /// How to block, as this port's own waits say: `None` on an emulated device, whose
     /// `sync` spins.
     block_check: Option<BlockCheck>,
@@ -418,6 +443,10 @@ impl<'t> SmartTargetPort<'t> {
             ),
             _ => profile.thresholds(),
         };
+        // On the host's clock, the margin starts from this thread's measured overshoot; a
+        // virtual clock's sleeps end on their instant.
+        let margin = (options.block_wait == BlockWait::Reference)
+            .then(|| Box::new(if time.is_real() { WakeMargin::calibrate() } else { WakeMargin::new() }));
         let learnt_key = (matches!(options.strategy, StrategyChoice::Smart | StrategyChoice::SmartHybrid)
             && options.time.is_none())
         .then(|| format!("{device_id}\0{:?}", options.strategy));
@@ -439,7 +468,9 @@ impl<'t> SmartTargetPort<'t> {
             spin_check: SpinCheck::new(),
             block_check: Some(BlockCheck::new()),
             time,
+            margin,
             last_done_ns: 0,
+            last_seen_ns: 0,
             learnt_key,
         }
         .with_kept_checks())
@@ -584,9 +615,11 @@ impl<'t> SmartTargetPort<'t> {
             self.block_check.as_mut(),
             (bytes, write, ahead),
         );
-        let wait: PortWait<'_> = match PortWait::simple(strategy, self.spin_budget_ns) {
-            Some(w) => w,
-            None => {
+        let reference = strategy == Strategy::Block && self.margin.is_some();
+        let wait: PortWait<'_> = match (PortWait::simple(strategy, self.spin_budget_ns), self.margin.as_deref_mut()) {
+            (Some(PortWait::Block), Some(margin)) => PortWait::Reference { margin },
+            (Some(w), _) => w,
+            (None, _) => {
                 let Some(policy) = self.policy.as_deref_mut() else {
                     return Err(Error::new(
                         ErrorKind::Internal,
@@ -610,12 +643,14 @@ impl<'t> SmartTargetPort<'t> {
         let outcome = outcome?;
         let t1 = self.time.now_ns();
         self.last_done_ns = if self.emulated { outcome.done_ns } else { t1 };
+        self.last_seen_ns = t1;
         match (checked, self.block_check.as_mut()) {
             (Some(Checked::Spin(spun)), _) => self.spin_check.record(bytes, write, spun, t1 - t0),
             (Some(Checked::Block(sync)), Some(check)) => check.record(bytes, write, sync, t1 - t0),
             _ => {}
         }
         self.counters.record(t1 - t0, outcome.bytes as u64, strategy, reason, outcome.fell_back);
+        self.counters.reference_waits += u64::from(reference);
         if self.emulated {
             self.counters.record_lateness(t1.saturating_sub(outcome.done_ns));
         }
@@ -676,6 +711,13 @@ impl<'t> SmartTargetPort<'t> {
         self.last_done_ns
     }
 
+    /// The instant the last I/O's wait ended (read right after the port below returned,
+    /// before the port counted it), on the port's clock. Minus [`Self::last_done_ns`] on an
+    /// emulated target: how late the completion was seen, the lateness the port records.
+    pub fn last_seen_ns(&self) -> u64 {
+        self.last_seen_ns
+    }
+
     /// Ends the count (time, CPU, context switches of the calling thread, the policy's
     /// wake-up overshoot) and hands it over; the port counts afresh afterwards.
     pub fn finish(&mut self) -> PortCounters {
@@ -702,6 +744,15 @@ impl<'t> SmartTargetPort<'t> {
 
     pub fn strategy(&self) -> StrategyChoice {
         self.strategy
+    }
+
+    /// How the port's `block` waits are done.
+    pub fn block_wait(&self) -> BlockWait {
+        if self.margin.is_some() {
+            BlockWait::Reference
+        } else {
+            BlockWait::Kernel
+        }
     }
 
     /// Where the thresholds came from: `probe`, `builtin-model`, `paper-default`.

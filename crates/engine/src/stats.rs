@@ -74,6 +74,9 @@ pub struct ThreadStats {
     pub by_strategy: [u64; Strategy::COUNT],
     pub by_reason: [u64; Reason::COUNT],
     pub spin_fallbacks: u64,
+    /// `block` I/Os a port waited for with the reference wait
+    /// (`smartport::BlockWait::Reference`), a subset of `by_strategy[block]`.
+    pub reference_waits: u64,
     pub fsyncs: u64,
     /// Polling strategies: polls, kernel sleeps, and the error of each predicted
     /// completion against the device's (|predicted - done|).
@@ -99,6 +102,7 @@ impl ThreadStats {
             by_strategy: [0; Strategy::COUNT],
             by_reason: [0; Reason::COUNT],
             spin_fallbacks: 0,
+            reference_waits: 0,
             fsyncs: 0,
             polled_ios: 0,
             polls: 0,
@@ -159,6 +163,7 @@ impl ThreadStats {
             *a += b;
         }
         self.spin_fallbacks += other.spin_fallbacks;
+        self.reference_waits += other.reference_waits;
         self.fsyncs += other.fsyncs;
         self.polled_ios += other.polled_ios;
         self.polls += other.polls;
@@ -347,6 +352,23 @@ pub struct Decisions {
 }
 
 impl Decisions {
+    /// The strategies and reasons counted (indexed by [`Strategy::index`] and
+    /// [`Reason::index`], as in [`ThreadStats`]), those never taken left out.
+    pub fn of_counts(by_strategy: &[u64; Strategy::COUNT], by_reason: &[u64; Reason::COUNT]) -> Decisions {
+        let mut d = Decisions::default();
+        for s in Strategy::ALL {
+            if by_strategy[s.index()] > 0 {
+                d.by_strategy.insert(s, by_strategy[s.index()]);
+            }
+        }
+        for r in Reason::ALL {
+            if by_reason[r.index()] > 0 {
+                d.by_reason.insert(r, by_reason[r.index()]);
+            }
+        }
+        d
+    }
+
     /// Adds another run's counts.
     pub fn add(&mut self, other: &Decisions) {
         for (k, v) in &other.by_strategy {
@@ -526,7 +548,6 @@ impl JobResult {
     ) -> JobResult {
         let mut hist = new_histogram();
         let mut usage = Usage::default();
-        let mut decisions = Decisions::default();
         let (mut ios, mut bytes, mut fallbacks, mut fsyncs) = (0, 0, 0, 0);
         let mut by_strategy = [0u64; Strategy::COUNT];
         let mut by_reason = [0u64; Reason::COUNT];
@@ -549,16 +570,7 @@ impl JobResult {
                 *sum += n;
             }
         }
-        for s in Strategy::ALL {
-            if by_strategy[s.index()] > 0 {
-                decisions.by_strategy.insert(s, by_strategy[s.index()]);
-            }
-        }
-        for r in Reason::ALL {
-            if by_reason[r.index()] > 0 {
-                decisions.by_reason.insert(r, by_reason[r.index()]);
-            }
-        }
+        let decisions = Decisions::of_counts(&by_strategy, &by_reason);
         let wall_ns = (end - start).max(1);
         let model_service_ns = target.model_service_ns(spec.op, spec.bs_bytes);
         let accuracy = model_service_ns.and_then(|service| {

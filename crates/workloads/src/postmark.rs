@@ -257,6 +257,7 @@ impl Runner<'_> {
                     strategy: self.spec.strategy,
                     spin_budget_ns: self.spec.spin_budget_ns,
                     poll: self.spec.poll,
+                    block_wait: smartcon_engine::smartport::BlockWait::Kernel,
                     profile: Some(self.profile.clone()),
                     monitor: Some(Arc::new(self.monitor.clone())),
                     inflight: None,

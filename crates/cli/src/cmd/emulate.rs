@@ -9,7 +9,6 @@ use smartcon_emulate::realtime::{self, THREADS_MAX};
 use smartcon_emulate::replay::{replay_closed, replay_reader, ClosedLoop, Hooks, VirtualRun};
 use smartcon_emulate::trace::{TraceFormat, TraceOptions, TraceReader, REORDER_WINDOW_DEFAULT};
 use smartcon_emulate::{replay_result, scenario, ReplayResult};
-use smartcon_engine::decision::Strategy;
 use smartcon_engine::job::Pattern;
 use smartcon_util::units::{format_ns, format_size};
 
@@ -131,7 +130,7 @@ pub struct ReplayArgs {
     /// Also replay the same arrivals in real time through the engine and report lateness.
     #[arg(long)]
     pub real_time: bool,
-    /// How real-time waiters wait: block (kernel timer, default), spin, or hybrid (sleep, then poll).
+    /// How real-time waiters wait, through the engine's SmartPort: block (the reference wait: a timer armed early, then the clock watched; default), spin, sync, hybrid (sleep, then poll), or a decision per I/O: smart, paper.
     #[arg(long, default_value = "block")]
     pub strategy: String,
     /// Real time: run the replay threads under SCHED_FIFO so other processes do not delay wake-ups.
@@ -429,11 +428,12 @@ fn replay(args: ReplayArgs) -> Result<()> {
 
 fn replay_one(args: &ReplayArgs, point: &ReplayPoint, show_progress: bool) -> Result<ReplayResult> {
     let spec = smartcon_devemu::parse_spec(&point.device).map_err(anyhow::Error::msg)?;
-    let strategy = match args.strategy.as_str() {
-        "block" => Strategy::Block,
-        "spin" => Strategy::Spin,
-        "hybrid" => Strategy::Hybrid,
-        other => bail!("--strategy {other:?}: real-time replay waits with block, spin or hybrid"),
+    let Some(strategy) = realtime::parse_strategy(&args.strategy) else {
+        bail!(
+            "--strategy {:?}: a real-time replay waits with one of {} (block is the reference wait)",
+            args.strategy,
+            realtime::STRATEGIES.join(", ")
+        );
     };
     let faults = match &args.faults {
         Some(path) if args.real_time => {

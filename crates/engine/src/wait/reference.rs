@@ -7,7 +7,9 @@
 //! late on a loaded VM, more than 2% of a 1.16 ms SD card write).
 //!
 //! The margin is [`WakeMargin`]: the p99 of this thread's recent wake-up overshoots. A port
-//! is asked for this wait with [`crate::target::PortWait::Reference`]; emulated ports
+//! is asked for this wait with [`crate::target::PortWait::Reference`]; a SmartPort opened
+//! with [`crate::smartport::BlockWait::Reference`] asks for it wherever its strategy, fixed
+//! or decided, is `block` (the replay does, for `block`, `smart` and `paper`); emulated ports
 //! implement it (`EmuTarget::transfer_precise`, in smartcon-emutarget), ports on files and
 //! block devices, whose completion instant is the kernel's and not a model's, wait as
 //! `block` does.
