@@ -61,7 +61,8 @@ pub enum BlockWait {
     /// device's completion instant, then watching the clock to it. The emulator's
     /// yardstick (`emulate replay --real-time`), not a way a job waits; the port owns a
     /// [`WakeMargin`], calibrated when it opens (about 8 ms of sleeps on the host's clock).
-    /// Ports on files and block devices wait as [`BlockWait::Kernel`] does.
+    /// Ports on files and block devices wait as [`BlockWait::Kernel`] does, and count no
+    /// reference waits.
     Reference,
 }
 
@@ -350,6 +351,9 @@ impl<'t> SmartTargetPort<'t> {
         port.emulated = target.model_service_ns(Op::Read, 4096).is_some();
         if port.emulated {
             port.block_check = None;
+        } else {
+            // No completion instant to watch the clock to: the kernel's wake-up, counted so.
+            port.margin = None;
         }
         Ok(port)
     }
@@ -392,6 +396,8 @@ impl<'t> SmartTargetPort<'t> {
             time,
         )?;
         port.notes.extend(note);
+        // A descriptor has no completion instant to watch the clock to (see BlockWait).
+        port.margin = None;
         if !info.direct && !info.is_block {
             port.notes.push(format!(
                 "fd {fd} is not open with O_DIRECT: reads the page cache holds never reach {}, and the decision is made for the device",
