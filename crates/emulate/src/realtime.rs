@@ -20,15 +20,16 @@
 //! (past it the thread sleeps); `hybrid` is the port's own polling policy
 //! (engine::wait::hybrid with the default parameters: sleeps until just before the
 //! predicted completion, minus the measured wake-up overshoot, then polls; its port reads
-//! an idle monitor, so it never takes the policy's busy branch, see `port_options`).
-//! The port reports the
-//! model's completion instant of each I/O ([`SmartTargetPort::last_done_ns`]) and counts
-//! what it decided, by strategy and by reason.
+//! an idle monitor, so it never takes the policy's busy branch, see `port_options`). The
+//! port reports the model's completion instant of each I/O
+//! ([`SmartTargetPort::last_done_ns`]) and counts what it decided, by strategy and by
+//! reason.
 //!
 //! Lateness of one I/O = the instant the waiting thread got control back from the emulated
 //! port ([`SmartTargetPort::last_seen_ns`], read before the SmartPort counts the I/O) minus
-//! the model's completion instant for it ([`SmartTargetPort::last_done_ns`]). Within 2% means lateness <= 2% of the
-//! model's latency for that I/O (Griffin et al.'s criterion, as the seed uses it).
+//! the model's completion instant for it ([`SmartTargetPort::last_done_ns`]). Within 2%
+//! means lateness <= 2% of the model's latency for that I/O (Griffin et al.'s criterion, as
+//! the seed uses it).
 //! On a shared host other processes delay wake-ups; `fifo` runs the replay threads under
 //! SCHED_FIFO (priority 1) so a timer's wake-up preempts them, as the seed's emulator runs
 //! its simulation thread at the highest priority. The threads sleep or spin within a
