@@ -67,9 +67,9 @@ pub const OVERSHOOT_SAMPLES_MIN: usize = OVERSHOOT_WINDOW;
 /// pay, only the backed-off re-measures refreshed it, so a lateness epoch of the host could
 /// hold a run's thread off sleeping long after it passed (the flipped run of the fourteenth
 /// session's ten, docs/simulate.md, skipped its sleep on 3,715 of about 35,300 I/Os with a
-/// window of p50 41 us, p90 77 us, where the others saw p90 27-45 us). Past this age the window empties, the thread measures
-/// afresh (sleeping on every predicted I/O until the window is full again), and keeps or
-/// drops sleeping on what the host does now. It costs at most one window of sleeps that do
+/// window of p50 41 us, p90 77 us, where the others saw p90 27-45 us). Past this age the
+/// window empties, the thread measures afresh (sleeping on every predicted I/O until the
+/// window is full again), and keeps or drops sleeping on what the host does now. It costs at most one window of sleeps that do
 /// not pay per this age on a host where sleeping never pays (64 late wake-ups per 250 ms).
 pub const OVERSHOOT_AGE_NS_MAX: u64 = 250_000_000;
 /// Predicted I/Os without a sleep after which one sleep re-measures the overshoot, waking
