@@ -247,10 +247,14 @@ def _connect(args):
         # every node that runs a task) instead of being found by its path on every node.
         ship_dir = tempfile.mkdtemp(prefix="smartcon-ship-")
         shutil.copy2(binary_spec, os.path.join(ship_dir, "smartcon"))
-        # emulate sweep's programs load the interposition library from beside the binary.
-        library = os.path.join(os.path.dirname(binary_spec), "libsmartcon.so")
-        if os.path.exists(library):
-            shutil.copy2(library, os.path.join(ship_dir, "libsmartcon.so"))
+        # emulate sweep's programs load the interposition library from beside the binary
+        # (or from deps/ beside it, where a workspace `cargo test` leaves it: smartcon looks
+        # in both, preload-contract's launch::library_in).
+        here = os.path.dirname(binary_spec)
+        for library in (os.path.join(here, "libsmartcon.so"), os.path.join(here, "deps", "libsmartcon.so")):
+            if os.path.exists(library):
+                shutil.copy2(library, os.path.join(ship_dir, "libsmartcon.so"))
+                break
         env["working_dir"] = ship_dir
         binary_spec = "ship:smartcon"
         args._ship_dir = ship_dir
@@ -446,7 +450,11 @@ def sweep(args):
     nodes = sum(1 for n in ray.nodes() if n["Alive"])
     print(f"smartcon_ray: {len(plan)} points on {nodes} nodes", file=sys.stderr, flush=True)
     names = {p["index"]: p["name"] for p in plan}
-    task = run_point.options(max_retries=args.retries, retry_exceptions=False)
+    # SPREAD: the first points go one to each node. Under the default (hybrid) policy a
+    # point may queue at the busy head while the other node's freed CPU is not yet in the
+    # head's view; with only as many points pending as CPUs, a CI run once saw all 8 points
+    # of a sweep run on the head and none on the second node.
+    task = run_point.options(max_retries=args.retries, retry_exceptions=False, scheduling_strategy="SPREAD")
     _submitting()
     # No more tasks pending than the cluster has CPUs: each point goes to whichever node
     # frees a CPU first. With all 64 submitted at once the head node's raylet kept a queue

@@ -340,7 +340,10 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
     phase("the sweeps compared");
     // 1b. emulate sweep's runs (the program at each factor) as tasks, put together by the
     //     report as the serial sweep puts them: a row per factor asked for. Shipped.
-    if Path::new(BIN).with_file_name("libsmartcon.so").exists() {
+    // Beside the binary, or in deps/ where a workspace `cargo test` leaves it (smartcon
+    // looks in both).
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    if bin_dir.join("libsmartcon.so").exists() || bin_dir.join("deps/libsmartcon.so").exists() {
         let sweep = dir.join("sweep");
         let args = ["emulate", "sweep", "--device", "emu:sdcard", "--speedups", "1,10", "--tree-size", "1m"];
         // The binary and the library travel in the runtime environment here (by path elsewhere).
@@ -351,7 +354,9 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
         let md = std::fs::read_to_string(sweep.join("summary.md")).unwrap();
         assert!(md.contains("| 1 | ") && md.contains("| 10 | ") && md.contains("1 x in real time"), "{md}");
     } else {
-        eprintln!("emulate sweep on Ray skipped: no libsmartcon.so beside {BIN} (cargo build --release)");
+        eprintln!(
+            "emulate sweep on Ray skipped: no libsmartcon.so beside {BIN} or in its deps/ (cargo build --release)"
+        );
     }
 
     phase("emulate sweep on Ray");
@@ -524,17 +529,34 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
     // 4. The second node's raylet is killed while it runs a point: Ray retries that point
     //    on the head, or the report names it.
     let lost = dir.join("lost");
+    let lost_log = dir.join("lost.log");
     let mut run = cluster
         .smartcon(&args)
         .args(["--ray", &cluster.address, "--out"])
         .arg(&lost)
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&lost_log).unwrap())
         .spawn()
         .unwrap();
     let worker = cluster.nodes[1].id();
     let deadline = Instant::now() + Duration::from_secs(120);
     while !descendants(worker).iter().any(|(_, c)| c == "smartcon") {
-        assert!(Instant::now() < deadline, "no point started on the second node in 120 s");
+        if let Some(status) = run.try_wait().unwrap() {
+            // The sweep ended without a point on the second node: say where its points ran.
+            let placed: Vec<String> = records(&lost.join("results.jsonl"))
+                .iter()
+                .filter(|r| r["type"] == "ray_point")
+                .map(|r| format!("{} on {}", r["point"], r["node"]))
+                .collect();
+            panic!(
+                "the sweep ended ({status}) before a point ran on the second node: {placed:?}\n{}",
+                std::fs::read_to_string(&lost_log).unwrap_or_default()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no point started on the second node in 120 s\n{}",
+            std::fs::read_to_string(&lost_log).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let raylet = descendants(worker).into_iter().find(|(_, c)| c == "raylet").expect("the second node's raylet").0;
