@@ -262,7 +262,8 @@ fn base_ns() -> u64 {
 /// whatever else the host runs: a guest thread that waits for a host CPU does not move it
 /// (the seed's co-simulator runs its OS on a real CPU, alone). The helper processes that
 /// move data for the device model (UML's ubd and SIGIO threads, `clone(CLONE_VM)`) are not
-/// counted: their work is the device's, hidden as the seed's OS-state pausing hides it.
+/// counted: their work is the device's, kept off this clock (the seed pauses the whole OS
+/// instead; here only one program's clock, or a UML guest's, is held).
 ///
 /// A process that cannot be read any more (reaped) leaves its last reading to the gone
 /// total; the CPU time it used since that reading is lost (the clock never goes back: the
@@ -807,7 +808,8 @@ pub fn unchanged_since(generation: u64) -> bool {
 /// A served request's data half (the real call on the image) ran past the model's
 /// completion `until_ns`: the clock is held back to `until_ns`, or to the latest instant
 /// some thread has read since (it never goes back), so the program does not see the
-/// emulator's own work (the seed's OS-state pausing). Returns the real ns hidden.
+/// emulator's own work (one program's clock held back; the seed pauses a whole OS's state).
+/// Returns the real ns hidden.
 pub fn hold_at(until_ns: u64) -> u64 {
     let d = dom();
     let Some(_lock) = DomainLock::take() else { return 0 };

@@ -11,10 +11,12 @@
 //!   skipping: nothing in the program can run before the earliest target), the skew is
 //!   set so that the clock reads the earliest target (never less than anything already
 //!   handed out): the wait costs no real time, and the real time the emulator spent since
-//!   the last instant the program saw is hidden (the seed's OS-state pausing). A wait that
-//!   an event can end (a condition variable, a descriptor) counts only while the kernel
-//!   has its thread asleep (state S in /proc), so a wake-up already delivered holds the
-//!   clock until that thread runs; a wait whose target has come counts as running;
+//!   the last instant the program saw is hidden from this one program's clock (the seed
+//!   pauses a whole OS's state instead; the kernel and other processes keep real time).
+//!   A wait that an event can end (a condition variable, a descriptor) counts only while
+//!   the kernel has its thread asleep (state S in /proc), so a wake-up already delivered
+//!   holds the clock until that thread runs; a wait whose target has come counts as
+//!   running;
 //! - otherwise the thread waits in real time, in slices of at most [`domain::RECHECK_NS`],
 //!   and a jump that reaches its target wakes it (a futex word per wait).
 //!
