@@ -101,6 +101,44 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
         if r["strategy"] == "block" {
             assert_eq!(r["improvement_pct"], 0.0, "block against itself: {r}");
         }
+        // zram has no scheduler, and its records say so rather than "none".
+        assert_eq!(r["scheduler"] == "no-scheduler", !loop_dev, "{r}");
+        // Under bfq, "against block under the same scheduler" and "against block under bfq"
+        // are the same comparison: equal to the last bit, and block's is 0.
+        if r["scheduler"] == "bfq" {
+            assert_eq!(r["improvement_pct"], r["improvement_vs_bfq_pct"], "{r}");
+        }
+    }
+    // Every (device, scheduler, pattern, load) has each strategy once, with an interval.
+    let mut groups: Vec<(String, String, String, u64)> = results
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap().to_string();
+            (s("device"), s("scheduler"), s("pattern"), r["cpu_workers"].as_u64().unwrap())
+        })
+        .collect();
+    groups.sort();
+    groups.dedup();
+    assert_eq!(groups.len(), want / 4, "{groups:?}");
+    for (device, scheduler, pattern, workers) in &groups {
+        let cell = |strategy: &str| {
+            let v: Vec<_> = results
+                .iter()
+                .filter(|r| {
+                    r["device"] == device.as_str()
+                        && r["scheduler"] == scheduler.as_str()
+                        && r["pattern"] == pattern.as_str()
+                        && r["cpu_workers"] == *workers
+                        && r["strategy"] == strategy
+                })
+                .collect();
+            assert_eq!(v.len(), 1, "{device} {scheduler} {pattern} {workers} {strategy}: {v:?}");
+            v[0]
+        };
+        for strategy in ["block", "spin", "sync", "smart"] {
+            let ci = cell(strategy)["ci95_us"].as_f64().unwrap();
+            assert!(ci.is_finite() && ci >= 0.0, "{device} {scheduler} {pattern} {strategy}");
+        }
     }
     // Fig. 1: both bars on loop per pattern, one (no bfq) on zram and under the load, for
     // smart, spin and sync each.
@@ -114,6 +152,25 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
         assert!((1..=2).contains(&rounds) && b["pairs"].as_u64() == Some(2 * rounds), "{b}");
     }
     assert!(bars.iter().all(|b| b["interval_pct"].as_array().unwrap().len() == 2));
+    // Each bar is its cell's improvement: noop-vs-noop against block under the same
+    // scheduler (none; zram: none at all), anti-vs-noop against block under bfq.
+    for b in &bars {
+        let cell = results
+            .iter()
+            .find(|r| {
+                r["device"] == b["device"]
+                    && r["pattern"] == b["pattern"]
+                    && r["cpu_workers"] == b["cpu_workers"]
+                    && r["strategy"] == b["adaptive"]
+                    && r["scheduler"] == if b["device"] == "loop" { "none" } else { "no-scheduler" }
+            })
+            .unwrap_or_else(|| panic!("no cell for {b}"));
+        let key = if b["bar"] == "anti-vs-noop" { "improvement_vs_bfq_pct" } else { "improvement_pct" };
+        let (want_pct, got) = (cell[key].as_f64().unwrap(), b["improvement_pct"].as_f64().unwrap());
+        assert!((want_pct - got).abs() < 1e-9, "{b} against {cell}");
+        let original = if b["bar"] == "anti-vs-noop" { "bfq" } else { cell["scheduler"].as_str().unwrap() };
+        assert_eq!(b["original_scheduler"].as_str(), Some(original), "{b}");
+    }
     // Each bar carries the machine's load, whether the stopping rule held, the median read
     // of both sides and the share of spins that slept (none for sync, which never spins).
     for b in &bars {
@@ -133,8 +190,34 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
         assert!(readers.iter().any(|r| r["reader"] == "dd" && r["strategy"] == "smart"), "{text}");
     }
     assert_eq!(of("acs_host").len(), 1);
+    // Every device created is recorded; the loop device's scheduler, switched every turn,
+    // was read back as it was before the study (bfq's idling included), before removal.
+    let devices = of("acs_device");
+    assert_eq!(devices.len(), if zram { 2 } else { 1 }, "{text}");
+    for d in &devices {
+        if d["device"] == "loop" {
+            assert_eq!((d["has_scheduler"].as_bool(), d["restored"].as_bool()), (Some(true), Some(true)), "{d}");
+            assert_eq!(d["scheduler_after"], d["scheduler_before"], "{d}");
+            assert!(d["scheduler_before"]["scheduler"].is_string(), "{d}");
+            assert_eq!(d["schedulers"], serde_json::json!(["none", "bfq"]), "{d}");
+        } else {
+            assert_eq!(d["device"], "zram");
+            assert_eq!((d["has_scheduler"].as_bool(), d["restored"].is_null()), (Some(false), true), "{d}");
+            assert!(d["scheduler_before"].is_null() && d["scheduler_after"].is_null(), "{d}");
+        }
+        // Gone now: the loop node no longer over our file (a zram node's number may be
+        // reused at once by another run; the device records below cover zram).
+        let node = d["node"].as_str().unwrap();
+        let sys = Path::new("/sys/block").join(Path::new(node).file_name().unwrap());
+        if d["device"] == "loop" {
+            let back = std::fs::read_to_string(sys.join("loop/backing_file")).unwrap_or_default();
+            assert!(!back.contains(&format!("smartcon-loop-{pid}-")), "{node} still over {back}");
+        }
+    }
+    assert!(stdout.contains("scheduler before") && !stdout.contains("NOT restored"), "{stdout}");
     let summary = std::fs::read_to_string(report.join("summary.md")).unwrap();
     assert!(summary.contains("## Fig. 1") && summary.contains("reader pinned to CPU 0"), "{summary}");
+    assert!(summary.contains("## Devices created (and removed)"), "{summary}");
     // Nothing left: no record, no mount, no loop device over our files.
     let records = std::fs::read_dir(dir.join("devices")).map(|d| d.count()).unwrap_or(0);
     assert_eq!(records, 0, "device records left");

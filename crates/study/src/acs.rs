@@ -62,6 +62,9 @@ pub const ROUNDS_PAPER: u32 = 1000;
 pub const CPU_WORKERS_PAPER: u32 = 9;
 /// Schedulers in the order of the report; the first is the baseline ("noop").
 pub const SCHEDULERS: [&str; 4] = ["none", "bfq", "mq-deadline", "kyber"];
+/// The scheduler zram's records carry: it has none (a bio-based device, no
+/// `queue/scheduler` file: its bios go straight to the driver).
+pub const NO_SCHEDULER: &str = "no-scheduler";
 /// bfq's idling, milliseconds, where the kernel's default is off for the device.
 pub const BFQ_SLICE_IDLE_MS: u32 = 8;
 /// The most pieces a repetition may be cut into.
@@ -159,7 +162,9 @@ impl AcsPlan {
     pub fn preset(p: AcsPreset) -> AcsPlan {
         let (file_bytes, rounds_min, rounds_max, budget_s, pieces, reader_rounds, probe_ms) = match p {
             AcsPreset::Tiny => (2 << 20, 2, 2, 5, 2, 2, 0),
-            AcsPreset::Quick => (2 << 20, 3, 5, 20, 4, 3, 40),
+            // Up to 40 rounds in 15 s a group: on an idle host the loop groups' 5 rounds took
+            // 3 s and settled none; 8 groups of 15 s plus a round each stay within 5 minutes.
+            AcsPreset::Quick => (2 << 20, 3, 40, 15, 4, 3, 40),
             AcsPreset::Default => (FILE_BYTES_PAPER, 10, 60, 150, 16, 5, 100),
             AcsPreset::Full => (FILE_BYTES_PAPER, ROUNDS_PAPER, ROUNDS_PAPER, u64::MAX / 2_000_000_000, 1, 10, 150),
         };
@@ -318,10 +323,35 @@ pub struct AcsReader {
     pub rounds: usize,
 }
 
+/// One `acs_device` record: a device the study created, the schedulers it ran under, and
+/// what the device's scheduler was before the study and after it put it back (read back
+/// before the device is removed).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AcsDevice {
+    #[serde(rename = "type")]
+    pub record_type: &'static str,
+    /// `loop` or `zram`.
+    pub device: &'static str,
+    /// `/dev/loopN`, `/dev/zramN`.
+    pub node: String,
+    /// Whether the device has an I/O scheduler at all (zram: no).
+    pub has_scheduler: bool,
+    /// The schedulers the device ran under, in order; zram: [`NO_SCHEDULER`].
+    pub schedulers: Vec<String>,
+    /// The scheduler (and bfq's `slice_idle`, where bfq was the scheduler) before the first
+    /// turn and after the study restored it; `None` without a scheduler.
+    pub scheduler_before: Option<SchedulerState>,
+    pub scheduler_after: Option<SchedulerState>,
+    /// Whether `scheduler_after` is `scheduler_before`; `None` without a scheduler.
+    pub restored: Option<bool>,
+}
+
 /// Everything the study measured.
 #[derive(Debug, Clone, Default)]
 pub struct AcsOutcome {
     pub results: Vec<AcsResult>,
+    /// One per device created.
+    pub devices: Vec<AcsDevice>,
     pub bars: Vec<AcsBar>,
     pub readers: Vec<AcsReader>,
     /// What was skipped and why, and what was set (bfq's idling).
@@ -517,24 +547,69 @@ pub fn settled(series: &[Series]) -> bool {
 pub struct SchedulerGuard {
     queue: PathBuf,
     original: String,
-    /// bfq's slice_idle before we set it, if we did.
+    /// What [`SchedulerGuard::state`] read when the guard was made.
+    before: SchedulerState,
+    /// The scheduler this guard set last (a write of the same one is skipped: each write
+    /// freezes the queue, 25-40 ms here).
+    current: Option<String>,
+    /// bfq's slice_idle to put back: before we set it, or bfq's own when it was the scheduler.
     slice_idle: Option<String>,
 }
 
-/// The scheduler in brackets of a `queue/scheduler` file ("none [mq-deadline] kyber bfq").
+/// The scheduler in brackets of a `queue/scheduler` file ("none [mq-deadline] kyber bfq"),
+/// or its only word (what a write left in a plain file standing in for sysfs).
 pub fn current_scheduler(text: &str) -> Option<&str> {
-    text.split_whitespace().find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
+    let mut words = text.split_whitespace();
+    let bracketed = text.split_whitespace().find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')));
+    match (words.next(), words.next()) {
+        (Some(only), None) if bracketed.is_none() => Some(only),
+        _ => bracketed,
+    }
+}
+
+/// A queue's scheduler and, when it is bfq, its `slice_idle`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SchedulerState {
+    pub scheduler: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slice_idle: Option<String>,
 }
 
 impl SchedulerGuard {
     /// The guard of `device` (`/dev/loopN`): remembers its scheduler.
     pub fn of(device: &Path) -> Result<SchedulerGuard, Error> {
         let name = device.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-        let queue = Path::new("/sys/block").join(name).join("queue");
-        let text = std::fs::read_to_string(queue.join("scheduler"))
-            .map_err(|e| Error::io(ErrorKind::Setup, &queue.join("scheduler"), e))?;
-        let original = current_scheduler(&text).unwrap_or("none").to_string();
-        Ok(SchedulerGuard { queue, original, slice_idle: None })
+        SchedulerGuard::at(Path::new("/sys/block").join(name).join("queue"))
+    }
+
+    /// The guard of a queue directory (`/sys/block/NAME/queue`).
+    pub fn at(queue: PathBuf) -> Result<SchedulerGuard, Error> {
+        let before = SchedulerGuard::state(&queue)?;
+        // bfq's tunables die with it when another scheduler is set: its idling is put back
+        // by value.
+        let slice_idle = before.slice_idle.clone();
+        Ok(SchedulerGuard { queue, original: before.scheduler.clone(), before, slice_idle, current: None })
+    }
+
+    /// The queue's scheduler now, and bfq's `slice_idle` when bfq is the scheduler.
+    pub fn state(queue: &Path) -> Result<SchedulerState, Error> {
+        let path = queue.join("scheduler");
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(ErrorKind::Setup, &path, e))?;
+        let scheduler = current_scheduler(&text).unwrap_or("none").to_string();
+        let slice_idle = (scheduler == "bfq")
+            .then(|| std::fs::read_to_string(queue.join("iosched/slice_idle")).ok())
+            .flatten()
+            .map(|t| t.trim().to_string());
+        Ok(SchedulerState { scheduler, slice_idle })
+    }
+
+    /// Puts the scheduler back (what dropping the guard does) and reads it back: the state
+    /// before the guard's first change and after the restoring.
+    pub fn restore(self) -> (SchedulerState, Result<SchedulerState, Error>) {
+        let queue = self.queue.clone();
+        let before = self.before.clone();
+        drop(self);
+        (before, SchedulerGuard::state(&queue))
     }
 
     /// The schedulers the kernel offers for the device.
@@ -548,8 +623,12 @@ impl SchedulerGuard {
 
     /// Sets `sched`; for bfq, idling on. Returns what was set (for the notes).
     pub fn set(&mut self, sched: &str) -> Result<Option<String>, Error> {
+        if self.current.as_deref() == Some(sched) {
+            return Ok(None);
+        }
         let path = self.queue.join("scheduler");
         std::fs::write(&path, sched).map_err(|e| Error::io(ErrorKind::Setup, &path, e))?;
+        self.current = Some(sched.to_string());
         if sched != "bfq" {
             return Ok(None);
         }
@@ -723,7 +802,7 @@ pub fn run(
                 }
                 ok
             }
-            None => vec!["none".to_string()],
+            None => vec![NO_SCHEDULER.to_string()],
         };
         for &workers in &loads {
             let load = if workers > 0 && !stopped(stop) {
@@ -742,7 +821,7 @@ pub fn run(
                 progress(Event::Starting(&format!("{name} {} cpu_workers={workers}", pattern.name())));
                 let load_before = load_avg_1min();
                 let group_started = now_ns();
-                let series = run_group(
+                let (series, times) = run_group(
                     plan,
                     t.as_ref(),
                     &profile,
@@ -755,6 +834,15 @@ pub fn run(
                     &mut out.notes,
                 )?;
                 let (results, mut bars) = conclude(name, pattern, workers, &series);
+                out.notes.push(format!(
+                    "{name} {} cpu_workers={workers}: {:.1} s, of which reads {:.1} s and {} scheduler switches {:.1} s (longest {:.3} s)",
+                    pattern.name(),
+                    (now_ns() - group_started) as f64 / 1e9,
+                    times.reads_ns as f64 / 1e9,
+                    times.switches,
+                    times.switch_ns as f64 / 1e9,
+                    times.switch_max_ns as f64 / 1e9
+                ));
                 let load_after = load_avg_1min();
                 for b in bars.iter_mut() {
                     b.load_avg = [load_before, load_after];
@@ -800,7 +888,39 @@ pub fn run(
                 None => out.notes.push("unmodified readers skipped: no smartcon binary given".into()),
             }
         }
-        drop(guard);
+        // The scheduler put back and read back while the device still exists.
+        let restored = guard.take().map(SchedulerGuard::restore);
+        let (before, after) = match restored {
+            Some((before, Ok(after))) => (Some(before), Some(after)),
+            Some((before, Err(e))) => {
+                out.notes.push(format!("{name}: the scheduler could not be read back: {}", e.message));
+                (Some(before), None)
+            }
+            None => (None, None),
+        };
+        let device = AcsDevice {
+            record_type: "acs_device",
+            device: name,
+            node: fs.device_path().display().to_string(),
+            has_scheduler: kind == FsDeviceKind::Loop,
+            schedulers: scheds.clone(),
+            restored: before.as_ref().map(|b| Some(b) == after.as_ref()),
+            scheduler_before: before,
+            scheduler_after: after,
+        };
+        if device.restored == Some(false) {
+            out.notes.push(format!(
+                "{name}: the scheduler was not restored: {:?} before, {:?} after",
+                device.scheduler_before, device.scheduler_after
+            ));
+        }
+        if kind == FsDeviceKind::Zram {
+            out.notes.push(format!(
+                "zram has no I/O scheduler (a bio-based device: no queue/scheduler file); its records say {NO_SCHEDULER}"
+            ));
+        }
+        on_record(&device)?;
+        out.devices.push(device);
         drop(t);
         drop(fs);
     }
@@ -827,8 +947,9 @@ fn run_group(
     load: Option<&CpuLoad>,
     stop: &AtomicBool,
     notes: &mut Vec<String>,
-) -> Result<Vec<Series>, Error> {
+) -> Result<(Vec<Series>, GroupTimes), Error> {
     let blocks = plan.file_bytes / BLOCK_BYTES;
+    let mut times = GroupTimes::default();
     let mut series: Vec<Series> = scheds
         .iter()
         .flat_map(|sc| {
@@ -867,6 +988,7 @@ fn run_group(
                 }
                 let started = now_ns();
                 let k = plan.pieces.max(1);
+                let mut last_set: Option<usize> = None;
                 for round in 0..plan.rounds_max as usize {
                     // Piece p of every (scheduler, strategy) before piece p + 1 of any: each
                     // reads the whole file once a round, and pieces of one step are paired.
@@ -874,7 +996,14 @@ fn run_group(
                         let step = round * k as usize + p as usize;
                         for si in turn_order(scheds.len(), step) {
                             if let Some(g) = guard.as_mut() {
-                                if let Some(n) = g.set(&scheds[si])? {
+                                times.switches += u64::from(last_set != Some(si));
+                                last_set = Some(si);
+                                let t0 = now_ns();
+                                let set = g.set(&scheds[si])?;
+                                let took = now_ns() - t0;
+                                times.switch_ns += took;
+                                times.switch_max_ns = times.switch_max_ns.max(took);
+                                if let Some(n) = set {
                                     if !notes.contains(&n) {
                                         notes.push(n);
                                     }
@@ -886,6 +1015,7 @@ fn run_group(
                                 }
                                 let order = piece_range(p, k, blocks);
                                 let turn = piece(&mut ports[s], buf.as_mut_slice(), pattern, blocks, order, load)?;
+                                times.reads_ns += turn.time_ns;
                                 series[si * plan.strategies.len() + s].turns.push(turn);
                             }
                         }
@@ -907,7 +1037,18 @@ fn run_group(
     for s in series.iter_mut() {
         s.turns.truncate(done);
     }
-    Ok(series)
+    Ok((series, times))
+}
+
+/// Where a group's time went besides its reads: the scheduler switches (each one freezes
+/// the loop device's queue).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GroupTimes {
+    /// The pieces' read time, summed.
+    pub reads_ns: u64,
+    pub switches: u64,
+    pub switch_ns: u64,
+    pub switch_max_ns: u64,
 }
 
 /// The unmodified readers: `dd iflag=direct` (sequential) and fio replaying the random
@@ -1227,6 +1368,44 @@ mod tests {
         assert_eq!(fio_read_ns("{\"jobs\":[{\"read\":{\"total_ios\":0,\"lat_ns\":{\"mean\":1.0}}}]}"), None);
         assert_eq!(current_scheduler("none [mq-deadline] kyber bfq\n"), Some("mq-deadline"));
         assert_eq!(current_scheduler("[none] \n"), Some("none"));
+        assert_eq!(current_scheduler("kyber\n"), Some("kyber"));
+        assert_eq!(current_scheduler("none kyber\n"), None);
+    }
+
+    #[test]
+    fn the_scheduler_and_bfqs_idling_are_put_back_and_read_back() {
+        // A plain directory standing in for /sys/block/loopN/queue: a write replaces the
+        // file's text, as a sysfs write replaces the scheduler.
+        let dir = tempfile::tempdir().unwrap();
+        let q = dir.path();
+        std::fs::create_dir(q.join("iosched")).unwrap();
+        std::fs::write(q.join("scheduler"), "none [mq-deadline] kyber bfq\n").unwrap();
+        std::fs::write(q.join("iosched/slice_idle"), "0\n").unwrap();
+        let mut g = SchedulerGuard::at(q.to_path_buf()).unwrap();
+        assert_eq!(g.set("bfq").unwrap().as_deref(), Some("bfq slice_idle set to 8 ms (was 0)"));
+        assert_eq!(std::fs::read_to_string(q.join("iosched/slice_idle")).unwrap(), "8");
+        assert_eq!(
+            SchedulerGuard::state(q).unwrap(),
+            SchedulerState { scheduler: "bfq".into(), slice_idle: Some("8".into()) }
+        );
+        // bfq again keeps the first value to restore, not our 8.
+        g.set("bfq").unwrap();
+        assert_eq!(g.set("kyber").unwrap(), None);
+        let (before, after) = g.restore();
+        assert_eq!(before, SchedulerState { scheduler: "mq-deadline".into(), slice_idle: None });
+        assert_eq!(after.unwrap(), before);
+        assert_eq!(std::fs::read_to_string(q.join("iosched/slice_idle")).unwrap(), "0");
+        // bfq before, with idling off: put back with idling off.
+        std::fs::write(q.join("scheduler"), "none mq-deadline kyber [bfq]\n").unwrap();
+        let mut g = SchedulerGuard::at(q.to_path_buf()).unwrap();
+        g.set("none").unwrap();
+        g.set("bfq").unwrap();
+        g.set("none").unwrap();
+        let (before, after) = g.restore();
+        assert_eq!(before, SchedulerState { scheduler: "bfq".into(), slice_idle: Some("0".into()) });
+        assert_eq!(after.unwrap(), before);
+        // A queue without a scheduler file (zram's): no guard.
+        assert_eq!(SchedulerGuard::at(q.join("iosched")).err().map(|e| e.kind), Some(ErrorKind::Setup));
     }
 
     #[test]

@@ -155,12 +155,37 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
             b.load_avg[1]
         );
     }
+    for d in &outcome.devices {
+        println!(
+            "{} {}: schedulers {}; {} (removed)",
+            d.device,
+            d.node,
+            d.schedulers.join(", "),
+            match d.restored {
+                None => "no I/O scheduler (bio-based)".to_string(),
+                Some(r) => format!(
+                    "scheduler before {}, after {}{}",
+                    state_text(d.scheduler_before.as_ref()),
+                    state_text(d.scheduler_after.as_ref()),
+                    if r { "" } else { " (NOT restored)" }
+                ),
+            }
+        );
+    }
     println!("{host}");
     println!("report: {} (results.jsonl, summary.md) in {secs:.0} s", args.out.display());
     if interrupted() {
         println!("(interrupted: the report holds the groups measured so far)");
     }
     Ok(())
+}
+
+/// "bfq (slice_idle 8)", "none", "-".
+fn state_text(s: Option<&acs::SchedulerState>) -> String {
+    s.map_or("-".into(), |s| match &s.slice_idle {
+        Some(i) => format!("{} (slice_idle {i})", s.scheduler),
+        None => s.scheduler.clone(),
+    })
 }
 
 fn host_line(wait: Option<&HostWaitCost>, wakeup: Option<&(f64, String)>) -> String {
@@ -192,6 +217,20 @@ fn summary_md(plan: &AcsPlan, o: &AcsOutcome, host: &str, secs: f64) -> String {
     );
     for n in &o.notes {
         s += &format!("- {n}\n");
+    }
+    if !o.devices.is_empty() {
+        s += "\n## Devices created (and removed)\n\n| device | node | schedulers run | before | after | restored |\n|---|---|---|---|---|---|\n";
+        for d in &o.devices {
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} |\n",
+                d.device,
+                d.node,
+                d.schedulers.join(", "),
+                state_text(d.scheduler_before.as_ref()),
+                state_text(d.scheduler_after.as_ref()),
+                d.restored.map_or("- (no scheduler)".to_string(), |r| r.to_string())
+            );
+        }
     }
     s += "\n## Fig. 1: adaptive (smart; spin, sync beside it) under none against original (block)\n\n";
     s += "Time saved per repetition, geometric mean of the per-piece ratios (per-round with one piece), 90% interval; `pairs`: the paired pieces; \
