@@ -452,8 +452,8 @@ def sweep(args):
     names = {p["index"]: p["name"] for p in plan}
     # SPREAD: the first points go one to each node. Under the default (hybrid) policy a
     # point may queue at the busy head while the other node's freed CPU is not yet in the
-    # head's view; with only as many points pending as CPUs, a CI run once saw all 8 points
-    # of a sweep run on the head and none on the second node.
+    # head's view; with only as many points pending as CPUs, a CI run once saw no point of
+    # an 8-point sweep start on the second node in 120 s.
     task = run_point.options(max_retries=args.retries, retry_exceptions=False, scheduling_strategy="SPREAD")
     _submitting()
     # No more tasks pending than the cluster has CPUs: each point goes to whichever node
