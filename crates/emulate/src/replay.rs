@@ -295,6 +295,35 @@ pub fn replay_reader_inline<R: BufRead>(
     run_chunks(spec, src, faults, hooks, false)
 }
 
+/// An in-memory trace replayed as a streamed one is, a chunk of [`BATCH_IOS`] at a time
+/// (the bench's replay without parsing; `ios` in time order).
+pub fn replay_parsed(spec: &EmuSpec, ios: &[TraceIo], faults: &FaultPlan, hooks: Hooks) -> Result<VirtualRun, Error> {
+    if let Some(w) = ios.windows(2).find(|w| w[1].arrival_ns < w[0].arrival_ns) {
+        return Err(usage(format!(
+            "arrivals out of order: {} ns after {} ns (sort the trace)",
+            w[1].arrival_ns, w[0].arrival_ns
+        )));
+    }
+    let src = Chunks::new(SliceChunks { ios, size: BATCH_IOS }, Vec::new());
+    run_chunks(spec, src, faults, hooks, false)
+}
+
+/// A trace in memory handed out in chunks of `size` I/Os, as a reader would.
+struct SliceChunks<'a> {
+    ios: &'a [TraceIo],
+    size: usize,
+}
+
+impl ChunkSource for SliceChunks<'_> {
+    fn next_chunk(&mut self, ios: &mut Vec<TraceIo>) -> Result<(), Error> {
+        let n = self.size.min(self.ios.len());
+        ios.clear();
+        ios.extend_from_slice(&self.ios[..n]);
+        self.ios = &self.ios[n..];
+        Ok(())
+    }
+}
+
 /// CPU time of the calling thread.
 pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -1241,22 +1270,6 @@ mod tests {
         }
     }
 
-    /// A trace in memory handed out in chunks of `size` I/Os, as a reader would.
-    struct VecChunks<'a> {
-        ios: &'a [TraceIo],
-        size: usize,
-    }
-
-    impl ChunkSource for VecChunks<'_> {
-        fn next_chunk(&mut self, ios: &mut Vec<TraceIo>) -> Result<(), Error> {
-            let n = self.size.min(self.ios.len());
-            ios.clear();
-            ios.extend_from_slice(&self.ios[..n]);
-            self.ios = &self.ios[n..];
-            Ok(())
-        }
-    }
-
     #[test]
     fn the_chunk_path_replays_as_the_per_request_loop() {
         // Open-loop traces from idle (one request at a time) to far beyond the device (deep
@@ -1280,14 +1293,14 @@ mod tests {
                 for faults in [FaultPlan::default(), plan.clone()] {
                     for size in [1, 7, 8192] {
                         let [per_request, chunked] = [true, false].map(|per_request| {
-                            let src = Chunks::new(VecChunks { ios: &trace, size }, Vec::new());
+                            let src = Chunks::new(SliceChunks { ios: &trace, size }, Vec::new());
                             let run = run_chunks(&spec, src, &faults, Hooks::default(), per_request).unwrap();
                             VirtualRun { wall_ns: 0, cpu_ns: 0, ..run }
                         });
                         assert_eq!(per_request, chunked, "{device} gaps x {num}/{den} chunks of {size}");
                         assert_eq!(faults.is_empty(), chunked.errors == [0, 0], "{device}");
                     }
-                    let src = Chunks::new(VecChunks { ios: &trace, size: 8192 }, Vec::new());
+                    let src = Chunks::new(SliceChunks { ios: &trace, size: 8192 }, Vec::new());
                     depths.push(run_chunks(&spec, src, &faults, Hooks::default(), false).unwrap().outstanding_max);
                 }
             }
