@@ -1304,6 +1304,23 @@ mod tests {
                     depths.push(run_chunks(&spec, src, &faults, Hooks::default(), false).unwrap().outstanding_max);
                 }
             }
+            // Completions at an arrival's instant: groups of `channels` 4 KiB reads, one group
+            // each service time, so each group completes as the next arrives (retired first).
+            let one = TraceIo { arrival_ns: 0, op: Op::Read, offset: 0, bytes: 4096, stream: 0 };
+            let (_, r) = run_virtual_records(&spec, &Workload::Trace(vec![one]), true, &FaultPlan::default()).unwrap();
+            let (service, n) = (r[0].complete_ns, u64::from(spec.model.channels));
+            let ties: Vec<TraceIo> = (0..6_000u64)
+                .map(|i| TraceIo { arrival_ns: i / n * service, offset: i * 4096 % (1 << 28), ..one })
+                .collect();
+            let [per_request, chunked] = [true, false].map(|per_request| {
+                let src = Chunks::new(SliceChunks { ios: &ties, size: 7 }, Vec::new());
+                let run = run_chunks(&spec, src, &FaultPlan::default(), Hooks::default(), per_request).unwrap();
+                VirtualRun { wall_ns: 0, cpu_ns: 0, ..run }
+            });
+            assert_eq!(per_request, chunked, "{device}: ties");
+            if device == "emu:nvme" {
+                assert_eq!(chunked.outstanding_max, n, "{device}: a completion at an arrival's instant retires first");
+            }
             // The command's path (the reader thread, no observer) against the iterator's loop.
             let text: String = std::iter::once("fio version 3 iolog\n0 /dev/a add\n".to_string())
                 .chain(base.iter().map(|io| {
