@@ -591,6 +591,33 @@ impl VirtualFcfs {
     /// A request arrives (arrivals in time order).
     #[inline(always)]
     pub fn submit(&mut self, req: Request) -> Result<(), TimeError> {
+        let placed = self.place(&req)?;
+        let queue = &mut self.waiting[placed.channel];
+        if queue.is_empty() {
+            self.first_done[placed.channel] = placed.complete_ns;
+            if (placed.complete_ns, placed.channel) < self.next {
+                self.next = (placed.complete_ns, placed.channel);
+            }
+        }
+        queue.push_back(Pending {
+            id: req.id,
+            arrival_ns: req.arrival_ns,
+            start_ns: placed.start_ns,
+            complete_ns: placed.complete_ns,
+            bytes: req.bytes,
+            op: req.op,
+            pattern: placed.pattern,
+            error: placed.error,
+        });
+        Ok(())
+    }
+
+    /// A request arrives (arrivals in time order) and is placed as [`VirtualFcfs::submit`]
+    /// places it (the same channel, start, completion and error), but not kept: for a driver
+    /// that accounts the completion itself, from the returned instants. Such a driver uses
+    /// `place` only, never [`VirtualFcfs::submit`] (its completions would never be taken).
+    #[inline(always)]
+    pub fn place(&mut self, req: &Request) -> Result<Placed, TimeError> {
         let arrival = req.arrival_ns;
         if arrival < self.now_ns {
             return Err(TimeError::ArrivalInPast { arrival_ns: arrival, now_ns: self.now_ns });
@@ -608,7 +635,7 @@ impl VirtualFcfs {
                 (start_ns, channel) = (k, i);
             }
         }
-        let service = self.memo.service_ns(&self.spec, &req, pattern, &mut self.heads[channel], start_ns);
+        let service = self.memo.service_ns(&self.spec, req, pattern, &mut self.heads[channel], start_ns);
         let (complete_ns, error) = if self.faults.is_empty() {
             (start_ns + service, false)
         } else {
@@ -618,25 +645,25 @@ impl VirtualFcfs {
             )
         };
         self.free_at[channel] = complete_ns;
-        let queue = &mut self.waiting[channel];
-        if queue.is_empty() {
-            self.first_done[channel] = complete_ns;
-            if (complete_ns, channel) < self.next {
-                self.next = (complete_ns, channel);
-            }
-        }
-        queue.push_back(Pending {
-            id: req.id,
-            arrival_ns: arrival,
-            start_ns,
-            complete_ns,
-            bytes: req.bytes,
-            op: req.op,
-            pattern,
-            error,
-        });
-        Ok(())
+        Ok(Placed { channel, pattern, start_ns, complete_ns, error })
     }
+
+    /// The number of channels.
+    pub fn channels(&self) -> usize {
+        self.free_at.len()
+    }
+}
+
+/// Where and when a request runs, fixed at its arrival ([`VirtualFcfs::place`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    pub channel: usize,
+    pub pattern: Pattern,
+    pub start_ns: u64,
+    /// The instant it completes (after the fault plan's spikes and stalls).
+    pub complete_ns: u64,
+    /// The fault plan fails it (it still takes its time on the channel).
+    pub error: bool,
 }
 
 /// The real-time form for FCFS: each request takes the channel that frees first (ties to

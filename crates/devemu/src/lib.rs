@@ -20,7 +20,7 @@ pub mod store;
 pub mod table;
 
 pub use device::{
-    simulate_batch, simulate_batch_with_faults, Completion, Device, Discipline, FcfsDevice, Request, TimeError,
+    simulate_batch, simulate_batch_with_faults, Completion, Device, Discipline, FcfsDevice, Placed, Request, TimeError,
     VirtualFcfs,
 };
 pub use fault::FaultPlan;

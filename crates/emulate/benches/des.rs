@@ -9,7 +9,10 @@
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use smartcon_devemu::{parse_spec, FaultPlan, Op};
-use smartcon_emulate::replay::{replay_reader, run_virtual, thread_cpu_ns, ClosedLoop, Hooks, Workload, BATCH_IOS};
+use smartcon_emulate::replay::{
+    replay_parsed, replay_reader, replay_reader_inline, run_virtual, thread_cpu_ns, ClosedLoop, Hooks, Workload,
+    BATCH_IOS,
+};
 
 /// Criterion's measurement as CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), in ns.
 struct CpuTime;
@@ -120,9 +123,17 @@ fn des(c: &mut Criterion<CpuTime>) {
             })
         });
     }
+    // Streamed on one thread (parse and replay; the rows above count the replay thread's CPU
+    // only, the reader thread's is not this thread's).
+    let text = trace(TraceFormat::FioV3, ios);
+    group.bench_function("emu:nvme streamed fio-iolog-v3 one thread", |b| {
+        b.iter(|| {
+            let mut reader = TraceReader::new(&text[..], TraceOptions::default()).unwrap();
+            replay_reader_inline(&spec, &mut reader, &FaultPlan::default(), Hooks::default()).unwrap().ios
+        })
+    });
     // The two halves of the streamed replay apart: parsing alone (in batches, as the replay
     // takes them), and the replay of the same I/Os already parsed (in memory).
-    let text = trace(TraceFormat::FioV3, ios);
     group.bench_function("fio iolog v3 parse only", |b| {
         b.iter(|| {
             let mut reader = TraceReader::new(&text[..], TraceOptions::default()).unwrap();
@@ -141,6 +152,11 @@ fn des(c: &mut Criterion<CpuTime>) {
     );
     group.bench_function("emu:nvme fio iolog v3 pre-parsed", |b| {
         b.iter(|| run_virtual(&spec, &parsed, false).unwrap().ios)
+    });
+    // The same I/Os in chunks, placed a chunk at a time (the streamed replay's model step).
+    let Workload::Trace(ref slice) = parsed else { unreachable!() };
+    group.bench_function("emu:nvme fio iolog v3 pre-parsed chunks", |b| {
+        b.iter(|| replay_parsed(&spec, slice, &FaultPlan::default(), Hooks::default()).unwrap().ios)
     });
     group.finish();
 }

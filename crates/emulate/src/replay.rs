@@ -255,7 +255,7 @@ pub fn replay_reader<R: BufRead + Send>(
             thread_cpu_ns() - cpu0
         });
         let src = Chunks::new(Piped { rx, back: back_tx }, Vec::new());
-        let run = run_loop(spec, src, faults, hooks);
+        let run = run_chunks(spec, src, faults, hooks, false);
         let parser_cpu_ns = parser.join().expect("the trace parser thread panicked");
         run.map(|r| VirtualRun { cpu_ns: r.cpu_ns + parser_cpu_ns, ..r })
     })
@@ -292,7 +292,36 @@ pub fn replay_reader_inline<R: BufRead>(
     hooks: Hooks,
 ) -> Result<VirtualRun, Error> {
     let src = Chunks::new(reader, Vec::with_capacity(INLINE_BATCH_IOS));
-    run_loop(spec, src, faults, hooks)
+    run_chunks(spec, src, faults, hooks, false)
+}
+
+/// An in-memory trace replayed as a streamed one is, a chunk of [`BATCH_IOS`] at a time
+/// (the bench's replay without parsing; `ios` in time order).
+pub fn replay_parsed(spec: &EmuSpec, ios: &[TraceIo], faults: &FaultPlan, hooks: Hooks) -> Result<VirtualRun, Error> {
+    if let Some(w) = ios.windows(2).find(|w| w[1].arrival_ns < w[0].arrival_ns) {
+        return Err(usage(format!(
+            "arrivals out of order: {} ns after {} ns (sort the trace)",
+            w[1].arrival_ns, w[0].arrival_ns
+        )));
+    }
+    let src = Chunks::new(SliceChunks { ios, size: BATCH_IOS }, Vec::new());
+    run_chunks(spec, src, faults, hooks, false)
+}
+
+/// A trace in memory handed out in chunks of `size` I/Os, as a reader would.
+struct SliceChunks<'a> {
+    ios: &'a [TraceIo],
+    size: usize,
+}
+
+impl ChunkSource for SliceChunks<'_> {
+    fn next_chunk(&mut self, ios: &mut Vec<TraceIo>) -> Result<(), Error> {
+        let n = self.size.min(self.ios.len());
+        ios.clear();
+        ios.extend_from_slice(&self.ios[..n]);
+        self.ios = &self.ios[n..];
+        Ok(())
+    }
 }
 
 /// CPU time of the calling thread.
@@ -527,6 +556,118 @@ fn run_loop_on<A: Arrivals>(
     }
 }
 
+/// What a replay adds up as its I/Os complete (or, in [`drive_chunks`], as they are placed:
+/// every sum, count and histogram below is the same in any order).
+struct Totals {
+    errors: [u64; 2],
+    lat: [LatencyHist; 2],
+    /// The latest latency of each op and how many times in a row it came: recorded at once
+    /// when another comes (a closed loop on a fixed-time model repeats one latency).
+    run: [(u64, u64); 2],
+    busy_ns: u128,
+    bytes: u64,
+    bytes_max: u64,
+    last_complete_ns: u64,
+    outstanding: u64,
+    outstanding_max: u64,
+    issued: u64,
+}
+
+impl Totals {
+    fn new() -> Totals {
+        Totals {
+            errors: [0; 2],
+            lat: [LatencyHist::new(), LatencyHist::new()],
+            run: [(0, 0); 2],
+            busy_ns: 0,
+            bytes: 0,
+            bytes_max: 0,
+            last_complete_ns: 0,
+            outstanding: 0,
+            outstanding_max: 0,
+            issued: 0,
+        }
+    }
+
+    /// One I/O's outcome (not its count in `outstanding`).
+    #[inline(always)]
+    fn done(&mut self, op: Op, bytes: u64, arrival_ns: u64, start_ns: u64, complete_ns: u64, error: bool) {
+        let w = (op == Op::Write) as usize;
+        self.errors[w] += u64::from(error);
+        let ns = complete_ns - arrival_ns;
+        let run = &mut self.run[w];
+        if run.0 == ns {
+            run.1 += 1;
+        } else {
+            if run.1 > 0 {
+                self.lat[w].record_n(run.0, run.1);
+            }
+            *run = (ns, 1);
+        }
+        self.busy_ns += (complete_ns - start_ns) as u128;
+        self.bytes += bytes;
+        self.last_complete_ns = self.last_complete_ns.max(complete_ns);
+    }
+
+    /// An I/O was issued.
+    #[inline(always)]
+    fn issued(&mut self, bytes: u64, hooks: &mut Hooks) {
+        self.bytes_max = self.bytes_max.max(bytes);
+        self.issued += 1;
+        self.outstanding += 1;
+        self.outstanding_max = self.outstanding_max.max(self.outstanding);
+        if self.issued.is_multiple_of(PROGRESS_EVERY) {
+            if let Some(p) = hooks.progress.as_mut() {
+                p(self.issued);
+            }
+        }
+    }
+
+    fn into_run(
+        mut self,
+        spec: &EmuSpec,
+        first_arrival_ns: u64,
+        rollbacks: u64,
+        wall: Instant,
+        cpu_start_ns: u64,
+    ) -> Result<VirtualRun, Error> {
+        if self.issued == 0 {
+            return Err(usage("nothing to replay: no reads or writes"));
+        }
+        for (hist, &(ns, n)) in self.lat.iter_mut().zip(&self.run) {
+            if n > 0 {
+                hist.record_n(ns, n);
+            }
+        }
+        let sim_ns = self.last_complete_ns.saturating_sub(first_arrival_ns);
+        let [reads, writes] = self.lat;
+        let mut all = reads.clone();
+        all.add(&writes);
+        let channels = u128::from(spec.model.channels);
+        Ok(VirtualRun {
+            device: spec.label.clone(),
+            ios: self.issued,
+            all: all.summary(),
+            by_op: PerOp { read: reads.summary(), write: writes.summary() },
+            sim_ns,
+            wall_ns: wall.elapsed().as_nanos() as u64,
+            cpu_ns: thread_cpu_ns().saturating_sub(cpu_start_ns),
+            bytes: self.bytes,
+            bytes_max: self.bytes_max,
+            device_utilization: if sim_ns == 0 {
+                0.0
+            } else {
+                self.busy_ns as f64 / (channels * sim_ns as u128) as f64
+            },
+            rollbacks,
+            outstanding_max: self.outstanding_max,
+            errors: self.errors,
+        })
+    }
+}
+
+/// The per-request loop: each step takes the next completion or the next arrival, whichever
+/// comes first (a completion at an arrival's instant first).
 fn drive<A: Arrivals, M: Model>(
     spec: &EmuSpec,
     mut src: A,
@@ -535,18 +676,7 @@ fn drive<A: Arrivals, M: Model>(
     wall: Instant,
     cpu_start_ns: u64,
 ) -> Result<VirtualRun, Error> {
-    let mut errors = [0u64; 2];
-    let mut lat = [LatencyHist::new(), LatencyHist::new()];
-    // The latest latency of each op and how many times in a row it came: recorded at once
-    // when another comes (a closed loop on a fixed-time model repeats one latency).
-    let mut run: [(u64, u64); 2] = [(0, 0); 2];
-    let mut busy_ns: u128 = 0;
-    let mut bytes: u64 = 0;
-    let mut bytes_max: u64 = 0;
-    let mut last_complete_ns = 0;
-    let mut outstanding: u64 = 0;
-    let mut outstanding_max: u64 = 0;
-    let mut issued: u64 = 0;
+    let mut t = Totals::new();
     loop {
         let arrival = src.peek()?;
         // The arrival is known here, so compare it with the next completion without
@@ -561,21 +691,8 @@ fn drive<A: Arrivals, M: Model>(
         };
         if take {
             let done: Completion = dev.take_completion().expect("looked ahead");
-            outstanding -= 1;
-            let w = (done.op == Op::Write) as usize;
-            errors[w] += u64::from(done.error);
-            let ns = done.complete_ns - done.arrival_ns;
-            if run[w].0 == ns {
-                run[w].1 += 1;
-            } else {
-                if run[w].1 > 0 {
-                    lat[w].record_n(run[w].0, run[w].1);
-                }
-                run[w] = (ns, 1);
-            }
-            busy_ns += (done.complete_ns - done.start_ns) as u128;
-            bytes += done.bytes;
-            last_complete_ns = last_complete_ns.max(done.complete_ns);
+            t.outstanding -= 1;
+            t.done(done.op, done.bytes, done.arrival_ns, done.start_ns, done.complete_ns, done.error);
             if let Some(f) = hooks.on_complete.as_mut() {
                 f(&IoRecord {
                     id: done.id,
@@ -591,7 +708,7 @@ fn drive<A: Arrivals, M: Model>(
         } else {
             let io = src.take();
             let req = Request {
-                id: issued,
+                id: t.issued,
                 arrival_ns: io.arrival_ns,
                 op: io.op,
                 offset: io.offset,
@@ -600,45 +717,96 @@ fn drive<A: Arrivals, M: Model>(
                 stream: io.stream,
             };
             dev.submit(req).map_err(|e| usage(e.to_string()))?;
-            bytes_max = bytes_max.max(io.bytes);
-            issued += 1;
-            outstanding += 1;
-            outstanding_max = outstanding_max.max(outstanding);
-            if issued.is_multiple_of(PROGRESS_EVERY) {
-                if let Some(p) = hooks.progress.as_mut() {
-                    p(issued);
-                }
+            t.issued(io.bytes, &mut hooks);
+        }
+    }
+    t.into_run(spec, src.first_arrival_ns(), dev.rollbacks(), wall, cpu_start_ns)
+}
+
+/// A trace's chunks replayed: by [`drive_chunks`] where that gives the same run (FCFS, no
+/// observer of completions: the command's replay), else by the per-request loop.
+/// `per_request` asks for the loop (the tests hold the two equal).
+fn run_chunks<S: ChunkSource>(
+    spec: &EmuSpec,
+    src: Chunks<S>,
+    faults: &FaultPlan,
+    hooks: Hooks,
+    per_request: bool,
+) -> Result<VirtualRun, Error> {
+    if per_request || spec.discipline != Discipline::Fcfs || hooks.on_complete.is_some() {
+        return run_loop(spec, src, faults, hooks);
+    }
+    let faults = match &spec.faults {
+        Some(own) if faults.is_empty() => own,
+        _ => faults,
+    };
+    let wall = Instant::now();
+    let cpu_start_ns = thread_cpu_ns();
+    let dev = VirtualFcfs::with_faults(spec.clone(), faults.clone()).map_err(|e| usage(e.message))?;
+    drive_chunks(spec, src, dev, hooks, wall, cpu_start_ns)
+}
+
+/// The open loop on [`VirtualFcfs`] a chunk at a time: each arrival of the chunk is placed
+/// on its channel in one call ([`VirtualFcfs::place`]: channel, start and completion fixed
+/// at arrival) and its outcome added up at once, instead of a completion event taken later.
+/// Only the count of requests outstanding depends on when they complete: each channel
+/// keeps the completion instants still ahead (in order: a channel completes its requests
+/// in the order given), and an arrival first retires those at or before its instant, as
+/// the per-request loop takes a completion at an arrival's instant before the arrival.
+/// The run is the per-request loop's (`the_chunk_path_replays_as_the_per_request_loop`);
+/// there are no completion records, so it is for replays without an observer.
+fn drive_chunks<S: ChunkSource>(
+    spec: &EmuSpec,
+    mut src: Chunks<S>,
+    mut dev: VirtualFcfs,
+    mut hooks: Hooks,
+    wall: Instant,
+    cpu_start_ns: u64,
+) -> Result<VirtualRun, Error> {
+    let mut t = Totals::new();
+    let mut ahead: Vec<VecDeque<u64>> = vec![VecDeque::new(); dev.channels()];
+    // The earliest instant in `ahead` (u64::MAX: none).
+    let mut next_done = u64::MAX;
+    loop {
+        if src.at == src.ios.len() {
+            src.refill()?;
+            if src.ios.is_empty() {
+                break;
             }
         }
-    }
-    if issued == 0 {
-        return Err(usage("nothing to replay: no reads or writes"));
-    }
-    for (hist, &(ns, n)) in lat.iter_mut().zip(&run) {
-        if n > 0 {
-            hist.record_n(ns, n);
+        for io in &src.ios[src.at..] {
+            let arrival = io.arrival_ns;
+            if next_done <= arrival {
+                next_done = u64::MAX;
+                for queue in ahead.iter_mut() {
+                    while let Some(&c) = queue.front() {
+                        if c > arrival {
+                            next_done = next_done.min(c);
+                            break;
+                        }
+                        queue.pop_front();
+                        t.outstanding -= 1;
+                    }
+                }
+            }
+            let req = Request {
+                id: t.issued,
+                arrival_ns: arrival,
+                op: io.op,
+                offset: io.offset,
+                bytes: io.bytes,
+                priority: 0,
+                stream: io.stream,
+            };
+            let p = dev.place(&req).map_err(|e| usage(e.to_string()))?;
+            t.done(io.op, io.bytes, arrival, p.start_ns, p.complete_ns, p.error);
+            ahead[p.channel].push_back(p.complete_ns);
+            next_done = next_done.min(p.complete_ns);
+            t.issued(io.bytes, &mut hooks);
         }
+        src.at = src.ios.len();
     }
-    let sim_ns = last_complete_ns.saturating_sub(src.first_arrival_ns());
-    let [reads, writes] = lat;
-    let mut all = reads.clone();
-    all.add(&writes);
-    let channels = u128::from(spec.model.channels);
-    Ok(VirtualRun {
-        device: spec.label.clone(),
-        ios: issued,
-        all: all.summary(),
-        by_op: PerOp { read: reads.summary(), write: writes.summary() },
-        sim_ns,
-        wall_ns: wall.elapsed().as_nanos() as u64,
-        cpu_ns: thread_cpu_ns().saturating_sub(cpu_start_ns),
-        bytes,
-        bytes_max,
-        device_utilization: if sim_ns == 0 { 0.0 } else { busy_ns as f64 / (channels * sim_ns as u128) as f64 },
-        rollbacks: dev.rollbacks(),
-        outstanding_max,
-        errors,
-    })
+    t.into_run(spec, src.first_arrival_ns(), 0, wall, cpu_start_ns)
 }
 
 #[cfg(test)]
@@ -1100,5 +1268,77 @@ mod tests {
                 assert!(at_once > 100, "{device}: {at_once}");
             }
         }
+    }
+
+    #[test]
+    fn the_chunk_path_replays_as_the_per_request_loop() {
+        // Open-loop traces from idle (one request at a time) to far beyond the device (deep
+        // queues), on FCFS presets of 1 to 8 channels, with and without faults, in chunks
+        // of 1, 7 and 8,192: the chunk path (each arrival placed in one call, outcomes added
+        // up at placement) gives the run of the per-request loop, every field alike.
+        let plan = crate::scenario::parse(
+            "seed = 4\n[[error]]\nprobability = 0.3\n\
+             [[spike]]\nstart = \"2ms\"\nend = \"9ms\"\nfactor = 3.0\n\
+             [[stall]]\nstart = \"12ms\"\nduration = \"2ms\"\n",
+        )
+        .unwrap();
+        let mut depths = Vec::new();
+        for device in ["emu:nvme", "emu:optane", "emu:nvram,channels=3", "emu:hdd", "emu:sdcard,channels=4"] {
+            let spec = parse_spec(device).unwrap();
+            let base = bursty_trace(device.len() as u64, 20_000);
+            // Arrival gaps times 1/64 (deep queues) up to 64 (mostly idle).
+            for (num, den) in [(1, 64), (1, 4), (1, 1), (64, 1)] {
+                let trace: Vec<TraceIo> =
+                    base.iter().map(|io| TraceIo { arrival_ns: io.arrival_ns * num / den, ..*io }).collect();
+                for faults in [FaultPlan::default(), plan.clone()] {
+                    for size in [1, 7, 8192] {
+                        let [per_request, chunked] = [true, false].map(|per_request| {
+                            let src = Chunks::new(SliceChunks { ios: &trace, size }, Vec::new());
+                            let run = run_chunks(&spec, src, &faults, Hooks::default(), per_request).unwrap();
+                            VirtualRun { wall_ns: 0, cpu_ns: 0, ..run }
+                        });
+                        assert_eq!(per_request, chunked, "{device} gaps x {num}/{den} chunks of {size}");
+                        assert_eq!(faults.is_empty(), chunked.errors == [0, 0], "{device}");
+                    }
+                    let src = Chunks::new(SliceChunks { ios: &trace, size: 8192 }, Vec::new());
+                    depths.push(run_chunks(&spec, src, &faults, Hooks::default(), false).unwrap().outstanding_max);
+                }
+            }
+            // Completions at an arrival's instant: groups of `channels` 4 KiB reads, one group
+            // each service time, so each group completes as the next arrives (retired first).
+            let one = TraceIo { arrival_ns: 0, op: Op::Read, offset: 0, bytes: 4096, stream: 0 };
+            let (_, r) = run_virtual_records(&spec, &Workload::Trace(vec![one]), true, &FaultPlan::default()).unwrap();
+            let (service, n) = (r[0].complete_ns, u64::from(spec.model.channels));
+            let ties: Vec<TraceIo> = (0..6_000u64)
+                .map(|i| TraceIo { arrival_ns: i / n * service, offset: i * 4096 % (1 << 28), ..one })
+                .collect();
+            let [per_request, chunked] = [true, false].map(|per_request| {
+                let src = Chunks::new(SliceChunks { ios: &ties, size: 7 }, Vec::new());
+                let run = run_chunks(&spec, src, &FaultPlan::default(), Hooks::default(), per_request).unwrap();
+                VirtualRun { wall_ns: 0, cpu_ns: 0, ..run }
+            });
+            assert_eq!(per_request, chunked, "{device}: ties");
+            if device == "emu:nvme" {
+                assert_eq!(chunked.outstanding_max, n, "{device}: a completion at an arrival's instant retires first");
+            }
+            // The command's path (the reader thread, no observer) against the iterator's loop.
+            let text: String = std::iter::once("fio version 3 iolog\n0 /dev/a add\n".to_string())
+                .chain(base.iter().map(|io| {
+                    let op = if io.op == Op::Write { "write" } else { "read" };
+                    format!("{} /dev/a {op} {} {}\n", io.arrival_ns / 1000, io.offset, io.bytes)
+                }))
+                .collect();
+            let options = TraceOptions { capacity_bytes: Some(spec.capacity_bytes), ..TraceOptions::default() };
+            let reader = TraceReader::new(text.as_bytes(), options.clone()).unwrap();
+            let a = replay_trace(&spec, reader, &FaultPlan::default(), Hooks::default()).unwrap();
+            let mut reader = TraceReader::new(text.as_bytes(), options).unwrap();
+            let b = replay_reader(&spec, &mut reader, &FaultPlan::default(), Hooks::default()).unwrap();
+            let same = |r: VirtualRun| VirtualRun { wall_ns: 0, cpu_ns: 0, ..r };
+            assert_eq!(a.ios, 20_000);
+            assert_eq!(same(a), same(b), "{device}: the command's path");
+        }
+        // The depths spanned a burst's few (bursts of up to about ten at one instant) to
+        // thousands queued.
+        assert!(depths.iter().any(|&d| d <= 12) && depths.iter().any(|&d| d > 10_000), "{depths:?}");
     }
 }
