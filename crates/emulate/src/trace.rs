@@ -589,6 +589,19 @@ mod fast {
         filter.is_none_or(|d| d == device)
     }
 
+    /// How a parsed line ends before its I/O, if it does: an empty request is skipped, and
+    /// another device's is filtered out (in that order, as the general parser does).
+    #[inline(always)]
+    fn dropped(bytes: u64, filter: Option<&[u8]>, device: &[u8], used: usize) -> Option<(Event, usize)> {
+        if bytes == 0 {
+            Some((Event::Skip, used))
+        } else if !matches(filter, device) {
+            Some((Event::Filtered, used))
+        } else {
+            None
+        }
+    }
+
     /// A fio v3 line at the start of `text` (the reader's buffer from the line on).
     #[inline]
     pub(super) fn fio_v3(
@@ -696,11 +709,8 @@ mod fast {
         // The process and what follows: read by nobody.
         let used = line_end(text, i)?;
         let (offset, bytes) = (sector.checked_mul(512)?, sectors.checked_mul(512)?);
-        if bytes == 0 {
-            return Some((Event::Skip, used));
-        }
-        if !matches(filter, device) {
-            return Some((Event::Filtered, used));
+        if let Some(dropped) = dropped(bytes, filter, device, used) {
+            return Some(dropped);
         }
         Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(pid) }, used))
     }
@@ -772,11 +782,8 @@ mod fast {
         let used = newline(text, i)?;
         let (offset, bytes) = (sector.checked_mul(512)?, sectors.checked_mul(512)?);
         let time_ns = secs.checked_mul(1_000_000_000)?;
-        if bytes == 0 {
-            return Some((Event::Skip, used));
-        }
-        if !matches(filter, device) {
-            return Some((Event::Filtered, used));
+        if let Some(dropped) = dropped(bytes, filter, device, used) {
+            return Some(dropped);
         }
         Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) }, used))
     }
@@ -816,11 +823,8 @@ mod fast {
         key[host.len()] = b'_';
         key[host.len() + 1..len].copy_from_slice(disk);
         let device = &key[..len];
-        if bytes == 0 {
-            return Some((Event::Skip, used));
-        }
-        if !matches(filter, device) {
-            return Some((Event::Filtered, used));
+        if let Some(dropped) = dropped(bytes, filter, device, used) {
+            return Some(dropped);
         }
         let time_ns = ticks.checked_mul(100)?;
         Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) }, used))
@@ -847,11 +851,8 @@ mod fast {
         trailing_space(text, &mut i);
         let used = newline(text, i)?;
         let time_ns = us.checked_mul(1_000)?;
-        if bytes == 0 {
-            return Some((Event::Skip, used));
-        }
-        if !matches(filter, device) {
-            return Some((Event::Filtered, used));
+        if let Some(dropped) = dropped(bytes, filter, device, used) {
+            return Some(dropped);
         }
         Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) }, used))
     }

@@ -559,12 +559,11 @@ pub struct SchedulerGuard {
 /// The scheduler in brackets of a `queue/scheduler` file ("none [mq-deadline] kyber bfq"),
 /// or its only word (what a write left in a plain file standing in for sysfs).
 pub fn current_scheduler(text: &str) -> Option<&str> {
-    let mut words = text.split_whitespace();
     let bracketed = text.split_whitespace().find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')));
-    match (words.next(), words.next()) {
-        (Some(only), None) if bracketed.is_none() => Some(only),
-        _ => bracketed,
-    }
+    bracketed.or_else(|| {
+        let mut words = text.split_whitespace();
+        words.next().filter(|_| words.next().is_none())
+    })
 }
 
 /// A queue's scheduler and, when it is bfq, its `slice_idle`.
