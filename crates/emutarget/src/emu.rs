@@ -48,6 +48,7 @@ use smartcon_devemu::{EmuSpec, FcfsDevice, RamStore};
 use smartcon_util::{units::format_size, Op};
 
 use smartcon_engine::clock::{self, sleep_then_spin_until, SharedTime, Time};
+use smartcon_engine::decision::DeviceClass;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::profile::{self, rules, HostWaitCost, Profile, WaitCost, PROFILE_VERSION};
 use smartcon_engine::ring::Ring;
@@ -137,11 +138,19 @@ pub fn model_profile(spec: &EmuSpec, host: Option<&HostWaitCost>, cpus: u32) -> 
     let wait_costs = model_wait_costs(spec, host);
     let switch_ns = host.and_then(|h| h.switch_ns);
     let (spin_cheaper_bytes_max, spin_cheaper_write_bytes_max) = rules::spin_cheaper_by_op(&wait_costs, host);
+    let class = rules::classify(&points, ASSUMED_BLOCK_CPU_NS);
+    // A very fast model's inline path per op, up to the host's measured crossing.
+    let inline_max = |op: Op, bound: Option<f64>| match (class, bound) {
+        (DeviceClass::VeryFast, Some(bound_ns)) => Some(inline_bytes_max(spec, op, bound_ns)),
+        _ => None,
+    };
+    let very_fast_bytes_max = inline_max(Op::Read, host.and_then(|h| h.inline_wins_service_ns_max));
+    let very_fast_write_bytes_max = inline_max(Op::Write, host.and_then(|h| h.inline_write_wins_service_ns_max));
     Profile {
         version: PROFILE_VERSION,
         device: spec.label.clone(),
         source: "builtin-model".into(),
-        class: rules::classify(&points, ASSUMED_BLOCK_CPU_NS),
+        class,
         size_threshold_bytes: rules::size_threshold_bytes(&points),
         cpu_threshold_pct: rules::cpu_threshold_pct(100.0, cpus),
         queue_limit: rules::queue_limit(&model_queue_points(spec)),
@@ -149,11 +158,30 @@ pub fn model_profile(spec: &EmuSpec, host: Option<&HostWaitCost>, cpus: u32) -> 
         switch_ns,
         spin_cheaper_bytes_max,
         spin_cheaper_write_bytes_max,
+        very_fast_bytes_max,
+        very_fast_write_bytes_max,
         wait_costs,
         io_cpus: None,
         latencies: Vec::new(),
         threshold_check: None,
     }
+}
+
+/// The largest request size of `op` (a power of two from 4 KiB) whose device time is
+/// within `bound_ns`, the host's measured end of the inline path's gain beside a load
+/// ([`HostWaitCost::inline_wins_service_ns_max`], in device time, so it carries to any
+/// model); 0 when even 4 KiB takes longer.
+pub fn inline_bytes_max(spec: &EmuSpec, op: Op, bound_ns: f64) -> u64 {
+    let mut max = 0;
+    let mut bs: u64 = 4 << 10;
+    while bs <= 1 << 30 {
+        if spec.service_ns(op, bs) as f64 > bound_ns {
+            break;
+        }
+        max = bs;
+        bs *= 2;
+    }
+    max
 }
 
 /// Queue lengths the model's Q is judged over: beyond what evaluate's I/O load keeps in
@@ -557,6 +585,9 @@ mod tests {
             switch_ns: None,
             spin_harmless_service_ns_max: None,
             beside_crunchers: Vec::new(),
+            inline_wins_service_ns_max: None,
+            inline_write_wins_service_ns_max: None,
+            inline_beside_crunchers: Vec::new(),
             source: "test".into(),
         };
         // A 10 us device costs less CPU spinning than blocking at small sizes, whatever op.
@@ -571,6 +602,56 @@ mod tests {
         // The rule is monotone in the host's block cost: a dearer wake-up spins at more sizes.
         let dear = HostWaitCost { block_cpu_ns: 60_000.0, ..kvm.clone() };
         assert!(cheap("emu:optane", Some(&dear)) > optane);
+    }
+
+    #[test]
+    fn a_very_fast_models_inline_bound_comes_from_the_hosts_measured_crossing() {
+        let nvram = smartcon_devemu::preset::parse_spec("emu:nvram").unwrap();
+        let host = HostWaitCost {
+            version: HostWaitCost::VERSION,
+            block_cpu_ns: 15_000.0,
+            spin_overhead_ns: 100.0,
+            switch_ns: None,
+            spin_harmless_service_ns_max: None,
+            beside_crunchers: Vec::new(),
+            inline_wins_service_ns_max: None,
+            inline_write_wins_service_ns_max: None,
+            inline_beside_crunchers: Vec::new(),
+            source: "test".into(),
+        };
+        // Unmeasured: the whole class inline, as the paper has it.
+        let p = model_profile(&nvram, Some(&host), 2);
+        assert_eq!(p.class, DeviceClass::VeryFast);
+        assert_eq!((p.very_fast_bytes_max, p.thresholds().very_fast_bytes_max), (None, u64::MAX));
+        // Measured: the largest size whose device time is within the crossing.
+        let at = |bound_ns: f64| {
+            let h = HostWaitCost { inline_wins_service_ns_max: Some(bound_ns), ..host.clone() };
+            model_profile(&nvram, Some(&h), 2).very_fast_bytes_max.unwrap()
+        };
+        let t256 = nvram.service_ns(Op::Read, 256 << 10) as f64;
+        assert_eq!(at(t256), 256 << 10);
+        assert_eq!(at(t256 - 1.0), 128 << 10);
+        assert!(at(f64::from(u32::MAX)) >= 16 << 20, "a long crossing keeps large requests inline");
+        assert_eq!(at(0.0), 0, "blocking did more at every size: every size may block");
+        // Reads and writes each by their own crossing.
+        let h = HostWaitCost {
+            inline_wins_service_ns_max: Some(t256),
+            inline_write_wins_service_ns_max: Some(nvram.service_ns(Op::Write, 1 << 20) as f64),
+            ..host.clone()
+        };
+        let p = model_profile(&nvram, Some(&h), 2);
+        assert_eq!((p.very_fast_bytes_max, p.very_fast_write_bytes_max), (Some(256 << 10), Some(1 << 20)));
+        let t = p.thresholds();
+        assert_eq!((t.very_fast_bytes_max, t.very_fast_write_bytes_max), (256 << 10, 1 << 20));
+        // The bound is in device time, so it follows the model: a slower NVRAM reaches it
+        // at a smaller size.
+        let slow = smartcon_devemu::preset::parse_spec("emu:nvram,bw=2g").unwrap();
+        let h = HostWaitCost { inline_wins_service_ns_max: Some(t256), ..host.clone() };
+        let slow_max = model_profile(&slow, Some(&h), 2).very_fast_bytes_max.unwrap();
+        assert!(slow_max < 256 << 10, "{slow_max}");
+        // Not a very fast device: no bound, whatever the host measured.
+        let optane = smartcon_devemu::preset::parse_spec("emu:optane").unwrap();
+        assert_eq!(model_profile(&optane, Some(&h), 2).very_fast_bytes_max, None);
     }
 
     #[test]
@@ -605,6 +686,9 @@ mod tests {
             switch_ns: None,
             spin_harmless_service_ns_max: None,
             beside_crunchers: Vec::new(),
+            inline_wins_service_ns_max: None,
+            inline_write_wins_service_ns_max: None,
+            inline_beside_crunchers: Vec::new(),
             source: "test".into(),
         };
         let costs = model_wait_costs(&spec, Some(&cheap_block));

@@ -187,6 +187,9 @@ impl SimConfig {
             switch_ns: self.host.switch_direct_ns,
             spin_harmless_service_ns_max: None,
             beside_crunchers: Vec::new(),
+            inline_wins_service_ns_max: None,
+            inline_write_wins_service_ns_max: None,
+            inline_beside_crunchers: Vec::new(),
             source: format!("simulated host {}", self.host.name),
         }
     }

@@ -17,6 +17,8 @@ fn bench(c: &mut Criterion) {
         queue_limit: 0,
         spin_cheaper_bytes_max: 2048,
         spin_cheaper_write_bytes_max: 2048,
+        very_fast_bytes_max: u64::MAX,
+        very_fast_write_bytes_max: u64::MAX,
     };
     let mut i = 0u64;
     c.bench_function("decide (fast device, all five checks)", |b| {

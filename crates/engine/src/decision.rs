@@ -6,7 +6,11 @@
 //!    always busy-waited in the caller's context (`sync`: the caller does the device's work
 //!    inline, as the paper's ramdisk driver and its predecessor's polling pseudo device do;
 //!    spinning on a ring instead would compete with the kernel worker that io_uring hands
-//!    such inline-completing devices to, as measured on zram);
+//!    such inline-completing devices to, as measured on zram). Not in the paper: above
+//!    the host's measured size for it (`very_fast_bytes_max`), a very fast device's request
+//!    blocks while others' CPU utilization is above the CPU threshold, since there a
+//!    thread that waits inline for a long device time does less I/O than one that blocks
+//!    (beside crunchers, measured per host by the probe; see [`Thresholds`]);
 //! 2. the request size plus the bytes already in flight ahead of it on the same device
 //!    against the size threshold (the backlog rule of Sec. 5.1): at or above it, block
 //!    (the paper says "greater than"; `>=` is smartcon's reading, see below);
@@ -241,6 +245,23 @@ pub struct Thresholds {
     pub spin_cheaper_bytes_max: u64,
     /// The same for writes.
     pub spin_cheaper_write_bytes_max: u64,
+    /// A very fast device's inline path is taken for reads of at most this size
+    /// whatever the load; larger ones block when others' utilization is above the CPU
+    /// threshold (`u64::MAX`: the whole class, the paper's rule). On an emulated device the
+    /// inline path is a busy wait for the device time, and beside crunchers a thread that
+    /// waits so gets its fair share of the CPU and misses completions while preempted,
+    /// where a blocking one is woken at each: the host measures the device time from which
+    /// blocking does more I/O ([`crate::profile::HostWaitCost::inline_wins_service_ns_max`]).
+    #[serde(default = "whole_class")]
+    pub very_fast_bytes_max: u64,
+    /// The same for writes.
+    #[serde(default = "whole_class")]
+    pub very_fast_write_bytes_max: u64,
+}
+
+/// [`Thresholds::very_fast_bytes_max`] where none was given: the whole class.
+fn whole_class() -> u64 {
+    u64::MAX
 }
 
 impl Thresholds {
@@ -249,7 +270,15 @@ impl Thresholds {
     /// spin-cheaper bound; the size and CPU thresholds as profiled (the same rules as the
     /// paper's: Sec. 4.1's size sweep, Table II's "100% minus busy-wait's share").
     pub fn paper(self, class: DeviceClass, queue_limit: u32) -> Thresholds {
-        Thresholds { class, queue_limit, spin_cheaper_bytes_max: 0, spin_cheaper_write_bytes_max: 0, ..self }
+        Thresholds {
+            class,
+            queue_limit,
+            spin_cheaper_bytes_max: 0,
+            spin_cheaper_write_bytes_max: 0,
+            very_fast_bytes_max: u64::MAX,
+            very_fast_write_bytes_max: u64::MAX,
+            ..self
+        }
     }
 }
 
@@ -301,7 +330,14 @@ pub struct Decision {
 pub fn decide(request: Request, device: DeviceState, system: SystemState, t: &Thresholds) -> Decision {
     let (strategy, reason) = match t.class {
         DeviceClass::Mainstream => (Strategy::Block, Reason::MainstreamDevice),
-        DeviceClass::VeryFast => (Strategy::Sync, Reason::VeryFastDevice),
+        DeviceClass::VeryFast => {
+            let inline_max = if request.write { t.very_fast_write_bytes_max } else { t.very_fast_bytes_max };
+            if request.bytes > inline_max && system.cpu_utilization_pct > t.cpu_threshold_pct {
+                (Strategy::Block, Reason::CpuBusy)
+            } else {
+                (Strategy::Sync, Reason::VeryFastDevice)
+            }
+        }
         DeviceClass::Fast => {
             if request.bytes.saturating_add(device.inflight_bytes) >= t.size_threshold_bytes {
                 (Strategy::Block, Reason::SizeAtThreshold)
@@ -361,6 +397,8 @@ mod tests {
         queue_limit: 0,
         spin_cheaper_bytes_max: 0,
         spin_cheaper_write_bytes_max: 0,
+        very_fast_bytes_max: u64::MAX,
+        very_fast_write_bytes_max: u64::MAX,
     };
 
     fn d(bytes: u64, count: u32, ahead: u64, cpu: u32, t: &Thresholds) -> (Strategy, Reason) {
@@ -409,6 +447,46 @@ mod tests {
         // and conditions that would spin do not matter to a mainstream one.
         assert_eq!(d(1 << 20, 9, 1 << 30, 100, &vfast), (Sync, VeryFastDevice));
         assert_eq!(d(512, 0, 0, 0, &main), (Block, MainstreamDevice));
+    }
+
+    #[test]
+    fn a_very_fast_device_blocks_its_large_requests_only_when_others_want_the_cpu() {
+        use Reason::*;
+        use Strategy::*;
+        let vfast = Thresholds {
+            class: DeviceClass::VeryFast,
+            very_fast_bytes_max: 256 << 10,
+            very_fast_write_bytes_max: 1 << 20,
+            ..FAST
+        };
+        // At or below the bound: inline whatever the load (the paper's rule).
+        assert_eq!(d(256 << 10, 0, 0, 100, &vfast), (Sync, VeryFastDevice));
+        // Above it: inline while the CPU is free (at the threshold still), block when busy.
+        assert_eq!(d((256 << 10) + 512, 0, 0, 50, &vfast), (Sync, VeryFastDevice));
+        assert_eq!(d((256 << 10) + 512, 0, 0, 51, &vfast), (Block, CpuBusy));
+        // Writes have their own bound.
+        let w = |bytes: u64, cpu: u32| {
+            let r = decide(
+                Request { bytes, write: true },
+                DeviceState::default(),
+                SystemState { cpu_utilization_pct: cpu },
+                &vfast,
+            );
+            (r.strategy, r.reason)
+        };
+        assert_eq!(w(1 << 20, 100), (Sync, VeryFastDevice));
+        assert_eq!(w(2 << 20, 100), (Block, CpuBusy));
+        // The backlog is not the bound's business (the inline path has none of its own).
+        assert_eq!(d(4096, 9, 1 << 30, 100, &vfast), (Sync, VeryFastDevice));
+        // The paper's rule keeps the whole class inline.
+        let paper = vfast.paper(DeviceClass::VeryFast, 0);
+        let r = decide_paper(
+            Request { bytes: 1 << 20, write: false },
+            DeviceState::default(),
+            SystemState { cpu_utilization_pct: 100 },
+            &paper,
+        );
+        assert_eq!((r.strategy, r.reason), (Sync, VeryFastDevice));
     }
 
     #[test]

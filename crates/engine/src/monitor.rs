@@ -1100,6 +1100,8 @@ mod tests {
             queue_limit: 1,
             spin_cheaper_bytes_max: 0,
             spin_cheaper_write_bytes_max: 0,
+            very_fast_bytes_max: u64::MAX,
+            very_fast_write_bytes_max: u64::MAX,
         };
         let reason = |inflight: &InFlight, bytes: u64| {
             let ahead = inflight.enter(bytes);

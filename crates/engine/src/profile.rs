@@ -114,6 +114,24 @@ pub struct HostWaitCost {
     /// The measured points behind it, shortest device time first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub beside_crunchers: Vec<HarmPoint>,
+    /// The longest device time up to which a very fast emulated device's inline path (the
+    /// caller waits out the device time on the CPU, moving the data) did at least as much
+    /// I/O as blocking beside one cruncher per CPU, at every shorter time measured: a
+    /// thread that waits inline gets its fair share of the CPU and misses the completions
+    /// that come while it is preempted, where a blocking one is woken at each. Beyond it
+    /// smart blocks a very fast device's requests when others want the CPU
+    /// ([`crate::decision::Thresholds::very_fast_bytes_max`]). `Some(0.0)`: blocking did
+    /// more already at the shortest time. `None`: not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline_wins_service_ns_max: Option<f64>,
+    /// The same for writes (the inline path's write moves the data into the device's store
+    /// while it waits, and its crossing lies elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline_write_wins_service_ns_max: Option<f64>,
+    /// The points behind the two (IOPS and the crunchers' work inline over blocking), reads
+    /// then writes, shortest device time first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inline_beside_crunchers: Vec<HarmPoint>,
     /// How the figures were obtained.
     pub source: String,
 }
@@ -124,9 +142,9 @@ pub struct HostWaitCost {
 pub struct HarmPoint {
     pub service_ns: f64,
     pub rounds: usize,
-    /// IOPS spinning over IOPS blocking.
+    /// IOPS spinning (or inline) over IOPS blocking.
     pub iops_ratio: f64,
-    /// The crunchers' work beside the spinner over beside the blocker.
+    /// The crunchers' work beside the spinner (or inline waiter) over beside the blocker.
     pub corunner_ratio: f64,
     /// The two ends of the 90% interval of `corunner_ratio` (the per-round ratios'); 0 in
     /// files written before they were kept.
@@ -134,6 +152,14 @@ pub struct HarmPoint {
     pub corunner_lo: f64,
     #[serde(default)]
     pub corunner_hi: f64,
+    /// The request size, where the points vary it at one device model (the inline
+    /// comparison); absent where they vary the device time at 4 KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bs_bytes: Option<u64>,
+    /// The op, where the points compare reads and writes (the inline comparison); absent:
+    /// reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
 }
 
 impl HostWaitCost {
@@ -141,7 +167,11 @@ impl HostWaitCost {
     /// point that missed (2: that walk; 2 added the co-runner comparison,
     /// [`HostWaitCost::spin_harmless_service_ns_max`]). An older file is measured again: its
     /// bound was set by one round's luck, and it may come from another host.
-    pub const VERSION: u32 = 3;
+    ///
+    /// 4: adds the inline path's crossing ([`HostWaitCost::inline_wins_service_ns_max`]),
+    /// which a version 3 file lacks: without it smart would keep large requests inline
+    /// beside a load where blocking does more I/O.
+    pub const VERSION: u32 = 4;
 
     /// The most CPU a spinning wait may burn and still cost everyone no more than a
     /// blocking one: the measured harmless device time plus the spin's own overhead, when
@@ -187,6 +217,15 @@ impl HostWaitCost {
         }
         if !(h.spin_overhead_ns.is_finite() && h.spin_overhead_ns >= 0.0) {
             return Err(bad(format!("spin_overhead_ns {} is negative or not a number", h.spin_overhead_ns)));
+        }
+        for (name, v) in [
+            ("spin_harmless_service_ns_max", h.spin_harmless_service_ns_max),
+            ("inline_wins_service_ns_max", h.inline_wins_service_ns_max),
+            ("inline_write_wins_service_ns_max", h.inline_write_wins_service_ns_max),
+        ] {
+            if v.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
+                return Err(bad(format!("{name} {} is negative or not a number", v.unwrap_or_default())));
+            }
         }
         Ok(Some(h))
     }
@@ -240,6 +279,14 @@ pub struct Profile {
     /// as profiles written before the bounds were per op).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spin_cheaper_write_bytes_max: Option<u64>,
+    /// A very fast device: reads larger than this block when others want the CPU (see
+    /// [`Thresholds::very_fast_bytes_max`]); absent: the whole class inline (the paper's
+    /// rule), as where the host's crossing was not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub very_fast_bytes_max: Option<u64>,
+    /// The same for writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub very_fast_write_bytes_max: Option<u64>,
     /// The CPUs the probe's I/O thread was pinned to (a CPU list, `any` when unpinned;
     /// absent in profiles written before placement was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -311,6 +358,8 @@ impl Profile {
             queue_limit: self.queue_limit,
             spin_cheaper_bytes_max: self.spin_cheaper_bytes_max,
             spin_cheaper_write_bytes_max: self.spin_cheaper_write_bytes_max.unwrap_or(self.spin_cheaper_bytes_max),
+            very_fast_bytes_max: self.very_fast_bytes_max.unwrap_or(u64::MAX),
+            very_fast_write_bytes_max: self.very_fast_write_bytes_max.unwrap_or(u64::MAX),
         }
     }
 
@@ -330,6 +379,8 @@ impl Profile {
             wait_costs: Vec::new(),
             spin_cheaper_bytes_max: 0,
             spin_cheaper_write_bytes_max: None,
+            very_fast_bytes_max: None,
+            very_fast_write_bytes_max: None,
             io_cpus: None,
             latencies: Vec::new(),
             threshold_check: None,

@@ -948,6 +948,8 @@ mod tests {
         queue_limit: 0,
         spin_cheaper_bytes_max: 0,
         spin_cheaper_write_bytes_max: 0,
+        very_fast_bytes_max: u64::MAX,
+        very_fast_write_bytes_max: u64::MAX,
     };
 
     fn decided(ahead: DeviceState, cpu: u32) -> (Strategy, Reason) {

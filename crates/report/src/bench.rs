@@ -72,8 +72,9 @@ pub fn render(results: &[JobResult], profiles: &[(String, smartcon_engine::profi
     out += "profiles used by smart:\n";
     for (label, p) in profiles {
         out += &format!(
-            "  {label}: class {}, size threshold {}, CPU threshold {}%, Q={} ({})\n",
+            "  {label}: class {}{}, size threshold {}, CPU threshold {}%, Q={} ({})\n",
             p.class.name(),
+            crate::evaluate::inline_bounds(p),
             format_size(p.size_threshold_bytes),
             p.cpu_threshold_pct,
             p.queue_limit,

@@ -29,12 +29,26 @@ pub fn profile_row(o: &run::Opened) -> Vec<String> {
         label,
         p.device.clone(),
         p.source.clone(),
-        p.class.name().into(),
+        format!("{}{}", p.class.name(), inline_bounds(p)),
         format_size(p.size_threshold_bytes),
         format!("{}%", p.cpu_threshold_pct),
         p.queue_limit.to_string(),
         o.cpus_text(),
     ]
+}
+
+/// A very fast profile's inline bounds under a load, as the profile tables show them:
+/// ` (inline to 128k read, 256k write under a load)`, or nothing for the whole class.
+pub fn inline_bounds(p: &smartcon_engine::profile::Profile) -> String {
+    let size = |m: Option<u64>| m.map_or("any size".to_string(), format_size);
+    if p.very_fast_bytes_max.is_none() && p.very_fast_write_bytes_max.is_none() {
+        return String::new();
+    }
+    format!(
+        " (inline to {} read, {} write under a load)",
+        size(p.very_fast_bytes_max),
+        size(p.very_fast_write_bytes_max)
+    )
 }
 
 const BLOCK: StrategyChoice = StrategyChoice::Fixed(smartcon_engine::decision::Strategy::Block);

@@ -247,6 +247,9 @@ mod tests {
             switch_ns: None,
             spin_harmless_service_ns_max: Some(20_000.0),
             beside_crunchers: Vec::new(),
+            inline_wins_service_ns_max: None,
+            inline_write_wins_service_ns_max: None,
+            inline_beside_crunchers: Vec::new(),
             source: "t".into(),
         };
         let overshoots: Vec<u64> = (1..=100).map(|i| i * 1000).collect();
