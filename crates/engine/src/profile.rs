@@ -167,11 +167,9 @@ impl HostWaitCost {
     /// point that missed (2: that walk; 2 added the co-runner comparison,
     /// [`HostWaitCost::spin_harmless_service_ns_max`]). An older file is measured again: its
     /// bound was set by one round's luck, and it may come from another host.
-    ///
-    /// 4: adds the inline path's crossing ([`HostWaitCost::inline_wins_service_ns_max`]),
-    /// which a version 3 file lacks: without it smart would keep large requests inline
-    /// beside a load where blocking does more I/O.
-    pub const VERSION: u32 = 4;
+    /// The inline path's crossing ([`HostWaitCost::inline_wins_service_ns_max`]) is added
+    /// to a version 3 file when a very fast emulated device first needs it.
+    pub const VERSION: u32 = 3;
 
     /// The most CPU a spinning wait may burn and still cost everyone no more than a
     /// blocking one: the measured harmless device time plus the spin's own overhead, when

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use smartcon_emutarget::target::{self, OpenOptions, Target, TargetSpec};
+use smartcon_engine::decision::DeviceClass;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::{run_job, JobSpec, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
@@ -37,7 +38,7 @@ use super::judge::TargetInfo;
 use super::merge::Turn;
 use super::plan::{Plan, SETTLE_NS};
 use super::{Cell, Corunner, CorunnerKind, Load, PostmarkRecord, TurnFigures, Workload};
-use crate::probe::{ensure_host_wait_cost, probe_target, ProbePlan, PROBE_SIZES_BYTES};
+use crate::probe::{ensure_host_wait_cost, ensure_inline_crossing, probe_target, ProbePlan, PROBE_SIZES_BYTES};
 use crate::{stopping_scope, turn_order, Event, Progress};
 
 /// A target opened for the run.
@@ -218,9 +219,19 @@ pub fn probe_missing(
     }
     // The host's cost of one blocking I/O, which emulated presets compare their model's
     // service times against: measured once per host (stored), then their profiles again.
-    if session.opened.iter().any(|o| o.profile.source == "builtin-model") && HostWaitCost::stored().is_none() {
-        ensure_host_wait_cost(monitor, host_profile, stop, progress)?;
-        for o in session.opened.iter_mut().filter(|o| o.profile.source == "builtin-model") {
+    // A very fast one also needs where its inline path stops paying beside a load.
+    let builtin = |o: &Opened| o.profile.source == "builtin-model";
+    let very_fast = session.opened.iter().any(|o| builtin(o) && o.profile.class == DeviceClass::VeryFast);
+    let stored = HostWaitCost::stored();
+    let missing =
+        |h: &HostWaitCost| h.inline_wins_service_ns_max.is_none() || h.inline_write_wins_service_ns_max.is_none();
+    if session.opened.iter().any(builtin) && (stored.is_none() || (very_fast && stored.as_ref().is_some_and(missing))) {
+        if very_fast {
+            ensure_inline_crossing(monitor, host_profile, stop, progress)?;
+        } else {
+            ensure_host_wait_cost(monitor, host_profile, stop, progress)?;
+        }
+        for o in session.opened.iter_mut().filter(|o| builtin(o)) {
             o.profile = profile::resolve(o.target.as_ref(), None)?;
         }
     }
