@@ -434,10 +434,10 @@ mod tests {
             let s = strategies[(rng.next_u64() % strategies.len() as u64) as usize];
             let d = devices[(rng.next_u64() % devices.len() as u64) as usize];
             let j = GroupJob {
-                op: if rng.next_u64() % 2 == 0 { Op::Read } else { Op::Write },
+                op: if rng.next_u64().is_multiple_of(2) { Op::Read } else { Op::Write },
                 threads: 1 + (rng.next_u64() % 16) as u32,
                 members_max: 1 + (rng.next_u64() % 32) as u32,
-                pipelined: rng.next_u64() % 2 == 0,
+                pipelined: rng.next_u64().is_multiple_of(2),
                 post_ns: rng.next_u64() % 2_000,
                 requests: 50 + rng.next_u64() % 400,
                 ..job(s, 1, false)

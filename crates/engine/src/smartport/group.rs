@@ -124,11 +124,7 @@ impl<'t> SmartTargetPort<'t> {
             ));
         }
         let t0 = self.time.now_ns();
-        // The first member carries the bytes; the others count as requests.
-        let ahead = self.inflight.enter(bytes);
-        for _ in 1..members {
-            self.inflight.enter(0);
-        }
+        let ahead = self.inflight.enter_many(members, bytes);
         let write = op == Op::Write;
         let (strategy, reason, checked) = Self::choose(
             self.strategy,
@@ -325,10 +321,7 @@ impl GroupCall<'_, '_> {
 
     fn leave(&mut self) {
         if std::mem::take(&mut self.entered) {
-            self.port.inflight.leave(self.bytes);
-            for _ in 1..self.members {
-                self.port.inflight.leave(0);
-            }
+            self.port.inflight.leave_many(self.members, self.bytes);
         }
     }
 }
