@@ -112,6 +112,7 @@ fn a_short_run_writes_every_record_and_the_plot() {
             "prediction_error_ns_mean",
             "strategy",
             "waits",
+            "reasons",
             "interrupted",
         ] {
             assert!(r.get(field).is_some(), "merge_result lacks {field}: {r}");
@@ -205,10 +206,13 @@ fn any_strategy_names_its_rows_and_counts_its_waits() {
         let waits = r["waits"].as_object().unwrap();
         let total: u64 = waits.values().map(|v| v.as_u64().unwrap()).sum();
         assert_eq!(total, r["device_requests"].as_u64().unwrap(), "{r}");
+        let reasons: u64 = r["reasons"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
         if r["strategy"] == "block" {
             assert_eq!(waits.keys().collect::<Vec<_>>(), ["block"], "{r}");
+            assert_eq!(reasons, 0, "a fixed strategy has no reasons: {r}");
         } else {
             assert!(waits.keys().all(|k| ["block", "spin", "sync"].contains(&k.as_str())), "{r}");
+            assert_eq!(reasons, total, "every decision has its reason: {r}");
         }
     }
 }

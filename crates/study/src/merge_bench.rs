@@ -315,6 +315,10 @@ pub fn sum_rounds(rounds: &[MergeJobResult]) -> Option<MergeJobResult> {
     for (name, n) in rounds.iter().flat_map(|r| r.waits.iter()) {
         *waits.entry(*name).or_insert(0) += n;
     }
+    let mut reasons = std::collections::BTreeMap::new();
+    for (name, n) in rounds.iter().flat_map(|r| r.reasons.iter()) {
+        *reasons.entry(*name).or_insert(0) += n;
+    }
     Some(MergeJobResult {
         ios,
         elapsed_ns,
@@ -333,6 +337,7 @@ pub fn sum_rounds(rounds: &[MergeJobResult]) -> Option<MergeJobResult> {
         leader_turns: sum(|r| r.leader_turns),
         prediction_error_ns_mean: (!errors.is_empty()).then(|| errors.iter().sum::<f64>() / errors.len() as f64),
         waits,
+        reasons,
         interrupted: rounds.iter().any(|r| r.interrupted),
     })
 }
@@ -408,6 +413,7 @@ mod tests {
             leader_turns: 0,
             prediction_error_ns_mean: None,
             waits: Default::default(),
+            reasons: Default::default(),
             interrupted: false,
         }
     }

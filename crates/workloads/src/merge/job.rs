@@ -21,7 +21,7 @@ use smartcon_devemu::Op;
 
 use super::{MergeDevice, WaiterStats, PAGE_BYTES, THREADS_MAX};
 use smartcon_engine::clock::{now_ns, tighten_timer_slack};
-use smartcon_engine::decision::Strategy;
+use smartcon_engine::decision::{Reason, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::{Pattern, DURATION_NS_MAX};
 use smartcon_engine::stats::{new_histogram, Usage};
@@ -77,6 +77,8 @@ pub struct MergeJobResult {
     /// Device requests by the way their waiting thread waited (the port's fixed strategy,
     /// or its decisions), by strategy name; strategies no request took are left out.
     pub waits: std::collections::BTreeMap<&'static str, u64>,
+    /// For a decision (`smart`, `paper`, ...): device requests by the decision's reason.
+    pub reasons: std::collections::BTreeMap<&'static str, u64>,
     pub interrupted: bool,
 }
 
@@ -122,6 +124,7 @@ struct ThreadOut {
     stats: WaiterStats,
     /// Device requests by strategy (the port's counters).
     waits: [u64; Strategy::COUNT],
+    reasons: [u64; Reason::COUNT],
     error: Option<Error>,
 }
 
@@ -136,6 +139,7 @@ impl ThreadOut {
             usage: Usage::default(),
             stats: WaiterStats::default(),
             waits: [0; Strategy::COUNT],
+            reasons: [0; Reason::COUNT],
             error: Some(e),
         }
     }
@@ -207,8 +211,9 @@ pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) 
                             ios += 1;
                         }
                         let usage = Usage::of_thread().since(&u0);
-                        let waits = waiter.port_counters().by_strategy;
-                        ThreadOut { hist, ios, start_ns, end_ns: now_ns(), usage, stats: waiter.stats, waits, error }
+                        let (waits, reasons) = (waiter.port_counters().by_strategy, waiter.port_counters().by_reason);
+                        let end_ns = now_ns();
+                        ThreadOut { hist, ios, start_ns, end_ns, usage, stats: waiter.stats, waits, reasons, error }
                     })
                     .expect("spawn I/O thread")
             })
@@ -225,7 +230,13 @@ pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) 
     let mut cpu_ns = 0;
     let mut st = WaiterStats::default();
     let mut waits = std::collections::BTreeMap::new();
+    let mut reasons = std::collections::BTreeMap::new();
     for o in &outs {
+        for (r, n) in Reason::ALL.iter().zip(o.reasons) {
+            if n > 0 {
+                *reasons.entry(r.name()).or_insert(0) += n;
+            }
+        }
         for (s, n) in Strategy::ALL.iter().zip(o.waits) {
             if n > 0 {
                 *waits.entry(s.name()).or_insert(0) += n;
@@ -267,6 +278,7 @@ pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) 
         prediction_error_ns_mean: (st.predicted_waits > 0)
             .then(|| st.prediction_error_ns_sum as f64 / st.predicted_waits as f64),
         waits,
+        reasons,
         interrupted: stop.load(Ordering::Relaxed),
     })
 }
