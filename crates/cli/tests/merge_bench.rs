@@ -29,6 +29,8 @@ fn bad_input_is_one_line_and_exit_2() {
         &["--target", "emu:floppy"],
         &["--duration", "0"],
         &["--rounds", "0"],
+        &["--strategies", "fast"],
+        &["--strategies", ""],
         &["--plot", "/nonexistent-smartcon-dir/merge.svg"],
     ];
     for args in cases {
@@ -108,11 +110,18 @@ fn a_short_run_writes_every_record_and_the_plot() {
             "sleeps",
             "leader_turns",
             "prediction_error_ns_mean",
+            "strategy",
+            "waits",
+            "reasons",
             "interrupted",
         ] {
             assert!(r.get(field).is_some(), "merge_result lacks {field}: {r}");
         }
         assert_eq!(r["ios"], r["releases"], "every waiter released once: {r}");
+        // The default strategies are the paper's two pollings, under their old names.
+        let (polling, strategy) = (r["polling"].as_str().unwrap(), r["strategy"].as_str().unwrap());
+        assert!(matches!((polling, strategy), ("fixed", "poll") | ("dynamic", "hybrid")), "{r}");
+        assert_eq!(r["waits"][strategy], r["device_requests"], "every device request waited by {strategy}: {r}");
         assert!(r["iops"].as_f64().unwrap() > 0.0);
         assert!(r["lat_ns_p50"].as_u64().unwrap() <= r["lat_ns_p99"].as_u64().unwrap());
     }
@@ -159,5 +168,51 @@ fn flags_the_merge_device_cannot_honour_are_refused() {
         let out = smartcon(flag);
         assert_eq!(out.status.code(), Some(2), "{flag:?} was accepted");
         assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected argument"), "{flag:?}");
+    }
+}
+
+/// `--strategies` takes any `--strategy`: each gets its serialized and pipelined rows under
+/// its own name, the reference row waits with the first, and every device request is counted
+/// under the way its leader waited (smart: its decisions).
+#[test]
+fn any_strategy_names_its_rows_and_counts_its_waits() {
+    let out = smartcon(&[
+        "--target",
+        "emu:optane,channels=1,size=16m",
+        "--threads",
+        "4",
+        "--duration",
+        "40ms",
+        "--ops",
+        "read",
+        "--patterns",
+        "rand",
+        "--span",
+        "8m",
+        "--strategies",
+        "block,smart",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let recs: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let configs: Vec<&str> =
+        recs.iter().filter(|r| r["type"] == "merge_result").map(|r| r["config"].as_str().unwrap()).collect();
+    assert_eq!(
+        configs,
+        ["no-merge/block", "block/serialized", "block/pipelined", "smart/serialized", "smart/pipelined"]
+    );
+    for r in recs.iter().filter(|r| r["type"] == "merge_result") {
+        let waits = r["waits"].as_object().unwrap();
+        let total: u64 = waits.values().map(|v| v.as_u64().unwrap()).sum();
+        assert_eq!(total, r["device_requests"].as_u64().unwrap(), "{r}");
+        let reasons: u64 = r["reasons"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+        if r["strategy"] == "block" {
+            assert_eq!(waits.keys().collect::<Vec<_>>(), ["block"], "{r}");
+            assert_eq!(reasons, 0, "a fixed strategy has no reasons: {r}");
+        } else {
+            assert!(waits.keys().all(|k| ["block", "spin", "sync"].contains(&k.as_str())), "{r}");
+            assert_eq!(reasons, total, "every decision has its reason: {r}");
+        }
     }
 }

@@ -23,6 +23,12 @@
 //! wait in place ([`wait_until`]), an io_uring queue keeps serving other requests and commits
 //! the reply when it is due.
 //!
+//! Not a SmartPort (issue 21): the server is the device, and its wait for the reply's
+//! instant is the device's timing, not a `--strategy` (a strategy here would only move the
+//! reply off the model's instant). It is the engine's one "sleep, then spin to a deadline"
+//! ([`wait_until`]; the io_uring queues use its event variant). The program above the mount
+//! chooses its own wait, through the kernel, or its own SmartPort under `smartcon run`.
+//!
 //! Non-goals: more than one file, a directory tree, permissions beyond root's, notifications.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -46,6 +46,9 @@ use serde::Serialize;
 use smartcon_devemu::{EmuSpec, Op};
 
 use crate::emu::{model_profile, EmuTarget};
+
+pub mod group;
+pub use group::{run_group_cell, GroupChecks, GroupJob, GroupRecord, GroupRun};
 use smartcon_engine::clock::{Clock, Sleeper, Time};
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::host::{HostModel, Quantiles};

@@ -42,6 +42,9 @@ use smartcon_util::Op;
 
 pub use crate::job::StrategyChoice;
 
+pub mod group;
+pub use group::{GroupCall, GroupWait};
+
 /// What a port counts: the per-thread statistics of a job (I/Os, bytes, by strategy
 /// indexed by [`Strategy::index`], by reason indexed by [`Reason::index`], the latency
 /// histogram, spin fallbacks, polling). [`PortCounters::merge`] adds two together.
@@ -161,6 +164,9 @@ enum Backend<'t> {
     Fd(Box<FilePort>),
     /// A target's port (an emulated device, or a file smartcon opened).
     Target(Box<dyn Port + Send + 't>),
+    /// No port below: a device whose own code submits each command and shows the port its
+    /// status, for group calls ([`SmartTargetPort::for_group`], [`group`]).
+    Group,
 }
 
 /// A port whose device counters may be borrowed from a target (`'t`). Applications use
@@ -180,6 +186,10 @@ pub struct SmartTargetPort<'t> {
     /// The polling policy of this port (its predictor learns this thread's I/O); present
     /// whenever the strategy may poll.
     policy: Option<Box<dyn WaitPolicy>>,
+    /// A group port's second policy, for the waits that start at the last part seen and not
+    /// at the submission (a pipelined command's next pages), so neither kind of wait is
+    /// learnt with the other's; `None` on other ports.
+    group_next: Option<Box<dyn WaitPolicy>>,
     counters: PortCounters,
     notes: Vec<String>,
     /// The target is emulated: its port reports the model's completion instant, so each
@@ -287,6 +297,16 @@ const _: fn() = || {
     fn send<T: Send>() {}
     send::<SmartPort>();
 };
+
+/// The polling policy a port of `strategy` waits with, started at `start_ns`; `None` for
+/// the strategies that never poll.
+fn policy_of(strategy: StrategyChoice, poll: PollParams, start_ns: u64) -> Option<Box<dyn WaitPolicy>> {
+    match strategy {
+        StrategyChoice::Fixed(s) => wait::policy_for(s, poll, start_ns),
+        StrategyChoice::Smart | StrategyChoice::SmartStatic | StrategyChoice::Paper | StrategyChoice::PaperQ1 => None,
+        StrategyChoice::SmartHybrid => wait::policy_for(Strategy::Hybrid, poll, start_ns),
+    }
+}
 
 /// The thresholds to use and a note when they are not a measured profile.
 fn resolve_profile(
@@ -433,13 +453,7 @@ impl<'t> SmartTargetPort<'t> {
         }
         let mut counters = PortCounters::new();
         counters.begin_at(time.now_ns());
-        let policy = match options.strategy {
-            StrategyChoice::Fixed(s) => wait::policy_for(s, options.poll, counters.start_ns),
-            StrategyChoice::Smart | StrategyChoice::SmartStatic | StrategyChoice::Paper | StrategyChoice::PaperQ1 => {
-                None
-            }
-            StrategyChoice::SmartHybrid => wait::policy_for(Strategy::Hybrid, options.poll, counters.start_ns),
-        };
+        let policy = policy_of(options.strategy, options.poll, counters.start_ns);
         // `paper` decides on the profile's size and CPU thresholds with the class the
         // device's type declares (read once here, never per I/O) and the paper's Q.
         let thresholds = match options.strategy {
@@ -468,6 +482,7 @@ impl<'t> SmartTargetPort<'t> {
             profile_source: profile.source.clone(),
             monitor,
             policy,
+            group_next: None,
             counters,
             notes: Vec::new(),
             emulated: false,
@@ -644,6 +659,7 @@ impl<'t> SmartTargetPort<'t> {
         let outcome = match &mut self.backend {
             Backend::Fd(port) => port.transfer(buf, offset, wait),
             Backend::Target(port) => port.transfer(buf, offset, wait),
+            Backend::Group => Err(group::no_port_below("a single I/O")),
         };
         drop(entered);
         let outcome = outcome?;
@@ -675,6 +691,7 @@ impl<'t> SmartTargetPort<'t> {
         match &mut self.backend {
             Backend::Fd(port) => port.fsync(strategy, self.spin_budget_ns)?,
             Backend::Target(port) => port.fsync(strategy, self.spin_budget_ns)?,
+            Backend::Group => return Err(group::no_port_below("a flush")),
         };
         self.counters.fsyncs += 1;
         Ok(())

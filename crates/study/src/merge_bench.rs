@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::Serialize;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::Pattern;
+use smartcon_engine::smartport::StrategyChoice;
 use smartcon_engine::wait::PollParams;
 use smartcon_util::Op;
 use smartcon_workloads::merge::job::{run_merge_job, MergeJobResult, MergeJobSpec};
@@ -45,12 +46,22 @@ pub struct MergePlan {
     /// Run the merge-off reference configuration.
     pub reference: bool,
     pub poll: PollParams,
+    /// How the device requests are waited for, one set of configurations each (`poll` and
+    /// `hybrid` are the paper's fixed and dynamic polling: [`paper_strategies`]).
+    pub strategies: Vec<StrategyChoice>,
+}
+
+/// The paper's two pollings as strategies: `poll` (fixed) and `hybrid` (dynamic), the
+/// study's default.
+pub fn paper_strategies() -> Vec<StrategyChoice> {
+    vec![Polling::Fixed.strategy(), Polling::Dynamic.strategy()]
 }
 
 impl MergePlan {
-    /// The merge-off reference (if asked), then {fixed, dynamic} x {serialized, pipelined}.
+    /// The merge-off reference (if asked, with the first strategy), then every strategy x
+    /// {serialized, pipelined}.
     pub fn configs(&self) -> Vec<MergeConfig> {
-        let mut configs = standard_configs(self.reference, self.poll);
+        let mut configs = configs_for(self.reference, self.poll, &self.strategies);
         for c in &mut configs {
             c.merge_pages_max = self.merge_pages_max;
             c.bs_bytes = self.bs_bytes;
@@ -82,6 +93,9 @@ impl MergePlan {
         if self.merge_pages_max == 0 || self.merge_pages_max > MERGE_PAGES_MAX {
             return Err(usage(format!("--max-merge must be 1..={MERGE_PAGES_MAX} pages")));
         }
+        if self.strategies.is_empty() {
+            return Err(usage("--strategies names none".into()));
+        }
         if self.rounds == 0 || self.rounds > ROUNDS_MAX {
             return Err(usage(format!("--rounds must be 1..={ROUNDS_MAX}")));
         }
@@ -110,13 +124,19 @@ impl MergePlan {
 /// merge off (the reference, if asked), then {fixed, dynamic} x {serialized, pipelined},
 /// all with `poll`.
 pub fn standard_configs(reference: bool, poll: PollParams) -> Vec<MergeConfig> {
+    configs_for(reference, poll, &paper_strategies())
+}
+
+/// merge off with the first of `strategies` (the reference, if asked), then each strategy x
+/// {serialized, pipelined}, all with `poll`.
+pub fn configs_for(reference: bool, poll: PollParams, strategies: &[StrategyChoice]) -> Vec<MergeConfig> {
     let mut configs = Vec::new();
-    if reference {
-        configs.push(MergeConfig::new(false, false, Polling::Fixed));
+    if let (true, Some(&first)) = (reference, strategies.first()) {
+        configs.push(MergeConfig::with_strategy(false, false, first));
     }
-    for polling in [Polling::Fixed, Polling::Dynamic] {
+    for &strategy in strategies {
         for pipelined in [false, true] {
-            configs.push(MergeConfig::new(true, pipelined, polling));
+            configs.push(MergeConfig::with_strategy(true, pipelined, strategy));
         }
     }
     for c in &mut configs {
@@ -140,7 +160,10 @@ pub struct MergeRecord<'a> {
     pub round: u32,
     pub merge: bool,
     pub pipelined: bool,
+    /// The wait's name: `fixed` and `dynamic` for the paper's pollings, else the strategy's.
     pub polling: &'static str,
+    /// The `--strategy` the device requests were waited for by.
+    pub strategy: &'static str,
     pub poll_interval_ns: u64,
     pub alpha_ns: u64,
     pub sampling_ns: u64,
@@ -170,7 +193,8 @@ impl<'a> MergeRecord<'a> {
             round,
             merge: c.merge,
             pipelined: c.pipelined,
-            polling: c.polling.name(),
+            polling: c.wait_name(),
+            strategy: c.strategy.name(),
             poll_interval_ns: c.poll.interval_ns,
             alpha_ns: c.poll.alpha_ns,
             sampling_ns: c.poll.sampling_ns,
@@ -287,6 +311,14 @@ pub fn sum_rounds(rounds: &[MergeJobResult]) -> Option<MergeJobResult> {
     let device_requests = sum(|r| r.device_requests);
     let pages = sum(|r| r.pages);
     let errors: Vec<f64> = rounds.iter().filter_map(|r| r.prediction_error_ns_mean).collect();
+    let mut waits = std::collections::BTreeMap::new();
+    for (name, n) in rounds.iter().flat_map(|r| r.waits.iter()) {
+        *waits.entry(*name).or_insert(0) += n;
+    }
+    let mut reasons = std::collections::BTreeMap::new();
+    for (name, n) in rounds.iter().flat_map(|r| r.reasons.iter()) {
+        *reasons.entry(*name).or_insert(0) += n;
+    }
     Some(MergeJobResult {
         ios,
         elapsed_ns,
@@ -304,6 +336,8 @@ pub fn sum_rounds(rounds: &[MergeJobResult]) -> Option<MergeJobResult> {
         sleeps: sum(|r| r.sleeps),
         leader_turns: sum(|r| r.leader_turns),
         prediction_error_ns_mean: (!errors.is_empty()).then(|| errors.iter().sum::<f64>() / errors.len() as f64),
+        waits,
+        reasons,
         interrupted: rounds.iter().any(|r| r.interrupted),
     })
 }
@@ -316,7 +350,7 @@ pub fn serialized_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
             && s.pattern == r.pattern
             && s.config.merge
             && !s.config.pipelined
-            && s.config.polling == r.config.polling
+            && s.config.strategy == r.config.strategy
     })
 }
 
@@ -329,7 +363,7 @@ pub fn ratios(rows: &[Row]) -> Vec<Ratio> {
             Some(Ratio {
                 op: r.op.name(),
                 pattern: r.pattern.name(),
-                polling: r.config.polling.name(),
+                polling: r.config.wait_name(),
                 pipelined_over_serialized_iops: r.result.iops / s.result.iops.max(1e-9),
             })
         })
@@ -378,6 +412,8 @@ mod tests {
             sleeps: 0,
             leader_turns: 0,
             prediction_error_ns_mean: None,
+            waits: Default::default(),
+            reasons: Default::default(),
             interrupted: false,
         }
     }
@@ -398,7 +434,7 @@ mod tests {
     fn ratios_pair_pipelined_with_serialized_of_the_same_polling() {
         let configs = standard_configs(true, PollParams::DEFAULT);
         assert_eq!(configs.len(), 5);
-        let iops_of = |c: &MergeConfig| match (c.merge, c.pipelined, c.polling) {
+        let iops_of = |c: &MergeConfig| match (c.merge, c.pipelined, Polling::of(c.strategy).unwrap()) {
             (false, ..) => 50,
             (true, false, Polling::Fixed) => 100,
             (true, true, Polling::Fixed) => 120,
@@ -438,6 +474,7 @@ mod tests {
             rounds: 1,
             reference: true,
             poll: PollParams { sampling_ns: 1_000_000, ..PollParams::DEFAULT },
+            strategies: paper_strategies(),
         };
         plan.validate().unwrap();
         assert_eq!(plan.runs(), 5);
@@ -445,6 +482,7 @@ mod tests {
             MergePlan { target: "/tmp/x".into(), ..plan.clone() },
             MergePlan { threads: 0, ..plan.clone() },
             MergePlan { rounds: 0, ..plan.clone() },
+            MergePlan { strategies: Vec::new(), ..plan.clone() },
             MergePlan { merge_pages_max: MERGE_PAGES_MAX + 1, ..plan.clone() },
         ] {
             assert_eq!(bad.validate().unwrap_err().kind, ErrorKind::Usage);

@@ -58,7 +58,7 @@ fn reads(target: &str, config: MergeConfig) {
             .map(|t| {
                 let dev = &dev;
                 s.spawn(move || {
-                    let mut w = dev.waiter();
+                    let mut w = dev.waiter().unwrap();
                     let mut buf = AlignedBuf::new(PAGE_BYTES as usize);
                     let mut x = (t + 1) * 0x9e37_79b9_7f4a_7c15;
                     for _ in 0..IOS_PER_THREAD {
@@ -94,7 +94,7 @@ fn writes(target: &str, config: MergeConfig) {
         for t in 0..THREADS {
             let dev = &dev;
             s.spawn(move || {
-                let mut w = dev.waiter();
+                let mut w = dev.waiter().unwrap();
                 let mut buf = AlignedBuf::new(PAGE_BYTES as usize);
                 for i in 0..IOS_PER_THREAD {
                     let off = (t + i * THREADS) * PAGE_BYTES;
@@ -254,7 +254,7 @@ fn a_panic_while_other_threads_hold_the_request_aborts_the_process() {
             for t in 0..THREADS {
                 let dev = &dev;
                 s.spawn(move || {
-                    let mut w = dev.waiter();
+                    let mut w = dev.waiter().unwrap();
                     let mut buf = AlignedBuf::new(PAGE_BYTES as usize);
                     for i in 0..IOS_PER_THREAD {
                         let off = ((t * IOS_PER_THREAD + i) % SPAN_PAGES) * PAGE_BYTES;
@@ -313,7 +313,7 @@ fn a_waiter_moved_to_another_thread_is_still_woken() {
     dev.prefill(SPAN_PAGES * PAGE_BYTES, SEED);
     let (done, finished) = std::sync::mpsc::channel();
     for t in 0..8u64 {
-        let mut w = dev.waiter();
+        let mut w = dev.waiter().unwrap();
         let done = done.clone();
         std::thread::spawn(move || {
             let mut buf = AlignedBuf::new(PAGE_BYTES as usize);
@@ -329,4 +329,53 @@ fn a_waiter_moved_to_another_thread_is_still_woken() {
             .unwrap_or_else(|_| panic!("{n} of 8 threads finished; the others were never woken"));
     }
     assert_eq!(dev.counts().releases, 800);
+}
+
+/// Every device request goes through the waiting thread's SmartPort as a group call: with
+/// any `--strategy` (the non-polling ones, a decision, the paper's two pollings) every
+/// request's data is right, every waiter is released once, the device's in-flight counters
+/// are back at zero with no leave unmatched, and the runs' `waits` count every device
+/// request under the strategy the port waited with (a fixed one: only that one).
+#[test]
+fn every_strategy_goes_through_the_port_and_loses_nothing() {
+    use smartcon_engine::decision::Strategy;
+    use smartcon_engine::smartport::StrategyChoice;
+    let spec = parse_spec("emu:optane,channels=1,size=16m").unwrap();
+    for strategy in ["block", "spin", "sync", "poll", "hybrid", "smart", "dip"] {
+        let choice = StrategyChoice::parse(strategy).unwrap();
+        for pipelined in [false, true] {
+            let mut c = MergeConfig::with_strategy(true, pipelined, choice);
+            c.poll = PollParams { sampling_ns: 2_000_000, ..PollParams::DEFAULT };
+            c.verify_seed = Some(SEED);
+            let label = c.label();
+            reads("emu:optane,channels=1,size=16m", c);
+            let dev = MergeDevice::new(&spec, c).unwrap();
+            let job = MergeJobSpec {
+                op: Op::Write,
+                pattern: Pattern::Rand,
+                threads: 8,
+                duration_ns: 10_000_000_000,
+                ios_per_thread_max: Some(100),
+                span_bytes: SPAN_PAGES * PAGE_BYTES,
+                prefill: true,
+                seed: 3,
+            };
+            let r = run_merge_job(&dev, &job, &AtomicBool::new(false)).unwrap();
+            assert_eq!((r.ios, r.releases), (800, 800), "{label}");
+            assert_eq!(r.waits.values().sum::<u64>(), r.device_requests, "{label}: {:?}", r.waits);
+            if let StrategyChoice::Fixed(s) = choice {
+                assert_eq!(r.waits.get(s.name()), Some(&r.device_requests), "{label}: {:?}", r.waits);
+            } else {
+                assert!(
+                    r.waits
+                        .keys()
+                        .all(|k| [Strategy::Block, Strategy::Spin, Strategy::Sync].iter().any(|s| s.name() == *k)),
+                    "{label}: smart waits by its three ways: {:?}",
+                    r.waits
+                );
+            }
+            assert_eq!(dev.inflight().ours(), 0, "{label}: the counters are back at zero");
+            assert_eq!(dev.inflight().unmatched_leaves(), 0, "{label}");
+        }
+    }
 }

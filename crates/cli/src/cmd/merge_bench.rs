@@ -5,15 +5,23 @@
 //!
 //! The default target is `emu:optane,channels=1`: one channel, so while a merged request is
 //! in flight every other thread's request waits in the merge queue and the next merged
-//! request carries them. Only the flags the study honours are offered: the polling
-//! parameters, not the engine's `--io-cpus`, `--spin-budget`, `--cpu-window` or
-//! `--destructive` (the merge device has its own threads, no System Monitor, and is never a
-//! real block device).
+//! request carries them. Only the flags the study honours are offered: the strategies and
+//! the polling parameters, not the engine's `--io-cpus`, `--spin-budget`, `--cpu-window` or
+//! `--destructive` (the merge device has its own threads, its fixed strategies read an idle
+//! System Monitor and its decisions the process-wide one, and it is never a real block
+//! device).
+//!
+//! `--strategies` takes every `--strategy` name (each device request is a group call of
+//! its waiting thread's SmartPort, `smartcon_engine::smartport::group`); its default,
+//! `poll,hybrid`, is the paper's fixed and dynamic polling, whose rows keep the names
+//! `fixed` and `dynamic` as before the flag (there was no `--polling` flag: the two
+//! pollings were the study's fixed pair).
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
+use smartcon_engine::smartport::StrategyChoice;
 use smartcon_engine::wait::PollParams;
 use smartcon_report::merge::{draw, table};
 use smartcon_study::merge_bench::{ratio_mean, summary, MergePlan, MergeProgress, MergeRecord};
@@ -55,6 +63,12 @@ pub struct MergeBenchArgs {
     /// shared machine hits every configuration alike.
     #[arg(long, default_value_t = 1)]
     pub rounds: u32,
+    /// Comma-separated strategies the device requests are waited for by, each a set of
+    /// serialized and pipelined rows (any `--strategy` name). `poll` is the paper's fixed
+    /// polling and `hybrid` its dynamic polling (rows `fixed/...`, `dynamic/...`); the
+    /// merge-off reference row uses the first.
+    #[arg(long, value_delimiter = ',', value_parser = strategy_value, default_value = "poll,hybrid")]
+    pub strategies: Vec<StrategyChoice>,
     /// Leave out the merge-off reference row.
     #[arg(long)]
     pub no_reference: bool,
@@ -112,6 +126,7 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
         rounds: args.rounds,
         reference: !args.no_reference,
         poll: args.poll.params()?,
+        strategies: args.strategies.clone(),
     };
     plan.validate().map_err(engine_err)?;
     let bar = progress_bar(plan.runs() as u64, "merge-bench");

@@ -95,6 +95,36 @@ impl InFlight {
         debug_assert!(bytes_before >= bytes, "InFlight::leave of {bytes} bytes with {bytes_before} in flight");
     }
 
+    /// Adds `count` requests of `bytes` in all at once (one device command carrying several
+    /// threads' requests, [`crate::smartport::group`]) and returns the state ahead of them,
+    /// as [`InFlight::enter`] does for one.
+    #[inline]
+    pub fn enter_many(&self, count: u32, bytes: u64) -> DeviceState {
+        let ours_count = self.count.fetch_add(count, Ordering::Relaxed);
+        let ours_bytes = self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let others_count = self.others_count.load(Ordering::Relaxed);
+        let others_bytes = self.others_bytes.load(Ordering::Relaxed);
+        DeviceState {
+            inflight_count: ours_count.saturating_add(others_count),
+            inflight_bytes: ours_bytes.saturating_add(others_bytes),
+        }
+    }
+
+    /// Removes what [`InFlight::enter_many`] added, as [`InFlight::leave`] does for one
+    /// (kept at zero, and counted, if it finds fewer).
+    #[inline]
+    pub fn leave_many(&self, count: u32, bytes: u64) {
+        let before = self.count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(count)));
+        let bytes_before =
+            self.bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b.saturating_sub(bytes)));
+        let (before, bytes_before) = (before.unwrap_or(0), bytes_before.unwrap_or(0));
+        if before < count || bytes_before < bytes {
+            self.unmatched_leaves.fetch_add(1, Ordering::Relaxed);
+        }
+        debug_assert!(before >= count, "InFlight::leave_many of {count} with {before} in flight");
+        debug_assert!(bytes_before >= bytes, "InFlight::leave_many of {bytes} bytes with {bytes_before} in flight");
+    }
+
     /// How many [`InFlight::leave`] calls found fewer requests or bytes in flight than they
     /// removed (0 unless a caller is wrong).
     pub fn unmatched_leaves(&self) -> u64 {

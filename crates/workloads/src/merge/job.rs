@@ -19,8 +19,9 @@ use std::sync::Barrier;
 use serde::Serialize;
 use smartcon_devemu::Op;
 
-use super::{MergeDevice, Polling, WaiterStats, PAGE_BYTES, THREADS_MAX};
+use super::{MergeDevice, WaiterStats, PAGE_BYTES, THREADS_MAX};
 use smartcon_engine::clock::{now_ns, tighten_timer_slack};
+use smartcon_engine::decision::{Reason, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::{Pattern, DURATION_NS_MAX};
 use smartcon_engine::stats::{new_histogram, Usage};
@@ -73,6 +74,11 @@ pub struct MergeJobResult {
     pub leader_turns: u64,
     /// Mean |seen - predicted| of the predicted waits (dynamic polling after sampling).
     pub prediction_error_ns_mean: Option<f64>,
+    /// Device requests by the way their waiting thread waited (the port's fixed strategy,
+    /// or its decisions), by strategy name; strategies no request took are left out.
+    pub waits: std::collections::BTreeMap<&'static str, u64>,
+    /// For a decision (`smart`, `paper`, ...): device requests by the decision's reason.
+    pub reasons: std::collections::BTreeMap<&'static str, u64>,
     pub interrupted: bool,
 }
 
@@ -104,7 +110,7 @@ impl MergeJobSpec {
             return usage("I/Os per thread must be more than 0".into());
         }
         // The sampling phase only matters to dynamic polling; intervals always.
-        let run_ns = if dev.config().polling == Polling::Dynamic { self.duration_ns } else { u64::MAX };
+        let run_ns = if dev.config().samples() { self.duration_ns } else { u64::MAX };
         dev.config().poll.validate(run_ns)
     }
 }
@@ -116,7 +122,27 @@ struct ThreadOut {
     end_ns: u64,
     usage: Usage,
     stats: WaiterStats,
+    /// Device requests by strategy (the port's counters).
+    waits: [u64; Strategy::COUNT],
+    reasons: [u64; Reason::COUNT],
     error: Option<Error>,
+}
+
+impl ThreadOut {
+    /// A thread that could not start (its port did not open).
+    fn failed(e: Error) -> ThreadOut {
+        ThreadOut {
+            hist: new_histogram(),
+            ios: 0,
+            start_ns: 0,
+            end_ns: 0,
+            usage: Usage::default(),
+            stats: WaiterStats::default(),
+            waits: [0; Strategy::COUNT],
+            reasons: [0; Reason::COUNT],
+            error: Some(e),
+        }
+    }
 }
 
 /// Runs the job; `stop` ends it early (what was measured is returned with `interrupted`).
@@ -141,7 +167,13 @@ pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) 
                     .name(format!("smartcon-merge-{t}"))
                     .spawn_scoped(s, move || {
                         tighten_timer_slack();
-                        let mut waiter = dev.waiter();
+                        let mut waiter = match dev.waiter() {
+                            Ok(w) => w,
+                            Err(e) => {
+                                barrier.wait();
+                                return ThreadOut::failed(e);
+                            }
+                        };
                         let mut buf = AlignedBuf::new(bs as usize);
                         let mut hist = new_histogram();
                         let mut rng = Rng::new(spec.seed ^ (t as u64 + 1));
@@ -179,7 +211,9 @@ pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) 
                             ios += 1;
                         }
                         let usage = Usage::of_thread().since(&u0);
-                        ThreadOut { hist, ios, start_ns, end_ns: now_ns(), usage, stats: waiter.stats, error }
+                        let (waits, reasons) = (waiter.port_counters().by_strategy, waiter.port_counters().by_reason);
+                        let end_ns = now_ns();
+                        ThreadOut { hist, ios, start_ns, end_ns, usage, stats: waiter.stats, waits, reasons, error }
                     })
                     .expect("spawn I/O thread")
             })
@@ -195,7 +229,19 @@ pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) 
     let mut end_ns = start_ns;
     let mut cpu_ns = 0;
     let mut st = WaiterStats::default();
+    let mut waits = std::collections::BTreeMap::new();
+    let mut reasons = std::collections::BTreeMap::new();
     for o in &outs {
+        for (r, n) in Reason::ALL.iter().zip(o.reasons) {
+            if n > 0 {
+                *reasons.entry(r.name()).or_insert(0) += n;
+            }
+        }
+        for (s, n) in Strategy::ALL.iter().zip(o.waits) {
+            if n > 0 {
+                *waits.entry(s.name()).or_insert(0) += n;
+            }
+        }
         if let Some(e) = &o.error {
             return Err(Error::new(e.kind, e.message.clone()));
         }
@@ -231,6 +277,8 @@ pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) 
         leader_turns: st.leader_turns,
         prediction_error_ns_mean: (st.predicted_waits > 0)
             .then(|| st.prediction_error_ns_sum as f64 / st.predicted_waits as f64),
+        waits,
+        reasons,
         interrupted: stop.load(Ordering::Relaxed),
     })
 }

@@ -37,21 +37,29 @@
 //!   arrives the leader runs the post-I/O work of the requests whose pages are all done,
 //!   while the device transfers the next pages.
 //!
-//! # Polling
-//! `fixed`: a status poll every `interval` ([`smartcon_engine::wait::fixed`]); `dynamic`: the
-//! `hybrid` policy ([`smartcon_engine::wait::hybrid`], sampling phase then predicted waits corrected
-//! by alpha). Serialized waits are for the last page of the merged request, given to the
+//! # Waiting: through the SmartPort's group call
+//! Every device request (a merged one, or with merge off a thread's own) is a group call of
+//! the waiting thread's [`SmartPort`] ([`smartcon_engine::smartport::group`]): the port
+//! enters the device's in-flight counters with the request's members and bytes, decides how
+//! the leader waits (`MergeConfig::strategy`, any `--strategy`: a fixed one, or `smart`'s
+//! decision on the whole command's size, the other channels' commands ahead and the CPU),
+//! and waits as decided on the page-level status a poll reads, which is what is the merge
+//! device's own; the leader releases each follower once a wait saw its pages done.
+//!
+//! The paper's two pollings are two strategies ([`Polling`]): `fixed` is `poll`, a status
+//! poll every `interval` ([`smartcon_engine::wait::fixed`]); `dynamic` is `hybrid`
+//! ([`smartcon_engine::wait::hybrid`], sampling phase then predicted waits corrected by
+//! alpha). Serialized waits are for the last page of the merged request, given to the
 //! policy as a page with `pages - 1` pages ahead of it on the device, so the predictor's
 //! per-byte-ahead slope learns the page transfer time; pipelined waits are one page each,
-//! the first one from submission (fixed latency + a page) by one policy instance and the
-//! following ones (a page) by another, so neither class mixes the two. The policies are the
-//! engine's ([`smartcon_engine::wait::policy_for`], as a SmartPort's) and every clock read,
-//! sleep and clock-only spin of the wait goes through the engine's injected
-//! [`smartcon_engine::clock::Time`] (the host's here), as the engine's emulated target's
-//! do; what is the merge device's own is the page-level status a poll reads. It does not
-//! go through a SmartPort: a merged request is one device command for several threads'
-//! requests, waited for by its leader, which a per-thread "decide, then wait" port has no
-//! place for, and `--polling` names a polling policy, not a `--strategy`.
+//! the first one from submission (fixed latency + a page) by the port's policy and the
+//! following ones (a page) by its second one ([`GroupWait::FromLast`]), so neither class
+//! mixes the two. `block` sleeps until the wanted pages' instant ([`Status::block`]), `spin`
+//! and `sync` poll back to back. Every clock read, sleep and clock-only spin goes through
+//! the engine's injected [`smartcon_engine::clock::Time`] (the host's here). As the
+//! real-time replay's ports do, a fixed strategy reads an idle System Monitor (the polling
+//! policies' busy branch is never taken, as before the port); the decisions read the
+//! process-wide one, unless [`MergeDevice::set_monitor`] gives another.
 //!
 //! With merge off each thread submits its own request (queued FCFS on the channels like
 //! `smartcon_emutarget::emu`), waits for it with the same policy and does its own post-I/O work: the
@@ -81,7 +89,7 @@ pub mod pool;
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 
 use smartcon_devemu::pages::{self, PageTransfer};
@@ -91,9 +99,12 @@ use smartcon_util::units::format_size;
 use smartcon_engine::clock::{self, SharedTime};
 use smartcon_engine::decision::{DeviceState, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
-use smartcon_engine::target::AlignedBuf;
+use smartcon_engine::monitor::SystemMonitor;
+use smartcon_engine::profile::{self, HostWaitCost, Profile};
+use smartcon_engine::smartport::{GroupWait, SmartPort, SmartPortOptions, StrategyChoice};
+use smartcon_engine::target::{AlignedBuf, InFlight};
 use smartcon_engine::verify;
-use smartcon_engine::wait::{self, Pending, PollParams, Status, WaitPolicy, Waited};
+use smartcon_engine::wait::{Pending, PollParams, Status, Waited};
 
 use pool::BufferPool;
 
@@ -109,12 +120,13 @@ pub const THREADS_MAX: usize = 256;
 
 const _: () = assert!(PAGE_BYTES as usize == smartcon_engine::target::buffer::ALIGN_BYTES);
 
-/// How the waiting side polls.
+/// The paper's two pollings, as the strategies they are (the study's rows keep the paper's
+/// names: `fixed/serialized`, `dynamic/pipelined`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Polling {
-    /// A poll every `interval` (the paper's baseline; its best interval was 1 us).
+    /// A poll every `interval` (the paper's baseline; its best interval was 1 us): `poll`.
     Fixed,
-    /// Dynamic interval polling (`hybrid`).
+    /// Dynamic interval polling: `hybrid`.
     Dynamic,
 }
 
@@ -126,12 +138,24 @@ impl Polling {
         }
     }
 
-    fn strategy(self) -> Strategy {
+    /// The `--strategy` this polling is.
+    pub fn strategy(self) -> StrategyChoice {
         match self {
-            Polling::Fixed => Strategy::FixedPoll,
-            Polling::Dynamic => Strategy::Hybrid,
+            Polling::Fixed => StrategyChoice::Fixed(Strategy::FixedPoll),
+            Polling::Dynamic => StrategyChoice::Fixed(Strategy::Hybrid),
         }
     }
+
+    /// The polling a strategy is, if it is one of the paper's two.
+    pub fn of(strategy: StrategyChoice) -> Option<Polling> {
+        [Polling::Fixed, Polling::Dynamic].into_iter().find(|p| p.strategy() == strategy)
+    }
+}
+
+/// The name a configuration's wait goes by in labels and records: the paper's `fixed` and
+/// `dynamic` for `poll` and `hybrid`, else the strategy's own name.
+pub fn wait_name(strategy: StrategyChoice) -> &'static str {
+    Polling::of(strategy).map_or(strategy.name(), Polling::name)
 }
 
 /// The switches the paper compares.
@@ -143,7 +167,9 @@ pub struct MergeConfig {
     pub pipelined: bool,
     /// The largest merged request, in pages.
     pub merge_pages_max: u32,
-    pub polling: Polling,
+    /// How a device request's waiting thread waits: any `--strategy` ([`Polling`] names the
+    /// paper's two).
+    pub strategy: StrategyChoice,
     pub poll: PollParams,
     /// The size of every request (whole pages).
     pub bs_bytes: u64,
@@ -153,24 +179,39 @@ pub struct MergeConfig {
 
 impl MergeConfig {
     pub fn new(merge: bool, pipelined: bool, polling: Polling) -> MergeConfig {
+        MergeConfig::with_strategy(merge, pipelined, polling.strategy())
+    }
+
+    /// A configuration whose requests are waited for by `strategy`.
+    pub fn with_strategy(merge: bool, pipelined: bool, strategy: StrategyChoice) -> MergeConfig {
         MergeConfig {
             merge,
             pipelined,
             merge_pages_max: 32,
-            polling,
+            strategy,
             poll: PollParams::DEFAULT,
             bs_bytes: PAGE_BYTES,
             verify_seed: Some(smartcon_engine::job::FILL_SEED),
         }
     }
 
-    /// A short name: `fixed/serialized`, `dynamic/pipelined`, `no-merge/fixed`.
+    /// A short name: `fixed/serialized`, `dynamic/pipelined`, `no-merge/fixed`, `smart/pipelined`.
     pub fn label(&self) -> String {
         if self.merge {
-            format!("{}/{}", self.polling.name(), if self.pipelined { "pipelined" } else { "serialized" })
+            format!("{}/{}", self.wait_name(), if self.pipelined { "pipelined" } else { "serialized" })
         } else {
-            format!("no-merge/{}", self.polling.name())
+            format!("no-merge/{}", self.wait_name())
         }
+    }
+
+    /// [`wait_name`] of the configuration's strategy.
+    pub fn wait_name(&self) -> &'static str {
+        wait_name(self.strategy)
+    }
+
+    /// Whether the strategy's policy has a sampling phase (which must end within a run).
+    pub fn samples(&self) -> bool {
+        matches!(self.strategy, StrategyChoice::Fixed(Strategy::Hybrid | Strategy::Dip) | StrategyChoice::SmartHybrid)
     }
 
     /// Checks what does not depend on the run's duration.
@@ -286,8 +327,16 @@ pub struct MergeDevice {
     wait_bound_ns: u64,
     /// The clock the device's instants are on and its waiters sleep and spin on: the
     /// engine's injected [`clock::Time`] (the host's, [`clock::real`]), as the engine's own
-    /// emulated target reads it, so the waits of `--polling` are the engine's waits.
+    /// emulated target reads it; every waiter's port reads it too.
     time: SharedTime,
+    /// Its requests in flight, as every waiter's port counts them (the decision's backlog).
+    inflight: Arc<InFlight>,
+    /// The thresholds the ports decide with when no probe stored a profile for the device:
+    /// the model's, as an emulated target's ([`smartcon_emutarget::emu::model_profile`]).
+    builtin: Profile,
+    /// The System Monitor the ports read; `None`: an idle one for a fixed strategy, the
+    /// process-wide one for a decision.
+    monitor: Option<Arc<SystemMonitor>>,
     /// Test hook: the post-I/O work of the n-th released request (from 1) panics.
     fault_panic_at_release: Option<u64>,
     fault_releases: AtomicU64,
@@ -334,6 +383,13 @@ impl MergeDevice {
                         .unwrap_or(0),
             ),
             time: clock::real(),
+            inflight: Arc::new(InFlight::default()),
+            builtin: smartcon_emutarget::emu::model_profile(
+                spec,
+                HostWaitCost::stored().as_ref(),
+                profile::online_cpus(),
+            ),
+            monitor: None,
             fault_panic_at_release: None,
             fault_releases: AtomicU64::new(0),
         })
@@ -379,19 +435,41 @@ impl MergeDevice {
         self.store.read(offset, buf);
     }
 
-    /// A waiting thread's handle; one per thread.
-    pub fn waiter(&self) -> Waiter<'_> {
-        let start = self.time.now_ns();
-        let strategy = self.config.polling.strategy();
-        let policy = || wait::policy_for(strategy, self.config.poll, start).expect("a polling strategy");
-        Waiter {
+    /// Gives the waiters' ports this System Monitor (else: an idle one for a fixed
+    /// strategy, the process-wide one for a decision).
+    pub fn set_monitor(&mut self, monitor: Arc<SystemMonitor>) {
+        self.monitor = Some(monitor);
+    }
+
+    /// The device's own in-flight counters (all waiters' ports count into them).
+    pub fn inflight(&self) -> &InFlight {
+        &self.inflight
+    }
+
+    /// A waiting thread's handle, with its port; one per thread, made on that thread (a
+    /// decision's port leaves its thread's CPU out of the process-wide monitor's figure).
+    pub fn waiter(&self) -> Result<Waiter<'_>, Error> {
+        let strategy = self.config.strategy;
+        let monitor = match (&self.monitor, strategy) {
+            (Some(m), _) => Some(m.clone()),
+            (None, StrategyChoice::Fixed(_)) => Some(Arc::new(SystemMonitor::fixed(0))),
+            (None, _) => None,
+        };
+        let options = SmartPortOptions {
+            strategy,
+            poll: self.config.poll,
+            monitor,
+            time: Some(self.time.clone()),
+            ..Default::default()
+        };
+        let port = SmartPort::for_group(&self.label, self.inflight.clone(), Some(self.builtin.clone()), options)?;
+        Ok(Waiter {
             dev: self,
-            first: policy(),
-            next: policy(),
+            port,
             batch: Vec::with_capacity(self.config.merge_pages_max as usize),
             taken: Vec::with_capacity(self.config.merge_pages_max as usize),
             stats: WaiterStats::default(),
-        }
+        })
     }
 
     /// Fault injection for tests: the post-I/O work of the `n`-th request released from now
@@ -405,6 +483,22 @@ impl MergeDevice {
 
     fn pages_per_request(&self) -> u32 {
         (self.config.bs_bytes / PAGE_BYTES) as u32
+    }
+
+    /// Submission's data movement for one request: the CPU plays the device's DMA engine.
+    fn stage(&self, op: Op, item: &mut Item) {
+        // SAFETY: the request is not DONE; its thread waits and does not touch its buffer.
+        let req = unsafe { item.req.get() };
+        let bs = self.config.bs_bytes as usize;
+        match op {
+            Op::Read => self.store.read(req.offset, item.buf.as_mut_slice()),
+            Op::Write => {
+                // SAFETY: as above; `buf` is `bs` bytes owned by the waiting thread.
+                let src = unsafe { std::slice::from_raw_parts(req.buf as *const u8, bs) };
+                item.buf.as_mut_slice().copy_from_slice(src);
+                self.store.write(req.offset, item.buf.as_slice());
+            }
+        }
     }
 }
 
@@ -492,6 +586,18 @@ impl Status for PageStatus<'_> {
     fn spin_until(&mut self, at_ns: u64) {
         self.dev.time.spin_until(at_ns.min(self.wait_bound_ns));
     }
+
+    /// `block`'s wait: asleep until the wanted pages' instant, as the device's interrupt
+    /// would wake the thread (no register read: nothing is charged to the channel). The
+    /// instant is the model's, not a prediction: no wait bound.
+    fn block(&mut self) -> Result<(), Error> {
+        while self.acked < self.want {
+            let at = self.transfer.page_done_ns(self.want - 1);
+            self.dev.time.block_until(at);
+            self.acked = self.transfer.acked(self.dev.time.now_ns());
+        }
+        Ok(())
+    }
 }
 
 /// A wait that does not look at the device (a sleep, or a spin on the clock) ends at most
@@ -505,13 +611,12 @@ impl Status for PageStatus<'_> {
 pub const WAIT_BOUND_NS_MIN: u64 = 10_000_000;
 pub const WAIT_BOUND_SERVICES: u64 = 64;
 
-/// A thread's handle on a [`MergeDevice`]: its wait policies and its share of the work.
+/// A thread's handle on a [`MergeDevice`]: its port and its share of the work.
 pub struct Waiter<'d> {
     dev: &'d MergeDevice,
-    /// Waits from submission (the whole request, or its first page).
-    first: Box<dyn WaitPolicy>,
-    /// Waits for the next page (pipelined).
-    next: Box<dyn WaitPolicy>,
+    /// The port every device request this thread submits (as a leader, or alone with merge
+    /// off) is decided and waited for through, as a group call.
+    port: SmartPort,
     batch: Vec<Item>,
     /// Requests taken from the queue for the next batch (reused, no allocation per batch).
     taken: Vec<ReqPtr>,
@@ -519,6 +624,12 @@ pub struct Waiter<'d> {
 }
 
 impl Waiter<'_> {
+    /// What this thread's port counted: the device requests it submitted and waited for
+    /// (by strategy, and for a decision by reason), with their latencies from submission.
+    pub fn port_counters(&self) -> &smartcon_engine::smartport::PortCounters {
+        self.port.counters()
+    }
+
     /// One synchronous request of `bs_bytes`: returns when the data is in `buf` (read) or on
     /// the device (write) and its post-I/O work (verification included) is done.
     pub fn io(&mut self, op: Op, buf: &mut [u8], offset: u64) -> Result<(), Error> {
@@ -657,23 +768,10 @@ impl Waiter<'_> {
         }
     }
 
-    /// Submission's data movement for one request: the CPU plays the device's DMA engine.
-    fn stage(&self, op: Op, item: &mut Item) {
-        // SAFETY: the request is not DONE; its thread waits and does not touch its buffer.
-        let req = unsafe { item.req.get() };
-        let bs = self.dev.config.bs_bytes as usize;
-        match op {
-            Op::Read => self.dev.store.read(req.offset, item.buf.as_mut_slice()),
-            Op::Write => {
-                // SAFETY: as above; `buf` is `bs` bytes owned by the waiting thread.
-                let src = unsafe { std::slice::from_raw_parts(req.buf as *const u8, bs) };
-                item.buf.as_mut_slice().copy_from_slice(src);
-                self.dev.store.write(req.offset, item.buf.as_slice());
-            }
-        }
-    }
-
-    /// Submits `self.batch` as one device request, waits for it and runs its post-I/O work.
+    /// Submits `self.batch` as one device request, a group call of this thread's port: the
+    /// port decides how it is waited for, the device places it and stages its data, the
+    /// thread waits as decided and runs its post-I/O work, releasing each request once a
+    /// wait saw its pages done.
     fn serve(&mut self, place: Place, me: ReqPtr) {
         let dev = self.dev;
         let n = self.batch.len();
@@ -683,6 +781,9 @@ impl Waiter<'_> {
         let rp = dev.pages_per_request();
         let pages = n as u32 * rp;
         let timing = *dev.model.timing(op);
+        let expect = "the emulated status never fails";
+        let mut call =
+            self.port.submit_group(op, n as u32, pages as u64 * PAGE_BYTES).expect("a command of whole pages");
         let submit = dev.time.now_ns();
         let service = pages::service_ns(&timing, PAGE_BYTES, pages);
         let (channel, start) = {
@@ -708,21 +809,21 @@ impl Waiter<'_> {
             last_poll_ns: submit,
             wait_bound_ns: submit + dev.wait_bound_ns,
         };
-        let expect = "the emulated status never fails";
         let mut items = std::mem::take(&mut self.batch);
         // The DMA copies, after the device started: they are what it does meanwhile.
         for item in &mut items {
-            self.stage(op, item);
+            dev.stage(op, item);
         }
         if !dev.config.pipelined {
             // One completion ack for the whole request: the last page, behind the others.
             let ahead = DeviceState { inflight_count: pages - 1, inflight_bytes: (pages as u64 - 1) * PAGE_BYTES };
             let pending = Pending { op, bytes: PAGE_BYTES, ahead, submit_ns: submit };
-            let w = self.first.wait(&pending, &mut status).expect(expect);
+            let w = call.wait(&pending, &mut status, GroupWait::FromSubmission).expect(expect);
             self.stats.add_waited(&w);
             for item in items.drain(..) {
-                self.post(op, item, me);
+                dev.post(op, item, me);
             }
+            call.release(n as u32).expect("one release per request");
         } else {
             let mut done_reqs = 0u32;
             let mut drain = items.drain(..);
@@ -737,11 +838,14 @@ impl Waiter<'_> {
                         status.poll().expect(expect)
                     };
                     if !already {
-                        let (policy, from) =
-                            if status.acked == 0 { (&mut self.first, submit) } else { (&mut self.next, seen_ns) };
+                        let (from, from_ns) = if status.acked == 0 {
+                            (GroupWait::FromSubmission, submit)
+                        } else {
+                            (GroupWait::FromLast, seen_ns)
+                        };
                         let bytes = (need - status.acked) as u64 * PAGE_BYTES;
-                        let pending = Pending { op, bytes, ahead: DeviceState::default(), submit_ns: from };
-                        let w = policy.wait(&pending, &mut status).expect(expect);
+                        let pending = Pending { op, bytes, ahead: DeviceState::default(), submit_ns: from_ns };
+                        let w = call.wait(&pending, &mut status, from).expect(expect);
                         self.stats.add_waited(&w);
                     }
                     seen_ns = status.now_ns();
@@ -750,21 +854,25 @@ impl Waiter<'_> {
                 let acked = status.acked;
                 while done_reqs < n as u32 && (done_reqs + 1) * rp <= acked {
                     let item = drain.next().expect("one item per request");
-                    self.post(op, item, me);
+                    dev.post(op, item, me);
+                    call.release(1).expect("one release per request");
                     done_reqs += 1;
                 }
             }
         }
+        call.finish().expect("every request of the command released once");
         self.batch = items;
         self.stats.device_requests += 1;
         dev.counters.device_requests.fetch_add(1, Ordering::Relaxed);
         dev.counters.pages.fetch_add(pages as u64, Ordering::Relaxed);
         dev.counters.releases.fetch_add(n as u64, Ordering::Relaxed);
     }
+}
 
+impl MergeDevice {
     /// The post-I/O work of one request: copy-out, verification, buffer release, wake-up.
     fn post(&self, op: Op, item: Item, me: ReqPtr) {
-        let dev = self.dev;
+        let dev = self;
         // SAFETY: the request is not DONE until the store below; its thread waits.
         let req = unsafe { item.req.get() };
         let bs = dev.config.bs_bytes as usize;

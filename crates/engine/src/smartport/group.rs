@@ -1,0 +1,507 @@
+//! The group call: one device command that carries several threads' requests, decided and
+//! waited for by one thread through its port.
+//!
+//! A device that merges requests (the temporal merge of `smartcon_workloads::merge`, paper
+//! 002 Sec. 4) submits one command for the requests of several threads. One thread, the
+//! command's leader, waits for it; the others (the followers) sleep until the leader
+//! releases them, after the part of the command that holds their request is done. A
+//! per-thread [`SmartTargetPort::transfer`] has no place for that: it submits one request
+//! of its own thread through the port below and waits for that one. The group call is the
+//! same "decide, then wait" for the leader's command:
+//!
+//! 1. [`SmartTargetPort::submit_group`]: the command enters the device's in-flight counters
+//!    as `members` requests of `bytes` in all (the counters give the backlog ahead), and the
+//!    port decides how the leader waits, as [`SmartTargetPort::transfer`] does for one I/O
+//!    of that size: a fixed `--strategy`, or `smart`'s decision with its checks. The device
+//!    submits the command itself (it knows its channels and pages, the port does not).
+//! 2. [`GroupCall::wait`], once or more: the leader waits, by the decided strategy, until
+//!    the device's [`Status`] says the part named by the caller's [`Pending`] is done (the
+//!    whole command; or, with page-unit completion, the next request's pages). `block`
+//!    sleeps until the device wakes it ([`Status::block`]); `spin` polls back to back up to
+//!    the port's spin budget, then blocks; `sync` polls back to back to the end (programmed
+//!    I/O); the polling strategies wait with the port's policy, the waits from the
+//!    submission with one policy and the waits from the last part seen
+//!    ([`GroupWait::FromLast`]) with a second one, so neither is learnt with the other.
+//! 3. [`GroupCall::release`]: the leader counts the followers it released. It may release
+//!    a member only after a wait that saw that member's part done, so every follower is
+//!    released at or after the model's completion of its request (the simulation's tests
+//!    check it against the model's instants).
+//! 4. [`GroupCall::finish`]: the command leaves the in-flight counters (so does a call
+//!    dropped on an error or a panic) and is counted once, as one device command with its
+//!    bytes, strategy, reason and the leader's latency from submission to the end of its
+//!    last wait; `smart`'s spin check learns from it as from a single I/O.
+//!
+//! The port of a group call has no port below ([`SmartTargetPort::for_group`]): it moves no
+//! data and submits nothing; the device does both, under its own lock. Its clock and sleeper
+//! are the injected [`crate::clock::Time`] every port has, so the simulation
+//! (`smartcon_emutarget::sim::run_group_cell`) runs the same code on virtual time.
+//!
+//! Non-goals: the merge protocol itself (queueing, leadership, hand-over: the device's);
+//! the reference wait (not a strategy; a group port's `block` is the device's wake-up);
+//! keeping the checks of one port for the next ([`crate::learn::keep`]): a group port
+//! starts afresh, so one run of a merge study does not carry into the next.
+
+use std::sync::Arc;
+
+use smartcon_util::Op;
+
+use super::{
+    policy_of, resolve_profile, Backend, BlockWait, Checked, Counters, SmartPort, SmartPortOptions, SmartTargetPort,
+};
+use crate::clock::spin_hint;
+use crate::decision::{DeviceState, Reason, Strategy};
+use crate::error::{Error, ErrorKind};
+use crate::target::{InFlight, PortWait};
+use crate::wait::{Pending, Status, Waited};
+
+/// The error of a single I/O (or flush) asked of a port that has no port below.
+pub(super) fn no_port_below(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Usage,
+        format!("{what} through a group port: it has no port below; the device submits, use submit_group"),
+    )
+}
+
+/// Where a group wait starts, which picks the policy that learns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupWait {
+    /// From the command's submission (the whole command, or its first part).
+    FromSubmission,
+    /// From the last part seen done (a pipelined command's next pages).
+    FromLast,
+}
+
+impl SmartPort {
+    /// A port for group calls on the device `device_id`, whose in-flight counters are
+    /// `inflight` (shared by every port of the device). Thresholds: the options' profile,
+    /// else the device's stored one, else `builtin` (an emulated device's, from its model),
+    /// else the paper's defaults with a note, as a port on a target.
+    /// It has no port below: [`SmartTargetPort::read_at`] and the like are usage errors.
+    pub fn for_group(
+        device_id: &str,
+        inflight: Arc<InFlight>,
+        builtin: Option<crate::profile::Profile>,
+        options: SmartPortOptions,
+    ) -> Result<SmartPort, Error> {
+        options.validate()?;
+        let (profile, note) = resolve_profile(device_id, options.profile.clone(), builtin)?;
+        let time = options.time.clone().unwrap_or_else(crate::clock::real);
+        let options = SmartPortOptions { block_wait: BlockWait::Kernel, ..options };
+        let mut port = SmartTargetPort::assemble(
+            Backend::Group,
+            Counters::Shared(inflight),
+            None,
+            device_id.to_string(),
+            1,
+            false,
+            &profile,
+            &options,
+            time,
+        )?;
+        port.notes.extend(note);
+        // The device knows its completion instants (it is a model): lateness is counted
+        // against them by the caller, and `sync` polls as the emulated target's does.
+        port.emulated = true;
+        port.block_check = None;
+        port.margin = None;
+        port.learnt_key = None;
+        port.spin_check = crate::learn::SpinCheck::new();
+        port.group_next = policy_of(options.strategy, options.poll, port.counters.start_ns);
+        Ok(port)
+    }
+}
+
+impl<'t> SmartTargetPort<'t> {
+    /// Begins a group call: a command of `members` requests and `bytes` in all, of `op`,
+    /// enters the device's in-flight counters, and the port decides how its leader waits.
+    /// The caller submits the command to its device after this (the decision sees what was
+    /// in flight before it) and then waits with [`GroupCall::wait`].
+    pub fn submit_group(&mut self, op: Op, members: u32, bytes: u64) -> Result<GroupCall<'_, 't>, Error> {
+        if members == 0 || bytes == 0 {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!("a group command of {members} request(s) and {bytes} bytes: it needs at least one of each"),
+            ));
+        }
+        let t0 = self.time.now_ns();
+        let ahead = self.inflight.enter_many(members, bytes);
+        let write = op == Op::Write;
+        let (strategy, reason, checked) = Self::choose(
+            self.strategy,
+            &self.monitor,
+            &self.thresholds,
+            &mut self.spin_check,
+            self.block_check.as_mut(),
+            (bytes, write, ahead),
+        );
+        Ok(GroupCall {
+            port: self,
+            members,
+            released: 0,
+            bytes,
+            write,
+            strategy,
+            reason,
+            checked,
+            ahead,
+            t0,
+            seen_ns: t0,
+            fell_back: false,
+            polled: None,
+            entered: true,
+        })
+    }
+}
+
+/// A group command in flight: made by [`SmartTargetPort::submit_group`], ended by
+/// [`GroupCall::finish`] (or dropped on an error, which leaves the counters all the same).
+pub struct GroupCall<'p, 't> {
+    port: &'p mut SmartTargetPort<'t>,
+    members: u32,
+    released: u32,
+    bytes: u64,
+    write: bool,
+    strategy: Strategy,
+    reason: Option<Reason>,
+    checked: Option<Checked>,
+    ahead: DeviceState,
+    t0: u64,
+    /// The end of the last wait: every part up to it was seen done then.
+    seen_ns: u64,
+    fell_back: bool,
+    /// What the polling waits did, added up over the command's waits.
+    polled: Option<Waited>,
+    /// Still in the in-flight counters.
+    entered: bool,
+}
+
+/// What a finished group call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupOutcome {
+    pub strategy: Strategy,
+    pub reason: Option<Reason>,
+    /// From the submission to the end of the leader's last wait, on the port's clock.
+    pub latency_ns: u64,
+    /// The spin budget ran out in a wait and the leader blocked.
+    pub fell_back: bool,
+}
+
+impl GroupCall<'_, '_> {
+    /// How the leader waits for this command (the fixed strategy, or the decision).
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// Why the decision chose it (the SmartCon choices), `None` for a fixed strategy.
+    pub fn reason(&self) -> Option<Reason> {
+        self.reason
+    }
+
+    /// What was in flight on the device ahead of the command when it was submitted.
+    pub fn ahead(&self) -> DeviceState {
+        self.ahead
+    }
+
+    /// The instant the call began (before the caller submitted the command).
+    pub fn submitted_ns(&self) -> u64 {
+        self.t0
+    }
+
+    /// Members released so far.
+    pub fn released(&self) -> u32 {
+        self.released
+    }
+
+    /// Waits, by the call's strategy, until `status` says the part `pending` names is done.
+    /// `pending` is what a polling policy is told (its size and the backlog ahead of it as
+    /// the device sees the part, its start); `from` picks the policy that learns it. Returns
+    /// what the wait did; for `block`, `spin` and `sync` its polls and sleeps.
+    pub fn wait(&mut self, pending: &Pending, status: &mut dyn Status, from: GroupWait) -> Result<Waited, Error> {
+        let port = &mut *self.port;
+        let mut waited = Waited::default();
+        match PortWait::simple(self.strategy, port.spin_budget_ns) {
+            Some(PortWait::Block) | Some(PortWait::Reference { .. }) => {
+                status.block()?;
+                waited.sleeps = 1;
+            }
+            Some(PortWait::Spin { budget_ns }) => loop {
+                waited.polls += 1;
+                if status.poll()? {
+                    break;
+                }
+                if status.now_ns().saturating_sub(self.t0) >= budget_ns {
+                    status.block()?;
+                    waited.sleeps = 1;
+                    self.fell_back = true;
+                    break;
+                }
+                spin_hint();
+            },
+            Some(PortWait::Sync) => loop {
+                // Programmed I/O: the thread stays on the device until the part is done.
+                waited.polls += 1;
+                if status.poll()? {
+                    break;
+                }
+                spin_hint();
+            },
+            Some(PortWait::Poll { .. }) | None => {
+                let policy = match from {
+                    GroupWait::FromSubmission => port.policy.as_deref_mut(),
+                    GroupWait::FromLast => port.group_next.as_deref_mut().or(port.policy.as_deref_mut()),
+                };
+                let Some(policy) = policy else {
+                    return Err(Error::new(
+                        ErrorKind::Internal,
+                        format!("{} was chosen but the port has no polling policy", self.strategy.name()),
+                    ));
+                };
+                // As a single I/O's poll: the policy is told whether the CPUs are busy.
+                let cpu = port.thresholds.cpu_threshold_pct;
+                policy.set_cpu_busy(port.monitor.cpu_utilization_for(cpu) > cpu);
+                waited = policy.wait(pending, status)?;
+                let sum = self.polled.get_or_insert_with(Waited::default);
+                sum.polls += waited.polls;
+                sum.sleeps += waited.sleeps;
+                sum.predicted_done_ns = waited.predicted_done_ns.or(sum.predicted_done_ns);
+                sum.seen_ns = waited.seen_ns;
+            }
+        }
+        let now = status.now_ns();
+        if waited.seen_ns == 0 {
+            waited.seen_ns = now;
+        }
+        self.seen_ns = self.seen_ns.max(now);
+        Ok(waited)
+    }
+
+    /// Counts `n` members released by the leader (each after a wait that saw its part
+    /// done). Releasing more than the command carries is the caller's bug: an error.
+    pub fn release(&mut self, n: u32) -> Result<(), Error> {
+        if self.released + n > self.members {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("{} release(s) of a command of {} request(s)", self.released + n, self.members),
+            ));
+        }
+        self.released += n;
+        Ok(())
+    }
+
+    /// Ends the call: the command leaves the in-flight counters and is counted. Every
+    /// member must have been released; a member left behind is the caller's bug: an error
+    /// (the counters are left all the same).
+    pub fn finish(mut self) -> Result<GroupOutcome, Error> {
+        self.leave();
+        let port = &mut *self.port;
+        let latency_ns = self.seen_ns - self.t0;
+        match self.checked {
+            Some(Checked::Spin(spun)) => port.spin_check.record(self.bytes, self.write, spun, latency_ns),
+            Some(Checked::Block(sync)) => {
+                if let Some(check) = port.block_check.as_mut() {
+                    check.record(self.bytes, self.write, sync, latency_ns)
+                }
+            }
+            None => {}
+        }
+        port.counters.record(latency_ns, self.bytes, self.strategy, self.reason, self.fell_back);
+        if let Some(w) = &self.polled {
+            port.counters.record_polled(w, self.seen_ns);
+        }
+        port.last_done_ns = self.seen_ns;
+        port.last_seen_ns = self.seen_ns;
+        if self.released != self.members {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("a command of {} request(s) finished with {} released", self.members, self.released),
+            ));
+        }
+        Ok(GroupOutcome { strategy: self.strategy, reason: self.reason, latency_ns, fell_back: self.fell_back })
+    }
+
+    fn leave(&mut self) {
+        if std::mem::take(&mut self.entered) {
+            self.port.inflight.leave_many(self.members, self.bytes);
+        }
+    }
+}
+
+impl Drop for GroupCall<'_, '_> {
+    /// A call dropped without [`GroupCall::finish`] (an error in a wait, a panic) leaves the
+    /// in-flight counters all the same.
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, Sleeper, Time};
+    use crate::monitor::SystemMonitor;
+    use crate::profile::Profile;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A clock that moves only when the port's thread sleeps or spins.
+    #[derive(Default)]
+    struct Manual(AtomicU64);
+
+    impl Clock for Manual {
+        fn now_ns(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+    impl Sleeper for Manual {
+        fn sleep_until(&self, at_ns: u64) {
+            self.0.fetch_max(at_ns, Ordering::Relaxed);
+        }
+        fn spin_until(&self, at_ns: u64) {
+            self.0.fetch_max(at_ns, Ordering::Relaxed);
+        }
+    }
+    impl Time for Manual {}
+
+    /// A command done at `done_ns`; a poll costs 50 ns; a block wakes 7 us late.
+    struct Cmd<'c> {
+        clock: &'c Manual,
+        done_ns: u64,
+        polls: u32,
+        blocks: u32,
+    }
+
+    impl Status for Cmd<'_> {
+        fn now_ns(&self) -> u64 {
+            self.clock.now_ns()
+        }
+        fn poll(&mut self) -> Result<bool, Error> {
+            self.polls += 1;
+            Ok(self.clock.0.fetch_add(50, Ordering::Relaxed) >= self.done_ns)
+        }
+        fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+            self.clock.sleep_until(at_ns);
+            Ok(())
+        }
+        fn spin_until(&mut self, at_ns: u64) {
+            self.clock.spin_until(at_ns)
+        }
+        fn block(&mut self) -> Result<(), Error> {
+            self.blocks += 1;
+            self.clock.sleep_until(self.done_ns + 7_000);
+            Ok(())
+        }
+    }
+
+    fn port(strategy: StrategyChoice, clock: &Arc<Manual>, inflight: &Arc<InFlight>) -> SmartPort {
+        let options = SmartPortOptions {
+            strategy,
+            monitor: Some(Arc::new(SystemMonitor::fixed(0))),
+            profile: Some(Profile::paper_default("group-test")),
+            time: Some(clock.clone()),
+            ..Default::default()
+        };
+        SmartPort::for_group("group-test", inflight.clone(), None, options).unwrap()
+    }
+
+    use super::super::StrategyChoice;
+
+    #[test]
+    fn each_strategy_waits_its_way_and_the_command_is_counted_once() {
+        for (choice, want) in [
+            (StrategyChoice::Fixed(Strategy::Block), Strategy::Block),
+            (StrategyChoice::Fixed(Strategy::Spin), Strategy::Spin),
+            (StrategyChoice::Fixed(Strategy::Sync), Strategy::Sync),
+            (StrategyChoice::Fixed(Strategy::FixedPoll), Strategy::FixedPoll),
+            (StrategyChoice::Fixed(Strategy::Hybrid), Strategy::Hybrid),
+        ] {
+            let clock = Arc::new(Manual::default());
+            let inflight = Arc::new(InFlight::default());
+            let mut p = port(choice, &clock, &inflight);
+            let mut call = p.submit_group(Op::Read, 4, 4 * 4096).unwrap();
+            assert_eq!(call.strategy(), want);
+            assert_eq!(inflight.ours(), 4, "{choice:?}: four requests in flight");
+            let mut cmd = Cmd { clock: &clock, done_ns: 20_000, polls: 0, blocks: 0 };
+            let pending = Pending { op: Op::Read, bytes: 4096, ahead: DeviceState::default(), submit_ns: 0 };
+            let w = call.wait(&pending, &mut cmd, GroupWait::FromSubmission).unwrap();
+            assert!(clock.now_ns() >= 20_000, "{choice:?}: the wait ended before the command was done");
+            assert!(w.seen_ns >= 20_000);
+            assert_eq!(cmd.blocks > 0, want == Strategy::Block, "{choice:?}: only block sleeps to the wake-up");
+            if want == Strategy::Block {
+                assert_eq!(cmd.polls, 0);
+            }
+            call.release(4).unwrap();
+            let out = call.finish().unwrap();
+            assert_eq!(out.strategy, want);
+            assert!(out.latency_ns >= 20_000);
+            assert_eq!(inflight.ours(), 0);
+            assert_eq!(inflight.unmatched_leaves(), 0);
+            let c = p.counters();
+            assert_eq!((c.ios, c.bytes, c.by_strategy[want.index()]), (1, 4 * 4096, 1), "{choice:?}");
+            assert_eq!(c.polled_ios > 0, want.is_polling(), "{choice:?}");
+        }
+    }
+
+    #[test]
+    fn spin_blocks_past_its_budget_and_says_so() {
+        let clock = Arc::new(Manual::default());
+        let inflight = Arc::new(InFlight::default());
+        let options = SmartPortOptions {
+            strategy: StrategyChoice::Fixed(Strategy::Spin),
+            spin_budget_ns: 5_000,
+            monitor: Some(Arc::new(SystemMonitor::fixed(0))),
+            profile: Some(Profile::paper_default("group-test")),
+            time: Some(clock.clone()),
+            ..Default::default()
+        };
+        let mut p = SmartPort::for_group("group-test", inflight, None, options).unwrap();
+        let mut call = p.submit_group(Op::Write, 2, 8192).unwrap();
+        let mut cmd = Cmd { clock: &clock, done_ns: 1_000_000, polls: 0, blocks: 0 };
+        let pending = Pending { op: Op::Write, bytes: 8192, ahead: DeviceState::default(), submit_ns: 0 };
+        call.wait(&pending, &mut cmd, GroupWait::FromSubmission).unwrap();
+        assert_eq!(cmd.blocks, 1);
+        assert!((90..=110).contains(&cmd.polls), "about 5 us of 50 ns polls: {}", cmd.polls);
+        call.release(2).unwrap();
+        assert!(call.finish().unwrap().fell_back);
+        assert_eq!(p.counters().spin_fallbacks, 1);
+    }
+
+    #[test]
+    fn members_left_behind_or_released_twice_are_errors_and_the_counters_are_left() {
+        let clock = Arc::new(Manual::default());
+        let inflight = Arc::new(InFlight::default());
+        let mut p = port(StrategyChoice::Fixed(Strategy::Block), &clock, &inflight);
+        let mut call = p.submit_group(Op::Read, 3, 3 * 4096).unwrap();
+        call.release(2).unwrap();
+        assert!(call.release(2).is_err(), "five releases of three");
+        assert!(call.finish().is_err(), "one of three never released");
+        assert_eq!(inflight.ours(), 0);
+        // Dropped on an error path: the counters are left too.
+        let call = p.submit_group(Op::Read, 5, 5 * 4096).unwrap();
+        assert_eq!(inflight.ours(), 5);
+        drop(call);
+        assert_eq!((inflight.ours(), inflight.unmatched_leaves()), (0, 0));
+        assert!(p.submit_group(Op::Read, 0, 4096).is_err());
+        assert!(p.read_at(&mut [0u8; 512], 0).is_err(), "no port below");
+    }
+
+    #[test]
+    fn smart_decides_on_the_whole_commands_size_and_the_backlog_ahead() {
+        let clock = Arc::new(Manual::default());
+        let inflight = Arc::new(InFlight::default());
+        // The paper's thresholds: 64 KiB, queue limit 0, idle CPU.
+        let mut p = port(StrategyChoice::Smart, &clock, &inflight);
+        let mut q = port(StrategyChoice::Smart, &clock, &inflight);
+        // 32 requests of 4 KiB: one 128 KiB command, over the size threshold.
+        let call = p.submit_group(Op::Read, 32, 32 * 4096).unwrap();
+        assert_eq!((call.strategy(), call.reason()), (Strategy::Block, Some(Reason::SizeAtThreshold)));
+        // A lone 4 KiB request behind it sees the 32 ahead, and their bytes.
+        let behind = q.submit_group(Op::Read, 1, 4096).unwrap();
+        assert_eq!((behind.ahead().inflight_count, behind.ahead().inflight_bytes), (32, 32 * 4096));
+        assert_eq!(behind.reason(), Some(Reason::SizeAtThreshold));
+        drop((call, behind));
+        // Two small commands: the second has one request ahead, over the queue limit of 0.
+        let first = p.submit_group(Op::Read, 2, 2 * 4096).unwrap();
+        assert_ne!(first.reason(), Some(Reason::QueueOverLimit), "nothing ahead");
+        let second = q.submit_group(Op::Read, 1, 4096).unwrap();
+        assert_eq!((second.ahead().inflight_count, second.reason()), (2, Some(Reason::QueueOverLimit)));
+    }
+}
