@@ -425,7 +425,7 @@ fn switches_md(plan: &Plan, cells: &[Cell]) -> String {
         row.extend(by.iter().map(|x| or_dash(x.map(|x| format!("{:.0}%", x.cpu_pct())))));
         row
     });
-    "## Context switches per I/O, voluntary + involuntary (Fig. 10), and CPU of the I/O thread (% of one CPU; Fig. 8)\n\n"
+    "## Context switches per I/O, voluntary + involuntary (Fig. 10), and CPU of the I/O (% of one CPU; Fig. 8): the I/O thread's, and the kernel threads' and io_uring workers' during its turns (an O_DIRECT write's completion runs in a kworker, which the thread's clock does not see)\n\n"
         .to_string()
         + &table_md(&header, rows)
 }
@@ -581,7 +581,7 @@ pub fn write_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
         let tf = file_name(t);
         let series =
             curves(plan, false, |st| pick(t, Load::BmOnly, w0, st).iter().map(|c| (kib(c), c.cpu_pct())).collect());
-        let title = format!("CPU of the I/O thread, {t}, {}, no load", w0.name());
+        let title = format!("CPU of the I/O (its thread and the kernel's for it), {t}, {}, no load", w0.name());
         n += size_chart(&dir.join(format!("fig8-cpu-{tf}.svg")), &title, "CPU (% of one CPU)", &series)?;
         for &l in &plan.loads {
             let series = curves(plan, true, |st| {

@@ -331,6 +331,7 @@ pub fn rounds_html(map: &VerdictMap, cells: &[Cell]) -> String {
                     perf: x.perf(),
                     corunner_work_per_s: x.corunner_rate(),
                     cpu_pct: x.cpu_pct(),
+                    kernel_cpu_pct: 0.0,
                 }]
             } else {
                 x.turns.clone()
@@ -388,7 +389,7 @@ pub fn md(map: &VerdictMap) -> String {
         return String::new();
     }
     let mut s = String::from(
-        "## Where smart holds and where it loses (the verdict map)\n\nEach single-thread cell by the paired rule: `front` (no fixed strategy beats smart on both axes), or the fixed strategy that beats it, by how much and on which axis (IOPS or tps, the co-runner's work, or the I/O thread's CPU in bm-only); `-`: no judged cell. The plot `verdict-map.svg` shows the same; results.jsonl has every cell's rounds.\n\n",
+        "## Where smart holds and where it loses (the verdict map)\n\nEach single-thread cell by the paired rule: `front` (no fixed strategy beats smart on both axes), or the fixed strategy that beats it, by how much and on which axis (IOPS or tps, the co-runner's work, or the CPU of the I/O in bm-only: its thread's and the kernel threads' and io_uring workers' beside it); `-`: no judged cell. The plot `verdict-map.svg` shows the same; results.jsonl has every cell's rounds.\n\n",
     );
     for &l in &map.loads {
         let mut header = vec!["workload, size".to_string()];
@@ -504,7 +505,12 @@ mod tests {
             postmark: None,
             turns: perf
                 .iter()
-                .map(|&p| TurnFigures { perf: p, corunner_work_per_s: loaded.then_some(work), cpu_pct: cpu })
+                .map(|&p| TurnFigures {
+                    perf: p,
+                    corunner_work_per_s: loaded.then_some(work),
+                    cpu_pct: cpu,
+                    kernel_cpu_pct: 0.0,
+                })
                 .collect(),
         }
     }

@@ -413,6 +413,7 @@ impl Series {
                 perf: if t.time_ns > 0 { t.ios.max(1) as f64 * 1e9 / t.time_ns as f64 } else { 0.0 },
                 corunner_work_per_s: t.corunner_work_per_s,
                 cpu_pct: t.cpu_pct,
+                kernel_cpu_pct: 0.0,
             })
             .collect()
     }

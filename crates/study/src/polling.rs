@@ -431,6 +431,7 @@ pub fn run_study(
                         perf: r.iops,
                         corunner_work_per_s: work,
                         cpu_pct: r.cpu_user_pct + r.cpu_sys_pct,
+                        kernel_cpu_pct: 0.0,
                     });
                     match &mut merged[i] {
                         Some(m) => m.merge(&r),
@@ -567,6 +568,7 @@ mod tests {
                 .map(|&(perf, cpu_pct, w)| TurnFigures {
                     perf,
                     cpu_pct,
+                    kernel_cpu_pct: 0.0,
                     corunner_work_per_s: (load == LOAD_CPU_INTENSIVE).then_some(w),
                 })
                 .collect(),

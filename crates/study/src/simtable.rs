@@ -309,6 +309,7 @@ pub fn preset_row(host: &HostModel, plan: &TablePlan) -> Result<PresetRow, Error
                                 perf: r.iops,
                                 corunner_work_per_s: k.as_ref().map(|k| k.work_per_s),
                                 cpu_pct: cpu_share(&r) * 100.0,
+                                kernel_cpu_pct: 0.0,
                             });
                             first.get_or_insert((r, k));
                         }

@@ -223,7 +223,10 @@ mod tests {
             corunner: None,
             tps: None,
             postmark: None,
-            turns: turns.iter().map(|&perf| TurnFigures { perf, corunner_work_per_s: None, cpu_pct: 10.0 }).collect(),
+            turns: turns
+                .iter()
+                .map(|&perf| TurnFigures { perf, corunner_work_per_s: None, cpu_pct: 10.0, kernel_cpu_pct: 0.0 })
+                .collect(),
         }
     }
 

@@ -23,6 +23,7 @@ use smartcon_workloads::postmark::PostmarkCounts;
 pub mod fleet;
 pub mod host;
 pub mod judge;
+pub mod kcpu;
 pub mod merge;
 pub mod plan;
 pub mod run;
@@ -181,6 +182,21 @@ pub struct TurnFigures {
     pub corunner_work_per_s: Option<f64>,
     /// CPU of the I/O threads during the turn, percent of one CPU (user + system).
     pub cpu_pct: f64,
+    /// CPU of the kernel's threads and this process's io_uring workers during the turn,
+    /// percent of one CPU: what the I/O costs outside its thread ([`kcpu`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kernel_cpu_pct: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+impl TurnFigures {
+    /// The CPU the turn's I/O cost: its threads' and the kernel's for it ([`kcpu`]).
+    pub fn io_cpu_pct(&self) -> f64 {
+        self.cpu_pct + self.kernel_cpu_pct
+    }
 }
 
 impl Cell {
@@ -189,9 +205,19 @@ impl Cell {
         self.tps.unwrap_or(self.result.iops)
     }
 
-    /// CPU of the I/O threads, percent of one CPU.
+    /// CPU the cell's I/O cost, percent of one CPU: the I/O threads' (user + system), and
+    /// the kernel threads' and io_uring workers' beside them (the turns' mean, [`kcpu`]).
     pub fn cpu_pct(&self) -> f64 {
-        self.result.cpu_user_pct + self.result.cpu_sys_pct
+        self.result.cpu_user_pct + self.result.cpu_sys_pct + self.kernel_cpu_pct()
+    }
+
+    /// The kernel threads' and io_uring workers' CPU during the cell's turns, their mean,
+    /// percent of one CPU (0 where not measured).
+    pub fn kernel_cpu_pct(&self) -> f64 {
+        if self.turns.is_empty() {
+            return 0.0;
+        }
+        self.turns.iter().map(|t| t.kernel_cpu_pct).sum::<f64>() / self.turns.len() as f64
     }
 
     /// Context switches (voluntary + involuntary) per I/O.

@@ -415,6 +415,9 @@ fn run_cell(
                 round + 1,
             )));
             let start = corunners.snapshot();
+            // What the I/O costs the kernel's threads: without a load only, where CPU is an
+            // axis of the judgement and no co-runner's kernel work mixes in.
+            let kernel = (load == Load::BmOnly).then(super::kcpu::KernelCpu::snapshot);
             let (result, counts) = match (&o.postmark_dir, w) {
                 (Some(dir), Workload::Postmark) => {
                     let spec = PostmarkSpec {
@@ -431,11 +434,13 @@ fn run_cell(
                 }
                 _ => (run_phases(plan, o, cellplan, strategy, round, rounds, monitor, stop)?, None),
             };
+            let kernel_cpu_pct = kernel.map_or(0.0, |k| k.pct_since());
             let turn = Turn { result, corunner: corunners.since(start), counts };
             figures[i].push(TurnFigures {
                 perf: turn.counts.as_ref().map_or(turn.result.iops, |c| c.tps),
                 corunner_work_per_s: turn.corunner.as_ref().map(|k| k.work_per_s),
                 cpu_pct: turn.result.cpu_user_pct + turn.result.cpu_sys_pct,
+                kernel_cpu_pct,
             });
             match &mut merged[i] {
                 Some(m) => m.merge(turn),
