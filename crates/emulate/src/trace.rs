@@ -602,8 +602,32 @@ mod fast {
         }
     }
 
+    /// [`fio_v3`] in the shape [`super::TraceReader::fast_run`] takes.
+    #[inline(always)]
+    pub(super) fn fio_v3_line(
+        text: &[u8],
+        clock_ns: &mut u64,
+        streams: &mut Streams,
+        filter: Option<&[u8]>,
+        _: u8,
+    ) -> Option<(Event, usize)> {
+        fio_v3(text, clock_ns, streams, filter)
+    }
+
+    /// [`fio_v2`] in the shape [`super::TraceReader::fast_run`] takes.
+    #[inline(always)]
+    pub(super) fn fio_v2_line(
+        text: &[u8],
+        clock_ns: &mut u64,
+        streams: &mut Streams,
+        filter: Option<&[u8]>,
+        _: u8,
+    ) -> Option<(Event, usize)> {
+        fio_v2(text, clock_ns, streams, filter)
+    }
+
     /// A fio v3 line at the start of `text` (the reader's buffer from the line on).
-    #[inline]
+    #[inline(always)]
     pub(super) fn fio_v3(
         text: &[u8],
         clock_ns: &mut u64,
@@ -642,7 +666,7 @@ mod fast {
     /// A blkparse line at the start of `text`: the arrival event `action` with `R` or `W`
     /// and `SECTOR + COUNT` (an I/O), another stage (nothing), or a flush or discard (a
     /// skip); `blkparse -f` formats and the summary go to the general parser.
-    #[inline]
+    #[inline(always)]
     pub(super) fn blkparse(
         text: &[u8],
         action: u8,
@@ -717,7 +741,7 @@ mod fast {
 
     /// A fio v2 line at the start of `text`: `FILE read|write OFFSET LENGTH`, `FILE wait
     /// USEC` (the clock advances: nothing else) or a skipped action.
-    #[inline]
+    #[inline(always)]
     pub(super) fn fio_v2(
         text: &[u8],
         clock_ns: &mut u64,
@@ -759,7 +783,7 @@ mod fast {
     }
 
     /// A Tencent line at the start of `text`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn tencent(text: &[u8], streams: &mut Streams, filter: Option<&[u8]>) -> Option<(Event, usize)> {
         let mut i = 0;
         let secs = digits(text, &mut i)?;
@@ -788,7 +812,7 @@ mod fast {
         Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) }, used))
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn msr(text: &[u8], streams: &mut Streams, filter: Option<&[u8]>) -> Option<(Event, usize)> {
         let mut i = 0;
         let ticks = digits(text, &mut i)?;
@@ -830,7 +854,7 @@ mod fast {
         Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) }, used))
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn alibaba(text: &[u8], streams: &mut Streams, filter: Option<&[u8]>) -> Option<(Event, usize)> {
         let mut i = 0;
         digits(text, &mut i)?;
@@ -1432,6 +1456,33 @@ impl<R: BufRead> TraceReader<R> {
         if self.general_only || !self.ahead.is_empty() || self.header_pending {
             return Ok(false);
         }
+        // One loop per format, its parser inlined into it (a call per line returned the
+        // event through memory, and the format was matched per line).
+        match self.format {
+            TraceFormat::Blkparse => self.fast_run_of(out, max, |text, _, streams, filter, action| {
+                fast::blkparse(text, action, streams, filter)
+            }),
+            TraceFormat::FioV2 => self.fast_run_of(out, max, fast::fio_v2_line),
+            TraceFormat::FioV3 => self.fast_run_of(out, max, fast::fio_v3_line),
+            TraceFormat::Msr => {
+                self.fast_run_of(out, max, |text, _, streams, filter, _| fast::msr(text, streams, filter))
+            }
+            TraceFormat::Alibaba => {
+                self.fast_run_of(out, max, |text, _, streams, filter, _| fast::alibaba(text, streams, filter))
+            }
+            TraceFormat::Tencent => {
+                self.fast_run_of(out, max, |text, _, streams, filter, _| fast::tencent(text, streams, filter))
+            }
+        }
+    }
+
+    /// [`TraceReader::fast_run`] with the format's parser `parse` (text, fio clock, streams,
+    /// device filter, blkparse arrival action).
+    #[inline(always)]
+    fn fast_run_of<P>(&mut self, out: &mut Vec<TraceIo>, max: usize, parse: P) -> Result<bool, TraceError>
+    where
+        P: Fn(&[u8], &mut u64, &mut Streams, Option<&[u8]>, u8) -> Option<(Event, usize)>,
+    {
         let lines_left = self.options.lines_max.saturating_sub(self.line_number as u64);
         let Ok(avail) = self.input.fill_buf() else {
             return Ok(false); // the general path reads again and reports the error
@@ -1448,14 +1499,7 @@ impl<R: BufRead> TraceReader<R> {
         let mut result = Ok(());
         while lines < lines_left && out.len() + owed < max {
             let text = &avail[at..];
-            let event = match self.format {
-                TraceFormat::Blkparse => fast::blkparse(text, self.blk_action, &mut self.streams, filter),
-                TraceFormat::FioV2 => fast::fio_v2(text, &mut self.fio_clock_ns, &mut self.streams, filter),
-                TraceFormat::FioV3 => fast::fio_v3(text, &mut self.fio_clock_ns, &mut self.streams, filter),
-                TraceFormat::Msr => fast::msr(text, &mut self.streams, filter),
-                TraceFormat::Alibaba => fast::alibaba(text, &mut self.streams, filter),
-                TraceFormat::Tencent => fast::tencent(text, &mut self.streams, filter),
-            };
+            let event = parse(text, &mut self.fio_clock_ns, &mut self.streams, filter, self.blk_action);
             let Some((event, used)) = event else { break };
             at += used;
             lines += 1;
