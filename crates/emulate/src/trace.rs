@@ -899,7 +899,7 @@ pub struct TraceReader<R: BufRead> {
     fio_clock_ns: u64,
     streams: Streams,
     /// Held I/Os sorted by (arrival, order read).
-    window: VecDeque<TraceIo>,
+    window: Ring,
     t0: Option<u64>,
     last_out_ns: u64,
     input_done: bool,
@@ -953,7 +953,7 @@ impl<R: BufRead> TraceReader<R> {
             blk_action: b'D',
             fio_clock_ns: 0,
             streams: Streams::default(),
-            window: VecDeque::new(),
+            window: Ring::default(),
             t0: None,
             last_out_ns: 0,
             input_done: false,
@@ -1557,7 +1557,7 @@ impl<R: BufRead> TraceReader<R> {
 /// none lies beyond the span from it).
 #[inline]
 fn pay(
-    window: &mut VecDeque<TraceIo>,
+    window: &mut Ring,
     t0: Option<u64>,
     last_out_ns: &mut u64,
     stats: &mut TraceStats,
@@ -1569,11 +1569,7 @@ fn pay(
     }
     let t0 = t0.expect("owed only once the origin is known");
     let start = out.len();
-    let (a, b) = window.as_slices();
-    let from_a = a.len().min(owed);
-    out.extend_from_slice(&a[..from_a]);
-    out.extend_from_slice(&b[..owed - from_a]);
-    window.drain(..owed);
+    window.move_front(owed, out);
     let (mut last, mut late) = (*last_out_ns, 0u64);
     for io in &mut out[start..] {
         let mut t = io.arrival_ns.saturating_sub(t0);
@@ -1588,6 +1584,103 @@ fn pay(
     *last_out_ns = last;
     stats.late += late;
     stats.ios += owed as u64;
+}
+
+/// The reorder window: a ring of I/Os whose size is a power of two, doubled when full (a
+/// VecDeque's push was a call per I/O, its growth not inlined, 3% of a streamed replay).
+#[derive(Debug, Clone, Default)]
+struct Ring {
+    /// The slots; `buf.len()` is 0 or a power of two.
+    buf: Vec<TraceIo>,
+    /// The slot of the first I/O.
+    head: usize,
+    len: usize,
+}
+
+impl Ring {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The slots held (the tests bound the memory by it).
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The slot of the `i`-th I/O (any `i`: wrapped by the mask).
+    #[inline(always)]
+    fn slot(&self, i: usize) -> usize {
+        (self.head + i) & self.buf.len().wrapping_sub(1)
+    }
+
+    /// The `i`-th I/O, `i < len`.
+    #[inline(always)]
+    fn get(&self, i: usize) -> TraceIo {
+        debug_assert!(i < self.len);
+        self.buf[self.slot(i)]
+    }
+
+    #[inline(always)]
+    fn back(&self) -> Option<TraceIo> {
+        (self.len > 0).then(|| self.get(self.len - 1))
+    }
+
+    #[inline(always)]
+    fn push_back(&mut self, io: TraceIo) {
+        if self.len == self.buf.len() {
+            self.grow();
+        }
+        let at = self.slot(self.len);
+        self.buf[at] = io;
+        self.len += 1;
+    }
+
+    /// Twice the slots (16 at first), the I/Os moved to the front in order.
+    #[cold]
+    fn grow(&mut self) {
+        let size = (self.buf.len() * 2).max(16);
+        let mut buf = Vec::with_capacity(size);
+        buf.extend((0..self.len).map(|i| self.get(i)));
+        let pad = TraceIo { arrival_ns: 0, op: Op::Read, offset: 0, bytes: 0, stream: 0 };
+        buf.resize(size, pad);
+        (self.buf, self.head) = (buf, 0);
+    }
+
+    #[inline(always)]
+    fn pop_front(&mut self) -> Option<TraceIo> {
+        if self.len == 0 {
+            return None;
+        }
+        let io = self.buf[self.head];
+        self.head = self.slot(1);
+        self.len -= 1;
+        Some(io)
+    }
+
+    /// Puts `io` at position `i <= len`, the I/Os from `i` on one place later.
+    fn insert(&mut self, i: usize, io: TraceIo) {
+        debug_assert!(i <= self.len);
+        self.push_back(io);
+        for j in (i..self.len - 1).rev() {
+            let (from, to) = (self.slot(j), self.slot(j + 1));
+            self.buf[to] = self.buf[from];
+        }
+        let at = self.slot(i);
+        self.buf[at] = io;
+    }
+
+    /// Moves the first `n <= len` I/Os onto the end of `out`, in order.
+    #[inline(always)]
+    fn move_front(&mut self, n: usize, out: &mut Vec<TraceIo>) {
+        debug_assert!(n <= self.len);
+        let first = (self.buf.len() - self.head).min(n);
+        out.extend_from_slice(&self.buf[self.head..self.head + first]);
+        out.extend_from_slice(&self.buf[..n - first]);
+        self.head = self.slot(n);
+        self.len -= n;
+    }
 }
 
 /// Folds a parsed I/O's offset into the capacity, counting it (an I/O larger than the
@@ -1609,14 +1702,14 @@ fn fold(
 
 /// Puts an I/O into the reorder window by arrival, after equal ones (stable).
 #[inline(always)]
-fn insert(window: &mut VecDeque<TraceIo>, stats: &mut TraceStats, io: TraceIo) {
+fn insert(window: &mut Ring, stats: &mut TraceStats, io: TraceIo) {
     // In order, the common case, is a push and one comparison (VecDeque::insert at the end
     // was 4% of a streamed replay).
     if window.back().is_none_or(|last| last.arrival_ns <= io.arrival_ns) {
         window.push_back(io);
     } else {
         let mut i = window.len() - 1;
-        while i > 0 && window[i - 1].arrival_ns > io.arrival_ns {
+        while i > 0 && window.get(i - 1).arrival_ns > io.arrival_ns {
             i -= 1;
         }
         window.insert(i, io);
@@ -1628,7 +1721,7 @@ fn insert(window: &mut VecDeque<TraceIo>, stats: &mut TraceStats, io: TraceIo) {
 /// its offset into the capacity first.
 #[inline(always)]
 fn admit(
-    window: &mut VecDeque<TraceIo>,
+    window: &mut Ring,
     stats: &mut TraceStats,
     capacity_bytes: Option<u64>,
     line_number: usize,
