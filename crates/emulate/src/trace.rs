@@ -221,12 +221,20 @@ struct Streams {
 }
 
 impl Streams {
+    #[inline(always)]
     fn id(&mut self, key: &[u8]) -> u32 {
         if let Some((k, id)) = &self.last {
-            if k.as_slice() == key {
+            // A byte loop, not a call to memcmp (a key is a few bytes: `/dev/sda`, a PID).
+            if k.len() == key.len() && k.iter().zip(key).fold(0, |d, (a, b)| d | (a ^ b)) == 0 {
                 return *id;
             }
         }
+        self.lookup(key)
+    }
+
+    /// [`Streams::id`] of a key other than the last one.
+    #[inline(never)]
+    fn lookup(&mut self, key: &[u8]) -> u32 {
         let id = match self.ids.get(key) {
             Some(&id) => id,
             None if self.ids.len() < STREAMS_MAX => {
