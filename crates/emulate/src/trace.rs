@@ -2627,6 +2627,66 @@ CPU0 (8,0):
     }
 
     #[test]
+    fn the_window_ring_holds_what_a_vecdeque_holds() {
+        // Seeded pushes, inserts (front, middle, back), pops and moves of the front, across
+        // the ring's wrap and its growth: the same I/Os in the same order as a VecDeque.
+        let (mut ring, mut deque) = (Ring::default(), VecDeque::new());
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut moved, mut want) = (Vec::new(), Vec::new());
+        for n in 0..20_000u64 {
+            let io = TraceIo { arrival_ns: n, op: Op::Write, offset: n * 512, bytes: 512, stream: n as u32 };
+            match next() % 16 {
+                0..=9 => {
+                    ring.push_back(io);
+                    deque.push_back(io);
+                }
+                10 | 11 => {
+                    let at = (next() % (deque.len() as u64 + 1)) as usize;
+                    ring.insert(at, io);
+                    deque.insert(at, io);
+                }
+                12 | 13 => assert_eq!(ring.pop_front(), deque.pop_front()),
+                _ => {
+                    let k = (next() % (deque.len() as u64 + 1)).min(3) as usize;
+                    ring.move_front(k, &mut moved);
+                    want.extend(deque.drain(..k));
+                }
+            }
+            assert_eq!(ring.len(), deque.len());
+            assert_eq!(ring.back(), deque.back().copied());
+        }
+        assert!(moved.len() > 1_000 && moved == want);
+        let held: Vec<TraceIo> = (0..ring.len()).map(|i| ring.get(i)).collect();
+        assert_eq!(held, Vec::from(deque));
+        assert!(held.len() > 1_000, "{}", held.len());
+        assert!(ring.capacity().is_power_of_two() && ring.capacity() < 4 * held.len());
+    }
+
+    #[test]
+    fn a_stream_key_is_the_last_one_only_when_every_byte_is() {
+        // The last key's check is a byte loop: keys of its length that differ in one byte
+        // (first, middle, last), its prefixes and its extensions are other streams.
+        let mut s = Streams::default();
+        let base = s.id(b"/dev/sda");
+        assert_eq!(s.id(b"/dev/sda"), base);
+        let mut others = Vec::new();
+        for key in [&b"/dev/sdb"[..], b"xdev/sda", b"/dev-sda", b"/dev/sd", b"/dev/sda1", b"", b"/dev/sda"] {
+            others.push(s.id(key));
+            assert_eq!(s.id(key), *others.last().unwrap(), "{key:?} again");
+        }
+        assert_eq!(others.last(), Some(&base));
+        let distinct: std::collections::HashSet<u32> = others.iter().copied().collect();
+        assert_eq!(distinct.len(), others.len(), "{others:?}");
+        assert!(!others[..others.len() - 1].contains(&base));
+    }
+
+    #[test]
     fn streams_beyond_the_limit_share_entries() {
         let mut s = Streams::default();
         for pid in 0..(STREAMS_MAX as u64 + 1000) {
