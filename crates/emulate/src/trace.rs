@@ -232,6 +232,20 @@ impl Streams {
         self.lookup(key)
     }
 
+    /// The last key's stream if the last key is `a`, `sep`, `b` joined (checked a byte at a
+    /// time, the key not built).
+    #[inline(always)]
+    fn last_if_joined(&self, a: &[u8], sep: u8, b: &[u8]) -> Option<u32> {
+        let (k, id) = self.last.as_ref()?;
+        if k.len() != a.len() + 1 + b.len() {
+            return None;
+        }
+        let (ka, rest) = k.split_at(a.len());
+        let d = ka.iter().zip(a).fold(rest[0] ^ sep, |d, (x, y)| d | (x ^ y));
+        let d = rest[1..].iter().zip(b).fold(d, |d, (x, y)| d | (x ^ y));
+        (d == 0).then_some(*id)
+    }
+
     /// [`Streams::id`] of a key other than the last one.
     #[inline(never)]
     fn lookup(&mut self, key: &[u8]) -> u32 {
@@ -846,20 +860,36 @@ mod fast {
         // The response time (ignored, a carriage return before the newline with it) is the
         // last field: no comma after it.
         let used = newline(text, comma_or_newline(text, i)?)?;
-        let mut key = [0u8; 128];
+        const KEY_MAX: usize = 128;
         let len = host.len() + 1 + disk.len();
-        if len > key.len() {
+        if len > KEY_MAX {
             return None;
         }
-        key[..host.len()].copy_from_slice(host);
-        key[host.len()] = b'_';
-        key[host.len() + 1..len].copy_from_slice(disk);
-        let device = &key[..len];
-        if let Some(dropped) = dropped(bytes, filter, device, used) {
-            return Some(dropped);
-        }
+        // The stream of the last key, when HOST_DISK is it, without building the key (a
+        // 128-byte array zeroed and filled per line); else the key built, as before.
+        let stream = match streams.last_if_joined(host, b'_', disk) {
+            Some(id) if filter.is_none() => {
+                if bytes == 0 {
+                    return Some((Event::Skip, used));
+                }
+                id
+            }
+            _ => {
+                let mut key = [0u8; KEY_MAX];
+                key[..host.len()].copy_from_slice(host);
+                key[host.len()] = b'_';
+                key[host.len() + 1..len].copy_from_slice(disk);
+                let device = &key[..len];
+                if let Some(dropped) = dropped(bytes, filter, device, used) {
+                    return Some(dropped);
+                }
+                // Refused (the general parser's error) before the stream is counted.
+                ticks.checked_mul(100)?;
+                streams.id(device)
+            }
+        };
         let time_ns = ticks.checked_mul(100)?;
-        Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) }, used))
+        Some((Event::Io { time_ns, op, offset, bytes, stream }, used))
     }
 
     #[inline(always)]
@@ -2684,6 +2714,18 @@ CPU0 (8,0):
         let distinct: std::collections::HashSet<u32> = others.iter().copied().collect();
         assert_eq!(distinct.len(), others.len(), "{others:?}");
         assert!(!others[..others.len() - 1].contains(&base));
+        // MSR's HOST_DISK checked against the last key without being built.
+        let hm1 = s.id(b"hm_1");
+        assert_eq!(s.last_if_joined(b"hm", b'_', b"1"), Some(hm1));
+        assert_eq!(s.last_if_joined(b"h", b'm', b"_1"), Some(hm1), "the same bytes joined");
+        for (a, sep, b) in
+            [(&b"hm"[..], b'-', &b"1"[..]), (b"hx", b'_', b"1"), (b"xm", b'_', b"1"), (b"hm", b'_', b"2")]
+        {
+            assert_eq!(s.last_if_joined(a, sep, b), None, "{a:?} {sep} {b:?}");
+        }
+        for (a, b) in [(&b"hm"[..], &b"11"[..]), (b"hm", b""), (b"h", b"1")] {
+            assert_eq!(s.last_if_joined(a, b'_', b), None, "{a:?} {b:?}");
+        }
     }
 
     #[test]
