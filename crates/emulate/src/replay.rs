@@ -764,8 +764,13 @@ fn drive_chunks<S: ChunkSource>(
     cpu_start_ns: u64,
 ) -> Result<VirtualRun, Error> {
     let mut t = Totals::new();
+    // Each channel's completion instants still ahead but its first, which is in `first`
+    // (u64::MAX: none): the scan at an arrival reads the one array of firsts and touches
+    // the queue of a channel that retires only (the scan of every queue was a third of
+    // the model step; a scan for the earliest by selects, with one retired at a time, was
+    // slower than this).
     let mut ahead: Vec<VecDeque<u64>> = vec![VecDeque::new(); dev.channels()];
-    // The earliest instant in `ahead` (u64::MAX: none).
+    let mut first: Vec<u64> = vec![u64::MAX; dev.channels()];
     let mut next_done = u64::MAX;
     loop {
         if src.at == src.ios.len() {
@@ -778,15 +783,12 @@ fn drive_chunks<S: ChunkSource>(
             let arrival = io.arrival_ns;
             if next_done <= arrival {
                 next_done = u64::MAX;
-                for queue in ahead.iter_mut() {
-                    while let Some(&c) = queue.front() {
-                        if c > arrival {
-                            next_done = next_done.min(c);
-                            break;
-                        }
-                        queue.pop_front();
+                for (f, queue) in first.iter_mut().zip(ahead.iter_mut()) {
+                    while *f <= arrival {
                         t.outstanding -= 1;
+                        *f = queue.pop_front().unwrap_or(u64::MAX);
                     }
+                    next_done = next_done.min(*f);
                 }
             }
             let req = Request {
@@ -800,8 +802,12 @@ fn drive_chunks<S: ChunkSource>(
             };
             let p = dev.place(&req).map_err(|e| usage(e.to_string()))?;
             t.done(io.op, io.bytes, arrival, p.start_ns, p.complete_ns, p.error);
-            ahead[p.channel].push_back(p.complete_ns);
-            next_done = next_done.min(p.complete_ns);
+            if first[p.channel] == u64::MAX {
+                first[p.channel] = p.complete_ns;
+                next_done = next_done.min(p.complete_ns);
+            } else {
+                ahead[p.channel].push_back(p.complete_ns);
+            }
             t.issued(io.bytes, &mut hooks);
         }
         src.at = src.ios.len();

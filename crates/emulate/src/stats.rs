@@ -100,7 +100,7 @@ impl LatencyHist {
     }
 
     /// Records `n` latencies of `ns` at once (a run of equal ones).
-    #[inline]
+    #[inline(always)]
     pub fn record_n(&mut self, ns: u64, n: u64) {
         Self::count_distinct(&mut self.distinct, ns, n);
         self.hist.saturating_record_n(ns, n);

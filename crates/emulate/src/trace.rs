@@ -221,12 +221,34 @@ struct Streams {
 }
 
 impl Streams {
+    #[inline(always)]
     fn id(&mut self, key: &[u8]) -> u32 {
         if let Some((k, id)) = &self.last {
-            if k.as_slice() == key {
+            // A byte loop, not a call to memcmp (a key is a few bytes: `/dev/sda`, a PID).
+            if k.len() == key.len() && k.iter().zip(key).fold(0, |d, (a, b)| d | (a ^ b)) == 0 {
                 return *id;
             }
         }
+        self.lookup(key)
+    }
+
+    /// The last key's stream if the last key is `a`, `sep`, `b` joined (checked a byte at a
+    /// time, the key not built).
+    #[inline(always)]
+    fn last_if_joined(&self, a: &[u8], sep: u8, b: &[u8]) -> Option<u32> {
+        let (k, id) = self.last.as_ref()?;
+        if k.len() != a.len() + 1 + b.len() {
+            return None;
+        }
+        let (ka, rest) = k.split_at(a.len());
+        let d = ka.iter().zip(a).fold(rest[0] ^ sep, |d, (x, y)| d | (x ^ y));
+        let d = rest[1..].iter().zip(b).fold(d, |d, (x, y)| d | (x ^ y));
+        (d == 0).then_some(*id)
+    }
+
+    /// [`Streams::id`] of a key other than the last one.
+    #[inline(never)]
+    fn lookup(&mut self, key: &[u8]) -> u32 {
         let id = match self.ids.get(key) {
             Some(&id) => id,
             None if self.ids.len() < STREAMS_MAX => {
@@ -602,8 +624,32 @@ mod fast {
         }
     }
 
+    /// [`fio_v3`] in the shape [`super::TraceReader::fast_run`] takes.
+    #[inline(always)]
+    pub(super) fn fio_v3_line(
+        text: &[u8],
+        clock_ns: &mut u64,
+        streams: &mut Streams,
+        filter: Option<&[u8]>,
+        _: u8,
+    ) -> Option<(Event, usize)> {
+        fio_v3(text, clock_ns, streams, filter)
+    }
+
+    /// [`fio_v2`] in the shape [`super::TraceReader::fast_run`] takes.
+    #[inline(always)]
+    pub(super) fn fio_v2_line(
+        text: &[u8],
+        clock_ns: &mut u64,
+        streams: &mut Streams,
+        filter: Option<&[u8]>,
+        _: u8,
+    ) -> Option<(Event, usize)> {
+        fio_v2(text, clock_ns, streams, filter)
+    }
+
     /// A fio v3 line at the start of `text` (the reader's buffer from the line on).
-    #[inline]
+    #[inline(always)]
     pub(super) fn fio_v3(
         text: &[u8],
         clock_ns: &mut u64,
@@ -642,7 +688,7 @@ mod fast {
     /// A blkparse line at the start of `text`: the arrival event `action` with `R` or `W`
     /// and `SECTOR + COUNT` (an I/O), another stage (nothing), or a flush or discard (a
     /// skip); `blkparse -f` formats and the summary go to the general parser.
-    #[inline]
+    #[inline(always)]
     pub(super) fn blkparse(
         text: &[u8],
         action: u8,
@@ -717,7 +763,7 @@ mod fast {
 
     /// A fio v2 line at the start of `text`: `FILE read|write OFFSET LENGTH`, `FILE wait
     /// USEC` (the clock advances: nothing else) or a skipped action.
-    #[inline]
+    #[inline(always)]
     pub(super) fn fio_v2(
         text: &[u8],
         clock_ns: &mut u64,
@@ -759,7 +805,7 @@ mod fast {
     }
 
     /// A Tencent line at the start of `text`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn tencent(text: &[u8], streams: &mut Streams, filter: Option<&[u8]>) -> Option<(Event, usize)> {
         let mut i = 0;
         let secs = digits(text, &mut i)?;
@@ -788,7 +834,7 @@ mod fast {
         Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) }, used))
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn msr(text: &[u8], streams: &mut Streams, filter: Option<&[u8]>) -> Option<(Event, usize)> {
         let mut i = 0;
         let ticks = digits(text, &mut i)?;
@@ -814,23 +860,39 @@ mod fast {
         // The response time (ignored, a carriage return before the newline with it) is the
         // last field: no comma after it.
         let used = newline(text, comma_or_newline(text, i)?)?;
-        let mut key = [0u8; 128];
+        const KEY_MAX: usize = 128;
         let len = host.len() + 1 + disk.len();
-        if len > key.len() {
+        if len > KEY_MAX {
             return None;
         }
-        key[..host.len()].copy_from_slice(host);
-        key[host.len()] = b'_';
-        key[host.len() + 1..len].copy_from_slice(disk);
-        let device = &key[..len];
-        if let Some(dropped) = dropped(bytes, filter, device, used) {
-            return Some(dropped);
-        }
+        // The stream of the last key, when HOST_DISK is it, without building the key (a
+        // 128-byte array zeroed and filled per line); else the key built, as before.
+        let stream = match streams.last_if_joined(host, b'_', disk) {
+            Some(id) if filter.is_none() => {
+                if bytes == 0 {
+                    return Some((Event::Skip, used));
+                }
+                id
+            }
+            _ => {
+                let mut key = [0u8; KEY_MAX];
+                key[..host.len()].copy_from_slice(host);
+                key[host.len()] = b'_';
+                key[host.len() + 1..len].copy_from_slice(disk);
+                let device = &key[..len];
+                if let Some(dropped) = dropped(bytes, filter, device, used) {
+                    return Some(dropped);
+                }
+                // Refused (the general parser's error) before the stream is counted.
+                ticks.checked_mul(100)?;
+                streams.id(device)
+            }
+        };
         let time_ns = ticks.checked_mul(100)?;
-        Some((Event::Io { time_ns, op, offset, bytes, stream: streams.id(device) }, used))
+        Some((Event::Io { time_ns, op, offset, bytes, stream }, used))
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn alibaba(text: &[u8], streams: &mut Streams, filter: Option<&[u8]>) -> Option<(Event, usize)> {
         let mut i = 0;
         digits(text, &mut i)?;
@@ -875,7 +937,7 @@ pub struct TraceReader<R: BufRead> {
     fio_clock_ns: u64,
     streams: Streams,
     /// Held I/Os sorted by (arrival, order read).
-    window: VecDeque<TraceIo>,
+    window: Ring,
     t0: Option<u64>,
     last_out_ns: u64,
     input_done: bool,
@@ -929,7 +991,7 @@ impl<R: BufRead> TraceReader<R> {
             blk_action: b'D',
             fio_clock_ns: 0,
             streams: Streams::default(),
-            window: VecDeque::new(),
+            window: Ring::default(),
             t0: None,
             last_out_ns: 0,
             input_done: false,
@@ -1432,6 +1494,33 @@ impl<R: BufRead> TraceReader<R> {
         if self.general_only || !self.ahead.is_empty() || self.header_pending {
             return Ok(false);
         }
+        // One loop per format, its parser inlined into it (a call per line returned the
+        // event through memory, and the format was matched per line).
+        match self.format {
+            TraceFormat::Blkparse => self.fast_run_of(out, max, |text, _, streams, filter, action| {
+                fast::blkparse(text, action, streams, filter)
+            }),
+            TraceFormat::FioV2 => self.fast_run_of(out, max, fast::fio_v2_line),
+            TraceFormat::FioV3 => self.fast_run_of(out, max, fast::fio_v3_line),
+            TraceFormat::Msr => {
+                self.fast_run_of(out, max, |text, _, streams, filter, _| fast::msr(text, streams, filter))
+            }
+            TraceFormat::Alibaba => {
+                self.fast_run_of(out, max, |text, _, streams, filter, _| fast::alibaba(text, streams, filter))
+            }
+            TraceFormat::Tencent => {
+                self.fast_run_of(out, max, |text, _, streams, filter, _| fast::tencent(text, streams, filter))
+            }
+        }
+    }
+
+    /// [`TraceReader::fast_run`] with the format's parser `parse` (text, fio clock, streams,
+    /// device filter, blkparse arrival action).
+    #[inline(always)]
+    fn fast_run_of<P>(&mut self, out: &mut Vec<TraceIo>, max: usize, parse: P) -> Result<bool, TraceError>
+    where
+        P: Fn(&[u8], &mut u64, &mut Streams, Option<&[u8]>, u8) -> Option<(Event, usize)>,
+    {
         let lines_left = self.options.lines_max.saturating_sub(self.line_number as u64);
         let Ok(avail) = self.input.fill_buf() else {
             return Ok(false); // the general path reads again and reports the error
@@ -1448,14 +1537,7 @@ impl<R: BufRead> TraceReader<R> {
         let mut result = Ok(());
         while lines < lines_left && out.len() + owed < max {
             let text = &avail[at..];
-            let event = match self.format {
-                TraceFormat::Blkparse => fast::blkparse(text, self.blk_action, &mut self.streams, filter),
-                TraceFormat::FioV2 => fast::fio_v2(text, &mut self.fio_clock_ns, &mut self.streams, filter),
-                TraceFormat::FioV3 => fast::fio_v3(text, &mut self.fio_clock_ns, &mut self.streams, filter),
-                TraceFormat::Msr => fast::msr(text, &mut self.streams, filter),
-                TraceFormat::Alibaba => fast::alibaba(text, &mut self.streams, filter),
-                TraceFormat::Tencent => fast::tencent(text, &mut self.streams, filter),
-            };
+            let event = parse(text, &mut self.fio_clock_ns, &mut self.streams, filter, self.blk_action);
             let Some((event, used)) = event else { break };
             at += used;
             lines += 1;
@@ -1513,7 +1595,7 @@ impl<R: BufRead> TraceReader<R> {
 /// none lies beyond the span from it).
 #[inline]
 fn pay(
-    window: &mut VecDeque<TraceIo>,
+    window: &mut Ring,
     t0: Option<u64>,
     last_out_ns: &mut u64,
     stats: &mut TraceStats,
@@ -1525,11 +1607,7 @@ fn pay(
     }
     let t0 = t0.expect("owed only once the origin is known");
     let start = out.len();
-    let (a, b) = window.as_slices();
-    let from_a = a.len().min(owed);
-    out.extend_from_slice(&a[..from_a]);
-    out.extend_from_slice(&b[..owed - from_a]);
-    window.drain(..owed);
+    window.move_front(owed, out);
     let (mut last, mut late) = (*last_out_ns, 0u64);
     for io in &mut out[start..] {
         let mut t = io.arrival_ns.saturating_sub(t0);
@@ -1544,6 +1622,103 @@ fn pay(
     *last_out_ns = last;
     stats.late += late;
     stats.ios += owed as u64;
+}
+
+/// The reorder window: a ring of I/Os whose size is a power of two, doubled when full (a
+/// VecDeque's push was a call per I/O, its growth not inlined, 3% of a streamed replay).
+#[derive(Debug, Clone, Default)]
+struct Ring {
+    /// The slots; `buf.len()` is 0 or a power of two.
+    buf: Vec<TraceIo>,
+    /// The slot of the first I/O.
+    head: usize,
+    len: usize,
+}
+
+impl Ring {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The slots held (the tests bound the memory by it).
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The slot of the `i`-th I/O (any `i`: wrapped by the mask).
+    #[inline(always)]
+    fn slot(&self, i: usize) -> usize {
+        (self.head + i) & self.buf.len().wrapping_sub(1)
+    }
+
+    /// The `i`-th I/O, `i < len`.
+    #[inline(always)]
+    fn get(&self, i: usize) -> TraceIo {
+        debug_assert!(i < self.len);
+        self.buf[self.slot(i)]
+    }
+
+    #[inline(always)]
+    fn back(&self) -> Option<TraceIo> {
+        (self.len > 0).then(|| self.get(self.len - 1))
+    }
+
+    #[inline(always)]
+    fn push_back(&mut self, io: TraceIo) {
+        if self.len == self.buf.len() {
+            self.grow();
+        }
+        let at = self.slot(self.len);
+        self.buf[at] = io;
+        self.len += 1;
+    }
+
+    /// Twice the slots (16 at first), the I/Os moved to the front in order.
+    #[cold]
+    fn grow(&mut self) {
+        let size = (self.buf.len() * 2).max(16);
+        let mut buf = Vec::with_capacity(size);
+        buf.extend((0..self.len).map(|i| self.get(i)));
+        let pad = TraceIo { arrival_ns: 0, op: Op::Read, offset: 0, bytes: 0, stream: 0 };
+        buf.resize(size, pad);
+        (self.buf, self.head) = (buf, 0);
+    }
+
+    #[inline(always)]
+    fn pop_front(&mut self) -> Option<TraceIo> {
+        if self.len == 0 {
+            return None;
+        }
+        let io = self.buf[self.head];
+        self.head = self.slot(1);
+        self.len -= 1;
+        Some(io)
+    }
+
+    /// Puts `io` at position `i <= len`, the I/Os from `i` on one place later.
+    fn insert(&mut self, i: usize, io: TraceIo) {
+        debug_assert!(i <= self.len);
+        self.push_back(io);
+        for j in (i..self.len - 1).rev() {
+            let (from, to) = (self.slot(j), self.slot(j + 1));
+            self.buf[to] = self.buf[from];
+        }
+        let at = self.slot(i);
+        self.buf[at] = io;
+    }
+
+    /// Moves the first `n <= len` I/Os onto the end of `out`, in order.
+    #[inline(always)]
+    fn move_front(&mut self, n: usize, out: &mut Vec<TraceIo>) {
+        debug_assert!(n <= self.len);
+        let first = (self.buf.len() - self.head).min(n);
+        out.extend_from_slice(&self.buf[self.head..self.head + first]);
+        out.extend_from_slice(&self.buf[..n - first]);
+        self.head = self.slot(n);
+        self.len -= n;
+    }
 }
 
 /// Folds a parsed I/O's offset into the capacity, counting it (an I/O larger than the
@@ -1565,14 +1740,14 @@ fn fold(
 
 /// Puts an I/O into the reorder window by arrival, after equal ones (stable).
 #[inline(always)]
-fn insert(window: &mut VecDeque<TraceIo>, stats: &mut TraceStats, io: TraceIo) {
+fn insert(window: &mut Ring, stats: &mut TraceStats, io: TraceIo) {
     // In order, the common case, is a push and one comparison (VecDeque::insert at the end
     // was 4% of a streamed replay).
     if window.back().is_none_or(|last| last.arrival_ns <= io.arrival_ns) {
         window.push_back(io);
     } else {
         let mut i = window.len() - 1;
-        while i > 0 && window[i - 1].arrival_ns > io.arrival_ns {
+        while i > 0 && window.get(i - 1).arrival_ns > io.arrival_ns {
             i -= 1;
         }
         window.insert(i, io);
@@ -1584,7 +1759,7 @@ fn insert(window: &mut VecDeque<TraceIo>, stats: &mut TraceStats, io: TraceIo) {
 /// its offset into the capacity first.
 #[inline(always)]
 fn admit(
-    window: &mut VecDeque<TraceIo>,
+    window: &mut Ring,
     stats: &mut TraceStats,
     capacity_bytes: Option<u64>,
     line_number: usize,
@@ -2479,6 +2654,78 @@ CPU0 (8,0):
             }
         }
         assert_eq!(compared, 6 * 4 * 5 * 4 * 2);
+    }
+
+    #[test]
+    fn the_window_ring_holds_what_a_vecdeque_holds() {
+        // Seeded pushes, inserts (front, middle, back), pops and moves of the front, across
+        // the ring's wrap and its growth: the same I/Os in the same order as a VecDeque.
+        let (mut ring, mut deque) = (Ring::default(), VecDeque::new());
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut moved, mut want) = (Vec::new(), Vec::new());
+        for n in 0..20_000u64 {
+            let io = TraceIo { arrival_ns: n, op: Op::Write, offset: n * 512, bytes: 512, stream: n as u32 };
+            match next() % 16 {
+                0..=9 => {
+                    ring.push_back(io);
+                    deque.push_back(io);
+                }
+                10 | 11 => {
+                    let at = (next() % (deque.len() as u64 + 1)) as usize;
+                    ring.insert(at, io);
+                    deque.insert(at, io);
+                }
+                12 | 13 => assert_eq!(ring.pop_front(), deque.pop_front()),
+                _ => {
+                    let k = (next() % (deque.len() as u64 + 1)).min(3) as usize;
+                    ring.move_front(k, &mut moved);
+                    want.extend(deque.drain(..k));
+                }
+            }
+            assert_eq!(ring.len(), deque.len());
+            assert_eq!(ring.back(), deque.back().copied());
+        }
+        assert!(moved.len() > 1_000 && moved == want);
+        let held: Vec<TraceIo> = (0..ring.len()).map(|i| ring.get(i)).collect();
+        assert_eq!(held, Vec::from(deque));
+        assert!(held.len() > 1_000, "{}", held.len());
+        assert!(ring.capacity().is_power_of_two() && ring.capacity() < 4 * held.len());
+    }
+
+    #[test]
+    fn a_stream_key_is_the_last_one_only_when_every_byte_is() {
+        // The last key's check is a byte loop: keys of its length that differ in one byte
+        // (first, middle, last), its prefixes and its extensions are other streams.
+        let mut s = Streams::default();
+        let base = s.id(b"/dev/sda");
+        assert_eq!(s.id(b"/dev/sda"), base);
+        let mut others = Vec::new();
+        for key in [&b"/dev/sdb"[..], b"xdev/sda", b"/dev-sda", b"/dev/sd", b"/dev/sda1", b"", b"/dev/sda"] {
+            others.push(s.id(key));
+            assert_eq!(s.id(key), *others.last().unwrap(), "{key:?} again");
+        }
+        assert_eq!(others.last(), Some(&base));
+        let distinct: std::collections::HashSet<u32> = others.iter().copied().collect();
+        assert_eq!(distinct.len(), others.len(), "{others:?}");
+        assert!(!others[..others.len() - 1].contains(&base));
+        // MSR's HOST_DISK checked against the last key without being built.
+        let hm1 = s.id(b"hm_1");
+        assert_eq!(s.last_if_joined(b"hm", b'_', b"1"), Some(hm1));
+        assert_eq!(s.last_if_joined(b"h", b'm', b"_1"), Some(hm1), "the same bytes joined");
+        for (a, sep, b) in
+            [(&b"hm"[..], b'-', &b"1"[..]), (b"hx", b'_', b"1"), (b"xm", b'_', b"1"), (b"hm", b'_', b"2")]
+        {
+            assert_eq!(s.last_if_joined(a, sep, b), None, "{a:?} {sep} {b:?}");
+        }
+        for (a, b) in [(&b"hm"[..], &b"11"[..]), (b"hm", b""), (b"h", b"1")] {
+            assert_eq!(s.last_if_joined(a, b'_', b), None, "{a:?} {b:?}");
+        }
     }
 
     #[test]
