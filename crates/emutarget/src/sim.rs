@@ -355,18 +355,7 @@ impl Sleeper for VirtualTime {
         let asked = at_ns.saturating_sub(now);
         let u = unit(&mut s.rng);
         let mut over = s.host.overshoot_at(asked as f64).map_or(0.0, |q| draw(&q, u));
-        let beside = s.tasks[s.task].sharers > 0;
-        // A timed sleep sleeps: where the curve measured which of its blocking waits slept,
-        // it is read no shorter than where they all did. Below that a blocking wait mostly
-        // found its completion due before it got to sleep (on this session's host none of a
-        // 6 us device's, 42-62 % of a 10 us one's), so the curve's figures there are of an
-        // io_uring path that did not sleep (on a cruncher's core, of a thread that held its
-        // core for the whole wait and met the others' turns: 6 us beside a cruncher late by a
-        // mean of 141 us), not of a timer waking a sleeper, which a clock_nanosleep of a
-        // few microseconds is (real hybrid on emu:optane beside the crunchers switched 0.83
-        // times per I/O).
-        let curve_ns = s.host.block_sleep_onset_ns(beside).map_or(asked as f64, |onset| onset.max(asked as f64));
-        if beside {
+        if s.tasks[s.task].sharers > 0 {
             // Woken onto a cruncher's core: as a blocking wait there is (the curve's devices
             // complete on kernel timers, so its wait is a timer's expiry waking a thread), at
             // the same quantile. The sleep's own overshoot was measured on an idle core and
@@ -374,15 +363,16 @@ impl Sleeper for VirtualTime {
             // machine, quiet, a wait on the 80 us device was 47 us late alone and 28 us beside
             // a cruncher, and real hybrid's sleeps beside the crunchers came back as soon as
             // block's waits (43 us late), where the idle overshoot had them 76 us late.
-            if let Some((_, late)) = s.host.block_wait_at(curve_ns, true) {
-                over = draw(&late, u);
+            if let Some((_, beside)) = s.host.block_wait_at(asked as f64, true) {
+                over = draw(&beside, u);
             }
         }
         // Its CPU: a timed sleep is a blocking wait for a timer, which is what the measured
         // curve is (its devices complete on kernel timers): the curve's CPU at the sleep's
         // length, where the model has one (a 50 us sleep costs what a 50 us device's wait
         // does, not the 1 us device's `block_cpu_ns`).
-        let cpu = s.host.block_wait_at(curve_ns, beside).map_or(s.host.block_cpu_ns, |(cpu, _)| cpu) as u64;
+        let beside = s.tasks[s.task].sharers > 0;
+        let cpu = s.host.block_wait_at(asked as f64, beside).map_or(s.host.block_cpu_ns, |(cpu, _)| cpu) as u64;
         s.woken(at_ns.max(now) + over as u64, cpu);
     }
 
@@ -827,33 +817,6 @@ mod tests {
         let cpu_per_io =
             (optane.cpu_user_pct + optane.cpu_sys_pct) / 100.0 * optane.duration_ns as f64 / optane.ios as f64;
         assert!((cpu_per_io - cpu - host.spin_overhead_ns).abs() < 1.0, "{cpu_per_io} vs {cpu}");
-    }
-
-    #[test]
-    fn a_timed_sleep_draws_from_the_waits_that_slept() {
-        // A host whose 10 us device's blocking waits never slept (found their completion
-        // due at once) and, beside a cruncher, held the core and met its turns (1 ms late),
-        // while its 80 us device's waits all slept and woke 20 us late.
-        let mut host = host_with_curve();
-        host.block_wait[0].sleeps_per_wait = Some(0.0);
-        host.block_wait[0].sleeps_per_wait_beside_cruncher = Some(0.0);
-        host.block_wait[0].late_beside_cruncher = Quantiles::new(1e6, 1.2e6, 1.5e6);
-        host.block_wait[0].cpu_beside_cruncher_ns = 200_000.0;
-        host.block_wait[1].sleeps_per_wait = Some(1.0);
-        host.block_wait[1].sleeps_per_wait_beside_cruncher = Some(1.0);
-        host.block_wait[1].late_beside_cruncher = Quantiles::new(20_000.0, 22_000.0, 25_000.0);
-        let cfg = SimConfig { crunchers: 2, ..SimConfig::new(7, host) };
-        // Beside the crunchers hybrid sleeps to the prediction: a sleep of under 10 us.
-        let j = job(Op::Read, 4096, StrategyChoice::Fixed(Strategy::Hybrid), 1, 100_000_000);
-        let r = run_cell(&emu("emu:optane"), &j, &cfg).unwrap().record.result;
-        // (The old draw, from the 10 us device's hogging waits, woke so late that hybrid
-        // stopped sleeping: 0.06 sleeps per I/O, p99 1.2 ms.)
-        let sleeps = r.polling.as_ref().unwrap().sleeps_per_io;
-        assert!(sleeps > 0.5, "{sleeps} sleeps per I/O, p99 {}", r.lat_ns_p99);
-        // Its sleeps wake as the sleeping waits do, not as the 10 us device's hogging ones.
-        assert!(r.lat_ns_p50 < 50_000, "p50 {}", r.lat_ns_p50);
-        let cpu_per_io = (r.cpu_user_pct + r.cpu_sys_pct) / 100.0 * r.duration_ns as f64 / r.ios as f64;
-        assert!(cpu_per_io < 60_000.0, "{cpu_per_io}");
     }
 
     #[test]

@@ -255,20 +255,6 @@ impl HostModel {
         Some(v.clamp(0.0, 1.0))
     }
 
-    /// The shortest device time of the curve whose blocking waits went to sleep (at least
-    /// 95 % of them), alone or beside a cruncher; `None` where no point measured it. Below
-    /// it a blocking wait mostly finds its completion due before the thread gets to sleep,
-    /// so what the curve measured there is that path, not a sleep's.
-    pub fn block_sleep_onset_ns(&self, beside_cruncher: bool) -> Option<f64> {
-        self.block_wait
-            .iter()
-            .find(|p| {
-                let v = if beside_cruncher { p.sleeps_per_wait_beside_cruncher } else { p.sleeps_per_wait };
-                v.is_some_and(|v| v >= 0.95)
-            })
-            .map(|p| p.device_ns)
-    }
-
     /// Checks what a model must hold to be simulated: a version this build reads, at least
     /// one core and one sleep point, sleep points in increasing order, no negative or
     /// non-finite durations (the io_uring extras may be negative).
@@ -643,8 +629,6 @@ mod tests {
         assert!((m.block_sleeps_at(20_000.0, false).unwrap() - 0.751).abs() < 1e-9);
         assert_eq!(m.block_sleeps_at(1e9, false), Some(1.0));
         assert_eq!(m.block_sleeps_at(1e9, true), Some(0.25), "the one point beside a cruncher, held flat");
-        assert_eq!(m.block_sleep_onset_ns(false), Some(30_000.0));
-        assert_eq!(m.block_sleep_onset_ns(true), None, "no point beside a cruncher slept");
         m.block_wait[1].sleeps_per_wait = Some(-0.1);
         assert!(m.validate().unwrap_err().to_string().contains("block_wait"));
         m.block_wait[1].sleeps_per_wait = None;
