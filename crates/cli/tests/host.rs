@@ -50,7 +50,6 @@ fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
     model.validate().unwrap();
     assert_eq!(model.name, "measured");
     assert_eq!(model.sleep.len(), 5, "one point per requested length");
-    assert_eq!(model.sleep_beside_cruncher.len(), 5, "and beside the crunchers");
     assert!(model.filled.is_empty(), "a measured model fills nothing: {:?}", model.filled);
     assert!(model.block_cpu_ns > 0.0 && model.wakeup.p50_ns > 0.0, "{model:?}");
     assert!(model.switch_direct_ns.is_some(), "ctx's figures are taken: {model:?}");

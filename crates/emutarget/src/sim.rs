@@ -356,21 +356,14 @@ impl Sleeper for VirtualTime {
         let u = unit(&mut s.rng);
         let mut over = s.host.overshoot_at(asked as f64).map_or(0.0, |q| draw(&q, u));
         if s.tasks[s.task].sharers > 0 {
-            // Woken onto a cruncher's core: as measured there where the model has it (timed
-            // sleeps with a cruncher on every core, `sleep_beside_cruncher`; the seventeenth
-            // session's runs had hybrid's short sleeps on emu:optane late by a mean of 49 us
-            // in one run and 93 us in another, where the curve's points beside a cruncher
-            // ranged from 45 to 141 us, so which point a sleep resembles decides little)...
-            // Else as a blocking wait there is (the curve's devices
+            // Woken onto a cruncher's core: as a blocking wait there is (the curve's devices
             // complete on kernel timers, so its wait is a timer's expiry waking a thread), at
             // the same quantile. The sleep's own overshoot was measured on an idle core and
             // carries the halt exit, which a core a cruncher holds does not pay: on this
             // machine, quiet, a wait on the 80 us device was 47 us late alone and 28 us beside
             // a cruncher, and real hybrid's sleeps beside the crunchers came back as soon as
             // block's waits (43 us late), where the idle overshoot had them 76 us late.
-            if let Some(q) = s.host.overshoot_beside_cruncher_at(asked as f64) {
-                over = draw(&q, u);
-            } else if let Some((_, beside)) = s.host.block_wait_at(asked as f64, true) {
+            if let Some((_, beside)) = s.host.block_wait_at(asked as f64, true) {
                 over = draw(&beside, u);
             }
         }
@@ -824,26 +817,6 @@ mod tests {
         let cpu_per_io =
             (optane.cpu_user_pct + optane.cpu_sys_pct) / 100.0 * optane.duration_ns as f64 / optane.ios as f64;
         assert!((cpu_per_io - cpu - host.spin_overhead_ns).abs() < 1.0, "{cpu_per_io} vs {cpu}");
-    }
-
-    #[test]
-    fn a_timed_sleep_beside_a_cruncher_is_late_as_measured_there() {
-        // A host whose short blocking waits beside a cruncher met its turns (1 ms late), but
-        // whose timed sleeps beside a cruncher were measured 5-7 us late.
-        let mut host = host_with_curve();
-        host.block_wait[0].late_beside_cruncher = Quantiles::new(1e6, 1.2e6, 1.5e6);
-        host.sleep_beside_cruncher = vec![smartcon_engine::host::SleepPoint {
-            requested_ns: 5_000.0,
-            overshoot: Quantiles::new(5_000.0, 6_000.0, 7_000.0),
-        }];
-        let cfg = SimConfig { crunchers: 2, ..SimConfig::new(7, host) };
-        // Beside the crunchers hybrid sleeps to the prediction: a sleep of under 10 us.
-        let j = job(Op::Read, 4096, StrategyChoice::Fixed(Strategy::Hybrid), 1, 100_000_000);
-        let r = run_cell(&emu("emu:optane"), &j, &cfg).unwrap().record.result;
-        // (Drawn from the curve instead, hybrid stopped sleeping: 0.06 sleeps per I/O.)
-        let sleeps = r.polling.as_ref().unwrap().sleeps_per_io;
-        assert!(sleeps > 0.5, "{sleeps} sleeps per I/O, p99 {}", r.lat_ns_p99);
-        assert!(r.lat_ns_p99 < 100_000, "p99 {}", r.lat_ns_p99);
     }
 
     #[test]

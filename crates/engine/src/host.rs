@@ -157,12 +157,6 @@ pub struct HostModel {
     /// it held 11% or 24% of its core). Absent: `smartcon_emutarget::sim::SLICE_NS_DEFAULT`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spin_slice_ns: Option<f64>,
-    /// Timed sleeps' overshoot by requested length with a cruncher on every core (the
-    /// sleeper woken onto a core a cruncher holds), shortest first: what `hybrid` beside the
-    /// crunchers sleeps through. Empty (a host.json before the seventeenth session, the
-    /// presets): the blocking-wait curve's lateness beside a cruncher stands in for it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sleep_beside_cruncher: Vec<SleepPoint>,
     /// Fields filled from another host's figures because this host's source lacked them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filled: Vec<String>,
@@ -177,23 +171,6 @@ fn lerp_quantiles(a: &Quantiles, b: &Quantiles, t: f64) -> Quantiles {
         p99_ns: lerp(a.p99_ns, b.p99_ns),
         mean_ns: a.mean_ns.zip(b.mean_ns).map(|(x, y)| lerp(x, y)),
     }
-}
-
-/// The overshoot at `requested_ns` among sleep points, interpolated linearly between
-/// measured lengths (held flat beyond them). `None` without any point.
-fn overshoot_in(pts: &[SleepPoint], requested_ns: f64) -> Option<Quantiles> {
-    let first = pts.first()?;
-    if requested_ns <= first.requested_ns {
-        return Some(first.overshoot);
-    }
-    for w in pts.windows(2) {
-        let (a, b) = (&w[0], &w[1]);
-        if requested_ns <= b.requested_ns {
-            let t = (requested_ns - a.requested_ns) / (b.requested_ns - a.requested_ns).max(1.0);
-            return Some(lerp_quantiles(&a.overshoot, &b.overshoot, t));
-        }
-    }
-    pts.last().map(|p| p.overshoot)
 }
 
 fn spin_share_fair() -> f64 {
@@ -211,13 +188,19 @@ impl HostModel {
     /// The overshoot of a sleep of `requested_ns`, interpolated linearly between measured
     /// lengths (held flat beyond them). `None` without any sleep point.
     pub fn overshoot_at(&self, requested_ns: f64) -> Option<Quantiles> {
-        overshoot_in(&self.sleep, requested_ns)
-    }
-
-    /// The overshoot of a sleep of `requested_ns` beside a cruncher per core, as
-    /// [`HostModel::overshoot_at`]; `None` where it was not measured.
-    pub fn overshoot_beside_cruncher_at(&self, requested_ns: f64) -> Option<Quantiles> {
-        overshoot_in(&self.sleep_beside_cruncher, requested_ns)
+        let pts = &self.sleep;
+        let first = pts.first()?;
+        if requested_ns <= first.requested_ns {
+            return Some(first.overshoot);
+        }
+        for w in pts.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            if requested_ns <= b.requested_ns {
+                let t = (requested_ns - a.requested_ns) / (b.requested_ns - a.requested_ns).max(1.0);
+                return Some(lerp_quantiles(&a.overshoot, &b.overshoot, t));
+            }
+        }
+        pts.last().map(|p| p.overshoot)
     }
 
     /// A blocking wait's CPU and lateness on a device of `device_ns`, alone or beside a
@@ -286,22 +269,15 @@ impl HostModel {
         if self.sleep.is_empty() {
             return bad("no sleep points".into());
         }
-        for pts in [&self.sleep, &self.sleep_beside_cruncher] {
-            if pts.windows(2).any(|w| w[0].requested_ns >= w[1].requested_ns) {
-                return bad("sleep points not in increasing order of requested length".into());
-            }
+        if self.sleep.windows(2).any(|w| w[0].requested_ns >= w[1].requested_ns) {
+            return bad("sleep points not in increasing order of requested length".into());
         }
         let q_ok = |q: &Quantiles| {
             [q.p50_ns, q.p90_ns, q.p99_ns, q.mean_ns.unwrap_or(0.0)].iter().all(|x| x.is_finite() && *x >= 0.0)
                 && q.p50_ns <= q.p90_ns
                 && q.p90_ns <= q.p99_ns
         };
-        if !self
-            .sleep
-            .iter()
-            .chain(&self.sleep_beside_cruncher)
-            .all(|p| p.requested_ns.is_finite() && p.requested_ns >= 0.0 && q_ok(&p.overshoot))
-        {
+        if !self.sleep.iter().all(|p| p.requested_ns.is_finite() && p.requested_ns >= 0.0 && q_ok(&p.overshoot)) {
             return bad("a sleep point is negative, not finite, or its quantiles decrease".into());
         }
         if !q_ok(&self.wakeup) {
@@ -539,7 +515,6 @@ pub fn this_host() -> HostModel {
         spin_share_alone: 1.0,
         background_busy_pct: 0.0,
         spin_slice_ns: None,
-        sleep_beside_cruncher: Vec::new(),
         filled: Vec::new(),
     }
 }
@@ -662,22 +637,6 @@ mod tests {
         m.block_wait.clear();
         m.spin_share_beside_cruncher = 1.0;
         assert!(m.validate().unwrap_err().to_string().contains("spin_share_beside_cruncher"));
-    }
-
-    #[test]
-    fn sleeps_beside_a_cruncher_interpolate_where_measured() {
-        let q = Quantiles::new;
-        let mut m = HostModel::preset("host-a").unwrap();
-        assert!(m.overshoot_beside_cruncher_at(10_000.0).is_none(), "a preset has none");
-        m.sleep_beside_cruncher = vec![
-            SleepPoint { requested_ns: 5_000.0, overshoot: q(10.0, 20.0, 30.0) },
-            SleepPoint { requested_ns: 15_000.0, overshoot: q(30.0, 40.0, 50.0) },
-        ];
-        m.validate().unwrap();
-        assert_eq!(m.overshoot_beside_cruncher_at(10_000.0).unwrap().p50_ns, 20.0);
-        assert_eq!(m.overshoot_beside_cruncher_at(1e9).unwrap().p99_ns, 50.0);
-        m.sleep_beside_cruncher.reverse();
-        assert!(m.validate().unwrap_err().to_string().contains("increasing"));
     }
 
     #[test]

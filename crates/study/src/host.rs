@@ -421,14 +421,6 @@ fn block_wait_curve(
     turns.extend(beside_turns);
     let spin_beside = spinning(targets[0].as_ref())?;
     let shares: Vec<f64> = spin_beside.iter().map(|x| x.share).collect();
-    // Timed sleeps with the crunchers running: what hybrid beside them sleeps through (as
-    // many per length as idle, about 0.5 s in all).
-    let mut sleep_beside = Vec::with_capacity(SLEEP_REQUESTED_NS.len());
-    for &asked in &SLEEP_REQUESTED_NS {
-        stopped(stop)?;
-        let v = smartcon_engine::clock::sleep_overshoots_ns(asked, plan.sleep_count);
-        sleep_beside.push(SleepPoint { requested_ns: asked as f64, overshoot: quantiles_of(&v) });
-    }
     let (share, share_alone) = (pooled_share(&spin_beside), pooled_share(&spin_alone));
     drop(load);
     // The spinner's slice: from its turns beside the crunchers (always preempted there),
@@ -449,17 +441,7 @@ fn block_wait_curve(
             sleeps_per_wait_beside_cruncher: Some(b.sleeps_per_io),
         })
         .collect();
-    Ok(BlockWaitCurve {
-        points,
-        turns,
-        shares,
-        shares_alone,
-        share,
-        share_alone,
-        background_busy_pct,
-        spin_slice_ns,
-        sleep_beside,
-    })
+    Ok(BlockWaitCurve { points, turns, shares, shares_alone, share, share_alone, background_busy_pct, spin_slice_ns })
 }
 
 /// A spinner's share of its core over its turns together: their CPU over their time.
@@ -489,8 +471,6 @@ struct BlockWaitCurve {
     share_alone: f64,
     background_busy_pct: f64,
     spin_slice_ns: Option<f64>,
-    /// Timed sleeps' overshoot by requested length beside the crunchers.
-    sleep_beside: Vec<SleepPoint>,
 }
 
 /// A UTC date of a Unix time, `YYYY-MM-DD` (days to civil date, Howard Hinnant's method).
@@ -614,7 +594,6 @@ pub fn measure(
         spin_share_alone: share_alone,
         background_busy_pct: curve.background_busy_pct.clamp(0.0, 100.0),
         spin_slice_ns: curve.spin_slice_ns,
-        sleep_beside_cruncher: curve.sleep_beside,
         filled: Vec::new(),
     };
     model.validate()?;

@@ -123,16 +123,6 @@ fn text(m: &HostMeasurement) -> String {
             us(p.overshoot.p99_ns)
         );
     }
-    for p in &h.sleep_beside_cruncher {
-        s += &format!(
-            "sleep {:>6} beside a cruncher, p50/p90/p99/mean   {} / {} / {} / {}\n",
-            us(p.requested_ns),
-            us(p.overshoot.p50_ns),
-            us(p.overshoot.p90_ns),
-            us(p.overshoot.p99_ns),
-            us(p.overshoot.mean_ns.unwrap_or(f64::NAN))
-        );
-    }
     s += &format!(
         "wake-up across cores, p50/p90/p99       {} / {} / {}   (the woken core polling: {})\n",
         us(h.wakeup.p50_ns),
