@@ -9,16 +9,68 @@
 #
 #   scripts/calibrate-host.sh [OUT_DIR]     (OUT_DIR: a new directory; default calibration-DATE)
 #   SMARTCON=path/to/smartcon scripts/calibrate-host.sh
+#   scripts/calibrate-host.sh --resimulate OLD_DIR OUT_DIR
 #
 # Writes into OUT_DIR: host.json (the model), host.jsonl (`smartcon host --json`: the model and
-# how it was measured, each blocking turn's figures), compare-bm-only.txt,
-# compare-cpu-intensive.txt, hybrid-N.jsonl and summary.txt (the load average before and
-# after each step, the figures within 10%, the five hybrid runs' spin-relative figures).
+# how it was measured, each blocking turn's figures), real-bm-only.jsonl and
+# real-cpu-intensive.jsonl (the real cells, `bench --json`), compare-bm-only.txt and
+# compare-cpu-intensive.txt (those cells against the simulation on host.json, `bench
+# --compare-simulated --measured`), hybrid-N.jsonl and summary.txt (the load average before
+# and after each step, the figures within 10%, the five hybrid runs' spin-relative figures).
 # The temporary SMARTCON_HOME is removed on exit, also on Ctrl-C.
+#
+# --resimulate measures nothing: it compares OLD_DIR's saved real cells with this binary's
+# simulation on OLD_DIR's host.json (a model before and after a change, judged against one
+# real run). A directory from before the real cells were saved as JSON has only the text
+# tables; their measured columns (IOPS, CPU, and hybrid's sleeps per I/O) are read back
+# into real-*.jsonl first (CPU as user time: the text does not split it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMARTCON=${SMARTCON:-target/release/smartcon}
 [ -x "$SMARTCON" ] || { echo "calibrate-host: $SMARTCON not built (cargo build --release)" >&2; exit 2; }
+CELLS=(--targets emu:nvme,emu:optane --sizes 4k --ops read --strategies block,spin,sync,hybrid,smart --duration 2s)
+if [ "${1:-}" = "--resimulate" ]; then
+    OLD=${2:?"--resimulate OLD_DIR OUT_DIR"}
+    OUT=${3:?"--resimulate OLD_DIR OUT_DIR"}
+    if [ -e "$OUT" ]; then echo "calibrate-host: $OUT exists; give a new directory" >&2; exit 2; fi
+    [ -f "$OLD/host.json" ] || { echo "calibrate-host: $OLD/host.json missing" >&2; exit 2; }
+    mkdir -p "$OUT"
+    cp "$OLD/host.json" "$OUT/host.json"
+    echo "resimulated: smartcon $("$SMARTCON" --version 2>/dev/null || true), $(git rev-parse --short HEAD 2>/dev/null || true), against the real cells and host.json of $OLD" > "$OUT/summary.txt"
+    for l in bm-only cpu-intensive; do
+        if [ -f "$OLD/real-$l.jsonl" ]; then
+            cp "$OLD/real-$l.jsonl" "$OUT/real-$l.jsonl"
+        else
+            python3 - "$OLD/compare-$l.txt" "$l" > "$OUT/real-$l.jsonl" <<'PY'
+import json, re, sys
+text, load = open(sys.argv[1]).read(), sys.argv[2]
+sleeps = {}
+for line in text.splitlines():
+    m = re.match(r"(emu:\S+)\s+read\s+4k\s+(\w+)\s.*?([0-9.]+) sleeps per I/O", line)
+    if m:
+        sleeps[(m[1], m[2])] = float(m[3])
+rows = 0
+for line in text.splitlines():
+    f = line.split()
+    if len(f) == 11 and f[0].startswith("emu:") and f[2].isdigit():
+        target, op, bs, strategy, iops, cpu = f[0], f[1], int(f[2]), f[3], float(f[4]), float(f[7])
+        r = {"type": "result", "target": target, "op": op, "bs_bytes": bs, "strategy": strategy,
+             "iops": iops, "cpu_user_pct": cpu, "cpu_sys_pct": 0.0, "from_text": sys.argv[1]}
+        if (target, strategy) in sleeps:
+            r["polling"] = {"sleeps_per_io": sleeps[(target, strategy)]}
+        print(json.dumps(r))
+        rows += 1
+print(json.dumps({"type": "summary", "load": load}))
+if rows == 0:
+    sys.exit(f"{sys.argv[1]}: no compare table")
+PY
+        fi
+        "$SMARTCON" bench "${CELLS[@]}" --load "$l" --compare-simulated --host "$OUT/host.json" \
+            --measured "$OUT/real-$l.jsonl" > "$OUT/compare-$l.txt"
+        grep -E "figures within|largest miss" "$OUT/compare-$l.txt" | sed "s/^/  $l: /" | tee -a "$OUT/summary.txt"
+    done
+    exit 0
+fi
 OUT=${1:-calibration-$(date -u +%Y%m%dT%H%M%SZ)}
 if [ -e "$OUT" ]; then echo "calibrate-host: $OUT exists; give a new directory" >&2; exit 2; fi
 mkdir -p "$OUT"
@@ -34,9 +86,9 @@ load "before smartcon host"
 cp "$SMARTCON_HOME/host.json" "$OUT/host.json"
 for l in bm-only cpu-intensive; do
     load "before compare-simulated, $l"
-    "$SMARTCON" bench --targets emu:nvme,emu:optane --sizes 4k --ops read \
-        --strategies block,spin,sync,hybrid,smart --duration 2s --load "$l" --compare-simulated \
-        > "$OUT/compare-$l.txt"
+    "$SMARTCON" bench "${CELLS[@]}" --load "$l" --json > "$OUT/real-$l.jsonl"
+    "$SMARTCON" bench "${CELLS[@]}" --load "$l" --compare-simulated --host "$OUT/host.json" \
+        --measured "$OUT/real-$l.jsonl" > "$OUT/compare-$l.txt"
     grep -E "figures within|largest miss" "$OUT/compare-$l.txt" | sed "s/^/  $l: /" | tee -a "$OUT/summary.txt"
 done
 for i in 1 2 3 4 5; do

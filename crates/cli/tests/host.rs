@@ -75,8 +75,15 @@ fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
     let stored_json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stored).unwrap()).unwrap();
     assert_eq!(stored_json["version"], 2);
     assert!(stored_json["ctx"]["direct"].is_array(), "{stored_json}");
-    assert_eq!(model.block_wait.len(), 3, "{model:?}");
+    assert_eq!(model.block_wait.len(), 5, "{model:?}");
     assert!(model.block_wait.iter().all(|p| p.cpu_ns > 0.0 && p.late.mean_ns.is_some()), "{model:?}");
+    // Each point's share of waits that slept, alone and beside a cruncher (a switch per I/O
+    // at most, bar the odd other switch).
+    for p in &model.block_wait {
+        for v in [p.sleeps_per_wait, p.sleeps_per_wait_beside_cruncher] {
+            assert!(v.is_some_and(|v| (0.0..1.5).contains(&v)), "{p:?}");
+        }
+    }
     assert!(model.spin_share_beside_cruncher > 0.0 && model.spin_share_alone <= 1.0, "{model:?}");
     // Nothing left in the temporary directory (the comparison's file is removed).
     assert_eq!(std::fs::read_dir(home.path().join("tmp")).unwrap().count(), 0);

@@ -161,3 +161,83 @@ fn compare_simulated_puts_hybrid_beside_the_hosts_oracle() {
     assert!((o["cpu_over_oracle"].as_f64().unwrap() - (measured_cpu - share)).abs() < 1e-9, "{o}");
     assert!(o["simulated"]["iops_over_spin"].as_f64().unwrap() > 0.0, "{o}");
 }
+
+/// `--compare-simulated --measured FILE`: a saved real run compared again, without
+/// measuring, gives the records the run itself printed (the same host model and seed), so
+/// that two models can be judged against one real run; a simulated file or another load's
+/// run is refused.
+#[test]
+fn a_saved_real_run_compares_as_the_run_itself_did() {
+    let home = scratch("saved");
+    let dir = home.path();
+    let cells = [
+        "bench",
+        "--compare-simulated",
+        "--host",
+        "host-c",
+        "--targets",
+        "emu:optane",
+        "--sizes",
+        "4k",
+        "--ops",
+        "read",
+        "--strategies",
+        "spin,hybrid",
+        "--duration",
+        "50ms",
+        "--json",
+    ];
+    let smartcon = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", dir).args(args).output().unwrap()
+    };
+    let real = smartcon(&cells);
+    assert!(real.status.success(), "{}", String::from_utf8_lossy(&real.stderr));
+    let saved = dir.join("real.jsonl");
+    std::fs::write(&saved, &real.stdout).unwrap();
+    let again: Vec<&str> = cells.iter().copied().chain(["--measured", saved.to_str().unwrap()]).collect();
+    let out = smartcon(&again);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let compared = |text: &[u8]| -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(text)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["type"] == "compare_simulated" || r["type"] == "hybrid_oracle")
+            .collect()
+    };
+    let (a, b) = (compared(&real.stdout), compared(&out.stdout));
+    assert_eq!(a.len(), 4, "3 cells and the oracle line");
+    assert_eq!(b.len(), 4);
+    for (x, y) in a.iter().zip(&b) {
+        // The same figures; a float read back from text may differ in its last bit.
+        assert!(same_json(x, y), "{x} against {y}");
+    }
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("done after"), "nothing measured again");
+    // Another load's run, and a simulated run, are refused.
+    let other: Vec<&str> = again.iter().copied().chain(["--load", "cpu-intensive"]).collect();
+    let err = smartcon(&other);
+    assert_eq!(err.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&err.stderr).contains("give --load bm-only"));
+    let sim_args: Vec<&str> =
+        cells.iter().map(|a| if *a == "--compare-simulated" { "--simulate" } else { a }).collect();
+    let sim = smartcon(&sim_args);
+    assert!(sim.status.success(), "{}", String::from_utf8_lossy(&sim.stderr));
+    std::fs::write(&saved, &sim.stdout).unwrap();
+    let err = smartcon(&again);
+    assert!(String::from_utf8_lossy(&err.stderr).contains("a simulated record"), "{err:?}");
+}
+
+/// JSON values equal but for floats' last bits (a float read back from its text).
+fn same_json(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            (x - y).abs() <= 1e-12 * x.abs().max(y.abs()).max(1.0)
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same_json(v, w)),
+        _ => a == b,
+    }
+}

@@ -305,11 +305,23 @@ impl VirtualState {
     /// 0.98 of a CPU and 1.65 x the real smart's IOPS on emu:optane, where plain spin had
     /// its measured share (0.52) and the real smart 0.60 (sixteenth session's calibration).
     fn woken(&mut self, wake_ns: u64, block_cpu: u64) {
+        self.waited(wake_ns, block_cpu, true)
+    }
+
+    /// A wait that ends at `wake_ns` (no sooner than its CPU, `block_cpu`, after it began);
+    /// `slept`: it went to sleep ([`VirtualState::woken`]). One that did not (its completion
+    /// was due before the thread got to sleep) held the core throughout: no voluntary
+    /// switch, and nothing of a debt paid back.
+    fn waited(&mut self, wake_ns: u64, block_cpu: u64, slept: bool) {
         let now = self.now_ns;
         let mut wake_ns = wake_ns.max(now + block_cpu);
         let share = self.spin_share(self.task);
         let t = &mut self.tasks[self.task];
         t.sys_ns += block_cpu;
+        if !slept {
+            self.advance(wake_ns);
+            return;
+        }
         t.voluntary += 1;
         if share < 0.99 {
             let share = share.max(0.01);
@@ -423,9 +435,20 @@ impl Sleeper for VirtualTime {
         let now = s.now_ns;
         let u = unit(&mut s.rng);
         let beside = s.tasks[s.task].sharers > 0;
+        let device_ns = at_ns.saturating_sub(now) as f64;
+        // Whether it went to sleep: where the curve measured the waits' switches, the share
+        // of them that slept at this device time (a completion due before the thread gets
+        // to sleep is found at once: on the sixteenth session's host half of a 10 us
+        // device's waits, none of a 5 us one's). Its CPU and lateness are the curve's at
+        // this device time either way: the curve measured them over the same mix. Drawn
+        // only where measured, so a model without the figure draws as it always did.
+        let slept = match s.host.block_sleeps_at(device_ns, beside) {
+            Some(p) if p < 1.0 => unit(&mut s.rng) < p,
+            _ => true,
+        };
         // The measured blocking wait at this device time where the model has its curve
         // (the wait begins at the submission: `at_ns - now` is the device time)...
-        let (late, cpu) = match s.host.block_wait_at(at_ns.saturating_sub(now) as f64, beside) {
+        let (late, cpu) = match s.host.block_wait_at(device_ns, beside) {
             Some((cpu, late)) => (draw(&late, u), cpu),
             // ...else the flat model: a wake-up, on an idle core a halted one's extra.
             None => {
@@ -433,7 +456,7 @@ impl Sleeper for VirtualTime {
                 (draw(&s.host.wakeup, u) + extra, s.host.block_cpu_ns)
             }
         };
-        s.woken(at_ns.max(now) + late as u64, cpu as u64);
+        s.waited(at_ns.max(now) + late as u64, cpu as u64, slept);
     }
 }
 
@@ -726,6 +749,8 @@ mod tests {
                 late: q(30_000.0, 40_000.0, 50_000.0),
                 cpu_beside_cruncher_ns: 60_000.0,
                 late_beside_cruncher: q(90_000.0, 120_000.0, 150_000.0),
+                sleeps_per_wait: None,
+                sleeps_per_wait_beside_cruncher: None,
             },
             BlockWaitPoint {
                 device_ns: 80_000.0,
@@ -733,6 +758,8 @@ mod tests {
                 late: q(20_000.0, 25_000.0, 30_000.0),
                 cpu_beside_cruncher_ns: 30_000.0,
                 late_beside_cruncher: q(20_000.0, 25_000.0, 30_000.0),
+                sleeps_per_wait: None,
+                sleeps_per_wait_beside_cruncher: None,
             },
         ];
         h.validate().unwrap();
@@ -767,6 +794,35 @@ mod tests {
         let r = block("emu:optane", &flat);
         let sys_per_io = r.cpu_sys_pct / 100.0 * r.duration_ns as f64 / r.ios as f64;
         assert!((sys_per_io - flat.host.block_cpu_ns).abs() < 1.0, "{sys_per_io}");
+    }
+
+    #[test]
+    fn a_blocking_wait_sleeps_on_the_measured_share_of_the_waits() {
+        // The sixteenth session's host: block on the 10 us device switched 0.47 times per
+        // I/O (half its waits found the completion due before the thread got to sleep),
+        // on an 80 us device once. The model had every wait switch.
+        let mut host = host_with_curve();
+        host.block_wait[0].sleeps_per_wait = Some(0.5);
+        host.block_wait[1].sleeps_per_wait = Some(1.0);
+        host.block_wait[0].sleeps_per_wait_beside_cruncher = Some(0.3);
+        host.block_wait[1].sleeps_per_wait_beside_cruncher = Some(1.0);
+        let alone = SimConfig::new(5, host.clone());
+        let beside = SimConfig { crunchers: alone.cores, ..alone.clone() };
+        let block = |dev: &str, cfg: &SimConfig| {
+            let j = job(Op::Read, 4096, StrategyChoice::Fixed(Strategy::Block), 1, 100_000_000);
+            run_cell(&emu(dev), &j, cfg).unwrap().record.result
+        };
+        let per_io = |r: &JobResult| r.ctx_voluntary as f64 / r.ios as f64;
+        let optane = block("emu:optane", &alone);
+        assert!((per_io(&optane) - 0.5).abs() < 0.03, "{}", per_io(&optane));
+        assert!((per_io(&block("emu:optane", &beside)) - 0.3).abs() < 0.03);
+        assert!(per_io(&block("emu:nvme", &alone)) > 0.999);
+        // Its CPU and lateness stay the curve's at the device time (measured over that mix).
+        let service = optane.model_service_ns.unwrap() as f64;
+        let (cpu, _) = host.block_wait_at(service, false).unwrap();
+        let cpu_per_io =
+            (optane.cpu_user_pct + optane.cpu_sys_pct) / 100.0 * optane.duration_ns as f64 / optane.ios as f64;
+        assert!((cpu_per_io - cpu - host.spin_overhead_ns).abs() < 1.0, "{cpu_per_io} vs {cpu}");
     }
 
     #[test]

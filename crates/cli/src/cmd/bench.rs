@@ -101,6 +101,12 @@ pub struct BenchArgs {
     /// host. Emulated targets only.
     #[arg(long, conflicts_with_all = ["simulate", "sweep_interval"])]
     pub compare_simulated: bool,
+    /// With --compare-simulated: measure nothing; compare the simulation with a saved real
+    /// run's "result" records instead (the output of `bench --json` or `bench
+    /// --compare-simulated --json` with the same targets, sizes, ops, strategies, duration
+    /// and load), so that two models are judged against the same real run.
+    #[arg(long, value_name = "FILE", requires = "compare_simulated")]
+    pub measured: Option<std::path::PathBuf>,
     /// With --simulate: instead of the matrix, every host preset and `measured` (where
     /// host.json exists), or only the `--host` given, x {smart's share of the paired front
     /// over emulated devices, ops, sizes and both loads in 3 seeded rounds; hybrid's IOPS and
@@ -158,6 +164,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         // Both checked before anything is measured.
         emu_specs(&targets)?;
         resolve_host(Some(compare_host(&args)))?;
+        if let Some(path) = &args.measured {
+            let saved = read_saved_results(path, &args.load)?;
+            return compare_simulated(&args, &saved, &plan, span);
+        }
     }
     // Open (and validate) every target before measuring anything.
     let placement = args.run.placement()?;
@@ -225,7 +235,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     if args.compare_simulated && !summary.interrupted {
-        compare_simulated(&args, &results, &plan, span)?;
+        compare_simulated(&args, &Measured::Run(&results), &plan, span)?;
     }
     // Drawn after the results are printed, so a plot that cannot be written loses nothing.
     if let (Some(out), false) = (crate::paths::unless_interrupted(plot_out), sweeps.is_empty()) {
@@ -439,12 +449,20 @@ struct CompareRecord {
 
 /// The real cells against the same cells simulated on `--host` (`measured` by default); the
 /// table (or records), the largest miss, and hybrid against spin beside the host's oracle.
-fn compare_simulated(args: &BenchArgs, results: &[JobResult], plan: &BenchPlan, span: Option<u64>) -> Result<()> {
+fn compare_simulated(args: &BenchArgs, measured: &Measured, plan: &BenchPlan, span: Option<u64>) -> Result<()> {
     let host = resolve_host(Some(compare_host(args)))?;
     let mut cfg = SimConfig::new(1, host);
     cfg.crunchers = if args.load == "cpu-intensive" { cfg.cores } else { 0 };
     let targets = split_targets(&args.targets)?;
     let (predicted, _, _) = simulate_cells(&emu_specs(&targets)?, plan, span, &cfg, &mut |_| Ok(()))?;
+    let saved;
+    let results = match measured {
+        Measured::Run(results) => *results,
+        Measured::Saved(records) => {
+            saved = saved_as_results(records, &predicted)?;
+            &saved[..]
+        }
+    };
     let key = |r: &JobResult| (r.target.clone(), format!("{:?}", r.op), r.bs_bytes, r.strategy.name());
     let cpu = |r: &JobResult| r.cpu_user_pct + r.cpu_sys_pct;
     let ratio = |p: f64, m: f64| if m > 0.0 { p / m } else { f64::NAN };
@@ -518,21 +536,143 @@ fn compare_simulated(args: &BenchArgs, results: &[JobResult], plan: &BenchPlan, 
     let close = |r: f64, x: f64| (r - 1.0).abs() <= x + 1e-9;
     let within = |x: f64| figures.iter().filter(|&&r| close(r, x)).count();
     let per_io = rows.iter().filter(|r| close(r.cpu_per_io_ratio, 0.10)).count();
-    println!(
-        "{} of {} figures within 10%, {} within 25%; load average {} (the real cells share the machine with it)",
-        within(0.10),
-        figures.len(),
-        within(0.25),
-        std::fs::read_to_string("/proc/loadavg")
-            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-            .unwrap_or_else(|_| "unknown".into())
-    );
+    let when = match (&args.measured, measured) {
+        (Some(path), Measured::Saved(_)) => format!("measured: the saved run {}", path.display()),
+        _ => format!(
+            "load average {} (the real cells share the machine with it)",
+            std::fs::read_to_string("/proc/loadavg")
+                .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+                .unwrap_or_else(|_| "unknown".into())
+        ),
+    };
+    println!("{} of {} figures within 10%, {} within 25%; {when}", within(0.10), figures.len(), within(0.25));
     println!(
         "CPU per I/O (CPU/IO r: the waits' cost, without the share of a core the real thread got): {per_io} of {} within 10%",
         rows.len()
     );
     print!("{}", smartcon_study::simtable::render_hybrid_oracle(&hybrid));
     Ok(())
+}
+
+/// What `--compare-simulated` compares the simulation with: this run's cells, or a saved
+/// run's records (`--measured`).
+enum Measured<'a> {
+    Run(&'a [JobResult]),
+    Saved(Vec<SavedResult>),
+}
+
+/// The figures of a saved real `result` record the comparison reads.
+#[derive(Debug, Clone, serde::Deserialize)]
+struct SavedResult {
+    target: String,
+    op: String,
+    bs_bytes: u64,
+    strategy: String,
+    iops: f64,
+    cpu_user_pct: f64,
+    cpu_sys_pct: f64,
+    #[serde(default)]
+    ios: u64,
+    #[serde(default)]
+    duration_ns: u64,
+    #[serde(default)]
+    lat_ns_mean: f64,
+    #[serde(default)]
+    lat_ns_p50: u64,
+    #[serde(default)]
+    lat_ns_p99: u64,
+    #[serde(default)]
+    ctx_voluntary: u64,
+    #[serde(default)]
+    ctx_involuntary: u64,
+    #[serde(default)]
+    model_service_ns: Option<u64>,
+    #[serde(default)]
+    polling: Option<SavedPolling>,
+}
+
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
+struct SavedPolling {
+    #[serde(default)]
+    polls_per_io: f64,
+    #[serde(default)]
+    sleeps_per_io: f64,
+}
+
+/// The `result` records of a saved real run (`--measured FILE`), checked against `--load`
+/// where the file has its `summary` record; a simulated record is refused (it would compare
+/// the model with itself).
+fn read_saved_results(path: &std::path::Path, load: &str) -> Result<Measured<'static>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("--measured {}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("--measured {} line {}: not a JSON record", path.display(), n + 1))?;
+        let kind = v["type"].as_str();
+        if matches!(kind, Some("result" | "summary")) && v.get("simulated").is_some() {
+            bail!("--measured {} line {}: a simulated record, not a measured one", path.display(), n + 1);
+        }
+        match kind {
+            Some("result") => out.push(
+                serde_json::from_value::<SavedResult>(v)
+                    .with_context(|| format!("--measured {} line {}", path.display(), n + 1))?,
+            ),
+            Some("summary") => {
+                if let Some(l) = v["load"].as_str().filter(|l| *l != load) {
+                    bail!("--measured {}: a run under --load {l}; give --load {l}", path.display());
+                }
+            }
+            _ => {}
+        }
+    }
+    if out.is_empty() {
+        bail!("--measured {}: no result records (save a run with `bench --json`)", path.display());
+    }
+    Ok(Measured::Saved(out))
+}
+
+/// Saved records as the comparison's `JobResult`s: each is the simulated record of the same
+/// cell with every figure the comparison reads replaced by the saved one (IOPS, CPU, I/Os,
+/// latencies, switches, polls and sleeps per I/O); the rest of a `JobResult` (histogram,
+/// decisions) is not read by it. A saved cell the plan does not simulate is an error.
+fn saved_as_results(saved: &[SavedResult], predicted: &[JobResult]) -> Result<Vec<JobResult>> {
+    saved
+        .iter()
+        .map(|m| {
+            let Some(p) = predicted.iter().find(|p| {
+                p.target == m.target && p.op.name() == m.op && p.bs_bytes == m.bs_bytes && p.strategy.name() == m.strategy
+            }) else {
+                bail!(
+                    "--measured: {} {} {} {} is not a cell of this command's plan (give the run's --targets, --sizes, --ops and --strategies)",
+                    m.target,
+                    m.op,
+                    m.bs_bytes,
+                    m.strategy
+                );
+            };
+            let mut r = p.clone();
+            r.iops = m.iops;
+            r.cpu_user_pct = m.cpu_user_pct;
+            r.cpu_sys_pct = m.cpu_sys_pct;
+            r.ios = m.ios;
+            r.duration_ns = m.duration_ns;
+            r.lat_ns_mean = m.lat_ns_mean;
+            r.lat_ns_p50 = m.lat_ns_p50;
+            r.lat_ns_p99 = m.lat_ns_p99;
+            r.ctx_voluntary = m.ctx_voluntary;
+            r.ctx_involuntary = m.ctx_involuntary;
+            r.model_service_ns = m.model_service_ns.or(p.model_service_ns);
+            r.polling = match (r.polling.take(), m.polling) {
+                (Some(mut pp), Some(mp)) => {
+                    pp.polls_per_io = mp.polls_per_io;
+                    pp.sleeps_per_io = mp.sleeps_per_io;
+                    Some(pp)
+                }
+                _ => None,
+            };
+            Ok(r)
+        })
+        .collect()
 }
 
 /// The summary record of a simulated run, marked as such.

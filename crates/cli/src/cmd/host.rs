@@ -159,25 +159,28 @@ fn text(m: &HostMeasurement) -> String {
             b.rounds
         );
     }
+    let slept = |v: Option<f64>| v.map_or(String::new(), |v| format!(", slept {v:.2}"));
     for p in &h.block_wait {
         s += &format!(
-            "blocking wait, {:>5} device: CPU, late p50/p99   {} , {} / {}   beside a cruncher: {} , {} / {}\n",
+            "blocking wait, {:>5} device: CPU, late p50/p99{}   {} , {} / {}   beside a cruncher{}: {} , {} / {}\n",
             us(p.device_ns),
+            slept(p.sleeps_per_wait),
             us(p.cpu_ns),
             us(p.late.p50_ns),
             us(p.late.p99_ns),
+            slept(p.sleeps_per_wait_beside_cruncher),
             us(p.cpu_beside_cruncher_ns),
             us(p.late_beside_cruncher.p50_ns),
             us(p.late_beside_cruncher.p99_ns)
         );
     }
     s += &format!(
-        "spinner's share of its core beside a cruncher   {:.2}   (turns: {})\n",
+        "spinner's share of its core beside a cruncher   {:.2}   (its turns pooled; each: {})\n",
         h.spin_share_beside_cruncher,
         m.spin_shares.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")
     );
     s += &format!(
-        "spinner's share alone (the machine's load)      {:.2}   (turns: {}; the others' CPU demand {:.0}%)\n",
+        "spinner's share alone (the machine's load)      {:.2}   (pooled; each: {}; the others' CPU demand {:.0}%)\n",
         h.spin_share_alone,
         m.spin_shares_alone.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", "),
         h.background_busy_pct
