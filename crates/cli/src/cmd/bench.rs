@@ -121,6 +121,15 @@ pub struct BenchArgs {
 pub fn run(args: BenchArgs) -> Result<()> {
     // Claimed before anything is parsed further or measured: a refusal costs nothing.
     let plot_out = crate::paths::out_file("--plot", args.plot.as_deref())?;
+    // A saved run is read whole before anything else: a path that is not one is refused
+    // by its name, whatever else is wrong with the command.
+    let saved = match &args.measured {
+        Some(path) => {
+            crate::paths::input("--measured", path, false)?;
+            Some(read_saved_results(path, &args.load)?)
+        }
+        None => None,
+    };
     let targets = split_targets(&args.targets)?;
     let (sizes, ops, pattern, duration_ns) = (args.sizes.clone(), args.ops.clone(), args.pattern, args.duration);
     let mut strategies = args.strategies.clone();
@@ -164,9 +173,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         // Both checked before anything is measured.
         emu_specs(&targets)?;
         resolve_host(Some(compare_host(&args)))?;
-        if let Some(path) = &args.measured {
-            let saved = read_saved_results(path, &args.load)?;
-            return compare_simulated(&args, &saved, &plan, span);
+        if let Some(saved) = &saved {
+            return compare_simulated(&args, saved, &plan, span);
         }
     }
     // Open (and validate) every target before measuring anything.
