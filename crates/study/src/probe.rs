@@ -215,32 +215,15 @@ pub fn measure_beside_crunchers_with(
     rounds: usize,
     turn_ns: u64,
 ) -> Result<(Option<f64>, Vec<profile::HarmPoint>), Error> {
-    use smartcon_util::stats::PairedRatio;
     let load = smartcon_workloads::load::CpuLoad::start(profile::online_cpus().max(1))?;
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let strategies = [Strategy::Block, Strategy::Spin];
+    let turns = Turns { load: &load, rounds, turn_ns, monitor, stop };
     let mut points = Vec::new();
     for &us in &HARM_SERVICE_US {
         let t =
             target::open(&target::parse_target(&format!("emu:nvram,lat={us}us,size=16m"))?, OpenOptions::default())?;
         let p = Profile::paper_default(&t.device_id());
-        let (mut iops, mut work): ([Vec<f64>; 2], [Vec<f64>; 2]) = Default::default();
-        for round in 0..rounds {
-            for i in turn_order(strategies.len(), round) {
-                if stop.load(Ordering::Relaxed) {
-                    return Err(interrupted());
-                }
-                let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(strategies[i]));
-                js.duration_ns = turn_ns;
-                js.warmup_ios = TURN_WARMUP_IOS;
-                js.seed = 1 + round as u64;
-                let before = load.snapshot();
-                let r = run_job(t.as_ref(), &js, &p, monitor, stop)?;
-                iops[i].push(r.iops);
-                work[i].push(before.delta_to(&load.snapshot()).work_per_s);
-            }
-        }
-        let (Some(r), Some(k)) = (PairedRatio::of(&iops[1], &iops[0]), PairedRatio::of(&work[1], &work[0])) else {
+        let Some((r, k)) = turns.paired(t.as_ref(), &p, Op::Read, 4096, Strategy::Spin)? else {
             break;
         };
         let service_ns = t.model_service_ns(Op::Read, 4096).unwrap_or(us * 1000) as f64;
@@ -257,6 +240,49 @@ pub fn measure_beside_crunchers_with(
     }
     let bound = harmless_bound(&points);
     Ok((bound, points))
+}
+
+/// Interleaved turns of block and another way of waiting beside the crunchers `load`.
+struct Turns<'a> {
+    load: &'a smartcon_workloads::load::CpuLoad,
+    rounds: usize,
+    turn_ns: u64,
+    monitor: &'a SystemMonitor,
+    stop: &'a AtomicBool,
+}
+
+impl Turns<'_> {
+    /// `other` against block on `t` for `op` at `bs`, in balanced rounds: its IOPS and the
+    /// crunchers' work beside it over beside block, the per-round ratios' geometric means
+    /// (`None` when a side did no I/O).
+    fn paired(
+        &self,
+        t: &dyn Target,
+        p: &Profile,
+        op: Op,
+        bs: u64,
+        other: Strategy,
+    ) -> Result<Option<(smartcon_util::stats::PairedRatio, smartcon_util::stats::PairedRatio)>, Error> {
+        use smartcon_util::stats::PairedRatio;
+        let strategies = [Strategy::Block, other];
+        let (mut iops, mut work): ([Vec<f64>; 2], [Vec<f64>; 2]) = Default::default();
+        for round in 0..self.rounds {
+            for i in turn_order(strategies.len(), round) {
+                if self.stop.load(Ordering::Relaxed) {
+                    return Err(interrupted());
+                }
+                let mut js = JobSpec::new(op, Pattern::Rand, bs, StrategyChoice::Fixed(strategies[i]));
+                js.duration_ns = self.turn_ns;
+                js.warmup_ios = TURN_WARMUP_IOS;
+                js.seed = 1 + round as u64;
+                let before = self.load.snapshot();
+                let r = run_job(t, &js, p, self.monitor, self.stop)?;
+                iops[i].push(r.iops);
+                work[i].push(before.delta_to(&self.load.snapshot()).work_per_s);
+            }
+        }
+        Ok(PairedRatio::of(&iops[1], &iops[0]).zip(PairedRatio::of(&work[1], &work[0])))
+    }
 }
 
 /// Request sizes at which the inline path is weighed against blocking on emu:nvram beside
@@ -294,33 +320,16 @@ pub fn measure_inline_beside_crunchers_with(
     rounds: usize,
     turn_ns: u64,
 ) -> Result<InlineCrossing, Error> {
-    use smartcon_util::stats::PairedRatio;
     let load = smartcon_workloads::load::CpuLoad::start(profile::online_cpus().max(1))?;
     std::thread::sleep(std::time::Duration::from_millis(20));
     let t = target::open(&target::parse_target("emu:nvram,size=64m")?, OpenOptions::default())?;
     let p = Profile::paper_default(&t.device_id());
-    let strategies = [Strategy::Block, Strategy::Sync];
+    let turns = Turns { load: &load, rounds, turn_ns, monitor, stop };
     let mut out = InlineCrossing::default();
     for op in [Op::Read, Op::Write] {
         let mut points = Vec::new();
         for &bs in &INLINE_SIZES_BYTES {
-            let (mut iops, mut work): ([Vec<f64>; 2], [Vec<f64>; 2]) = Default::default();
-            for round in 0..rounds {
-                for i in turn_order(strategies.len(), round) {
-                    if stop.load(Ordering::Relaxed) {
-                        return Err(interrupted());
-                    }
-                    let mut js = JobSpec::new(op, Pattern::Rand, bs, StrategyChoice::Fixed(strategies[i]));
-                    js.duration_ns = turn_ns;
-                    js.warmup_ios = TURN_WARMUP_IOS;
-                    js.seed = 1 + round as u64;
-                    let before = load.snapshot();
-                    let r = run_job(t.as_ref(), &js, &p, monitor, stop)?;
-                    iops[i].push(r.iops);
-                    work[i].push(before.delta_to(&load.snapshot()).work_per_s);
-                }
-            }
-            let (Some(r), Some(k)) = (PairedRatio::of(&iops[1], &iops[0]), PairedRatio::of(&work[1], &work[0])) else {
+            let Some((r, k)) = turns.paired(t.as_ref(), &p, op, bs, Strategy::Sync)? else {
                 break;
             };
             points.push(profile::HarmPoint {
