@@ -189,15 +189,16 @@ pub const HARM_SERVICE_US: [u64; 5] = [5, 10, 20, 40, 80];
 pub const HARM_ROUNDS: usize = 8;
 /// One turn's time.
 pub const HARM_TURN_NS: u64 = 50_000_000;
-/// The crunchers keep at least this share of their work beside the spinner: harmless.
+/// The crunchers are not shown to keep less than this share of their work beside the
+/// spinner (the upper end of the interval): harmless.
 pub const HARM_CORUNNER_KEPT: f64 = 0.97;
 
 /// What a blocking wait costs everyone, measured by its outcome: one cruncher per CPU runs
 /// while an I/O thread reads 4 KiB from an emulated device, spinning or blocking in
 /// interleaved rounds, at every device time of [`HARM_SERVICE_US`]. The bound is
 /// [`harmless_bound`] of those points: the longest time up to which the spinner does at
-/// least as much I/O while the crunchers keep >= 0.97 of the work they do beside the
-/// blocker, on fits that fall with the device time. This is what the waiting thread's CPU
+/// least as much I/O while the crunchers are not shown to keep less than 0.97 of the work
+/// they do beside the blocker, on fits that fall with the device time. This is what the waiting thread's CPU
 /// clock cannot show: on one host a blocking wait burnt 9.7 us of its thread's CPU, yet
 /// spinning on a 10 us device cost the crunchers nothing; on another it burnt 23.5 us and
 /// spinning on the same device cost them 4.5%.
@@ -378,11 +379,25 @@ pub fn inline_bound(points: &[profile::HarmPoint]) -> Option<f64> {
 /// beside a spinner and the spinner's IOPS gain can only fall as the device time grows.
 /// Each is therefore fitted by the decreasing sequence nearest to the measured log ratios
 /// (pool-adjacent-violators), the crunchers' weighted by the inverse square of each point's
-/// interval, and the bound is the longest time at which both fits hold: crunchers >= 0.97,
-/// IOPS >= 1. Before, the bound was the first point that missed either, point by point, and
-/// one unlucky round sets that: six repeats on one host (`harm_watch`, 6 and 12 rounds of
-/// 40 and 60 ms) gave 20.5, 10.5, 0, 20.5, 0 and 5.5 us, so smart's `spin_cheaper` moved
-/// between runs.
+/// interval, and the bound is the longest time at which both fits hold: IOPS >= 1, and the
+/// crunchers not shown to lose more than 3 %: the upper end of the fit's 90 % interval
+/// (the pooled points' intervals combined) >= 0.97. Before, the bound was the first point
+/// that missed either, point by point, and one unlucky round sets that: six repeats on one
+/// host (`harm_watch`, 6 and 12 rounds of 40 and 60 ms) gave 20.5, 10.5, 0, 20.5, 0 and
+/// 5.5 us, so smart's `spin_cheaper` moved between runs.
+///
+/// Why the interval's upper end and not the fit itself: with one cruncher per CPU and the
+/// I/O thread, three runnable threads share two CPUs, and where the scheduler puts them
+/// moves a 50 ms turn's work by about 10 % (a point's 90 % interval is +/-5-15 % after 8
+/// rounds). The fit of points 0.93-1.05 then lands near 0.96-0.97 as often as not, and a
+/// bound taken from it fell to 0 in two of thirteen measurements on the team's VM
+/// (seventeenth and eighteenth sessions) where the evaluate's own cells, at 16-20 us device
+/// times, saw the crunchers do 1.00-1.08 x the work beside the spinner. A loss the
+/// measurement cannot tell from none is no loss: the evaluate's own co-runner criterion
+/// calls a cell lost only when the upper end of its interval is below 0.97, and this is
+/// the same test. Over the same thirteen measurements the bound came out 19-34 us (the fit
+/// alone: 0-32 us). Beyond the bound spinning costs the crunchers 6-16 % on that VM, and
+/// its IOPS gain is gone by then anyway.
 pub fn harmless_bound(points: &[profile::HarmPoint]) -> Option<f64> {
     let mut points: Vec<&profile::HarmPoint> =
         points.iter().filter(|p| p.iops_ratio > 0.0 && p.corunner_ratio > 0.0).collect();
@@ -400,10 +415,13 @@ pub fn harmless_bound(points: &[profile::HarmPoint]) -> Option<f64> {
         };
         1.0 / (half * half)
     };
-    let kept = decreasing_fit(&points.iter().map(|p| (p.corunner_ratio.ln(), weight(p))).collect::<Vec<_>>());
+    let kept = decreasing_fit_weighed(&points.iter().map(|p| (p.corunner_ratio.ln(), weight(p))).collect::<Vec<_>>());
+    // Weights are inverse squared half-widths, so a pooled block's half-width is the
+    // inverse root of its weight.
+    let kept_hi: Vec<f64> = kept.iter().map(|&(m, w)| m + 1.0 / w.sqrt()).collect();
     let gain = decreasing_fit(&points.iter().map(|p| (p.iops_ratio.ln(), p.rounds.max(1) as f64)).collect::<Vec<_>>());
     let times: Vec<f64> = points.iter().map(|p| p.service_ns).collect();
-    Some(crossing(&times, &[(&kept, HARM_CORUNNER_KEPT.ln()), (&gain, 0.0)]))
+    Some(crossing(&times, &[(&kept_hi, HARM_CORUNNER_KEPT.ln()), (&gain, 0.0)]))
 }
 
 /// Where falling fits first go below their floors: the longest time up to which every
@@ -436,6 +454,11 @@ fn crossing(times: &[f64], fits: &[(&[f64], f64)]) -> f64 {
 /// The non-increasing sequence nearest to `values` in the weighted least squares (the
 /// pool-adjacent-violators algorithm): each pooled block takes its weighted mean.
 fn decreasing_fit(values: &[(f64, f64)]) -> Vec<f64> {
+    decreasing_fit_weighed(values).into_iter().map(|(m, _)| m).collect()
+}
+
+/// [`decreasing_fit`] with each fitted value's weight: the sum of its pooled block's.
+fn decreasing_fit_weighed(values: &[(f64, f64)]) -> Vec<(f64, f64)> {
     // Blocks of (weighted mean, weight, length).
     let mut blocks: Vec<(f64, f64, usize)> = Vec::with_capacity(values.len());
     for &(v, w) in values {
@@ -450,7 +473,7 @@ fn decreasing_fit(values: &[(f64, f64)]) -> Vec<f64> {
             blocks.push(((a.0 * a.1 + b.0 * b.1) / w, w, a.2 + b.2));
         }
     }
-    blocks.into_iter().flat_map(|(m, _, n)| std::iter::repeat_n(m, n)).collect()
+    blocks.into_iter().flat_map(|(m, w, n)| std::iter::repeat_n((m, w), n)).collect()
 }
 
 /// The host's stored wait cost, else measured now and stored (a note says so).
@@ -754,6 +777,7 @@ fn check_point(
     let (mut log_ratio, mut cpu_delta, mut smart_ios, mut smart_blocked) = (0.0f64, 0.0f64, 0u64, 0u64);
     for round in 0..PROBE_ROUNDS {
         let mut r: [Option<JobResult>; 2] = [None, None];
+        let mut kernel_pct = [0.0f64; 2];
         for k in 0..2 {
             if stop.load(Ordering::Relaxed) {
                 return Err(interrupted());
@@ -765,11 +789,17 @@ fn check_point(
             js.warmup_ios = TURN_WARMUP_IOS;
             js.duration_ns = (plan.duration_ns / PROBE_ROUNDS as u64).max(1_000_000);
             js.seed = 201 + round as u64;
-            r[i] = Some(run_job(target, &js, candidate, monitor, stop)?);
+            let kernel = crate::evaluate::kcpu::KernelCpu::snapshot();
+            let result = run_job(target, &js, candidate, monitor, stop)?;
+            kernel_pct[i] = kernel.pct_since();
+            r[i] = Some(result);
         }
         let [Some(smart), Some(block)] = r else { unreachable!("both turns ran") };
         log_ratio += (smart.iops / block.iops).ln();
-        cpu_delta += (smart.cpu_user_pct + smart.cpu_sys_pct) - (block.cpu_user_pct + block.cpu_sys_pct);
+        // The kernel's threads count as the evaluate's judge counts them: block's O_DIRECT
+        // writes through io_uring cost 12-13 % of a CPU in the dio kworker on the team's VM.
+        cpu_delta += (smart.cpu_user_pct + smart.cpu_sys_pct + kernel_pct[0])
+            - (block.cpu_user_pct + block.cpu_sys_pct + kernel_pct[1]);
         smart_ios += smart.ios;
         smart_blocked += smart.decisions.count(Strategy::Block);
     }
@@ -966,13 +996,16 @@ mod tests {
             point(5.5, 3.8, (1.01, 0.99, 1.03)),
             point(10.5, 2.2, (1.00, 0.98, 1.02)),
             point(20.5, 1.2, (0.99, 0.97, 1.01)),
-            point(40.5, 0.8, (0.92, 0.90, 0.94)),
+            point(40.5, 0.8, (0.88, 0.86, 0.90)),
             point(80.5, 0.6, (0.85, 0.83, 0.87)),
         ];
-        // The crunchers' fit crosses 0.97 between 20.5 and 40.5 us (0.99 to 0.92: 28 % of
-        // the way in the log), before spinning's gain crosses 1 (1.2 to 0.8: 45 %).
+        // The upper end of the crunchers' interval (each point's here: no point pools)
+        // crosses 0.97 between 20.5 and 40.5 us (1.010 to 0.900: 35 % of the way in the
+        // log), before spinning's gain crosses 1 (1.2 to 0.8: 45 %).
         let near = |b: Option<f64>, ns: f64| b.is_some_and(|b| (b - ns).abs() < 50.0);
-        let kept_at = 20_500.0 + 20_000.0 * (0.99f64.ln() - 0.97f64.ln()) / (0.99f64.ln() - 0.92f64.ln());
+        let hi = |k: f64, lo: f64, hi: f64| (k * (hi / lo).sqrt()).ln();
+        let (a, b) = (hi(0.99, 0.97, 1.01), hi(0.88, 0.86, 0.90));
+        let kept_at = 20_500.0 + 20_000.0 * (a - 0.97f64.ln()) / (a - b);
         assert!(near(harmless_bound(&clean), kept_at), "{:?} against {kept_at}", harmless_bound(&clean));
         // Any order.
         let mut shuffled = clean.clone();
@@ -1007,6 +1040,38 @@ mod tests {
         // The same low point with a narrow interval is evidence, not luck: it pools the
         // first two points below 0.97.
         let sure = [point(5.5, 4.4, (0.90, 0.895, 0.905)), point(10.5, 2.4, (1.002, 0.985, 1.019))];
+        assert_eq!(harmless_bound(&sure), Some(0.0));
+    }
+
+    #[test]
+    fn a_loss_the_rounds_cannot_show_is_no_loss() {
+        // The seventeenth session's second default run (host-wait.json): every point up to
+        // 40.5 us within 0.03 of the floor, its interval +/-1-8 %. The fit pools them at
+        // 0.967, and the bound taken from the fit was 0, so smart blocked 16 KiB writes on
+        // a 16 us device beside the crunchers where spinning gave 1.68 x and the crunchers
+        // did 1.05 x the work beside it. The pooled interval reaches 0.978: no loss shown.
+        let points = [
+            point(5.5, 3.917, (0.955, 0.881, 1.035)),
+            point(10.5, 2.554, (0.970, 0.897, 1.049)),
+            point(20.5, 1.335, (0.963, 0.879, 1.056)),
+            point(40.5, 0.782, (0.967, 0.956, 0.979)),
+            point(80.5, 0.685, (0.842, 0.781, 0.908)),
+        ];
+        let b = harmless_bound(&points).unwrap();
+        // Spinning's gain crosses 1 between 20.5 and 40.5 us, and ends the bound there.
+        let gain_at = 20_500.0 + 20_000.0 * 1.335f64.ln() / (1.335f64.ln() - 0.782f64.ln());
+        assert!((b - gain_at).abs() < 50.0, "{b} against {gain_at}");
+        // The same ratios measured to +/-1 % are a loss shown: 0.
+        let sure: Vec<_> = points
+            .iter()
+            .map(|p| {
+                point(
+                    p.service_ns / 1e3,
+                    p.iops_ratio,
+                    (p.corunner_ratio, p.corunner_ratio * 0.99, p.corunner_ratio * 1.01),
+                )
+            })
+            .collect();
         assert_eq!(harmless_bound(&sure), Some(0.0));
     }
 
