@@ -19,6 +19,7 @@ fn bench(c: &mut Criterion) {
         spin_cheaper_write_bytes_max: 2048,
         very_fast_bytes_max: u64::MAX,
         very_fast_write_bytes_max: u64::MAX,
+        size_threshold_busy_bytes: 0,
     };
     let mut i = 0u64;
     c.bench_function("decide (fast device, all five checks)", |b| {

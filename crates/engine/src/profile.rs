@@ -361,6 +361,8 @@ impl Profile {
             spin_cheaper_write_bytes_max: self.spin_cheaper_write_bytes_max.unwrap_or(self.spin_cheaper_bytes_max),
             very_fast_bytes_max: self.very_fast_bytes_max.unwrap_or(u64::MAX),
             very_fast_write_bytes_max: self.very_fast_write_bytes_max.unwrap_or(u64::MAX),
+            // The threshold the rules drew, before the check without a load moved it.
+            size_threshold_busy_bytes: self.threshold_check.as_ref().map_or(0, |c| c.drawn_bytes),
         }
     }
 

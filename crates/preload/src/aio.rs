@@ -950,6 +950,7 @@ mod tests {
         spin_cheaper_write_bytes_max: 0,
         very_fast_bytes_max: u64::MAX,
         very_fast_write_bytes_max: u64::MAX,
+        size_threshold_busy_bytes: 0,
     };
 
     fn decided(ahead: DeviceState, cpu: u32) -> (Strategy, Reason) {
