@@ -82,9 +82,10 @@ pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
 /// was kept (nothing when the probe did not check: not a fast device).
 fn check_lines(p: &profile::Profile) -> String {
     let Some(c) = &p.threshold_check else { return String::new() };
+    let start = c.wake_bound_bytes.unwrap_or(c.drawn_bytes);
     let mut out = if c.points.is_empty() {
         format!("threshold check {}   (no measured size below it: nothing to check)\n", format_size(c.kept_bytes))
-    } else if c.kept_bytes == c.drawn_bytes {
+    } else if c.kept_bytes == start {
         format!(
             "threshold check kept {}   (smart against block just below it, {} paired rounds, no load: no worse on IOPS and CPU)\n",
             format_size(c.kept_bytes),
@@ -93,11 +94,21 @@ fn check_lines(p: &profile::Profile) -> String {
     } else {
         format!(
             "threshold check moved {} -> {}   (smart against block below it, {} paired rounds, no load: smart lost where it spun)\n",
-            format_size(c.drawn_bytes),
+            format_size(start),
             format_size(c.kept_bytes),
             c.rounds
         )
     };
+    if let Some(w) = c.wake_bound_bytes {
+        out += &format!(
+            "                drawn {}; a spin waits more than {} wake-ups from {}; smart blocks from {} with nothing else in flight, from {} beside others' I/O\n",
+            format_size(c.drawn_bytes),
+            profile::rules::SPIN_WAKEUPS_MAX,
+            format_size(w),
+            format_size(c.kept_bytes),
+            format_size(c.drawn_bytes)
+        );
+    }
     for x in &c.points {
         out += &format!(
             "                {} {}: IOPS smart/block {:.3}, CPU {:+.1} points, {:.0}% of smart's I/Os not blocked: {}\n",
@@ -156,6 +167,7 @@ mod tests {
         let mut p = Profile::paper_default("blk:vda");
         p.threshold_check = Some(ThresholdCheck {
             drawn_bytes: 1 << 20,
+            wake_bound_bytes: None,
             kept_bytes: 256 << 10,
             rounds: 6,
             points: vec![
@@ -168,5 +180,14 @@ mod tests {
         assert!(text.starts_with("threshold check moved 1m -> 256k"), "{text}");
         assert!(text.contains("read 512k: IOPS smart/block 0.610, CPU +87.0 points"), "{text}");
         assert!(text.contains("lost on CPU") && text.contains("no worse"), "{text}");
+        assert!(!text.contains("wake-ups"), "{text}");
+        // The wake-up bound started the check at 512k; smart then lost there too.
+        if let Some(c) = p.threshold_check.as_mut() {
+            c.wake_bound_bytes = Some(512 << 10);
+            c.points.remove(0);
+        }
+        let text = check_lines(&p);
+        assert!(text.starts_with("threshold check moved 512k -> 256k"), "{text}");
+        assert!(text.contains("drawn 1m; a spin waits more than 6 wake-ups from 512k; smart blocks from 256k with nothing else in flight, from 1m beside others' I/O"), "{text}");
     }
 }

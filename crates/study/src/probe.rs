@@ -725,9 +725,14 @@ fn check_threshold(
         return Ok(());
     }
     let drawn = profile.size_threshold_bytes;
-    let sizes = rules::check_sizes(&plan.sizes, drawn);
+    // On an idle device a spin longer than six wake-ups blocks whatever it gains; the
+    // check starts below that.
+    let wake_bound =
+        profile.wakeup_ns.and_then(|w| rules::spin_wait_threshold(&profile.latencies, w)).filter(|&b| b < drawn);
+    let start = wake_bound.unwrap_or(drawn);
+    let sizes = rules::check_sizes(&plan.sizes, start);
     progress(Event::Steps(done + (sizes.len() * ops.len()) as u64));
-    let mut threshold = drawn;
+    let mut threshold = start;
     let mut points = Vec::new();
     let idle = SystemMonitor::fixed(0);
     for bs in sizes {
@@ -746,13 +751,15 @@ fn check_threshold(
         threshold = bs;
     }
     profile.size_threshold_bytes = threshold;
-    // Smart blocks at every measured size now: spinning pays nowhere, as the class rule
-    // calls a device where it never did.
-    if plan.sizes.iter().all(|&s| s >= threshold) {
+    // Smart lost at every measured size: spinning pays nowhere, as the class rule calls a
+    // device where it never did. (The wake-up bound alone does not: beside others' I/O the
+    // drawn threshold still lets the device spin.)
+    if threshold < start && plan.sizes.iter().all(|&s| s >= threshold) {
         profile.class = smartcon_engine::decision::DeviceClass::Mainstream;
     }
     profile.threshold_check = Some(profile::ThresholdCheck {
         drawn_bytes: drawn,
+        wake_bound_bytes: wake_bound,
         kept_bytes: threshold,
         rounds: PROBE_ROUNDS as u32,
         points,
