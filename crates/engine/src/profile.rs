@@ -790,7 +790,9 @@ pub mod rules {
         let bound = SPIN_WAKEUPS_MAX * wakeup_ns;
         latencies
             .iter()
-            .filter(|p| p.strategy == "spin" && p.background_ios == 0 && !(p.lat_ns_mean <= bound))
+            .filter(|p| {
+                p.strategy == "spin" && p.background_ios == 0 && (p.lat_ns_mean > bound || p.lat_ns_mean.is_nan())
+            })
             .map(|p| p.bs_bytes)
             .min()
     }
