@@ -705,12 +705,13 @@ pub fn summary_line(r: &VmResult) -> String {
     )
 }
 
-/// "99.6% of 3,746 requests back within 2% of the model's instant (latest 0.21 ms late)".
+/// "99.6% of 1,115 guest requests back within 2% of the model's instant (latest 0.21 ms
+/// late)": each guest request once, however many page pieces UML's ubd thread moved it in.
 pub fn accuracy_text(r: &VmResult) -> String {
     let l = &r.device.lateness;
     match r.within_2pct {
         Some(share) => format!(
-            "{:.1}% of {} requests back within 2% of the model's instant (latest {:.3} ms late{}); {} page pieces joined to their request{}{}",
+            "{:.1}% of {} guest requests back within 2% of the model's instant (latest {:.3} ms late{}); {} page pieces joined to their request{}{}",
             share * 100.0,
             l.requests(),
             l.max_ns as f64 / 1e6,

@@ -16,11 +16,17 @@
  *   vtime fork IMAGE            a forked child waits on one pread while the parent sleeps
  *                               in slices until the child has exited; prints the parent's
  *                               elapsed time and the child's
+ *   vtime helper IMAGE PIECES   as UML's ubd thread: a helper process sharing the memory
+ *                               (clone(CLONE_VM), no CLONE_THREAD) reads PIECES contiguous
+ *                               4 KiB pieces of one request, then writes to a pipe that
+ *                               the main thread polls; prints the helper's virtual time
+ *                               over its pieces and up to the end of its write
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <sys/select.h>
 #include <sys/wait.h>
@@ -264,7 +270,52 @@ static int mode_fork(const char *image) {
     return 0;
 }
 
+static int helper_fd, helper_pipe[2];
+static long helper_pieces;
+static int64_t helper_pieces_ns, helper_request_ns;
+
+static int helper(void *arg) {
+    (void)arg;
+    char buf[4096];
+    int64_t t0 = ns(CLOCK_MONOTONIC);
+    for (long i = 0; i < helper_pieces; i++)
+        if (pread(helper_fd, buf, sizeof buf, (off_t)i * 4096) != (ssize_t)sizeof buf)
+            return 1;
+    helper_pieces_ns = ns(CLOCK_MONOTONIC) - t0;
+    char done = 1;
+    if (write(helper_pipe[1], &done, 1) != 1)
+        return 1;
+    helper_request_ns = ns(CLOCK_MONOTONIC) - t0;
+    return 0;
+}
+
+static int mode_helper(const char *image, long pieces) {
+    helper_fd = open(image, O_RDONLY);
+    if (helper_fd < 0 || pipe(helper_pipe) != 0) {
+        perror("open");
+        return 1;
+    }
+    helper_pieces = pieces;
+    static char stack[65536];
+    pid_t child = clone(helper, stack + sizeof stack, CLONE_VM | SIGCHLD, NULL);
+    if (child < 0) {
+        perror("clone");
+        return 1;
+    }
+    struct pollfd p = {helper_pipe[0], POLLIN, 0};
+    char done;
+    if (poll(&p, 1, -1) != 1 || read(helper_pipe[0], &done, 1) != 1)
+        return 1;
+    int status = 0;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return 1;
+    printf("pieces_ns=%lld request_ns=%lld\n", (long long)helper_pieces_ns, (long long)helper_request_ns);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "helper") == 0)
+        return mode_helper(argv[2], atol(argv[3]));
     if (argc == 3 && strcmp(argv[1], "waits") == 0)
         return mode_waits(argv[2]);
     if (argc == 3 && strcmp(argv[1], "fork") == 0)
@@ -275,6 +326,7 @@ int main(int argc, char **argv) {
         cpu_ms = atol(argv[3]);
         return mode_threads(argv[2]);
     }
-    fprintf(stderr, "usage: vtime io IMAGE N SLEEP_US | vtime threads IMAGE CPU_MS | vtime waits|fork IMAGE\n");
+    fprintf(stderr, "usage: vtime io IMAGE N SLEEP_US | vtime threads IMAGE CPU_MS | vtime waits|fork IMAGE | "
+                    "vtime helper IMAGE PIECES\n");
     return 2;
 }

@@ -111,17 +111,40 @@ static DATA_HIDDEN_NS: AtomicU64 = AtomicU64::new(0);
 /// after that one returned is part of the same guest request: it arrives on the model at
 /// the previous piece's completion, so the model sees one transfer (a sequential
 /// continuation), not a new request that has just missed its sector and waits a
-/// revolution. Of the helper's last piece: where it ended, its completion, the real instant
-/// it returned, whether it wrote, and the arrival of the request's first piece.
+/// revolution.
+///
+/// The request waits once, at its end (the seed's emulator is handed a whole request and
+/// moves its data while the OS is paused): a helper's piece returns as soon as its data
+/// half is done, and the wait for the model's completion is put off ([`Piece::pending`])
+/// until the helper does something else, its next piece that does not continue this one,
+/// or any other read, write, flush or poll (UML's ubd thread writes the finished requests
+/// back to the kernel), and is then made for the whole request, with its lateness counted
+/// once. Waiting after each piece let the guest's CPU run on for a wake-up's real time
+/// per piece while the model gives a page microseconds, so the next piece was issued past
+/// the request's completion (`pieces_due_before_issue`).
+///
+/// Of the helper's last piece: the helper, where it ended, its completion, the real
+/// instant it returned, whether it wrote, the arrival of the request's first piece, and
+/// the request's wait when it is still to be made.
 static PIECE: Spin<Option<Piece>> = Spin::new(None);
 
 #[derive(Clone, Copy)]
 struct Piece {
+    helper: usize,
     end: u64,
     complete_ns: u64,
     returned_real_ns: u64,
     write: bool,
     first_arrival_ns: u64,
+    pending: Option<Pending>,
+}
+
+/// A helper's request whose wait is put off: how it waits, and (virtual time) the domain's
+/// generation when every other thread was idle from its first piece on ([`finish`]).
+#[derive(Clone, Copy)]
+struct Pending {
+    wait: DeviceWait,
+    idle_since: Option<u64>,
 }
 /// Real ns between a helper's piece returning and its next piece that still joins it.
 pub const PIECE_GAP_NS: u64 = 200_000;
@@ -138,13 +161,58 @@ pub(crate) fn lost_ticks_kicked() -> u64 {
     LOST_TICKS_KICKED.load(Ordering::Relaxed)
 }
 
-/// When a helper's request at `offset` continues its previous piece: that piece's
-/// completion (this one's arrival) and the arrival of the request's first piece.
+/// When a helper's request at `offset` continues its previous piece, whose request has not
+/// returned yet (its wait is still put off: a request the helper has handed back to the
+/// guest is over, and what follows it is a new one): that piece's completion (this one's
+/// arrival) and the arrival of the request's first piece.
 fn joined_arrival(offset: u64, write: bool, real_now: u64) -> Option<(u64, u64)> {
-    crate::helper::current()?;
+    let helper = crate::helper::current()?;
     let p = (*PIECE.lock())?;
-    (p.end == offset && p.write == write && real_now.saturating_sub(p.returned_real_ns) <= PIECE_GAP_NS)
+    (p.helper == helper
+        && p.pending.is_some()
+        && p.end == offset
+        && p.write == write
+        && real_now.saturating_sub(p.returned_real_ns) <= PIECE_GAP_NS)
         .then_some((p.complete_ns, p.first_arrival_ns))
+}
+
+/// Whether the calling helper has a request whose wait is put off.
+fn pending_here() -> bool {
+    let Some(helper) = crate::helper::current() else { return false };
+    PIECE.lock().is_some_and(|p| p.helper == helper && p.pending.is_some())
+}
+
+/// Makes the calling helper's put-off wait, if it has one: the whole request's return at
+/// the model's completion, counted once ([`finish`]). Outside the library only (the caller
+/// holds no [`Busy`]).
+fn settle_pending(emu: &Emu) {
+    let Some(helper) = crate::helper::current() else { return };
+    let due = {
+        let mut p = PIECE.lock();
+        match p.as_mut() {
+            Some(piece) if piece.helper == helper => {
+                piece.pending.take().map(|w| (w, piece.first_arrival_ns, piece.complete_ns))
+            }
+            _ => None,
+        }
+    };
+    if let Some((w, first_arrival_ns, complete_ns)) = due {
+        finish(emu, w.wait, first_arrival_ns, complete_ns, w.idle_since);
+    }
+}
+
+/// A helper thread is about to do something other than a piece of its request (a read or
+/// write of another descriptor, a poll): its request's put-off wait is made first. Nothing
+/// for other threads, inside the library, or without emulation.
+pub fn settle_helper_request() {
+    let Some(emu) = EMU.get() else { return };
+    if crate::helper::current().is_none() || !pending_here() {
+        return;
+    }
+    // Inside the library (its own files): not the program's call.
+    let Some(busy) = Busy::try_enter() else { return };
+    drop(busy);
+    settle_pending(emu);
 }
 
 /// The lateness buckets' upper edges, in millionths of the request's model time (0.5%,
@@ -207,6 +275,7 @@ pub fn serve_flush(fd: c_int, data: impl FnOnce() -> c_int) -> Option<c_int> {
     if !is_image(emu, fd) {
         return None;
     }
+    settle_helper_request();
     let busy = Busy::try_enter()?;
     let arrival_ns = clock_now(emu);
     let real0 = domain::real_ns(libc::CLOCK_MONOTONIC);
@@ -458,11 +527,10 @@ pub unsafe fn serve(fd: c_int, buf: Buf, len: size_t, off: Option<off_t>) -> Opt
 pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce() -> ssize_t) -> Option<ssize_t> {
     let emu = EMU.get()?;
     if !is_image(emu, fd) {
+        settle_helper_request();
         return None;
     }
-    let busy = Busy::try_enter()?;
-    let real_start = domain::real_ns(libc::CLOCK_MONOTONIC);
-    let mut arrival_ns = if emu.virtual_time { domain::observe_ns().0 } else { real_start };
+    let mut busy = Busy::try_enter()?;
     let offset = match off {
         Some(o) => o,
         None => {
@@ -473,6 +541,17 @@ pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce()
             o
         }
     };
+    let offset_u = offset.max(0) as u64;
+    let mut real_start = domain::real_ns(libc::CLOCK_MONOTONIC);
+    let joined = joined_arrival(offset_u, !read, real_start);
+    if joined.is_none() && pending_here() {
+        // A new request: the one before it returns first, at its completion.
+        drop(busy);
+        settle_pending(emu);
+        busy = Busy::try_enter()?;
+        real_start = domain::real_ns(libc::CLOCK_MONOTONIC);
+    }
+    let mut arrival_ns = if emu.virtual_time { domain::observe_ns().0 } else { real_start };
     let idle_since = if emu.virtual_time { domain::others_idle() } else { None };
     let n = data();
     if n <= 0 {
@@ -484,32 +563,47 @@ pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce()
     let bytes = n as u64;
     let entered = Entered::new(&emu.inflight, bytes);
     let wait = choose(emu, bytes, !read, entered.ahead);
-    let offset = offset.max(0) as u64;
     let mut first_arrival_ns = arrival_ns;
     let issued_ns = arrival_ns;
-    let joined = joined_arrival(offset, !read, real_start);
+    // The request's wait so far (a joined piece's request was put off by its first piece).
+    let mut chain_idle = idle_since;
     if let Some((previous, first)) = joined {
         PIECES_JOINED.fetch_add(1, Ordering::Relaxed);
-        arrival_ns = previous.min(arrival_ns);
-        first_arrival_ns = first.min(arrival_ns);
+        // The continuation starts where the piece before it ends on the model, whether
+        // this piece was issued before that instant (its wait is put off) or after it.
+        arrival_ns = previous;
+        first_arrival_ns = first;
+        let before = PIECE.lock().and_then(|p| p.pending);
+        chain_idle = match (before.and_then(|w| w.idle_since), idle_since) {
+            (Some(g), Some(_)) => Some(g),
+            _ => None,
+        };
     }
-    let complete_ns = schedule(op, offset, bytes, arrival_ns)?;
+    let complete_ns = schedule(op, offset_u, bytes, arrival_ns)?;
     if joined.is_some() && complete_ns < issued_ns {
         PIECES_DUE_BEFORE_ISSUE.fetch_add(1, Ordering::Relaxed);
     }
     // Not inside the library while waiting: a signal handler that runs meanwhile reads the
     // virtual clock (the real one is behind it) and may do its own I/O.
     drop(busy);
-    finish(emu, wait, first_arrival_ns, complete_ns, idle_since);
-    drop(entered);
-    if crate::helper::current().is_some() {
-        *PIECE.lock() = Some(Piece {
-            end: offset + bytes,
-            complete_ns,
-            returned_real_ns: domain::real_ns(libc::CLOCK_MONOTONIC),
-            write: !read,
-            first_arrival_ns,
-        });
+    match crate::helper::current() {
+        Some(helper) => {
+            // The wait is put off to the request's end (settle_pending).
+            *PIECE.lock() = Some(Piece {
+                helper,
+                end: offset_u + bytes,
+                complete_ns,
+                returned_real_ns: domain::real_ns(libc::CLOCK_MONOTONIC),
+                write: !read,
+                first_arrival_ns,
+                pending: Some(Pending { wait, idle_since: chain_idle }),
+            });
+            drop(entered);
+        }
+        None => {
+            finish(emu, wait, first_arrival_ns, complete_ns, idle_since);
+            drop(entered);
+        }
     }
     real::set_errno(saved);
     Some(n)

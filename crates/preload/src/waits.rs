@@ -344,6 +344,8 @@ fn slice_ms(slice: Option<u64>) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
     type F = unsafe extern "C" fn(*mut pollfd, nfds_t, c_int) -> c_int;
+    // A helper's put-off request returns before the helper waits for more.
+    crate::emu::settle_helper_request();
     if enter() {
         // SAFETY: (fallback) the kernel validates the array.
         let raw = |t: c_int| unsafe { libc::syscall(libc::SYS_poll, fds, nfds, t) as c_int };
@@ -377,6 +379,7 @@ pub unsafe extern "C" fn ppoll(
     sigmask: *const libc::sigset_t,
 ) -> c_int {
     type F = unsafe extern "C" fn(*mut pollfd, nfds_t, *const timespec, *const libc::sigset_t) -> c_int;
+    crate::emu::settle_helper_request();
     // SAFETY: (fallback) the kernel validates the pointers; the kernel's sigset is 8 bytes.
     let raw = |t: *const timespec| unsafe { libc::syscall(libc::SYS_ppoll, fds, nfds, t, sigmask, 8) as c_int };
     if enter() {

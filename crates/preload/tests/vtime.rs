@@ -210,3 +210,27 @@ fn a_forked_child_shares_the_clock_and_its_device_wait_is_skipped() {
     let skew: i64 = records.iter().map(|r| r["skew_ns"].as_i64().unwrap()).sum();
     assert!(skew >= 1_500_000_000, "the 2 s wait was mostly skipped: {records:?}");
 }
+
+/// UML's ubd thread moves a guest request page by page: a helper's contiguous pieces are
+/// one request on the model, which returns once, at its end (when the helper next does
+/// something else: here its write to the pipe), and is counted once.
+#[test]
+fn a_helpers_page_pieces_are_one_request_that_waits_once_at_its_end() {
+    let Some((dir, program)) = setup("vtime-helper") else { return };
+    let pieces = 8;
+    for virtual_time in [true, false] {
+        let r = run(&program, &dir, SPEC, virtual_time, &["helper", &pieces.to_string()]);
+        let reads = r.record["reads"].as_i64().unwrap();
+        let joined = r.record["pieces_joined"].as_i64().unwrap();
+        let counted: i64 = r.record["lateness"]["counts"].as_array().unwrap().iter().map(|c| c.as_i64().unwrap()).sum();
+        assert_eq!(reads, pieces, "{:?}", r.record);
+        assert!(joined >= 1, "contiguous pieces join: {:?}", r.record);
+        // One lateness per request, not per piece.
+        assert_eq!(counted + joined, reads, "{:?}", r.record);
+        // The request returned (the helper's write) no earlier than the model's time for
+        // all its pieces, one after the other on one channel.
+        let model = parse_spec(SPEC).unwrap().service_ns(Op::Read, 4096) as i64;
+        assert!(r.get("request_ns") >= pieces * model, "virtual {virtual_time}: {:?}", r.fields);
+        assert!(r.get("request_ns") >= r.get("pieces_ns"), "{:?}", r.fields);
+    }
+}
