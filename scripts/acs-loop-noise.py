@@ -198,6 +198,11 @@ def main():
                   f"({cnt(100_000)} reads), over 1 ms {over(1_000_000) / elapsed * 100:.1f}% ({cnt(1_000_000)} reads), "
                   f"between reads {gaps / elapsed * 100:.1f}%")
             print(f"   repetitions: {', '.join(f'{x / 1e6:.0f}' for x in reps)} ms")
+            bins = [0] * 14
+            for x in lat:
+                if x > 1_000_000:
+                    bins[min(13, x // 1_000_000)] += 1
+            print("   reads over 1 ms by whole ms (1-2, 2-3, ...): " + " ".join(str(b) for b in bins[1:]))
 
         # 3. The A/A test.
         print(f"\n3. A/A: {ARMS} identical arms, {PIECES} pieces a repetition, slices of {SLICE} reads")
