@@ -25,6 +25,11 @@
 //!   evaluate's rule ([`judge::beats`]). Pieces let a round whose repetitions take minutes
 //!   (the loop device beside 9 crunchers: 25,000 reads of several ms each) give an interval
 //!   of its own, and pair figures taken seconds apart rather than minutes;
+//! - within a piece the strategies under one scheduler take turns every
+//!   [`AcsPlan::slice_reads`] reads ([`piece_slices`]): on the loop device 1-2% of the reads
+//!   wait a 4 ms tick for the kernel worker's CPU and carry most of the time, in bursts, so
+//!   strategies that read side by side share the bursts; a group stops when smart's paired
+//!   95% interval against block is narrower than the effect or within +-2% ([`settled_by`]);
 //! - the 1 + 9 experiment runs the same beside `cpu_workers` forked crunchers.
 //!
 //! Non-goals: the paper's modified `make_request` path (user space here), and lmbench
