@@ -28,6 +28,7 @@ fn acs_bad_input_exits_2_and_writes_nothing() {
         vec!["evaluate", "--study", "acs", "--tiny", "--pieces", "0", "--out", r],
         vec!["evaluate", "--study", "acs", "--tiny", "--pieces", "600", "--out", r],
         vec!["evaluate", "--tiny", "--pieces", "4", "--out", r],
+        vec!["evaluate", "--tiny", "--slice-reads", "8", "--out", r],
         vec!["evaluate", "--study", "acs", "--tiny", "--file-size", "5000", "--out", r],
         vec!["evaluate", "--study", "acs", "--tiny", "--schedulers", "cfq", "--out", r],
         vec!["evaluate", "--study", "acs", "--tiny", "--targets", "emu:nvme", "--out", r],
@@ -177,6 +178,14 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
         let load = b["load_avg"].as_array().unwrap();
         assert!(load.len() == 2 && load.iter().all(|l| l.as_f64().unwrap() >= 0.0), "{b}");
         assert!(b["settled"].is_boolean(), "{b}");
+        // Settled says how (the paired 95% interval by its effect or within +-2%), and only then.
+        let by = b.get("settled_by").and_then(|v| v.as_str());
+        assert_eq!(by.is_some(), b["settled"] == true, "{b}");
+        assert!(by.is_none_or(|w| w == "effect" || w == "resolution"), "{b}");
+        // The 95% interval of the same pairs holds the 90% one.
+        let i90: Vec<f64> = b["interval_pct"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let i95: Vec<f64> = b["interval95_pct"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert!(i95[0] <= i90[0] + 1e-9 && i95[1] >= i90[1] - 1e-9, "{b}");
         assert!(b["p50_us"].as_array().unwrap().iter().all(|p| p.as_f64().unwrap() > 0.0), "{b}");
         let slept = b["fell_back_pct"].as_f64().unwrap();
         assert!((0.0..=100.0).contains(&slept), "{b}");

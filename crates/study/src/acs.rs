@@ -25,6 +25,11 @@
 //!   evaluate's rule ([`judge::beats`]). Pieces let a round whose repetitions take minutes
 //!   (the loop device beside 9 crunchers: 25,000 reads of several ms each) give an interval
 //!   of its own, and pair figures taken seconds apart rather than minutes;
+//! - within a piece the strategies under one scheduler take turns every
+//!   [`AcsPlan::slice_reads`] reads ([`piece_slices`]): on the loop device 1-2% of the reads
+//!   wait a 4 ms tick for the kernel worker's CPU and carry most of the time, in bursts, so
+//!   strategies that read side by side share the bursts; a group stops when smart's paired
+//!   95% interval against block is narrower than the effect or within +-2% ([`settled_by`]);
 //! - the 1 + 9 experiment runs the same beside `cpu_workers` forked crunchers.
 //!
 //! Non-goals: the paper's modified `make_request` path (user space here), and lmbench
@@ -69,6 +74,16 @@ pub const NO_SCHEDULER: &str = "no-scheduler";
 pub const BFQ_SLICE_IDLE_MS: u32 = 8;
 /// The most pieces a repetition may be cut into.
 pub const PIECES_MAX: u32 = 1024;
+/// Reads a strategy does before the next one takes its turn within a piece (see
+/// [`AcsPlan::slice_reads`]): 64 reads are 1-2 ms on the loop device without a stall, less
+/// than the 4 ms scheduler tick (HZ=250) a stalled read waits for, so every strategy sees
+/// the same stretch of the machine's state.
+pub const SLICE_READS: u64 = 64;
+/// The narrowest effect the stopping rule needs to tell apart from none: the paper's
+/// smallest bar (+2%, random noop vs noop). A group whose paired 95% interval of smart
+/// against block lies within +-2% under every scheduler has settled "by resolution": any
+/// difference is smaller than the smallest the paper reports.
+pub const RESOLUTION_PCT: f64 = 2.0;
 /// How long the crunchers run before the first turn (more than a System Monitor window).
 pub const SETTLE_NS: u64 = 250_000_000;
 
@@ -140,6 +155,12 @@ pub struct AcsPlan {
     /// the sum of its pieces; pieces are paired (piece p of a round against the same piece
     /// of every other turn). 1 reads each repetition in one go (`--full`, the paper's).
     pub pieces: u32,
+    /// Within a piece, the strategies under one scheduler take turns every this many reads
+    /// (slices dealt in a balanced order, [`crate::turn_order`]), so they share the
+    /// machine's state from millisecond to millisecond; each still reads every block of the
+    /// piece once, in the pattern's order, and its piece's time is the sum of its slices.
+    /// 0 reads a piece in one go (`--full`: the paper's whole-file reads).
+    pub slice_reads: u64,
     /// The 1 + 9 experiment's crunchers; 0 skips it. It runs under the first scheduler.
     pub cpu_workers: u32,
     /// smart's probe of each created device, per point; 0 skips the probe (smart then runs
@@ -168,6 +189,7 @@ impl AcsPlan {
             AcsPreset::Default => (FILE_BYTES_PAPER, 10, 60, 150, 16, 5, 100),
             AcsPreset::Full => (FILE_BYTES_PAPER, ROUNDS_PAPER, ROUNDS_PAPER, u64::MAX / 2_000_000_000, 1, 10, 150),
         };
+        let slice_reads = if p == AcsPreset::Full { 0 } else { SLICE_READS };
         AcsPlan {
             devices: vec![FsDeviceKind::Loop, FsDeviceKind::Zram],
             schedulers: if p == AcsPreset::Tiny {
@@ -186,6 +208,7 @@ impl AcsPlan {
             rounds_max,
             group_budget_ns: budget_s * 1_000_000_000,
             pieces,
+            slice_reads,
             cpu_workers: CPU_WORKERS_PAPER,
             probe_ns: probe_ms * 1_000_000,
             reader_rounds,
@@ -279,6 +302,9 @@ pub struct AcsBar {
     pub improvement_pct: f64,
     /// The 90% interval of `improvement_pct` (the judge's paired interval, over the pairs).
     pub interval_pct: [f64; 2],
+    /// The same pairs' 95% interval (Student's t on the per-piece log ratios): what the
+    /// stopping rule ([`settled_by`]) asks of smart against block.
+    pub interval95_pct: [f64; 2],
     /// Whole rounds: repetitions of the whole file by each turn.
     pub rounds: usize,
     /// Paired pieces the bar rests on (rounds x pieces, less a round cut short by Ctrl-C).
@@ -298,9 +324,13 @@ pub struct AcsBar {
     /// The median time of one read, microseconds, adaptive's and original's (the median of
     /// the repetitions' medians): the common case, where the means carry the tail.
     pub p50_us: [f64; 2],
-    /// Whether the group ended by the stopping rule (smart's and block's 95% intervals each
-    /// narrower than their difference under every scheduler) rather than at its cap.
+    /// Whether the group ended by the stopping rule ([`settled_by`]: smart's paired 95%
+    /// interval against block narrower than their difference, or within
+    /// +-[`RESOLUTION_PCT`], under every scheduler) rather than at its cap.
     pub settled: bool,
+    /// `effect` or `resolution` ([`settled_by`]); absent when not settled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settled_by: Option<&'static str>,
     /// The 1-minute load average when the group started and ended (the machine is shared).
     pub load_avg: [f64; 2],
 }
@@ -487,7 +517,7 @@ pub fn conclude(
     }
     let mut bars = Vec::new();
     let Some(first) = series.first().map(|s| s.scheduler.clone()) else { return (results, bars) };
-    let done = settled(series);
+    let done = settled_by(series);
     // smart is the paper's "adaptive"; spin and sync (always busy-waiting, always inline)
     // are the two ways it may wait without a switch, each a bar of its own.
     for adaptive in series.iter().filter(|s| s.scheduler == first && s.strategy != BLOCK) {
@@ -510,6 +540,7 @@ pub fn conclude(
                 original_scheduler: original.to_string(),
                 improvement_pct: pct,
                 interval_pct: interval,
+                interval95_pct: paired_log_ci95(adaptive, block).map_or([pct; 2], |(m, h)| saved_interval(m, h)),
                 rounds: adaptive.rounds().min(block.rounds()),
                 pairs: r.rounds,
                 dominates,
@@ -517,7 +548,8 @@ pub fn conclude(
                 reason: main_reason(&adaptive.turns),
                 fell_back_pct: if ios > 0 { fell_back as f64 * 100.0 / ios as f64 } else { 0.0 },
                 p50_us: [median_p50_us(&adaptive.turns), median_p50_us(&block.turns)],
-                settled: done,
+                settled: done.is_some(),
+                settled_by: done,
                 load_avg: [0.0; 2],
             });
         }
@@ -525,21 +557,59 @@ pub fn conclude(
     (results, bars)
 }
 
-/// Whether a group has measured enough: under every scheduler, smart's and block's 95%
-/// intervals (of the mean repetition) are each narrower than the difference of their means.
-pub fn settled(series: &[Series]) -> bool {
-    let by_sched = |sched: &str, s: StrategyChoice| {
-        series.iter().find(|x| x.scheduler == sched && x.strategy == s).and_then(Series::repetition_mean_ci95)
-    };
+/// The paired 95% interval of `a`'s time against `b`'s, piece by piece: the mean of the
+/// per-piece log ratios and its Student's t half-width (`None` without two pairs). Pieces
+/// of one step share the machine's state, so what swings them all cancels here, where the
+/// separate means' intervals carry it in full.
+pub fn paired_log_ci95(a: &Series, b: &Series) -> Option<(f64, f64)> {
+    let logs: Vec<f64> = a
+        .times_us()
+        .iter()
+        .zip(b.times_us())
+        .filter(|(x, y)| **x > 0.0 && *y > 0.0)
+        .map(|(x, y)| (x / y).ln())
+        .collect();
+    mean_ci95(&logs)
+}
+
+/// The time saved (percent) at both ends of a paired log interval `(m, h)`, low to high.
+fn saved_interval(m: f64, h: f64) -> [f64; 2] {
+    [(1.0 - (m + h).exp()) * 100.0, (1.0 - (m - h).exp()) * 100.0]
+}
+
+/// Why a group has measured enough, if it has: under every scheduler, the paired 95%
+/// interval of smart's time against block's ([`paired_log_ci95`]) is narrower than their
+/// difference (`effect`: it excludes no difference), or lies within +-[`RESOLUTION_PCT`]
+/// (`resolution`: any difference is smaller than the paper's smallest bar). `effect` when
+/// every scheduler settled by its effect. The issue's rule, "a 95% interval narrower than
+/// the effect", asked of the difference itself rather than of each mean apart: the loop
+/// device's pieces swing several times over with the machine (a stall is a 4 ms tick and
+/// the stalls come and go in bursts), which the separate means' intervals carry in full
+/// and the paired ratios cancel.
+pub fn settled_by(series: &[Series]) -> Option<&'static str> {
+    let find = |sched: &str, s: StrategyChoice| series.iter().find(|x| x.scheduler == sched && x.strategy == s);
     let mut scheds: Vec<&str> = series.iter().map(|s| s.scheduler.as_str()).collect();
     scheds.dedup();
-    scheds.iter().all(|sched| match (by_sched(sched, BLOCK), by_sched(sched, StrategyChoice::Smart)) {
-        (Some((mb, hb)), Some((ms, hs))) => {
-            let effect = (mb - ms).abs();
-            hb < effect && hs < effect
+    let mut why = "effect";
+    for sched in scheds {
+        let (Some(block), Some(smart)) = (find(sched, BLOCK), find(sched, StrategyChoice::Smart)) else { continue };
+        let (m, h) = paired_log_ci95(smart, block)?;
+        if h < m.abs() {
+            continue;
         }
-        _ => true,
-    })
+        let [lo, hi] = saved_interval(m, h);
+        if lo > -RESOLUTION_PCT && hi < RESOLUTION_PCT {
+            why = "resolution";
+            continue;
+        }
+        return None;
+    }
+    Some(why)
+}
+
+/// Whether a group has measured enough ([`settled_by`]).
+pub fn settled(series: &[Series]) -> bool {
+    settled_by(series).is_some()
 }
 
 /// The scheduler of a block device this process created, set for a turn and put back when
@@ -685,16 +755,47 @@ pub fn piece_range(p: u32, pieces: u32, blocks: u64) -> std::ops::Range<u64> {
     at(p)..at(p + 1)
 }
 
-/// One piece: reads `order` of the file in `pattern`'s order on `port` (all of it,
-/// `0..blocks`, is one repetition).
-fn piece(
+/// One piece's reads by one strategy, gathered slice by slice ([`read_slice`]).
+#[derive(Default)]
+struct PieceSum {
+    time_ns: u64,
+    counters: Option<smartcon_engine::smartport::PortCounters>,
+    corunner_work: u64,
+    corunner_ns: u64,
+    with_load: bool,
+}
+
+impl PieceSum {
+    fn turn(self) -> Turn {
+        let Some(c) = self.counters else { return Turn::default() };
+        let cpu_ns = (c.usage.user_ns + c.usage.sys_ns) as f64;
+        let busy = c.by_strategy[Strategy::Spin.index()] + c.by_strategy[Strategy::Sync.index()];
+        Turn {
+            time_ns: self.time_ns,
+            cpu_pct: cpu_ns * 100.0 / self.time_ns.max(1) as f64,
+            corunner_work_per_s: self
+                .with_load
+                .then(|| self.corunner_work as f64 * 1e9 / self.corunner_ns.max(1) as f64),
+            busy_ios: busy,
+            ios: c.ios,
+            by_reason: c.by_reason,
+            spin_fallbacks: c.spin_fallbacks,
+            p50_ns: c.hist.value_at_quantile(0.5),
+        }
+    }
+}
+
+/// Reads `order` of the file in `pattern`'s order on `port` (all of it, `0..blocks`, is one
+/// repetition) and adds its time, counters and the crunchers' work meanwhile to `sum`.
+fn read_slice(
     port: &mut SmartTargetPort<'_>,
     buf: &mut [u8],
     pattern: AcsPattern,
     blocks: u64,
     order: std::ops::Range<u64>,
     load: Option<&CpuLoad>,
-) -> Result<Turn, Error> {
+    sum: &mut PieceSum,
+) -> Result<(), Error> {
     let before: Option<LoadSnapshot> = load.map(CpuLoad::snapshot);
     port.reset_counters();
     let t0 = now_ns();
@@ -705,20 +806,66 @@ fn piece(
             return Err(Error::new(ErrorKind::Io, format!("short read of {n} bytes at {off}")));
         }
     }
-    let time_ns = now_ns() - t0;
+    sum.time_ns += now_ns() - t0;
     let c = port.finish();
-    let cpu_ns = (c.usage.user_ns + c.usage.sys_ns) as f64;
-    let busy = c.by_strategy[Strategy::Spin.index()] + c.by_strategy[Strategy::Sync.index()];
-    Ok(Turn {
-        time_ns,
-        cpu_pct: cpu_ns * 100.0 / time_ns.max(1) as f64,
-        corunner_work_per_s: before.zip(load.map(CpuLoad::snapshot)).map(|(a, b)| a.delta_to(&b).work_per_s),
-        busy_ios: busy,
-        ios: c.ios,
-        by_reason: c.by_reason,
-        spin_fallbacks: c.spin_fallbacks,
-        p50_ns: c.hist.value_at_quantile(0.5),
-    })
+    match sum.counters.as_mut() {
+        Some(all) => all.merge(&c),
+        None => sum.counters = Some(c),
+    }
+    if let Some((a, b)) = before.zip(load.map(CpuLoad::snapshot)) {
+        let d = a.delta_to(&b);
+        sum.corunner_work += d.work;
+        sum.corunner_ns += d.real_ns;
+        sum.with_load = true;
+    }
+    Ok(())
+}
+
+/// The slices a piece is read in, each with the order the strategies take their turns
+/// in it: `order` cut into stretches of `slice_reads` reads (the whole piece with 0), and
+/// for slice `j` the balanced order of `step + j` ([`crate::turn_order`]). Every strategy
+/// reads every slice once, so every block of the piece once, in the pattern's order.
+pub fn piece_slices(
+    order: std::ops::Range<u64>,
+    slice_reads: u64,
+    strategies: usize,
+    step: usize,
+) -> Vec<(std::ops::Range<u64>, Vec<usize>)> {
+    let len = if slice_reads == 0 { (order.end - order.start).max(1) } else { slice_reads };
+    let mut out = Vec::new();
+    let mut at = order.start;
+    while at < order.end {
+        let end = (at + len).min(order.end);
+        out.push((at..end, turn_order(strategies, step + out.len())));
+        at = end;
+    }
+    out
+}
+
+/// One piece of one round by every strategy on `ports`, interleaved in slices
+/// ([`piece_slices`]); a turn per port, in the ports' order.
+#[allow(clippy::too_many_arguments)]
+fn piece(
+    ports: &mut [SmartTargetPort<'_>],
+    buf: &mut [u8],
+    pattern: AcsPattern,
+    blocks: u64,
+    order: std::ops::Range<u64>,
+    slice_reads: u64,
+    step: usize,
+    load: Option<&CpuLoad>,
+    stop: &AtomicBool,
+) -> Result<Option<Vec<Turn>>, Error> {
+    let mut sums: Vec<PieceSum> = ports.iter().map(|_| PieceSum::default()).collect();
+    for (range, turns) in piece_slices(order, slice_reads, ports.len(), step) {
+        for s in turns {
+            if stopped(stop) {
+                return Ok(None);
+            }
+            read_slice(&mut ports[s], buf, pattern, blocks, range.clone(), load, &mut sums[s])?;
+        }
+    }
+    Ok(Some(sums.into_iter().map(PieceSum::turn).collect()))
 }
 
 fn device_name(kind: FsDeviceKind) -> &'static str {
@@ -850,7 +997,7 @@ pub fn run(
                 if !settled(&series) && !stopped(stop) {
                     let rounds = series.first().map_or(0, Series::rounds);
                     out.notes.push(format!(
-                        "{name} {} cpu_workers={workers}: not settled after {rounds} rounds of {} pieces ({:.0} s; the cap is {} rounds or {:.0} s once an interval is possible): smart's or block's 95% interval is wider than their difference",
+                        "{name} {} cpu_workers={workers}: not settled after {rounds} rounds of {} pieces ({:.0} s; the cap is {} rounds or {:.0} s once an interval is possible): smart's paired 95% interval against block's is neither narrower than their difference nor within +-{RESOLUTION_PCT}% under every scheduler",
                         pattern.name(),
                         plan.pieces,
                         (now_ns() - group_started) as f64 / 1e9,
@@ -984,7 +1131,7 @@ fn run_group(
                 // Warm-up: a fresh ring and the file's block map pay once.
                 for port in ports.iter_mut() {
                     let warm = 0..blocks.min(256);
-                    piece(port, buf.as_mut_slice(), pattern, warm.end, warm, None)?;
+                    read_slice(port, buf.as_mut_slice(), pattern, warm.end, warm, None, &mut PieceSum::default())?;
                 }
                 let started = now_ns();
                 let k = plan.pieces.max(1);
@@ -1009,12 +1156,14 @@ fn run_group(
                                     }
                                 }
                             }
-                            for s in turn_order(plan.strategies.len(), step) {
-                                if stopped(stop) {
-                                    return Ok(());
-                                }
-                                let order = piece_range(p, k, blocks);
-                                let turn = piece(&mut ports[s], buf.as_mut_slice(), pattern, blocks, order, load)?;
+                            let order = piece_range(p, k, blocks);
+                            let slice = plan.slice_reads;
+                            let buf = buf.as_mut_slice();
+                            let Some(turns) = piece(&mut ports, buf, pattern, blocks, order, slice, step, load, stop)?
+                            else {
+                                return Ok(());
+                            };
+                            for (s, turn) in turns.into_iter().enumerate() {
                                 times.reads_ns += turn.time_ns;
                                 series[si * plan.strategies.len() + s].turns.push(turn);
                             }
@@ -1249,7 +1398,8 @@ mod tests {
         let smart_none = series("none", StrategyChoice::Smart, &[90.0, 180.0, 90.0, 135.0]);
         // block under bfq: smart takes 80% of its time.
         let block_bfq = series("bfq", BLOCK, &[112.5, 225.0, 112.5, 168.75]);
-        let smart_bfq = series("bfq", StrategyChoice::Smart, &[112.5, 225.0, 112.5, 168.75]);
+        // smart under bfq: 5% less than block under bfq, piece by piece.
+        let smart_bfq = series("bfq", StrategyChoice::Smart, &[106.875, 213.75, 106.875, 160.3125]);
         let all = [block_none, smart_none, block_bfq, smart_bfq];
         let (results, bars) = conclude("loop", AcsPattern::Random, 0, &all);
         assert_eq!(results.len(), 4);
@@ -1295,9 +1445,17 @@ mod tests {
         // medians (9, 18, 9, 13.5 us and 10, 20, 10, 15 us) are 11.25 and 12.5 us.
         assert!((bars[0].fell_back_pct - 20.0).abs() < 1e-9, "{:?}", bars[0]);
         assert!((bars[0].p50_us[0] - 11.25).abs() < 1e-9 && (bars[0].p50_us[1] - 12.5).abs() < 1e-9, "{:?}", bars[0]);
-        // block's rounds swing 2 x: its interval is far wider than the 10% effect, so the
-        // stopping rule does not hold and the bar says so.
-        assert!(!bars[0].settled && !settled(&all));
+        // block's rounds swing 2 x: each mean's own 95% interval is far wider than the 10%
+        // effect (the old stopping rule never held here), but the paired ratios are exact,
+        // so the group has settled by its effect under both schedulers.
+        let (mb, hb) = mean_ci95(&[100.0, 200.0, 100.0, 150.0]).unwrap();
+        assert!(hb > 0.1 * mb, "block's own interval {hb} is wider than the effect");
+        assert_eq!(settled_by(&all), Some("effect"));
+        assert!(bars[0].settled && bars[0].settled_by == Some("effect"), "{:?}", bars[0]);
+        let v = serde_json::to_value(&bars[0]).unwrap();
+        assert_eq!(v["settled_by"].as_str(), Some("effect"));
+        // The 95% interval holds the 90% one (exact ratios: both are the point).
+        assert!((bars[0].interval95_pct[0] - 10.0).abs() < 1e-6 && (bars[0].interval95_pct[1] - 10.0).abs() < 1e-6);
         // zram: no bfq figure, and no anti-vs-noop bar.
         // One round only (a run interrupted after it): no mean's interval, no bar.
         let one: Vec<Series> = all.iter().map(|x| Series { turns: x.turns[..1].to_vec(), ..x.clone() }).collect();
@@ -1354,7 +1512,70 @@ mod tests {
         let clear = [block, series("none", StrategyChoice::Smart, &[80.0, 81.0, 79.0, 80.0])];
         assert!(settled(&clear), "both intervals narrower than the 20 us effect");
         let noisy_block = series("none", BLOCK, &[60.0, 140.0, 70.0, 130.0]);
-        assert!(!settled(&[noisy_block, clear[1].clone()]), "block's interval is wider than the effect");
+        assert!(!settled(&[noisy_block, clear[1].clone()]), "the paired ratios swing more than the effect");
+        let (_, bars) = conclude("loop", AcsPattern::Sequential, 0, &all);
+        assert!(!bars[0].settled && bars[0].settled_by.is_none());
+        assert!(serde_json::to_value(&bars[0]).unwrap().get("settled_by").is_none());
+        let [lo95, hi95] = bars[0].interval95_pct;
+        assert!(lo95 < bars[0].interval_pct[0] && hi95 > bars[0].interval_pct[1], "{:?}", bars[0]);
+    }
+
+    #[test]
+    fn no_difference_settles_by_resolution_once_the_paired_interval_is_within_2_pct() {
+        // The loop device's way: pieces swing 10 x with the machine's stalls, smart within
+        // +-0.5% of block piece by piece. The separate means' intervals are wider than the
+        // mean itself; the paired interval is within +-2%: settled, by resolution.
+        let b = [300.0, 3000.0, 450.0, 2700.0, 320.0, 900.0, 2500.0, 310.0];
+        let wiggle = [1.004, 0.996, 1.005, 0.995, 1.0, 1.003, 0.998, 1.001];
+        let block = series("none", BLOCK, &b);
+        let smart_t: Vec<f64> = b.iter().zip(wiggle).map(|(x, w)| x * w).collect();
+        let smart = series("none", StrategyChoice::Smart, &smart_t);
+        let (m, h) = mean_ci95(&b).unwrap();
+        assert!(h > 0.5 * m);
+        assert_eq!(settled_by(&[block.clone(), smart.clone()]), Some("resolution"));
+        // The same swing with smart +-10% piece by piece: neither.
+        let wide: Vec<f64> = b.iter().enumerate().map(|(i, x)| x * if i % 2 == 0 { 1.1 } else { 0.9 }).collect();
+        assert_eq!(settled_by(&[block.clone(), series("none", StrategyChoice::Smart, &wide)]), None);
+        // One scheduler settled by its effect, the other by resolution: resolution.
+        let faster: Vec<f64> = b.iter().map(|x| x * 0.8).collect();
+        let bfq = |s: Series| Series { scheduler: "bfq".into(), ..s };
+        let mixed =
+            [block.clone(), series("none", StrategyChoice::Smart, &faster), bfq(block.clone()), bfq(smart.clone())];
+        assert_eq!(settled_by(&mixed), Some("resolution"));
+        // A scheduler not yet settled holds the group back.
+        let unsettled = [block.clone(), smart, bfq(block), bfq(series("none", StrategyChoice::Smart, &wide))];
+        assert_eq!(settled_by(&unsettled), None);
+        // One pair: no interval, not settled.
+        let one = |s: &Series| Series { turns: s.turns[..1].to_vec(), ..s.clone() };
+        assert_eq!(settled_by(&[one(&mixed[0]), one(&mixed[1])]), None);
+    }
+
+    #[test]
+    fn slices_deal_every_read_of_a_piece_to_every_strategy_in_turn() {
+        for (order, slice, n) in [(0..1526u64, 64u64, 4usize), (100..230, 64, 3), (5..9, 64, 4), (0..10, 0, 4)] {
+            let slices = piece_slices(order.clone(), slice, n, 7);
+            // Contiguous, in order, the whole piece, each at most `slice` reads.
+            let mut next = order.start;
+            for (r, turns) in &slices {
+                assert_eq!(r.start, next);
+                assert!(r.end > r.start && (slice == 0 || r.end - r.start <= slice));
+                next = r.end;
+                let mut t = turns.clone();
+                t.sort_unstable();
+                assert_eq!(t, (0..n).collect::<Vec<_>>(), "every strategy once a slice");
+            }
+            assert_eq!(next, order.end);
+            if slice == 0 {
+                assert_eq!(slices.len(), 1, "0: the piece in one go");
+            }
+        }
+        // Who goes first rotates from slice to slice: over n slices each strategy leads once.
+        let slices = piece_slices(0..256, 64, 4, 0);
+        let mut leads: Vec<usize> = slices.iter().map(|(_, t)| t[0]).collect();
+        leads.sort_unstable();
+        assert_eq!(leads, [0, 1, 2, 3]);
+        assert_eq!(AcsPlan::preset(AcsPreset::Default).slice_reads, SLICE_READS);
+        assert_eq!(AcsPlan::preset(AcsPreset::Full).slice_reads, 0, "--full: the paper's whole-file reads");
     }
 
     #[test]

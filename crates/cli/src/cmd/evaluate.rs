@@ -47,6 +47,11 @@ pub struct EvaluateArgs {
     /// --quick 4; --full 1, the paper's whole-file reads).
     #[arg(long)]
     pub pieces: Option<u32>,
+    /// acs: within a piece, the strategies take turns every this many reads, so they share
+    /// the machine's state millisecond by millisecond (default 64; 0 reads a piece in one
+    /// go, as --full does).
+    #[arg(long)]
+    pub slice_reads: Option<u64>,
     /// Comma-separated targets (default: emu:optane, emu:nvme, emu:sata-ssd (the X25-M model of SmartCon Fig. 15), a tmp file on /var/tmp, a loop device over a file and a zram device, each of the --file-size; the loop and zram devices are created for the run and removed after, which needs root; --quick: emu:optane, the tmp file and zram). With --study acs: loop, zram or loop,zram, the devices it creates.
     #[arg(long)]
     pub targets: Option<String>,
@@ -162,8 +167,8 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     if args.study == "window" {
         return super::evaluate_window::run(&args);
     }
-    if args.full || args.schedulers.is_some() || args.pieces.is_some() {
-        bail!("--full, --schedulers and --pieces belong to --study acs");
+    if args.full || args.schedulers.is_some() || args.pieces.is_some() || args.slice_reads.is_some() {
+        bail!("--full, --schedulers, --pieces and --slice-reads belong to --study acs");
     }
     // Claimed before anything runs; the files are written beside it and moved in at the end.
     let out = crate::paths::out_dir("--out", &args.out)?;

@@ -36,6 +36,9 @@ fn plan_of(args: &EvaluateArgs) -> Result<AcsPlan> {
     if let Some(k) = args.pieces {
         plan.pieces = k;
     }
+    if let Some(k) = args.slice_reads {
+        plan.slice_reads = k;
+    }
     if let Some(s) = &args.schedulers {
         plan.schedulers = s.clone();
     }
@@ -133,7 +136,7 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
     }
     for b in &outcome.bars {
         println!(
-            "{} {} cpu_workers={} {}: {} {:+.1}% time saved [{:+.1}, {:+.1}] over {} rounds ({} paired pieces){}{}; median read {:.1}/{:.1} us, main branch {}, {:.0}% without a switch, spins slept {:.1}%, load {:.1}-{:.1}",
+            "{} {} cpu_workers={} {}: {} {:+.1}% time saved [{:+.1}, {:+.1}] (95% [{:+.1}, {:+.1}]) over {} rounds ({} paired pieces){}{}; median read {:.1}/{:.1} us, main branch {}, {:.0}% without a switch, spins slept {:.1}%, load {:.1}-{:.1}",
             b.device,
             b.pattern.name(),
             b.cpu_workers,
@@ -142,9 +145,15 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
             b.improvement_pct,
             b.interval_pct[0],
             b.interval_pct[1],
+            b.interval95_pct[0],
+            b.interval95_pct[1],
             b.rounds,
             b.pairs,
-            if b.settled { "" } else { " (not settled)" },
+            match b.settled_by {
+                Some("effect") => "",
+                Some(_) => " (settled: within +-2%)",
+                None => " (not settled)",
+            },
             if b.dominates { " (dominates)" } else { "" },
             b.p50_us[0],
             b.p50_us[1],
@@ -202,7 +211,7 @@ fn summary_md(plan: &AcsPlan, o: &AcsOutcome, host: &str, secs: f64) -> String {
     let m = MachineRecord::here();
     s += "# smartcon evaluate --study acs (seed 001: adaptive context switch)\n\n";
     s += &format!(
-        "{} on {} ({} CPUs), {secs:.0} s; ext2 file of {} MiB, 4 KiB O_DIRECT reads; rounds {}-{}, each repetition in {} pieces; reader {}.\n\n{host}\n\n",
+        "{} on {} ({} CPUs), {secs:.0} s; ext2 file of {} MiB, 4 KiB O_DIRECT reads; rounds {}-{}, each repetition in {} pieces, the strategies taking turns every {} reads within a piece; reader {}.\n\n{host}\n\n",
         m.kernel,
         m.cpu_model,
         m.cpus,
@@ -210,6 +219,7 @@ fn summary_md(plan: &AcsPlan, o: &AcsOutcome, host: &str, secs: f64) -> String {
         plan.rounds_min,
         plan.rounds_max,
         plan.pieces,
+        if plan.slice_reads == 0 { "piece".to_string() } else { plan.slice_reads.to_string() },
         plan.io_cpus.as_ref().map_or("unpinned".to_string(), |c| format!(
             "pinned to CPU {}",
             smartcon_engine::placement::format_cpu_list(c)
@@ -234,13 +244,14 @@ fn summary_md(plan: &AcsPlan, o: &AcsOutcome, host: &str, secs: f64) -> String {
     }
     s += "\n## Fig. 1: adaptive (smart; spin, sync beside it) under none against original (block)\n\n";
     s += "Time saved per repetition, geometric mean of the per-piece ratios (per-round with one piece), 90% interval; `pairs`: the paired pieces; \
-          `dominates` is the evaluate's Pareto rule; `settled`: the stopping rule held before the cap; \
+          `dominates` is the evaluate's Pareto rule; `settled`: the stopping rule held before the cap (smart's paired 95% interval against block \
+          narrower than their difference, `effect`, or within +-2%, `resolution`, under every scheduler); \
           p50: the median read, adaptive / original; `spins slept`: reads whose spin ran out of its \
           budget; load: the 1-minute load average at the group's start and end.\n\n";
-    s += "| device | pattern | cpu workers | bar | adaptive | original | saved % | interval % | rounds | pairs | settled | dominates | without a switch % | main branch | p50 us | spins slept % | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    s += "| device | pattern | cpu workers | bar | adaptive | original | saved % | interval % | 95% interval % | rounds | pairs | settled | dominates | without a switch % | main branch | p50 us | spins slept % | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for b in &o.bars {
         s += &format!(
-            "| {} | {} | {} | {} | {} | block, {} | {:+.1} | {:+.1} .. {:+.1} | {} | {} | {} | {} | {:.0} | {} | {:.1} / {:.1} | {:.1} | {:.1}-{:.1} |\n",
+            "| {} | {} | {} | {} | {} | block, {} | {:+.1} | {:+.1} .. {:+.1} | {:+.1} .. {:+.1} | {} | {} | {} | {} | {:.0} | {} | {:.1} / {:.1} | {:.1} | {:.1}-{:.1} |\n",
             b.device,
             b.pattern.name(),
             b.cpu_workers,
@@ -250,9 +261,11 @@ fn summary_md(plan: &AcsPlan, o: &AcsOutcome, host: &str, secs: f64) -> String {
             b.improvement_pct,
             b.interval_pct[0],
             b.interval_pct[1],
+            b.interval95_pct[0],
+            b.interval95_pct[1],
             b.rounds,
             b.pairs,
-            b.settled,
+            b.settled_by.unwrap_or("no"),
             b.dominates,
             b.busy_pct,
             b.reason,

@@ -22,6 +22,7 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
         || args.targets.is_some()
         || args.loads.is_some()
         || args.pieces.is_some()
+        || args.slice_reads.is_some()
     {
         bail!("--study window takes only --quick, --cpu-workers and --out");
     }
