@@ -64,6 +64,15 @@ fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
     }
     // Progress on stderr, one line per step off a terminal.
     assert!(stderr.contains("sleep overshoot"), "{stderr}");
+    // Each step's wall time, in the order they ran; the crunchers' share beside each of the
+    // spinner's turns beside them (the model's share is every thread's).
+    let steps = lines[1]["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["step"].as_str().unwrap().contains("context switch")), "{steps:?}");
+    assert!(steps.iter().all(|s| s["ns"].as_u64().is_some()), "{steps:?}");
+    let spinner = lines[1]["spin_shares"].as_array().unwrap();
+    let crunchers = lines[1]["crunchers_shares"].as_array().unwrap();
+    assert_eq!(spinner.len(), crunchers.len(), "{}", lines[1]);
+    assert!(crunchers.iter().all(|c| c.as_f64().unwrap() >= 0.0), "{crunchers:?}");
 
     // Stored: the model for the simulation, ctx's profile for `smartcon model`, one file.
     let stored = home.path().join("host.json");

@@ -108,9 +108,9 @@ impl Plan {
 
     pub fn new(quick: bool, cache: &CacheSizes, cpus: &[usize]) -> Plan {
         let budget = if quick {
-            Budget { batches: 3, batch_ns: 30_000_000, hops_per_batch_max: 200_000 }
+            Budget { batches: 3, batch_ns: 30_000_000, hops_per_batch_max: 200_000, floor_tol: None }
         } else {
-            Budget { batches: 5, batch_ns: 100_000_000, hops_per_batch_max: 2_000_000 }
+            Budget { batches: 5, batch_ns: 100_000_000, hops_per_batch_max: 2_000_000, floor_tol: None }
         };
         Plan {
             direct_procs: if quick { vec![2, 4, 8] } else { vec![2, 4, 8, 16, 20] },

@@ -31,6 +31,19 @@ pub struct Budget {
     pub batch_ns: u64,
     /// Upper bound on hops per batch, whatever the timing says.
     pub hops_per_batch_max: u64,
+    /// Stop before `batches` once two batches lie within this fraction of the fastest so
+    /// far ([`floor_seen_twice`]); `None`: always take every batch.
+    pub floor_tol: Option<f64>,
+}
+
+/// Whether the batches' times (ns per hop) hold their floor twice: at least two of them
+/// within `tol` of the fastest. A neighbour's burst only ever adds time, so a batch at the
+/// floor is the figure, and a second one there says a later batch would not go lower by
+/// more than `tol` but by a burst-free stretch shorter than both (what the remaining
+/// batches of a best-of-N could still find is below the noise the two agree within).
+pub fn floor_seen_twice(batches_ns: &[f64], tol: f64) -> bool {
+    let best = batches_ns.iter().copied().fold(f64::INFINITY, f64::min);
+    batches_ns.iter().filter(|&&x| x <= best * (1.0 + tol)).count() >= 2
 }
 
 /// Sums the array the way a process in Fig. 3 does: every 4-byte element.
@@ -235,6 +248,12 @@ fn child_main(read_fd: RawFd, write_fd: RawFd, array_bytes: usize) -> ! {
 /// pins first. `procs` = 1 is the single-process overhead: one process writing to and
 /// reading from its own pipe.
 pub fn ring_ns_per_hop(procs: usize, array_bytes: usize, budget: Budget, stop: &AtomicBool) -> Result<f64, Error> {
+    Ok(ring_batches_ns(procs, array_bytes, budget, stop)?.into_iter().fold(f64::INFINITY, f64::min))
+}
+
+/// Every batch's ns per hop of [`ring_ns_per_hop`], in the order they ran (fewer than
+/// `budget.batches` where `budget.floor_tol` stopped them).
+pub fn ring_batches_ns(procs: usize, array_bytes: usize, budget: Budget, stop: &AtomicBool) -> Result<Vec<f64>, Error> {
     if procs == 0 || procs > RING_PROCS_MAX {
         return Err(Error::BadInput(format!("ring of {procs} processes: expected 1..={RING_PROCS_MAX}")));
     }
@@ -312,7 +331,7 @@ fn drive(
     array: &Array,
     budget: Budget,
     stop: &AtomicBool,
-) -> Result<f64, Error> {
+) -> Result<Vec<f64>, Error> {
     let round = || -> Result<(), Error> {
         sum_array(array.as_slice());
         if write_token(write_fd) != 1 || read_token(read_fd) != 1 {
@@ -332,7 +351,7 @@ fn drive(
     let ns_per_round = warm_start.elapsed().as_nanos() as f64 / warm_rounds as f64;
     let rounds_per_batch = ((budget.batch_ns as f64 / ns_per_round.max(1.0)) as u64)
         .clamp(2, (budget.hops_per_batch_max / procs as u64).max(2));
-    let mut best_ns_per_hop = f64::INFINITY;
+    let mut batches = Vec::with_capacity(budget.batches.max(1) as usize);
     for _ in 0..budget.batches.max(1) {
         if stop.load(Ordering::Relaxed) {
             return Err(Error::Interrupted);
@@ -341,19 +360,35 @@ fn drive(
         for _ in 0..rounds_per_batch {
             round()?;
         }
-        let ns = start.elapsed().as_nanos() as f64 / (rounds_per_batch * procs as u64) as f64;
-        best_ns_per_hop = best_ns_per_hop.min(ns);
+        batches.push(start.elapsed().as_nanos() as f64 / (rounds_per_batch * procs as u64) as f64);
+        if budget.floor_tol.is_some_and(|tol| floor_seen_twice(&batches, tol)) {
+            break;
+        }
     }
-    Ok(best_ns_per_hop)
+    Ok(batches)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The floor is held once two batches agree within the tolerance; one fast batch, or
+    /// two that differ by more, is not enough.
+    #[test]
+    fn a_floor_is_seen_twice_only_by_two_batches_close_to_the_fastest() {
+        assert!(!floor_seen_twice(&[], 0.01));
+        assert!(!floor_seen_twice(&[2000.0], 0.01));
+        assert!(!floor_seen_twice(&[2000.0, 2100.0], 0.01));
+        assert!(floor_seen_twice(&[2000.0, 2015.0], 0.01));
+        // A later, faster batch resets the floor: the earlier pair no longer counts.
+        assert!(floor_seen_twice(&[2000.0, 2015.0, 2500.0], 0.01));
+        assert!(!floor_seen_twice(&[2000.0, 2015.0, 1900.0], 0.01));
+        assert!(floor_seen_twice(&[2000.0, 2015.0, 1900.0, 1910.0], 0.01));
+    }
+
     #[test]
     fn ring_of_three_runs_and_reaps_its_children() {
-        let budget = Budget { batches: 2, batch_ns: 2_000_000, hops_per_batch_max: 10_000 };
+        let budget = Budget { batches: 2, batch_ns: 2_000_000, hops_per_batch_max: 10_000, floor_tol: None };
         let stop = AtomicBool::new(false);
         let ns = ring_ns_per_hop(3, 64 << 10, budget, &stop).unwrap();
         assert!(ns.is_finite() && ns > 0.0);
@@ -361,7 +396,7 @@ mod tests {
 
     #[test]
     fn a_stopped_ring_returns_interrupted_and_reaps() {
-        let budget = Budget { batches: 2, batch_ns: 1_000_000, hops_per_batch_max: 1000 };
+        let budget = Budget { batches: 2, batch_ns: 1_000_000, hops_per_batch_max: 1000, floor_tol: None };
         let stop = AtomicBool::new(true);
         assert!(matches!(ring_ns_per_hop(4, 0, budget, &stop), Err(Error::Interrupted)));
         assert!(ring_ns_per_hop(0, 0, budget, &stop).is_err());
