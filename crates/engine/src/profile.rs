@@ -777,9 +777,9 @@ pub mod rules {
     /// request; what spinning costs is the whole wait on a CPU. A request that waits six
     /// wake-ups saves at most a sixth of its wait by spinning and burns the rest. On the
     /// team's VM (seventeenth and eighteenth sessions' default runs) the local disk's
-    /// 4 KiB-64 KiB reads spun 35-105 us against a 14.4-16.1 us wake-up (2-7 wake-ups) and
-    /// gained 1.2-1.4 x, while 256 KiB-1 MiB requests spun 114-381 us and gained
-    /// 1.04-1.19 x for 65-95 points of a CPU, which the issue-20 criterion (within 3 % of
+    /// 4 KiB-64 KiB reads spun 35-83 us against a 14.4-16.1 us wake-up (2-6 wake-ups) and
+    /// gained 1.1-1.5 x, while 256-512 KiB requests spun 96-381 us (reads and writes) and gained
+    /// 1.01-1.19 x for 65-95 points of a CPU, which the issue-20 criterion (within 3 % of
     /// block at no more than 5 points more CPU) rules out. Their gain per point overlapped
     /// the small requests' (0.08-0.29 % of IOPS a point against 0.19-0.9 %), so no
     /// exchange rate told them apart. Six keeps an NVMe SSD's 80 us reads (four of an
