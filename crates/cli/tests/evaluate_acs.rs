@@ -29,6 +29,7 @@ fn acs_bad_input_exits_2_and_writes_nothing() {
         vec!["evaluate", "--study", "acs", "--tiny", "--pieces", "600", "--out", r],
         vec!["evaluate", "--tiny", "--pieces", "4", "--out", r],
         vec!["evaluate", "--tiny", "--slice-reads", "8", "--out", r],
+        vec!["evaluate", "--study", "acs", "--tiny", "--slice-reads", "eight", "--out", r],
         vec!["evaluate", "--study", "acs", "--tiny", "--file-size", "5000", "--out", r],
         vec!["evaluate", "--study", "acs", "--tiny", "--schedulers", "cfq", "--out", r],
         vec!["evaluate", "--study", "acs", "--tiny", "--targets", "emu:nvme", "--out", r],

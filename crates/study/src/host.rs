@@ -853,15 +853,7 @@ mod tests {
     /// their CPU over their time.
     #[test]
     fn a_spinners_share_is_its_turns_pooled_not_their_median() {
-        let turn = |share: f64, duration_ns: f64| Turn {
-            cpu_ns: 10_000.0,
-            late: Quantiles::new(0.0, 0.0, 0.0),
-            share,
-            busy_ns: share * duration_ns,
-            duration_ns,
-            sleeps_per_io: 0.0,
-            slice_ns: None,
-        };
+        let turn = |share: f64, duration_ns: f64| spin_turn(share, duration_ns, None);
         let turns = [turn(0.496, 360e6), turn(0.681, 360e6), turn(0.515, 360e6)];
         let pooled = pooled_share(&turns);
         assert!((pooled - (0.496 + 0.681 + 0.515) / 3.0).abs() < 1e-9, "{pooled}");
