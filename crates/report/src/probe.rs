@@ -36,8 +36,9 @@ pub fn render(label: &str, o: &ProbeOutcome, sizes: &[u64]) -> String {
     out += &t.render();
     out += "latency = mean per I/O; spin gain = how much shorter spinning makes an I/O than blocking; CPU = I/O thread, % of one CPU.\n\n";
     out += &format!(
-        "size threshold  {}   (smallest size from which spinning is within {:.0}% of blocking at every larger size)\n",
+        "size threshold  {}   ({}; drawn where spinning's saving, the median over the sizes, falls to {:.0}% of a line through blocking's latencies)\n",
         format_size(p.size_threshold_bytes),
+        if p.threshold_check.is_some() { "as kept by the check below" } else { "smart blocks from this size" },
         rules::GAIN_TOLERANCE * 100.0
     );
     out += &check_lines(p);

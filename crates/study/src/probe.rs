@@ -916,7 +916,7 @@ pub fn conclude(
         device,
         source: "probe".into(),
         class: rules::classify_with_inline(&points, sync_ns_smallest, block_cpu_ns),
-        size_threshold_bytes: rules::size_threshold_bytes(&points),
+        size_threshold_bytes: rules::size_threshold_measured_bytes(&points),
         cpu_threshold_pct: rules::cpu_threshold_pct(spin_cpu, profile::online_cpus()),
         queue_limit: if queue_points.is_empty() { 0 } else { rules::queue_limit(&queue_points) },
         wakeup_ns: Some(wakeup_ns),
@@ -1165,13 +1165,15 @@ mod tests {
             lp("read", 4096, "block", 20e3, 0),
             lp("read", 4096, "spin", 10e3, 0),
             lp("read", 4096, "sync", 10e3, 0),
-            lp("read", 65536, "block", 50e3, 0),
-            lp("read", 65536, "spin", 49.9e3, 0),
-            lp("read", 65536, "sync", 50e3, 0),
+            lp("read", 65536, "block", 200e3, 0),
+            lp("read", 65536, "spin", 199.9e3, 0),
+            lp("read", 65536, "sync", 200e3, 0),
         ];
         let (p, block_cpu_ns) = conclude("blk:test".into(), &[4096, 65536], l.clone(), 5e3, None, None, Some(&[1]));
+        // Spinning saves 5.05 us (the median of 10 and 0.1), more than 3 % of 4k's 20 us and
+        // less than 3 % of 64k's 200 us.
         assert_eq!(p.size_threshold_bytes, 65536);
-        // CPU per I/O (lp's 50% share): block 10 us, spin 5 us at 4k; 25 us each at 64k.
+        // CPU per I/O (lp's 50% share): block 10 us, spin 5 us at 4k; 100 us each at 64k.
         assert_eq!(p.wait_costs.len(), 2);
         assert_eq!((p.wait_costs[0].block_cpu_ns, p.wait_costs[0].spin_cpu_ns), (10e3, 5e3));
         assert_eq!(p.spin_cheaper_bytes_max, 65536, "spinning costs no more CPU at either size");
@@ -1180,7 +1182,7 @@ mod tests {
         let (p2, _) = conclude("blk:test".into(), &[4096, 65536], l.clone(), 5e3, Some(2e3), None, None);
         assert_eq!(p2.switch_ns, Some(2e3));
         // With the host's co-runner comparison, its bound decides instead of the CPU
-        // clocks: spinning that burns 6 us harms no one, so 4k spins and 64k (25 us) not.
+        // clocks: spinning that burns 6 us harms no one, so 4k spins and 64k (100 us) not.
         let (p3, _) = conclude("blk:test".into(), &[4096, 65536], l, 5e3, None, Some(6e3), None);
         assert_eq!(p3.spin_cheaper_bytes_max, 4096);
         assert_eq!(p.source, "probe");
