@@ -242,6 +242,7 @@ mod tests {
             class: DeviceClass::Fast,
             size_threshold_bytes: 1 << 20,
             local_disk: true,
+            probed: Vec::new(),
         }];
         let wait = HostWaitCost {
             version: HostWaitCost::VERSION,

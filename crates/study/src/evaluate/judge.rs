@@ -47,6 +47,27 @@ pub struct TargetInfo {
     pub size_threshold_bytes: u64,
     /// A file on the local disk (not a ramdisk smartcon created).
     pub local_disk: bool,
+    /// Each probe of the target in this run, in order (empty when its profile was stored).
+    pub probed: Vec<ProbedThresholds>,
+}
+
+/// One probe's size thresholds, as the judge compares two probes of a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProbedThresholds {
+    /// The threshold with nothing else in flight: the one the probe's check kept.
+    pub idle_bytes: u64,
+    /// The threshold beside others' I/O: the one drawn from the size sweep.
+    pub busy_bytes: u64,
+}
+
+impl ProbedThresholds {
+    pub fn of(p: &smartcon_engine::profile::Profile) -> ProbedThresholds {
+        let t = p.thresholds();
+        ProbedThresholds {
+            idle_bytes: t.size_threshold_bytes,
+            busy_bytes: t.size_threshold_busy_bytes.max(t.size_threshold_bytes),
+        }
+    }
 }
 
 /// The cell of the same load, workload, target and size as `c`, under `strategy`.
@@ -551,18 +572,44 @@ pub fn criteria(cells: &[Cell], targets: &[TargetInfo]) -> Vec<Criterion> {
         pareto_front(cells),
         versus_paper(cells),
         fewer_switches(cells, targets),
-        Criterion {
-            record_type: "criterion",
-            criterion: "two probes of the same target give the same size threshold +- one size step".into(),
-            source: "SmartCon Sec. 4.1 (Device Monitor)",
-            measured: "not measured by evaluate: run `smartcon probe TARGET` twice (docs/evaluate.md has the figures)"
-                .into(),
-            figure: "not measured".into(),
-            met: None,
-            lost: Vec::new(),
-            versus_paper: Vec::new(),
-        },
+        probes_agree(targets),
     ]
+}
+
+/// Two probes of a target in one run: their size thresholds (with nothing else in flight,
+/// and beside others' I/O) within one size step (a factor of two) of each other.
+fn probes_agree(targets: &[TargetInfo]) -> Criterion {
+    let twice: Vec<&TargetInfo> = targets.iter().filter(|t| t.probed.len() >= 2).collect();
+    let within = |a: u64, b: u64| a.max(b) <= a.min(b).saturating_mul(2);
+    let agree = |t: &TargetInfo| {
+        let (a, b) = (t.probed[0], t.probed[1]);
+        within(a.idle_bytes, b.idle_bytes) && within(a.busy_bytes, b.busy_bytes)
+    };
+    let parts: Vec<String> = twice
+        .iter()
+        .map(|t| {
+            let (a, b) = (t.probed[0], t.probed[1]);
+            format!(
+                "{}: {} and {} with nothing else in flight, {} and {} beside others' I/O",
+                t.label,
+                format_size(a.idle_bytes),
+                format_size(b.idle_bytes),
+                format_size(a.busy_bytes),
+                format_size(b.busy_bytes)
+            )
+        })
+        .collect();
+    criterion(
+        "two probes of the same target give the same size threshold +- one size step",
+        "SmartCon Sec. 4.1 (Device Monitor)",
+        if parts.is_empty() {
+            "no target was probed twice in this run (a probed fast device is, when its profile is measured here)".into()
+        } else {
+            parts.join("; ")
+        },
+        (!twice.is_empty()).then(|| twice.iter().all(|t| agree(t))),
+    )
+    .figure(|| format!("{} of {} targets", twice.iter().filter(|t| agree(t)).count(), twice.len()))
 }
 
 fn criterion(criterion: &str, source: &'static str, measured: String, met: Option<bool>) -> Criterion {
@@ -967,7 +1014,32 @@ mod tests {
             class: DeviceClass::Fast,
             size_threshold_bytes: 65536,
             local_disk: true,
+            probed: Vec::new(),
         }]
+    }
+
+    #[test]
+    fn two_probes_agree_within_one_size_step_or_the_criterion_fails() {
+        let t = |probes: &[(u64, u64)]| TargetInfo {
+            probed: probes
+                .iter()
+                .map(|&(i, b)| ProbedThresholds { idle_bytes: i << 10, busy_bytes: b << 10 })
+                .collect(),
+            ..disk()[0].clone()
+        };
+        let c = probes_agree(&[t(&[(128, 1024), (256, 512)])]);
+        assert_eq!(c.met, Some(true), "{}", c.measured);
+        assert!(c.measured.contains("128k and 256k"), "{}", c.measured);
+        // Two steps apart on either threshold is a miss.
+        assert_eq!(probes_agree(&[t(&[(64, 1024), (256, 1024)])]).met, Some(false));
+        assert_eq!(probes_agree(&[t(&[(128, 256), (128, 1024)])]).met, Some(false));
+        // One probe, or none: not measured, not met.
+        let one = probes_agree(&[t(&[(128, 1024)]), t(&[])]);
+        assert_eq!(one.met, None);
+        assert_eq!(one.figure, NO_CELL);
+        // Every target probed twice counts.
+        let two = probes_agree(&[t(&[(128, 1024), (128, 1024)]), t(&[(16, 64), (128, 64)])]);
+        assert_eq!((two.met, two.figure.as_str()), (Some(false), "1 of 2 targets"));
     }
 
     fn by_name<'a>(c: &'a [Criterion], prefix: &str) -> &'a Criterion {

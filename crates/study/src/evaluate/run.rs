@@ -34,7 +34,7 @@ use smartcon_workloads::load::{proc_stat_iowait_total_ns, CpuLoad, IoLoad, LoadS
 use smartcon_workloads::postmark::{PostmarkCounts, PostmarkSpec};
 use smartcon_workloads::workload::CellPlan;
 
-use super::judge::TargetInfo;
+use super::judge::{ProbedThresholds, TargetInfo};
 use super::merge::Turn;
 use super::plan::{Plan, SETTLE_NS};
 use super::{Cell, Corunner, CorunnerKind, Load, PostmarkRecord, TurnFigures, Workload};
@@ -57,6 +57,9 @@ pub struct Opened {
     pub postmark_dir: Option<PathBuf>,
     /// The CPUs this target's I/O threads are pinned to (`None`: unpinned).
     pub cpus: Option<Vec<usize>>,
+    /// The size thresholds of each probe of this target in this run, in order: the first
+    /// is the profile smart runs on, a second one confirms it (see [`probe_missing`]).
+    pub probed: Vec<ProbedThresholds>,
 }
 
 impl Opened {
@@ -73,6 +76,7 @@ impl Opened {
             size_threshold_bytes: self.profile.size_threshold_bytes,
             // A file on the local disk: a file target smartcon did not put on a ramdisk.
             local_disk: !self.created && self.postmark_dir.is_some(),
+            probed: self.probed.clone(),
         }
     }
 }
@@ -168,7 +172,16 @@ pub fn open(plan: &Plan, destructive: bool, progress: &mut Progress<'_>) -> Resu
         if plan.workloads.contains(&Workload::Postmark) && postmark_dir.is_none() {
             no_fs.push(t.clone());
         }
-        session.opened.push(Opened { target, profile, span, created, name: t.clone(), postmark_dir, cpus });
+        session.opened.push(Opened {
+            target,
+            profile,
+            span,
+            created,
+            name: t.clone(),
+            postmark_dir,
+            cpus,
+            probed: Vec::new(),
+        });
     }
     if !no_fs.is_empty() {
         session.notes.push(format!(
@@ -268,6 +281,16 @@ pub fn probe_missing(
         let outcome = probe_target(o.target.as_ref(), &probe, monitor, stop, &mut notes_only)?;
         if !o.created && !elsewhere {
             outcome.profile.save(&profile_path(&outcome.profile.device))?;
+        }
+        o.probed.push(ProbedThresholds::of(&outcome.profile));
+        // A device whose size threshold decides (a fast one) is probed once more, and the
+        // second probe's thresholds are only compared with the first's (the criterion "two
+        // probes of the same target give the same size threshold +- one size step"): smart
+        // runs on the first.
+        if outcome.profile.class == DeviceClass::Fast {
+            notes_only(Event::Note(&format!("probing {} again, to compare its thresholds ...", o.target.label())));
+            let again = probe_target(o.target.as_ref(), &probe, monitor, stop, &mut notes_only)?;
+            o.probed.push(ProbedThresholds::of(&again.profile));
         }
         o.profile = outcome.profile;
     }
