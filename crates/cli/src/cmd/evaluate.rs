@@ -97,7 +97,7 @@ pub struct EvaluateArgs {
     /// Turns per cell: each strategy's time is split into this many pieces, interleaved
     /// with the other strategies in a balanced order (default under a load: at least 8, a
     /// whole number of cycles of the balanced order, 10 for the default five strategies;
-    /// 2 without a load; 1 with --tiny).
+    /// 4 without a load; 1 with --tiny).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: Option<u32>,
     /// The report directory (must not exist or be empty; its parent must exist).
