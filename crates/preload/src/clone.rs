@@ -28,9 +28,9 @@ static CLONE: Sym = Sym::new(c"clone");
 
 /// The timer slack of a helper's timed waits (ns). With the kernel's default (50 us) a
 /// UML guest's request at 100 x (about 60 us on the model) was held at its instant for
-/// 47 us on average while the guest ran past it; with 10 us, 21 us; with 1 us the waits
-/// went round ten times as often and the sweep's 100 x points took twice the wall time
-/// (docs/vm.md, "One instant per request").
+/// 47-57 us on average while the guest ran past it; with 10 us, 21-25 us; with 1 us the
+/// waits went round forty times as often and the sweep's 100 x points took twice the wall
+/// time (docs/vm.md, "One instant per request").
 pub const HELPER_TIMER_SLACK_NS: u64 = 10_000;
 
 type CloneFn = unsafe extern "C" fn(
