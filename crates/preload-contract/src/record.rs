@@ -138,6 +138,14 @@ pub struct LatenessRecord {
     pub data_hidden_ns: u64,
     pub wake_hidden_ns: u64,
     pub wakes_settled: u64,
+    /// Virtual time: requests of a helper (UML's ubd thread) that the program's clock
+    /// reached before the helper handed them back, and the ns the program ran past their
+    /// instants meanwhile, which the clock held at the instant does not count; the pauses
+    /// of the program's threads at such an instant, and their real ns.
+    pub capped: u64,
+    pub capped_ns: u64,
+    pub pauses: u64,
+    pub paused_ns: u64,
 }
 
 impl LatenessRecord {
@@ -159,6 +167,10 @@ impl LatenessRecord {
         self.data_hidden_ns += other.data_hidden_ns;
         self.wake_hidden_ns += other.wake_hidden_ns;
         self.wakes_settled += other.wakes_settled;
+        self.capped += other.capped;
+        self.capped_ns += other.capped_ns;
+        self.pauses += other.pauses;
+        self.paused_ns += other.paused_ns;
     }
 
     /// Requests counted.

@@ -21,6 +21,14 @@
  *                               4 KiB pieces of one request, then writes to a pipe that
  *                               the main thread polls; prints the helper's virtual time
  *                               over its pieces and up to the end of its write
+ *   vtime helperlate IMAGE PIECES DELAY_MS
+ *                               as `helper`, but the helper burns DELAY_MS of its own CPU
+ *                               between its pieces and its write while the main thread
+ *                               runs on, reading the clock, until the write is done
+ *   vtime cpuchild IMAGE MS     a process made by a raw clone(2) (as UML's guest stub makes
+ *                               a guest's new process) burns MS of its own CPU and stops;
+ *                               the parent waits for it with waitpid; prints the parent's
+ *                               elapsed time
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,6 +37,8 @@
 #include <sched.h>
 #include <semaphore.h>
 #include <sys/select.h>
+#include <sys/syscall.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -313,9 +323,87 @@ static int mode_helper(const char *image, long pieces) {
     return 0;
 }
 
+static long helper_delay_ms;
+static volatile int helper_done;
+
+static int helper_late(void *arg) {
+    (void)arg;
+    char buf[4096];
+    for (long i = 0; i < helper_pieces; i++)
+        if (pread(helper_fd, buf, sizeof buf, (off_t)i * 4096) != (ssize_t)sizeof buf)
+            return 1;
+    /* The helper's own work before it hands the request back: its CPU, not the clock's. */
+    int64_t c0 = ns(CLOCK_THREAD_CPUTIME_ID);
+    while (ns(CLOCK_THREAD_CPUTIME_ID) - c0 < helper_delay_ms * 1000000LL)
+        ;
+    char done = 1;
+    if (write(helper_pipe[1], &done, 1) != 1)
+        return 1;
+    __atomic_store_n(&helper_done, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static int mode_helper_late(const char *image, long pieces, long delay_ms) {
+    helper_fd = open(image, O_RDONLY);
+    if (helper_fd < 0 || pipe(helper_pipe) != 0) {
+        perror("open");
+        return 1;
+    }
+    helper_pieces = pieces;
+    helper_delay_ms = delay_ms;
+    static char stack[65536];
+    int64_t m0 = ns(CLOCK_MONOTONIC);
+    pid_t child = clone(helper_late, stack + sizeof stack, CLONE_VM | SIGCHLD, NULL);
+    if (child < 0) {
+        perror("clone");
+        return 1;
+    }
+    /* Running throughout: the clock never jumps, it moves with the main thread's time. */
+    while (!__atomic_load_n(&helper_done, __ATOMIC_ACQUIRE))
+        (void)ns(CLOCK_MONOTONIC);
+    char done;
+    if (read(helper_pipe[0], &done, 1) != 1)
+        return 1;
+    int status = 0;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return 1;
+    printf("elapsed_ns=%lld\n", (long long)(ns(CLOCK_MONOTONIC) - m0));
+    return 0;
+}
+
+static int mode_cpu_child(long ms) {
+    int64_t m0 = ns(CLOCK_MONOTONIC);
+    /* Not glibc's fork or clone: nothing of the library's runs for it. */
+    long pid = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+    if (pid < 0) {
+        perror("clone");
+        return 1;
+    }
+    if (pid == 0) {
+        struct timespec t;
+        do
+            syscall(SYS_clock_gettime, CLOCK_PROCESS_CPUTIME_ID, &t);
+        while (t.tv_sec * 1000LL + t.tv_nsec / 1000000 < ms);
+        syscall(SYS_kill, syscall(SYS_getpid), SIGSTOP);
+        syscall(SYS_exit, 0);
+    }
+    int status = 0;
+    if (waitpid((pid_t)pid, &status, WUNTRACED) != pid || !WIFSTOPPED(status))
+        return 1;
+    int64_t elapsed = ns(CLOCK_MONOTONIC) - m0;
+    kill((pid_t)pid, SIGKILL);
+    waitpid((pid_t)pid, &status, 0);
+    printf("elapsed_ns=%lld\n", (long long)elapsed);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "helper") == 0)
         return mode_helper(argv[2], atol(argv[3]));
+    if (argc == 5 && strcmp(argv[1], "helperlate") == 0)
+        return mode_helper_late(argv[2], atol(argv[3]), atol(argv[4]));
+    if (argc == 4 && strcmp(argv[1], "cpuchild") == 0)
+        return mode_cpu_child(atol(argv[3]));
     if (argc == 3 && strcmp(argv[1], "waits") == 0)
         return mode_waits(argv[2]);
     if (argc == 3 && strcmp(argv[1], "fork") == 0)
@@ -327,6 +415,6 @@ int main(int argc, char **argv) {
         return mode_threads(argv[2]);
     }
     fprintf(stderr, "usage: vtime io IMAGE N SLEEP_US | vtime threads IMAGE CPU_MS | vtime waits|fork IMAGE | "
-                    "vtime helper IMAGE PIECES\n");
+                    "vtime helper IMAGE PIECES | vtime helperlate IMAGE PIECES DELAY_MS | vtime cpuchild IMAGE MS\n");
     return 2;
 }

@@ -183,10 +183,66 @@ fn pending_here() -> bool {
 }
 
 /// Makes the calling helper's put-off wait, if it has one: the whole request's return at
-/// the model's completion, counted once ([`finish`]). Outside the library only (the caller
-/// holds no [`Busy`]).
+/// the model's completion, counted once ([`finish`]), then hands it back ([`hand_back`]). Outside the library only (the caller holds no [`Busy`]).
 fn settle_pending(emu: &Emu) {
-    let Some(helper) = crate::helper::current() else { return };
+    if let Some(due) = wait_pending(emu) {
+        hand_back(emu, due, false);
+    }
+}
+
+/// A helper's request whose wait is made and which the helper is handing back to the
+/// program: its model instants, arrival and completion.
+#[derive(Clone, Copy)]
+struct Due {
+    arrival_ns: u64,
+    complete_ns: u64,
+}
+
+/// The helper waited for a request before a `write` (UML's ubd thread hands the finished
+/// requests back to the kernel through a pipe): a thread paused at the request's instant
+/// ([`domain::pause_at_cap`]) resumes after that write ([`after_helper_write`]), when the
+/// program can see the completion, not before it.
+static RESUME_AFTER_WRITE: AtomicBool = AtomicBool::new(false);
+
+/// The request is handed back to the program: under virtual time the clock, held at the
+/// model's completion since the request was issued ([`domain::set_cap`]), goes on from it
+/// ([`domain::release_cap`]), and the request's lateness is counted. A thread paused at
+/// the instant resumes now, or after the helper's write when `write`.
+fn hand_back(emu: &Emu, due: Due, write: bool) {
+    if emu.virtual_time {
+        domain::release_cap(due.complete_ns);
+    }
+    note_lateness(clock_now(emu).saturating_sub(due.complete_ns), due.complete_ns.saturating_sub(due.arrival_ns));
+    if emu.virtual_time {
+        if write {
+            RESUME_AFTER_WRITE.store(true, Ordering::Release);
+        } else {
+            domain::resume_paused();
+        }
+    }
+}
+
+/// Resumes a thread paused at a request's instant if the helper's write that was to
+/// resume it did not come through `write` (called at the helper's next request or wait).
+fn resume_if_due() {
+    if RESUME_AFTER_WRITE.swap(false, Ordering::AcqRel) {
+        domain::resume_paused();
+    }
+}
+
+/// After a helper's `write` (see [`RESUME_AFTER_WRITE`]). Nothing for other threads or
+/// without emulation.
+pub fn after_helper_write() {
+    if EMU.get().is_none() || !RESUME_AFTER_WRITE.load(Ordering::Acquire) || crate::helper::current().is_none() {
+        return;
+    }
+    resume_if_due();
+}
+
+/// The calling helper's put-off wait, made (see [`settle_pending`]); the request is not
+/// handed back yet.
+fn wait_pending(emu: &Emu) -> Option<Due> {
+    let helper = crate::helper::current()?;
     let due = {
         let mut p = PIECE.lock();
         match p.as_mut() {
@@ -196,23 +252,32 @@ fn settle_pending(emu: &Emu) {
             _ => None,
         }
     };
-    if let Some((w, first_arrival_ns, complete_ns)) = due {
-        finish(emu, w.wait, first_arrival_ns, complete_ns, w.idle_since);
-    }
+    let (w, first_arrival_ns, complete_ns) = due?;
+    wait_for(emu, w.wait, complete_ns, w.idle_since);
+    Some(Due { arrival_ns: first_arrival_ns, complete_ns })
 }
 
 /// A helper thread is about to do something other than a piece of its request (a read or
 /// write of another descriptor, a poll): its request's put-off wait is made first. Nothing
 /// for other threads, inside the library, or without emulation.
 pub fn settle_helper_request() {
+    settle_helper_request_for(false);
+}
+
+/// [`settle_helper_request`] before a call that may hand the request back (`write`: a
+/// thread paused at its instant resumes after the call, [`after_helper_write`]).
+fn settle_helper_request_for(write: bool) {
     let Some(emu) = EMU.get() else { return };
-    if crate::helper::current().is_none() || !pending_here() {
+    if crate::helper::current().is_none() {
         return;
     }
     // Inside the library (its own files): not the program's call.
     let Some(busy) = Busy::try_enter() else { return };
     drop(busy);
-    settle_pending(emu);
+    resume_if_due();
+    if let Some(due) = wait_pending(emu) {
+        hand_back(emu, due, write);
+    }
 }
 
 /// The lateness buckets' upper edges, in millionths of the request's model time (0.5%,
@@ -246,7 +311,14 @@ fn clock_now(emu: &Emu) -> u64 {
 /// UML's kernel thread may run a guest task meanwhile, and holding the clock would take
 /// that time from it.
 fn finish(emu: &Emu, wait: DeviceWait, arrival_ns: u64, complete_ns: u64, idle_since: Option<u64>) {
-    if clock_now(emu) > complete_ns {
+    wait_for(emu, wait, complete_ns, idle_since);
+    note_lateness(clock_now(emu).saturating_sub(complete_ns), complete_ns.saturating_sub(arrival_ns));
+}
+
+/// [`finish`]'s wait, without counting the lateness.
+fn wait_for(emu: &Emu, wait: DeviceWait, complete_ns: u64, idle_since: Option<u64>) {
+    let now = if emu.virtual_time { domain::peek_uncapped_ns() } else { clock_now(emu) };
+    if now > complete_ns {
         DATA_OVERRAN.fetch_add(1, Ordering::Relaxed);
         if emu.virtual_time && idle_since.is_some_and(domain::unchanged_since) {
             DATA_HIDDEN_NS.fetch_add(domain::hold_at(complete_ns), Ordering::Relaxed);
@@ -260,7 +332,6 @@ fn finish(emu: &Emu, wait: DeviceWait, arrival_ns: u64, complete_ns: u64, idle_s
     if fell_back {
         SPIN_FELL_BACK.fetch_add(1, Ordering::Relaxed);
     }
-    note_lateness(clock_now(emu).saturating_sub(complete_ns), complete_ns.saturating_sub(arrival_ns));
 }
 
 /// Serves `fsync`/`fdatasync` on the image: `Some(result)` when `fd` is the image. The
@@ -527,7 +598,7 @@ pub unsafe fn serve(fd: c_int, buf: Buf, len: size_t, off: Option<off_t>) -> Opt
 pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce() -> ssize_t) -> Option<ssize_t> {
     let emu = EMU.get()?;
     if !is_image(emu, fd) {
-        settle_helper_request();
+        settle_helper_request_for(!read);
         return None;
     }
     let mut busy = Busy::try_enter()?;
@@ -542,6 +613,9 @@ pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce()
         }
     };
     let offset_u = offset.max(0) as u64;
+    if crate::helper::current().is_some() {
+        resume_if_due();
+    }
     let mut real_start = domain::real_ns(libc::CLOCK_MONOTONIC);
     let joined = joined_arrival(offset_u, !read, real_start);
     if joined.is_none() && pending_here() {
@@ -598,6 +672,10 @@ pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce()
                 first_arrival_ns,
                 pending: Some(Pending { wait, idle_since: chain_idle }),
             });
+            if emu.virtual_time {
+                // Until the helper hands the request back, the clock stops at its instant.
+                domain::set_cap(complete_ns);
+            }
             drop(entered);
         }
         None => {
@@ -788,6 +866,10 @@ pub fn flush() {
             data_hidden_ns: DATA_HIDDEN_NS.load(Ordering::Relaxed),
             wake_hidden_ns: clock.wake_hidden_ns,
             wakes_settled: clock.wakes_settled,
+            capped: clock.capped,
+            capped_ns: clock.capped_ns,
+            pauses: clock.pauses,
+            paused_ns: clock.paused_ns,
         },
     };
     let Ok(line) = serde_json::to_string(&record) else { return };

@@ -24,7 +24,7 @@
 //! helpers (later ones run on their own stack, untouched), and freeing a helper's stack
 //! (helpers live as long as the program).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 /// Helpers that get a stack of the library's, at most.
 pub const HELPERS_MAX: usize = 8;
@@ -40,6 +40,8 @@ struct Helper {
     arg: AtomicUsize,
     /// The helper is inside the library (its share of `process::inside`).
     busy: AtomicBool,
+    /// Its process id, as clone returned it to its creator (0: not known).
+    pid: AtomicU32,
 }
 
 static HELPERS: [Helper; HELPERS_MAX] = [const {
@@ -49,6 +51,7 @@ static HELPERS: [Helper; HELPERS_MAX] = [const {
         func: AtomicUsize::new(0),
         arg: AtomicUsize::new(0),
         busy: AtomicBool::new(false),
+        pid: AtomicU32::new(0),
     }
 }; HELPERS_MAX];
 /// Slots handed out (a slot is never reused).
@@ -93,6 +96,17 @@ pub fn claim(func: usize, arg: usize) -> Option<(usize, usize)> {
     h.low.store(low, Ordering::Release);
     // 16-byte aligned top, as the ABI wants at a call.
     Some((index, (high - 64) & !15))
+}
+
+/// Records the process id of the helper of slot `index`.
+pub fn set_pid(index: usize, pid: u32) {
+    HELPERS[index].pid.store(pid, Ordering::Release);
+}
+
+/// Whether `pid` is one of the helpers started here.
+pub fn is_helper_pid(pid: u32) -> bool {
+    let used = USED.load(Ordering::Acquire).min(HELPERS_MAX);
+    HELPERS[..used].iter().any(|h| h.pid.load(Ordering::Acquire) == pid)
 }
 
 /// The function and argument the helper of slot `index` runs.

@@ -321,7 +321,12 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
     // SAFETY: forwarded caller promise.
-    unsafe { streaming(fd, Dir::Write(buf.cast()), len) }
+    let n = unsafe { streaming(fd, Dir::Write(buf.cast()), len) };
+    // A helper's write hands its finished requests back (crate::emu::after_helper_write).
+    let saved = real::errno();
+    emu::after_helper_write();
+    real::set_errno(saved);
+    n
 }
 
 /// # Safety

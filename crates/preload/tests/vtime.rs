@@ -24,6 +24,11 @@ impl Run {
 }
 
 fn run(program: &Path, dir: &Path, spec: &str, virtual_time: bool, args: &[&str]) -> Run {
+    run_env(program, dir, spec, virtual_time, args, &[])
+}
+
+/// [`run`] with more of the library's environment.
+fn run_env(program: &Path, dir: &Path, spec: &str, virtual_time: bool, args: &[&str], envs: &[(&str, &str)]) -> Run {
     let image = dir.join("disk.img");
     let stats = dir.join(format!("emu-{}.jsonl", args[0]));
     let _ = std::fs::remove_file(&stats);
@@ -37,6 +42,7 @@ fn run(program: &Path, dir: &Path, spec: &str, virtual_time: bool, args: &[&str]
         .env("SMARTCON_PRELOAD_EMU_PATH", &image)
         .env("SMARTCON_PRELOAD_VIRTUAL_TIME", if virtual_time { "1" } else { "0" })
         .env("SMARTCON_PRELOAD_EMU_STATS", &stats)
+        .envs(envs.iter().copied())
         .output()
         .expect("run the program");
     let wall_ns = start.elapsed().as_nanos() as i64;
@@ -233,4 +239,49 @@ fn a_helpers_page_pieces_are_one_request_that_waits_once_at_its_end() {
         assert!(r.get("request_ns") >= pieces * model, "virtual {virtual_time}: {:?}", r.fields);
         assert!(r.get("request_ns") >= r.get("pieces_ns"), "{:?}", r.fields);
     }
+}
+
+/// UML's ubd thread hands a request back with its write to the kernel, sometimes long
+/// after the model's instant (its wake-up waits for the guest task on its CPU). Under
+/// virtual time the clock stops at the instant until then: the request comes back at
+/// the model's instant on the program's clock, and what the program ran meanwhile is off
+/// the clock and counted as held. Here the helper burns 30 ms of its own CPU before its
+/// write while the main thread runs on (no jump), on a model that gives the request
+/// about 1 ms.
+#[test]
+fn a_helpers_request_holds_the_clock_at_its_instant_until_the_helper_hands_it_back() {
+    let Some((dir, program)) = setup("vtime-helperlate") else { return };
+    let (pieces, delay_ms) = (8, 30);
+    let r = run(
+        &program,
+        &dir,
+        "emu:nvme,lat=100us,channels=1",
+        true,
+        &["helperlate", &pieces.to_string(), &delay_ms.to_string()],
+    );
+    let l = &r.record["lateness"];
+    let counts: Vec<i64> = l["counts"].as_array().unwrap().iter().map(|c| c.as_i64().unwrap()).collect();
+    let edges: Vec<i64> = l["edges_ppm"].as_array().unwrap().iter().map(|c| c.as_i64().unwrap()).collect();
+    let within = edges.iter().position(|&e| e == 20_000).expect("a 2% edge");
+    let on_time: i64 = counts[..=within].iter().sum();
+    assert_eq!(counts.iter().sum::<i64>(), 1, "one request: {:?}", r.record);
+    assert_eq!(on_time, 1, "back at the model's instant, not 30 ms after it: {:?}", r.record);
+    assert_eq!(l["capped"].as_i64(), Some(1), "{:?}", r.record);
+    // The main thread ran (on the real clock, this run's base) while the helper burned
+    // its 30 ms of CPU past the instant: at least that much is off the clock.
+    assert!(l["capped_ns"].as_i64().unwrap() >= (delay_ms - 5) * 1_000_000, "{:?}", r.record);
+}
+
+/// UML makes a guest's new host process with a raw clone(2) from its stub, then waits for
+/// it with `waitpid`: under the guest CPU clock its CPU time counts from that wait on
+/// (before, a guest's CPU loop of 1 s moved the clock by 0.04 s).
+#[test]
+fn a_process_the_program_waits_for_counts_on_the_guest_cpu_clock() {
+    let Some((dir, program)) = setup("vtime-cpuchild") else { return };
+    let ms = 200;
+    let r =
+        run_env(&program, &dir, SPEC, true, &["cpuchild", &ms.to_string()], &[("SMARTCON_PRELOAD_GUEST_CLOCK", "cpu")]);
+    // The parent waited in waitpid (its own CPU: next to nothing) while the child burned
+    // 200 ms of its CPU: the clock moved by at least that.
+    assert!(r.get("elapsed_ns") >= ms * 1_000_000, "{:?}", r.fields);
 }

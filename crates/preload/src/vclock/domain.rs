@@ -23,6 +23,12 @@ static JUMPS: AtomicU64 = AtomicU64::new(0);
 /// ([`settle_after_jump`]), and how many waits it was hidden from.
 static WAKE_HIDDEN_NS: AtomicU64 = AtomicU64::new(0);
 static WAKES_SETTLED: AtomicU64 = AtomicU64::new(0);
+/// Requests the program ran past before they were handed back, the time it ran past them
+/// (kept off its clock by the cap), and its threads' pauses at the cap with their real ns.
+static CAPPED: AtomicU64 = AtomicU64::new(0);
+static CAPPED_NS: AtomicU64 = AtomicU64::new(0);
+static PAUSES: AtomicU64 = AtomicU64::new(0);
+static PAUSED_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Processes one domain holds at most; a fork past it turns jumping off for the domain.
 pub const DOMAIN_PIDS_MAX: usize = 64;
@@ -81,6 +87,11 @@ struct Domain {
     overflow: AtomicU32,
     /// The virtual instant the last jump went to ([`settle_after_jump`]).
     jumped_to_ns: AtomicU64,
+    /// The model's completion of a helper's request not handed back yet ([`set_cap`]):
+    /// the clock does not read past it. 0: none.
+    cap_ns: AtomicU64,
+    /// Bumped when the cap is released; a thread paused at the cap sleeps on it.
+    cap_word: AtomicU32,
     /// The guest CPU clock's base ([`cpu_ns`]): the processes whose CPU time it sums (0:
     /// free, [`CPU_PID_BUSY`]: being filled or emptied), the most each was seen at, and the
     /// CPU time of those that have gone.
@@ -104,6 +115,8 @@ impl Domain {
             threads_counted_at_ns: AtomicU64::new(0),
             overflow: AtomicU32::new(0),
             jumped_to_ns: AtomicU64::new(0),
+            cap_ns: AtomicU64::new(0),
+            cap_word: AtomicU32::new(0),
             cpu_pids: [const { AtomicU32::new(0) }; CPU_PIDS_MAX],
             cpu_seen_ns: [const { AtomicU64::new(0) }; CPU_PIDS_MAX],
             cpu_retired_ns: AtomicU64::new(0),
@@ -319,6 +332,16 @@ pub fn add_cpu_pid(pid: u32) {
     d.cpu_pids[slot].store(pid, Ordering::Release);
 }
 
+/// Counts `pid`'s CPU time in the guest CPU clock unless it is counted already (see the
+/// interposed `waitpid`, crate::clone). Nothing when the table is full.
+pub fn count_cpu_pid(pid: u32) {
+    let d = dom();
+    if d.cpu_pids.iter().any(|p| p.load(Ordering::Acquire) == pid) {
+        return;
+    }
+    add_cpu_pid(pid);
+}
+
 /// Whether the clock's base is the guest CPU clock.
 pub fn cpu_base() -> bool {
     CPU_BASE.load(Ordering::Relaxed)
@@ -385,8 +408,17 @@ pub(crate) fn real_gettime(clock: clockid_t, ts: *mut timespec) -> c_int {
 /// The virtual monotonic instant now, without recording it as seen.
 pub fn peek_ns() -> u64 {
     let d = dom();
-    let v = (scaled(base_ns()) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    let v = capped(d, (scaled(base_ns()) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64);
     v.max(d.last_ns.load(Ordering::Acquire))
+}
+
+/// `v` held at the cap, when one is set ([`set_cap`]).
+#[inline]
+fn capped(d: &Domain, v: u64) -> u64 {
+    match d.cap_ns.load(Ordering::Acquire) {
+        0 => v,
+        cap => v.min(cap),
+    }
 }
 
 /// The virtual monotonic instant now, as the program sees it (it never goes back), and
@@ -395,7 +427,7 @@ pub fn observe_ns() -> (u64, u64) {
     let d = dom();
     let base = base_ns();
     let real = real_ns(libc::CLOCK_MONOTONIC);
-    let v = (scaled(base) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    let v = capped(d, (scaled(base) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64);
     let last = d.last_ns.fetch_max(v, Ordering::AcqRel);
     (v.max(last), real)
 }
@@ -826,6 +858,113 @@ pub fn hold_at(until_ns: u64) -> u64 {
     hidden
 }
 
+/// A helper's request will complete at `complete_ns` on the model and is not handed back
+/// to the program yet (UML's ubd thread has issued its pieces and returns it when it next
+/// writes to the kernel): until [`release_cap`], the clock does not read past that
+/// instant, whoever runs meanwhile. This is the seed's pause of the OS while its emulator
+/// works, on the clock: on a host where the guest and the helper share one CPU, the
+/// helper's wake-up at the instant comes tens of microseconds after it (the guest task it
+/// preempts runs on meanwhile), while the model gives a request at 100 x about 60 us.
+/// What the guest runs past the instant before the pause ([`pause_at_cap`]) or the
+/// release is not on its clock; [`release_cap`] returns it.
+pub fn set_cap(complete_ns: u64) {
+    dom().cap_ns.store(complete_ns.max(1), Ordering::Release);
+}
+
+/// The clock without the cap (what it would read if no completion held it).
+fn uncapped_ns(d: &Domain) -> u64 {
+    let v = (scaled(base_ns()) as i64 + d.skew_ns.load(Ordering::Acquire)).max(0) as u64;
+    v.max(d.last_ns.load(Ordering::Acquire))
+}
+
+/// The clock without the cap, as [`peek_ns`] would read it without one.
+pub fn peek_uncapped_ns() -> u64 {
+    uncapped_ns(dom())
+}
+
+/// The helper has handed its request back (after its wait for `complete_ns`): the cap
+/// goes, the clock goes on from the instant (or the latest one read since: it never goes
+/// back), and a thread paused at the cap runs on. Returns the time the program ran past
+/// the instant while the cap held, which its clock does not count.
+pub fn release_cap(complete_ns: u64) -> u64 {
+    let d = dom();
+    if d.cap_ns.load(Ordering::Acquire) == 0 {
+        return 0;
+    }
+    let hidden = {
+        let _lock = DomainLock::take();
+        let base = base_ns();
+        let old_skew = d.skew_ns.load(Ordering::Acquire);
+        let now = scaled(base) as i64 + old_skew;
+        let to = complete_ns.max(d.last_ns.load(Ordering::Acquire)) as i64;
+        let hidden = if now > to {
+            d.skew_ns.store(to - scaled(base) as i64, Ordering::Release);
+            SKEW_MADE_NS.fetch_sub(now - to, Ordering::Relaxed);
+            (now - to) as u64
+        } else {
+            0
+        };
+        d.cap_ns.store(0, Ordering::Release);
+        hidden
+    };
+    if hidden > 0 {
+        CAPPED.fetch_add(1, Ordering::Relaxed);
+        CAPPED_NS.fetch_add(hidden, Ordering::Relaxed);
+    }
+    hidden
+}
+
+/// Resumes the threads paused at the cap ([`pause_at_cap`]): the helper has handed the
+/// request back (the clock was released before, [`release_cap`]; what the paused threads
+/// then do is after the completion).
+pub fn resume_paused() {
+    let d = dom();
+    d.cap_word.fetch_add(1, Ordering::Release);
+    futex_wake_all(&d.cap_word);
+}
+
+/// The longest a thread stays paused at the cap (real ns): a helper that does not
+/// release it (it died) does not stop the program for good.
+pub const PAUSE_MAX_NS: u64 = 5_000_000;
+
+/// Called by the program's threads at points where stopping is safe (UML's kernel thread
+/// after each `waitpid` on a guest process, which is then stopped): when the clock has
+/// run up to a held completion, the caller stops until the helper hands it back, so the
+/// guest does not run on past the instant in real time (the seed pauses the OS). The
+/// waiting helper is woken first. Nothing for the helper itself or without a cap.
+pub fn pause_at_cap() {
+    let d = dom();
+    let cap = d.cap_ns.load(Ordering::Acquire);
+    if cap == 0 || crate::helper::current().is_some() || uncapped_ns(d) < cap {
+        return;
+    }
+    let seen = d.cap_word.load(Ordering::Acquire);
+    if d.cap_ns.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    for s in &d.slots {
+        let id = s.id.load(Ordering::Acquire);
+        if id != 0
+            && id != FILLING
+            && s.signal.load(Ordering::Relaxed) == 0
+            && s.target_ns.load(Ordering::Relaxed) <= cap
+        {
+            s.wake.fetch_add(1, Ordering::Release);
+            futex_wake_all(&s.wake);
+        }
+    }
+    PAUSES.fetch_add(1, Ordering::Relaxed);
+    let start = real_ns(libc::CLOCK_MONOTONIC);
+    loop {
+        let waited = real_ns(libc::CLOCK_MONOTONIC).saturating_sub(start);
+        if d.cap_word.load(Ordering::Acquire) != seen || waited >= PAUSE_MAX_NS {
+            break;
+        }
+        futex_wait(&d.cap_word, seen, PAUSE_MAX_NS - waited);
+    }
+    PAUSED_NS.fetch_add(real_ns(libc::CLOCK_MONOTONIC).saturating_sub(start), Ordering::Relaxed);
+}
+
 /// What the exit record says about the clock.
 pub struct ClockStats {
     pub skew_ns: i64,
@@ -833,6 +972,10 @@ pub struct ClockStats {
     pub jumps: u64,
     pub wake_hidden_ns: u64,
     pub wakes_settled: u64,
+    pub capped: u64,
+    pub capped_ns: u64,
+    pub pauses: u64,
+    pub paused_ns: u64,
 }
 
 pub fn stats() -> ClockStats {
@@ -842,6 +985,10 @@ pub fn stats() -> ClockStats {
         jumps: JUMPS.load(Ordering::Relaxed),
         wake_hidden_ns: WAKE_HIDDEN_NS.load(Ordering::Relaxed),
         wakes_settled: WAKES_SETTLED.load(Ordering::Relaxed),
+        capped: CAPPED.load(Ordering::Relaxed),
+        capped_ns: CAPPED_NS.load(Ordering::Relaxed),
+        pauses: PAUSES.load(Ordering::Relaxed),
+        paused_ns: PAUSED_NS.load(Ordering::Relaxed),
     }
 }
 
@@ -876,6 +1023,9 @@ pub fn fork_child() {
     JUMPS.store(0, Ordering::Relaxed);
     WAKE_HIDDEN_NS.store(0, Ordering::Relaxed);
     WAKES_SETTLED.store(0, Ordering::Relaxed);
+    for c in [&CAPPED, &CAPPED_NS, &PAUSES, &PAUSED_NS] {
+        c.store(0, Ordering::Relaxed);
+    }
     if !on() {
         return;
     }
@@ -973,6 +1123,59 @@ mod tests {
         assert_eq!(d.cpu_pids[slot].load(Ordering::Acquire), 0);
         assert!(d.cpu_retired_ns.load(Ordering::Acquire) >= before + seen);
         assert!(cpu_ns(d) >= running, "the clock's base keeps what the gone process used");
+    }
+
+    #[test]
+    fn a_held_completion_stops_the_clock_and_a_thread_that_reaches_it_until_it_is_handed_back() {
+        // One test for both: the cap is the process's.
+        // This test process's domain (the real clock as its base, no speed factor).
+        let d = dom();
+        let before = peek_ns();
+        let cap = before + 1_000;
+        set_cap(cap);
+        // The base runs on past the instant; the clock does not.
+        while uncapped_ns(d) <= cap + 100_000 {
+            std::hint::spin_loop();
+        }
+        assert_eq!(peek_ns(), cap, "held at the completion");
+        assert_eq!(observe_ns().0, cap, "what the program reads is held too");
+        let past = uncapped_ns(d) - cap;
+        let hidden = release_cap(cap);
+        assert!(hidden >= past, "the time run past the instant is off the clock: {hidden} {past}");
+        let after = peek_ns();
+        assert!(after >= cap && after < cap + hidden, "it goes on from the instant: {after} {cap} {hidden}");
+        // Nothing held any more: a second release hides nothing.
+        assert_eq!(release_cap(cap), 0);
+        assert_eq!(d.cap_ns.load(Ordering::Acquire), 0);
+
+        // A thread that reaches a held completion pauses until the helper hands it back.
+        let cap = peek_ns() + 1_000;
+        set_cap(cap);
+        while uncapped_ns(d) <= cap {
+            std::hint::spin_loop();
+        }
+        let handed_back = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = handed_back.clone();
+        let paused = std::thread::spawn(move || {
+            pause_at_cap();
+            // Paused until the hand-back, unless the bound ran out first.
+            flag.load(Ordering::Acquire)
+        });
+        // The pause is counted before the paused thread sleeps.
+        let pauses_before = PAUSES.load(Ordering::Relaxed);
+        while PAUSES.load(Ordering::Relaxed) == pauses_before && !paused.is_finished() {
+            std::hint::spin_loop();
+        }
+        release_cap(cap);
+        handed_back.store(true, Ordering::Release);
+        resume_paused();
+        let saw = paused.join().expect("the paused thread");
+        let waited = PAUSED_NS.load(Ordering::Relaxed);
+        assert!(saw || waited >= PAUSE_MAX_NS, "it ran on before the hand-back only at the bound: {waited}");
+        // Without a held completion nothing pauses.
+        let count = PAUSES.load(Ordering::Relaxed);
+        pause_at_cap();
+        assert_eq!(PAUSES.load(Ordering::Relaxed), count);
     }
 
     #[test]
