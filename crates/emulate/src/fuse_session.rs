@@ -234,6 +234,15 @@ fn connection_id(p: &Path) -> Option<u64> {
 /// One /dev/fuse thread: read a request, handle it, hold the reply until due, write it.
 fn serve_dev(fd: &OwnedFd, disk: &Disk) {
     disk.prepare_thread();
+    // Made on this thread, after it took its priority: the reference wait measures this
+    // thread's wake-ups. The mount made one before it started (a bad option fails there).
+    let mut waiter = match disk.shared().waiter() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("emulate mount: FUSE thread: {e}");
+            return;
+        }
+    };
     let mut buf = vec![0u8; DEV_BUF_BYTES];
     loop {
         // SAFETY: `buf` is a live, writable allocation of `buf.len()` bytes for the call.
@@ -257,7 +266,12 @@ fn serve_dev(fd: &OwnedFd, disk: &Disk) {
         let io = &mut buf[start + op_len..];
         let outcome = disk.handle(&h, &op_in[..op_len], io, body_len - op_len);
         if let Some(p) = &outcome.pending {
-            crate::fuse::wait_until(p.due_ns);
+            // Through the thread's SmartPort, by the mount's strategy. A wait cannot fail on
+            // this device (its status is the clock); if the port ever says otherwise, the
+            // reply goes out now and the error is shown.
+            if let Err(e) = waiter.hold(p) {
+                eprintln!("emulate mount: FUSE thread: holding a reply: {e}");
+            }
         }
         let (error, len) = match outcome.reply {
             Reply::None => continue,
