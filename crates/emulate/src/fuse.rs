@@ -316,20 +316,26 @@ pub struct Waiter {
 }
 
 impl Waiter {
-    /// Holds the reply of `p` until its instant, as the port decides: one group call of one
-    /// request (in the device's in-flight counters from now until the wait ends), counted.
-    pub fn hold(&mut self, p: &Pending) -> Result<(), Error> {
+    /// Holds the reply of `p` until its instant, as the port decides, then sends it with
+    /// `reply`: one group call of one request (in the device's in-flight counters from now
+    /// until the wait ends), counted after the reply has gone out. `reply` runs exactly once:
+    /// after the wait, or at once if the port fails (the error is returned beside its result).
+    pub fn hold<R>(&mut self, p: &Pending, reply: impl FnOnce() -> R) -> (R, Result<(), Error>) {
         let op = if p.write { Op::Write } else { Op::Read };
         let references = self.port.counters().reference_waits;
-        let mut call = self.port.submit_group(op, 1, p.bytes.max(1))?;
+        let mut call = match self.port.submit_group(op, 1, p.bytes.max(1)) {
+            Ok(call) => call,
+            Err(e) => return (reply(), Err(e)),
+        };
         let pending = wait::Pending { op, bytes: p.bytes, ahead: call.ahead(), submit_ns: p.arrival_ns };
-        call.wait(&pending, &mut Due { due_ns: p.due_ns }, GroupWait::FromSubmission)?;
-        call.release(1)?;
-        let out = call.finish()?;
-        self.shared.by_strategy[out.strategy.index()].fetch_add(1, Ordering::Relaxed);
-        let references = self.port.counters().reference_waits - references;
-        self.shared.reference_waits.fetch_add(references, Ordering::Relaxed);
-        Ok(())
+        let waited = call.wait(&pending, &mut Due { due_ns: p.due_ns }, GroupWait::FromSubmission);
+        let sent = reply();
+        let counted = waited.and_then(|_| call.release(1)).and_then(|()| call.finish()).map(|out| {
+            self.shared.by_strategy[out.strategy.index()].fetch_add(1, Ordering::Relaxed);
+            let references = self.port.counters().reference_waits - references;
+            self.shared.reference_waits.fetch_add(references, Ordering::Relaxed);
+        });
+        (sent, counted)
     }
 
     /// What this thread's port counted (requests by strategy, reference waits, latencies).
@@ -637,8 +643,9 @@ mod tests {
             d.shared().set_modelled([0, 0]);
             for (op, len) in [(WRITE, 4096), (READ, 0)] {
                 let p = d.handle(&header(op, FILE_INO), &rw_in(0, 4096), &mut io, len).pending.expect("held");
-                w.hold(&p).unwrap();
-                assert!(now_ns() >= p.due_ns, "{strategy:?}: the wait ended before the reply's instant");
+                let (replied_ns, port) = w.hold(&p, now_ns);
+                port.unwrap();
+                assert!(replied_ns >= p.due_ns, "{strategy:?}: the reply went out before its instant");
             }
             let c = w.counters();
             assert_eq!((c.ios, c.bytes), (2, 8192), "{strategy:?}: both requests counted by the port");
