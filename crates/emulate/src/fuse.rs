@@ -10,24 +10,35 @@
 //! moves at once, and the reply is held until the model's completion minus the path's
 //! measured overhead (FUSE + loop: what a request costs with a zero-latency device), so that
 //! the program above the loop device sees the model's latency rather than the model's plus
-//! the path's. The wait sleeps on a kernel timer until [`SPIN_NS`] before the instant, then
-//! polls the clock (a timer alone wakes late by tens of microseconds on a loaded host); the
-//! serving threads run under SCHED_FIFO when allowed, as the seed's emulator ran its
-//! simulation thread at top priority.
+//! the path's. The serving threads run under SCHED_FIFO when allowed, as the seed's emulator
+//! ran its simulation thread at top priority.
+//!
+//! How a /dev/fuse thread holds a reply is the engine's (issue 21): each thread has a
+//! [`Waiter`], a SmartPort group port on the device's in-flight counters
+//! (`SmartPort::for_group`, as the merge device's waiters), and each modelled request is a
+//! group call of one request: it enters the counters, the port decides how the thread waits
+//! (a fixed `--strategy`, or `smart`'s decision on the model's thresholds), the thread waits
+//! so until the reply's instant ([`Due`], the device's status), and the call is counted. So
+//! `--strategy` means what it means under `bench --target emu:...`: `block` sleeps on a
+//! kernel timer to the instant and replies late by the wake-up; `spin` polls the clock back
+//! to back (past the engine's spin budget it sleeps); the polling strategies poll at the
+//! instants their policy picks. Without a `--strategy` (the default) the port's `block` is
+//! the reference wait (`BlockWait::Reference`, the real-time replay's yardstick): asleep
+//! until a margin before the instant (this thread's measured wake-up overshoot, p99, and
+//! never less than [`SPIN_NS`], the fixed margin the server had before), then watching the
+//! clock to it, so the reply goes out at the model's instant, the fidelity the
+//! server has always had.
 //!
 //! Each request's lateness (reply instant minus the instant it was due) is kept for the
 //! accuracy report. Until [`Shared::set_modelled`] is called the device is a zero-latency
 //! one: setup (calibration, mkfs, mount) runs at memory speed and is not in the report.
 //!
 //! A transport holds a reply by the [`Pending`] the handler returns: the /dev/fuse threads
-//! wait in place ([`wait_until`]), an io_uring queue keeps serving other requests and commits
-//! the reply when it is due.
-//!
-//! Not a SmartPort (issue 21): the server is the device, and its wait for the reply's
-//! instant is the device's timing, not a `--strategy` (a strategy here would only move the
-//! reply off the model's instant). It is the engine's one "sleep, then spin to a deadline"
-//! ([`wait_until`]; the io_uring queues use its event variant). The program above the mount
-//! chooses its own wait, through the kernel, or its own SmartPort under `smartcon run`.
+//! wait in place through their [`Waiter`], an io_uring queue keeps serving other requests and
+//! commits the reply when it is due (one thread holds several replies, so a per-request
+//! strategy has no place there: the queue waits with the engine's "sleep, then spin, or an
+//! event" to the earliest due reply, with a [`SPIN_NS`] margin, and `--strategy` is refused
+//! on that transport).
 //!
 //! Non-goals: more than one file, a directory tree, permissions beyond root's, notifications.
 
@@ -35,15 +46,22 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use smartcon_devemu::{EmuSpec, FcfsDevice, Op, RamStore};
-use smartcon_engine::clock::{now_ns, sleep_then_spin_until, tighten_timer_slack, RealClock};
+use smartcon_engine::clock::{now_ns, tighten_timer_slack, RealClock, Sleeper};
+use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::monitor::SystemMonitor;
+use smartcon_engine::profile::{self, HostWaitCost, Profile};
+use smartcon_engine::smartport::{BlockWait, GroupWait, PortCounters, SmartPort, SmartPortOptions, StrategyChoice};
+use smartcon_engine::target::InFlight;
+use smartcon_engine::wait::{self, Status};
 
 use crate::fuse_abi::{self, InHeader};
 
 /// The file's name in the FUSE mount.
 pub const FILE_NAME: &str = "disk";
 const FILE_INO: u64 = 2;
-/// How long before a reply's instant the timer sleep ends and polling starts.
+/// How long before a reply's instant an io_uring queue's timed wait ends and polling starts;
+/// the least margin of the /dev/fuse threads' reference wait.
 pub const SPIN_NS: u64 = 150_000;
 /// Seconds the kernel may cache names and attributes (nothing changes them but us).
 const TTL_S: u64 = 3600;
@@ -65,6 +83,7 @@ pub struct Served {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pending {
     pub write: bool,
+    pub bytes: u64,
     pub arrival_ns: u64,
     pub model_ns: u64,
     pub overhead_ns: u64,
@@ -81,12 +100,33 @@ pub struct Shared {
     served: Mutex<Vec<Served>>,
     size_bytes: u64,
     fifo: bool,
+    label: String,
+    /// `--strategy`; `None`: the reference wait.
+    strategy: Option<StrategyChoice>,
+    /// The thresholds a deciding strategy reads: the model's (as an emulated target's).
+    builtin: Profile,
+    /// The device's in-flight counters, shared by every serving thread's port.
+    inflight: Arc<InFlight>,
+    /// Held replies by the strategy they waited with, and how many were reference waits.
+    by_strategy: [AtomicU64; Strategy::COUNT],
+    reference_waits: AtomicU64,
+    /// The serving threads (kernel thread ids), for the server's CPU time.
+    tids: Mutex<Vec<libc::pid_t>>,
 }
 
 impl Shared {
-    pub fn new(spec: &EmuSpec, size_bytes: u64, fifo: bool) -> Result<Arc<Shared>, Error> {
+    /// `strategy`: how the /dev/fuse threads hold replies (`None`: the reference wait).
+    pub fn new(
+        spec: &EmuSpec,
+        size_bytes: u64,
+        fifo: bool,
+        strategy: Option<StrategyChoice>,
+    ) -> Result<Arc<Shared>, Error> {
         let mut spec = spec.clone();
         spec.capacity_bytes = size_bytes;
+        let builtin =
+            smartcon_emutarget::emu::model_profile(&spec, HostWaitCost::stored().as_ref(), profile::online_cpus());
+        let label = spec.label.clone();
         let device = FcfsDevice::new(spec)?;
         let store = RamStore::new(size_bytes as usize)
             .map_err(|e| Error::new(ErrorKind::Setup, format!("cannot map the {size_bytes}-byte RAM store: {e}")))?;
@@ -98,7 +138,61 @@ impl Shared {
             served: Mutex::new(Vec::new()),
             size_bytes,
             fifo,
+            label,
+            strategy,
+            builtin,
+            inflight: Arc::new(InFlight::default()),
+            by_strategy: [const { AtomicU64::new(0) }; Strategy::COUNT],
+            reference_waits: AtomicU64::new(0),
+            tids: Mutex::new(Vec::new()),
         }))
+    }
+
+    /// The strategy's name as `--strategy` spells it; `reference` without one.
+    pub fn strategy_name(&self) -> &'static str {
+        self.strategy.map_or("reference", |s| s.name())
+    }
+
+    /// A serving thread's handle for holding replies: a SmartPort group port on the
+    /// device's in-flight counters, with the mount's strategy. Made on the thread that waits
+    /// (the reference wait measures that thread's wake-up overshoot, about 8 ms of sleeps).
+    pub fn waiter(self: &Arc<Self>) -> Result<Waiter, Error> {
+        let strategy = self.strategy.unwrap_or(StrategyChoice::Fixed(Strategy::Block));
+        let block_wait = if self.strategy.is_none() { BlockWait::Reference } else { BlockWait::Kernel };
+        // A fixed strategy reads no CPU figure; a decision reads the process-wide monitor,
+        // as a job's does.
+        let monitor = match strategy {
+            StrategyChoice::Fixed(_) => Some(Arc::new(SystemMonitor::fixed(0))),
+            _ => None,
+        };
+        let options = SmartPortOptions { strategy, block_wait, monitor, ..Default::default() };
+        let mut port = SmartPort::for_group(&self.label, self.inflight.clone(), Some(self.builtin.clone()), options)?;
+        // The reference wait's margin is this thread's p99 wake-up overshoot, never less than
+        // the fixed margin the server had before it went through SmartPort: the p99 alone
+        // lets about 1% of the wake-ups past it, and the report's p99 lateness grew
+        // (docs/emulator.md, issue 21's before-and-after).
+        port.set_reference_margin_floor(SPIN_NS);
+        Ok(Waiter { shared: self.clone(), port })
+    }
+
+    /// Held replies since [`Shared::set_modelled`], by the strategy they waited with
+    /// (indexed by [`Strategy::index`]), and how many of them were reference waits.
+    pub fn waits(&self) -> ([u64; Strategy::COUNT], u64) {
+        (
+            std::array::from_fn(|i| self.by_strategy[i].load(Ordering::Relaxed)),
+            self.reference_waits.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The device's in-flight counters (every serving thread's port counts into them).
+    pub fn inflight(&self) -> &InFlight {
+        &self.inflight
+    }
+
+    /// CPU time the serving threads have run for so far, in ns (their schedstat run time).
+    pub fn server_cpu_ns(&self) -> u64 {
+        let tids = self.tids.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        tids.iter().map(|&tid| thread_run_ns(tid).unwrap_or(0)).sum()
     }
 
     /// From now on requests take the model's time, less `overhead_ns` [read, write].
@@ -106,6 +200,10 @@ impl Shared {
         self.overhead_ns[0].store(overhead_ns[0], Ordering::Relaxed);
         self.overhead_ns[1].store(overhead_ns[1], Ordering::Relaxed);
         self.served.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        for n in &self.by_strategy {
+            n.store(0, Ordering::Relaxed);
+        }
+        self.reference_waits.store(0, Ordering::Relaxed);
         self.modelled.store(true, Ordering::SeqCst);
     }
 
@@ -133,6 +231,7 @@ impl Shared {
         let overhead_ns = self.overhead_ns[usize::from(op == Op::Write)].load(Ordering::Relaxed);
         Some(Pending {
             write: op == Op::Write,
+            bytes,
             arrival_ns,
             model_ns: sched.complete_ns - arrival_ns,
             overhead_ns,
@@ -156,8 +255,9 @@ thread_local! {
     static PREPARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Once per serving thread: a 1 ns timer slack, and SCHED_FIFO priority 1 when asked.
-fn prepare_thread(fifo: bool) {
+/// Once per serving thread: a 1 ns timer slack, SCHED_FIFO priority 1 when asked, and the
+/// thread's id in `tids` (the server's CPU time).
+fn prepare_thread(fifo: bool, tids: &Mutex<Vec<libc::pid_t>>) {
     if PREPARED.with(|p| p.replace(true)) {
         return;
     }
@@ -168,12 +268,87 @@ fn prepare_thread(fifo: bool) {
         // (no CAP_SYS_NICE) leaves the thread as it was, which only costs accuracy.
         unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
     }
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    tids.lock().unwrap_or_else(|e| e.into_inner()).push(tid);
 }
 
-/// Sleeps until [`SPIN_NS`] before `at_ns`, then polls the clock until it: the engine's one
-/// "sleep, then spin to a deadline" ([`sleep_then_spin_until`]) on the host's clock.
-pub fn wait_until(at_ns: u64) {
-    sleep_then_spin_until(&RealClock, at_ns, SPIN_NS);
+/// How long thread `tid` of this process has run on a CPU, in ns (schedstat's first field).
+fn thread_run_ns(tid: libc::pid_t) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// A reply held until `due_ns`, as the waiting thread sees it: the device's status. The
+/// instant is known (the server is the device): a poll is "now >= due", `block` sleeps on a
+/// kernel timer to it (and wakes late by the host's overshoot), and the reference wait
+/// watches the clock to it ([`Status::done_ns`]).
+pub struct Due {
+    pub due_ns: u64,
+}
+
+impl Status for Due {
+    fn now_ns(&self) -> u64 {
+        now_ns()
+    }
+
+    fn poll(&mut self) -> Result<bool, Error> {
+        Ok(now_ns() >= self.due_ns)
+    }
+
+    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        RealClock.sleep_until(at_ns);
+        Ok(())
+    }
+
+    fn spin_until(&mut self, at_ns: u64) {
+        RealClock.spin_until(at_ns)
+    }
+
+    fn block(&mut self) -> Result<(), Error> {
+        RealClock.block_until(self.due_ns);
+        Ok(())
+    }
+
+    fn done_ns(&self) -> Option<u64> {
+        Some(self.due_ns)
+    }
+}
+
+/// A serving thread's SmartPort ([`Shared::waiter`]): every modelled request's reply is held
+/// through it.
+pub struct Waiter {
+    shared: Arc<Shared>,
+    port: SmartPort,
+}
+
+impl Waiter {
+    /// Holds the reply of `p` until its instant, as the port decides, then sends it with
+    /// `reply`: one group call of one request (in the device's in-flight counters from now
+    /// until the wait ends), counted after the reply has gone out. `reply` runs exactly once:
+    /// after the wait, or at once if the port fails (the error is returned beside its result).
+    pub fn hold<R>(&mut self, p: &Pending, reply: impl FnOnce() -> R) -> (R, Result<(), Error>) {
+        let op = if p.write { Op::Write } else { Op::Read };
+        let references = self.port.counters().reference_waits;
+        let mut call = match self.port.submit_group(op, 1, p.bytes.max(1)) {
+            Ok(call) => call,
+            Err(e) => return (reply(), Err(e)),
+        };
+        let pending = wait::Pending { op, bytes: p.bytes, ahead: call.ahead(), submit_ns: p.arrival_ns };
+        let waited = call.wait(&pending, &mut Due { due_ns: p.due_ns }, GroupWait::FromSubmission);
+        let sent = reply();
+        let counted = waited.and_then(|_| call.release(1)).and_then(|()| call.finish()).map(|out| {
+            self.shared.by_strategy[out.strategy.index()].fetch_add(1, Ordering::Relaxed);
+            let references = self.port.counters().reference_waits - references;
+            self.shared.reference_waits.fetch_add(references, Ordering::Relaxed);
+        });
+        (sent, counted)
+    }
+
+    /// What this thread's port counted (requests by strategy, reference waits, latencies).
+    pub fn counters(&self) -> &PortCounters {
+        self.port.counters()
+    }
 }
 
 /// How a request was answered.
@@ -235,7 +410,7 @@ impl Disk {
 
     /// Once per serving thread: timer slack and SCHED_FIFO (when the mount asked for it).
     pub fn prepare_thread(&self) {
-        prepare_thread(self.shared.fifo);
+        prepare_thread(self.shared.fifo, &self.shared.tids);
     }
 
     fn attr(&self, ino: u64) -> fuse_abi::Attr {
@@ -382,7 +557,7 @@ mod tests {
 
     fn disk() -> Disk {
         let spec = smartcon_devemu::parse_spec("emu:sdcard").unwrap();
-        Disk::new(Shared::new(&spec, 1 << 20, false).unwrap(), true)
+        Disk::new(Shared::new(&spec, 1 << 20, false, None).unwrap(), true)
     }
 
     fn header(opcode: u32, nodeid: u64) -> InHeader {
@@ -448,10 +623,53 @@ mod tests {
         let w = d.handle(&header(WRITE, FILE_INO), &rw_in(0, 4096), &mut io, 4096);
         let p = w.pending.expect("a modelled write is held");
         assert!(p.write && p.model_ns > p.overhead_ns);
+        assert_eq!(p.bytes, 4096);
         assert_eq!(p.overhead_ns, 20_000);
         assert_eq!(p.due_ns, p.arrival_ns + p.model_ns - p.overhead_ns);
         d.shared().replied(&p, p.due_ns);
         assert_eq!(d.shared().served(), vec![Served { write: true, model_ns: p.model_ns, lateness_ns: 0 }]);
+    }
+
+    #[test]
+    fn every_held_reply_is_held_through_the_threads_smartport() {
+        use smartcon_engine::smartport::StrategyChoice;
+        let block = Strategy::Block;
+        for (strategy, want) in [
+            (None, Some(block)),
+            (Some(StrategyChoice::Fixed(block)), Some(block)),
+            (Some(StrategyChoice::Fixed(Strategy::Spin)), Some(Strategy::Spin)),
+            (Some(StrategyChoice::Fixed(Strategy::Hybrid)), Some(Strategy::Hybrid)),
+            (Some(StrategyChoice::Smart), None),
+        ] {
+            let spec = smartcon_devemu::parse_spec("emu:sdcard").unwrap();
+            let d = Disk::new(Shared::new(&spec, 1 << 20, false, strategy).unwrap(), true);
+            let mut w = d.shared().waiter().unwrap();
+            let mut io = vec![0u8; 8192];
+            // Unmodelled (setup): nothing is held, the port sees nothing.
+            assert_eq!(d.handle(&header(WRITE, FILE_INO), &rw_in(0, 4096), &mut io, 4096).pending, None);
+            d.shared().set_modelled([0, 0]);
+            for (op, len) in [(WRITE, 4096), (READ, 0)] {
+                let p = d.handle(&header(op, FILE_INO), &rw_in(0, 4096), &mut io, len).pending.expect("held");
+                let (replied_ns, port) = w.hold(&p, now_ns);
+                port.unwrap();
+                assert!(replied_ns >= p.due_ns, "{strategy:?}: the reply went out before its instant");
+            }
+            let c = w.counters();
+            assert_eq!((c.ios, c.bytes), (2, 8192), "{strategy:?}: both requests counted by the port");
+            let margin = w.port.reference_margin_ns();
+            assert_eq!(margin.is_some(), strategy.is_none(), "{strategy:?}: only the default is the reference wait");
+            assert!(margin.is_none_or(|m| m >= SPIN_NS), "the reference margin {margin:?} is below the old fixed one");
+            let (by, references) = d.shared().waits();
+            assert_eq!(by.iter().sum::<u64>(), 2, "{strategy:?}");
+            if let Some(s) = want {
+                assert_eq!((c.by_strategy[s.index()], by[s.index()]), (2, 2), "{strategy:?}");
+            }
+            // Only the default's block is the reference wait; --strategy block is the kernel's.
+            let reference = if strategy.is_none() { 2 } else { 0 };
+            assert_eq!((references, c.reference_waits), (reference, reference), "{strategy:?}");
+            assert_eq!((d.shared().inflight().ours(), d.shared().inflight().unmatched_leaves()), (0, 0));
+            assert_eq!(d.shared().strategy_name(), strategy.map_or("reference", |s| s.name()));
+        }
     }
 
     #[test]

@@ -234,6 +234,15 @@ fn connection_id(p: &Path) -> Option<u64> {
 /// One /dev/fuse thread: read a request, handle it, hold the reply until due, write it.
 fn serve_dev(fd: &OwnedFd, disk: &Disk) {
     disk.prepare_thread();
+    // Made on this thread, after it took its priority: the reference wait measures this
+    // thread's wake-ups. The mount made one before it started (a bad option fails there).
+    let mut waiter = match disk.shared().waiter() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("emulate mount: FUSE thread: {e}");
+            return;
+        }
+    };
     let mut buf = vec![0u8; DEV_BUF_BYTES];
     loop {
         // SAFETY: `buf` is a live, writable allocation of `buf.len()` bytes for the call.
@@ -256,9 +265,6 @@ fn serve_dev(fd: &OwnedFd, disk: &Disk) {
         // reply is larger than its request).
         let io = &mut buf[start + op_len..];
         let outcome = disk.handle(&h, &op_in[..op_len], io, body_len - op_len);
-        if let Some(p) = &outcome.pending {
-            crate::fuse::wait_until(p.due_ns);
-        }
         let (error, len) = match outcome.reply {
             Reply::None => continue,
             Reply::Error(e) => (-e, 0),
@@ -270,10 +276,26 @@ fn serve_dev(fd: &OwnedFd, disk: &Disk) {
             libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: header.len() },
             libc::iovec { iov_base: io.as_mut_ptr().cast(), iov_len: len },
         ];
-        let done_ns = now_ns();
-        // SAFETY: both iovecs point at live buffers of the given lengths (len was clamped to
-        // io.len()) for the duration of the call.
-        let w = unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), 2) };
+        let send = || {
+            let done_ns = now_ns();
+            // SAFETY: both iovecs point at live buffers of the given lengths (len was clamped
+            // to io.len()) for the duration of the call.
+            (done_ns, unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), 2) })
+        };
+        let (done_ns, w) = match &outcome.pending {
+            // Held through the thread's SmartPort, by the mount's strategy; the reply goes out
+            // as soon as the wait ends, and the port counts the request after it. A wait
+            // cannot fail on this device (its status is the clock); if the port ever says
+            // otherwise, the reply has gone out at once and the error is shown.
+            Some(p) => {
+                let (sent, port) = waiter.hold(p, send);
+                if let Err(e) = port {
+                    eprintln!("emulate mount: FUSE thread: holding a reply: {e}");
+                }
+                sent
+            }
+            None => send(),
+        };
         if let Some(p) = &outcome.pending {
             disk.shared().replied(p, done_ns);
         }

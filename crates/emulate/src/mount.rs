@@ -43,7 +43,9 @@ use std::time::{Duration, Instant};
 
 use smartcon_devemu::EmuSpec;
 use smartcon_engine::clock::now_ns;
+use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::smartport::StrategyChoice;
 use smartcon_engine::target::AlignedBuf;
 
 use crate::fuse::{Disk, Served, Shared, FILE_NAME};
@@ -81,6 +83,10 @@ pub struct MountOptions {
     /// Mount over a directory that is not empty (or already a mount point), hiding what is
     /// there while the mount lasts; refused without it.
     pub force: bool,
+    /// How the server's /dev/fuse threads hold a reply until its instant, through their
+    /// SmartPort ([`crate::fuse::Waiter`]); `None` (the default): the reference wait, which
+    /// replies at the model's instant. Only with [`Transport::Dev`].
+    pub strategy: Option<StrategyChoice>,
 }
 
 /// What the caller prints once the device is usable.
@@ -112,6 +118,14 @@ pub struct Report {
     pub lateness_ns_p50: i64,
     pub lateness_ns_p99: i64,
     pub lateness_ns_max: i64,
+    /// `--strategy` (`reference`: the default wait).
+    pub strategy: String,
+    /// Held replies by the strategy their SmartPort waited with ([`Strategy::index`]), and
+    /// how many were reference waits.
+    pub by_strategy: [u64; Strategy::COUNT],
+    pub reference_waits: u64,
+    /// CPU time the server's serving threads ran for while modelled.
+    pub server_cpu_ns: u64,
 }
 
 impl Report {
@@ -133,6 +147,7 @@ impl Report {
             lateness_ns_p50: q(0.5),
             lateness_ns_p99: q(0.99),
             lateness_ns_max: late.last().copied().unwrap_or(0),
+            ..Report::default()
         }
     }
 }
@@ -153,6 +168,23 @@ impl fmt::Display for Report {
             if self.direct_io { "" } else { " (loop WITHOUT direct I/O)" }
         )?;
         writeln!(f, "  requests served: {} reads, {} writes", self.reads, self.writes)?;
+        let held: Vec<String> = Strategy::ALL
+            .iter()
+            .filter(|s| self.by_strategy[s.index()] > 0)
+            .map(|s| format!("{} {}", self.by_strategy[s.index()], s.name()))
+            .collect();
+        writeln!(
+            f,
+            "  replies held through SmartPort (--strategy {}): {}{}; server CPU {:.1} ms",
+            if self.strategy.is_empty() { "?" } else { &self.strategy },
+            if held.is_empty() { "none".to_string() } else { held.join(", ") },
+            if self.reference_waits > 0 {
+                format!(" ({} reference waits)", self.reference_waits)
+            } else {
+                String::new()
+            },
+            self.server_cpu_ns as f64 / 1e6
+        )?;
         writeln!(
             f,
             "  mean latency: model {:.1} us, seen {:.1} us ({:+.2}%)",
@@ -398,6 +430,16 @@ fn check_options(opts: &MountOptions) -> Result<PathBuf, Error> {
         return Err(setup_err(r));
     }
     if opts.transport == Transport::Uring {
+        if let Some(s) = opts.strategy {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!(
+                    "--strategy {} needs --transport dev: an io_uring queue holds several replies in one thread, so it \
+                     has no per-request wait to choose (it waits to the earliest reply's instant)",
+                    s.name()
+                ),
+            ));
+        }
         if let Some(r) = fuse_uring::unavailable_reason() {
             return Err(setup_err(format!("--transport uring: {r}")));
         }
@@ -511,7 +553,11 @@ pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)
     let mounts = records::mounts_dir();
     std::fs::create_dir_all(&mounts).map_err(|e| Error::io(ErrorKind::Setup, &mounts, e))?;
     let work = mounts.join(format!("m-{}-{}", std::process::id(), now_ns() % 1_000_000_007));
-    let shared = Shared::new(&opts.spec, opts.size_bytes, opts.fifo)?;
+    let shared = Shared::new(&opts.spec, opts.size_bytes, opts.fifo, opts.strategy)?;
+    // The serving threads each make their own port; one made here first names a bad option
+    // (a deciding strategy without a System Monitor, a broken stored profile) before
+    // anything is created.
+    drop(shared.waiter()?);
     let mut stack = Stack {
         record: MountRecord {
             pid: std::process::id(),
@@ -546,6 +592,7 @@ pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)
         loopmount::mount(&dev, &dir, "ext4").map_err(setup_err)?;
     }
     shared.set_modelled(overhead_ns);
+    let cpu_at_start_ns = shared.server_cpu_ns();
     stack.record.state = "ready".into();
     stack.save()?;
     on_ready(&Ready { loop_device: dev, dir, fs: opts.fs, direct_io, overhead_ns, transport: opts.transport });
@@ -557,6 +604,9 @@ pub fn run(opts: &MountOptions, stop: &AtomicBool, on_ready: impl FnOnce(&Ready)
     shared.set_unmodelled();
     let mut report = Report::of(&opts.spec.label, direct_io, overhead_ns, &shared.served());
     report.transport = opts.transport.name().into();
+    report.strategy = shared.strategy_name().into();
+    (report.by_strategy, report.reference_waits) = shared.waits();
+    report.server_cpu_ns = shared.server_cpu_ns().saturating_sub(cpu_at_start_ns);
     let problems = stack.teardown();
     if !problems.is_empty() {
         return Err(setup_err(format!("teardown: {}", problems.join("; "))));

@@ -778,6 +778,19 @@ impl<'t> SmartTargetPort<'t> {
         }
     }
 
+    /// With [`BlockWait::Reference`]: the wake-up margin is at least `floor_ns` from now on
+    /// ([`WakeMargin::set_floor`]); nothing otherwise.
+    pub fn set_reference_margin_floor(&mut self, floor_ns: u64) {
+        if let Some(m) = self.margin.as_deref_mut() {
+            m.set_floor(floor_ns);
+        }
+    }
+
+    /// The reference wait's margin now, `None` without [`BlockWait::Reference`].
+    pub fn reference_margin_ns(&self) -> Option<u64> {
+        self.margin.as_deref().map(WakeMargin::margin_ns)
+    }
+
     /// Where the thresholds came from: `probe`, `builtin-model`, `paper-default`.
     pub fn profile_source(&self) -> &str {
         &self.profile_source

@@ -36,8 +36,13 @@
 //! are the injected [`crate::clock::Time`] every port has, so the simulation
 //! (`smartcon_emutarget::sim::run_group_cell`) runs the same code on virtual time.
 //!
+//! The reference wait ([`super::BlockWait::Reference`], the emulator's yardstick): a group
+//! port opened with it waits for `block` asleep until its [`crate::wait::reference::WakeMargin`]
+//! before the instant the device's [`Status::done_ns`] gives, then watching the clock to it
+//! (the FUSE server of `emulate mount` by default, whose reply is due at the model's
+//! instant); a device that gives no instant is blocked on as `block` does.
+//!
 //! Non-goals: the merge protocol itself (queueing, leadership, hand-over: the device's);
-//! the reference wait (not a strategy; a group port's `block` is the device's wake-up);
 //! keeping the checks of one port for the next ([`crate::learn::keep`]): a group port
 //! starts afresh, so one run of a merge study does not carry into the next.
 
@@ -45,9 +50,7 @@ use std::sync::Arc;
 
 use smartcon_util::Op;
 
-use super::{
-    policy_of, resolve_profile, Backend, BlockWait, Checked, Counters, SmartPort, SmartPortOptions, SmartTargetPort,
-};
+use super::{policy_of, resolve_profile, Backend, Checked, Counters, SmartPort, SmartPortOptions, SmartTargetPort};
 use crate::clock::spin_hint;
 use crate::decision::{DeviceState, Reason, Strategy};
 use crate::error::{Error, ErrorKind};
@@ -86,7 +89,6 @@ impl SmartPort {
         options.validate()?;
         let (profile, note) = resolve_profile(device_id, options.profile.clone(), builtin)?;
         let time = options.time.clone().unwrap_or_else(crate::clock::real);
-        let options = SmartPortOptions { block_wait: BlockWait::Kernel, ..options };
         let mut port = SmartTargetPort::assemble(
             Backend::Group,
             Counters::Shared(inflight),
@@ -103,7 +105,6 @@ impl SmartPort {
         // against them by the caller, and `sync` polls as the emulated target's does.
         port.emulated = true;
         port.block_check = None;
-        port.margin = None;
         port.learnt_key = None;
         port.spin_check = crate::learn::SpinCheck::new();
         port.group_next = policy_of(options.strategy, options.poll, port.counters.start_ns);
@@ -148,6 +149,7 @@ impl<'t> SmartTargetPort<'t> {
             seen_ns: t0,
             fell_back: false,
             polled: None,
+            reference: false,
             entered: true,
         })
     }
@@ -171,6 +173,8 @@ pub struct GroupCall<'p, 't> {
     fell_back: bool,
     /// What the polling waits did, added up over the command's waits.
     polled: Option<Waited>,
+    /// A wait was the reference wait (the port's [`super::BlockWait::Reference`]).
+    reference: bool,
     /// Still in the in-flight counters.
     entered: bool,
 }
@@ -219,12 +223,28 @@ impl GroupCall<'_, '_> {
     pub fn wait(&mut self, pending: &Pending, status: &mut dyn Status, from: GroupWait) -> Result<Waited, Error> {
         let port = &mut *self.port;
         let mut waited = Waited::default();
-        match PortWait::simple(self.strategy, port.spin_budget_ns) {
-            Some(PortWait::Block) | Some(PortWait::Reference { .. }) => {
+        let reference = match (self.strategy, port.margin.as_deref_mut(), status.done_ns()) {
+            (Strategy::Block, Some(margin), Some(done_ns)) => Some((margin, done_ns)),
+            _ => None,
+        };
+        match (PortWait::simple(self.strategy, port.spin_budget_ns), reference) {
+            (Some(PortWait::Block), Some((margin, done_ns))) => {
+                // The reference wait: asleep until the margin before the device's instant,
+                // then watching the clock to it (no poll: nothing is charged to the device).
+                let wake_ns = done_ns.saturating_sub(margin.margin_ns());
+                if wake_ns > status.now_ns() {
+                    status.sleep_until(wake_ns)?;
+                    margin.record(status.now_ns().saturating_sub(wake_ns));
+                    waited.sleeps = 1;
+                }
+                status.spin_until(done_ns);
+                self.reference = true;
+            }
+            (Some(PortWait::Block) | Some(PortWait::Reference { .. }), _) => {
                 status.block()?;
                 waited.sleeps = 1;
             }
-            Some(PortWait::Spin { budget_ns }) => loop {
+            (Some(PortWait::Spin { budget_ns }), _) => loop {
                 waited.polls += 1;
                 if status.poll()? {
                     break;
@@ -237,7 +257,7 @@ impl GroupCall<'_, '_> {
                 }
                 spin_hint();
             },
-            Some(PortWait::Sync) => loop {
+            (Some(PortWait::Sync), _) => loop {
                 // Programmed I/O: the thread stays on the device until the part is done.
                 waited.polls += 1;
                 if status.poll()? {
@@ -245,7 +265,7 @@ impl GroupCall<'_, '_> {
                 }
                 spin_hint();
             },
-            Some(PortWait::Poll { .. }) | None => {
+            (Some(PortWait::Poll { .. }) | None, _) => {
                 let policy = match from {
                     GroupWait::FromSubmission => port.policy.as_deref_mut(),
                     GroupWait::FromLast => port.group_next.as_deref_mut().or(port.policy.as_deref_mut()),
@@ -305,6 +325,7 @@ impl GroupCall<'_, '_> {
             None => {}
         }
         port.counters.record(latency_ns, self.bytes, self.strategy, self.reason, self.fell_back);
+        port.counters.reference_waits += u64::from(self.reference);
         if let Some(w) = &self.polled {
             port.counters.record_polled(w, self.seen_ns);
         }
@@ -367,6 +388,8 @@ mod tests {
         done_ns: u64,
         polls: u32,
         blocks: u32,
+        /// The device gives its instant ([`Status::done_ns`]), as a model does.
+        instant: bool,
     }
 
     impl Status for Cmd<'_> {
@@ -388,6 +411,9 @@ mod tests {
             self.blocks += 1;
             self.clock.sleep_until(self.done_ns + 7_000);
             Ok(())
+        }
+        fn done_ns(&self) -> Option<u64> {
+            self.instant.then_some(self.done_ns)
         }
     }
 
@@ -419,7 +445,7 @@ mod tests {
             let mut call = p.submit_group(Op::Read, 4, 4 * 4096).unwrap();
             assert_eq!(call.strategy(), want);
             assert_eq!(inflight.ours(), 4, "{choice:?}: four requests in flight");
-            let mut cmd = Cmd { clock: &clock, done_ns: 20_000, polls: 0, blocks: 0 };
+            let mut cmd = Cmd { clock: &clock, done_ns: 20_000, polls: 0, blocks: 0, instant: false };
             let pending = Pending { op: Op::Read, bytes: 4096, ahead: DeviceState::default(), submit_ns: 0 };
             let w = call.wait(&pending, &mut cmd, GroupWait::FromSubmission).unwrap();
             assert!(clock.now_ns() >= 20_000, "{choice:?}: the wait ended before the command was done");
@@ -454,7 +480,7 @@ mod tests {
         };
         let mut p = SmartPort::for_group("group-test", inflight, None, options).unwrap();
         let mut call = p.submit_group(Op::Write, 2, 8192).unwrap();
-        let mut cmd = Cmd { clock: &clock, done_ns: 1_000_000, polls: 0, blocks: 0 };
+        let mut cmd = Cmd { clock: &clock, done_ns: 1_000_000, polls: 0, blocks: 0, instant: false };
         let pending = Pending { op: Op::Write, bytes: 8192, ahead: DeviceState::default(), submit_ns: 0 };
         call.wait(&pending, &mut cmd, GroupWait::FromSubmission).unwrap();
         assert_eq!(cmd.blocks, 1);
@@ -462,6 +488,42 @@ mod tests {
         call.release(2).unwrap();
         assert!(call.finish().unwrap().fell_back);
         assert_eq!(p.counters().spin_fallbacks, 1);
+    }
+
+    #[test]
+    fn a_reference_port_watches_the_clock_to_the_devices_instant_and_counts_it() {
+        for instant in [true, false] {
+            let clock = Arc::new(Manual::default());
+            let inflight = Arc::new(InFlight::default());
+            let options = SmartPortOptions {
+                strategy: StrategyChoice::Fixed(Strategy::Block),
+                block_wait: super::super::BlockWait::Reference,
+                monitor: Some(Arc::new(SystemMonitor::fixed(0))),
+                profile: Some(Profile::paper_default("group-test")),
+                time: Some(clock.clone()),
+                ..Default::default()
+            };
+            let mut p = SmartPort::for_group("group-test", inflight.clone(), None, options).unwrap();
+            assert_eq!(p.block_wait(), super::super::BlockWait::Reference);
+            let mut call = p.submit_group(Op::Read, 1, 4096).unwrap();
+            let mut cmd = Cmd { clock: &clock, done_ns: 20_000, polls: 0, blocks: 0, instant };
+            let pending = Pending { op: Op::Read, bytes: 4096, ahead: DeviceState::default(), submit_ns: 0 };
+            call.wait(&pending, &mut cmd, GroupWait::FromSubmission).unwrap();
+            call.release(1).unwrap();
+            let out = call.finish().unwrap();
+            assert_eq!(out.strategy, Strategy::Block);
+            if instant {
+                // On the model's instant (a virtual clock's sleep is not late), not 7 us past
+                // it as the device's wake-up is, and without a poll or a block.
+                assert_eq!((clock.now_ns(), cmd.polls, cmd.blocks), (20_000, 0, 0));
+                assert_eq!(p.counters().reference_waits, 1);
+            } else {
+                // No instant to watch the clock to: blocked on, as block is.
+                assert_eq!((clock.now_ns(), cmd.blocks), (27_000, 1));
+                assert_eq!(p.counters().reference_waits, 0);
+            }
+            assert_eq!((p.counters().ios, inflight.ours()), (1, 0));
+        }
     }
 
     #[test]

@@ -75,6 +75,12 @@ pub trait Status {
         }
         Ok(())
     }
+    /// The instant the device completes the awaited part, where the device knows it (a
+    /// model does; a real device does not: `None`, the default). The reference wait of a
+    /// group call watches the clock to it ([`crate::smartport::GroupCall::wait`]).
+    fn done_ns(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The request being waited for.

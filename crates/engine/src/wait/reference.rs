@@ -28,6 +28,8 @@ pub struct WakeMargin {
     next: usize,
     filled: usize,
     margin_ns: u64,
+    /// The margin never falls below this ([`WakeMargin::set_floor`]; 0 unless set).
+    floor_ns: u64,
 }
 
 impl WakeMargin {
@@ -41,7 +43,7 @@ impl WakeMargin {
 
     /// A margin that has seen no sleep yet (0 ns until [`WakeMargin::record`] fills it).
     pub fn new() -> WakeMargin {
-        WakeMargin { recent_ns: [0; Self::WINDOW], next: 0, filled: 0, margin_ns: 0 }
+        WakeMargin { recent_ns: [0; Self::WINDOW], next: 0, filled: 0, margin_ns: 0, floor_ns: 0 }
     }
 
     /// Measures this thread's wake-up overshoot on the host's clock over sleeps like the
@@ -62,6 +64,14 @@ impl WakeMargin {
         self.margin_ns
     }
 
+    /// From now on the margin is at least `floor_ns` (at most [`WakeMargin::MAX_NS`]): for a
+    /// waiter whose earlier, fixed margin is the fidelity to keep (the FUSE server of
+    /// `emulate mount` had 150 us), the measured p99 only ever widens it.
+    pub fn set_floor(&mut self, floor_ns: u64) {
+        self.floor_ns = floor_ns.min(Self::MAX_NS);
+        self.margin_ns = self.margin_ns.max(self.floor_ns);
+    }
+
     /// One more wake-up, `overshoot_ns` after its timer.
     pub fn record(&mut self, overshoot_ns: u64) {
         self.recent_ns[self.next] = overshoot_ns;
@@ -75,7 +85,7 @@ impl WakeMargin {
 
     fn update(&mut self) {
         let mut v = self.recent_ns[..self.filled].to_vec();
-        self.margin_ns = (p99(&mut v) + Self::SLACK_NS).min(Self::MAX_NS);
+        self.margin_ns = (p99(&mut v) + Self::SLACK_NS).min(Self::MAX_NS).max(self.floor_ns);
     }
 }
 
@@ -112,5 +122,28 @@ mod tests {
             m.record(5_000_000);
         }
         assert_eq!(m.margin_ns(), WakeMargin::MAX_NS);
+    }
+
+    #[test]
+    fn a_floor_only_widens_the_margin() {
+        let mut m = WakeMargin::new();
+        m.set_floor(150_000);
+        assert_eq!(m.margin_ns(), 150_000);
+        // Quick wake-ups: the floor holds.
+        for _ in 0..WakeMargin::WINDOW {
+            m.record(10_000);
+        }
+        assert_eq!(m.margin_ns(), 150_000);
+        // Slower ones than the floor: the p99 (and the cap) as without it.
+        for _ in 0..WakeMargin::WINDOW {
+            m.record(170_000);
+        }
+        assert_eq!(m.margin_ns(), 170_000 + WakeMargin::SLACK_NS);
+        for _ in 0..WakeMargin::WINDOW {
+            m.record(5_000_000);
+        }
+        assert_eq!(m.margin_ns(), WakeMargin::MAX_NS);
+        m.set_floor(u64::MAX);
+        assert_eq!(m.margin_ns(), WakeMargin::MAX_NS, "a floor past the cap is the cap");
     }
 }
