@@ -652,6 +652,16 @@ impl VirtualFcfs {
     pub fn channels(&self) -> usize {
         self.free_at.len()
     }
+
+    /// The channels busy at `at_ns` (at or after the last arrival): each has exactly one
+    /// request in service then (started at or before `at_ns`, completing after it), and
+    /// an idle one none. A channel's requests run back to back from one that found it idle,
+    /// which started at its arrival, so the channel is busy from then until its last
+    /// completion: busy at `at_ns` exactly when that completion is after it.
+    #[inline(always)]
+    pub fn busy_at(&self, at_ns: u64) -> usize {
+        self.free_at.iter().map(|&t| usize::from(t > at_ns)).sum()
+    }
 }
 
 /// Where and when a request runs, fixed at its arrival ([`VirtualFcfs::place`]).
