@@ -624,16 +624,15 @@ impl VirtualFcfs {
         }
         self.now_ns = arrival;
         let pattern = self.streams.classify(req.stream, req.offset, req.bytes);
-        // The channel that frees first (an idle one: the lowest), as ChannelSet places it.
+        // The channel that frees first (an idle one: the lowest), as ChannelSet places it:
+        // every channel compared, without a branch on which is idle (where the first idle
+        // one lies is a coin toss on a busy device, a mispredicted branch per request).
         let (mut start_ns, mut channel) = (self.free_at[0].max(arrival), 0);
         for (i, &t) in self.free_at.iter().enumerate().skip(1) {
-            if start_ns == arrival {
-                break; // an idle channel: none starts earlier, and a later one ties higher
-            }
             let k = t.max(arrival);
-            if k < start_ns {
-                (start_ns, channel) = (k, i);
-            }
+            let earlier = k < start_ns;
+            start_ns = if earlier { k } else { start_ns };
+            channel = if earlier { i } else { channel };
         }
         let service = self.memo.service_ns(&self.spec, req, pattern, &mut self.heads[channel], start_ns);
         let (complete_ns, error) = if self.faults.is_empty() {
@@ -651,6 +650,16 @@ impl VirtualFcfs {
     /// The number of channels.
     pub fn channels(&self) -> usize {
         self.free_at.len()
+    }
+
+    /// The channels busy at `at_ns` (at or after the last arrival): each has exactly one
+    /// request in service then (started at or before `at_ns`, completing after it), and
+    /// an idle one none. A channel's requests run back to back from one that found it idle,
+    /// which started at its arrival, so the channel is busy from then until its last
+    /// completion: busy at `at_ns` exactly when that completion is after it.
+    #[inline(always)]
+    pub fn busy_at(&self, at_ns: u64) -> usize {
+        self.free_at.iter().map(|&t| usize::from(t > at_ns)).sum()
     }
 }
 

@@ -612,10 +612,16 @@ impl Totals {
     /// An I/O was issued.
     #[inline(always)]
     fn issued(&mut self, bytes: u64, hooks: &mut Hooks) {
-        self.bytes_max = self.bytes_max.max(bytes);
-        self.issued += 1;
         self.outstanding += 1;
         self.outstanding_max = self.outstanding_max.max(self.outstanding);
+        self.counted(bytes, hooks);
+    }
+
+    /// An I/O was issued, its count in `outstanding_max` settled by the caller.
+    #[inline(always)]
+    fn counted(&mut self, bytes: u64, hooks: &mut Hooks) {
+        self.bytes_max = self.bytes_max.max(bytes);
+        self.issued += 1;
         if self.issued.is_multiple_of(PROGRESS_EVERY) {
             if let Some(p) = hooks.progress.as_mut() {
                 p(self.issued);
@@ -749,10 +755,13 @@ fn run_chunks<S: ChunkSource>(
 /// The open loop on [`VirtualFcfs`] a chunk at a time: each arrival of the chunk is placed
 /// on its channel in one call ([`VirtualFcfs::place`]: channel, start and completion fixed
 /// at arrival) and its outcome added up at once, instead of a completion event taken later.
-/// Only the count of requests outstanding depends on when they complete: each channel
-/// keeps the completion instants still ahead (in order: a channel completes its requests
-/// in the order given), and an arrival first retires those at or before its instant, as
-/// the per-request loop takes a completion at an arrival's instant before the arrival.
+/// Only the count of requests outstanding depends on when they complete, and under FCFS it
+/// is known at an arrival without keeping any completion: the requests still queued (their
+/// start after the arrival; starts never decrease in arrival order, so they leave a FIFO of
+/// start instants from its front) plus one in service on each busy channel
+/// ([`VirtualFcfs::busy_at`]), with completions at the arrival's instant retired first, as
+/// the per-request loop takes them first. That count is needed only when it could raise the
+/// maximum (at most the queue plus every channel), so it is mostly not computed.
 /// The run is the per-request loop's (`the_chunk_path_replays_as_the_per_request_loop`);
 /// there are no completion records, so it is for replays without an observer.
 fn drive_chunks<S: ChunkSource>(
@@ -764,14 +773,10 @@ fn drive_chunks<S: ChunkSource>(
     cpu_start_ns: u64,
 ) -> Result<VirtualRun, Error> {
     let mut t = Totals::new();
-    // Each channel's completion instants still ahead but its first, which is in `first`
-    // (u64::MAX: none): the scan at an arrival reads the one array of firsts and touches
-    // the queue of a channel that retires only (the scan of every queue was a third of
-    // the model step; a scan for the earliest by selects, with one retired at a time, was
-    // slower than this).
-    let mut ahead: Vec<VecDeque<u64>> = vec![VecDeque::new(); dev.channels()];
-    let mut first: Vec<u64> = vec![u64::MAX; dev.channels()];
-    let mut next_done = u64::MAX;
+    // The start instants of the requests that waited for a channel, in arrival order (which
+    // is start order), those still ahead of the current arrival.
+    let mut queued: VecDeque<u64> = VecDeque::new();
+    let channels = dev.channels() as u64;
     loop {
         if src.at == src.ios.len() {
             src.refill()?;
@@ -781,15 +786,14 @@ fn drive_chunks<S: ChunkSource>(
         }
         for io in &src.ios[src.at..] {
             let arrival = io.arrival_ns;
-            if next_done <= arrival {
-                next_done = u64::MAX;
-                for (f, queue) in first.iter_mut().zip(ahead.iter_mut()) {
-                    while *f <= arrival {
-                        t.outstanding -= 1;
-                        *f = queue.pop_front().unwrap_or(u64::MAX);
-                    }
-                    next_done = next_done.min(*f);
-                }
+            while queued.front().is_some_and(|&s| s <= arrival) {
+                queued.pop_front();
+            }
+            // At most every channel busy, the queue and this one: below the maximum, the
+            // count cannot raise it.
+            if queued.len() as u64 + channels + 1 > t.outstanding_max {
+                let now = queued.len() as u64 + dev.busy_at(arrival) as u64 + 1;
+                t.outstanding_max = t.outstanding_max.max(now);
             }
             let req = Request {
                 id: t.issued,
@@ -802,13 +806,10 @@ fn drive_chunks<S: ChunkSource>(
             };
             let p = dev.place(&req).map_err(|e| usage(e.to_string()))?;
             t.done(io.op, io.bytes, arrival, p.start_ns, p.complete_ns, p.error);
-            if first[p.channel] == u64::MAX {
-                first[p.channel] = p.complete_ns;
-                next_done = next_done.min(p.complete_ns);
-            } else {
-                ahead[p.channel].push_back(p.complete_ns);
+            if p.start_ns > arrival {
+                queued.push_back(p.start_ns);
             }
-            t.issued(io.bytes, &mut hooks);
+            t.counted(io.bytes, &mut hooks);
         }
         src.at = src.ios.len();
     }
