@@ -845,8 +845,9 @@ pub mod rules {
                 .map(|p| (p.bs_bytes as f64, p.lat_ns_mean))
                 .collect();
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let line = wait_line(&points);
             let over = |(bs, lat): (f64, f64)| -> bool {
-                match wait_line(&points) {
+                match line {
                     Some((a, b)) => a + b * bs > bound,
                     None => lat > bound,
                 }
