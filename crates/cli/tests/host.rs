@@ -94,6 +94,16 @@ fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
         }
     }
     assert!(model.spin_share_beside_cruncher > 0.0 && model.spin_share_alone <= 1.0, "{model:?}");
+    // A timed sleep's own CPU and switches at each requested length, alone and beside a
+    // cruncher (nineteenth session): what the simulation charges hybrid's sleeps.
+    assert_eq!(model.sleep_cpu.len(), model.sleep.len(), "{model:?}");
+    for (c, s) in model.sleep_cpu.iter().zip(&model.sleep) {
+        assert_eq!(c.requested_ns, s.requested_ns);
+        assert!(c.cpu_ns > 0.0 && c.cpu_beside_cruncher_ns.is_some_and(|v| v > 0.0), "{c:?}");
+        for v in [Some(c.switches_per_sleep), c.switches_per_sleep_beside_cruncher] {
+            assert!(v.is_some_and(|v| (0.0..1.5).contains(&v)), "{c:?}");
+        }
+    }
     // Nothing left in the temporary directory (the comparison's file is removed).
     assert_eq!(std::fs::read_dir(home.path().join("tmp")).unwrap().count(), 0);
 

@@ -206,6 +206,37 @@ pub fn sleep_overshoots_ns(asked_ns: u64, count: usize) -> Vec<u64> {
     v
 }
 
+/// Timed sleeps of `asked_ns` as [`sleep_overshoots_ns`] takes them, with what they cost the
+/// sleeping thread: its CPU (CLOCK_THREAD_CPUTIME_ID) and voluntary switches
+/// (getrusage(RUSAGE_THREAD)) over the `count` sleeps, per sleep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SleepRun {
+    /// The overshoots in ns, sorted.
+    pub overshoots_ns: Vec<u64>,
+    pub cpu_ns_per_sleep: f64,
+    pub switches_per_sleep: f64,
+}
+
+/// [`sleep_overshoots_ns`] with the sleeps' CPU and switches ([`SleepRun`]).
+pub fn sleep_run(asked_ns: u64, count: usize) -> SleepRun {
+    let switches = || {
+        // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: RUSAGE_THREAD with a valid, writable out pointer.
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        ru.ru_nvcsw as u64
+    };
+    let (s0, c0) = (switches(), thread_cpu_ns());
+    let overshoots_ns = sleep_overshoots_ns(asked_ns, count);
+    let (c1, s1) = (thread_cpu_ns(), switches());
+    let n = count.max(1) as f64;
+    SleepRun {
+        overshoots_ns,
+        cpu_ns_per_sleep: c1.saturating_sub(c0) as f64 / n,
+        switches_per_sleep: s1.saturating_sub(s0) as f64 / n,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,6 +65,24 @@ pub struct SleepPoint {
     pub overshoot: Quantiles,
 }
 
+/// What a timed sleep (`clock_nanosleep`, hybrid's sleep on an emulated device) of one
+/// requested length costs the sleeping thread: its CPU per sleep and its voluntary switches
+/// per sleep, alone and beside a cruncher per core (nineteenth session). A timed sleep is
+/// not `block`'s io_uring wait: on this machine it cost 12-14 us of CPU at 10-100 us where
+/// the io_uring wait of the same length cost 17-20 us alone, and the simulation charged
+/// hybrid's sleeps the io_uring wait's (real hybrid on emu:nvme bm-only burnt 18.0 us per
+/// I/O, the simulation 22.0).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SleepCpuPoint {
+    pub requested_ns: f64,
+    pub cpu_ns: f64,
+    pub switches_per_sleep: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_beside_cruncher_ns: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switches_per_sleep_beside_cruncher: Option<f64>,
+}
+
 /// The extra time a blocking wait through io_uring takes over a plain blocking system call
 /// for the same I/O (negative: io_uring is the cheaper way to block), idle and with a
 /// spinning thread on every core.
@@ -160,6 +178,10 @@ pub struct HostModel {
     /// Fields filled from another host's figures because this host's source lacked them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filled: Vec<String>,
+    /// A timed sleep's own CPU by requested length ([`SleepCpuPoint`]); empty in a model
+    /// from before the nineteenth session (a sleep then costs the blocking wait's CPU).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sleep_cpu: Vec<SleepCpuPoint>,
 }
 
 /// The quantiles (and means, where both have one) a fraction `t` of the way from `a` to `b`.
@@ -201,6 +223,39 @@ impl HostModel {
             }
         }
         pts.last().map(|p| p.overshoot)
+    }
+
+    /// A timed sleep's CPU at `requested_ns`, alone or beside a cruncher, interpolated
+    /// linearly between the measured lengths (held flat beyond them). `None` where the
+    /// model did not measure it (then the caller charges the blocking wait's CPU).
+    pub fn sleep_cpu_at(&self, requested_ns: f64, beside_cruncher: bool) -> Option<f64> {
+        let pts: Vec<(f64, f64)> = self
+            .sleep_cpu
+            .iter()
+            .filter_map(|p| {
+                let v = if beside_cruncher { p.cpu_beside_cruncher_ns } else { Some(p.cpu_ns) };
+                v.map(|v| (p.requested_ns, v))
+            })
+            .collect();
+        let (&first, &last) = (pts.first()?, pts.last()?);
+        if requested_ns <= first.0 {
+            return Some(first.1);
+        }
+        if requested_ns >= last.0 {
+            return Some(last.1);
+        }
+        let w = pts.windows(2).find(|w| requested_ns <= w[1].0)?;
+        let t = (requested_ns - w[0].0) / (w[1].0 - w[0].0).max(1.0);
+        Some(w[0].1 + t * (w[1].1 - w[0].1))
+    }
+
+    /// What a timed sleep of `requested_ns` costs the thread in CPU, as the simulation and
+    /// the oracle charge it: the sleep's own where measured ([`HostModel::sleep_cpu_at`]),
+    /// else the blocking wait's at that length, else `block_cpu_ns`.
+    pub fn timed_sleep_cpu(&self, requested_ns: f64, beside_cruncher: bool) -> f64 {
+        self.sleep_cpu_at(requested_ns, beside_cruncher)
+            .or_else(|| self.block_wait_at(requested_ns, beside_cruncher).map(|(cpu, _)| cpu))
+            .unwrap_or(self.block_cpu_ns)
     }
 
     /// A blocking wait's CPU and lateness on a device of `device_ns`, alone or beside a
@@ -312,6 +367,23 @@ impl HostModel {
         };
         if !self.block_wait.iter().all(point_ok) {
             return bad("a block_wait point is negative, not finite, or its quantiles decrease".into());
+        }
+        if self.sleep_cpu.windows(2).any(|w| w[0].requested_ns >= w[1].requested_ns) {
+            return bad("sleep_cpu points not in increasing order of requested length".into());
+        }
+        let cpu_ok = |p: &SleepCpuPoint| {
+            [
+                p.requested_ns,
+                p.cpu_ns,
+                p.switches_per_sleep,
+                p.cpu_beside_cruncher_ns.unwrap_or(0.0),
+                p.switches_per_sleep_beside_cruncher.unwrap_or(0.0),
+            ]
+            .iter()
+            .all(|x| x.is_finite() && *x >= 0.0)
+        };
+        if !self.sleep_cpu.iter().all(cpu_ok) {
+            return bad("a sleep_cpu point is negative or not finite".into());
         }
         if !(self.spin_share_beside_cruncher > 0.0 && self.spin_share_beside_cruncher < 1.0) {
             return bad(format!(
@@ -516,6 +588,7 @@ pub fn this_host() -> HostModel {
         background_busy_pct: 0.0,
         spin_slice_ns: None,
         filled: Vec::new(),
+        sleep_cpu: Vec::new(),
     }
 }
 
@@ -596,6 +669,40 @@ mod tests {
             .unwrap();
         let e = HostModel::load(&path).unwrap_err().to_string();
         assert!(e.contains("run `smartcon host`"), "{e}");
+    }
+
+    #[test]
+    fn a_timed_sleeps_cpu_interpolates_falls_back_and_is_checked() {
+        let p = |requested_ns: f64, cpu_ns: f64, beside: Option<f64>| SleepCpuPoint {
+            requested_ns,
+            cpu_ns,
+            switches_per_sleep: 1.0,
+            cpu_beside_cruncher_ns: beside,
+            switches_per_sleep_beside_cruncher: beside.map(|_| 1.0),
+        };
+        let mut m = HostModel::preset("host-a").unwrap();
+        assert!(m.sleep_cpu.is_empty(), "a preset has no measured sleep CPU");
+        assert_eq!(m.timed_sleep_cpu(50_000.0, false), m.block_cpu_ns, "no curve either: block_cpu_ns");
+        m.sleep_cpu = vec![p(10_000.0, 14_000.0, None), p(50_000.0, 12_000.0, None)];
+        m.validate().unwrap();
+        assert_eq!(m.sleep_cpu_at(1_000.0, false), Some(14_000.0));
+        assert_eq!(m.sleep_cpu_at(30_000.0, false), Some(13_000.0));
+        assert_eq!(m.sleep_cpu_at(1e9, false), Some(12_000.0));
+        // Not measured beside a cruncher: the caller's fallback (here block_cpu_ns).
+        assert_eq!(m.sleep_cpu_at(30_000.0, true), None);
+        assert_eq!(m.timed_sleep_cpu(30_000.0, true), m.block_cpu_ns);
+        m.sleep_cpu[1].cpu_beside_cruncher_ns = Some(11_000.0);
+        assert_eq!(m.sleep_cpu_at(30_000.0, true), Some(11_000.0));
+        // A model from before the field still reads.
+        let mut v = serde_json::to_value(&m).unwrap();
+        v.as_object_mut().unwrap().remove("sleep_cpu");
+        let old: HostModel = serde_json::from_value(v).unwrap();
+        assert!(old.sleep_cpu.is_empty());
+        m.sleep_cpu.swap(0, 1);
+        assert!(m.validate().is_err(), "out of order");
+        m.sleep_cpu.swap(0, 1);
+        m.sleep_cpu[0].cpu_ns = f64::NAN;
+        assert!(m.validate().is_err(), "not finite");
     }
 
     #[test]

@@ -30,7 +30,7 @@ use smartcon_emutarget::target::{self, OpenOptions, TargetSpec};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::host::{
-    BlockPath, BlockWaitPoint, HostModel, Quantiles, SleepPoint, HOST_JSON_CTX_KEY, HOST_MODEL_VERSION,
+    BlockPath, BlockWaitPoint, HostModel, Quantiles, SleepCpuPoint, SleepPoint, HOST_JSON_CTX_KEY, HOST_MODEL_VERSION,
 };
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
@@ -516,6 +516,16 @@ fn block_wait_curve(
     let (spin_beside, crunchers) = spinning(targets[0].as_ref(), Some(&load))?;
     let shares: Vec<f64> = spin_beside.iter().map(|x| x.share).collect();
     let cruncher_count = load.workers();
+    // What a timed sleep (hybrid's) costs the sleeping thread on a cruncher's core: its
+    // CPU, not its lateness (a pure sleep loop's lateness there is not what hybrid meets,
+    // docs/simulate.md, seventeenth session).
+    let mut sleep_beside = Vec::with_capacity(SLEEP_REQUESTED_NS.len());
+    for &asked in &SLEEP_REQUESTED_NS {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        sleep_beside.push(smartcon_engine::clock::sleep_run(asked, plan.sleep_count));
+    }
     drop(load);
     let share = if crunchers.len() == spin_beside.len() {
         fair_share(&spin_beside, &crunchers, cruncher_count)
@@ -548,6 +558,7 @@ fn block_wait_curve(
         share_alone,
         background_busy_pct,
         spin_slice_ns,
+        sleep_beside,
     })
 }
 
@@ -626,6 +637,30 @@ struct BlockWaitCurve {
     share_alone: f64,
     background_busy_pct: f64,
     spin_slice_ns: Option<f64>,
+    /// Timed sleeps beside the crunchers, one run per requested length of
+    /// [`SLEEP_REQUESTED_NS`]: what they cost the sleeping thread.
+    sleep_beside: Vec<smartcon_engine::clock::SleepRun>,
+}
+
+/// The model's [`SleepCpuPoint`]s from the sleep runs alone and beside the crunchers, one
+/// per requested length (beside: where that run was taken).
+fn sleep_cpu_points(
+    asked: &[u64],
+    alone: &[smartcon_engine::clock::SleepRun],
+    beside: &[smartcon_engine::clock::SleepRun],
+) -> Vec<SleepCpuPoint> {
+    asked
+        .iter()
+        .zip(alone)
+        .enumerate()
+        .map(|(i, (&ns, a))| SleepCpuPoint {
+            requested_ns: ns as f64,
+            cpu_ns: a.cpu_ns_per_sleep,
+            switches_per_sleep: a.switches_per_sleep,
+            cpu_beside_cruncher_ns: beside.get(i).map(|b| b.cpu_ns_per_sleep),
+            switches_per_sleep_beside_cruncher: beside.get(i).map(|b| b.switches_per_sleep),
+        })
+        .collect()
 }
 
 /// A UTC date of a Unix time, `YYYY-MM-DD` (days to civil date, Howard Hinnant's method).
@@ -671,11 +706,13 @@ pub fn measure(
     }
 
     let mut sleep = Vec::with_capacity(SLEEP_REQUESTED_NS.len());
+    let mut sleep_alone = Vec::with_capacity(SLEEP_REQUESTED_NS.len());
     for &asked in &SLEEP_REQUESTED_NS {
         stopped(stop)?;
         progress(Event::Starting(&format!("sleep overshoot, {} us sleeps", asked / 1000)));
-        let v = smartcon_engine::clock::sleep_overshoots_ns(asked, plan.sleep_count);
-        sleep.push(SleepPoint { requested_ns: asked as f64, overshoot: quantiles_of(&v) });
+        let run = smartcon_engine::clock::sleep_run(asked, plan.sleep_count);
+        sleep.push(SleepPoint { requested_ns: asked as f64, overshoot: quantiles_of(&run.overshoots_ns) });
+        sleep_alone.push(run);
         progress(Event::Done);
     }
 
@@ -763,6 +800,7 @@ pub fn measure(
         background_busy_pct: curve.background_busy_pct.clamp(0.0, 100.0),
         spin_slice_ns: curve.spin_slice_ns,
         filled: Vec::new(),
+        sleep_cpu: sleep_cpu_points(&SLEEP_REQUESTED_NS, &sleep_alone, &curve.sleep_beside),
     };
     model.validate()?;
     Ok(HostMeasurement {
