@@ -213,19 +213,37 @@ pub fn fold_into(io: &mut TraceIo, capacity_bytes: u64) -> Result<bool, Error> {
     Ok(false)
 }
 
+/// Whether two stream keys are equal, not by a call to memcmp (a key is a few bytes:
+/// `/dev/sda`, a PID): a key of 8 to 16 bytes (`/dev/nvme0n1`) as its first and last eight
+/// bytes (two loads and a compare each), a shorter or longer one a byte at a time.
+#[inline(always)]
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if (8..=16).contains(&n) {
+        let word = |s: &[u8], i: usize| u64::from_le_bytes(s[i..i + 8].try_into().expect("eight bytes"));
+        return (word(a, 0) ^ word(b, 0)) | (word(a, n - 8) ^ word(b, n - 8)) == 0;
+    }
+    a.iter().zip(b).fold(0, |d, (x, y)| d | (x ^ y)) == 0
+}
+
 /// Dense stream numbers for the keys a format names streams by (a PID, a file, a volume).
 #[derive(Debug, Default, Clone, PartialEq)]
 struct Streams {
     ids: HashMap<Vec<u8>, u32>,
     last: Option<(Vec<u8>, u32)>,
+    /// The key met last before `last` (another one), and its stream: a trace that alternates
+    /// two volumes (Alibaba's, MSR's disks) finds them here, not in the map.
+    before: Option<(Vec<u8>, u32)>,
 }
 
 impl Streams {
     #[inline(always)]
     fn id(&mut self, key: &[u8]) -> u32 {
         if let Some((k, id)) = &self.last {
-            // A byte loop, not a call to memcmp (a key is a few bytes: `/dev/sda`, a PID).
-            if k.len() == key.len() && k.iter().zip(key).fold(0, |d, (a, b)| d | (a ^ b)) == 0 {
+            if same_key(k, key) {
                 return *id;
             }
         }
@@ -246,9 +264,17 @@ impl Streams {
         (d == 0).then_some(*id)
     }
 
-    /// [`Streams::id`] of a key other than the last one.
+    /// [`Streams::id`] of a key other than the last one (which becomes the one before).
     #[inline(never)]
     fn lookup(&mut self, key: &[u8]) -> u32 {
+        // A key's stream never changes once given, so the two kept are always right.
+        if let Some((k, id)) = &self.before {
+            if same_key(k, key) {
+                let id = *id;
+                std::mem::swap(&mut self.last, &mut self.before);
+                return id;
+            }
+        }
         let id = match self.ids.get(key) {
             Some(&id) => id,
             None if self.ids.len() < STREAMS_MAX => {
@@ -263,6 +289,7 @@ impl Streams {
                 (h % STREAMS_MAX as u64) as u32
             }
         };
+        std::mem::swap(&mut self.last, &mut self.before);
         match &mut self.last {
             Some((k, last_id)) => {
                 k.clear();
@@ -1027,6 +1054,40 @@ mod fast {
         classify_bytes(bytes)
     }
 
+    /// The separators (bytes up to b' ', the newline one of them) and the newlines of 64
+    /// bytes, as [`classify`] has them, without the commas (the whitespace formats: two
+    /// comparisons a vector, not three).
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    #[inline(always)]
+    pub(super) fn classify_ws(bytes: &[u8; 64]) -> (u64, u64) {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_set1_epi8,
+        };
+        let (mut sep, mut newline) = (0u64, 0u64);
+        for k in 0..4 {
+            // SAFETY: as in `classify`: SSE2 is enabled by this build (the cfg above), and the
+            // unaligned load reads the 16 bytes from 16 * k (k < 4) of the 64 of `bytes`.
+            let [s, n] = unsafe {
+                let v = _mm_loadu_si128(bytes.as_ptr().add(16 * k).cast::<__m128i>());
+                let space = _mm_set1_epi8(b' ' as i8);
+                [
+                    _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(v, space), space)),
+                    _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'\n' as i8))),
+                ]
+            };
+            sep |= u64::from(s as u16) << (16 * k);
+            newline |= u64::from(n as u16) << (16 * k);
+        }
+        (sep, newline)
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    #[inline(always)]
+    pub(super) fn classify_ws(bytes: &[u8; 64]) -> (u64, u64) {
+        let c = classify_bytes(bytes);
+        (c.sep, c.newline)
+    }
+
     /// The first `k` (1..=8) bytes of the eight in `x` (little-endian) as a number, if all
     /// are digits: shifted to the top (zeros below, read as leading zeros), then summed in
     /// pairs, fours and eights by three multiplications.
@@ -1048,6 +1109,23 @@ mod fast {
     #[inline(always)]
     fn number_in(text: &[u8], start: usize, end: usize) -> Option<u64> {
         let at = |i: usize| u64::from_le_bytes(text[i..i + 8].try_into().expect("eight bytes"));
+        number_with(at, start, end)
+    }
+
+    /// [`number_in`] of a line's head (a field ending before byte 64): the eight-byte loads
+    /// at `i & 63` (the same `i`, which is below 64), within the head's bytes by its type,
+    /// so without a bounds check.
+    #[inline(always)]
+    fn number_in_head(head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<u64> {
+        let at = |i: usize| {
+            let i = i & 63;
+            u64::from_le_bytes(head[i..i + 8].try_into().expect("eight bytes"))
+        };
+        number_with(at, start, end)
+    }
+
+    #[inline(always)]
+    fn number_with(at: impl Fn(usize) -> u64, start: usize, end: usize) -> Option<u64> {
         match end - start {
             k @ 1..=8 => digits_of(at(start), k),
             k @ 9..=16 => {
@@ -1086,24 +1164,6 @@ mod fast {
         Some((Classes { sep: c.sep & line, comma: c.comma & line, newline: c.newline }, end))
     }
 
-    /// The `N` fields of a line split by runs of separators, the first at the line's start:
-    /// each field's start and end, and the newline's position. None for another line.
-    #[inline(always)]
-    fn ws_fields<const N: usize>(text: &[u8]) -> Option<([(usize, usize); N], usize)> {
-        let (c, end) = line_classes(text)?;
-        let word = !c.sep & ((1u64 << end) - 1);
-        let (mut starts, mut ends) = (word & !(word << 1), (word << 1) & !word);
-        if starts & 1 == 0 {
-            return None;
-        }
-        let mut f = [(0, 0); N];
-        for field in &mut f {
-            *field = (take(&mut starts), take(&mut ends));
-        }
-        // N fields, no more (a missing one: its start is 64).
-        (starts == 0 && f[N - 1].0 < 64).then_some((f, end))
-    }
-
     /// The `N` fields of a CSV line (N - 1 commas): each field's start and end (the last one
     /// ends at the newline), and the newline's position. None for another line.
     #[inline(always)]
@@ -1121,6 +1181,37 @@ mod fast {
         (commas == 0 && start <= end).then_some((f, end))
     }
 
+    /// A line's head ([`VEC_BYTES`] bytes) with the separators of its first 64 bytes up to its
+    /// newline and the newline's position, when the newline is among them ([`classify_ws`]).
+    #[inline(always)]
+    fn ws_head(text: &[u8]) -> Option<(&[u8; VEC_BYTES], u64, usize)> {
+        let head: &[u8; VEC_BYTES] = text.get(..VEC_BYTES)?.try_into().expect("VEC_BYTES bytes");
+        let (sep, newline) = classify_ws(head[..64].try_into().expect("64 bytes"));
+        if newline == 0 {
+            return None;
+        }
+        let end = newline.trailing_zeros() as usize;
+        Some((head, sep & ((1u64 << end) - 1), end))
+    }
+
+    /// The 5 fields of a line split by runs of separators, the first at the line's start:
+    /// each field's start and end, from the separators `sep` of its bytes before the
+    /// newline at `end` (< 64). None for another line.
+    #[inline(always)]
+    fn ws_fields5(sep: u64, end: usize) -> Option<[(usize, usize); 5]> {
+        let word = !sep & ((1u64 << end) - 1);
+        let (mut starts, mut ends) = (word & !(word << 1), (word << 1) & !word);
+        if starts & 1 == 0 {
+            return None;
+        }
+        let mut f = [(0, 0); 5];
+        for field in &mut f {
+            *field = (take(&mut starts), take(&mut ends));
+        }
+        // 5 fields, no more (a missing one: its start is 64).
+        (starts == 0 && f[4].0 < 64).then_some(f)
+    }
+
     /// [`fio_v3`], the line's fields found by [`classify`] (a line longer than 63 bytes, or
     /// near the buffer's end, or of another shape: by [`fio_v3`] itself, which gives the same
     /// event for any line this one reads: `trace::tests::the_vector_parsers_read_as_the_bytewise_ones`).
@@ -1131,20 +1222,40 @@ mod fast {
         streams: &mut Streams,
         filter: Option<&[u8]>,
     ) -> Option<(Event, usize)> {
-        let Some(([t, file, op, offset, bytes], end)) = ws_fields::<5>(text) else {
+        let Some((head, sep, end)) = ws_head(text) else {
             return fio_v3(text, clock_ns, streams, filter);
         };
-        let op = match &text[op.0..op.1] {
+        fio_v3_classified(text, head, sep, end, clock_ns, streams, filter)
+    }
+
+    /// [`fio_v3_vec`] from the line's head, the separators before its newline and the
+    /// newline's position (< 64), however they were classified.
+    #[inline(always)]
+    fn fio_v3_classified(
+        text: &[u8],
+        head: &[u8; VEC_BYTES],
+        sep: u64,
+        end: usize,
+        clock_ns: &mut u64,
+        streams: &mut Streams,
+        filter: Option<&[u8]>,
+    ) -> Option<(Event, usize)> {
+        let Some([t, file, op, offset, bytes]) = ws_fields5(sep, end) else {
+            return fio_v3(text, clock_ns, streams, filter);
+        };
+        let op = match &head[op.0..op.1] {
             b"read" => Op::Read,
             b"write" => Op::Write,
             _ => return fio_v3(text, clock_ns, streams, filter),
         };
-        let (Some(us), Some(offset), Some(bytes)) =
-            (number_in(text, t.0, t.1), number_in(text, offset.0, offset.1), number_in(text, bytes.0, bytes.1))
-        else {
+        let (Some(us), Some(offset), Some(bytes)) = (
+            number_in_head(head, t.0, t.1),
+            number_in_head(head, offset.0, offset.1),
+            number_in_head(head, bytes.0, bytes.1),
+        ) else {
             return fio_v3(text, clock_ns, streams, filter);
         };
-        fio_v3_io(FioV3 { us, file: &text[file.0..file.1], op, offset, bytes }, end + 1, clock_ns, streams, filter)
+        fio_v3_io(FioV3 { us, file: &head[file.0..file.1], op, offset, bytes }, end + 1, clock_ns, streams, filter)
     }
 
     /// [`fio_v3_vec`] in the shape [`super::TraceReader::fast_run`] takes.
@@ -3010,6 +3121,8 @@ CPU0 (8,0):
                 };
             }
             assert_eq!(fast::classify(&bytes), fast::classify_bytes(&bytes), "{bytes:?}");
+            let c = fast::classify_bytes(&bytes);
+            assert_eq!(fast::classify_ws(&bytes), (c.sep, c.newline), "{bytes:?}");
         }
         // Lines, clean and adversarial, with what follows them in the buffer (other lines,
         // garbage, nothing): the same event, bytes used, clock and streams, or both refusing.
@@ -3170,7 +3283,7 @@ CPU0 (8,0):
 
     #[test]
     fn a_stream_key_is_the_last_one_only_when_every_byte_is() {
-        // The last key's check is a byte loop: keys of its length that differ in one byte
+        // The last key's check (`same_key`): keys of its length that differ in one byte
         // (first, middle, last), its prefixes and its extensions are other streams.
         let mut s = Streams::default();
         let base = s.id(b"/dev/sda");
@@ -3184,6 +3297,34 @@ CPU0 (8,0):
         let distinct: std::collections::HashSet<u32> = others.iter().copied().collect();
         assert_eq!(distinct.len(), others.len(), "{others:?}");
         assert!(!others[..others.len() - 1].contains(&base));
+        // Keys of every length up to 20 (the word compare of 8 to 16 bytes, the byte loop
+        // either side) against each with one byte changed.
+        for n in 0..=20usize {
+            let key: Vec<u8> = (0..n).map(|i| b'a' + i as u8).collect();
+            assert!(same_key(&key, &key.clone()), "{n}");
+            for at in 0..n {
+                let mut other = key.clone();
+                other[at] ^= 0x20;
+                assert!(!same_key(&key, &other), "{n} {at}");
+                assert_ne!(s.id(&other), s.id(&key), "{n} {at}");
+                assert_eq!(s.id(&key), s.id(&key.clone()), "{n} {at}");
+            }
+            assert!(!same_key(&key, &key[..n.saturating_sub(1)]) || n == 0, "{n}");
+        }
+        // Keys in turn from a few (two alternating, as Alibaba's volumes, then any order):
+        // each key's first stream, every time, as a map of the keys met gives it.
+        let mut s = Streams::default();
+        let mut first: HashMap<Vec<u8>, u32> = HashMap::new();
+        let mut rng = smartcon_util::rng::Rng::new(7);
+        for i in 0..2_000u64 {
+            let k = if i < 200 { i % 2 } else { rng.below(5) };
+            let key = format!("dev{k}").into_bytes();
+            let id = s.id(&key);
+            assert_eq!(*first.entry(key).or_insert(id), id, "{i}");
+        }
+        assert_eq!(first.len(), 5);
+        let distinct: std::collections::HashSet<u32> = first.values().copied().collect();
+        assert_eq!(distinct.len(), 5);
         // MSR's HOST_DISK checked against the last key without being built.
         let hm1 = s.id(b"hm_1");
         assert_eq!(s.last_if_joined(b"hm", b'_', b"1"), Some(hm1));
