@@ -90,6 +90,8 @@ struct Domain {
     /// The model's completion of a helper's request not handed back yet ([`set_cap`]):
     /// the clock does not read past it. 0: none.
     cap_ns: AtomicU64,
+    /// The real monotonic instant the cap was set at ([`CAP_HOLD_MAX_NS`]).
+    cap_set_real_ns: AtomicU64,
     /// Bumped when the cap is released; a thread paused at the cap sleeps on it.
     cap_word: AtomicU32,
     /// The guest CPU clock's base ([`cpu_ns`]): the processes whose CPU time it sums (0:
@@ -116,6 +118,7 @@ impl Domain {
             overflow: AtomicU32::new(0),
             jumped_to_ns: AtomicU64::new(0),
             cap_ns: AtomicU64::new(0),
+            cap_set_real_ns: AtomicU64::new(0),
             cap_word: AtomicU32::new(0),
             cpu_pids: [const { AtomicU32::new(0) }; CPU_PIDS_MAX],
             cpu_seen_ns: [const { AtomicU64::new(0) }; CPU_PIDS_MAX],
@@ -412,12 +415,27 @@ pub fn peek_ns() -> u64 {
     v.max(d.last_ns.load(Ordering::Acquire))
 }
 
-/// `v` held at the cap, when one is set ([`set_cap`]).
+/// A cap held longer than this in real time no longer holds the clock: a guard, so that a
+/// request whose hand-back never comes cannot stop the program's clock, and with it the
+/// timers it waits for, for good. In the nineteenth session's CI one UML guest's kernel
+/// spun for 8 minutes without a system call, its ubd thread in `poll` with nothing in
+/// flight: the shape of a clock held at a cap nobody released (a guest waiting for jiffies
+/// that only the clock's timers advance). A request at 100 x is held 25-44 us on average.
+pub const CAP_HOLD_MAX_NS: u64 = 10_000_000;
+
+/// `v` held at the cap, when one is set ([`set_cap`]) and not older than [`CAP_HOLD_MAX_NS`].
 #[inline]
 fn capped(d: &Domain, v: u64) -> u64 {
     match d.cap_ns.load(Ordering::Acquire) {
         0 => v,
-        cap => v.min(cap),
+        cap => {
+            let held = real_ns(libc::CLOCK_MONOTONIC).saturating_sub(d.cap_set_real_ns.load(Ordering::Acquire));
+            if held > CAP_HOLD_MAX_NS {
+                v
+            } else {
+                v.min(cap)
+            }
+        }
     }
 }
 
@@ -868,7 +886,9 @@ pub fn hold_at(until_ns: u64) -> u64 {
 /// What the guest runs past the instant before the pause ([`pause_at_cap`]) or the
 /// release is not on its clock; [`release_cap`] returns it.
 pub fn set_cap(complete_ns: u64) {
-    dom().cap_ns.store(complete_ns.max(1), Ordering::Release);
+    let d = dom();
+    d.cap_set_real_ns.store(real_ns(libc::CLOCK_MONOTONIC), Ordering::Release);
+    d.cap_ns.store(complete_ns.max(1), Ordering::Release);
 }
 
 /// The clock without the cap (what it would read if no completion held it).
@@ -1176,6 +1196,22 @@ mod tests {
         let count = PAUSES.load(Ordering::Relaxed);
         pause_at_cap();
         assert_eq!(PAUSES.load(Ordering::Relaxed), count);
+
+        // A cap nobody releases stops holding the clock after CAP_HOLD_MAX_NS of real time.
+        let cap = peek_ns() + 1_000;
+        set_cap(cap);
+        let start = real_ns(libc::CLOCK_MONOTONIC);
+        while uncapped_ns(d) <= cap + 100_000 {
+            std::hint::spin_loop();
+        }
+        if real_ns(libc::CLOCK_MONOTONIC) - start < CAP_HOLD_MAX_NS {
+            assert_eq!(peek_ns(), cap, "held within the bound");
+        }
+        while real_ns(libc::CLOCK_MONOTONIC) - start <= CAP_HOLD_MAX_NS + 1_000_000 {
+            std::hint::spin_loop();
+        }
+        assert!(peek_ns() > cap + CAP_HOLD_MAX_NS / 2, "past the bound the clock runs on");
+        release_cap(cap);
     }
 
     #[test]
