@@ -88,6 +88,11 @@ pub const TRIAL_PERIOD: u32 = 256;
 pub const TRIAL_PERIOD_PATIENT: u32 = 1024;
 /// At least this many I/Os between trials once the means are far from the boundary.
 pub const TRIAL_PERIOD_SURE: u32 = 1024;
+/// At most this many where only the trials' measured cost ([`TRIAL_COST`]) spaces them.
+/// The block check's trials are not spaced by it at all: beside the crunchers both its ways
+/// wait scheduler slices now and then, and one such wait in a trial would put the next one
+/// 65,536 I/Os away, a whole cell of a way the host may no longer favour.
+pub const TRIAL_PERIOD_COSTLY: u32 = 4096;
 /// At most this many.
 pub const TRIAL_PERIOD_MAX: u32 = 65_536;
 /// Far from the boundary, the trials' extra wait is kept to this share of the whole: the
@@ -385,10 +390,14 @@ impl Class {
         }
         let worse_over_better = if r >= 1.0 { r } else { 1.0 / r };
         let by_ways = TRIAL_BURST as f64 * (worse_over_better - 1.0) / TRIAL_COST;
-        // What the trials were measured to cost, the change back included.
+        // What the trials were measured to cost, the change back included (the spin check
+        // only, and at most [`TRIAL_PERIOD_COSTLY`] apart for it).
         let preferred = if self.base_preferred { self.base.ns } else { self.alt.ns };
-        let measured =
-            if self.trial_cost.n > 0 && preferred > 0.0 { self.trial_cost.ns / (TRIAL_COST * preferred) } else { 0.0 };
+        let measured = if !self.patient && self.trial_cost.n > 0 && preferred > 0.0 {
+            (self.trial_cost.ns / (TRIAL_COST * preferred)).min(TRIAL_PERIOD_COSTLY as f64)
+        } else {
+            0.0
+        };
         by_ways.max(measured).ceil().clamp(TRIAL_PERIOD_SURE as f64, TRIAL_PERIOD_MAX as f64) as u32
     }
 }
@@ -786,6 +795,62 @@ mod tests {
         let extra = total as f64 / (40_000.0 * 33_000.0) - 1.0;
         assert!(extra < 0.015, "the trials cost {:.1} % ({trials} trials)", extra * 100.0);
         assert!(trials >= 5, "{trials} trials: still checked now and then");
+    }
+
+    #[test]
+    fn the_block_checks_trials_are_not_spaced_by_a_slow_wait() {
+        // The plain call 25 us, io_uring's wait 50 us, and the first plain call after each
+        // trial of io_uring meets a scheduler slice (4 ms): the check takes the plain call
+        // and still tries io_uring every 1,024 reads or so, as its two means say.
+        let mut check = BlockCheck::new();
+        let mut last = None;
+        let (mut plain, mut uring) = (0u32, 0u32);
+        for _ in 0..60_000 {
+            let sync = check.choose(4096, false) == Strategy::Sync;
+            let first = last != Some(sync);
+            last = Some(sync);
+            check.record(
+                4096,
+                false,
+                sync,
+                if !sync {
+                    50_000
+                } else if first {
+                    4_000_000
+                } else {
+                    25_000
+                },
+            );
+            plain += sync as u32;
+            uring += !sync as u32;
+        }
+        assert!(plain > 55_000, "the plain call on {plain} of 60,000 reads");
+        let trials = uring / TRIAL_BURST;
+        assert!(trials >= 60_000 / (TRIAL_PERIOD_SURE + TRIAL_BURST) - 2, "{trials} trials of io_uring");
+        // The spin check's spacing by cost stops at TRIAL_PERIOD_COSTLY: spinning 10 us
+        // against 20 us, the first spin after blocks 5 ms.
+        let mut check = SpinCheck::new();
+        let (mut last, mut blocked) = (None, 0);
+        for _ in 0..60_000 {
+            let c = check.choose(4096, false, Reason::CpuAvailable, Strategy::Spin);
+            let first = last != Some(c.spun);
+            last = Some(c.spun);
+            check.record(
+                4096,
+                false,
+                c.spun,
+                if !c.spun {
+                    20_000
+                } else if first {
+                    5_000_000
+                } else {
+                    10_000
+                },
+            );
+            blocked += !c.spun as u32;
+        }
+        let trials = blocked / TRIAL_BURST;
+        assert!(trials >= 60_000 / (TRIAL_PERIOD_COSTLY + TRIAL_BURST) - 1, "{trials} trials");
     }
 
     #[test]

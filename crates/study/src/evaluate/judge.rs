@@ -509,6 +509,56 @@ pub fn judge_cells(cells: &[Cell]) -> Vec<JudgedCell<'_>> {
     out
 }
 
+/// The judge's own floor in a run: the single-thread cells where smart waited one and the
+/// same way as a fixed strategy on every I/O (no trial, no check at work), and how often
+/// the paired rule still called a winner between the two. What it calls there is the
+/// rounds' noise, not a difference of decisions: a front figure is read against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Floor {
+    /// Cells where smart waited as one fixed strategy on every I/O.
+    pub cells: usize,
+    /// Of those, where the rule called that strategy the winner (a lost cell, by chance).
+    pub fixed_won: usize,
+    /// And where it called smart the winner over it.
+    pub smart_won: usize,
+}
+
+impl Floor {
+    /// "in 120 cells ...": one clause for a headline or a criterion, `None` without cells.
+    pub fn clause(&self) -> Option<String> {
+        (self.cells > 0).then(|| {
+            format!(
+                "the judge's floor in this run: in {} cells smart waited as one fixed strategy on every I/O, and the same rule still called that strategy the winner in {} ({:.1}%) and smart in {} ({:.1}%)",
+                self.cells,
+                self.fixed_won,
+                self.fixed_won as f64 * 100.0 / self.cells as f64,
+                self.smart_won,
+                self.smart_won as f64 * 100.0 / self.cells as f64
+            )
+        })
+    }
+}
+
+/// The floor of a run's judge (see [`Floor`]).
+pub fn floor(cells: &[Cell]) -> Floor {
+    let mut f = Floor { cells: 0, fixed_won: 0, smart_won: 0 };
+    for c in cells.iter().filter(|c| c.result.strategy == SMART && c.result.threads == 1 && c.perf() > 0.0) {
+        let ways = &c.result.decisions.by_strategy;
+        let only = match ways.iter().filter(|(_, n)| **n > 0).collect::<Vec<_>>()[..] {
+            [(s, _)] => *s,
+            _ => continue,
+        };
+        if !matches!(only, Strategy::Block | Strategy::Spin | Strategy::Sync) {
+            continue;
+        }
+        let Some(fixed) = find(cells, c, StrategyChoice::Fixed(only)).filter(|x| x.perf() > 0.0) else { continue };
+        f.cells += 1;
+        f.fixed_won += beats_cell(fixed, c).is_some() as usize;
+        f.smart_won += beats_cell(c, fixed).is_some() as usize;
+    }
+    f
+}
+
 /// One line for the report's head: how many single-thread cells smart is on the front in,
 /// round by round, with the earlier whole-cell figure beside it.
 pub fn pareto_headline(cells: &[Cell]) -> Option<String> {
@@ -522,7 +572,7 @@ pub fn pareto_headline(cells: &[Cell]) -> Option<String> {
             pct(p.judged - p.lost.len()),
             p.judged - p.lost_whole_cell,
             p.judged
-        )
+        ) + &floor(cells).clause().map(|c| format!(" As a yardstick, {c}.")).unwrap_or_default()
     })
 }
 
@@ -884,6 +934,10 @@ fn pareto_front(cells: &[Cell]) -> Criterion {
         front as f64 * 100.0 / p.judged.max(1) as f64,
         p.judged - p.lost_whole_cell
     );
+    if let Some(c) = floor(cells).clause() {
+        measured += "; ";
+        measured += &c;
+    }
     if !p.lost.is_empty() {
         measured += "; lost by load and target: ";
         measured += &by_where.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ");
@@ -1300,6 +1354,39 @@ mod tests {
         assert_eq!(l.corunner_ratio.map(|k| (k * 1000.0).round()), Some(1000.0));
         let p = pareto(&[smart, spin]);
         assert_eq!((p.judged, p.lost.len(), p.lost_whole_cell), (1, 1, 0));
+    }
+
+    #[test]
+    fn the_floor_counts_the_cells_where_smart_waited_as_a_fixed_strategy() {
+        let ways = |mut c: Cell, target: &str, w: &[(Strategy, u64)]| {
+            c.result.target = target.into();
+            c.result.decisions.by_strategy = w.iter().copied().collect();
+            c
+        };
+        // a: smart spun on every I/O, and spin's rounds ran 10% ahead (the rounds' luck):
+        // the rule calls spin the winner, which the floor counts. b: both spun alike.
+        // c: smart blocked on some I/Os (a trial): not the same wait, not counted.
+        let (smart_a, spin_a) = swinging(&[1.10]);
+        let (smart_b, spin_b) = swinging(&[1.0]);
+        let (smart_c, spin_c) = swinging(&[1.10]);
+        let all = [(Strategy::Spin, 1000)];
+        let cells = vec![
+            ways(smart_a, "a", &all),
+            ways(spin_a, "a", &all),
+            ways(smart_b, "b", &all),
+            ways(spin_b, "b", &all),
+            ways(smart_c, "c", &[(Strategy::Spin, 990), (Strategy::Block, 10)]),
+            ways(spin_c, "c", &all),
+        ];
+        let f = floor(&cells);
+        assert_eq!(f, Floor { cells: 2, fixed_won: 1, smart_won: 0 });
+        assert!(f.clause().unwrap().contains("in 2 cells smart waited as one fixed strategy"), "{:?}", f.clause());
+        // The front figure itself is not moved by it: a and c are lost.
+        assert_eq!(pareto(&cells).lost.len(), 2);
+        assert!(pareto_headline(&cells)
+            .unwrap()
+            .contains("the same rule still called that strategy the winner in 1 (50.0%)"));
+        assert_eq!(floor(&cells[4..]).clause(), None);
     }
 
     #[test]
