@@ -934,10 +934,6 @@ fn pareto_front(cells: &[Cell]) -> Criterion {
         front as f64 * 100.0 / p.judged.max(1) as f64,
         p.judged - p.lost_whole_cell
     );
-    if let Some(c) = floor(cells).clause() {
-        measured += "; ";
-        measured += &c;
-    }
     if !p.lost.is_empty() {
         measured += "; lost by load and target: ";
         measured += &by_where.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ");
@@ -949,6 +945,10 @@ fn pareto_front(cells: &[Cell]) -> Criterion {
                 p.lost.len() - LOST_LISTED_MAX
             );
         }
+    }
+    if let Some(c) = floor(cells).clause() {
+        measured += "; ";
+        measured += &c;
     }
     Criterion {
         record_type: "criterion",
