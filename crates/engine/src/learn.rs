@@ -14,7 +14,9 @@
 //! (a *trial*): a burst of [`TRIAL_BURST`] I/Os, the first of which are not counted, since
 //! a way's wait depends on the way before it. A size starts blocking, then tries spinning;
 //! then one burst in [`TRIAL_PERIOD`] I/Os, or, once the two figures are far apart, as few
-//! as keep the trials' cost near 1 %.
+//! as keep the trials' cost near 1 %: the cost the two means predict, or, for the spin
+//! check, what the trials were measured to cost with the change back (a spin after blocks
+//! may wait a tick for a kernel worker woken on its CPU).
 //! Where blocking waits no more than `1 + `[`GAIN_MIN`] times as long as spinning, the
 //! port blocks instead, with reason `spin_unpaid`, until the figures say otherwise.
 //!
