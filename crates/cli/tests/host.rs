@@ -104,6 +104,21 @@ fn host_quick_json_is_a_valid_model_and_is_stored_beside_ctx() {
             assert!(v.is_some_and(|v| (0.0..1.5).contains(&v)), "{c:?}");
         }
     }
+    // A spinner that sleeps now and then beside the crunchers, and hybrid's sleep and I/O
+    // there at 10 and 80 us, the cold path against the sleep loop (twentieth session): what
+    // the simulation gives smart's spinning and charges hybrid's sleeps beside a cruncher.
+    let sleeping = model.spin_share_sleeping.expect("the sleeping spinner's share");
+    assert!(sleeping.sleeps_per_s > 0.0 && (0.0..1.0).contains(&sleeping.share), "{sleeping:?}");
+    assert_eq!(model.sleep_io.iter().map(|p| p.device_ns).collect::<Vec<_>>(), [10_000.0, 80_000.0]);
+    for p in &model.sleep_io {
+        assert!(p.cpu_beside_cruncher_ns > 0.0 && (0.0..1.5).contains(&p.switches_beside_cruncher), "{p:?}");
+        let cold = p.cold_io_beside_cruncher_ns.expect("the sleep loop was measured beside the crunchers");
+        let loop_cpu = model.sleep_cpu_at(p.device_ns, true).unwrap();
+        assert!((cold - (p.cpu_beside_cruncher_ns - loop_cpu)).abs() < 1e-6, "{p:?}");
+    }
+    let turns = lines[1]["sleep_io_turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2, "{}", lines[1]);
+    assert!(!lines[1]["sleeping_spin_shares"].as_array().unwrap().is_empty(), "{}", lines[1]);
     // Nothing left in the temporary directory (the comparison's file is removed).
     assert_eq!(std::fs::read_dir(home.path().join("tmp")).unwrap().count(), 0);
 

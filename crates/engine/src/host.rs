@@ -83,6 +83,47 @@ pub struct SleepCpuPoint {
     pub switches_per_sleep_beside_cruncher: Option<f64>,
 }
 
+/// What a spinner gets of its core beside a cruncher per core when it sleeps now and then
+/// (`smart`'s spin check blocks one I/O in a few hundred), as `smartcon host` measures it: a
+/// thread that spins on the clock and takes a short timed sleep at a fixed rate. A pure
+/// spinner and the crunchers are alike to the scheduler and share the cores evenly in the
+/// long run (`spin_share_beside_cruncher`); a thread that leaves its core now and then
+/// comes back to a core a cruncher took meanwhile (on the nineteenth session's quiet run
+/// the real `smart` held 0.57 of a CPU beside the crunchers on emu:optane where `spin` and
+/// `sync` held 0.60-0.69).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SleepingSpinShare {
+    /// The spinner's sleeps per second of wall time.
+    pub sleeps_per_s: f64,
+    /// Its CPU over the turns' time.
+    pub share: f64,
+}
+
+/// `hybrid`'s timed sleep to the completion followed by the I/O's own work, beside a
+/// cruncher per core, as `smartcon host` measures it: a `hybrid` turn on an emulated device
+/// of `device_ns` beside the crunchers, where the System Monitor reads the CPUs busy and
+/// hybrid sleeps until its predicted completion and polls once (its busy branch). What a
+/// sleep loop (`sleep_cpu`) leaves out is the I/O after the sleep: it runs on a cold path
+/// (the cruncher ran in between), and the sleep that precedes an I/O goes to sleep less
+/// often than one in a loop (on the nineteenth session's quiet run real hybrid on emu:optane
+/// switched on 0.55 of its sleeps beside the crunchers, a 10 us sleep loop on 0.84).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SleepIoPoint {
+    /// The device's service time (the sleep is about as long).
+    pub device_ns: f64,
+    /// CPU per I/O (user + system): the sleep, the wake-up and the I/O's own work.
+    pub cpu_beside_cruncher_ns: f64,
+    /// From the completion's instant to the thread seeing it.
+    pub late_beside_cruncher: Quantiles,
+    /// Voluntary switches per I/O: the share of the sleeps that left the core.
+    pub switches_beside_cruncher: f64,
+    /// The cold I/O path: `cpu_beside_cruncher_ns` less a sleep loop's CPU per sleep at
+    /// the device time beside the crunchers, measured in the same step (`None` where that
+    /// loop was not measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_io_beside_cruncher_ns: Option<f64>,
+}
+
 /// The extra time a blocking wait through io_uring takes over a plain blocking system call
 /// for the same I/O (negative: io_uring is the cheaper way to block), idle and with a
 /// spinning thread on every core.
@@ -182,6 +223,15 @@ pub struct HostModel {
     /// from before the nineteenth session (a sleep then costs the blocking wait's CPU).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sleep_cpu: Vec<SleepCpuPoint>,
+    /// A spinner's share beside a cruncher per core when it sleeps now and then
+    /// ([`SleepingSpinShare`]); absent before the twentieth session and in the presets (every
+    /// spinner then holds `spin_share_beside_cruncher`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spin_share_sleeping: Option<SleepingSpinShare>,
+    /// hybrid's sleep and I/O beside the crunchers by device time, shortest first
+    /// ([`SleepIoPoint`]); empty before the twentieth session and in the presets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sleep_io: Vec<SleepIoPoint>,
 }
 
 /// The quantiles (and means, where both have one) a fraction `t` of the way from `a` to `b`.
@@ -256,6 +306,42 @@ impl HostModel {
         self.sleep_cpu_at(requested_ns, beside_cruncher)
             .or_else(|| self.block_wait_at(requested_ns, beside_cruncher).map(|(cpu, _)| cpu))
             .unwrap_or(self.block_cpu_ns)
+    }
+
+    /// The share of its core a spinning thread that sleeps `sleeps_per_s` times a second gets
+    /// beside a cruncher: `spin_share_beside_cruncher` for one that never sleeps, the measured
+    /// sleeping spinner's share at its rate and above, linear in between (an assumption: one
+    /// rate is measured).
+    pub fn spin_share_beside_at(&self, sleeps_per_s: f64) -> f64 {
+        let s0 = self.spin_share_beside_cruncher;
+        match self.spin_share_sleeping {
+            Some(p) if p.sleeps_per_s > 0.0 => {
+                let t = (sleeps_per_s.max(0.0) / p.sleeps_per_s).min(1.0);
+                s0 + t * (p.share - s0)
+            }
+            _ => s0,
+        }
+    }
+
+    /// hybrid's sleep of `requested_ns` and the I/O after it beside a cruncher: its CPU, its
+    /// lateness past the completion and the share of sleeps that left the core, interpolated
+    /// linearly between the measured device times (held flat beyond them). `None` where not
+    /// measured (the sleep loop's CPU and the blocking wait's lateness apply).
+    pub fn sleep_io_at(&self, requested_ns: f64) -> Option<(f64, Quantiles, f64)> {
+        let pick = |p: &SleepIoPoint| (p.cpu_beside_cruncher_ns, p.late_beside_cruncher, p.switches_beside_cruncher);
+        let pts = &self.sleep_io;
+        let first = pts.first()?;
+        if requested_ns <= first.device_ns {
+            return Some(pick(first));
+        }
+        for w in pts.windows(2) {
+            let (a, b) = (pick(&w[0]), pick(&w[1]));
+            if requested_ns <= w[1].device_ns {
+                let t = (requested_ns - w[0].device_ns) / (w[1].device_ns - w[0].device_ns).max(1.0);
+                return Some((a.0 + t * (b.0 - a.0), lerp_quantiles(&a.1, &b.1, t), a.2 + t * (b.2 - a.2)));
+            }
+        }
+        pts.last().map(pick)
     }
 
     /// A blocking wait's CPU and lateness on a device of `device_ns`, alone or beside a
@@ -384,6 +470,26 @@ impl HostModel {
         };
         if !self.sleep_cpu.iter().all(cpu_ok) {
             return bad("a sleep_cpu point is negative or not finite".into());
+        }
+        if self.sleep_io.windows(2).any(|w| w[0].device_ns >= w[1].device_ns) {
+            return bad("sleep_io points not in increasing order of device time".into());
+        }
+        let io_ok = |p: &SleepIoPoint| {
+            [p.device_ns, p.cpu_beside_cruncher_ns].iter().all(|x| x.is_finite() && *x >= 0.0)
+                && (0.0..=1.5).contains(&p.switches_beside_cruncher)
+                && p.cold_io_beside_cruncher_ns.is_none_or(f64::is_finite)
+                && q_ok(&p.late_beside_cruncher)
+        };
+        if !self.sleep_io.iter().all(io_ok) {
+            return bad("a sleep_io point is negative, not finite, or its quantiles decrease".into());
+        }
+        if let Some(p) = self.spin_share_sleeping {
+            if !(p.sleeps_per_s.is_finite() && p.sleeps_per_s > 0.0 && p.share > 0.0 && p.share < 1.0) {
+                return bad(format!(
+                    "spin_share_sleeping = {} at {} sleeps/s (share in (0, 1), rate > 0)",
+                    p.share, p.sleeps_per_s
+                ));
+            }
         }
         if !(self.spin_share_beside_cruncher > 0.0 && self.spin_share_beside_cruncher < 1.0) {
             return bad(format!(
@@ -589,6 +695,8 @@ pub fn this_host() -> HostModel {
         spin_slice_ns: None,
         filled: Vec::new(),
         sleep_cpu: Vec::new(),
+        spin_share_sleeping: None,
+        sleep_io: Vec::new(),
     }
 }
 
@@ -669,6 +777,45 @@ mod tests {
             .unwrap();
         let e = HostModel::load(&path).unwrap_err().to_string();
         assert!(e.contains("run `smartcon host`"), "{e}");
+    }
+
+    #[test]
+    fn the_sleeping_spinners_share_and_hybrids_sleep_and_io_read_back_and_are_checked() {
+        let mut m = HostModel::preset("host-c").unwrap();
+        assert!(m.spin_share_sleeping.is_none() && m.sleep_io.is_empty(), "a preset has neither");
+        assert_eq!(m.spin_share_beside_at(500.0), m.spin_share_beside_cruncher, "none: every spinner's share");
+        assert!(m.sleep_io_at(10_000.0).is_none());
+        m.spin_share_sleeping = Some(SleepingSpinShare { sleeps_per_s: 100.0, share: 0.5 });
+        let q = Quantiles::new(10_000.0, 12_000.0, 20_000.0);
+        let pt = |device_ns: f64, cpu: f64, sw: f64| SleepIoPoint {
+            device_ns,
+            cpu_beside_cruncher_ns: cpu,
+            late_beside_cruncher: q,
+            switches_beside_cruncher: sw,
+            cold_io_beside_cruncher_ns: Some(1_000.0),
+        };
+        m.sleep_io = vec![pt(10_000.0, 18_000.0, 0.5), pt(80_000.0, 13_000.0, 1.0)];
+        m.validate().unwrap();
+        // A host.json with them reads back; one from before them still reads, without them.
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(serde_json::from_value::<HostModel>(v.clone()).unwrap(), m);
+        let mut old = v;
+        old.as_object_mut().unwrap().remove("spin_share_sleeping");
+        old.as_object_mut().unwrap().remove("sleep_io");
+        let old: HostModel = serde_json::from_value(old).unwrap();
+        assert!(old.spin_share_sleeping.is_none() && old.sleep_io.is_empty());
+        assert_eq!(m.sleep_io_at(1_000.0).unwrap().0, 18_000.0);
+        assert_eq!(m.sleep_io_at(1e9).unwrap().2, 1.0);
+        m.sleep_io.swap(0, 1);
+        assert!(m.validate().is_err(), "out of order");
+        m.sleep_io.swap(0, 1);
+        m.sleep_io[0].switches_beside_cruncher = f64::NAN;
+        assert!(m.validate().is_err(), "not finite");
+        m.sleep_io[0].switches_beside_cruncher = 0.5;
+        m.spin_share_sleeping = Some(SleepingSpinShare { sleeps_per_s: 0.0, share: 0.5 });
+        assert!(m.validate().is_err(), "no rate");
+        m.spin_share_sleeping = Some(SleepingSpinShare { sleeps_per_s: 10.0, share: 1.0 });
+        assert!(m.validate().is_err(), "a whole core");
     }
 
     #[test]

@@ -30,7 +30,8 @@ use smartcon_emutarget::target::{self, OpenOptions, TargetSpec};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::host::{
-    BlockPath, BlockWaitPoint, HostModel, Quantiles, SleepCpuPoint, SleepPoint, HOST_JSON_CTX_KEY, HOST_MODEL_VERSION,
+    BlockPath, BlockWaitPoint, HostModel, Quantiles, SleepCpuPoint, SleepIoPoint, SleepPoint, SleepingSpinShare,
+    HOST_JSON_CTX_KEY, HOST_MODEL_VERSION,
 };
 use smartcon_engine::job::{run_job, JobSpec, Pattern, StrategyChoice, TURN_WARMUP_IOS};
 use smartcon_engine::monitor::SystemMonitor;
@@ -75,6 +76,25 @@ pub const SPIN_TURN_FACTOR: u64 = 3;
 /// per device and load (three gave 360 ms, issue 27's fifth session).
 pub const WAIT_TURNS: usize = 5;
 
+/// The sleeping spinner's turns beside the crunchers (the figure of
+/// [`SleepingSpinShare`]): it spins on the clock and, every this long of wall time, sleeps
+/// [`SLEEPING_SPIN_SLEEP_NS`]: 125 sleeps a second, about the rate of `smart`'s spin check
+/// on emu:optane beside the crunchers (0.0021 sleeps per I/O at 55,000 IOPS: 116 a second,
+/// the nineteenth session's quiet run).
+pub const SLEEPING_SPIN_EVERY_NS: u64 = 8_000_000;
+/// Each of its sleeps: long enough to leave the core (a 20 us clock_nanosleep switched on
+/// every sleep on this machine; a 5 us one on none).
+pub const SLEEPING_SPIN_SLEEP_NS: u64 = 20_000;
+
+/// The device times of hybrid's sleep-and-I/O turns beside the crunchers
+/// ([`SleepIoPoint`]): an Optane read, where hybrid's sleeps beside the crunchers cost most
+/// against a sleep loop, and an NVMe read; two of the blocking-wait curve's devices.
+pub const SLEEP_IO_DEVICE_NS: [u64; 2] = [10_000, 80_000];
+
+/// hybrid's sampling phase in those turns, and the warm-up that keeps it out of the figures
+/// (its I/Os are waited for by polling).
+const SLEEP_IO_SAMPLING_NS: u64 = 3_000_000;
+
 /// What to measure and for how long.
 #[derive(Debug, Clone)]
 pub struct HostPlan {
@@ -94,6 +114,11 @@ pub struct HostPlan {
     /// Turns of the spinner's share, alone and beside a cruncher (medians taken; each turn
     /// [`SPIN_TURN_FACTOR`] x `wait_turn_ns`).
     pub spin_turns: usize,
+    /// Turns of the sleeping spinner beside the crunchers (each as long as a spinner's).
+    pub sleeping_spin_turns: usize,
+    /// Turns per device time of hybrid's sleep and I/O beside the crunchers (each
+    /// `wait_turn_ns`, after a warm-up over its sampling phase).
+    pub sleep_io_turns: usize,
     /// The temporary file for that comparison.
     pub temp_bytes: u64,
     pub temp_dir: Option<PathBuf>,
@@ -115,6 +140,8 @@ impl HostPlan {
             wait_turns: if quick { 1 } else { WAIT_TURNS },
             wait_turn_ns: if quick { 30_000_000 } else { 120_000_000 },
             spin_turns: if quick { 1 } else { 3 },
+            sleeping_spin_turns: if quick { 1 } else { 3 },
+            sleep_io_turns: if quick { 1 } else { 2 },
             temp_bytes: if quick { 8 << 20 } else { 64 << 20 },
             temp_dir: None,
             ctx_profile: None,
@@ -172,9 +199,27 @@ pub struct HostMeasurement {
     pub crunchers_shares: Vec<f64>,
     /// The spinner's CPU share with nothing of ours beside it, per turn.
     pub spin_shares_alone: Vec<f64>,
+    /// The sleeping spinner beside the crunchers, per turn: its CPU share, the crunchers'
+    /// summed share, its sleeps per second (the model holds the turns pooled).
+    pub sleeping_spin_shares: Vec<f64>,
+    pub sleeping_spin_crunchers_shares: Vec<f64>,
+    pub sleeping_spin_rates: Vec<f64>,
+    /// hybrid's sleep-and-I/O turns beside the crunchers, per device time: each turn's CPU
+    /// per I/O and sleeps per I/O, and the predicted I/Os' share (1: it slept to its
+    /// prediction on every I/O after the warm-up, the busy branch the figure is of).
+    pub sleep_io_turns: Vec<SleepIoTurns>,
     /// Each step's wall time, in the order they ran (what the 30 s budget goes to).
     pub steps: Vec<StepTime>,
     pub elapsed_ns: u64,
+}
+
+/// One device time's hybrid turns beside the crunchers, turn by turn.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SleepIoTurns {
+    pub device_ns: f64,
+    pub cpu_ns: Vec<f64>,
+    pub sleeps_per_io: Vec<f64>,
+    pub switches_per_io: Vec<f64>,
 }
 
 /// One step of `smartcon host` and its wall time.
@@ -409,6 +454,52 @@ fn pooled(turns: &[JobResult]) -> Option<Turn> {
     Turn::of(&all)
 }
 
+/// One turn of a spinner that sleeps now and then: it spins on the clock and every `every_ns`
+/// of wall time sleeps `sleep_ns` (clock_nanosleep at smartcon's timer slack), for
+/// `turn_ns`. Returns its CPU time, the turn's wall time and its sleeps.
+fn sleeping_spin_turn(turn_ns: u64, every_ns: u64, sleep_ns: u64, stop: &AtomicBool) -> (f64, f64, u64) {
+    use smartcon_engine::clock::{now_ns, sleep_until_ns, thread_cpu_ns, tighten_timer_slack};
+    tighten_timer_slack();
+    let (t0, c0) = (now_ns(), thread_cpu_ns());
+    let mut next = t0 + every_ns;
+    let mut sleeps = 0;
+    loop {
+        let t = now_ns();
+        if t >= t0 + turn_ns || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if t >= next {
+            sleep_until_ns(t + sleep_ns);
+            sleeps += 1;
+            next = now_ns() + every_ns;
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    let (c1, t1) = (thread_cpu_ns(), now_ns());
+    (c1.saturating_sub(c0) as f64, t1.saturating_sub(t0) as f64, sleeps)
+}
+
+/// One `hybrid` turn of 4 KiB random reads on `t`: `turn_ns` measured after a warm-up that
+/// covers its sampling phase ([`SLEEP_IO_SAMPLING_NS`], twice as many I/Os as the device
+/// completes in it and [`TURN_WARMUP_IOS`]).
+fn hybrid_turn(
+    t: &dyn target::Target,
+    turn: usize,
+    turn_ns: u64,
+    monitor: &SystemMonitor,
+    stop: &AtomicBool,
+) -> Result<JobResult, Error> {
+    stopped(stop)?;
+    let device_ns = t.model_service_ns(Op::Read, 4096).unwrap_or(10_000).max(1_000);
+    let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(Strategy::Hybrid));
+    js.duration_ns = turn_ns;
+    js.poll.sampling_ns = SLEEP_IO_SAMPLING_NS;
+    js.warmup_ios = (2 * SLEEP_IO_SAMPLING_NS / device_ns) as u32 + TURN_WARMUP_IOS;
+    js.seed = 1 + turn as u64;
+    run_job(t, &js, &Profile::paper_default(&t.device_id()), monitor, stop)
+}
+
 /// One device's blocking turns as `host_measurement` records them: what the pooled figure
 /// was taken from, turn by turn (the spread of a tail over 120 ms turns).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -516,6 +607,56 @@ fn block_wait_curve(
     let (spin_beside, crunchers) = spinning(targets[0].as_ref(), Some(&load))?;
     let shares: Vec<f64> = spin_beside.iter().map(|x| x.share).collect();
     let cruncher_count = load.workers();
+    // A spinner that sleeps now and then, beside the same crunchers: its own share (it is
+    // not like them to the scheduler, so every thread's mean is not its share).
+    let mut sleeping = SleepingSpin::default();
+    for _ in 0..plan.sleeping_spin_turns {
+        stopped(stop)?;
+        let a = load.snapshot();
+        let (cpu, wall, sleeps) = sleeping_spin_turn(
+            plan.wait_turn_ns * SPIN_TURN_FACTOR,
+            SLEEPING_SPIN_EVERY_NS,
+            SLEEPING_SPIN_SLEEP_NS,
+            stop,
+        );
+        let b = load.snapshot();
+        let c = (b.user_ns + b.sys_ns).saturating_sub(a.user_ns + a.sys_ns) as f64
+            / b.at_ns.saturating_sub(a.at_ns).max(1) as f64;
+        sleeping.cpu_ns += cpu;
+        sleeping.wall_ns += wall;
+        sleeping.sleeps += sleeps;
+        sleeping.shares.push(cpu / wall.max(1.0));
+        sleeping.crunchers.push(c);
+        sleeping.rates.push(sleeps as f64 * 1e9 / wall.max(1.0));
+    }
+    // hybrid's sleep to its prediction and the I/O after it, beside the same crunchers
+    // (the System Monitor reads the CPUs busy: hybrid's busy branch, a sleep per I/O).
+    let mut sleep_io = Vec::with_capacity(SLEEP_IO_DEVICE_NS.len());
+    for &device in &SLEEP_IO_DEVICE_NS {
+        let Some(i) = BLOCK_WAIT_DEVICE_NS.iter().position(|&d| d == device) else { continue };
+        let t = targets[i].as_ref();
+        let runs = (0..plan.sleep_io_turns)
+            .map(|turn| hybrid_turn(t, turn, plan.wait_turn_ns, monitor, stop))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let each: Vec<(Turn, f64)> = runs
+            .iter()
+            .filter_map(|r| {
+                let sleeps = r.polling.as_ref().map_or(0.0, |p| p.sleeps_per_io);
+                Turn::of(r).map(|x| (x, sleeps))
+            })
+            .collect();
+        let all = pooled(&runs).ok_or_else(|| no_io(t))?;
+        sleep_io.push((
+            t.model_service_ns(Op::Read, 4096).unwrap_or(device) as f64,
+            all,
+            SleepIoTurns {
+                device_ns: t.model_service_ns(Op::Read, 4096).unwrap_or(device) as f64,
+                cpu_ns: each.iter().map(|(x, _)| x.cpu_ns).collect(),
+                sleeps_per_io: each.iter().map(|(_, s)| *s).collect(),
+                switches_per_io: each.iter().map(|(x, _)| x.sleeps_per_io).collect(),
+            },
+        ));
+    }
     // What a timed sleep (hybrid's) costs the sleeping thread on a cruncher's core: its
     // CPU, not its lateness (a pure sleep loop's lateness there is not what hybrid meets,
     // docs/simulate.md, seventeenth session).
@@ -559,7 +700,50 @@ fn block_wait_curve(
         background_busy_pct,
         spin_slice_ns,
         sleep_beside,
+        sleeping,
+        sleep_io,
     })
+}
+
+/// The sleeping spinner's turns beside the crunchers.
+#[derive(Debug, Default)]
+struct SleepingSpin {
+    cpu_ns: f64,
+    wall_ns: f64,
+    sleeps: u64,
+    shares: Vec<f64>,
+    crunchers: Vec<f64>,
+    rates: Vec<f64>,
+}
+
+impl SleepingSpin {
+    /// The model's figure: the turns pooled (their CPU over their time, their sleeps over
+    /// it), `None` without a turn or a sleep.
+    fn model(&self) -> Option<SleepingSpinShare> {
+        (self.wall_ns > 0.0 && self.sleeps > 0).then(|| SleepingSpinShare {
+            sleeps_per_s: self.sleeps as f64 * 1e9 / self.wall_ns,
+            share: (self.cpu_ns / self.wall_ns).clamp(0.01, 0.99),
+        })
+    }
+}
+
+/// The model's [`SleepIoPoint`]s from hybrid's turns beside the crunchers, the cold I/O
+/// path against the sleep loop's CPU beside them at the device time (`sleep_cpu_beside`,
+/// the model's interpolation of [`SleepCpuPoint`]s).
+fn sleep_io_points(
+    turns: &[(f64, Turn, SleepIoTurns)],
+    sleep_cpu_beside: impl Fn(f64) -> Option<f64>,
+) -> Vec<SleepIoPoint> {
+    turns
+        .iter()
+        .map(|(device_ns, t, _)| SleepIoPoint {
+            device_ns: *device_ns,
+            cpu_beside_cruncher_ns: t.cpu_ns,
+            late_beside_cruncher: t.late,
+            switches_beside_cruncher: t.sleeps_per_io.min(1.5),
+            cold_io_beside_cruncher_ns: sleep_cpu_beside(*device_ns).map(|s| t.cpu_ns - s),
+        })
+        .collect()
 }
 
 /// The share of a core one of `n` crunchers and the spinner each get, over the spinner's
@@ -640,6 +824,10 @@ struct BlockWaitCurve {
     /// Timed sleeps beside the crunchers, one run per requested length of
     /// [`SLEEP_REQUESTED_NS`]: what they cost the sleeping thread.
     sleep_beside: Vec<smartcon_engine::clock::SleepRun>,
+    sleeping: SleepingSpin,
+    /// hybrid's turns beside the crunchers per device time: the device time, the turns
+    /// pooled, the turns one by one.
+    sleep_io: Vec<(f64, Turn, SleepIoTurns)>,
 }
 
 /// The model's [`SleepCpuPoint`]s from the sleep runs alone and beside the crunchers, one
@@ -801,7 +989,11 @@ pub fn measure(
         spin_slice_ns: curve.spin_slice_ns,
         filled: Vec::new(),
         sleep_cpu: sleep_cpu_points(&SLEEP_REQUESTED_NS, &sleep_alone, &curve.sleep_beside),
+        spin_share_sleeping: curve.sleeping.model(),
+        sleep_io: Vec::new(),
     };
+    let sleep_io = sleep_io_points(&curve.sleep_io, |ns| model.sleep_cpu_at(ns, true));
+    let model = HostModel { sleep_io, ..model };
     model.validate()?;
     Ok(HostMeasurement {
         model,
@@ -819,6 +1011,10 @@ pub fn measure(
         spin_shares: curve.shares,
         crunchers_shares: curve.crunchers_shares,
         spin_shares_alone: curve.shares_alone,
+        sleeping_spin_shares: curve.sleeping.shares,
+        sleeping_spin_crunchers_shares: curve.sleeping.crunchers,
+        sleeping_spin_rates: curve.sleeping.rates,
+        sleep_io_turns: curve.sleep_io.into_iter().map(|(_, _, r)| r).collect(),
         steps: clock.into_inner().done,
         elapsed_ns: started.elapsed().as_nanos() as u64,
     })
@@ -939,6 +1135,52 @@ mod tests {
     /// Eighteenth session: the slice is the turns beside the crunchers', pooled; a quiet
     /// machine's lone turns (preempted by housekeeping now and then) do not lengthen it.
     /// Fails on the median of both sets.
+    #[test]
+    fn a_sleeping_spinners_share_is_its_own_turns_pooled() {
+        // Its turns' CPU over their time and its sleeps over it; not every thread's mean
+        // (the crunchers' shares do not enter it: it is not like them to the scheduler).
+        let mut s = SleepingSpin::default();
+        for (cpu, wall, sleeps, c) in [(0.5e9, 1e9, 100, 1.5), (0.3e9, 0.5e9, 40, 1.4)] {
+            s.cpu_ns += cpu;
+            s.wall_ns += wall;
+            s.sleeps += sleeps;
+            s.shares.push(cpu / wall);
+            s.crunchers.push(c);
+        }
+        let m = s.model().unwrap();
+        assert!((m.share - 0.8 / 1.5).abs() < 1e-12, "{}", m.share);
+        assert!((m.sleeps_per_s - 140.0 / 1.5).abs() < 1e-9, "{}", m.sleeps_per_s);
+        // No sleep, no figure: the model keeps the pure spinner's share.
+        assert!(SleepingSpin { cpu_ns: 1e9, wall_ns: 1e9, ..Default::default() }.model().is_none());
+        assert!(SleepingSpin::default().model().is_none());
+    }
+
+    #[test]
+    fn hybrids_sleep_and_io_point_keeps_the_turns_and_the_cold_path_against_the_sleep_loop() {
+        let turn = |cpu_ns: f64, switches: f64| Turn {
+            cpu_ns,
+            late: Quantiles::new(12_000.0, 14_000.0, 30_000.0),
+            share: 0.5,
+            busy_ns: 1e8,
+            duration_ns: 2e8,
+            sleeps_per_io: switches,
+            slice_ns: None,
+        };
+        let rec =
+            |d: f64| SleepIoTurns { device_ns: d, cpu_ns: vec![], sleeps_per_io: vec![], switches_per_io: vec![] };
+        let turns =
+            vec![(10_000.0, turn(18_500.0, 0.55), rec(10_000.0)), (80_000.0, turn(13_100.0, 1.0), rec(80_000.0))];
+        let pts = sleep_io_points(&turns, |ns| (ns < 50_000.0).then_some(12_800.0));
+        assert_eq!(pts.len(), 2);
+        assert_eq!(pts[0].cpu_beside_cruncher_ns, 18_500.0);
+        assert_eq!(pts[0].switches_beside_cruncher, 0.55);
+        assert_eq!(pts[0].late_beside_cruncher.p50_ns, 12_000.0);
+        assert!((pts[0].cold_io_beside_cruncher_ns.unwrap() - 5_700.0).abs() < 1e-9);
+        // No sleep loop measured at that length: no cold-path figure, the point stays.
+        assert_eq!(pts[1].cold_io_beside_cruncher_ns, None);
+        assert_eq!(pts[1].cpu_beside_cruncher_ns, 13_100.0);
+    }
+
     #[test]
     fn the_spinners_slice_is_its_turns_beside_the_crunchers() {
         let beside = [spin_turn(0.6, 360e6, Some(5e6)), spin_turn(0.7, 360e6, Some(6e6))];
