@@ -382,25 +382,14 @@ impl Sleeper for VirtualTime {
         // else the blocking-wait curve's at that length (its devices complete on kernel
         // timers, but through io_uring: 17-20 us alone on this machine where the sleep
         // costs 12-14), else `block_cpu_ns` ([`HostModel::timed_sleep_cpu`]).
+        // `smartcon host` also measures hybrid's own sleep and the I/O after it beside a
+        // cruncher (`sleep_io`), which is not charged here: on the twentieth session's quiet
+        // calibration, charging its CPU, lateness and switches moved real hybrid's cells
+        // away (emu:nvme CPU 0.95 -> 1.20 x the real one, emu:optane IOPS 0.75 -> 0.59 x;
+        // 16 of 20 figures within 10 % beside the crunchers with it, 17 without).
         let beside = s.tasks[s.task].sharers > 0;
-        let mut cpu = s.host.timed_sleep_cpu(asked as f64, beside) as u64;
-        let mut slept = true;
-        if beside {
-            // Beside a cruncher, where `smartcon host` measured hybrid's sleep and the I/O
-            // after it (`sleep_io`): that turn's CPU per I/O (the sleep, and the I/O's own work
-            // on a cold path, less what this loop charges every I/O), its lateness and the
-            // share of its sleeps that left the core. On the nineteenth session's quiet run
-            // real hybrid on emu:optane burnt 18.5 us per I/O there, switching on 0.55 of
-            // them, where the sleep loop's 12.8 us and a switch on every sleep gave 0.65 x
-            // its CPU.
-            if let Some((io_cpu, late, switches)) = s.host.sleep_io_at(asked as f64) {
-                over = draw(&late, u);
-                cpu = (io_cpu - s.host.spin_overhead_ns).max(0.0) as u64;
-                if switches < 1.0 {
-                    slept = unit(&mut s.rng) < switches;
-                }
-            }
-        }
+        let cpu = s.host.timed_sleep_cpu(asked as f64, beside) as u64;
+        let slept = true;
         s.waited(at_ns.max(now) + over as u64, cpu, slept);
     }
 
@@ -964,10 +953,10 @@ mod tests {
     }
 
     #[test]
-    fn hybrids_sleep_beside_a_cruncher_costs_the_measured_sleep_and_io() {
-        // Real hybrid on emu:optane beside the crunchers burnt 18.5 us per I/O and left the
-        // core on 0.55 of its sleeps (nineteenth session's quiet run); the sleep loop's CPU
-        // (12.8 us) and a switch on every sleep gave 0.65 x its CPU.
+    fn hybrids_sleep_beside_a_cruncher_is_charged_the_sleep_loops_cost_not_the_measured_sleep_and_io() {
+        // `sleep_io` is measured and kept, but not charged: beside the crunchers hybrid's
+        // sleep costs the sleep loop's CPU (12 us here, not the point's 18.5 us) and
+        // leaves the core on every sleep (not on the point's 0.5 of them).
         use smartcon_engine::host::{SleepCpuPoint, SleepIoPoint};
         let mut host = host_with_curve();
         host.sleep_cpu = [5_000.0, 100_000.0]
@@ -1002,17 +991,18 @@ mod tests {
         let j = job(Op::Read, 4096, StrategyChoice::Fixed(Strategy::Hybrid), 1, 300_000_000);
         let r = run_cell(&emu("emu:optane"), &j, &beside).unwrap().record.result;
         let p = r.polling.as_ref().unwrap();
-        assert!(p.sleeps_per_io > 0.9, "beside the crunchers hybrid sleeps to its prediction: {}", p.sleeps_per_io);
-        let cpu_per_io = (r.cpu_user_pct + r.cpu_sys_pct) / 100.0 * r.duration_ns as f64 / r.ios as f64;
-        assert!((cpu_per_io - 18_500.0).abs() < 0.08 * 18_500.0, "{cpu_per_io} ns per I/O against 18.5 us");
-        let switches = r.ctx_voluntary as f64 / r.ios as f64;
-        assert!((switches - 0.5).abs() < 0.08, "{switches} switches per I/O against 0.5");
-        // Alone the point does not apply: the sleep loop's CPU, a switch on every sleep.
+        assert!(p.sleeps_per_io > 0.5, "beside the crunchers hybrid sleeps: {}", p.sleeps_per_io);
+        let sleeps = p.sleeps_per_io * r.ios as f64;
+        let sys_per_sleep = r.cpu_sys_pct / 100.0 * r.duration_ns as f64 / sleeps;
+        assert!((sys_per_sleep - 12_000.0).abs() < 200.0, "{sys_per_sleep} ns per sleep beside against 12 us");
+        let switches = r.ctx_voluntary as f64 / sleeps;
+        assert!(switches > 0.95, "{switches} switches per sleep against 1");
+        // Alone the same: the sleep loop's CPU.
         let r = run_cell(&emu("emu:nvme"), &j, &alone).unwrap().record.result;
         let sleeps = r.polling.as_ref().unwrap().sleeps_per_io * r.ios as f64;
         let sys_per_sleep = r.cpu_sys_pct / 100.0 * r.duration_ns as f64 / sleeps;
         assert!((sys_per_sleep - 12_000.0).abs() < 200.0, "{sys_per_sleep}");
-        // The interpolation between the two device times.
+        // The stored points' interpolation between the two device times.
         let (cpu, _, sw) = host.sleep_io_at(45_000.0).unwrap();
         assert!((cpu - 15_750.0).abs() < 1e-6 && (sw - 0.75).abs() < 1e-9, "{cpu} {sw}");
         assert!(HostModel::preset("host-c").unwrap().sleep_io_at(10_000.0).is_none());
