@@ -1182,8 +1182,8 @@ mod fast {
             }
             let s = start & 63; // the same start (below 64): the 16 bytes lie within the head
             let bytes: &[u8; 16] = head[s..s + 16].try_into().expect("16 bytes");
-            // SAFETY: `self` exists, so `Ssse3::detect` found SSSE3 on this processor (the
-            // only requirement of a function compiled for it); `k` is 1..=16 (checked above).
+            // SAFETY: `self` exists, so `Ssse3::detect` found SSSE3 on this processor
+            // (digits16_ssse3's contract); `k` is 1..=16 (checked above).
             unsafe { digits16_ssse3(bytes, k) }
         }
     }
@@ -1209,9 +1209,16 @@ mod fast {
     /// below 10, moved to the top of the vector (`pshufb`), then summed in pairs (`pmaddubsw`
     /// by 10 and 1), fours (`pmaddwd` by 100 and 1) and eights (`pmaddwd` by 10,000 and 1):
     /// two numbers of eight digits, the first the high one.
+    ///
+    /// Not compiled for SSSE3 itself but always inlined, so that its intrinsics inline into
+    /// the caller compiled for it ([`super::TraceReader::fast_run`]'s loop: a function of its
+    /// own was not inlined into the fio v3 loop, and its calls were a sixth of the reader's
+    /// time). Elsewhere (the tests) they are calls, to the same instructions.
+    ///
+    /// # Safety
+    /// The processor has SSSE3 (an [`Ssse3`] exists).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "ssse3")]
-    #[inline]
+    #[inline(always)]
     unsafe fn digits16_ssse3(bytes: &[u8; 16], k: usize) -> Option<u64> {
         use std::arch::x86_64::{
             __m128i, _mm_cmpeq_epi8, _mm_cvtsi128_si32, _mm_loadu_si128, _mm_madd_epi16, _mm_maddubs_epi16,
@@ -1221,8 +1228,8 @@ mod fast {
         debug_assert!((1..=16).contains(&k));
         // SAFETY: the unaligned loads read the 16 bytes of `bytes` and the 16 of a row of
         // ALIGN_DIGITS (`k` <= 16 indexes one, checked by the index); the other intrinsics
-        // need SSE2 and SSSE3, which this function is compiled for and which its caller
-        // found (`Ssse3`).
+        // need SSE2 (every x86-64 processor) and SSSE3, which the caller's processor has
+        // (this function's contract: an `Ssse3` exists).
         unsafe {
             let d = _mm_sub_epi8(_mm_loadu_si128(bytes.as_ptr().cast::<__m128i>()), _mm_set1_epi8(b'0' as i8));
             // A digit is a byte now at most 9 (unsigned): min(d, 9) == d.
