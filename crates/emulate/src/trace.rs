@@ -1104,17 +1104,10 @@ mod fast {
         Some(((y & 0x0000_FFFF_0000_FFFF).wrapping_mul(42_949_672_960_001)) >> 32)
     }
 
-    /// The field `text[start..end]` as a number if it is 1 to 19 digits (up to 19 cannot
-    /// overflow), read eight bytes at a time; `text` has 24 bytes from `start`.
-    #[inline(always)]
-    fn number_in(text: &[u8], start: usize, end: usize) -> Option<u64> {
-        let at = |i: usize| u64::from_le_bytes(text[i..i + 8].try_into().expect("eight bytes"));
-        number_with(at, start, end)
-    }
-
-    /// [`number_in`] of a line's head (a field ending before byte 64): the eight-byte loads
-    /// at `i & 63` (the same `i`, which is below 64), within the head's bytes by its type,
-    /// so without a bounds check.
+    /// The field `head[start..end]` of a line's head (a field ending before byte 64) as a
+    /// number if it is 1 to 19 digits (up to 19 cannot overflow), read eight bytes at a
+    /// time: the loads at `i & 63` (the same `i`, which is below 64), within the head's bytes
+    /// by its type, so without a bounds check.
     #[inline(always)]
     fn number_in_head(head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<u64> {
         let at = |i: usize| {
@@ -1142,6 +1135,121 @@ mod fast {
         }
     }
 
+    /// How the vector parsers read a field of a line's head as a number: eight bytes at a
+    /// time ([`Swar`], on any processor) or sixteen at once ([`Ssse3`], where the processor
+    /// has it). Both read the same numbers and refuse the same fields (1 to 19 digits, as
+    /// [`number_in_head`]; `trace::tests::the_ssse3_numbers_are_the_swar_ones`).
+    pub(super) trait Digits: Copy {
+        /// The field `head[start..end]` (`start <= end < 64`) as a number, if it is 1 to 19
+        /// digits.
+        fn number(self, head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<u64>;
+    }
+
+    /// [`Digits`] by [`number_in_head`].
+    #[derive(Debug, Clone, Copy)]
+    pub(super) struct Swar;
+
+    impl Digits for Swar {
+        #[inline(always)]
+        fn number(self, head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<u64> {
+            number_in_head(head, start, end)
+        }
+    }
+
+    /// [`Digits`] by SSSE3 for a field of up to 16 digits (longer: [`number_in_head`]). Only
+    /// [`Ssse3::detect`] makes one, on a processor that has SSSE3: holding one is the proof
+    /// that its instructions may run. Its numbers are inlined only into code compiled for
+    /// SSSE3 ([`super::TraceReader::fast_run`]'s loop for it); elsewhere each is a call.
+    #[cfg(target_arch = "x86_64")]
+    #[derive(Debug, Clone, Copy)]
+    pub(super) struct Ssse3(());
+
+    #[cfg(target_arch = "x86_64")]
+    impl Ssse3 {
+        /// An [`Ssse3`] if this processor has SSSE3 (detected at run time).
+        pub(super) fn detect() -> Option<Ssse3> {
+            std::is_x86_feature_detected!("ssse3").then_some(Ssse3(()))
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    impl Digits for Ssse3 {
+        #[inline(always)]
+        fn number(self, head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<u64> {
+            let k = end.wrapping_sub(start);
+            if k.wrapping_sub(1) >= 16 {
+                return number_in_head(head, start, end); // none, or 17 to 19 digits
+            }
+            let s = start & 63; // the same start (below 64): the 16 bytes lie within the head
+            let bytes: &[u8; 16] = head[s..s + 16].try_into().expect("16 bytes");
+            // SAFETY: `self` exists, so `Ssse3::detect` found SSSE3 on this processor
+            // (digits16_ssse3's contract); `k` is 1..=16 (checked above).
+            unsafe { digits16_ssse3(bytes, k) }
+        }
+    }
+
+    /// For each count `k` of digits (0..=16), the byte shuffle that moves the first `k` of
+    /// 16 bytes to the top `k` (0x80: a zero byte below them, read as leading zeros).
+    #[cfg(target_arch = "x86_64")]
+    static ALIGN_DIGITS: [[u8; 16]; 17] = {
+        let mut t = [[0x80u8; 16]; 17];
+        let mut k = 0;
+        while k <= 16 {
+            let mut i = 16 - k;
+            while i < 16 {
+                t[k][i] = (i - (16 - k)) as u8;
+                i += 1;
+            }
+            k += 1;
+        }
+        t
+    };
+
+    /// The first `k` (1..=16) of `bytes` as a number, if all are digits: less b'0', checked
+    /// below 10, moved to the top of the vector (`pshufb`), then summed in pairs (`pmaddubsw`
+    /// by 10 and 1), fours (`pmaddwd` by 100 and 1) and eights (`pmaddwd` by 10,000 and 1):
+    /// two numbers of eight digits, the first the high one.
+    ///
+    /// Not compiled for SSSE3 itself but always inlined, so that its intrinsics inline into
+    /// the caller compiled for it ([`super::TraceReader::fast_run`]'s loop: a function of its
+    /// own was not inlined into the fio v3 loop, and its calls were a sixth of the reader's
+    /// time). Elsewhere (the tests) they are calls, to the same instructions.
+    ///
+    /// # Safety
+    /// The processor has SSSE3 (an [`Ssse3`] exists).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn digits16_ssse3(bytes: &[u8; 16], k: usize) -> Option<u64> {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_cvtsi128_si32, _mm_loadu_si128, _mm_madd_epi16, _mm_maddubs_epi16,
+            _mm_min_epu8, _mm_movemask_epi8, _mm_packs_epi32, _mm_set1_epi16, _mm_set1_epi8, _mm_setr_epi16,
+            _mm_shuffle_epi8, _mm_srli_si128, _mm_sub_epi8,
+        };
+        debug_assert!((1..=16).contains(&k));
+        // SAFETY: the unaligned loads read the 16 bytes of `bytes` and the 16 of a row of
+        // ALIGN_DIGITS (`k` <= 16 indexes one, checked by the index); the other intrinsics
+        // need SSE2 (every x86-64 processor) and SSSE3, which the caller's processor has
+        // (this function's contract: an `Ssse3` exists).
+        unsafe {
+            let d = _mm_sub_epi8(_mm_loadu_si128(bytes.as_ptr().cast::<__m128i>()), _mm_set1_epi8(b'0' as i8));
+            // A digit is a byte now at most 9 (unsigned): min(d, 9) == d.
+            let digit = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d)) as u32;
+            let need = (1u32 << k) - 1;
+            if digit & need != need {
+                return None;
+            }
+            let d = _mm_shuffle_epi8(d, _mm_loadu_si128(ALIGN_DIGITS[k].as_ptr().cast::<__m128i>()));
+            // The bytes 10, 1, 10, 1, ...: a pair's first digit is its tens.
+            let pairs = _mm_maddubs_epi16(d, _mm_set1_epi16(0x010A));
+            let fours = _mm_madd_epi16(pairs, _mm_setr_epi16(100, 1, 100, 1, 100, 1, 100, 1));
+            let fours = _mm_packs_epi32(fours, fours); // each at most 9,999: no saturation
+            let eights = _mm_madd_epi16(fours, _mm_setr_epi16(10_000, 1, 10_000, 1, 10_000, 1, 10_000, 1));
+            let high = u64::from(_mm_cvtsi128_si32(eights) as u32);
+            let low = u64::from(_mm_cvtsi128_si32(_mm_srli_si128::<4>(eights)) as u32);
+            Some(high * 100_000_000 + low)
+        }
+    }
+
     /// The bit of the next field boundary in `mask`, cleared: its position (64 if none).
     #[inline(always)]
     fn take(mask: &mut u64) -> usize {
@@ -1153,22 +1261,26 @@ mod fast {
     /// A line's first 64 bytes, when its newline is among them: the classes, with the bits
     /// from the newline on cleared, and the newline's position.
     #[inline(always)]
-    fn line_classes(text: &[u8]) -> Option<(Classes, usize)> {
-        let head: &[u8; 64] = text.get(..VEC_BYTES)?[..64].try_into().expect("64 bytes");
-        let c = classify(head);
+    fn line_classes(text: &[u8]) -> Option<(&[u8; VEC_BYTES], Classes, usize)> {
+        let head: &[u8; VEC_BYTES] = text.get(..VEC_BYTES)?.try_into().expect("VEC_BYTES bytes");
+        let c = classify(head[..64].try_into().expect("64 bytes"));
         if c.newline == 0 {
             return None;
         }
         let end = c.newline.trailing_zeros() as usize;
         let line = (1u64 << end) - 1;
-        Some((Classes { sep: c.sep & line, comma: c.comma & line, newline: c.newline }, end))
+        Some((head, Classes { sep: c.sep & line, comma: c.comma & line, newline: c.newline }, end))
     }
 
-    /// The `N` fields of a CSV line (N - 1 commas): each field's start and end (the last one
+    /// A CSV line's head ([`VEC_BYTES`] bytes), its fields' starts and ends, and its
+    /// newline's position ([`csv_fields`]).
+    type CsvLine<'a, const N: usize> = (&'a [u8; VEC_BYTES], [(usize, usize); N], usize);
+
+    /// The head and the `N` fields of a CSV line (N - 1 commas): each field's start and end (the last one
     /// ends at the newline), and the newline's position. None for another line.
     #[inline(always)]
-    fn csv_fields<const N: usize>(text: &[u8]) -> Option<([(usize, usize); N], usize)> {
-        let (c, end) = line_classes(text)?;
+    fn csv_fields<const N: usize>(text: &[u8]) -> Option<CsvLine<'_, N>> {
+        let (head, c, end) = line_classes(text)?;
         let mut commas = c.comma;
         let mut f = [(0, 0); N];
         let mut start = 0;
@@ -1178,7 +1290,7 @@ mod fast {
             start = at + 1;
         }
         f[N - 1] = (start, end);
-        (commas == 0 && start <= end).then_some((f, end))
+        (commas == 0 && start <= end).then_some((head, f, end))
     }
 
     /// A line's head ([`VEC_BYTES`] bytes) with the separators of its first 64 bytes up to its
@@ -1216,22 +1328,24 @@ mod fast {
     /// near the buffer's end, or of another shape: by [`fio_v3`] itself, which gives the same
     /// event for any line this one reads: `trace::tests::the_vector_parsers_read_as_the_bytewise_ones`).
     #[inline(always)]
-    pub(super) fn fio_v3_vec(
+    pub(super) fn fio_v3_vec<D: Digits>(
         text: &[u8],
         clock_ns: &mut u64,
         streams: &mut Streams,
         filter: Option<&[u8]>,
+        digits: D,
     ) -> Option<(Event, usize)> {
         let Some((head, sep, end)) = ws_head(text) else {
             return fio_v3(text, clock_ns, streams, filter);
         };
-        fio_v3_classified(text, head, sep, end, clock_ns, streams, filter)
+        fio_v3_classified(text, head, sep, end, clock_ns, streams, filter, digits)
     }
 
     /// [`fio_v3_vec`] from the line's head, the separators before its newline and the
     /// newline's position (< 64), however they were classified.
     #[inline(always)]
-    fn fio_v3_classified(
+    #[allow(clippy::too_many_arguments)]
+    fn fio_v3_classified<D: Digits>(
         text: &[u8],
         head: &[u8; VEC_BYTES],
         sep: u64,
@@ -1239,6 +1353,7 @@ mod fast {
         clock_ns: &mut u64,
         streams: &mut Streams,
         filter: Option<&[u8]>,
+        digits: D,
     ) -> Option<(Event, usize)> {
         let Some([t, file, op, offset, bytes]) = ws_fields5(sep, end) else {
             return fio_v3(text, clock_ns, streams, filter);
@@ -1249,31 +1364,24 @@ mod fast {
             _ => return fio_v3(text, clock_ns, streams, filter),
         };
         let (Some(us), Some(offset), Some(bytes)) = (
-            number_in_head(head, t.0, t.1),
-            number_in_head(head, offset.0, offset.1),
-            number_in_head(head, bytes.0, bytes.1),
+            digits.number(head, t.0, t.1),
+            digits.number(head, offset.0, offset.1),
+            digits.number(head, bytes.0, bytes.1),
         ) else {
             return fio_v3(text, clock_ns, streams, filter);
         };
         fio_v3_io(FioV3 { us, file: &head[file.0..file.1], op, offset, bytes }, end + 1, clock_ns, streams, filter)
     }
 
-    /// [`fio_v3_vec`] in the shape [`super::TraceReader::fast_run`] takes.
-    #[inline(always)]
-    pub(super) fn fio_v3_vec_line(
-        text: &[u8],
-        clock_ns: &mut u64,
-        streams: &mut Streams,
-        filter: Option<&[u8]>,
-        _: u8,
-    ) -> Option<(Event, usize)> {
-        fio_v3_vec(text, clock_ns, streams, filter)
-    }
-
     /// [`msr`], the line's fields found by [`classify`] (else by [`msr`] itself).
     #[inline(always)]
-    pub(super) fn msr_vec(text: &[u8], streams: &mut Streams, filter: Option<&[u8]>) -> Option<(Event, usize)> {
-        let Some(([ticks, host, disk, op, offset, bytes, _], end)) = csv_fields::<7>(text) else {
+    pub(super) fn msr_vec<D: Digits>(
+        text: &[u8],
+        streams: &mut Streams,
+        filter: Option<&[u8]>,
+        digits: D,
+    ) -> Option<(Event, usize)> {
+        let Some((head, [ticks, host, disk, op, offset, bytes, _], end)) = csv_fields::<7>(text) else {
             return msr(text, streams, filter);
         };
         let (hostname, op) = (&text[host.0..host.1], &text[op.0..op.1]);
@@ -1285,10 +1393,10 @@ mod fast {
             return msr(text, streams, filter);
         };
         let (Some(ticks), Some(_), Some(offset), Some(bytes)) = (
-            number_in(text, ticks.0, ticks.1),
-            number_in(text, disk.0, disk.1),
-            number_in(text, offset.0, offset.1),
-            number_in(text, bytes.0, bytes.1),
+            digits.number(head, ticks.0, ticks.1),
+            digits.number(head, disk.0, disk.1),
+            digits.number(head, offset.0, offset.1),
+            digits.number(head, bytes.0, bytes.1),
         ) else {
             return msr(text, streams, filter);
         };
@@ -1301,8 +1409,13 @@ mod fast {
 
     /// [`alibaba`], the line's fields found by [`classify`] (else by [`alibaba`] itself).
     #[inline(always)]
-    pub(super) fn alibaba_vec(text: &[u8], streams: &mut Streams, filter: Option<&[u8]>) -> Option<(Event, usize)> {
-        let Some(([device, op, offset, bytes, us], end)) = csv_fields::<5>(text) else {
+    pub(super) fn alibaba_vec<D: Digits>(
+        text: &[u8],
+        streams: &mut Streams,
+        filter: Option<&[u8]>,
+        digits: D,
+    ) -> Option<(Event, usize)> {
+        let Some((head, [device, op, offset, bytes, us], end)) = csv_fields::<5>(text) else {
             return alibaba(text, streams, filter);
         };
         let op = match &text[op.0..op.1] {
@@ -1313,10 +1426,10 @@ mod fast {
         // A carriage return before the newline (more whitespace: by alibaba).
         let us_end = if us.1 > us.0 && text[us.1 - 1] == b'\r' { us.1 - 1 } else { us.1 };
         let (Some(_), Some(offset), Some(bytes), Some(us)) = (
-            number_in(text, device.0, device.1),
-            number_in(text, offset.0, offset.1),
-            number_in(text, bytes.0, bytes.1),
-            number_in(text, us.0, us_end),
+            digits.number(head, device.0, device.1),
+            digits.number(head, offset.0, offset.1),
+            digits.number(head, bytes.0, bytes.1),
+            digits.number(head, us.0, us_end),
         ) else {
             return alibaba(text, streams, filter);
         };
@@ -1351,6 +1464,10 @@ pub struct TraceReader<R: BufRead> {
     stats: TraceStats,
     /// Every line through the general parser (the tests compare the two ways).
     general_only: bool,
+    /// The fast parsers' numbers by SSSE3 (where the processor has it; else eight bytes at
+    /// a time).
+    #[cfg(target_arch = "x86_64")]
+    ssse3: Option<fast::Ssse3>,
 }
 
 impl TraceReader<BufReader<Box<dyn Read + Send>>> {
@@ -1375,6 +1492,34 @@ impl TraceReader<BufReader<Box<dyn Read + Send>>> {
         r.path = Some(name);
         Ok(r)
     }
+}
+
+/// [`TraceReader::fast_run`]'s loop for the reader's format, its parser inlined into it (a
+/// call per line returned the event through memory, and the format was matched per line),
+/// the vector parsers' numbers read by `digits` ([`fast::Digits`]). A macro, not a generic
+/// function, so that its closures are written in (and compiled for the processor features
+/// of) the function that uses it.
+macro_rules! fast_run_formats {
+    ($reader:ident, $out:ident, $max:ident, $digits:expr) => {{
+        let digits = $digits;
+        match $reader.format {
+            TraceFormat::Blkparse => $reader.fast_run_of($out, $max, |text, _, streams, filter, action| {
+                fast::blkparse(text, action, streams, filter)
+            }),
+            TraceFormat::FioV2 => $reader.fast_run_of($out, $max, fast::fio_v2_line),
+            TraceFormat::FioV3 => $reader.fast_run_of($out, $max, |text, clock, streams, filter, _| {
+                fast::fio_v3_vec(text, clock, streams, filter, digits)
+            }),
+            TraceFormat::Msr => $reader
+                .fast_run_of($out, $max, |text, _, streams, filter, _| fast::msr_vec(text, streams, filter, digits)),
+            TraceFormat::Alibaba => $reader.fast_run_of($out, $max, |text, _, streams, filter, _| {
+                fast::alibaba_vec(text, streams, filter, digits)
+            }),
+            TraceFormat::Tencent => {
+                $reader.fast_run_of($out, $max, |text, _, streams, filter, _| fast::tencent(text, streams, filter))
+            }
+        }
+    }};
 }
 
 impl<R: BufRead> TraceReader<R> {
@@ -1403,6 +1548,8 @@ impl<R: BufRead> TraceReader<R> {
             deferred: None,
             stats: TraceStats::default(),
             general_only: false,
+            #[cfg(target_arch = "x86_64")]
+            ssse3: fast::Ssse3::detect(),
         };
         r.detect()?;
         Ok(r)
@@ -1756,9 +1903,11 @@ impl<R: BufRead> TraceReader<R> {
         let (event, used) = match self.format {
             TraceFormat::Blkparse => fast::blkparse(avail, self.blk_action, &mut self.streams, filter),
             TraceFormat::FioV2 => fast::fio_v2(avail, &mut self.fio_clock_ns, &mut self.streams, filter),
-            TraceFormat::FioV3 => fast::fio_v3_vec(avail, &mut self.fio_clock_ns, &mut self.streams, filter),
-            TraceFormat::Msr => fast::msr_vec(avail, &mut self.streams, filter),
-            TraceFormat::Alibaba => fast::alibaba_vec(avail, &mut self.streams, filter),
+            TraceFormat::FioV3 => {
+                fast::fio_v3_vec(avail, &mut self.fio_clock_ns, &mut self.streams, filter, fast::Swar)
+            }
+            TraceFormat::Msr => fast::msr_vec(avail, &mut self.streams, filter, fast::Swar),
+            TraceFormat::Alibaba => fast::alibaba_vec(avail, &mut self.streams, filter, fast::Swar),
             TraceFormat::Tencent => fast::tencent(avail, &mut self.streams, filter),
         }?;
         self.input.consume(used);
@@ -1898,24 +2047,27 @@ impl<R: BufRead> TraceReader<R> {
         if self.general_only || !self.ahead.is_empty() || self.header_pending {
             return Ok(false);
         }
-        // One loop per format, its parser inlined into it (a call per line returned the
-        // event through memory, and the format was matched per line).
-        match self.format {
-            TraceFormat::Blkparse => self.fast_run_of(out, max, |text, _, streams, filter, action| {
-                fast::blkparse(text, action, streams, filter)
-            }),
-            TraceFormat::FioV2 => self.fast_run_of(out, max, fast::fio_v2_line),
-            TraceFormat::FioV3 => self.fast_run_of(out, max, fast::fio_v3_vec_line),
-            TraceFormat::Msr => {
-                self.fast_run_of(out, max, |text, _, streams, filter, _| fast::msr_vec(text, streams, filter))
-            }
-            TraceFormat::Alibaba => {
-                self.fast_run_of(out, max, |text, _, streams, filter, _| fast::alibaba_vec(text, streams, filter))
-            }
-            TraceFormat::Tencent => {
-                self.fast_run_of(out, max, |text, _, streams, filter, _| fast::tencent(text, streams, filter))
-            }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(ssse3) = self.ssse3 {
+            // SAFETY: `fast_run_ssse3` needs SSSE3, which `Ssse3::detect` found on this
+            // processor (`ssse3` exists).
+            return unsafe { self.fast_run_ssse3(out, max, ssse3) };
         }
+        fast_run_formats!(self, out, max, fast::Swar)
+    }
+
+    /// [`TraceReader::fast_run`] compiled for SSSE3: the vector parsers' numbers by it,
+    /// inlined into the loop (its closures are compiled for SSSE3 as it is, so the numbers
+    /// inline into them).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn fast_run_ssse3(
+        &mut self,
+        out: &mut Vec<TraceIo>,
+        max: usize,
+        ssse3: fast::Ssse3,
+    ) -> Result<bool, TraceError> {
+        fast_run_formats!(self, out, max, ssse3)
     }
 
     /// [`TraceReader::fast_run`] with the format's parser `parse` (text, fio clock, streams,
@@ -2019,19 +2171,24 @@ fn pay(
         return;
     }
     let t0 = t0.expect("owed only once the origin is known");
-    let start = out.len();
-    window.move_front(owed, out);
     let (mut last, mut late) = (*last_out_ns, 0u64);
-    for io in &mut out[start..] {
-        let mut t = io.arrival_ns.saturating_sub(t0);
-        debug_assert!(t <= TRACE_SPAN_NS_MAX);
-        if io.arrival_ns < t0 || t < last {
-            late += 1;
-            t = last;
-        }
-        io.arrival_ns = t;
-        last = t;
+    // Each I/O moved with its arrival made relative, in one pass (a copy of the window's
+    // slots into `out`, then a pass over them, went through the chunk twice: 256 KiB each
+    // way per chunk, more than the first-level cache holds).
+    let (first, second) = window.front(owed);
+    for part in [first, second] {
+        out.extend(part.iter().map(|&io| {
+            let mut t = io.arrival_ns.saturating_sub(t0);
+            debug_assert!(t <= TRACE_SPAN_NS_MAX);
+            if io.arrival_ns < t0 || t < last {
+                late += 1;
+                t = last;
+            }
+            last = t;
+            TraceIo { arrival_ns: t, ..io }
+        }));
     }
+    window.drop_front(owed);
     *last_out_ns = last;
     stats.late += late;
     stats.ios += owed as u64;
@@ -2130,13 +2287,19 @@ impl Ring {
         self.buf[at] = io;
     }
 
-    /// Moves the first `n <= len` I/Os onto the end of `out`, in order.
+    /// The first `n <= len` I/Os, in order: the slots from the head on, then the ones
+    /// wrapped around to the start.
     #[inline(always)]
-    fn move_front(&mut self, n: usize, out: &mut Vec<TraceIo>) {
+    fn front(&self, n: usize) -> (&[TraceIo], &[TraceIo]) {
         debug_assert!(n <= self.len);
         let first = (self.buf.len() - self.head).min(n);
-        out.extend_from_slice(&self.buf[self.head..self.head + first]);
-        out.extend_from_slice(&self.buf[..n - first]);
+        (&self.buf[self.head..self.head + first], &self.buf[..n - first])
+    }
+
+    /// Drops the first `n <= len` I/Os.
+    #[inline(always)]
+    fn drop_front(&mut self, n: usize) {
+        debug_assert!(n <= self.len);
         self.head = self.slot(n);
         self.len -= n;
     }
@@ -2952,12 +3115,15 @@ CPU0 (8,0):
                     };
                     let text = [line, ending].concat();
                     let action = general.blk_action;
+                    // The numbers by either way, every other line (both read as the
+                    // general parser does).
+                    let digits = AnyDigits::all()[n % AnyDigits::all().len()];
                     let parse = |text: &[u8], clock: &mut u64, streams: &mut Streams| match format {
                         TraceFormat::Blkparse => fast::blkparse(text, action, streams, filter),
                         TraceFormat::FioV2 => fast::fio_v2(text, clock, streams, filter),
-                        TraceFormat::FioV3 => fast::fio_v3_vec(text, clock, streams, filter),
-                        TraceFormat::Msr => fast::msr_vec(text, streams, filter),
-                        TraceFormat::Alibaba => fast::alibaba_vec(text, streams, filter),
+                        TraceFormat::FioV3 => fast::fio_v3_vec(text, clock, streams, filter, digits),
+                        TraceFormat::Msr => fast::msr_vec(text, streams, filter, digits),
+                        TraceFormat::Alibaba => fast::alibaba_vec(text, streams, filter, digits),
                         TraceFormat::Tencent => fast::tencent(text, streams, filter),
                     };
                     // Without its newline the line is not whole in the buffer: refused.
@@ -3106,6 +3272,110 @@ CPU0 (8,0):
         line
     }
 
+    /// The vector parsers' numbers read either way this processor can: eight bytes at a
+    /// time, and by SSSE3 where it has it.
+    #[derive(Debug, Clone, Copy)]
+    enum AnyDigits {
+        Swar,
+        #[cfg(target_arch = "x86_64")]
+        Ssse3(fast::Ssse3),
+    }
+
+    impl AnyDigits {
+        fn all() -> Vec<AnyDigits> {
+            let mut all = vec![AnyDigits::Swar];
+            #[cfg(target_arch = "x86_64")]
+            match fast::Ssse3::detect() {
+                Some(ssse3) => all.push(AnyDigits::Ssse3(ssse3)),
+                None => eprintln!("no SSSE3 on this processor: its numbers are not tested here"),
+            }
+            all
+        }
+    }
+
+    impl fast::Digits for AnyDigits {
+        fn number(self, head: &[u8; fast::VEC_BYTES], start: usize, end: usize) -> Option<u64> {
+            match self {
+                AnyDigits::Swar => fast::Swar.number(head, start, end),
+                #[cfg(target_arch = "x86_64")]
+                AnyDigits::Ssse3(ssse3) => ssse3.number(head, start, end),
+            }
+        }
+    }
+
+    #[test]
+    fn the_ssse3_numbers_are_the_swar_ones() {
+        use fast::Digits;
+        // Fields anywhere in a line's head (start..end below 64): 0 to 21 digits with leading
+        // zeros, the largest numbers of 16, 17, 19 and 20 digits (u64::MAX and beyond: 20
+        // are refused, as they may not fit), and non-digits at any place, in random bytes
+        // around. Each way against the number parsed as text.
+        let ways = AnyDigits::all();
+        #[cfg(target_arch = "x86_64")]
+        assert!(ways.len() == 2 || !std::is_x86_feature_detected!("ssse3"));
+        let mut rng = smartcon_util::rng::Rng::new(33);
+        let edge: [&[u8]; 10] = [
+            b"9999999999999999",
+            b"99999999999999999",
+            b"9999999999999999999",
+            b"18446744073709551615",
+            b"18446744073709551616",
+            b"0000000000000000",
+            b"0000000000000000001",
+            b"1000000000000000",
+            b"0",
+            b"",
+        ];
+        let (mut read, mut refused) = ([0usize; 20], 0);
+        for round in 0..200_000 {
+            let mut head = [0u8; fast::VEC_BYTES];
+            for b in &mut head {
+                *b = if rng.percent(50) { rng.below(256) as u8 } else { b'0' + rng.below(10) as u8 };
+            }
+            let field: Vec<u8> = if round < edge.len() * 64 {
+                edge[round % edge.len()].to_vec()
+            } else {
+                let k = rng.below(22) as usize;
+                let mut f: Vec<u8> = (0..k).map(|_| b'0' + rng.below(10) as u8).collect();
+                if k > 0 && rng.percent(40) {
+                    let zeros = rng.below(k as u64 + 1) as usize;
+                    f[..zeros].fill(b'0');
+                }
+                if k > 0 && rng.percent(30) {
+                    let at = rng.below(k as u64) as usize;
+                    f[at] = b"/:;\x00\xff \n,.-+a"[rng.below(12) as usize];
+                }
+                f
+            };
+            if field.len() > 63 {
+                continue;
+            }
+            let start = if round < edge.len() * 64 { round / edge.len() } else { rng.below(64) as usize };
+            let start = start.min(63 - field.len());
+            head[start..start + field.len()].copy_from_slice(&field);
+            let end = start + field.len();
+            let want = std::str::from_utf8(&field)
+                .ok()
+                .filter(|f| (1..=19).contains(&f.len()) && f.bytes().all(|b| b.is_ascii_digit()))
+                .map(|f| f.parse::<u64>().expect("19 digits fit"));
+            for &way in &ways {
+                assert_eq!(
+                    way.number(&head, start, end),
+                    want,
+                    "{way:?} {:?} at {start}",
+                    String::from_utf8_lossy(&field)
+                );
+            }
+            match want {
+                Some(_) => read[field.len()] += 1,
+                None => refused += 1,
+            }
+        }
+        // Every length read (1 to 19 digits), and many refused.
+        assert!(read[1..].iter().all(|&n| n > 100) && read[0] == 0, "{read:?}");
+        assert!(refused > 20_000, "{refused} refused");
+    }
+
     #[test]
     fn the_vector_parsers_read_as_the_bytewise_ones() {
         // The classes of 64 bytes: SSE2 against a byte at a time, on random bytes and runs of
@@ -3141,18 +3411,25 @@ CPU0 (8,0):
                     for _ in 0..more {
                         text.push(b"1 /dev/a read 0 4096\n,hm,Rx"[rng.below(27) as usize]);
                     }
-                    let (mut c1, mut s1, mut c2, mut s2) = (clock, streams.clone(), clock, streams.clone());
-                    let (vector, bytewise) = match format {
-                        TraceFormat::FioV3 => (
-                            fast::fio_v3_vec(&text, &mut c1, &mut s1, filter),
-                            fast::fio_v3(&text, &mut c2, &mut s2, filter),
-                        ),
-                        TraceFormat::Msr => (fast::msr_vec(&text, &mut s1, filter), fast::msr(&text, &mut s2, filter)),
-                        _ => (fast::alibaba_vec(&text, &mut s1, filter), fast::alibaba(&text, &mut s2, filter)),
+                    let (mut c2, mut s2) = (clock, streams.clone());
+                    let bytewise = match format {
+                        TraceFormat::FioV3 => fast::fio_v3(&text, &mut c2, &mut s2, filter),
+                        TraceFormat::Msr => fast::msr(&text, &mut s2, filter),
+                        _ => fast::alibaba(&text, &mut s2, filter),
                     };
                     let shown = String::from_utf8_lossy(&text);
-                    assert_eq!(vector, bytewise, "{format:?} {filter:?} {shown:?}");
-                    assert_eq!((c1, &s1), (c2, &s2), "{format:?} {shown:?}");
+                    // The vector parser with its numbers read each way: all the same.
+                    let (mut c1, mut s1, mut vector) = (clock, streams.clone(), None);
+                    for digits in AnyDigits::all() {
+                        (c1, s1) = (clock, streams.clone());
+                        vector = match format {
+                            TraceFormat::FioV3 => fast::fio_v3_vec(&text, &mut c1, &mut s1, filter, digits),
+                            TraceFormat::Msr => fast::msr_vec(&text, &mut s1, filter, digits),
+                            _ => fast::alibaba_vec(&text, &mut s1, filter, digits),
+                        };
+                        assert_eq!(vector, bytewise, "{format:?} {filter:?} {digits:?} {shown:?}");
+                        assert_eq!((c1, &s1), (c2, &s2), "{format:?} {digits:?} {shown:?}");
+                    }
                     // Lines the vector path classifies (whole in the first 64 bytes of a
                     // buffer of 96 or more), to show that it reads many and refuses many.
                     let vector_path = text.len() >= fast::VEC_BYTES && text[..64].contains(&b'\n');
@@ -3267,7 +3544,10 @@ CPU0 (8,0):
                 12 | 13 => assert_eq!(ring.pop_front(), deque.pop_front()),
                 _ => {
                     let k = (next() % (deque.len() as u64 + 1)).min(3) as usize;
-                    ring.move_front(k, &mut moved);
+                    let (first, second) = ring.front(k);
+                    moved.extend_from_slice(first);
+                    moved.extend_from_slice(second);
+                    ring.drop_front(k);
                     want.extend(deque.drain(..k));
                 }
             }
