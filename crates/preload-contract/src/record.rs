@@ -146,6 +146,11 @@ pub struct LatenessRecord {
     pub capped_ns: u64,
     pub pauses: u64,
     pub paused_ns: u64,
+    /// Virtual time on the guest CPU clock: its readings, and the process CPU clocks they
+    /// read (system calls, whose CPU is on the clock when a counted process makes them;
+    /// a process stopped under the program's ptrace is not read).
+    pub cpu_clock_readings: u64,
+    pub cpu_clock_reads: u64,
 }
 
 impl LatenessRecord {
@@ -171,6 +176,8 @@ impl LatenessRecord {
         self.capped_ns += other.capped_ns;
         self.pauses += other.pauses;
         self.paused_ns += other.paused_ns;
+        self.cpu_clock_readings += other.cpu_clock_readings;
+        self.cpu_clock_reads += other.cpu_clock_reads;
     }
 
     /// Requests counted.

@@ -111,15 +111,139 @@ pub unsafe extern "C" fn waitpid(pid: pid_t, status: *mut c_int, options: c_int)
     // A helper's work is the device's, kept off the guest's clock.
     if pid > 0 && guest_clock && !crate::helper::is_helper_pid(pid as u32) {
         domain::count_cpu_pid(pid as u32);
+        // It may run while this waits (resumed some way `ptrace` below did not see).
+        domain::unpark_cpu_pid(pid as u32);
     }
-    type F = unsafe extern "C" fn(pid_t, *mut c_int, c_int) -> pid_t;
-    // SAFETY: (fallback) the kernel validates the status pointer.
-    let fallback = || unsafe { libc::syscall(libc::SYS_wait4, pid, status, options, 0usize) as pid_t };
-    let r = crate::real::call_real!(WAITPID, F, fallback(), pid, status, options);
+    let r = if guest_clock {
+        // SAFETY: as waitpid(2).
+        unsafe { wait_and_park(pid, status, options) }
+    } else {
+        type F = unsafe extern "C" fn(pid_t, *mut c_int, c_int) -> pid_t;
+        // SAFETY: (fallback) the kernel validates the status pointer.
+        let fallback = || unsafe { libc::syscall(libc::SYS_wait4, pid, status, options, 0usize) as pid_t };
+        crate::real::call_real!(WAITPID, F, fallback(), pid, status, options)
+    };
     if r > 0 && domain::on() {
         let saved = crate::real::errno();
         domain::pause_at_cap();
         crate::real::set_errno(saved);
     }
     r
+}
+
+/// waitpid(2) as `wait4` with the resource usage of the process returned: when it has
+/// stopped (UML's guest process at its next system call or signal), its CPU time stays
+/// where it is until it is resumed (the interposed `ptrace`), and the wait's resource
+/// usage is that CPU time (user and system, to the microsecond), so the guest CPU clock
+/// keeps it without reading the process's clock at each reading
+/// ([`domain::park_cpu_pid_at`]).
+///
+/// # Safety
+/// As waitpid(2).
+pub unsafe fn wait_and_park(pid: pid_t, status: *mut c_int, options: c_int) -> pid_t {
+    let mut own = 0;
+    let status = if status.is_null() { &mut own as *mut c_int } else { status };
+    // SAFETY: zeroed plain data, written by the kernel.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid status and rusage pointers; the kernel validates the rest.
+    let r = unsafe { libc::syscall(libc::SYS_wait4, pid, status, options, &mut usage as *mut libc::rusage) } as pid_t;
+    // SAFETY: the kernel wrote the status of the process returned.
+    if r > 0 && libc::WIFSTOPPED(unsafe { *status }) {
+        let tv_ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+        domain::park_cpu_pid_at(r as u32, tv_ns(usage.ru_utime) + tv_ns(usage.ru_stime));
+    } else if r > 0 {
+        // Gone (reaped): the next reading finds it so and keeps its last reading.
+        domain::unpark_cpu_pid(r as u32);
+    }
+    r
+}
+
+static PTRACE: Sym = Sym::new(c"ptrace");
+
+/// The ptrace requests that let a stopped tracee run (until it stops again or dies).
+fn resumes(request: c_int) -> bool {
+    const PTRACE_SYSEMU: c_int = 31;
+    const PTRACE_SYSEMU_SINGLESTEP: c_int = 32;
+    const PTRACE_LISTEN: c_int = 0x4208;
+    matches!(
+        request as libc::c_uint,
+        libc::PTRACE_CONT | libc::PTRACE_SYSCALL | libc::PTRACE_SINGLESTEP | libc::PTRACE_KILL | libc::PTRACE_DETACH
+    ) || matches!(request, PTRACE_SYSEMU | PTRACE_SYSEMU_SINGLESTEP | PTRACE_LISTEN)
+}
+
+/// ptrace(2), glibc's variadic wrapper (its request an `enum`: an int) with its three
+/// optional arguments read as x86-64 and aarch64 pass them (in registers, whether or not the caller passed them; glibc reads
+/// them all). Under the guest CPU clock a request that resumes a tracee makes the clock
+/// read its CPU time again ([`domain::unpark_cpu_pid`]; the interposed `waitpid` parks it
+/// when it stops).
+///
+/// # Safety
+/// As ptrace(2) (glibc's wrapper).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[no_mangle]
+pub unsafe extern "C" fn ptrace(request: c_int, pid: pid_t, addr: *mut c_void, data: *mut c_void) -> libc::c_long {
+    if pid > 0 && resumes(request) && domain::on() && domain::cpu_base() {
+        domain::unpark_cpu_pid(pid as u32);
+    }
+    type F = unsafe extern "C" fn(c_int, pid_t, *mut c_void, *mut c_void) -> libc::c_long;
+    let fallback = || {
+        // SAFETY: the raw call: the kernel validates the request and pointers (the PEEK
+        // requests' results come back differently without glibc, but glibc is there).
+        unsafe { libc::syscall(libc::SYS_ptrace, request as libc::c_long, pid, addr, data) }
+    };
+    crate::real::call_real!(PTRACE, F, fallback(), request, pid, addr, data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_tracee_is_parked_at_its_cpu_time_from_the_wait_without_a_read() {
+        let _one = crate::vclock::domain::tests::CPU_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the child only makes system calls and spins before _exit.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            // SAFETY: plain system calls in the child; it never returns into the test.
+            unsafe {
+                libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+                let mut x = 0u64;
+                for i in 0..20_000_000u64 {
+                    x = std::hint::black_box(x.wrapping_add(i));
+                }
+                libc::raise(libc::SIGSTOP);
+                libc::_exit((x & 1) as i32);
+            }
+        }
+        let pid = child as u32;
+        domain::add_cpu_pid(pid);
+        let reads = domain::cpu_clock_reads();
+        let mut status = 0;
+        // SAFETY: a valid status pointer; our child.
+        assert_eq!(unsafe { wait_and_park(child, &mut status, 0) }, child);
+        assert!(libc::WIFSTOPPED(status), "{status:#x}");
+        assert_eq!(domain::cpu_clock_reads(), reads, "the wait's own usage, no read");
+        let kept = domain::parked_cpu_ns(pid).expect("parked");
+        let now = domain::read_process_cpu_ns(pid).expect("stopped child");
+        // The usage is in microseconds (user and system each cut to one).
+        assert!(kept <= now && now - kept < 2_000, "kept {kept} ns, the clock {now} ns");
+        assert!(kept > 1_000_000, "the child's spin is in it: {kept} ns");
+        // SAFETY: our child; reaped here.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+        // SAFETY: as waitpid(2); the exited child is not parked.
+        assert_eq!(unsafe { wait_and_park(child, std::ptr::null_mut(), 0) }, child);
+    }
+
+    #[test]
+    fn only_requests_that_let_a_tracee_run_resume_it() {
+        for r in [libc::PTRACE_CONT, libc::PTRACE_SYSCALL, libc::PTRACE_SINGLESTEP, libc::PTRACE_DETACH] {
+            assert!(resumes(r as c_int), "{r}");
+        }
+        // UML's: PTRACE_SYSEMU and PTRACE_SYSEMU_SINGLESTEP.
+        assert!(resumes(31) && resumes(32));
+        for r in [libc::PTRACE_GETREGS, libc::PTRACE_SETREGS, libc::PTRACE_PEEKDATA, libc::PTRACE_POKEDATA] {
+            assert!(!resumes(r as c_int), "{r}");
+        }
+    }
 }

@@ -870,6 +870,8 @@ pub fn flush() {
             capped_ns: clock.capped_ns,
             pauses: clock.pauses,
             paused_ns: clock.paused_ns,
+            cpu_clock_readings: clock.cpu_clock_readings,
+            cpu_clock_reads: clock.cpu_clock_reads,
         },
     };
     let Ok(line) = serde_json::to_string(&record) else { return };

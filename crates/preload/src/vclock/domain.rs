@@ -99,6 +99,12 @@ struct Domain {
     /// CPU time of those that have gone.
     cpu_pids: [AtomicU32; CPU_PIDS_MAX],
     cpu_seen_ns: [AtomicU64; CPU_PIDS_MAX],
+    /// 1: the process is stopped under the program's ptrace ([`park_cpu_pid`]), so its
+    /// CPU time cannot move and `cpu_seen_ns` is its reading; 0: read it at each reading.
+    cpu_parked: [AtomicU32; CPU_PIDS_MAX],
+    /// Readings that used a parked process's kept value since it was last read
+    /// ([`PARKED_REREAD_EVERY`]).
+    cpu_skips: [AtomicU32; CPU_PIDS_MAX],
     cpu_retired_ns: AtomicU64,
     pids: [AtomicU32; DOMAIN_PIDS_MAX],
     slots: [Slot; DOMAIN_WAITS_MAX],
@@ -122,6 +128,8 @@ impl Domain {
             cap_word: AtomicU32::new(0),
             cpu_pids: [const { AtomicU32::new(0) }; CPU_PIDS_MAX],
             cpu_seen_ns: [const { AtomicU64::new(0) }; CPU_PIDS_MAX],
+            cpu_parked: [const { AtomicU32::new(0) }; CPU_PIDS_MAX],
+            cpu_skips: [const { AtomicU32::new(0) }; CPU_PIDS_MAX],
             cpu_retired_ns: AtomicU64::new(0),
             pids: [const { AtomicU32::new(0) }; DOMAIN_PIDS_MAX],
             slots: [const {
@@ -285,20 +293,38 @@ fn base_ns() -> u64 {
 /// total; the CPU time it used since that reading is lost (the clock never goes back: the
 /// readings built on it stall that long). Several processes running at once would count
 /// twice: the base is for a uniprocessor guest, which `emulate vm` is.
+///
+/// A process stopped under the program's ptrace ([`park_cpu_pid`]: UML's guest processes
+/// between two resumes) is not read: its CPU time cannot move, so its kept reading is
+/// used (the reading's own system calls are CPU of the reading process, which is counted:
+/// each one read was guest CPU time that was the clock's own). It is read again every
+/// [`PARKED_REREAD_EVERY`] readings all the same, so a process resumed some other way
+/// (or gone unreaped) is not missed for long.
 fn cpu_ns(d: &Domain) -> u64 {
     // The gone total first: a process retired after this load is in neither sum (a
     // reading a little short, which `last_ns` hides), never in both.
+    CPU_CLOCK_READINGS.fetch_add(1, Ordering::Relaxed);
     let mut total = d.cpu_retired_ns.load(Ordering::Acquire);
     for (i, p) in d.cpu_pids.iter().enumerate() {
         let pid = p.load(Ordering::Acquire);
         if pid == 0 || pid == CPU_PID_BUSY {
             continue;
         }
+        if d.cpu_parked[i].load(Ordering::Acquire) != 0
+            && d.cpu_skips[i].fetch_add(1, Ordering::AcqRel) % PARKED_REREAD_EVERY != PARKED_REREAD_EVERY - 1
+        {
+            total += d.cpu_seen_ns[i].load(Ordering::Acquire);
+            continue;
+        }
         match process_cpu_ns(pid) {
             Some(ns) => total += d.cpu_seen_ns[i].fetch_max(ns, Ordering::AcqRel).max(ns),
             None => {
                 if p.compare_exchange(pid, CPU_PID_BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                    d.cpu_retired_ns.fetch_add(d.cpu_seen_ns[i].swap(0, Ordering::AcqRel), Ordering::AcqRel);
+                    d.cpu_parked[i].store(0, Ordering::Release);
+                    let seen = d.cpu_seen_ns[i].swap(0, Ordering::AcqRel);
+                    d.cpu_retired_ns.fetch_add(seen, Ordering::AcqRel);
+                    // In this reading too (its gone total was loaded before).
+                    total += seen;
                     p.store(0, Ordering::Release);
                 }
             }
@@ -311,6 +337,12 @@ fn cpu_ns(d: &Domain) -> u64 {
 /// gone. Any process's CPU clock can be read on Linux (clock_getcpuclockid(3)); a zombie's
 /// still reads until it is reaped.
 fn process_cpu_ns(pid: u32) -> Option<u64> {
+    CPU_CLOCK_READS.fetch_add(1, Ordering::Relaxed);
+    read_cpu_clock(pid)
+}
+
+/// The read itself: the process CPU clock by pid.
+fn read_cpu_clock(pid: u32) -> Option<u64> {
     // The kernel's process CPU clock id: the negated pid shifted by 3, CPUCLOCK_SCHED (2).
     let clock = ((!(pid as i64)) << 3) | 2;
     let mut ts = timespec { tv_sec: 0, tv_nsec: 0 };
@@ -332,7 +364,65 @@ pub fn add_cpu_pid(pid: u32) {
         return;
     };
     d.cpu_seen_ns[slot].store(0, Ordering::Release);
+    d.cpu_parked[slot].store(0, Ordering::Release);
     d.cpu_pids[slot].store(pid, Ordering::Release);
+}
+
+/// A parked process is read again at every this many readings ([`cpu_ns`]).
+pub const PARKED_REREAD_EVERY: u32 = 64;
+
+/// Readings of the guest CPU clock by this image ([`cpu_ns`]), and the process CPU clocks
+/// they read (system calls): what parking saves.
+static CPU_CLOCK_READINGS: AtomicU64 = AtomicU64::new(0);
+static CPU_CLOCK_READS: AtomicU64 = AtomicU64::new(0);
+
+/// `pid` (counted) is stopped under the program's ptrace (the interposed `waitpid` saw it
+/// stop): read it once more and keep that reading until it is resumed
+/// ([`unpark_cpu_pid`]). Nothing for a process not counted or gone.
+pub fn park_cpu_pid(pid: u32) {
+    if let Some(ns) = process_cpu_ns(pid) {
+        park_cpu_pid_at(pid, ns);
+    }
+}
+
+/// [`park_cpu_pid`] with its CPU time known already (the interposed `waitpid` has it from
+/// the wait's resource usage, to the microsecond, without a read of its own).
+pub fn park_cpu_pid_at(pid: u32, ns: u64) {
+    let d = dom();
+    let Some(i) = d.cpu_pids.iter().position(|p| p.load(Ordering::Acquire) == pid) else {
+        return;
+    };
+    d.cpu_seen_ns[i].fetch_max(ns, Ordering::AcqRel);
+    d.cpu_skips[i].store(0, Ordering::Release);
+    d.cpu_parked[i].store(1, Ordering::Release);
+}
+
+/// The kept CPU time of `pid` when it is parked (tests and records).
+pub fn parked_cpu_ns(pid: u32) -> Option<u64> {
+    let d = dom();
+    let i = d.cpu_pids.iter().position(|p| p.load(Ordering::Acquire) == pid)?;
+    (d.cpu_parked[i].load(Ordering::Acquire) != 0).then(|| d.cpu_seen_ns[i].load(Ordering::Acquire))
+}
+
+/// Process CPU clocks read so far by this image.
+pub fn cpu_clock_reads() -> u64 {
+    CPU_CLOCK_READS.load(Ordering::Relaxed)
+}
+
+/// A process's CPU clock read now (tests).
+pub fn read_process_cpu_ns(pid: u32) -> Option<u64> {
+    read_cpu_clock(pid)
+}
+
+/// `pid` may run again (the interposed `ptrace` resumes it, or `waitpid` waits for it):
+/// each reading reads it again.
+pub fn unpark_cpu_pid(pid: u32) {
+    let d = dom();
+    for (i, p) in d.cpu_pids.iter().enumerate() {
+        if p.load(Ordering::Acquire) == pid {
+            d.cpu_parked[i].store(0, Ordering::Release);
+        }
+    }
 }
 
 /// Counts `pid`'s CPU time in the guest CPU clock unless it is counted already (see the
@@ -999,6 +1089,8 @@ pub struct ClockStats {
     pub capped_ns: u64,
     pub pauses: u64,
     pub paused_ns: u64,
+    pub cpu_clock_readings: u64,
+    pub cpu_clock_reads: u64,
 }
 
 pub fn stats() -> ClockStats {
@@ -1012,6 +1104,8 @@ pub fn stats() -> ClockStats {
         capped_ns: CAPPED_NS.load(Ordering::Relaxed),
         pauses: PAUSES.load(Ordering::Relaxed),
         paused_ns: PAUSED_NS.load(Ordering::Relaxed),
+        cpu_clock_readings: CPU_CLOCK_READINGS.load(Ordering::Relaxed),
+        cpu_clock_reads: CPU_CLOCK_READS.load(Ordering::Relaxed),
     }
 }
 
@@ -1046,7 +1140,7 @@ pub fn fork_child() {
     JUMPS.store(0, Ordering::Relaxed);
     WAKE_HIDDEN_NS.store(0, Ordering::Relaxed);
     WAKES_SETTLED.store(0, Ordering::Relaxed);
-    for c in [&CAPPED, &CAPPED_NS, &PAUSES, &PAUSED_NS] {
+    for c in [&CAPPED, &CAPPED_NS, &PAUSES, &PAUSED_NS, &CPU_CLOCK_READINGS, &CPU_CLOCK_READS] {
         c.store(0, Ordering::Relaxed);
     }
     if !on() {
@@ -1093,7 +1187,7 @@ pub(crate) unsafe fn timespec_ns(ts: *const timespec) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -1120,8 +1214,78 @@ mod tests {
         assert_eq!(real_for(987), 987);
     }
 
+    /// The tests that read process CPU clocks (and count the reads) one at a time.
+    pub(crate) static CPU_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn a_stopped_tracee_is_not_read_again_until_it_is_resumed() {
+        let _one = CPU_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the child only makes system calls and spins before _exit.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            // SAFETY: plain system calls in the child; it never returns into the test.
+            unsafe {
+                libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+                libc::raise(libc::SIGSTOP);
+                let mut x = 0u64;
+                for i in 0..50_000_000u64 {
+                    x = std::hint::black_box(x.wrapping_add(i));
+                }
+                libc::raise(libc::SIGSTOP);
+                libc::_exit((x & 1) as i32);
+            }
+        }
+        let wait_stop = || {
+            let mut status = 0;
+            // SAFETY: a valid status pointer; the child is ours.
+            assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+            assert!(libc::WIFSTOPPED(status), "stopped: {status:#x}");
+        };
+        wait_stop();
+        let d = dom();
+        let pid = child as u32;
+        add_cpu_pid(pid);
+        let slot = d.cpu_pids.iter().position(|p| p.load(Ordering::Acquire) == pid).expect("a slot");
+        // Not parked: every reading reads it (a first reading retires what other tests
+        // left).
+        cpu_ns(d);
+        let reads = CPU_CLOCK_READS.load(Ordering::Relaxed);
+        cpu_ns(d);
+        cpu_ns(d);
+        assert_eq!(CPU_CLOCK_READS.load(Ordering::Relaxed) - reads, 2);
+        // Parked: read once now, then not again (fewer readings than the re-read period).
+        park_cpu_pid(pid);
+        let kept = d.cpu_seen_ns[slot].load(Ordering::Acquire);
+        assert_eq!(kept, process_cpu_ns(pid).expect("stopped child"));
+        let reads = CPU_CLOCK_READS.load(Ordering::Relaxed);
+        let base = cpu_ns(d);
+        for _ in 1..PARKED_REREAD_EVERY - 1 {
+            assert_eq!(cpu_ns(d), base, "a parked process's CPU time stays put");
+        }
+        assert_eq!(CPU_CLOCK_READS.load(Ordering::Relaxed) - reads, 0, "no reads while parked");
+        // The period's last reading reads it again (a process resumed unseen is not lost).
+        cpu_ns(d);
+        assert_eq!(CPU_CLOCK_READS.load(Ordering::Relaxed) - reads, 1);
+        // Resumed: its CPU time moves the clock again.
+        unpark_cpu_pid(pid);
+        // SAFETY: the child is our stopped tracee.
+        assert_eq!(unsafe { libc::ptrace(libc::PTRACE_CONT, child, 0, 0) }, 0);
+        wait_stop();
+        let busy = process_cpu_ns(pid).expect("stopped child");
+        assert!(busy > kept, "the child spun between its stops");
+        assert!(cpu_ns(d) >= busy, "the resumed child's CPU time is on the clock");
+        // SAFETY: our child; reaped below.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+        // SAFETY: a null status is allowed.
+        unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
+        cpu_ns(d);
+        assert_eq!(d.cpu_pids[slot].load(Ordering::Acquire), 0, "the reaped child's slot is freed");
+    }
+
     #[test]
     fn the_guest_cpu_clock_sums_live_processes_and_keeps_a_gone_ones_last_reading() {
+        let _one = CPU_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         // This process's CPU clock by pid is the kernel's process CPU clock.
         let by_pid = process_cpu_ns(getpid()).expect("own CPU clock");
         let own = real_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
