@@ -185,7 +185,8 @@ pub unsafe extern "C" fn ptrace(request: c_int, pid: pid_t, addr: *mut c_void, d
     if pid > 0 && resumes(request) && domain::on() && domain::cpu_base() {
         domain::unpark_cpu_pid(pid as u32);
     }
-    type F = unsafe extern "C" fn(c_int, pid_t, *mut c_void, *mut c_void) -> libc::c_long;
+    // glibc's ptrace is variadic: called as one (see fcntl).
+    type F = unsafe extern "C" fn(c_int, ...) -> libc::c_long;
     let fallback = || {
         // SAFETY: the raw call: the kernel validates the request and pointers (the PEEK
         // requests' results come back differently without glibc, but glibc is there).

@@ -470,7 +470,9 @@ fn after_fcntl(fd: c_int, cmd: c_int, r: c_int) {
 /// As fcntl(2); `arg` is the optional argument, passed on unchanged.
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
-    type F = unsafe extern "C" fn(c_int, c_int, usize) -> c_int;
+    // glibc's fcntl is variadic: called as one, so that the caller's side of the ABI
+    // (on x86-64, %al's count of vector registers) is what its prologue expects.
+    type F = unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
     // SAFETY: (fallback) the kernel checks arg as it would for the libc call.
     let r = call_real!(real::FCNTL, F, unsafe { libc::syscall(libc::SYS_fcntl, fd, cmd, arg) as c_int }, fd, cmd, arg);
     after_fcntl(fd, cmd, r);
@@ -481,7 +483,7 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 /// As fcntl(2).
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
-    type F = unsafe extern "C" fn(c_int, c_int, usize) -> c_int;
+    type F = unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
     let r =
         // SAFETY: (fallback) as fcntl.
         call_real!(real::FCNTL64, F, unsafe { libc::syscall(libc::SYS_fcntl, fd, cmd, arg) as c_int }, fd, cmd, arg);
