@@ -232,25 +232,21 @@ fn faults_in_the_device_spec_fail_io_and_count_in_replays() {
     assert!(r["lat_ns_min"].as_u64().unwrap() >= 3 * r["model_service_ns"].as_u64().unwrap() - 3);
 }
 
-/// `emulate mount --strategy` takes the engine's names and no other, and not with the io_uring
-/// transport (whose queues have no per-request wait); both refusals come before anything is
-/// made (no root needed for either).
+/// `emulate mount --strategy` takes the engine's names and no other, on either transport;
+/// a wrong name is refused before anything is made (no root needed).
 #[test]
-fn mount_strategy_takes_the_engines_names_and_needs_the_dev_transport() {
+fn mount_strategy_takes_the_engines_names() {
     let home = scratch("mount-strategy");
     let dir = home.path().join("m");
     std::fs::create_dir(&dir).unwrap();
     let d = dir.to_str().unwrap();
-    let out = run(home.path(), &["emulate", "mount", "emu:sdcard", d, "--strategy", "spinn"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(err.contains("block, spin, sync, hybrid") && err.contains("smart"), "{err}");
-    let out = run(home.path(), &["emulate", "mount", "emu:sdcard", d, "--transport", "uring", "--strategy", "spin"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    // As root the options are checked and the pairing refused; otherwise the mount is
-    // refused for want of root first. Either way nothing is made.
-    assert!(err.contains("--transport dev") || err.contains("root"), "{err}");
+    for transport in ["dev", "uring"] {
+        let out =
+            run(home.path(), &["emulate", "mount", "emu:sdcard", d, "--transport", transport, "--strategy", "spinn"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.contains("block, spin, sync, hybrid") && err.contains("smart"), "{err}");
+    }
     assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "something was made in DIR");
     let devices = home.path().join("devices");
     assert!(!devices.exists() || std::fs::read_dir(&devices).unwrap().next().is_none(), "a record was made");

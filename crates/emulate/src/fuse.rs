@@ -13,8 +13,8 @@
 //! the path's. The serving threads run under SCHED_FIFO when allowed, as the seed's emulator
 //! ran its simulation thread at top priority.
 //!
-//! How a /dev/fuse thread holds a reply is the engine's (issue 21): each thread has a
-//! [`Waiter`], a SmartPort group port on the device's in-flight counters
+//! How the server holds a reply is the engine's (issue 21): each /dev/fuse thread and each
+//! io_uring queue has a [`Waiter`], a SmartPort group port on the device's in-flight counters
 //! (`SmartPort::for_group`, as the merge device's waiters), and each modelled request is a
 //! group call of one request: it enters the counters, the port decides how the thread waits
 //! (a fixed `--strategy`, or `smart`'s decision on the model's thresholds), the thread waits
@@ -34,11 +34,12 @@
 //! one: setup (calibration, mkfs, mount) runs at memory speed and is not in the report.
 //!
 //! A transport holds a reply by the [`Pending`] the handler returns: the /dev/fuse threads
-//! wait in place through their [`Waiter`], an io_uring queue keeps serving other requests and
-//! commits the reply when it is due (one thread holds several replies, so a per-request
-//! strategy has no place there: the queue waits with the engine's "sleep, then spin, or an
-//! event" to the earliest due reply, with a [`SPIN_NS`] margin, and `--strategy` is refused
-//! on that transport).
+//! wait in place through their [`Waiter`] ([`Waiter::hold`]); an io_uring queue keeps
+//! serving other requests while it holds several replies, each a held call of its port
+//! decided when the request arrived ([`Waiter::arrive`]), and waits through the port for the
+//! earliest one's instant, by that reply's strategy, or a new request on its ring
+//! ([`Waiter::wait_earliest`]), then commits the reply and has it counted
+//! ([`Waiter::replied`]). So `--strategy` means the same on both transports.
 //!
 //! Non-goals: more than one file, a directory tree, permissions beyond root's, notifications.
 
@@ -46,12 +47,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use smartcon_devemu::{EmuSpec, FcfsDevice, Op, RamStore};
-use smartcon_engine::clock::{now_ns, tighten_timer_slack, RealClock, Sleeper};
+use smartcon_engine::clock::{now_ns, tighten_timer_slack, EventWait, RealClock, Sleeper};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::{self, HostWaitCost, Profile};
-use smartcon_engine::smartport::{BlockWait, GroupWait, PortCounters, SmartPort, SmartPortOptions, StrategyChoice};
+use smartcon_engine::smartport::{
+    BlockWait, Earliest, GroupWait, Holds, PortCounters, Ready, SmartPort, SmartPortOptions, StrategyChoice,
+};
 use smartcon_engine::target::InFlight;
 use smartcon_engine::wait::{self, Status};
 
@@ -60,8 +63,9 @@ use crate::fuse_abi::{self, InHeader};
 /// The file's name in the FUSE mount.
 pub const FILE_NAME: &str = "disk";
 const FILE_INO: u64 = 2;
-/// How long before a reply's instant an io_uring queue's timed wait ends and polling starts;
-/// the least margin of the /dev/fuse threads' reference wait.
+/// The least margin of the reference wait (how long before a reply's instant the serving
+/// thread's timer is armed): the fixed margin the server had before it waited through
+/// SmartPort.
 pub const SPIN_NS: u64 = 150_000;
 /// Seconds the kernel may cache names and attributes (nothing changes them but us).
 const TTL_S: u64 = 3600;
@@ -115,7 +119,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// `strategy`: how the /dev/fuse threads hold replies (`None`: the reference wait).
+    /// `strategy`: how the serving threads and queues hold replies (`None`: the reference wait).
     pub fn new(
         spec: &EmuSpec,
         size_bytes: u64,
@@ -153,7 +157,7 @@ impl Shared {
         self.strategy.map_or("reference", |s| s.name())
     }
 
-    /// A serving thread's handle for holding replies: a SmartPort group port on the
+    /// A serving thread's (or io_uring queue's) handle for holding replies: a SmartPort group port on the
     /// device's in-flight counters, with the mount's strategy. Made on the thread that waits
     /// (the reference wait measures that thread's wake-up overshoot, about 8 ms of sleeps).
     pub fn waiter(self: &Arc<Self>) -> Result<Waiter, Error> {
@@ -337,12 +341,44 @@ impl Waiter {
         let pending = wait::Pending { op, bytes: p.bytes, ahead: call.ahead(), submit_ns: p.arrival_ns };
         let waited = call.wait(&pending, &mut Due { due_ns: p.due_ns }, GroupWait::FromSubmission);
         let sent = reply();
-        let counted = waited.and_then(|_| call.release(1)).and_then(|()| call.finish()).map(|out| {
-            self.shared.by_strategy[out.strategy.index()].fetch_add(1, Ordering::Relaxed);
-            let references = self.port.counters().reference_waits - references;
-            self.shared.reference_waits.fetch_add(references, Ordering::Relaxed);
-        });
-        (sent, counted)
+        let counted = waited.and_then(|_| call.release(1)).and_then(|()| call.finish());
+        (sent, counted.map(|out| self.count(out.strategy, references)))
+    }
+
+    /// An io_uring queue's request `key` (its ring entry) is held until `p.due_ns`: it enters
+    /// the device's in-flight counters and the port decides how the queue will wait for it
+    /// ([`SmartPort::hold`]); the queue keeps serving meanwhile.
+    pub fn arrive(&mut self, holds: &mut Holds<usize>, key: usize, p: &Pending) -> Result<(), Error> {
+        let op = if p.write { Op::Write } else { Op::Read };
+        self.port.hold(holds, key, op, p.bytes.max(1), p.arrival_ns, p.due_ns)
+    }
+
+    /// Waits for the earliest held reply's instant, by the strategy its port decided, or for
+    /// a new request on `ring`, whichever comes first ([`SmartPort::wait_earliest`]); `None`
+    /// when nothing is held.
+    pub fn wait_earliest(
+        &mut self,
+        holds: &mut Holds<usize>,
+        ring: &mut dyn EventWait,
+    ) -> Result<Option<Earliest<usize>>, Error> {
+        self.port.wait_earliest(holds, ring)
+    }
+
+    /// A reply [`Waiter::wait_earliest`] found due has gone out: the port counts it
+    /// ([`SmartPort::finish_held`]), and the mount's report by its strategy.
+    pub fn replied(&mut self, ready: Ready<usize>) -> Result<(), Error> {
+        let references = self.port.counters().reference_waits;
+        let out = self.port.finish_held(ready)?;
+        self.count(out.strategy, references);
+        Ok(())
+    }
+
+    /// One held reply counted for the report: its strategy, and whether the port counted
+    /// a reference wait since `references_before`.
+    fn count(&self, strategy: Strategy, references_before: u64) {
+        self.shared.by_strategy[strategy.index()].fetch_add(1, Ordering::Relaxed);
+        let references = self.port.counters().reference_waits - references_before;
+        self.shared.reference_waits.fetch_add(references, Ordering::Relaxed);
     }
 
     /// What this thread's port counted (requests by strategy, reference waits, latencies).
@@ -669,6 +705,65 @@ mod tests {
             assert_eq!((references, c.reference_waits), (reference, reference), "{strategy:?}");
             assert_eq!((d.shared().inflight().ours(), d.shared().inflight().unmatched_leaves()), (0, 0));
             assert_eq!(d.shared().strategy_name(), strategy.map_or("reference", |s| s.name()));
+        }
+    }
+
+    /// An io_uring queue's ring with no request coming: its waits are timers.
+    struct QuietRing;
+
+    impl EventWait for QuietRing {
+        fn sleep_until_or_event(&mut self, at_ns: u64) -> Result<(), Error> {
+            RealClock.sleep_until(at_ns);
+            Ok(())
+        }
+        fn event_seen(&mut self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn an_io_uring_queue_holds_several_replies_through_its_port_and_answers_the_earliest_first() {
+        for strategy in [
+            None,
+            Some(StrategyChoice::Fixed(Strategy::Block)),
+            Some(StrategyChoice::Fixed(Strategy::Spin)),
+            Some(StrategyChoice::Smart),
+        ] {
+            let spec = smartcon_devemu::parse_spec("emu:sdcard,channels=2").unwrap();
+            let d = Disk::new(Shared::new(&spec, 1 << 20, false, strategy).unwrap(), true);
+            let mut w = d.shared().waiter().unwrap();
+            d.shared().set_modelled([0, 0]);
+            let mut io = vec![0u8; 8192];
+            let mut holds = Holds::new();
+            let mut pending = Vec::new();
+            // Three writes at once on two channels: the third waits for a channel, so the
+            // replies are due in two instants, and the queue holds all three.
+            for key in 0..3 {
+                let p = d.handle(&header(WRITE, FILE_INO), &rw_in(key as u64 * 4096, 4096), &mut io, 4096).pending;
+                let p = p.expect("held");
+                w.arrive(&mut holds, key, &p).unwrap();
+                pending.push(p);
+            }
+            assert_eq!(d.shared().inflight().ours(), 3, "{strategy:?}: all three in the counters while held");
+            let mut last_due = 0;
+            while let Some(end) = w.wait_earliest(&mut holds, &mut QuietRing).unwrap() {
+                let Earliest::Due(ready) = end else { panic!("{strategy:?}: an event from a quiet ring") };
+                let p = pending[*ready.key()];
+                let now = now_ns();
+                assert!(now >= p.due_ns, "{strategy:?}: a reply before its instant");
+                assert!(p.due_ns >= last_due, "{strategy:?}: not the earliest first");
+                last_due = p.due_ns;
+                d.shared().replied(&p, now);
+                w.replied(ready).unwrap();
+            }
+            let (by, references) = d.shared().waits();
+            assert_eq!((by.iter().sum::<u64>(), w.counters().ios), (3, 3), "{strategy:?}");
+            if let Some(StrategyChoice::Fixed(s)) = strategy {
+                assert_eq!(by[s.index()], 3, "{strategy:?}");
+            }
+            assert_eq!(references, if strategy.is_none() { 3 } else { 0 }, "{strategy:?}");
+            assert_eq!((d.shared().inflight().ours(), d.shared().inflight().unmatched_leaves()), (0, 0));
+            assert_eq!(d.shared().served().len(), 3);
         }
     }
 

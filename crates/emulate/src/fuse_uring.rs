@@ -12,9 +12,18 @@
 //! into its buffers. The thread handles the request at once (the data moves, the model says
 //! when the reply is due), keeps serving other entries, and when the reply is due commits it
 //! with `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`, which also hands the entry back for the next
-//! request. Waiting for the earliest due reply: an io_uring wait with a timeout until
-//! [`SPIN_NS`] before it, then polling the clock and the completion queue (the engine's
-//! "sleep, then spin, or an event", `smartcon_engine::clock::sleep_then_spin_until_or`).
+//! request.
+//!
+//! How a queue holds its replies is the engine's (issue 21), as on the /dev/fuse threads:
+//! the queue has a SmartPort on the device's in-flight counters ([`Waiter`]), each modelled
+//! request is held as a group call of one request when it arrives (it enters the counters
+//! and the port decides how it will be waited for: `--strategy`, or `smart`'s decision, or by
+//! default the reference wait), and the queue waits through the port for the earliest held
+//! reply's instant, by that reply's strategy, or for a new request on the ring, whichever
+//! comes first (`SmartPort::wait_earliest`): its sleeps are io_uring waits with a timeout
+//! (a completion ends them), its spins look at the completion queue. A new request ends the
+//! wait; the queue handles it and waits again for whichever reply is then earliest. A reply
+//! found due is committed, then counted by the port.
 //!
 //! Buffer ownership, the one invariant everything unsafe here rests on: the kernel may write
 //! an entry's buffers from the moment its command is pushed until that command's completion
@@ -28,8 +37,6 @@
 //! kernel does not carry them over io_uring), more than one thread per queue.
 
 use std::alloc::Layout;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::ptr::NonNull;
@@ -40,10 +47,11 @@ use std::time::Duration;
 
 use io_uring::types::{SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use smartcon_engine::clock::{now_ns, sleep_then_spin_until_or, EventWait, RealClock};
+use smartcon_engine::clock::{now_ns, EventWait};
 use smartcon_engine::error::{Error, ErrorKind};
+use smartcon_engine::smartport::{Earliest, Holds};
 
-use crate::fuse::{Disk, Pending, Reply, MAX_WRITE_BYTES, SPIN_NS};
+use crate::fuse::{Disk, Pending, Reply, Waiter, MAX_WRITE_BYTES};
 use crate::fuse_abi::{self, InHeader};
 
 /// The kernel's switch for FUSE over io_uring.
@@ -183,8 +191,13 @@ fn queue_thread(
     // Pinned and unpinned measured the same with fio (docs/emulator.md).
     disk.prepare_thread();
     // A failure to start goes to the starter (with its source); the thread's own result is
-    // then never joined (the start fails), so it returns the text alone.
-    let started = Queue::new(qid, fd.as_raw_fd(), depth).and_then(|mut q| q.register().map(|()| q));
+    // then never joined (the start fails), so it returns the text alone. The port is made
+    // on this thread, under its priority: the reference wait measures its wake-ups.
+    let started = disk
+        .shared()
+        .waiter()
+        .and_then(|waiter| Queue::new(qid, fd.as_raw_fd(), depth, waiter))
+        .and_then(|mut q| q.register().map(|()| q));
     let mut queue = match started {
         Ok(q) => q,
         Err(e) => {
@@ -291,8 +304,10 @@ struct Queue {
     // may free the buffers.
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     arena: Arena,
-    /// (due_ns, entry) of the replies written and not yet committed.
-    held: BinaryHeap<Reverse<(u64, usize)>>,
+    /// The queue's SmartPort, and the replies written and not yet committed, each a held
+    /// call of it keyed by its entry.
+    waiter: Waiter,
+    holds: Holds<usize>,
     pending: Vec<Option<Pending>>,
     unique: Vec<u64>,
     retired: usize,
@@ -302,7 +317,7 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(qid: u16, fd: RawFd, depth: usize) -> Result<Queue, Error> {
+    fn new(qid: u16, fd: RawFd, depth: usize, waiter: Waiter) -> Result<Queue, Error> {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .build((depth * 2).next_power_of_two() as u32)
             .map_err(|e| Error::with_source(ErrorKind::Setup, "io_uring setup (128-byte SQEs)", e))?;
@@ -311,7 +326,8 @@ impl Queue {
             fd,
             ring,
             arena: Arena::new(depth)?,
-            held: BinaryHeap::with_capacity(depth),
+            waiter,
+            holds: Holds::new(),
             pending: vec![None; depth],
             unique: vec![0; depth],
             retired: 0,
@@ -377,23 +393,24 @@ impl Queue {
         loop {
             done.extend(self.ring.completion().map(|c| (c.user_data() as usize, c.result())));
             for &(i, res) in &done {
-                self.completed(disk, i, res);
+                self.completed(disk, i, res)?;
             }
             done.clear();
-            self.commit_due(disk)?;
             if self.retired == self.arena.count {
                 return self.first_error.take().map_or(Ok(()), Err);
             }
-            self.wait()?;
+            self.wait(disk)?;
         }
     }
 
     /// Entry `i`'s command completed with `res`: a request to handle, or the entry's end.
-    fn completed(&mut self, disk: &Disk, i: usize, res: i32) {
+    /// A modelled request's reply is held through the port ([`Waiter::arrive`]); any other
+    /// is committed at once.
+    fn completed(&mut self, disk: &Disk, i: usize, res: i32) -> Result<(), Error> {
         if !self.arena.take(i) {
             self.first_error
                 .get_or_insert_with(|| Error::new(ErrorKind::Internal, format!("a completion for unknown entry {i}")));
-            return;
+            return Ok(());
         }
         if res < 0 {
             // ENOTCONN: the connection ended (unmount, abort). Anything else is a bug to report.
@@ -402,7 +419,7 @@ impl Queue {
                 let e = std::io::Error::from_raw_os_error(-res);
                 self.first_error.get_or_insert_with(|| Error::with_source(ErrorKind::Io, "a ring command failed", e));
             }
-            return;
+            return Ok(());
         }
         let (header, payload) = self.arena.entry(i);
         let h = InHeader::parse(header);
@@ -425,57 +442,81 @@ impl Queue {
             .copy_from_slice(&(len as u32).to_ne_bytes());
         self.unique[i] = unique;
         self.pending[i] = outcome.pending;
-        self.held.push(Reverse((outcome.pending.map_or(0, |p| p.due_ns), i)));
+        if let Some(p) = outcome.pending {
+            match self.waiter.arrive(&mut self.holds, i, &p) {
+                Ok(()) => return Ok(()),
+                // The port refused it (a bug): answered at once, and the queue ends with it.
+                Err(e) => {
+                    self.first_error.get_or_insert(e);
+                }
+            }
+        }
+        self.commit(disk, i)
     }
 
-    /// Commits every held reply whose instant has come.
-    fn commit_due(&mut self, disk: &Disk) -> Result<(), Error> {
-        let now = now_ns();
-        while let Some(&Reverse((due_ns, i))) = self.held.peek() {
-            if due_ns > now {
-                break;
+    /// Commits entry `i`'s reply (and fetches its next request); a held one's lateness is
+    /// kept for the report. The command goes to the kernel with the next io_uring_enter.
+    fn commit(&mut self, disk: &Disk, i: usize) -> Result<(), Error> {
+        if let Some(p) = self.pending[i].take() {
+            disk.shared().replied(&p, now_ns());
+        }
+        self.push(i, fuse_abi::URING_CMD_COMMIT_AND_FETCH, self.unique[i])
+    }
+
+    /// Submits what is queued and waits: with nothing held, for a completion; else through
+    /// the port for the earliest held reply's instant, by the strategy the port decided for
+    /// it, or a new request, whichever comes first ([`Waiter::wait_earliest`]: the thread
+    /// sleeps in io_uring waits with a timeout, and its spins look at the completion queue).
+    /// A reply found due is committed, then counted.
+    fn wait(&mut self, disk: &Disk) -> Result<(), Error> {
+        if self.holds.is_empty() {
+            return entered(self.ring.submit_and_wait(1));
+        }
+        let mut ring = RingEvent { ring: &mut self.ring, failed: None };
+        let end = self.waiter.wait_earliest(&mut self.holds, &mut ring);
+        if let Some(e) = ring.failed {
+            return Err(e);
+        }
+        if let Some(Earliest::Due(ready)) = end? {
+            self.commit(disk, *ready.key())?;
+            if let Err(e) = self.waiter.replied(ready) {
+                self.first_error.get_or_insert(e);
             }
-            self.held.pop();
-            if let Some(p) = self.pending[i].take() {
-                disk.shared().replied(&p, now_ns());
-            }
-            self.push(i, fuse_abi::URING_CMD_COMMIT_AND_FETCH, self.unique[i])?;
         }
         Ok(())
-    }
-
-    /// Submits what is queued and waits for a completion or the next reply's instant: with a
-    /// reply held, the engine's "sleep, then spin, or an event" ([`sleep_then_spin_until_or`])
-    /// on this ring, asleep in an io_uring wait with a timeout until [`SPIN_NS`] before the
-    /// reply is due, then watching the clock and the completion queue.
-    fn wait(&mut self) -> Result<(), Error> {
-        match self.held.peek().map(|r| r.0 .0) {
-            None => entered(self.ring.submit_and_wait(1)),
-            Some(due_ns) => {
-                sleep_then_spin_until_or(&RealClock, due_ns, SPIN_NS, &mut RingEvent(&mut self.ring)).map(drop)
-            }
-        }
     }
 }
 
 /// The queue's ring as an [`EventWait`]: the event is a completion (a new request, or the
 /// connection's end).
-struct RingEvent<'r>(&'r mut IoUring<squeue::Entry128, cqueue::Entry>);
+struct RingEvent<'r> {
+    ring: &'r mut IoUring<squeue::Entry128, cqueue::Entry>,
+    /// An io_uring_enter that failed in a look (the wait ended on it as on an event).
+    failed: Option<Error>,
+}
 
 impl EventWait for RingEvent<'_> {
     fn sleep_until_or_event(&mut self, at_ns: u64) -> Result<(), Error> {
         let now = now_ns();
         if at_ns <= now {
-            return entered(self.0.submit());
+            return entered(self.ring.submit());
         }
         let ts = Timespec::from(Duration::from_nanos(at_ns - now));
-        entered(self.0.submitter().submit_with_args(1, &SubmitArgs::new().timespec(&ts)))
+        entered(self.ring.submitter().submit_with_args(1, &SubmitArgs::new().timespec(&ts)))
     }
 
     fn event_seen(&mut self) -> bool {
+        // A wait that spins never enters the kernel: a reply committed just before it is
+        // handed over here, at the first look.
+        if !self.ring.submission().is_empty() {
+            if let Err(e) = entered(self.ring.submit()) {
+                self.failed.get_or_insert(e);
+                return true;
+            }
+        }
         // A new request's completion is posted by task work that interrupts the spin, so
         // looking at the completion queue sees it without a system call.
-        !self.0.completion().is_empty()
+        self.failed.is_some() || !self.ring.completion().is_empty()
     }
 }
 
@@ -517,7 +558,9 @@ mod tests {
 
     #[test]
     fn register_commands_carry_the_iovecs_and_the_queue() {
-        let q = match Queue::new(3, 7, 2) {
+        let spec = smartcon_devemu::parse_spec("emu:sdcard").unwrap();
+        let waiter = crate::fuse::Shared::new(&spec, 1 << 20, false, None).unwrap().waiter().unwrap();
+        let q = match Queue::new(3, 7, 2, waiter) {
             Ok(q) => q,
             Err(e) => {
                 eprintln!("skipping: {e}");

@@ -83,9 +83,9 @@ pub struct MountOptions {
     /// Mount over a directory that is not empty (or already a mount point), hiding what is
     /// there while the mount lasts; refused without it.
     pub force: bool,
-    /// How the server's /dev/fuse threads hold a reply until its instant, through their
-    /// SmartPort ([`crate::fuse::Waiter`]); `None` (the default): the reference wait, which
-    /// replies at the model's instant. Only with [`Transport::Dev`].
+    /// How the server holds a reply until its instant, through the SmartPort of each
+    /// serving thread or io_uring queue ([`crate::fuse::Waiter`]); `None` (the default): the
+    /// reference wait, which replies at the model's instant.
     pub strategy: Option<StrategyChoice>,
 }
 
@@ -430,16 +430,6 @@ fn check_options(opts: &MountOptions) -> Result<PathBuf, Error> {
         return Err(setup_err(r));
     }
     if opts.transport == Transport::Uring {
-        if let Some(s) = opts.strategy {
-            return Err(Error::new(
-                ErrorKind::Usage,
-                format!(
-                    "--strategy {} needs --transport dev: an io_uring queue holds several replies in one thread, so it \
-                     has no per-request wait to choose (it waits to the earliest reply's instant)",
-                    s.name()
-                ),
-            ));
-        }
         if let Some(r) = fuse_uring::unavailable_reason() {
             return Err(setup_err(format!("--transport uring: {r}")));
         }

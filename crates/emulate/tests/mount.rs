@@ -215,28 +215,28 @@ fn cleanup_restores_enable_uring_after_a_kill() {
 }
 
 /// The same small read job (16 blocks of 4 KiB written, then 120 O_DIRECT 4 KiB reads of
-/// them, each checked) on the raw loop device of a /dev/fuse mount whose server holds its
-/// replies with `--strategy block` and with `--strategy spin`: the replies are held through
-/// the serving threads' SmartPorts (the report counts each under its strategy), and spinning
-/// costs the server more CPU than blocking (a direction, not a figure: spin holds a core for
-/// its 1 ms budget of each 2 ms read, block sleeps through it). The reads are longer than
-/// the path's overhead the server subtracts even on a loaded 2-core host (a shorter model
-/// read, 500 us, was all overhead under spin there, and nothing was held).
-#[test]
-fn block_and_spin_hold_the_replies_their_way_and_spin_costs_the_server_more_cpu() {
+/// them, each checked) on the raw loop device of a mount over `transport` whose server holds
+/// its replies with `--strategy block`, with `--strategy spin`, and by default: the replies
+/// are held through the serving threads' (or io_uring queues') SmartPorts (the report
+/// counts each under its strategy, and the default's as reference waits), and spinning costs
+/// the server more CPU than blocking (a direction, not a figure: spin holds a core for its
+/// 1 ms budget of each 2 ms read, block sleeps through it). The reads are longer than the
+/// path's overhead the server subtracts even on a loaded 2-core host (a shorter model read,
+/// 500 us, was all overhead under spin there, and nothing was held).
+fn block_and_spin_hold_the_replies_their_way(transport: Transport) {
     use smartcon_engine::decision::Strategy;
     use smartcon_engine::smartport::StrategyChoice;
     use smartcon_engine::target::AlignedBuf;
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
-    need_root!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let block_of = |i: u64| -> Vec<u8> { (0..4096u64).map(|j| ((i * 7919 + j * 31) % 251) as u8).collect() };
     let mut cpu_ns = Vec::new();
-    for strategy in [Strategy::Block, Strategy::Spin] {
-        let dir = fresh_dir(&format!("strategy-{}", strategy.name()));
-        let mut o = opts_via("emu:nvme,read_lat=2ms", &dir, Transport::Dev);
+    for strategy in [Some(Strategy::Block), Some(Strategy::Spin), None] {
+        let name = strategy.map_or("reference", |s| s.name());
+        let dir = fresh_dir(&format!("strategy-{}-{name}", transport.name()));
+        let mut o = opts_via("emu:nvme,read_lat=2ms", &dir, transport);
         o.fs = Fs::None;
-        o.strategy = Some(StrategyChoice::Fixed(strategy));
+        o.strategy = strategy.map(StrategyChoice::Fixed);
         let (record, report) = with_mount_via(o, |r| {
             let dev = r.loop_device.clone().unwrap();
             let f = std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(&dev).unwrap();
@@ -249,38 +249,43 @@ fn block_and_spin_hold_the_replies_their_way_and_spin_costs_the_server_more_cpu(
                 let i = k * 5 % 16;
                 buf.as_mut_slice().fill(0);
                 f.read_exact_at(buf.as_mut_slice(), i * 4096).unwrap();
-                assert!(buf.as_mut_slice() == block_of(i).as_slice(), "{}: block {i} read back wrong", strategy.name());
+                assert!(buf.as_mut_slice() == block_of(i).as_slice(), "{name}: block {i} read back wrong");
             }
         });
-        assert_eq!(report.strategy, strategy.name(), "{report}");
-        assert!(report.reads >= 120 && report.writes >= 16, "{report}");
-        // Every held reply went through a SmartPort, under the fixed strategy.
-        assert_eq!(report.by_strategy[strategy.index()], report.reads + report.writes, "{report}");
-        assert_eq!(report.by_strategy.iter().sum::<u64>(), report.reads + report.writes, "{report}");
-        assert_eq!(report.reference_waits, 0, "{report}");
-        assert!(report.to_string().contains(&format!("--strategy {}", strategy.name())), "{report}");
         eprintln!("{report}");
+        assert_eq!((report.transport.as_str(), report.strategy.as_str()), (transport.name(), name), "{report}");
+        assert!(report.reads >= 120 && report.writes >= 16, "{report}");
+        // Every held reply went through a SmartPort, under the fixed strategy (the default's
+        // is block, each a reference wait).
+        let held = report.reads + report.writes;
+        let s = strategy.unwrap_or(Strategy::Block);
+        assert_eq!(report.by_strategy[s.index()], held, "{report}");
+        assert_eq!(report.by_strategy.iter().sum::<u64>(), held, "{report}");
+        assert_eq!(report.reference_waits, if strategy.is_none() { held } else { 0 }, "{report}");
+        assert!(report.to_string().contains(&format!("--strategy {name}")), "{report}");
         cpu_ns.push(report.server_cpu_ns);
         assert_nothing_left(&record);
     }
-    assert!(cpu_ns[1] > cpu_ns[0], "server CPU: spin {} ns, block {} ns", cpu_ns[1], cpu_ns[0]);
+    assert!(cpu_ns[1] > cpu_ns[0], "{}: server CPU: spin {} ns, block {} ns", transport.name(), cpu_ns[1], cpu_ns[0]);
 }
 
-/// An io_uring queue has no per-request wait: `--strategy` there is refused before anything
-/// is made.
 #[test]
-fn a_strategy_on_the_io_uring_transport_is_refused() {
-    use smartcon_engine::decision::Strategy;
-    use smartcon_engine::smartport::StrategyChoice;
+fn block_and_spin_hold_the_replies_their_way_and_spin_costs_the_server_more_cpu() {
     need_root!();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = fresh_dir("strategy-uring");
-    let mut o = opts_via("emu:sdcard", &dir, Transport::Uring);
-    o.strategy = Some(StrategyChoice::Fixed(Strategy::Spin));
-    let e = mount::run(&o, &AtomicBool::new(false), |_| {}).unwrap_err();
-    assert_eq!(e.kind, smartcon_engine::error::ErrorKind::Usage, "{e}");
-    assert!(e.to_string().contains("--transport dev"), "{e}");
-    assert!(!records::list().iter().any(|(_, r)| r.dir == dir), "a record was made");
+    block_and_spin_hold_the_replies_their_way(Transport::Dev);
+}
+
+/// The same on FUSE over io_uring, whose queues hold several replies each and wait for the
+/// earliest through their SmartPort (a new request ends the wait): `--strategy` is taken
+/// there too, and means the same.
+#[test]
+fn on_io_uring_block_and_spin_hold_the_replies_their_way_and_spin_costs_the_server_more_cpu() {
+    need_root!();
+    if let Some(r) = fuse_uring::unavailable_reason() {
+        eprintln!("skipping: {r}");
+        return;
+    }
+    block_and_spin_hold_the_replies_their_way(Transport::Uring);
 }
 
 /// Drops a file's clean pages so the next read goes to the device.

@@ -6,9 +6,10 @@
 //! the monotonic clock and the kernel's timers, and the simulation
 //! (`smartcon_emutarget::sim`) injects a virtual one.
 //! [`sleep_then_spin_until`] is the one "sleep, then spin to a deadline" wait: whoever must
-//! see an instant more precisely than a timer wakes goes through it;
-//! [`sleep_then_spin_until_or`] is its variant for a waiter that an event also wakes (a
-//! server whose ring brings the next request while it waits to answer the last one).
+//! see an instant more precisely than a timer wakes goes through it. A waiter that an event
+//! also wakes (a server whose ring brings the next request while it waits to answer the
+//! last one) is an [`EventWait`], and waits through its SmartPort
+//! (`SmartPort::wait_earliest`), whose reference wait is the same sleep and spin.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -113,36 +114,14 @@ pub fn sleep_then_spin_until(time: &(impl Clock + Sleeper + ?Sized), deadline_ns
     overshoot
 }
 
-/// A waiter that something besides its clock can wake: what [`sleep_then_spin_until_or`]
-/// sleeps on and looks at.
+/// A waiter that something besides its clock can wake (a server's ring, which brings the
+/// next request): what a SmartPort's held calls sleep on (`SmartPort::wait_earliest`).
 pub trait EventWait {
     /// Sleeps until `at_ns` or until the event comes, whichever is first; returns at once
     /// (after handing over whatever the waiter has queued) when `at_ns` has passed.
     fn sleep_until_or_event(&mut self, at_ns: u64) -> Result<(), crate::error::Error>;
     /// Whether the event has come: a look, never a wait (it runs in the spin).
     fn event_seen(&mut self) -> bool;
-}
-
-/// "Sleep, then spin to a deadline, or an event": [`sleep_then_spin_until`] for a waiter
-/// that an event also ends. Asleep on `waiter` until `margin_ns` before `deadline_ns` (or
-/// the event), then, unless the event came, watching the clock and the event until the
-/// deadline. Returns whether the event ended the wait (`true`) or the deadline (`false`).
-pub fn sleep_then_spin_until_or(
-    time: &(impl Clock + ?Sized),
-    deadline_ns: u64,
-    margin_ns: u64,
-    waiter: &mut (impl EventWait + ?Sized),
-) -> Result<bool, crate::error::Error> {
-    waiter.sleep_until_or_event(deadline_ns.saturating_sub(margin_ns))?;
-    loop {
-        if waiter.event_seen() {
-            return Ok(true);
-        }
-        if time.now_ns() >= deadline_ns {
-            return Ok(false);
-        }
-        spin_hint();
-    }
 }
 
 /// Nanoseconds on CLOCK_MONOTONIC, the clock io_uring's absolute timeouts use.
@@ -234,68 +213,5 @@ pub fn sleep_run(asked_ns: u64, count: usize) -> SleepRun {
         overshoots_ns,
         cpu_ns_per_sleep: c1.saturating_sub(c0) as f64 / n,
         switches_per_sleep: s1.saturating_sub(s0) as f64 / n,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::AtomicU64;
-
-    /// A clock that moves only when the waiter below sleeps or looks (virtual time).
-    struct Manual(AtomicU64);
-
-    impl Clock for Manual {
-        fn now_ns(&self) -> u64 {
-            self.0.load(Ordering::Relaxed)
-        }
-    }
-
-    /// Sleeps by jumping the clock; every look costs 10 ns; the event comes at `event_ns`.
-    struct Ring<'c> {
-        clock: &'c Manual,
-        event_ns: u64,
-        slept_to_ns: Option<u64>,
-    }
-
-    impl EventWait for Ring<'_> {
-        fn sleep_until_or_event(&mut self, at_ns: u64) -> Result<(), crate::error::Error> {
-            let now = self.clock.now_ns();
-            if at_ns > now {
-                let to = at_ns.min(self.event_ns.max(now));
-                self.clock.0.store(to, Ordering::Relaxed);
-                self.slept_to_ns = Some(to);
-            }
-            Ok(())
-        }
-        fn event_seen(&mut self) -> bool {
-            self.clock.0.fetch_add(10, Ordering::Relaxed) >= self.event_ns
-        }
-    }
-
-    #[test]
-    fn the_event_wait_sleeps_to_the_margin_then_spins_to_the_deadline_or_the_event() {
-        // No event before the deadline: asleep until the margin, then spun to the deadline.
-        let clock = Manual(AtomicU64::new(1_000));
-        let mut ring = Ring { clock: &clock, event_ns: u64::MAX, slept_to_ns: None };
-        assert!(!sleep_then_spin_until_or(&clock, 10_000, 2_000, &mut ring).unwrap());
-        assert_eq!(ring.slept_to_ns, Some(8_000));
-        assert!(clock.now_ns() >= 10_000);
-        // The event comes in the spin: the wait ends there, before the deadline.
-        let clock = Manual(AtomicU64::new(1_000));
-        let mut ring = Ring { clock: &clock, event_ns: 9_000, slept_to_ns: None };
-        assert!(sleep_then_spin_until_or(&clock, 10_000, 2_000, &mut ring).unwrap());
-        assert!((9_000..10_000).contains(&clock.now_ns()), "{}", clock.now_ns());
-        // The event wakes the sleep: no spin to the deadline.
-        let clock = Manual(AtomicU64::new(1_000));
-        let mut ring = Ring { clock: &clock, event_ns: 3_000, slept_to_ns: None };
-        assert!(sleep_then_spin_until_or(&clock, 10_000, 2_000, &mut ring).unwrap());
-        assert_eq!(ring.slept_to_ns, Some(3_000));
-        assert!(clock.now_ns() < 8_000);
-        // The deadline within the margin: no sleep at all.
-        let clock = Manual(AtomicU64::new(9_000));
-        let mut ring = Ring { clock: &clock, event_ns: u64::MAX, slept_to_ns: None };
-        assert!(!sleep_then_spin_until_or(&clock, 10_000, 2_000, &mut ring).unwrap());
-        assert_eq!(ring.slept_to_ns, None);
     }
 }

@@ -96,13 +96,13 @@ pub struct MountArgs {
     /// Serve without SCHED_FIFO (less accurate on a loaded host).
     #[arg(long)]
     pub no_fifo: bool,
-    /// FUSE transport: uring (FUSE over io_uring) or dev (/dev/fuse). Default: uring where available, dev with --strategy.
+    /// FUSE transport: uring (FUSE over io_uring) or dev (/dev/fuse). Default: uring where available, else dev.
     #[arg(long, value_parser = ["dev", "uring"])]
     pub transport: Option<String>,
     /// Mount over DIR even if it is not empty or already a mount point (its files are hidden while mounted).
     #[arg(long)]
     pub force: bool,
-    /// How the server holds each reply until the model's instant, through its SmartPort, as `bench --target emu:...` waits: block (a timer, late by the wake-up), spin, sync, hybrid, ..., or a decision per request (smart, paper...). Needs --transport dev. Default: the reference wait (a timer armed early by the measured wake-up, then the clock watched), which replies at the model's instant: the emulator's fidelity.
+    /// How the server holds each reply until the model's instant, through its SmartPort, as `bench --target emu:...` waits: block (a timer, late by the wake-up), spin, sync, hybrid, ..., or a decision per request (smart, paper...), on either transport (an io_uring queue waits for its earliest held reply so, or a new request). Default: the reference wait (a timer armed early by the measured wake-up, then the clock watched), which replies at the model's instant: the emulator's fidelity.
     #[arg(long, value_parser = strategy_name)]
     pub strategy: Option<String>,
 }
@@ -365,8 +365,6 @@ fn mount(a: MountArgs) -> Result<()> {
     let transport = match a.transport.as_deref() {
         Some("dev") => mount::Transport::Dev,
         Some(_) => mount::Transport::Uring,
-        // A strategy is the /dev/fuse threads' per-request wait (an io_uring queue has none).
-        None if strategy.is_some() => mount::Transport::Dev,
         None => mount::Transport::default_for_host(),
     };
     let opts = MountOptions { spec, dir: a.dir, fs, size_bytes, fifo: !a.no_fifo, transport, force: a.force, strategy };

@@ -51,7 +51,7 @@ use std::sync::Arc;
 use smartcon_util::Op;
 
 use super::{policy_of, resolve_profile, Backend, Checked, Counters, SmartPort, SmartPortOptions, SmartTargetPort};
-use crate::clock::spin_hint;
+use crate::clock::{spin_hint, EventWait};
 use crate::decision::{DeviceState, Reason, Strategy};
 use crate::error::{Error, ErrorKind};
 use crate::target::{InFlight, PortWait};
@@ -137,28 +137,110 @@ impl<'t> SmartTargetPort<'t> {
         );
         Ok(GroupCall {
             port: self,
-            members,
-            released: 0,
-            bytes,
-            write,
-            strategy,
-            reason,
-            checked,
-            ahead,
-            t0,
-            seen_ns: t0,
-            fell_back: false,
-            polled: None,
-            reference: false,
-            entered: true,
+            s: CallState {
+                members,
+                released: 0,
+                bytes,
+                write,
+                strategy,
+                reason,
+                checked,
+                ahead,
+                t0,
+                seen_ns: t0,
+                fell_back: false,
+                polled: None,
+                reference: false,
+                entered: true,
+            },
         })
+    }
+
+    /// Holds a one-request group call in `holds` under `key`: the request (`op`, `bytes`,
+    /// arrived at `submit_ns`) enters the device's in-flight counters and the port decides
+    /// how it will be waited for, as [`SmartTargetPort::submit_group`] does; the device
+    /// completes it at `due_ns`, an instant it knows (a model's). The call stays in the
+    /// counters until [`SmartTargetPort::finish_held`] (or until `holds` drops it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn hold<K>(
+        &mut self,
+        holds: &mut Holds<K>,
+        key: K,
+        op: Op,
+        bytes: u64,
+        submit_ns: u64,
+        due_ns: u64,
+    ) -> Result<(), Error> {
+        let call = self.submit_group(op, 1, bytes)?;
+        let pending = Pending { op, bytes, ahead: call.ahead(), submit_ns };
+        let call = call.hold()?;
+        holds.held.push(Held { key, due_ns, pending, call });
+        Ok(())
+    }
+
+    /// Waits for the earliest-due call in `holds`, by the strategy the port decided for it,
+    /// or for `waiter`'s event, whichever comes first; the thread sleeps on `waiter` (a
+    /// server's ring, which a new request wakes). `None`: nothing is held.
+    /// [`Earliest::Due`]: the call's instant came; the caller answers it and then hands it
+    /// to [`SmartTargetPort::finish_held`], which counts it. [`Earliest::Event`]: the event
+    /// came first; every call is still held, and the next wait takes the earliest up again
+    /// (a `spin` call's budget runs from its submission, across the waits). On an error
+    /// the call stays held.
+    pub fn wait_earliest<K>(
+        &mut self,
+        holds: &mut Holds<K>,
+        waiter: &mut dyn EventWait,
+    ) -> Result<Option<Earliest<K>>, Error> {
+        let Some(at) = holds.earliest() else { return Ok(None) };
+        if !self.owns(&holds.held[at].call) {
+            return Err(not_ours());
+        }
+        let mut h = holds.held.swap_remove(at);
+        let time = self.time.clone();
+        let mut status = DueOn { time: &*time, waiter, due_ns: h.due_ns };
+        let mut call = GroupCall { port: self, s: h.call.take() };
+        let waited = call.wait_inner(&h.pending, &mut status, GroupWait::FromSubmission, true);
+        h.call.s = call.s;
+        call.s.entered = false;
+        match waited {
+            Ok(Some(_)) => Ok(Some(Earliest::Due(Ready { key: h.key, due_ns: h.due_ns, call: h.call }))),
+            Ok(None) => {
+                holds.held.push(h);
+                Ok(Some(Earliest::Event))
+            }
+            Err(e) => {
+                holds.held.push(h);
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends a call [`SmartTargetPort::wait_earliest`] found due, after the caller answered
+    /// it: it leaves the in-flight counters and is counted, as [`GroupCall::finish`] counts
+    /// a command of one request.
+    pub fn finish_held<K>(&mut self, ready: Ready<K>) -> Result<GroupOutcome, Error> {
+        let mut held = ready.call;
+        if !self.owns(&held) {
+            return Err(not_ours());
+        }
+        let mut call = GroupCall { port: self, s: held.take() };
+        call.release(1)?;
+        call.finish()
+    }
+
+    /// Whether `held` was made by this port's counters.
+    fn owns(&self, held: &HeldCall) -> bool {
+        matches!(&self.inflight, Counters::Shared(c) if Arc::ptr_eq(c, &held.inflight))
     }
 }
 
-/// A group command in flight: made by [`SmartTargetPort::submit_group`], ended by
-/// [`GroupCall::finish`] (or dropped on an error, which leaves the counters all the same).
-pub struct GroupCall<'p, 't> {
-    port: &'p mut SmartTargetPort<'t>,
+fn not_ours() -> Error {
+    Error::new(ErrorKind::Usage, "a held call waited for or finished through a port on other counters")
+}
+
+/// A group call's own state, apart from its port (a held call keeps it between waits).
+#[derive(Debug, Clone, Copy)]
+struct CallState {
     members: u32,
     released: u32,
     bytes: u64,
@@ -175,8 +257,241 @@ pub struct GroupCall<'p, 't> {
     polled: Option<Waited>,
     /// A wait was the reference wait (the port's [`super::BlockWait::Reference`]).
     reference: bool,
-    /// Still in the in-flight counters.
+    /// Still in the in-flight counters (and this value is the one to leave them).
     entered: bool,
+}
+
+/// A group command in flight: made by [`SmartTargetPort::submit_group`], ended by
+/// [`GroupCall::finish`] (or dropped on an error, which leaves the counters all the same).
+pub struct GroupCall<'p, 't> {
+    port: &'p mut SmartTargetPort<'t>,
+    s: CallState,
+}
+
+/// A one-request group call held apart from its port between waits ([`Holds`]): it keeps
+/// its decision and what its waits did, and leaves the device's counters if dropped.
+struct HeldCall {
+    s: CallState,
+    inflight: Arc<InFlight>,
+}
+
+impl HeldCall {
+    /// The state, to be taken up by a [`GroupCall`], which leaves the counters from now on.
+    fn take(&mut self) -> CallState {
+        let s = self.s;
+        self.s.entered = false;
+        s
+    }
+}
+
+impl Drop for HeldCall {
+    fn drop(&mut self) {
+        if std::mem::take(&mut self.s.entered) {
+            self.inflight.leave_many(self.s.members, self.s.bytes);
+        }
+    }
+}
+
+struct Held<K> {
+    key: K,
+    due_ns: u64,
+    pending: Pending,
+    call: HeldCall,
+}
+
+/// The calls one port holds at once: a server thread that has several requests of its
+/// device outstanding (the FUSE server's io_uring queue) and answers each at the instant
+/// the device completes it. Each is decided when it is held
+/// ([`SmartTargetPort::hold`]), waited for earliest first, by its own strategy, against a
+/// new request ([`SmartTargetPort::wait_earliest`]), and counted once
+/// ([`SmartTargetPort::finish_held`]). Dropping the set leaves the counters for every call
+/// still in it.
+pub struct Holds<K> {
+    held: Vec<Held<K>>,
+}
+
+impl<K> Default for Holds<K> {
+    fn default() -> Self {
+        Holds { held: Vec::new() }
+    }
+}
+
+impl<K> Holds<K> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// The instant the earliest held call is due.
+    pub fn earliest_due_ns(&self) -> Option<u64> {
+        self.earliest().map(|i| self.held[i].due_ns)
+    }
+
+    /// The earliest-due call's index, the first held among equals (a short list: one per
+    /// outstanding request of one thread, a scan is cheaper than keeping it ordered).
+    fn earliest(&self) -> Option<usize> {
+        let mut best: Option<(u64, u64, usize)> = None;
+        for (i, h) in self.held.iter().enumerate() {
+            let k = (h.due_ns, h.pending.submit_ns, i);
+            if best.is_none_or(|b| (k.0, k.1) < (b.0, b.1)) {
+                best = Some(k);
+            }
+        }
+        best.map(|b| b.2)
+    }
+}
+
+/// What [`SmartTargetPort::wait_earliest`] ended on.
+pub enum Earliest<K> {
+    /// The earliest held call's instant came (answer it, then
+    /// [`SmartTargetPort::finish_held`]).
+    Due(Ready<K>),
+    /// The waiter's event came first; every call is still held.
+    Event,
+}
+
+/// A held call whose wait saw it done, to be answered and then finished.
+pub struct Ready<K> {
+    key: K,
+    due_ns: u64,
+    call: HeldCall,
+}
+
+impl<K> Ready<K> {
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// The instant the device completed it.
+    pub fn due_ns(&self) -> u64 {
+        self.due_ns
+    }
+
+    /// How it was waited for.
+    pub fn strategy(&self) -> Strategy {
+        self.call.s.strategy
+    }
+
+    /// The end of its wait, on the port's clock.
+    pub fn seen_ns(&self) -> u64 {
+        self.call.s.seen_ns
+    }
+}
+
+/// A held call's device status: done at `due_ns` (a model's instant, so a poll is a clock
+/// read), asleep on `waiter`, whose event ends any wait.
+struct DueOn<'a> {
+    time: &'a dyn crate::clock::Time,
+    waiter: &'a mut dyn EventWait,
+    due_ns: u64,
+}
+
+/// How long a spin runs between two looks for the waiter's event.
+const EVENT_LOOK_NS: u64 = 1_000;
+/// What a poll of a held call costs on a virtual clock (a clock read on the host's).
+const VIRTUAL_LOOK_NS: u64 = 50;
+
+impl Status for DueOn<'_> {
+    fn now_ns(&self) -> u64 {
+        self.time.now_ns()
+    }
+
+    fn poll(&mut self) -> Result<bool, Error> {
+        let now = self.time.now_ns();
+        if now >= self.due_ns {
+            return Ok(true);
+        }
+        if !self.time.is_real() {
+            // A virtual clock moves only when the thread spends time: a look costs some.
+            self.time.spin_until(now + VIRTUAL_LOOK_NS);
+        }
+        Ok(false)
+    }
+
+    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        self.waiter.sleep_until_or_event(at_ns)
+    }
+
+    fn spin_until(&mut self, at_ns: u64) {
+        loop {
+            let now = self.time.now_ns();
+            if now >= at_ns || self.waiter.event_seen() {
+                return;
+            }
+            self.time.spin_until(at_ns.min(now + EVENT_LOOK_NS));
+        }
+    }
+
+    fn block(&mut self) -> Result<(), Error> {
+        // Asleep on the waiter's timer to the instant (a kernel timer, the wake-up paid), or
+        // until the event.
+        while self.time.now_ns() < self.due_ns && !self.waiter.event_seen() {
+            self.waiter.sleep_until_or_event(self.due_ns)?;
+        }
+        Ok(())
+    }
+
+    fn done_ns(&self) -> Option<u64> {
+        Some(self.due_ns)
+    }
+
+    fn event(&mut self) -> bool {
+        self.waiter.event_seen()
+    }
+}
+
+/// A status whose event makes a polling policy's wait give way: a poll that finds the part
+/// not done while the event is there fails, the policy returns the failure, and the group
+/// wait ends on the event ([`GroupCall::wait_or_event`]).
+struct GiveWay<'s> {
+    inner: &'s mut dyn Status,
+    gave_way: bool,
+}
+
+impl GiveWay<'_> {
+    fn give_way(&mut self) -> Error {
+        self.gave_way = true;
+        Error::new(ErrorKind::Internal, "a polling wait gave way to an event")
+    }
+}
+
+impl Status for GiveWay<'_> {
+    fn now_ns(&self) -> u64 {
+        self.inner.now_ns()
+    }
+    fn poll(&mut self) -> Result<bool, Error> {
+        let done = self.inner.poll()?;
+        if !done && self.inner.event() {
+            return Err(self.give_way());
+        }
+        Ok(done)
+    }
+    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        self.inner.sleep_until(at_ns)
+    }
+    fn spin_until(&mut self, at_ns: u64) {
+        self.inner.spin_until(at_ns)
+    }
+    fn block(&mut self) -> Result<(), Error> {
+        self.inner.block()?;
+        if self.inner.event() && !self.inner.poll()? {
+            return Err(self.give_way());
+        }
+        Ok(())
+    }
+    fn done_ns(&self) -> Option<u64> {
+        self.inner.done_ns()
+    }
+    fn event(&mut self) -> bool {
+        self.inner.event()
+    }
 }
 
 /// What a finished group call did.
@@ -193,27 +508,39 @@ pub struct GroupOutcome {
 impl GroupCall<'_, '_> {
     /// How the leader waits for this command (the fixed strategy, or the decision).
     pub fn strategy(&self) -> Strategy {
-        self.strategy
+        self.s.strategy
     }
 
     /// Why the decision chose it (the SmartCon choices), `None` for a fixed strategy.
     pub fn reason(&self) -> Option<Reason> {
-        self.reason
+        self.s.reason
     }
 
     /// What was in flight on the device ahead of the command when it was submitted.
     pub fn ahead(&self) -> DeviceState {
-        self.ahead
+        self.s.ahead
     }
 
     /// The instant the call began (before the caller submitted the command).
     pub fn submitted_ns(&self) -> u64 {
-        self.t0
+        self.s.t0
     }
 
     /// Members released so far.
     pub fn released(&self) -> u32 {
-        self.released
+        self.s.released
+    }
+
+    /// Detaches the call from its port (a [`Holds`] keeps it between waits); it stays in
+    /// the in-flight counters. Only a port with counters of its own (a group port's) can.
+    fn hold(mut self) -> Result<HeldCall, Error> {
+        let Counters::Shared(inflight) = &self.port.inflight else {
+            return Err(Error::new(ErrorKind::Usage, "a call on borrowed counters cannot be held apart from its port"));
+        };
+        let inflight = inflight.clone();
+        let s = self.s;
+        self.s.entered = false;
+        Ok(HeldCall { s, inflight })
     }
 
     /// Waits, by the call's strategy, until `status` says the part `pending` names is done.
@@ -221,38 +548,94 @@ impl GroupCall<'_, '_> {
     /// the device sees the part, its start); `from` picks the policy that learns it. Returns
     /// what the wait did; for `block`, `spin` and `sync` its polls and sleeps.
     pub fn wait(&mut self, pending: &Pending, status: &mut dyn Status, from: GroupWait) -> Result<Waited, Error> {
+        self.wait_inner(pending, status, from, false)?
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "a group wait that cannot give way gave way"))
+    }
+
+    /// [`GroupCall::wait`] that gives way to the status's event ([`Status::event`]): `None`
+    /// when the event came before the part was done (the call is still waiting: wait again
+    /// later). Each strategy looks for the event where it would look at the device: `block`
+    /// when its sleep ends, `spin` and `sync` at each poll, the reference wait before and
+    /// after its sleep and in its spin (a sleep the event cut short is not a wake-up its
+    /// margin learns from), a polling policy at each poll that finds the part not done (its
+    /// wait then fails inside the policy, which learns nothing from it).
+    pub fn wait_or_event(
+        &mut self,
+        pending: &Pending,
+        status: &mut dyn Status,
+        from: GroupWait,
+    ) -> Result<Option<Waited>, Error> {
+        self.wait_inner(pending, status, from, true)
+    }
+
+    fn wait_inner(
+        &mut self,
+        pending: &Pending,
+        status: &mut dyn Status,
+        from: GroupWait,
+        give_way: bool,
+    ) -> Result<Option<Waited>, Error> {
         let port = &mut *self.port;
+        let s = &mut self.s;
         let mut waited = Waited::default();
-        let reference = match (self.strategy, port.margin.as_deref_mut(), status.done_ns()) {
+        let reference = match (s.strategy, port.margin.as_deref_mut(), status.done_ns()) {
             (Strategy::Block, Some(margin), Some(done_ns)) => Some((margin, done_ns)),
             _ => None,
         };
-        match (PortWait::simple(self.strategy, port.spin_budget_ns), reference) {
+        match (PortWait::simple(s.strategy, port.spin_budget_ns), reference) {
             (Some(PortWait::Block), Some((margin, done_ns))) => {
                 // The reference wait: asleep until the margin before the device's instant,
                 // then watching the clock to it (no poll: nothing is charged to the device).
                 let wake_ns = done_ns.saturating_sub(margin.margin_ns());
-                if wake_ns > status.now_ns() {
+                while status.now_ns() < wake_ns {
+                    if give_way && status.event() {
+                        return Ok(None);
+                    }
                     status.sleep_until(wake_ns)?;
-                    margin.record(status.now_ns().saturating_sub(wake_ns));
-                    waited.sleeps = 1;
+                    let woke = status.now_ns();
+                    if woke >= wake_ns {
+                        margin.record(woke - wake_ns);
+                        waited.sleeps += 1;
+                    } else if !give_way {
+                        // Woken early with nothing to give way to: what the timer did.
+                        margin.record(0);
+                        waited.sleeps += 1;
+                        break;
+                    }
                 }
-                status.spin_until(done_ns);
-                self.reference = true;
+                loop {
+                    if status.now_ns() >= done_ns {
+                        break;
+                    }
+                    if give_way && status.event() {
+                        return Ok(None);
+                    }
+                    status.spin_until(done_ns);
+                }
+                s.reference = true;
             }
             (Some(PortWait::Block) | Some(PortWait::Reference { .. }), _) => {
                 status.block()?;
                 waited.sleeps = 1;
+                if give_way && status.event() && !status.poll()? {
+                    return Ok(None);
+                }
             }
             (Some(PortWait::Spin { budget_ns }), _) => loop {
                 waited.polls += 1;
                 if status.poll()? {
                     break;
                 }
-                if status.now_ns().saturating_sub(self.t0) >= budget_ns {
+                if give_way && status.event() {
+                    return Ok(None);
+                }
+                if status.now_ns().saturating_sub(s.t0) >= budget_ns {
                     status.block()?;
                     waited.sleeps = 1;
-                    self.fell_back = true;
+                    s.fell_back = true;
+                    if give_way && status.event() && !status.poll()? {
+                        return Ok(None);
+                    }
                     break;
                 }
                 spin_hint();
@@ -262,6 +645,9 @@ impl GroupCall<'_, '_> {
                 waited.polls += 1;
                 if status.poll()? {
                     break;
+                }
+                if give_way && status.event() {
+                    return Ok(None);
                 }
                 spin_hint();
             },
@@ -273,14 +659,22 @@ impl GroupCall<'_, '_> {
                 let Some(policy) = policy else {
                     return Err(Error::new(
                         ErrorKind::Internal,
-                        format!("{} was chosen but the port has no polling policy", self.strategy.name()),
+                        format!("{} was chosen but the port has no polling policy", s.strategy.name()),
                     ));
                 };
                 // As a single I/O's poll: the policy is told whether the CPUs are busy.
                 let cpu = port.thresholds.cpu_threshold_pct;
                 policy.set_cpu_busy(port.monitor.cpu_utilization_for(cpu) > cpu);
-                waited = policy.wait(pending, status)?;
-                let sum = self.polled.get_or_insert_with(Waited::default);
+                waited = if give_way {
+                    let mut way = GiveWay { inner: status, gave_way: false };
+                    match policy.wait(pending, &mut way) {
+                        Err(_) if way.gave_way => return Ok(None),
+                        w => w?,
+                    }
+                } else {
+                    policy.wait(pending, status)?
+                };
+                let sum = s.polled.get_or_insert_with(Waited::default);
                 sum.polls += waited.polls;
                 sum.sleeps += waited.sleeps;
                 sum.predicted_done_ns = waited.predicted_done_ns.or(sum.predicted_done_ns);
@@ -291,20 +685,20 @@ impl GroupCall<'_, '_> {
         if waited.seen_ns == 0 {
             waited.seen_ns = now;
         }
-        self.seen_ns = self.seen_ns.max(now);
-        Ok(waited)
+        s.seen_ns = s.seen_ns.max(now);
+        Ok(Some(waited))
     }
 
     /// Counts `n` members released by the leader (each after a wait that saw its part
     /// done). Releasing more than the command carries is the caller's bug: an error.
     pub fn release(&mut self, n: u32) -> Result<(), Error> {
-        if self.released + n > self.members {
+        if self.s.released + n > self.s.members {
             return Err(Error::new(
                 ErrorKind::Internal,
-                format!("{} release(s) of a command of {} request(s)", self.released + n, self.members),
+                format!("{} release(s) of a command of {} request(s)", self.s.released + n, self.s.members),
             ));
         }
-        self.released += n;
+        self.s.released += n;
         Ok(())
     }
 
@@ -313,36 +707,37 @@ impl GroupCall<'_, '_> {
     /// (the counters are left all the same).
     pub fn finish(mut self) -> Result<GroupOutcome, Error> {
         self.leave();
+        let s = self.s;
         let port = &mut *self.port;
-        let latency_ns = self.seen_ns - self.t0;
-        match self.checked {
-            Some(Checked::Spin(spun)) => port.spin_check.record(self.bytes, self.write, spun, latency_ns),
+        let latency_ns = s.seen_ns - s.t0;
+        match s.checked {
+            Some(Checked::Spin(spun)) => port.spin_check.record(s.bytes, s.write, spun, latency_ns),
             Some(Checked::Block(sync)) => {
                 if let Some(check) = port.block_check.as_mut() {
-                    check.record(self.bytes, self.write, sync, latency_ns)
+                    check.record(s.bytes, s.write, sync, latency_ns)
                 }
             }
             None => {}
         }
-        port.counters.record(latency_ns, self.bytes, self.strategy, self.reason, self.fell_back);
-        port.counters.reference_waits += u64::from(self.reference);
-        if let Some(w) = &self.polled {
-            port.counters.record_polled(w, self.seen_ns);
+        port.counters.record(latency_ns, s.bytes, s.strategy, s.reason, s.fell_back);
+        port.counters.reference_waits += u64::from(s.reference);
+        if let Some(w) = &s.polled {
+            port.counters.record_polled(w, s.seen_ns);
         }
-        port.last_done_ns = self.seen_ns;
-        port.last_seen_ns = self.seen_ns;
-        if self.released != self.members {
+        port.last_done_ns = s.seen_ns;
+        port.last_seen_ns = s.seen_ns;
+        if s.released != s.members {
             return Err(Error::new(
                 ErrorKind::Internal,
-                format!("a command of {} request(s) finished with {} released", self.members, self.released),
+                format!("a command of {} request(s) finished with {} released", s.members, s.released),
             ));
         }
-        Ok(GroupOutcome { strategy: self.strategy, reason: self.reason, latency_ns, fell_back: self.fell_back })
+        Ok(GroupOutcome { strategy: s.strategy, reason: s.reason, latency_ns, fell_back: s.fell_back })
     }
 
     fn leave(&mut self) {
-        if std::mem::take(&mut self.entered) {
-            self.port.inflight.leave_many(self.members, self.bytes);
+        if std::mem::take(&mut self.s.entered) {
+            self.port.inflight.leave_many(self.s.members, self.s.bytes);
         }
     }
 }
@@ -358,7 +753,7 @@ impl Drop for GroupCall<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::{Clock, Sleeper, Time};
+    use crate::clock::{Clock, EventWait, Sleeper, Time};
     use crate::monitor::SystemMonitor;
     use crate::profile::Profile;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -565,5 +960,173 @@ mod tests {
         assert_ne!(first.reason(), Some(Reason::QueueOverLimit), "nothing ahead");
         let second = q.submit_group(Op::Read, 1, 4096).unwrap();
         assert_eq!((second.ahead().inflight_count, second.reason()), (2, Some(Reason::QueueOverLimit)));
+    }
+
+    /// A server's ring on the manual clock: a sleep ends at its instant or at the next
+    /// request's arrival, whichever is first; the event is an arrival not yet taken.
+    struct Ring<'c> {
+        clock: &'c Manual,
+        arrivals: Vec<u64>,
+        /// Sleeps the event cut short.
+        cut: u32,
+    }
+
+    impl Ring<'_> {
+        fn next(&self) -> Option<u64> {
+            self.arrivals.first().copied()
+        }
+        /// The server takes the request that arrived.
+        fn take(&mut self) -> u64 {
+            self.arrivals.remove(0)
+        }
+    }
+
+    impl EventWait for Ring<'_> {
+        fn sleep_until_or_event(&mut self, at_ns: u64) -> Result<(), Error> {
+            let now = self.clock.now_ns();
+            if self.event_seen() || at_ns <= now {
+                return Ok(());
+            }
+            match self.next() {
+                Some(a) if a < at_ns => {
+                    self.cut += 1;
+                    self.clock.sleep_until(a)
+                }
+                _ => self.clock.sleep_until(at_ns),
+            }
+            Ok(())
+        }
+        fn event_seen(&mut self) -> bool {
+            self.next().is_some_and(|a| a <= self.clock.now_ns())
+        }
+    }
+
+    fn held_port(
+        strategy: StrategyChoice,
+        reference: bool,
+        clock: &Arc<Manual>,
+        inflight: &Arc<InFlight>,
+    ) -> SmartPort {
+        let options = SmartPortOptions {
+            strategy,
+            block_wait: if reference { super::super::BlockWait::Reference } else { Default::default() },
+            monitor: Some(Arc::new(SystemMonitor::fixed(0))),
+            profile: Some(Profile::paper_default("group-test")),
+            time: Some(clock.clone()),
+            ..Default::default()
+        };
+        let mut p = SmartPort::for_group("group-test", inflight.clone(), None, options).unwrap();
+        p.set_reference_margin_floor(2_000);
+        p
+    }
+
+    #[test]
+    fn held_calls_are_answered_earliest_first_each_its_way_and_give_way_to_a_new_request() {
+        for (choice, reference, want) in [
+            (StrategyChoice::Fixed(Strategy::Block), true, Some(Strategy::Block)),
+            (StrategyChoice::Fixed(Strategy::Block), false, Some(Strategy::Block)),
+            (StrategyChoice::Fixed(Strategy::Spin), false, Some(Strategy::Spin)),
+            (StrategyChoice::Fixed(Strategy::Sync), false, Some(Strategy::Sync)),
+            (StrategyChoice::Fixed(Strategy::FixedPoll), false, Some(Strategy::FixedPoll)),
+            (StrategyChoice::Fixed(Strategy::Hybrid), false, Some(Strategy::Hybrid)),
+            (StrategyChoice::Smart, false, None),
+        ] {
+            let clock = Arc::new(Manual::default());
+            let inflight = Arc::new(InFlight::default());
+            let mut p = held_port(choice, reference, &clock, &inflight);
+            let mut holds = Holds::new();
+            // Three requests at 0, due out of their order; a fourth arrives at 15 us.
+            for (key, due) in [('a', 30_000), ('b', 10_000), ('c', 20_000)] {
+                p.hold(&mut holds, key, Op::Read, 4096, 0, due).unwrap();
+            }
+            assert_eq!((holds.len(), inflight.ours(), holds.earliest_due_ns()), (3, 3, Some(10_000)));
+            let mut ring = Ring { clock: &clock, arrivals: vec![15_000], cut: 0 };
+            let mut seen = Vec::new();
+            while let Some(end) = p.wait_earliest(&mut holds, &mut ring).unwrap() {
+                match end {
+                    Earliest::Event => {
+                        let at = ring.take();
+                        let now = clock.now_ns();
+                        assert!((at..20_000).contains(&now), "{choice:?}: gave way at {now}, not soon after {at}");
+                        seen.push(('!', now));
+                        p.hold(&mut holds, 'd', Op::Read, 4096, now, at + 2_000).unwrap();
+                    }
+                    Earliest::Due(ready) => {
+                        let (key, due) = (*ready.key(), ready.due_ns());
+                        assert!(clock.now_ns() >= due, "{choice:?}: {key} answered at {} before {due}", clock.now_ns());
+                        if let Some(w) = want {
+                            assert_eq!(ready.strategy(), w);
+                        }
+                        seen.push((key, clock.now_ns()));
+                        let out = p.finish_held(ready).unwrap();
+                        // From the request's arrival (15 us for d) to the end of its wait.
+                        let submitted = if key == 'd' { seen[1].1 } else { 0 };
+                        assert!(submitted + out.latency_ns >= due, "{choice:?}: {key} latency {}", out.latency_ns);
+                    }
+                }
+            }
+            let keys: String = seen.iter().map(|s| s.0).collect();
+            assert_eq!(keys, "b!dca", "{choice:?}: {seen:?}");
+            if reference || want == Some(Strategy::Block) {
+                // A wait to the instant on a clock that wakes on time ends on it.
+                for &(k, t) in &seen {
+                    let due = match k {
+                        'a' => 30_000,
+                        'b' => 10_000,
+                        'c' => 20_000,
+                        'd' => 17_000,
+                        _ => continue,
+                    };
+                    assert_eq!(t, due, "{choice:?} reference {reference}: {k}");
+                }
+                assert_eq!(ring.cut, 1, "{choice:?}: the arrival cut one sleep short");
+            }
+            let c = p.counters();
+            assert_eq!((c.ios, c.bytes), (4, 4 * 4096), "{choice:?}: every call counted once");
+            if let Some(w) = want {
+                assert_eq!(c.by_strategy[w.index()], 4, "{choice:?}");
+            }
+            assert_eq!(c.reference_waits, if reference { 4 } else { 0 }, "{choice:?}");
+            assert_eq!(c.polled_ios > 0, want.is_some_and(|w| w.is_polling()), "{choice:?}");
+            assert_eq!((inflight.ours(), inflight.unmatched_leaves()), (0, 0), "{choice:?}");
+        }
+    }
+
+    #[test]
+    fn a_held_spin_keeps_its_budget_across_waits_and_held_calls_leave_the_counters() {
+        let clock = Arc::new(Manual::default());
+        let inflight = Arc::new(InFlight::default());
+        let options = SmartPortOptions {
+            strategy: StrategyChoice::Fixed(Strategy::Spin),
+            spin_budget_ns: 5_000,
+            monitor: Some(Arc::new(SystemMonitor::fixed(0))),
+            profile: Some(Profile::paper_default("group-test")),
+            time: Some(clock.clone()),
+            ..Default::default()
+        };
+        let mut p = SmartPort::for_group("group-test", inflight.clone(), None, options).unwrap();
+        let mut holds = Holds::new();
+        p.hold(&mut holds, 1u32, Op::Write, 8192, 0, 1_000_000).unwrap();
+        let mut ring = Ring { clock: &clock, arrivals: vec![3_000], cut: 0 };
+        // Spinning from 0: the arrival at 3 us ends the first wait, inside the budget.
+        assert!(matches!(p.wait_earliest(&mut holds, &mut ring).unwrap(), Some(Earliest::Event)));
+        assert!((3_000..5_000).contains(&clock.now_ns()), "{}", clock.now_ns());
+        ring.take();
+        // The budget runs from the submission: 2 us more of spin, then asleep to the instant.
+        let Some(Earliest::Due(ready)) = p.wait_earliest(&mut holds, &mut ring).unwrap() else { panic!("not due") };
+        assert_eq!(clock.now_ns(), 1_000_000);
+        assert!(p.finish_held(ready).unwrap().fell_back);
+        assert_eq!(p.counters().spin_fallbacks, 1);
+        assert!(p.wait_earliest(&mut holds, &mut ring).unwrap().is_none(), "nothing held");
+        // Another port's counters cannot take a held call up; it stays held.
+        p.hold(&mut holds, 2, Op::Read, 4096, clock.now_ns(), clock.now_ns() + 10_000).unwrap();
+        p.hold(&mut holds, 3, Op::Read, 4096, clock.now_ns(), clock.now_ns() + 20_000).unwrap();
+        let other = Arc::new(InFlight::default());
+        let mut q = port(StrategyChoice::Fixed(Strategy::Block), &clock, &other);
+        assert_eq!(q.wait_earliest(&mut holds, &mut ring).err().map(|e| e.kind), Some(ErrorKind::Usage));
+        assert_eq!((holds.len(), inflight.ours()), (2, 2));
+        // A set dropped with calls in it (a server that ends) leaves the counters.
+        drop(holds);
+        assert_eq!((inflight.ours(), inflight.unmatched_leaves()), (0, 0));
     }
 }

@@ -81,6 +81,15 @@ pub trait Status {
     fn done_ns(&self) -> Option<u64> {
         None
     }
+    /// Whether something besides the awaited part wants the waiting thread now (a server's
+    /// next request on its ring): a look, never a wait. A status that has such an event may
+    /// return from [`Status::sleep_until`], [`Status::spin_until`] and [`Status::block`]
+    /// early when it comes, and a wait that can give way to it
+    /// ([`crate::smartport::GroupCall::wait_or_event`]) then ends without the part done.
+    /// None by default.
+    fn event(&mut self) -> bool {
+        false
+    }
 }
 
 /// The request being waited for.
