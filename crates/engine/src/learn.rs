@@ -103,9 +103,9 @@ pub const TRIAL_PERIOD_MAX: u32 = 65_536;
 /// back is the larger part where a kernel worker was woken on this CPU while the thread
 /// slept: the first spin after a trial of blocks waited a tick (1 ms against 33 us) on a
 /// loop device in the twentieth session. A trial every 1,024 spins then costs about 3 %,
-/// and in the bm-only cells of the loop and zram devices where smart spun as spin did, it
-/// gave 0.96-0.98 x spin's IOPS (the geometric mean per run, five default runs of the
-/// eighteenth and nineteenth sessions).
+/// and in the bm-only cells of the loop device where smart spun as spin did, it gave
+/// 0.96-0.98 x spin's IOPS (the geometric mean per run, five default runs of the eighteenth
+/// and nineteenth sessions; how much of that the trials were is not measured).
 pub const TRIAL_COST: f64 = 0.01;
 /// How far (as a share of the boundary) the ratio of the means must lie from it for the
 /// verdict to count as sure.
@@ -119,8 +119,8 @@ pub const DECISIVE_FACTOR: f64 = 2.0;
 /// not judged so: a kernel worker that was woken on this CPU while the thread slept is
 /// starved by the first spin until the tick moves it (a loop device's reads: 1.04 ms
 /// against 57 us blocked, then 33 us a spin), and one such wait made the check block for
-/// a whole evaluate turn at 0.55 x spin's IOPS (twentieth session, `/dev/loop` 64 KiB
-/// sequential reads, bm-only, one turn in three).
+/// a whole evaluate cell at 0.55 x spin's IOPS (twentieth session, `/dev/loop` 64 KiB
+/// sequential reads, bm-only, in one of three traced runs).
 pub const HOPELESS_FACTOR: f64 = 8.0;
 /// Trials whose pairs a verdict needs (three bursts' worth, as [`WARM_SAMPLES`]), unless
 /// the two ways are [`DECISIVE_FACTOR`] apart; the block check needs [`PATIENT_PAIRS`].
