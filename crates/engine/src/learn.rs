@@ -119,8 +119,8 @@ pub const DECISIVE_FACTOR: f64 = 2.0;
 /// not judged so: a kernel worker that was woken on this CPU while the thread slept is
 /// starved by the first spin until the tick moves it (a loop device's reads: 1.04 ms
 /// against 57 us blocked, then 33 us a spin), and one such wait made the check block for
-/// a whole evaluate cell at 0.55 x spin's IOPS (twentieth session, `/dev/loop` 64 KiB
-/// sequential reads, bm-only, in one of three traced runs).
+/// a whole evaluate cell (twentieth session, `/dev/loop` 64 KiB sequential reads, bm-only,
+/// in one of three traced runs; untraced, a turn at 0.45 x spin's IOPS).
 pub const HOPELESS_FACTOR: f64 = 8.0;
 /// Trials whose pairs a verdict needs (three bursts' worth, as [`WARM_SAMPLES`]), unless
 /// the two ways are [`DECISIVE_FACTOR`] apart; the block check needs [`PATIENT_PAIRS`].
