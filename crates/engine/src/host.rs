@@ -323,27 +323,6 @@ impl HostModel {
         }
     }
 
-    /// hybrid's sleep of `requested_ns` and the I/O after it beside a cruncher: its CPU, its
-    /// lateness past the completion and the share of sleeps that left the core, interpolated
-    /// linearly between the measured device times (held flat beyond them). `None` where not
-    /// measured (the sleep loop's CPU and the blocking wait's lateness apply).
-    pub fn sleep_io_at(&self, requested_ns: f64) -> Option<(f64, Quantiles, f64)> {
-        let pick = |p: &SleepIoPoint| (p.cpu_beside_cruncher_ns, p.late_beside_cruncher, p.switches_beside_cruncher);
-        let pts = &self.sleep_io;
-        let first = pts.first()?;
-        if requested_ns <= first.device_ns {
-            return Some(pick(first));
-        }
-        for w in pts.windows(2) {
-            let (a, b) = (pick(&w[0]), pick(&w[1]));
-            if requested_ns <= w[1].device_ns {
-                let t = (requested_ns - w[0].device_ns) / (w[1].device_ns - w[0].device_ns).max(1.0);
-                return Some((a.0 + t * (b.0 - a.0), lerp_quantiles(&a.1, &b.1, t), a.2 + t * (b.2 - a.2)));
-            }
-        }
-        pts.last().map(pick)
-    }
-
     /// A blocking wait's CPU and lateness on a device of `device_ns`, alone or beside a
     /// cruncher, interpolated linearly between measured device times (held flat beyond
     /// them). `None` when the model has no curve (the flat model applies).
@@ -784,7 +763,6 @@ mod tests {
         let mut m = HostModel::preset("host-c").unwrap();
         assert!(m.spin_share_sleeping.is_none() && m.sleep_io.is_empty(), "a preset has neither");
         assert_eq!(m.spin_share_beside_at(500.0), m.spin_share_beside_cruncher, "none: every spinner's share");
-        assert!(m.sleep_io_at(10_000.0).is_none());
         m.spin_share_sleeping = Some(SleepingSpinShare { sleeps_per_s: 100.0, share: 0.5 });
         let q = Quantiles::new(10_000.0, 12_000.0, 20_000.0);
         let pt = |device_ns: f64, cpu: f64, sw: f64| SleepIoPoint {
@@ -804,8 +782,6 @@ mod tests {
         old.as_object_mut().unwrap().remove("sleep_io");
         let old: HostModel = serde_json::from_value(old).unwrap();
         assert!(old.spin_share_sleeping.is_none() && old.sleep_io.is_empty());
-        assert_eq!(m.sleep_io_at(1_000.0).unwrap().0, 18_000.0);
-        assert_eq!(m.sleep_io_at(1e9).unwrap().2, 1.0);
         m.sleep_io.swap(0, 1);
         assert!(m.validate().is_err(), "out of order");
         m.sleep_io.swap(0, 1);

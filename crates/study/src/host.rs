@@ -431,11 +431,17 @@ fn wait_turn(
     stop: &AtomicBool,
 ) -> Result<JobResult, Error> {
     stopped(stop)?;
+    run_job(t, &turn_job(strategy, turn, turn_ns), &Profile::paper_default(&t.device_id()), monitor, stop)
+}
+
+/// The job of one turn: 4 KiB random reads with `strategy` for `turn_ns`, after
+/// [`TURN_WARMUP_IOS`], seeded by the turn.
+fn turn_job(strategy: Strategy, turn: usize, turn_ns: u64) -> JobSpec {
     let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(strategy));
     js.duration_ns = turn_ns;
     js.warmup_ios = TURN_WARMUP_IOS;
     js.seed = 1 + turn as u64;
-    run_job(t, &js, &Profile::paper_default(&t.device_id()), monitor, stop)
+    js
 }
 
 /// Turns of one device pooled: every I/O of every turn together (the CPU per I/O is the
@@ -492,11 +498,9 @@ fn hybrid_turn(
 ) -> Result<JobResult, Error> {
     stopped(stop)?;
     let device_ns = t.model_service_ns(Op::Read, 4096).unwrap_or(10_000).max(1_000);
-    let mut js = JobSpec::new(Op::Read, Pattern::Rand, 4096, StrategyChoice::Fixed(Strategy::Hybrid));
-    js.duration_ns = turn_ns;
+    let mut js = turn_job(Strategy::Hybrid, turn, turn_ns);
     js.poll.sampling_ns = SLEEP_IO_SAMPLING_NS;
-    js.warmup_ios = (2 * SLEEP_IO_SAMPLING_NS / device_ns) as u32 + TURN_WARMUP_IOS;
-    js.seed = 1 + turn as u64;
+    js.warmup_ios += (2 * SLEEP_IO_SAMPLING_NS / device_ns) as u32;
     run_job(t, &js, &Profile::paper_default(&t.device_id()), monitor, stop)
 }
 
