@@ -66,6 +66,29 @@ pub fn headline(cells: &[Cell], criteria: &[Criterion]) -> String {
     out
 }
 
+/// How long a cell runs, as the header says it.
+fn per_cell(plan: &Plan) -> String {
+    let d = format_ns(plan.duration_ns as f64);
+    if plan.rounds_bm_only_large > plan.rounds_bm_only {
+        let k = plan.rounds_bm_only_large as f64 / plan.rounds_bm_only as f64;
+        format!(
+            "{d} per cell ({}x that without a load for requests of {} and more on the local disk: more turns of the same length)",
+            format_g(k),
+            format_size(smartcon_study::evaluate::plan::LARGE_REQUEST_BYTES)
+        )
+    } else {
+        format!("{d} per cell")
+    }
+}
+
+fn format_g(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
 fn criteria_md(criteria: &[Criterion]) -> String {
     let mut s = String::from("## Criteria, measured in this run\n\n| criterion | measured | met? |\n|---|---|---|\n");
     for c in criteria {
@@ -141,13 +164,13 @@ pub fn summary_body_md(h: &Header, plan: &Plan, profiles: &[Vec<String>], cells:
         h.loadavg.0, h.loadavg.1
     );
     s += &format!(
-        "Machine: Linux {}, {}, {} CPUs. {} cells in {:.0} s, {} per cell. Timings are from one run on a machine that may have been shared: read ratios, not absolutes.{}\n\n",
+        "Machine: Linux {}, {}, {} CPUs. {} cells in {:.0} s, {}. Timings are from one run on a machine that may have been shared: read ratios, not absolutes.{}\n\n",
         m.kernel,
         m.cpu_model,
         m.cpus,
         cells.len(),
         h.secs,
-        format_ns(plan.duration_ns as f64),
+        per_cell(plan),
         if h.interrupted { " **Interrupted: partial results.**" } else { "" }
     );
     s += &format!(
@@ -193,13 +216,13 @@ fn met_text(met: Option<bool>) -> &'static str {
 pub fn subtitle(h: &Header, plan: &Plan, cells: &[Cell]) -> String {
     let m = h.machine;
     format!(
-        "Linux {}, {}, {} CPUs · {} cells in {:.0} s, {} per cell · load average {} before, {} after",
+        "Linux {}, {}, {} CPUs · {} cells in {:.0} s, {} · load average {} before, {} after",
         m.kernel,
         m.cpu_model,
         m.cpus,
         cells.len(),
         h.secs,
-        format_ns(plan.duration_ns as f64),
+        per_cell(plan),
         h.loadavg.0.split_whitespace().next().unwrap_or("?"),
         h.loadavg.1.split_whitespace().next().unwrap_or("?"),
     )

@@ -36,7 +36,7 @@ use smartcon_workloads::workload::CellPlan;
 
 use super::judge::{ProbedThresholds, TargetInfo};
 use super::merge::Turn;
-use super::plan::{Plan, SETTLE_NS};
+use super::plan::{Plan, TargetShape, SETTLE_NS};
 use super::{Cell, Corunner, CorunnerKind, Load, PostmarkRecord, TurnFigures, Workload};
 use crate::probe::{ensure_host_wait_cost, ensure_inline_crossing, probe_target, ProbePlan, PROBE_SIZES_BYTES};
 use crate::{stopping_scope, turn_order, Event, Progress};
@@ -74,9 +74,17 @@ impl Opened {
             label: self.target.label().to_string(),
             class: self.profile.class,
             size_threshold_bytes: self.profile.size_threshold_bytes,
+            local_disk: self.shape().local_disk,
+            probed: self.probed.clone(),
+        }
+    }
+
+    /// What the plan needs to know of this target to count and size its turns.
+    pub fn shape(&self) -> TargetShape {
+        TargetShape {
+            has_fs: self.postmark_dir.is_some(),
             // A file on the local disk: a file target smartcon did not put on a ramdisk.
             local_disk: !self.created && self.postmark_dir.is_some(),
-            probed: self.probed.clone(),
         }
     }
 }
@@ -351,8 +359,8 @@ pub fn run(
     progress: &mut Progress<'_>,
     on_cell: &mut dyn FnMut(&Cell) -> Result<(), Error>,
 ) -> Result<Vec<Cell>, Error> {
-    let has_fs: Vec<bool> = session.opened.iter().map(|o| o.postmark_dir.is_some()).collect();
-    progress(Event::Steps(plan.turns(&has_fs) as u64));
+    let shapes: Vec<TargetShape> = session.opened.iter().map(Opened::shape).collect();
+    progress(Event::Steps(plan.turns(&shapes) as u64));
     let mut cells = Vec::new();
     for &load in &plan.loads {
         let cpu = match load {
@@ -420,7 +428,7 @@ fn run_cell(
     let n = plan.strategies.len();
     let mut merged: Vec<Option<Turn>> = vec![None; n];
     let mut figures: Vec<Vec<TurnFigures>> = vec![Vec::new(); n];
-    let rounds = plan.rounds_for(load, w);
+    let rounds = plan.rounds_for(load, w, cellplan.bs_bytes, o.shape());
     let pm_base = PostmarkSpec { files: plan.postmark_files, ..PostmarkSpec::default() };
     for round in 0..rounds {
         for i in turn_order(n, round as usize) {
@@ -444,7 +452,7 @@ fn run_cell(
             let (result, counts) = match (&o.postmark_dir, w) {
                 (Some(dir), Workload::Postmark) => {
                     let spec = PostmarkSpec {
-                        duration_ns: (plan.duration_ns / rounds as u64).max(1_000_000),
+                        duration_ns: plan.turn_ns(load, w),
                         strategy,
                         // One seed per round: every strategy does the same transactions.
                         seed: 1 + round as u64,
@@ -455,7 +463,7 @@ fn run_cell(
                     })?;
                     (x.job, Some(x.counts))
                 }
-                _ => (run_phases(plan, o, cellplan, strategy, round, rounds, monitor, stop)?, None),
+                _ => (run_phases(o, cellplan, strategy, round, plan.turn_ns(load, w), monitor, stop)?, None),
             };
             let kernel_cpu_pct = kernel.map_or(0.0, |k| k.pct_since());
             let turn = Turn { result, corunner: corunners.since(start), counts };
@@ -503,12 +511,11 @@ fn run_cell(
 /// A turn of a phase list: the phases run back to back and their records merge.
 #[allow(clippy::too_many_arguments)]
 fn run_phases(
-    plan: &Plan,
     o: &Opened,
     cellplan: &CellPlan,
     strategy: StrategyChoice,
     round: u32,
-    rounds: u32,
+    turn_ns: u64,
     monitor: &SystemMonitor,
     stop: &AtomicBool,
 ) -> Result<JobResult, Error> {
@@ -517,7 +524,7 @@ fn run_phases(
         let mut js = JobSpec::new(ph.op, ph.pattern, ph.bs_bytes, strategy);
         js.threads = ph.threads;
         js.span_bytes = Some(o.span);
-        js.duration_ns = (plan.duration_ns * ph.share_pct as u64 / 100 / rounds as u64).max(1_000_000);
+        js.duration_ns = (turn_ns * ph.share_pct as u64 / 100).max(1_000_000);
         js.seed = 1 + round as u64;
         js.fsync_every = ph.fsync_every;
         js.cpus = o.cpus.clone();
