@@ -31,6 +31,7 @@ pub struct TargetShape {
     /// A file on the machine's own disk (not a device made for the run, not emulated).
     pub local_disk: bool,
 }
+
 /// Cells in one evaluation at most (a mistake beyond that, not a study).
 pub const CELLS_MAX: usize = 20_000;
 /// How long a load runs before a cell is measured: more than the System Monitor window.
