@@ -115,6 +115,10 @@ pub struct EmuProcessRecord {
     /// Virtual time: timer signals raised because the program's idle check kept finding
     /// its POSIX timer disarmed (a lost timer interrupt repaired; UML's stall).
     pub lost_ticks_kicked: u64,
+    /// Virtual time on the guest CPU clock: a tracer's `PTRACE_SETREGSET` writes of a
+    /// stopped tracee's XSAVE area that were not made because they wrote back what it held
+    /// (UML's kernel thread at each guest system call; the preload library's `fpset`).
+    pub ptrace_fp_sets_skipped: u64,
     /// How late served requests came back after the model's instant.
     pub lateness: LatenessRecord,
 }

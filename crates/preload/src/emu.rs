@@ -856,6 +856,7 @@ pub fn flush() {
         pieces_joined: PIECES_JOINED.load(Ordering::Relaxed),
         pieces_due_before_issue: PIECES_DUE_BEFORE_ISSUE.load(Ordering::Relaxed),
         lost_ticks_kicked: lost_ticks_kicked(),
+        ptrace_fp_sets_skipped: crate::fpset::skipped(),
         flush_real_ns: FLUSH_REAL_NS.load(Ordering::Relaxed),
         lateness: LatenessRecord {
             edges_ppm: LATE_EDGES_PPM.to_vec(),
