@@ -156,6 +156,8 @@ pub struct EmuTotals {
     /// Lost timer interrupts repaired under virtual time (UML's stall; `vtimer` in the
     /// preload library).
     pub lost_ticks_kicked: u64,
+    /// UML's writes of a guest process's unchanged FP state not made (virtual time).
+    pub ptrace_fp_sets_skipped: u64,
     /// How late served requests came back after the model's instant (all processes).
     pub lateness: LatenessRecord,
 }
@@ -182,6 +184,7 @@ pub fn sum_records(text: &str) -> EmuTotals {
         t.pieces_joined += r.pieces_joined;
         t.pieces_due_before_issue += r.pieces_due_before_issue;
         t.lost_ticks_kicked += r.lost_ticks_kicked;
+        t.ptrace_fp_sets_skipped += r.ptrace_fp_sets_skipped;
         t.flush_real_ns += r.flush_real_ns;
         t.lateness.add(&r.lateness);
     }

@@ -710,11 +710,16 @@ pub fn summary_line(r: &VmResult) -> String {
 /// UML's ubd thread had not handed back yet (virtual time), which the clock does not
 /// count. Empty when nothing was held.
 fn held_text(l: &smartcon_preload_contract::record::LatenessRecord) -> String {
-    if l.capped == 0 {
+    if l.capped == 0 && l.caps_expired == 0 {
         return String::new();
     }
+    let expired = if l.caps_expired > 0 {
+        format!("; {} held past the 250 ms guard, which let the clock run on", l.caps_expired)
+    } else {
+        String::new()
+    };
     format!(
-        "; the clock held at {} requests' instants ({:.1} ms of guest CPU past them, not on its clock; the guest paused {} times)",
+        "; the clock held at {} requests' instants ({:.1} ms of guest CPU past them, not on its clock; the guest paused {} times{expired})",
         l.capped,
         l.capped_ns as f64 / 1e6,
         l.pauses

@@ -78,6 +78,9 @@ pub struct TarPoint {
     pub reads: u64,
     pub writes: u64,
     pub flushes: u64,
+    /// Virtual time: the guest's device requests whose hold on the clock outlived the
+    /// preload library's guard (the record's `lateness.caps_expired`; 0 when all is well).
+    pub caps_expired: u64,
 }
 
 /// The `emulate_vm_sweep` record.
@@ -296,6 +299,7 @@ pub fn run_tar(
             reads: r.device.reads,
             writes: r.device.writes,
             flushes: r.device.flushes,
+            caps_expired: r.device.lateness.caps_expired,
         });
     }
     Ok(assemble_tar(&opts.device, opts.tree_bytes, files, points, &opts.speedups))
@@ -561,6 +565,7 @@ mod tests {
             reads: 1,
             writes: 1,
             flushes: 0,
+            caps_expired: 0,
         }
     }
 

@@ -115,6 +115,10 @@ pub struct EmuProcessRecord {
     /// Virtual time: timer signals raised because the program's idle check kept finding
     /// its POSIX timer disarmed (a lost timer interrupt repaired; UML's stall).
     pub lost_ticks_kicked: u64,
+    /// Virtual time on the guest CPU clock: a tracer's `PTRACE_SETREGSET` writes of a
+    /// stopped tracee's XSAVE area that were not made because they wrote back what it held
+    /// (UML's kernel thread at each guest system call; the preload library's `fpset`).
+    pub ptrace_fp_sets_skipped: u64,
     /// How late served requests came back after the model's instant.
     pub lateness: LatenessRecord,
 }
@@ -151,6 +155,14 @@ pub struct LatenessRecord {
     /// a process stopped under the program's ptrace is not read).
     pub cpu_clock_readings: u64,
     pub cpu_clock_reads: u64,
+    /// Virtual time: caps (a helper's request holding the clock at its instant) still set
+    /// the preload library's `CAP_HOLD_MAX_NS` of real time after they were
+    /// set, so the guard let the clock run past them; the longest real time a cap was set
+    /// before its hand-back; and the pauses at a cap that ended by their time bound, not
+    /// by a hand-back.
+    pub caps_expired: u64,
+    pub cap_held_max_ns: u64,
+    pub pauses_timed_out: u64,
 }
 
 impl LatenessRecord {
@@ -178,6 +190,9 @@ impl LatenessRecord {
         self.paused_ns += other.paused_ns;
         self.cpu_clock_readings += other.cpu_clock_readings;
         self.cpu_clock_reads += other.cpu_clock_reads;
+        self.caps_expired += other.caps_expired;
+        self.cap_held_max_ns = self.cap_held_max_ns.max(other.cap_held_max_ns);
+        self.pauses_timed_out += other.pauses_timed_out;
     }
 
     /// Requests counted.

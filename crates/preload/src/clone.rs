@@ -152,8 +152,10 @@ pub unsafe fn wait_and_park(pid: pid_t, status: *mut c_int, options: c_int) -> p
         let tv_ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
         domain::park_cpu_pid_at(r as u32, tv_ns(usage.ru_utime) + tv_ns(usage.ru_stime));
     } else if r > 0 {
-        // Gone (reaped): the next reading finds it so and keeps its last reading.
+        // Gone (reaped): the next reading finds it so and keeps its last reading. Its pid
+        // may come back as another process: its kept FP state goes.
         domain::unpark_cpu_pid(r as u32);
+        crate::fpset::forget(r as u32);
     }
     r
 }
@@ -182,8 +184,15 @@ fn resumes(request: c_int) -> bool {
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[no_mangle]
 pub unsafe extern "C" fn ptrace(request: c_int, pid: pid_t, addr: *mut c_void, data: *mut c_void) -> libc::c_long {
-    if pid > 0 && resumes(request) && domain::on() && domain::cpu_base() {
+    let guest_clock = pid > 0 && domain::on() && domain::cpu_base();
+    if guest_clock && resumes(request) {
         domain::unpark_cpu_pid(pid as u32);
+    }
+    if guest_clock {
+        // SAFETY: the caller's promise on `data` (ptrace(2)).
+        if let Some(r) = unsafe { crate::fpset::before(request, pid as u32, addr as usize, data) } {
+            return r;
+        }
     }
     // glibc's ptrace is variadic: called as one (see fcntl).
     type F = unsafe extern "C" fn(c_int, ...) -> libc::c_long;
@@ -192,7 +201,14 @@ pub unsafe extern "C" fn ptrace(request: c_int, pid: pid_t, addr: *mut c_void, d
         // requests' results come back differently without glibc, but glibc is there).
         unsafe { libc::syscall(libc::SYS_ptrace, request as libc::c_long, pid, addr, data) }
     };
-    crate::real::call_real!(PTRACE, F, fallback(), request, pid, addr, data)
+    let r = crate::real::call_real!(PTRACE, F, fallback(), request, pid, addr, data);
+    if guest_clock {
+        let saved = crate::real::errno();
+        // SAFETY: as above; the kernel has just used `data`.
+        unsafe { crate::fpset::after(request, pid as u32, addr as usize, data, r) };
+        crate::real::set_errno(saved);
+    }
+    r
 }
 
 #[cfg(test)]

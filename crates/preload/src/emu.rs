@@ -856,6 +856,7 @@ pub fn flush() {
         pieces_joined: PIECES_JOINED.load(Ordering::Relaxed),
         pieces_due_before_issue: PIECES_DUE_BEFORE_ISSUE.load(Ordering::Relaxed),
         lost_ticks_kicked: lost_ticks_kicked(),
+        ptrace_fp_sets_skipped: crate::fpset::skipped(),
         flush_real_ns: FLUSH_REAL_NS.load(Ordering::Relaxed),
         lateness: LatenessRecord {
             edges_ppm: LATE_EDGES_PPM.to_vec(),
@@ -872,6 +873,9 @@ pub fn flush() {
             paused_ns: clock.paused_ns,
             cpu_clock_readings: clock.cpu_clock_readings,
             cpu_clock_reads: clock.cpu_clock_reads,
+            caps_expired: clock.caps_expired,
+            cap_held_max_ns: clock.cap_held_max_ns,
+            pauses_timed_out: clock.pauses_timed_out,
         },
     };
     let Ok(line) = serde_json::to_string(&record) else { return };

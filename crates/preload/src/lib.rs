@@ -34,7 +34,8 @@
 //!    ([`fdtable`], [`process`]);
 //! 3. device and clock services: the emulated image ([`emu`]), the engine's port
 //!    ([`port`]), the monitor and in-flight counters ([`devices`]), the clock's domain and
-//!    its waits ([`vclock::domain`], [`vclock::sleep`]);
+//!    its waits ([`vclock::domain`], [`vclock::sleep`]), the tracees' kept FP state
+//!    ([`fpset`]);
 //! 4. base: the real libc ([`real`]), the guards ([`guard`]), the clone helpers' stacks
 //!    ([`helper`]), the configuration ([`config`]), counters and records ([`bypass`],
 //!    [`record`]).
@@ -47,6 +48,7 @@ pub mod config;
 pub mod devices;
 pub mod emu;
 pub mod fdtable;
+pub mod fpset;
 pub mod guard;
 pub mod helper;
 pub mod lifecycle;

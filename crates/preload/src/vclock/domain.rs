@@ -29,6 +29,12 @@ static CAPPED: AtomicU64 = AtomicU64::new(0);
 static CAPPED_NS: AtomicU64 = AtomicU64::new(0);
 static PAUSES: AtomicU64 = AtomicU64::new(0);
 static PAUSED_NS: AtomicU64 = AtomicU64::new(0);
+/// Caps that held past [`CAP_HOLD_MAX_NS`] before they were released (the guard let the
+/// clock run on), the longest real time a cap was set before its release, and the pauses
+/// at a cap that ended at [`PAUSE_MAX_NS`] instead of by a hand-back.
+static CAPS_EXPIRED: AtomicU64 = AtomicU64::new(0);
+static CAP_HELD_MAX_NS: AtomicU64 = AtomicU64::new(0);
+static PAUSES_TIMED_OUT: AtomicU64 = AtomicU64::new(0);
 
 /// Processes one domain holds at most; a fork past it turns jumping off for the domain.
 pub const DOMAIN_PIDS_MAX: usize = 64;
@@ -94,6 +100,8 @@ struct Domain {
     cap_set_real_ns: AtomicU64,
     /// Bumped when the cap is released; a thread paused at the cap sleeps on it.
     cap_word: AtomicU32,
+    /// 1: the cap set now has been found older than [`CAP_HOLD_MAX_NS`] (counted once).
+    cap_expired: AtomicU32,
     /// The guest CPU clock's base ([`cpu_ns`]): the processes whose CPU time it sums (0:
     /// free, [`CPU_PID_BUSY`]: being filled or emptied), the most each was seen at, and the
     /// CPU time of those that have gone.
@@ -126,6 +134,7 @@ impl Domain {
             cap_ns: AtomicU64::new(0),
             cap_set_real_ns: AtomicU64::new(0),
             cap_word: AtomicU32::new(0),
+            cap_expired: AtomicU32::new(0),
             cpu_pids: [const { AtomicU32::new(0) }; CPU_PIDS_MAX],
             cpu_seen_ns: [const { AtomicU64::new(0) }; CPU_PIDS_MAX],
             cpu_parked: [const { AtomicU32::new(0) }; CPU_PIDS_MAX],
@@ -524,6 +533,9 @@ fn capped(d: &Domain, v: u64) -> u64 {
         cap => {
             let held = real_ns(libc::CLOCK_MONOTONIC).saturating_sub(d.cap_set_real_ns.load(Ordering::Acquire));
             if held > CAP_HOLD_MAX_NS {
+                if d.cap_expired.swap(1, Ordering::AcqRel) == 0 {
+                    CAPS_EXPIRED.fetch_add(1, Ordering::Relaxed);
+                }
                 v
             } else {
                 v.min(cap)
@@ -981,6 +993,7 @@ pub fn hold_at(until_ns: u64) -> u64 {
 pub fn set_cap(complete_ns: u64) {
     let d = dom();
     d.cap_set_real_ns.store(real_ns(libc::CLOCK_MONOTONIC), Ordering::Release);
+    d.cap_expired.store(0, Ordering::Release);
     d.cap_ns.store(complete_ns.max(1), Ordering::Release);
 }
 
@@ -1018,6 +1031,10 @@ pub fn release_cap(complete_ns: u64) -> u64 {
             0
         };
         d.cap_ns.store(0, Ordering::Release);
+        CAP_HELD_MAX_NS.fetch_max(
+            real_ns(libc::CLOCK_MONOTONIC).saturating_sub(d.cap_set_real_ns.load(Ordering::Acquire)),
+            Ordering::Relaxed,
+        );
         hidden
     };
     if hidden > 0 {
@@ -1070,7 +1087,11 @@ pub fn pause_at_cap() {
     let start = real_ns(libc::CLOCK_MONOTONIC);
     loop {
         let waited = real_ns(libc::CLOCK_MONOTONIC).saturating_sub(start);
-        if d.cap_word.load(Ordering::Acquire) != seen || waited >= PAUSE_MAX_NS {
+        if d.cap_word.load(Ordering::Acquire) != seen {
+            break;
+        }
+        if waited >= PAUSE_MAX_NS {
+            PAUSES_TIMED_OUT.fetch_add(1, Ordering::Relaxed);
             break;
         }
         futex_wait(&d.cap_word, seen, PAUSE_MAX_NS - waited);
@@ -1091,6 +1112,9 @@ pub struct ClockStats {
     pub paused_ns: u64,
     pub cpu_clock_readings: u64,
     pub cpu_clock_reads: u64,
+    pub caps_expired: u64,
+    pub cap_held_max_ns: u64,
+    pub pauses_timed_out: u64,
 }
 
 pub fn stats() -> ClockStats {
@@ -1106,6 +1130,9 @@ pub fn stats() -> ClockStats {
         paused_ns: PAUSED_NS.load(Ordering::Relaxed),
         cpu_clock_readings: CPU_CLOCK_READINGS.load(Ordering::Relaxed),
         cpu_clock_reads: CPU_CLOCK_READS.load(Ordering::Relaxed),
+        caps_expired: CAPS_EXPIRED.load(Ordering::Relaxed),
+        cap_held_max_ns: CAP_HELD_MAX_NS.load(Ordering::Relaxed),
+        pauses_timed_out: PAUSES_TIMED_OUT.load(Ordering::Relaxed),
     }
 }
 
@@ -1140,7 +1167,17 @@ pub fn fork_child() {
     JUMPS.store(0, Ordering::Relaxed);
     WAKE_HIDDEN_NS.store(0, Ordering::Relaxed);
     WAKES_SETTLED.store(0, Ordering::Relaxed);
-    for c in [&CAPPED, &CAPPED_NS, &PAUSES, &PAUSED_NS, &CPU_CLOCK_READINGS, &CPU_CLOCK_READS] {
+    for c in [
+        &CAPPED,
+        &CAPPED_NS,
+        &PAUSES,
+        &PAUSED_NS,
+        &CPU_CLOCK_READINGS,
+        &CPU_CLOCK_READS,
+        &CAPS_EXPIRED,
+        &CAP_HELD_MAX_NS,
+        &PAUSES_TIMED_OUT,
+    ] {
         c.store(0, Ordering::Relaxed);
     }
     if !on() {
@@ -1377,8 +1414,14 @@ pub(crate) mod tests {
         while real_ns(libc::CLOCK_MONOTONIC) - start <= CAP_HOLD_MAX_NS + 1_000_000 {
             std::hint::spin_loop();
         }
+        let expired = CAPS_EXPIRED.load(Ordering::Relaxed);
         assert!(peek_ns() > cap + CAP_HOLD_MAX_NS / 2, "past the bound the clock runs on");
+        // The expiry is counted once, however often the clock is read past it.
+        assert_eq!(CAPS_EXPIRED.load(Ordering::Relaxed), expired + 1);
+        peek_ns();
+        assert_eq!(CAPS_EXPIRED.load(Ordering::Relaxed), expired + 1);
         release_cap(cap);
+        assert!(CAP_HELD_MAX_NS.load(Ordering::Relaxed) > CAP_HOLD_MAX_NS, "the hold's length is kept");
     }
 
     #[test]
