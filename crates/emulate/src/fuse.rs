@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use smartcon_devemu::{EmuSpec, FcfsDevice, Op, RamStore};
-use smartcon_engine::clock::{now_ns, tighten_timer_slack, EventWait, RealClock, Sleeper};
+use smartcon_engine::clock::{self, tighten_timer_slack, EventWait, SharedTime, Time};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::monitor::SystemMonitor;
@@ -116,6 +116,9 @@ pub struct Shared {
     reference_waits: AtomicU64,
     /// The serving threads (kernel thread ids), for the server's CPU time.
     tids: Mutex<Vec<libc::pid_t>>,
+    /// The clock requests arrive and replies are held on: the engine's injected one, which
+    /// the serving threads' ports also read and wait on (the host's for a mount).
+    time: SharedTime,
 }
 
 impl Shared {
@@ -125,6 +128,20 @@ impl Shared {
         size_bytes: u64,
         fifo: bool,
         strategy: Option<StrategyChoice>,
+    ) -> Result<Arc<Shared>, Error> {
+        Shared::with_time(spec, size_bytes, fifo, strategy, clock::real())
+    }
+
+    /// [`Shared::new`] on an injected clock and sleeper: arrivals, held replies and the
+    /// serving threads' ports are all on `time`. A mount runs on the host's
+    /// ([`clock::real`]); the transports themselves (a /dev/fuse read, an io_uring wait's
+    /// timeout) are the kernel's and stay on its clock.
+    pub fn with_time(
+        spec: &EmuSpec,
+        size_bytes: u64,
+        fifo: bool,
+        strategy: Option<StrategyChoice>,
+        time: SharedTime,
     ) -> Result<Arc<Shared>, Error> {
         let mut spec = spec.clone();
         spec.capacity_bytes = size_bytes;
@@ -149,6 +166,7 @@ impl Shared {
             by_strategy: [const { AtomicU64::new(0) }; Strategy::COUNT],
             reference_waits: AtomicU64::new(0),
             tids: Mutex::new(Vec::new()),
+            time,
         }))
     }
 
@@ -169,7 +187,11 @@ impl Shared {
             StrategyChoice::Fixed(_) => Some(Arc::new(SystemMonitor::fixed(0))),
             _ => None,
         };
-        let options = SmartPortOptions { strategy, block_wait, monitor, ..Default::default() };
+        // The port on the server's clock. The host's is left as the port's default rather
+        // than passed in: a port given a clock keeps no checks for the next one (the
+        // simulation's must not), and a mount's smart ports keep theirs as before.
+        let time = (!self.time.is_real()).then(|| self.time.clone());
+        let options = SmartPortOptions { strategy, block_wait, monitor, time, ..Default::default() };
         let mut port = SmartPort::for_group(&self.label, self.inflight.clone(), Some(self.builtin.clone()), options)?;
         // The reference wait's margin is this thread's p99 wake-up overshoot, never less than
         // the fixed margin the server had before it went through SmartPort: the p99 alone
@@ -225,9 +247,14 @@ impl Shared {
         self.size_bytes
     }
 
+    /// Now, on the server's clock (the one arrivals and replies are timed on).
+    pub fn now_ns(&self) -> u64 {
+        self.time.now_ns()
+    }
+
     /// A request arrives: places it on the model (when modelled) and says when its reply is due.
     fn arrive(&self, op: Op, offset: u64, bytes: u64) -> Option<Pending> {
-        let arrival_ns = now_ns();
+        let arrival_ns = self.time.now_ns();
         if !self.modelled.load(Ordering::Relaxed) || bytes == 0 {
             return None;
         }
@@ -283,34 +310,47 @@ fn thread_run_ns(tid: libc::pid_t) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-/// A reply held until `due_ns`, as the waiting thread sees it: the device's status. The
-/// instant is known (the server is the device): a poll is "now >= due", `block` sleeps on a
-/// kernel timer to it (and wakes late by the host's overshoot), and the reference wait
-/// watches the clock to it ([`Status::done_ns`]).
-pub struct Due {
+/// What a look at a held reply costs on a virtual clock.
+const VIRTUAL_LOOK_NS: u64 = 50;
+
+/// A reply held until `due_ns`, as the waiting thread sees it: the device's status, on the
+/// server's clock. The instant is known (the server is the device): a poll is "now >= due",
+/// `block` sleeps on a timer to it (on the host, a kernel timer that wakes late by the
+/// host's overshoot), and the reference wait watches the clock to it ([`Status::done_ns`]).
+pub struct Due<'t> {
     pub due_ns: u64,
+    pub time: &'t dyn Time,
 }
 
-impl Status for Due {
+impl Status for Due<'_> {
     fn now_ns(&self) -> u64 {
-        now_ns()
+        self.time.now_ns()
     }
 
     fn poll(&mut self) -> Result<bool, Error> {
-        Ok(now_ns() >= self.due_ns)
+        let now = self.time.now_ns();
+        if now >= self.due_ns {
+            return Ok(true);
+        }
+        if !self.time.is_real() {
+            // A virtual clock moves only when the thread spends time: a look costs some, as
+            // it does for the engine's held calls (a clock read on the host's).
+            self.time.spin_until(now + VIRTUAL_LOOK_NS);
+        }
+        Ok(false)
     }
 
     fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
-        RealClock.sleep_until(at_ns);
+        self.time.sleep_until(at_ns);
         Ok(())
     }
 
     fn spin_until(&mut self, at_ns: u64) {
-        RealClock.spin_until(at_ns)
+        self.time.spin_until(at_ns)
     }
 
     fn block(&mut self) -> Result<(), Error> {
-        RealClock.block_until(self.due_ns);
+        self.time.block_until(self.due_ns);
         Ok(())
     }
 
@@ -339,7 +379,8 @@ impl Waiter {
             Err(e) => return (reply(), Err(e)),
         };
         let pending = wait::Pending { op, bytes: p.bytes, ahead: call.ahead(), submit_ns: p.arrival_ns };
-        let waited = call.wait(&pending, &mut Due { due_ns: p.due_ns }, GroupWait::FromSubmission);
+        let mut due = Due { due_ns: p.due_ns, time: &*self.shared.time };
+        let waited = call.wait(&pending, &mut due, GroupWait::FromSubmission);
         let sent = reply();
         let counted = waited.and_then(|_| call.release(1)).and_then(|()| call.finish());
         (sent, counted.map(|out| self.count(out.strategy, references)))
@@ -590,6 +631,7 @@ const DT_REG: u32 = libc::DT_REG as u32;
 mod tests {
     use super::*;
     use fuse_abi::*;
+    use smartcon_engine::clock::{now_ns, Clock, RealClock, Sleeper};
 
     fn disk() -> Disk {
         let spec = smartcon_devemu::parse_spec("emu:sdcard").unwrap();
@@ -705,6 +747,58 @@ mod tests {
             assert_eq!((references, c.reference_waits), (reference, reference), "{strategy:?}");
             assert_eq!((d.shared().inflight().ours(), d.shared().inflight().unmatched_leaves()), (0, 0));
             assert_eq!(d.shared().strategy_name(), strategy.map_or("reference", |s| s.name()));
+        }
+    }
+
+    /// A clock that moves only when a thread sleeps or spins on it (to the instant asked).
+    #[derive(Default)]
+    struct Manual(AtomicU64);
+
+    impl Clock for Manual {
+        fn now_ns(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+    impl Sleeper for Manual {
+        fn sleep_until(&self, at_ns: u64) {
+            self.0.fetch_max(at_ns, Ordering::Relaxed);
+        }
+        fn spin_until(&self, at_ns: u64) {
+            self.0.fetch_max(at_ns, Ordering::Relaxed);
+        }
+    }
+    impl Time for Manual {}
+
+    #[test]
+    fn the_server_holds_its_replies_on_the_clock_it_was_given() {
+        // emu:hdd's writes take milliseconds of model time; on this clock no thread sleeps.
+        for strategy in
+            [None, Some(StrategyChoice::Fixed(Strategy::Block)), Some(StrategyChoice::Fixed(Strategy::Spin))]
+        {
+            let manual = Arc::new(Manual::default());
+            manual.0.store(5_000_000_000, Ordering::Relaxed);
+            let spec = smartcon_devemu::parse_spec("emu:hdd").unwrap();
+            let shared = Shared::with_time(&spec, 1 << 20, false, strategy, manual.clone()).unwrap();
+            let d = Disk::new(shared, true);
+            let mut w = d.shared().waiter().unwrap();
+            d.shared().set_modelled([0, 0]);
+            let mut io = vec![0u8; 4096];
+            for i in 0..3u64 {
+                let before = manual.now_ns();
+                let p = d.handle(&header(WRITE, FILE_INO), &rw_in(i * 4096, 4096), &mut io, 4096).pending;
+                let p = p.expect("held");
+                // The request arrived on the injected clock, not the host's.
+                assert_eq!(p.arrival_ns, before, "{strategy:?}");
+                assert!(p.model_ns > 0, "{strategy:?}");
+                let (replied_ns, port) = w.hold(&p, || manual.now_ns());
+                port.unwrap();
+                // Held until its instant on that clock; every wait of the port moved it.
+                assert!(replied_ns >= p.due_ns, "{strategy:?}: a reply before its instant");
+                d.shared().replied(&p, replied_ns);
+            }
+            assert_eq!(w.counters().ios, 3, "{strategy:?}");
+            assert_eq!(d.shared().served().len(), 3, "{strategy:?}");
+            assert_eq!((d.shared().inflight().ours(), d.shared().inflight().unmatched_leaves()), (0, 0));
         }
     }
 

@@ -722,6 +722,12 @@ impl<'t> SmartTargetPort<'t> {
         &self.counters
     }
 
+    /// Now, on the port's clock: the one its counters, its waits and the instants it
+    /// reports are on (the injected one, else the host's).
+    pub fn now_ns(&self) -> u64 {
+        self.time.now_ns()
+    }
+
     /// Starts counting afresh from now (after a warm-up).
     pub fn reset_counters(&mut self) {
         self.counters = PortCounters::new();
