@@ -18,7 +18,8 @@
 //! (`SmartPort::for_group`, as the merge device's waiters), and each modelled request is a
 //! group call of one request: it enters the counters, the port decides how the thread waits
 //! (a fixed `--strategy`, or `smart`'s decision on the model's thresholds), the thread waits
-//! so until the reply's instant ([`Due`], the device's status), and the call is counted. So
+//! so until the reply's instant ([`DueAt`], the device's status: that instant on the
+//! server's clock), and the call is counted. So
 //! `--strategy` means what it means under `bench --target emu:...`: `block` sleeps on a
 //! kernel timer to the instant and replies late by the wake-up; `spin` polls the clock back
 //! to back (past the engine's spin budget it sleeps); the polling strategies poll at the
@@ -47,16 +48,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use smartcon_devemu::{EmuSpec, FcfsDevice, Op, RamStore};
-use smartcon_engine::clock::{self, tighten_timer_slack, EventWait, SharedTime, Time};
+use smartcon_engine::clock::{self, tighten_timer_slack, EventWait, SharedTime};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::{self, HostWaitCost, Profile};
 use smartcon_engine::smartport::{
-    BlockWait, Earliest, GroupWait, Holds, PortCounters, Ready, SmartPort, SmartPortOptions, StrategyChoice,
+    BlockWait, DueAt, Earliest, GroupWait, Holds, PortCounters, Ready, SmartPort, SmartPortOptions, StrategyChoice,
 };
 use smartcon_engine::target::InFlight;
-use smartcon_engine::wait::{self, Status};
+use smartcon_engine::wait;
 
 use crate::fuse_abi::{self, InHeader};
 
@@ -310,55 +311,6 @@ fn thread_run_ns(tid: libc::pid_t) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-/// What a look at a held reply costs on a virtual clock.
-const VIRTUAL_LOOK_NS: u64 = 50;
-
-/// A reply held until `due_ns`, as the waiting thread sees it: the device's status, on the
-/// server's clock. The instant is known (the server is the device): a poll is "now >= due",
-/// `block` sleeps on a timer to it (on the host, a kernel timer that wakes late by the
-/// host's overshoot), and the reference wait watches the clock to it ([`Status::done_ns`]).
-pub struct Due<'t> {
-    pub due_ns: u64,
-    pub time: &'t dyn Time,
-}
-
-impl Status for Due<'_> {
-    fn now_ns(&self) -> u64 {
-        self.time.now_ns()
-    }
-
-    fn poll(&mut self) -> Result<bool, Error> {
-        let now = self.time.now_ns();
-        if now >= self.due_ns {
-            return Ok(true);
-        }
-        if !self.time.is_real() {
-            // A virtual clock moves only when the thread spends time: a look costs some, as
-            // it does for the engine's held calls (a clock read on the host's).
-            self.time.spin_until(now + VIRTUAL_LOOK_NS);
-        }
-        Ok(false)
-    }
-
-    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
-        self.time.sleep_until(at_ns);
-        Ok(())
-    }
-
-    fn spin_until(&mut self, at_ns: u64) {
-        self.time.spin_until(at_ns)
-    }
-
-    fn block(&mut self) -> Result<(), Error> {
-        self.time.block_until(self.due_ns);
-        Ok(())
-    }
-
-    fn done_ns(&self) -> Option<u64> {
-        Some(self.due_ns)
-    }
-}
-
 /// A serving thread's SmartPort ([`Shared::waiter`]): every modelled request's reply is held
 /// through it.
 pub struct Waiter {
@@ -379,7 +331,8 @@ impl Waiter {
             Err(e) => return (reply(), Err(e)),
         };
         let pending = wait::Pending { op, bytes: p.bytes, ahead: call.ahead(), submit_ns: p.arrival_ns };
-        let mut due = Due { due_ns: p.due_ns, time: &*self.shared.time };
+        // The reply's status: its instant on the server's clock.
+        let mut due = DueAt { time: &*self.shared.time, due_ns: p.due_ns };
         let waited = call.wait(&pending, &mut due, GroupWait::FromSubmission);
         let sent = reply();
         let counted = waited.and_then(|_| call.release(1)).and_then(|()| call.finish());
@@ -631,7 +584,7 @@ const DT_REG: u32 = libc::DT_REG as u32;
 mod tests {
     use super::*;
     use fuse_abi::*;
-    use smartcon_engine::clock::{now_ns, Clock, RealClock, Sleeper};
+    use smartcon_engine::clock::{now_ns, Clock, ManualClock, RealClock, Sleeper};
 
     fn disk() -> Disk {
         let spec = smartcon_devemu::parse_spec("emu:sdcard").unwrap();
@@ -750,32 +703,13 @@ mod tests {
         }
     }
 
-    /// A clock that moves only when a thread sleeps or spins on it (to the instant asked).
-    #[derive(Default)]
-    struct Manual(AtomicU64);
-
-    impl Clock for Manual {
-        fn now_ns(&self) -> u64 {
-            self.0.load(Ordering::Relaxed)
-        }
-    }
-    impl Sleeper for Manual {
-        fn sleep_until(&self, at_ns: u64) {
-            self.0.fetch_max(at_ns, Ordering::Relaxed);
-        }
-        fn spin_until(&self, at_ns: u64) {
-            self.0.fetch_max(at_ns, Ordering::Relaxed);
-        }
-    }
-    impl Time for Manual {}
-
     #[test]
     fn the_server_holds_its_replies_on_the_clock_it_was_given() {
         // emu:hdd's writes take milliseconds of model time; on this clock no thread sleeps.
         for strategy in
             [None, Some(StrategyChoice::Fixed(Strategy::Block)), Some(StrategyChoice::Fixed(Strategy::Spin))]
         {
-            let manual = Arc::new(Manual::default());
+            let manual = Arc::new(ManualClock::default());
             manual.0.store(5_000_000_000, Ordering::Relaxed);
             let spec = smartcon_devemu::parse_spec("emu:hdd").unwrap();
             let shared = Shared::with_time(&spec, 1 << 20, false, strategy, manual.clone()).unwrap();

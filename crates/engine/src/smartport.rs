@@ -43,7 +43,7 @@ use smartcon_util::Op;
 pub use crate::job::StrategyChoice;
 
 pub mod group;
-pub use group::{Earliest, GroupCall, GroupOutcome, GroupWait, Holds, Ready};
+pub use group::{DueAt, Earliest, GroupCall, GroupOutcome, GroupWait, Holds, Ready};
 
 /// What a port counts: the per-thread statistics of a job (I/Os, bytes, by strategy
 /// indexed by [`Strategy::index`], by reason indexed by [`Reason::index`], the latency
