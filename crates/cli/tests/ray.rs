@@ -17,14 +17,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use smartcon_util::error::{Error, ErrorKind};
+
 const BIN: &str = env!("CARGO_BIN_EXE_smartcon");
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-/// The Python with Ray, or why there is none.
-fn python() -> Result<PathBuf, String> {
+/// The Python with Ray, or why there is none (a setup error: the test skips).
+fn python() -> Result<PathBuf, Error> {
     let python = std::env::var_os("SMARTCON_RAY_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join(".venv-ray/bin/python"));
@@ -37,7 +39,10 @@ fn python() -> Result<PathBuf, String> {
     if ok {
         Ok(python)
     } else {
-        Err(format!("{} cannot import ray (scripts/test.sh installs it into .venv-ray)", python.display()))
+        Err(Error::new(
+            ErrorKind::Setup,
+            format!("{} cannot import ray (scripts/test.sh installs it into .venv-ray)", python.display()),
+        ))
     }
 }
 
@@ -106,14 +111,14 @@ impl Cluster {
                 Ok(c) => return c,
                 Err(e) => {
                     eprintln!("ray test: the cluster's start {attempt} of 3 failed: {e}");
-                    why = e;
+                    why = e.to_string();
                 }
             }
         }
         panic!("the Ray cluster did not start in 3 tries: {why}");
     }
 
-    fn try_start(python: PathBuf) -> Result<Cluster, String> {
+    fn try_start(python: PathBuf) -> Result<Cluster, Error> {
         let id = std::process::id();
         // A short directory: Ray's sockets live under it (a socket path has ~107 bytes).
         let dir = PathBuf::from(format!("/tmp/scray-{id}"));
@@ -176,19 +181,22 @@ impl Cluster {
     }
 
     /// Waits (180 s at most) for `n` alive nodes while every `ray start --block` still runs.
-    fn wait_nodes(&mut self, n: usize) -> Result<(), String> {
+    fn wait_nodes(&mut self, n: usize) -> Result<(), Error> {
         let deadline = Instant::now() + Duration::from_secs(180);
         loop {
             for node in &mut self.nodes {
                 if let Some(status) = node.try_wait().unwrap() {
-                    return Err(format!("a `ray start --block` exited early ({status})"));
+                    return Err(Error::new(ErrorKind::Setup, format!("a `ray start --block` exited early ({status})")));
                 }
             }
             if self.node_ids().len() >= n {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(format!("the Ray cluster at {} did not reach {n} nodes in 180 s", self.address));
+                return Err(Error::new(
+                    ErrorKind::Setup,
+                    format!("the Ray cluster at {} did not reach {n} nodes in 180 s", self.address),
+                ));
             }
             std::thread::sleep(Duration::from_millis(500));
         }

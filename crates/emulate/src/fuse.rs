@@ -18,7 +18,8 @@
 //! (`SmartPort::for_group`, as the merge device's waiters), and each modelled request is a
 //! group call of one request: it enters the counters, the port decides how the thread waits
 //! (a fixed `--strategy`, or `smart`'s decision on the model's thresholds), the thread waits
-//! so until the reply's instant ([`Due`], the device's status), and the call is counted. So
+//! so until the reply's instant ([`DueAt`], the device's status: that instant on the
+//! server's clock), and the call is counted. So
 //! `--strategy` means what it means under `bench --target emu:...`: `block` sleeps on a
 //! kernel timer to the instant and replies late by the wake-up; `spin` polls the clock back
 //! to back (past the engine's spin budget it sleeps); the polling strategies poll at the
@@ -47,16 +48,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use smartcon_devemu::{EmuSpec, FcfsDevice, Op, RamStore};
-use smartcon_engine::clock::{now_ns, tighten_timer_slack, EventWait, RealClock, Sleeper};
+use smartcon_engine::clock::{self, tighten_timer_slack, EventWait, SharedTime};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::monitor::SystemMonitor;
 use smartcon_engine::profile::{self, HostWaitCost, Profile};
 use smartcon_engine::smartport::{
-    BlockWait, Earliest, GroupWait, Holds, PortCounters, Ready, SmartPort, SmartPortOptions, StrategyChoice,
+    BlockWait, DueAt, Earliest, GroupWait, Holds, PortCounters, Ready, SmartPort, SmartPortOptions, StrategyChoice,
 };
 use smartcon_engine::target::InFlight;
-use smartcon_engine::wait::{self, Status};
+use smartcon_engine::wait;
 
 use crate::fuse_abi::{self, InHeader};
 
@@ -116,6 +117,9 @@ pub struct Shared {
     reference_waits: AtomicU64,
     /// The serving threads (kernel thread ids), for the server's CPU time.
     tids: Mutex<Vec<libc::pid_t>>,
+    /// The clock requests arrive and replies are held on: the engine's injected one, which
+    /// the serving threads' ports also read and wait on (the host's for a mount).
+    time: SharedTime,
 }
 
 impl Shared {
@@ -125,6 +129,20 @@ impl Shared {
         size_bytes: u64,
         fifo: bool,
         strategy: Option<StrategyChoice>,
+    ) -> Result<Arc<Shared>, Error> {
+        Shared::with_time(spec, size_bytes, fifo, strategy, clock::real())
+    }
+
+    /// [`Shared::new`] on an injected clock and sleeper: arrivals, held replies and the
+    /// serving threads' ports are all on `time`. A mount runs on the host's
+    /// ([`clock::real`]); the transports themselves (a /dev/fuse read, an io_uring wait's
+    /// timeout) are the kernel's and stay on its clock.
+    pub fn with_time(
+        spec: &EmuSpec,
+        size_bytes: u64,
+        fifo: bool,
+        strategy: Option<StrategyChoice>,
+        time: SharedTime,
     ) -> Result<Arc<Shared>, Error> {
         let mut spec = spec.clone();
         spec.capacity_bytes = size_bytes;
@@ -149,6 +167,7 @@ impl Shared {
             by_strategy: [const { AtomicU64::new(0) }; Strategy::COUNT],
             reference_waits: AtomicU64::new(0),
             tids: Mutex::new(Vec::new()),
+            time,
         }))
     }
 
@@ -169,7 +188,11 @@ impl Shared {
             StrategyChoice::Fixed(_) => Some(Arc::new(SystemMonitor::fixed(0))),
             _ => None,
         };
-        let options = SmartPortOptions { strategy, block_wait, monitor, ..Default::default() };
+        // The port on the server's clock. The host's is left as the port's default rather
+        // than passed in: a port given a clock keeps no checks for the next one (the
+        // simulation's must not), and a mount's smart ports keep theirs as before.
+        let time = (!self.time.is_real()).then(|| self.time.clone());
+        let options = SmartPortOptions { strategy, block_wait, monitor, time, ..Default::default() };
         let mut port = SmartPort::for_group(&self.label, self.inflight.clone(), Some(self.builtin.clone()), options)?;
         // The reference wait's margin is this thread's p99 wake-up overshoot, never less than
         // the fixed margin the server had before it went through SmartPort: the p99 alone
@@ -225,9 +248,14 @@ impl Shared {
         self.size_bytes
     }
 
+    /// Now, on the server's clock (the one arrivals and replies are timed on).
+    pub fn now_ns(&self) -> u64 {
+        self.time.now_ns()
+    }
+
     /// A request arrives: places it on the model (when modelled) and says when its reply is due.
     fn arrive(&self, op: Op, offset: u64, bytes: u64) -> Option<Pending> {
-        let arrival_ns = now_ns();
+        let arrival_ns = self.time.now_ns();
         if !self.modelled.load(Ordering::Relaxed) || bytes == 0 {
             return None;
         }
@@ -283,42 +311,6 @@ fn thread_run_ns(tid: libc::pid_t) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-/// A reply held until `due_ns`, as the waiting thread sees it: the device's status. The
-/// instant is known (the server is the device): a poll is "now >= due", `block` sleeps on a
-/// kernel timer to it (and wakes late by the host's overshoot), and the reference wait
-/// watches the clock to it ([`Status::done_ns`]).
-pub struct Due {
-    pub due_ns: u64,
-}
-
-impl Status for Due {
-    fn now_ns(&self) -> u64 {
-        now_ns()
-    }
-
-    fn poll(&mut self) -> Result<bool, Error> {
-        Ok(now_ns() >= self.due_ns)
-    }
-
-    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
-        RealClock.sleep_until(at_ns);
-        Ok(())
-    }
-
-    fn spin_until(&mut self, at_ns: u64) {
-        RealClock.spin_until(at_ns)
-    }
-
-    fn block(&mut self) -> Result<(), Error> {
-        RealClock.block_until(self.due_ns);
-        Ok(())
-    }
-
-    fn done_ns(&self) -> Option<u64> {
-        Some(self.due_ns)
-    }
-}
-
 /// A serving thread's SmartPort ([`Shared::waiter`]): every modelled request's reply is held
 /// through it.
 pub struct Waiter {
@@ -339,7 +331,9 @@ impl Waiter {
             Err(e) => return (reply(), Err(e)),
         };
         let pending = wait::Pending { op, bytes: p.bytes, ahead: call.ahead(), submit_ns: p.arrival_ns };
-        let waited = call.wait(&pending, &mut Due { due_ns: p.due_ns }, GroupWait::FromSubmission);
+        // The reply's status: its instant on the server's clock.
+        let mut due = DueAt { time: &*self.shared.time, due_ns: p.due_ns };
+        let waited = call.wait(&pending, &mut due, GroupWait::FromSubmission);
         let sent = reply();
         let counted = waited.and_then(|_| call.release(1)).and_then(|()| call.finish());
         (sent, counted.map(|out| self.count(out.strategy, references)))
@@ -590,6 +584,7 @@ const DT_REG: u32 = libc::DT_REG as u32;
 mod tests {
     use super::*;
     use fuse_abi::*;
+    use smartcon_engine::clock::{now_ns, Clock, ManualClock, RealClock, Sleeper};
 
     fn disk() -> Disk {
         let spec = smartcon_devemu::parse_spec("emu:sdcard").unwrap();
@@ -705,6 +700,39 @@ mod tests {
             assert_eq!((references, c.reference_waits), (reference, reference), "{strategy:?}");
             assert_eq!((d.shared().inflight().ours(), d.shared().inflight().unmatched_leaves()), (0, 0));
             assert_eq!(d.shared().strategy_name(), strategy.map_or("reference", |s| s.name()));
+        }
+    }
+
+    #[test]
+    fn the_server_holds_its_replies_on_the_clock_it_was_given() {
+        // emu:hdd's writes take milliseconds of model time; on this clock no thread sleeps.
+        for strategy in
+            [None, Some(StrategyChoice::Fixed(Strategy::Block)), Some(StrategyChoice::Fixed(Strategy::Spin))]
+        {
+            let manual = Arc::new(ManualClock::default());
+            manual.0.store(5_000_000_000, Ordering::Relaxed);
+            let spec = smartcon_devemu::parse_spec("emu:hdd").unwrap();
+            let shared = Shared::with_time(&spec, 1 << 20, false, strategy, manual.clone()).unwrap();
+            let d = Disk::new(shared, true);
+            let mut w = d.shared().waiter().unwrap();
+            d.shared().set_modelled([0, 0]);
+            let mut io = vec![0u8; 4096];
+            for i in 0..3u64 {
+                let before = manual.now_ns();
+                let p = d.handle(&header(WRITE, FILE_INO), &rw_in(i * 4096, 4096), &mut io, 4096).pending;
+                let p = p.expect("held");
+                // The request arrived on the injected clock, not the host's.
+                assert_eq!(p.arrival_ns, before, "{strategy:?}");
+                assert!(p.model_ns > 0, "{strategy:?}");
+                let (replied_ns, port) = w.hold(&p, || manual.now_ns());
+                port.unwrap();
+                // Held until its instant on that clock; every wait of the port moved it.
+                assert!(replied_ns >= p.due_ns, "{strategy:?}: a reply before its instant");
+                d.shared().replied(&p, replied_ns);
+            }
+            assert_eq!(w.counters().ios, 3, "{strategy:?}");
+            assert_eq!(d.shared().served().len(), 3, "{strategy:?}");
+            assert_eq!((d.shared().inflight().ours(), d.shared().inflight().unmatched_leaves()), (0, 0));
         }
     }
 

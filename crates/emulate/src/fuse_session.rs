@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use smartcon_engine::clock::now_ns;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_util::loopmount::{self, Unmounted};
 
@@ -277,7 +276,7 @@ fn serve_dev(fd: &OwnedFd, disk: &Disk) {
             libc::iovec { iov_base: io.as_mut_ptr().cast(), iov_len: len },
         ];
         let send = || {
-            let done_ns = now_ns();
+            let done_ns = disk.shared().now_ns();
             // SAFETY: both iovecs point at live buffers of the given lengths (len was clamped
             // to io.len()) for the duration of the call.
             (done_ns, unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), 2) })

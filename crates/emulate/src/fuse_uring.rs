@@ -458,7 +458,7 @@ impl Queue {
     /// kept for the report. The command goes to the kernel with the next io_uring_enter.
     fn commit(&mut self, disk: &Disk, i: usize) -> Result<(), Error> {
         if let Some(p) = self.pending[i].take() {
-            disk.shared().replied(&p, now_ns());
+            disk.shared().replied(&p, disk.shared().now_ns());
         }
         self.push(i, fuse_abi::URING_CMD_COMMIT_AND_FETCH, self.unique[i])
     }
@@ -497,6 +497,8 @@ struct RingEvent<'r> {
 
 impl EventWait for RingEvent<'_> {
     fn sleep_until_or_event(&mut self, at_ns: u64) -> Result<(), Error> {
+        // The host's clock, not the server's injected one: the timeout is io_uring's,
+        // which the kernel counts on CLOCK_MONOTONIC (a mount's server is on that clock).
         let now = now_ns();
         if at_ns <= now {
             return entered(self.ring.submit());

@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use smartcon_devemu::{EmuSpec, Op};
 use smartcon_emutarget::emu::EmuTarget;
-use smartcon_engine::clock::{now_ns, sleep_until_ns, tighten_timer_slack};
+use smartcon_engine::clock::{self, tighten_timer_slack};
 use smartcon_engine::decision::Strategy;
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::monitor::SystemMonitor;
@@ -174,10 +174,15 @@ pub fn run_real_time<I>(
 where
     I: Iterator<Item = Result<TraceIo, TraceError>> + Send,
 {
+    // One clock for the replay: the target's, which its ports, their waits and the model's
+    // instants are on (the host's: this is the real-time reference), and which the threads
+    // below read and sleep on for arrivals and think times.
+    let time = clock::real();
     // Time for every thread to start (and a block waiter to measure its wake-up).
-    let base_ns = now_ns() + 20_000_000;
+    let base_ns = time.now_ns() + 20_000_000;
     // Fault windows count from the replay's start, as in virtual time.
-    let target = EmuTarget::with_fault_origin(spec.clone(), base_ns)?;
+    let target = EmuTarget::with_time(spec.clone(), time.clone(), base_ns)?;
+    let time = &*time;
     let threads = threads.clamp(1, THREADS_MAX.max(closed.map_or(0, |(qd, _)| u64::from(qd))));
     let buf_bytes = bytes_max.max(4096).next_multiple_of(4096) as usize;
     let source = Mutex::new(ios);
@@ -191,7 +196,7 @@ where
         counters: PortCounters::new(),
     });
     let failed = [AtomicU64::new(0), AtomicU64::new(0)];
-    let wall = std::time::Instant::now();
+    let wall_start_ns = time.now_ns();
     let faulty = spec.faults.is_some();
     let results: Vec<Result<(), Error>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
@@ -224,25 +229,25 @@ where
                         match closed {
                             Some((_, think_ns)) => {
                                 if !first && think_ns > 0 {
-                                    sleep_until_ns(now_ns() + think_ns);
+                                    time.sleep_until(time.now_ns() + think_ns);
                                 }
                             }
                             None => {
                                 let at = base_ns + r.arrival_ns;
                                 // In slices, so a stop request is seen while waiting for a
                                 // late arrival (a trace may idle for minutes).
-                                while now_ns() + 100_000_000 < at && !smartcon_engine::stop::requested() {
-                                    sleep_until_ns(now_ns() + 100_000_000);
+                                while time.now_ns() + 100_000_000 < at && !smartcon_engine::stop::requested() {
+                                    time.sleep_until(time.now_ns() + 100_000_000);
                                 }
                                 if smartcon_engine::stop::requested() {
                                     break;
                                 }
-                                sleep_until_ns(at);
-                                start_late_ns = now_ns().saturating_sub(at);
+                                time.sleep_until(at);
+                                start_late_ns = time.now_ns().saturating_sub(at);
                             }
                         }
                         first = false;
-                        let t0 = now_ns();
+                        let t0 = time.now_ns();
                         let data = &mut buf.as_mut_slice()[..r.bytes as usize];
                         let moved = match port.transfer(io_buf(r.op, data), r.offset) {
                             Err(e) if e.kind == ErrorKind::Io && e.errno == Some(libc::EIO) && faulty => {
@@ -279,7 +284,7 @@ where
             .map(|h| h.join().unwrap_or_else(|_| Err(Error::new(ErrorKind::Internal, "a replay thread panicked"))))
             .collect()
     });
-    let wall_ns = wall.elapsed().as_nanos() as u64;
+    let wall_ns = time.now_ns().saturating_sub(wall_start_ns);
     for r in results {
         r?;
     }

@@ -2894,7 +2894,7 @@ CPU0 (8,0):
     }
 
     /// Every I/O (or the error) and the stats of a whole trace, read one of the [`Way`]s.
-    fn read_all(text: &[u8], options: &TraceOptions, way: Way) -> (Vec<Result<TraceIo, String>>, TraceStats) {
+    fn read_all(text: &[u8], options: &TraceOptions, way: Way) -> (Vec<Result<TraceIo, TraceError>>, TraceStats) {
         read_all_in(text, options, way, 777, 1000)
     }
 
@@ -2905,15 +2905,15 @@ CPU0 (8,0):
         way: Way,
         chunk: usize,
         buffer: usize,
-    ) -> (Vec<Result<TraceIo, String>>, TraceStats) {
+    ) -> (Vec<Result<TraceIo, TraceError>>, TraceStats) {
         let input = BufReader::with_capacity(buffer, Chunked { text, chunk });
         let mut r = match TraceReader::new(input, options.clone()) {
             Ok(r) => r,
-            Err(e) => return (vec![Err(e.to_string())], TraceStats::default()),
+            Err(e) => return (vec![Err(e)], TraceStats::default()),
         };
         r.general_only = matches!(way, Way::General);
         let Way::Batches(max) = way else {
-            let ios = r.by_ref().map(|io| io.map_err(|e| e.to_string())).collect();
+            let ios = r.by_ref().collect();
             return (ios, r.stats());
         };
         let (mut ios, mut batch) = (Vec::new(), Vec::new());
@@ -2924,7 +2924,7 @@ CPU0 (8,0):
                     assert!(batch.len() <= max);
                     ios.extend(batch.iter().map(|&io| Ok(io)));
                 }
-                Err(e) => ios.push(Err(e.to_string())),
+                Err(e) => ios.push(Err(e)),
             }
         }
         (ios, r.stats())
@@ -3662,7 +3662,7 @@ CPU0 (8,0):
                         Ok(()) if batch.is_empty() => break,
                         Ok(()) => got.extend(batch.iter().map(|&io| Ok(io))),
                         // The file's name before the line, as the plain reader has none.
-                        Err(e) => got.push(Err(TraceError { path: None, ..e }.to_string())),
+                        Err(e) => got.push(Err(TraceError { path: None, ..e })),
                     }
                 }
                 assert!(want.len() > 1_000, "{format:?} {tail:?}");

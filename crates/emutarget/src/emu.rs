@@ -222,18 +222,16 @@ pub struct EmuTarget {
 }
 
 impl EmuTarget {
+    /// A target on the host's clock, whose fault plan's windows count from its opening.
     pub fn new(spec: EmuSpec) -> Result<EmuTarget, Error> {
-        Self::with_fault_origin(spec, clock::now_ns())
+        let time = clock::real();
+        let origin_ns = time.now_ns();
+        Self::with_time(spec, time, origin_ns)
     }
 
-    /// A target whose fault plan's windows count from `origin_ns` (a replay aligns them
-    /// with its own start); [`EmuTarget::new`] counts from the opening.
-    pub fn with_fault_origin(spec: EmuSpec, origin_ns: u64) -> Result<EmuTarget, Error> {
-        Self::with_time(spec, clock::real(), origin_ns)
-    }
-
-    /// A target on an injected clock and sleeper (the simulation's virtual time); the
-    /// fault plan's windows count from `origin_ns` on that clock. On a clock that is not
+    /// A target on an injected clock and sleeper (the simulation's virtual time, or the
+    /// host's for the real-time replay); the fault plan's windows count from `origin_ns` on
+    /// that clock (a replay aligns them with its own start). On a clock that is not
     /// the host's, a blocking wait is the sleeper's [`smartcon_engine::clock::Sleeper::block_until`]
     /// instead of a timer on the port's io_uring.
     pub fn with_time(spec: EmuSpec, time: SharedTime, origin_ns: u64) -> Result<EmuTarget, Error> {

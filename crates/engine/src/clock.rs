@@ -11,7 +11,7 @@
 //! last one) is an [`EventWait`], and waits through its SmartPort
 //! (`SmartPort::wait_earliest`), whose reference wait is the same sleep and spin.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Whether the busy-wait loops put a PAUSE (`std::hint::spin_loop`) in each turn: on by
@@ -90,6 +90,29 @@ impl Time for RealClock {
         true
     }
 }
+
+/// A clock that moves only when a thread sleeps or spins on it, to the instant asked (a
+/// test's: a port, a wait or a server held on time the test sets, where no thread really
+/// waits). Not a model of any host: the simulation's clock is `smartcon_emutarget::sim`'s.
+#[derive(Debug, Default)]
+pub struct ManualClock(pub AtomicU64);
+
+impl Clock for ManualClock {
+    fn now_ns(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Sleeper for ManualClock {
+    fn sleep_until(&self, at_ns: u64) {
+        self.0.fetch_max(at_ns, Ordering::Relaxed);
+    }
+    fn spin_until(&self, at_ns: u64) {
+        self.0.fetch_max(at_ns, Ordering::Relaxed);
+    }
+}
+
+impl Time for ManualClock {}
 
 /// The real clock as a shared handle (one allocation per process).
 pub fn real() -> SharedTime {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use smartcon_util::rng::Rng;
 use smartcon_util::Op;
 
-use crate::clock::{now_ns, tighten_timer_slack};
+use crate::clock::tighten_timer_slack;
 use crate::decision::Strategy;
 use crate::error::{Error, ErrorKind};
 use crate::monitor::SystemMonitor;
@@ -516,7 +516,8 @@ fn measure(shared: &Shared<'_>, index: u32) -> Result<ThreadStats, Error> {
         if spec.fsync_every > 0 && port.counters().ios.is_multiple_of(spec.fsync_every as u64) {
             port.fsync()?;
         }
-        if now_ns() >= end_ns {
+        // On the port's clock, as `end_ns` is (its counters' start).
+        if port.now_ns() >= end_ns {
             break;
         }
     }

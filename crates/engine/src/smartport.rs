@@ -43,7 +43,7 @@ use smartcon_util::Op;
 pub use crate::job::StrategyChoice;
 
 pub mod group;
-pub use group::{Earliest, GroupCall, GroupOutcome, GroupWait, Holds, Ready};
+pub use group::{DueAt, Earliest, GroupCall, GroupOutcome, GroupWait, Holds, Ready};
 
 /// What a port counts: the per-thread statistics of a job (I/Os, bytes, by strategy
 /// indexed by [`Strategy::index`], by reason indexed by [`Reason::index`], the latency
@@ -720,6 +720,12 @@ impl<'t> SmartTargetPort<'t> {
     /// What the port did since it opened (or since [`SmartTargetPort::reset_counters`]).
     pub fn counters(&self) -> &PortCounters {
         &self.counters
+    }
+
+    /// Now, on the port's clock: the one its counters, its waits and the instants it
+    /// reports are on (the injected one, else the host's).
+    pub fn now_ns(&self) -> u64 {
+        self.time.now_ns()
     }
 
     /// Starts counting afresh from now (after a warm-up).

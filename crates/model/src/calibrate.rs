@@ -117,11 +117,12 @@ pub fn read_profiles(dir: &Path) -> Result<Vec<DeviceProfile>, Error> {
 }
 
 /// Reads the records of one `type` from a JSON Lines file, skipping the others; `check`
-/// refuses a record that parses but makes no sense.
+/// refuses a record that parses but makes no sense (it is given the record's 1-based line
+/// number, for the error it returns).
 fn read_typed<T: serde::de::DeserializeOwned>(
     path: &Path,
     kind: &str,
-    check: impl Fn(&T) -> Result<(), String>,
+    check: impl Fn(&T, usize) -> Result<(), Error>,
 ) -> Result<Vec<T>, Error> {
     let text = smartcon_util::paths::read_text(path)
         .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
@@ -137,7 +138,7 @@ fn read_typed<T: serde::de::DeserializeOwned>(
         }
         let record: T =
             serde_json::from_value(value).map_err(|e| bad(path, index + 1, format!("not a {kind} record: {e}")))?;
-        check(&record).map_err(|m| bad(path, index + 1, m))?;
+        check(&record, index + 1)?;
         out.push(record);
     }
     Ok(out)
@@ -146,14 +147,14 @@ fn read_typed<T: serde::de::DeserializeOwned>(
 /// Reads the `profile` records of an evaluation's JSON Lines file (the profiles `smart`
 /// used); other record types are skipped.
 pub fn read_result_profiles(path: &Path) -> Result<Vec<DeviceProfile>, Error> {
-    read_typed(path, "profile", |_: &DeviceProfile| Ok(()))
+    read_typed(path, "profile", |_: &DeviceProfile, _| Ok(()))
 }
 
 /// Reads the `result` records of a JSON Lines file; other record types are skipped.
 pub fn read_results(path: &Path) -> Result<Vec<ResultRecord>, Error> {
-    read_typed(path, "result", |r: &ResultRecord| {
+    read_typed(path, "result", |r: &ResultRecord, line_number| {
         if !r.iops.is_finite() || r.iops < 0.0 {
-            return Err(format!("iops {} is negative or not finite", r.iops));
+            return Err(bad(path, line_number, format!("iops {} is negative or not finite", r.iops)));
         }
         Ok(())
     })

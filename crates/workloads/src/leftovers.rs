@@ -34,6 +34,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use smartcon_util::error::{Error, ErrorKind};
 use smartcon_util::loopmount;
 use smartcon_util::paths::{escape, owner_mark_identity, owner_mark_path, OWNER_MARK_SUFFIX};
 use smartcon_util::procfs::run_gone;
@@ -224,18 +225,18 @@ fn remove_gone_images(images: &[(PathBuf, u32)], report: &mut CleanupReport) {
 }
 
 /// Removes a scratch path (a directory whole, without following links), never one with a
-/// mount at or below it.
-fn remove_scratch(path: &Path, mounts: &[loopmount::Mount]) -> Result<(), String> {
+/// mount at or below it. The error's text is what the cleanup report keeps beside the path.
+fn remove_scratch(path: &Path, mounts: &[loopmount::Mount]) -> Result<(), Error> {
     let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
     if meta.is_dir() {
         if mount_at_or_below(path, mounts) {
-            return Err("a file system is mounted in it".into());
+            return Err(Error::new(ErrorKind::Refused, "a file system is mounted in it"));
         }
         std::fs::remove_dir_all(path)
     } else {
         std::fs::remove_file(path)
     }
-    .map_err(|e| e.to_string())
+    .map_err(|e| Error::from_source(ErrorKind::Io, e))
 }
 
 /// The temporary directory's mount directories and scratch paths of gone runs.

@@ -107,12 +107,14 @@ pub struct MountArgs {
     pub strategy: Option<String>,
 }
 
-/// A `--strategy` name of the engine's (`StrategyChoice::names`).
-fn strategy_name(text: &str) -> std::result::Result<String, String> {
+/// A `--strategy` name of the engine's (`StrategyChoice::names`); a usage error naming them
+/// otherwise, as the other value parsers (`engine_setup::strategy_value`) give.
+fn strategy_name(text: &str) -> std::result::Result<String, smartcon_engine::error::Error> {
+    use smartcon_engine::error::{Error, ErrorKind};
     use smartcon_engine::smartport::StrategyChoice;
     match StrategyChoice::parse(text) {
         Some(_) => Ok(text.to_string()),
-        None => Err(format!("one of {}", StrategyChoice::names().join(", "))),
+        None => Err(Error::new(ErrorKind::Usage, format!("one of {}", StrategyChoice::names().join(", ")))),
     }
 }
 

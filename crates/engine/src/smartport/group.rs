@@ -197,7 +197,7 @@ impl<'t> SmartTargetPort<'t> {
         }
         let mut h = holds.held.swap_remove(at);
         let time = self.time.clone();
-        let mut status = DueOn { time: &*time, waiter, due_ns: h.due_ns };
+        let mut status = DueOn { at: DueAt { time: &*time, due_ns: h.due_ns }, waiter };
         let mut call = GroupCall { port: self, s: h.call.take() };
         let waited = call.wait_inner(&h.pending, &mut status, GroupWait::FromSubmission, true);
         h.call.s = call.s;
@@ -385,20 +385,16 @@ impl<K> Ready<K> {
     }
 }
 
-/// A held call's device status: done at `due_ns` (a model's instant, so a poll is a clock
-/// read), asleep on `waiter`, whose event ends any wait.
-struct DueOn<'a> {
-    time: &'a dyn crate::clock::Time,
-    waiter: &'a mut dyn EventWait,
-    due_ns: u64,
+/// A device status that is an instant on a clock: done at `due_ns` (a model's instant, or
+/// a server's reply that the model holds), so a poll is a clock read, and a sleep, a spin or
+/// a blocking wait is the clock's own. What a thread that holds one reply waits on (the
+/// FUSE server's /dev/fuse threads); [`DueOn`] adds an event that ends any wait.
+pub struct DueAt<'a> {
+    pub time: &'a dyn crate::clock::Time,
+    pub due_ns: u64,
 }
 
-/// How long a spin runs between two looks for the waiter's event.
-const EVENT_LOOK_NS: u64 = 1_000;
-/// What a poll of a held call costs on a virtual clock (a clock read on the host's).
-const VIRTUAL_LOOK_NS: u64 = 50;
-
-impl Status for DueOn<'_> {
+impl Status for DueAt<'_> {
     fn now_ns(&self) -> u64 {
         self.time.now_ns()
     }
@@ -416,30 +412,71 @@ impl Status for DueOn<'_> {
     }
 
     fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
+        self.time.sleep_until(at_ns);
+        Ok(())
+    }
+
+    fn spin_until(&mut self, at_ns: u64) {
+        self.time.spin_until(at_ns)
+    }
+
+    fn block(&mut self) -> Result<(), Error> {
+        self.time.block_until(self.due_ns);
+        Ok(())
+    }
+
+    fn done_ns(&self) -> Option<u64> {
+        Some(self.due_ns)
+    }
+}
+
+/// A held call's device status: [`DueAt`], asleep on `waiter`, whose event ends any wait.
+struct DueOn<'a> {
+    at: DueAt<'a>,
+    waiter: &'a mut dyn EventWait,
+}
+
+/// How long a spin runs between two looks for the waiter's event.
+const EVENT_LOOK_NS: u64 = 1_000;
+/// What a poll of a held call costs on a virtual clock (a clock read on the host's).
+const VIRTUAL_LOOK_NS: u64 = 50;
+
+impl Status for DueOn<'_> {
+    fn now_ns(&self) -> u64 {
+        self.at.now_ns()
+    }
+
+    fn poll(&mut self) -> Result<bool, Error> {
+        self.at.poll()
+    }
+
+    fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
         self.waiter.sleep_until_or_event(at_ns)
     }
 
     fn spin_until(&mut self, at_ns: u64) {
+        let time = self.at.time;
         loop {
-            let now = self.time.now_ns();
+            let now = time.now_ns();
             if now >= at_ns || self.waiter.event_seen() {
                 return;
             }
-            self.time.spin_until(at_ns.min(now + EVENT_LOOK_NS));
+            time.spin_until(at_ns.min(now + EVENT_LOOK_NS));
         }
     }
 
     fn block(&mut self) -> Result<(), Error> {
         // Asleep on the waiter's timer to the instant (a kernel timer, the wake-up paid), or
         // until the event.
-        while self.time.now_ns() < self.due_ns && !self.waiter.event_seen() {
-            self.waiter.sleep_until_or_event(self.due_ns)?;
+        let due_ns = self.at.due_ns;
+        while self.at.time.now_ns() < due_ns && !self.waiter.event_seen() {
+            self.waiter.sleep_until_or_event(due_ns)?;
         }
         Ok(())
     }
 
     fn done_ns(&self) -> Option<u64> {
-        Some(self.due_ns)
+        self.at.done_ns()
     }
 
     fn event(&mut self) -> bool {
@@ -753,29 +790,13 @@ impl Drop for GroupCall<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::{Clock, EventWait, Sleeper, Time};
+    use crate::clock::{Clock, EventWait, Sleeper};
     use crate::monitor::SystemMonitor;
     use crate::profile::Profile;
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::Ordering;
 
-    /// A clock that moves only when the port's thread sleeps or spins.
-    #[derive(Default)]
-    struct Manual(AtomicU64);
-
-    impl Clock for Manual {
-        fn now_ns(&self) -> u64 {
-            self.0.load(Ordering::Relaxed)
-        }
-    }
-    impl Sleeper for Manual {
-        fn sleep_until(&self, at_ns: u64) {
-            self.0.fetch_max(at_ns, Ordering::Relaxed);
-        }
-        fn spin_until(&self, at_ns: u64) {
-            self.0.fetch_max(at_ns, Ordering::Relaxed);
-        }
-    }
-    impl Time for Manual {}
+    // A clock that moves only when the port's thread sleeps or spins.
+    use crate::clock::ManualClock as Manual;
 
     /// A command done at `done_ns`; a poll costs 50 ns; a block wakes 7 us late.
     struct Cmd<'c> {

@@ -20,7 +20,7 @@ use serde::Serialize;
 use smartcon_devemu::Op;
 
 use super::{MergeDevice, WaiterStats, PAGE_BYTES, THREADS_MAX};
-use smartcon_engine::clock::{now_ns, tighten_timer_slack};
+use smartcon_engine::clock::tighten_timer_slack;
 use smartcon_engine::decision::{Reason, Strategy};
 use smartcon_engine::error::{Error, ErrorKind};
 use smartcon_engine::job::{Pattern, DURATION_NS_MAX};
@@ -180,13 +180,16 @@ pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) 
                         let per_thread = slots / spec.threads as u64;
                         let mut seq_slot = t as u64 * per_thread;
                         barrier.wait();
+                        // The device's clock (the engine's injected one), which its
+                        // instants and its waiters' sleeps are on.
+                        let time = &*dev.time;
                         let u0 = Usage::of_thread();
-                        let start_ns = now_ns();
+                        let start_ns = time.now_ns();
                         let deadline = start_ns + spec.duration_ns;
                         let max = spec.ios_per_thread_max.unwrap_or(u64::MAX);
                         let mut ios = 0u64;
                         let mut error = None;
-                        while ios < max && !stop.load(Ordering::Relaxed) && now_ns() < deadline {
+                        while ios < max && !stop.load(Ordering::Relaxed) && time.now_ns() < deadline {
                             let slot = match spec.pattern {
                                 Pattern::Seq => {
                                     let s = seq_slot;
@@ -202,17 +205,17 @@ pub fn run_merge_job(dev: &MergeDevice, spec: &MergeJobSpec, stop: &AtomicBool) 
                             if spec.op == Op::Write {
                                 verify::fill(buf.as_mut_slice(), off, PAGE_BYTES, seed.unwrap_or(0));
                             }
-                            let t0 = now_ns();
+                            let t0 = time.now_ns();
                             if let Err(e) = waiter.io(spec.op, buf.as_mut_slice(), off) {
                                 error = Some(e);
                                 break;
                             }
-                            hist.record((now_ns() - t0).max(1)).expect("latency within the histogram");
+                            hist.record((time.now_ns() - t0).max(1)).expect("latency within the histogram");
                             ios += 1;
                         }
                         let usage = Usage::of_thread().since(&u0);
                         let (waits, reasons) = (waiter.port_counters().by_strategy, waiter.port_counters().by_reason);
-                        let end_ns = now_ns();
+                        let end_ns = time.now_ns();
                         ThreadOut { hist, ios, start_ns, end_ns, usage, stats: waiter.stats, waits, reasons, error }
                     })
                     .expect("spawn I/O thread")
