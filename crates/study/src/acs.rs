@@ -252,6 +252,70 @@ impl AcsPlan {
         Ok(())
     }
 
+    /// What the study's steps need from this machine and it lacks, each with how to get it,
+    /// looked up before anything is created or measured ([`AcsPlan::preflight`]): root for
+    /// the devices, `mkfs.ext2` (and `losetup` for the loop device), and for the unmodified
+    /// readers, which come last (after every device's groups, 8 minutes and more), `dd`,
+    /// `fio` and libsmartcon.so beside [`AcsPlan::smartcon_exe`] (`smartcon run` preloads
+    /// it). `euid` and `path` (a `PATH` value; `None`: execvp's default) stand in for the
+    /// process's own, so a test can ask for a machine that lacks things.
+    pub fn missing(&self, euid: u32, path: Option<&std::ffi::OsStr>) -> Vec<String> {
+        let dirs: Vec<PathBuf> = std::env::split_paths(path.unwrap_or(std::ffi::OsStr::new("/bin:/usr/bin"))).collect();
+        let have = |tool: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            dirs.iter()
+                .any(|d| d.join(tool).metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+        };
+        let mut out = Vec::new();
+        if !self.devices.is_empty() {
+            if euid != 0 {
+                out.push(
+                    "root: the study creates its loop and zram devices (run it as root, e.g. with sudo)".to_string(),
+                );
+            }
+            if !have("mkfs.ext2") {
+                out.push("mkfs.ext2: each device is formatted ext2 (install e2fsprogs)".to_string());
+            }
+            if self.devices.contains(&FsDeviceKind::Loop) && !have("losetup") {
+                out.push("losetup: it attaches the loop device (install util-linux, or --targets zram)".to_string());
+            }
+        }
+        if let (true, Some(exe)) = (self.reader_rounds > 0 && !self.devices.is_empty(), &self.smartcon_exe) {
+            let dir = exe.parent().unwrap_or(Path::new("."));
+            if smartcon_preload_contract::launch::library_in(dir).is_none() {
+                out.push(format!(
+                    "{lib}: the unmodified readers run under `smartcon run`, which preloads {lib} from beside the binary ({}) or its deps/ (build it with `cargo build --release`, or alone `cargo build --release -p smartcon-preload`, and run target/release/smartcon, or copy {lib} beside the binary)",
+                    dir.display(),
+                    lib = smartcon_preload_contract::env::LIBRARY_FILE
+                ));
+            }
+            for (tool, what, package) in [("dd", "sequential", "coreutils"), ("fio", "random", "fio")] {
+                if !have(tool) {
+                    out.push(format!("{tool}: the unmodified {what} reader (install {package})"));
+                }
+            }
+        }
+        out
+    }
+
+    /// Refuses (before anything is created or measured) a run whose later steps would fail
+    /// on this machine: [`AcsPlan::missing`] for this process.
+    pub fn preflight(&self) -> Result<(), Error> {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        let missing = self.missing(euid, std::env::var_os("PATH").as_deref());
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Setup,
+            format!(
+                "--study acs needs what this machine lacks (nothing was created or measured): {}",
+                missing.join("; ")
+            ),
+        ))
+    }
+
     /// The device's size: the file, ext2's metadata (about 1/64 with 4 KiB blocks) and room.
     pub fn device_bytes(&self) -> u64 {
         (self.file_bytes + self.file_bytes / 16 + (16 << 20)).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
@@ -876,7 +940,7 @@ fn device_name(kind: FsDeviceKind) -> &'static str {
 }
 
 /// Runs the study. Records go to `on_record` as each group ends (an interrupted run keeps
-/// what it measured). Root only: without it, returns with a note and nothing measured.
+/// what it measured). Refuses to start ([`AcsPlan::preflight`]) where a step would fail.
 pub fn run(
     plan: &AcsPlan,
     monitor: &SystemMonitor,
@@ -885,12 +949,9 @@ pub fn run(
     on_record: &mut dyn FnMut(&dyn erased::Record) -> Result<(), Error>,
 ) -> Result<AcsOutcome, Error> {
     plan.validate()?;
+    // Root, the tools and the readers' library, now: the readers come after every group.
+    plan.preflight()?;
     let mut out = AcsOutcome::default();
-    if let Some(why) = smartcon_workloads::blockdev::unavailable_reason() {
-        out.notes.push(format!("the acs study skipped: {why} (it creates a loop and a zram device with ext2)"));
-        progress(Event::Note(out.notes.last().expect("just pushed")));
-        return Ok(out);
-    }
     let loads: Vec<u32> = [0, plan.cpu_workers].into_iter().filter(|&w| w == 0 || plan.cpu_workers > 0).collect();
     let groups = plan.devices.len() * loads.len() * plan.patterns.len();
     progress(Event::Steps(groups as u64));
@@ -1627,6 +1688,67 @@ mod tests {
         assert_eq!(after.unwrap(), before);
         // A queue without a scheduler file (zram's): no guard.
         assert_eq!(SchedulerGuard::at(q.join("iosched")).err().map(|e| e.kind), Some(ErrorKind::Setup));
+    }
+
+    #[test]
+    fn what_a_later_step_needs_is_named_before_anything_is_measured() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (bin, exe_dir) = (dir.path().join("bin"), dir.path().join("release"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(exe_dir.join("deps")).unwrap();
+        let put = |p: &Path, mode: u32| {
+            std::fs::write(p, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        for tool in ["mkfs.ext2", "losetup", "dd", "fio"] {
+            put(&bin.join(tool), 0o755);
+        }
+        put(&exe_dir.join("smartcon"), 0o755);
+        let mut plan = AcsPlan::preset(AcsPreset::Default);
+        plan.smartcon_exe = Some(exe_dir.join("smartcon"));
+        let path = bin.clone().into_os_string();
+        let path = Some(path.as_os_str());
+        // The readers' library is missing: named, with how to build it, although every tool is there.
+        let m = plan.missing(0, path);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].starts_with("libsmartcon.so:") && m[0].contains("cargo build --release"), "{m:?}");
+        assert!(m[0].contains(&exe_dir.display().to_string()), "{m:?}");
+        // Beside the binary, or in its deps/ (cargo's two places): nothing missing.
+        put(&exe_dir.join("deps/libsmartcon.so"), 0o644);
+        assert_eq!(plan.missing(0, path), Vec::<String>::new());
+        std::fs::remove_file(exe_dir.join("deps/libsmartcon.so")).unwrap();
+        put(&exe_dir.join("libsmartcon.so"), 0o644);
+        assert_eq!(plan.missing(0, path), Vec::<String>::new());
+        // Not root: named.
+        let m = plan.missing(1000, path);
+        assert!(m.len() == 1 && m[0].starts_with("root:"), "{m:?}");
+        // Each tool gone (or not executable) is named, with its package.
+        for (tool, package) in
+            [("fio", "fio"), ("dd", "coreutils"), ("mkfs.ext2", "e2fsprogs"), ("losetup", "util-linux")]
+        {
+            std::fs::set_permissions(bin.join(tool), std::fs::Permissions::from_mode(0o644)).unwrap();
+            let m = plan.missing(0, path);
+            assert!(m.len() == 1 && m[0].starts_with(&format!("{tool}:")) && m[0].contains(package), "{tool}: {m:?}");
+            std::fs::remove_file(bin.join(tool)).unwrap();
+            assert_eq!(plan.missing(0, path), m, "{tool} removed");
+            put(&bin.join(tool), 0o755);
+        }
+        // An empty PATH and no root: everything at once; preflight's error is a setup error.
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let m = plan.missing(1000, Some(empty.as_os_str()));
+        assert_eq!(m.len(), 5, "{m:?}");
+        // Without readers (or the binary to run them), their library and tools are not needed;
+        // zram alone needs no losetup.
+        let mut no_readers = plan.clone();
+        no_readers.reader_rounds = 0;
+        assert_eq!(no_readers.missing(0, Some(empty.as_os_str())).len(), 2);
+        no_readers.smartcon_exe = None;
+        no_readers.reader_rounds = 5;
+        no_readers.devices = vec![FsDeviceKind::Zram];
+        let m = no_readers.missing(0, Some(empty.as_os_str()));
+        assert!(m.len() == 1 && m[0].starts_with("mkfs.ext2:"), "{m:?}");
     }
 
     #[test]

@@ -83,6 +83,9 @@ fn plan_of(args: &EvaluateArgs) -> Result<AcsPlan> {
     plan.smartcon_exe = Some(std::env::current_exe().context("cannot find the smartcon binary's path")?);
     plan.host_profile = Some(smartcon_home().join("host.json"));
     plan.validate().map_err(engine_err)?;
+    // Before the report directory is claimed: root, the tools, and the library the
+    // unmodified readers (the last step, after every group) preload.
+    plan.preflight().map_err(engine_err)?;
     Ok(plan)
 }
 
