@@ -397,6 +397,54 @@ pub struct AcsBar {
     pub settled_by: Option<&'static str>,
     /// The 1-minute load average when the group started and ended (the machine is shared).
     pub load_avg: [f64; 2],
+    /// The adaptive strategy's reads by the way its port waited (`sync`, `block`, `spin`):
+    /// how many, their share and their mean time. smart's blocking is the plain call
+    /// (`sync`) or io_uring's wait (`block`), as its block check picks.
+    pub reads_by_wait: Vec<WaitShare>,
+    /// smart's bars: the time smart saved against `sync` (the plain call every read) under
+    /// the same scheduler, percent, and its paired 95% interval, piece by piece: whether
+    /// smart's gap to `sync` is more than the pieces' noise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_sync_pct: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_sync_interval95_pct: Option<[f64; 2]>,
+}
+
+/// One way of waiting in [`AcsBar::reads_by_wait`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitShare {
+    pub wait: &'static str,
+    pub reads: u64,
+    pub share_pct: f64,
+    pub mean_us: f64,
+    /// The share of the adaptive strategy's read time these reads took.
+    pub time_share_pct: f64,
+}
+
+/// The reads of `turns` by the way they waited.
+fn reads_by_wait(turns: &[Turn]) -> Vec<WaitShare> {
+    let (mut n, mut ns) = ([0u64; Strategy::COUNT], [0u64; Strategy::COUNT]);
+    for t in turns {
+        for i in 0..Strategy::COUNT {
+            n[i] += t.waits_by_strategy[i];
+            ns[i] += t.wait_ns_by_strategy[i];
+        }
+    }
+    let (total_n, total_ns) = (n.iter().sum::<u64>().max(1) as f64, ns.iter().sum::<u64>().max(1) as f64);
+    Strategy::ALL
+        .iter()
+        .filter(|s| n[s.index()] > 0)
+        .map(|s| {
+            let i = s.index();
+            WaitShare {
+                wait: s.name(),
+                reads: n[i],
+                share_pct: n[i] as f64 * 100.0 / total_n,
+                mean_us: ns[i] as f64 / n[i] as f64 / 1e3,
+                time_share_pct: ns[i] as f64 * 100.0 / total_ns,
+            }
+        })
+        .collect()
 }
 
 /// One `acs_reader` record: an unmodified reader (dd, fio) under `smartcon run`.
@@ -470,6 +518,10 @@ pub struct Turn {
     pub spin_fallbacks: u64,
     /// The median time of one read, ns.
     pub p50_ns: u64,
+    /// Reads and their summed time (each read's own, as the study saw it), ns, by the way
+    /// the port waited ([`Strategy::index`]): what smart's waits of each kind cost.
+    pub waits_by_strategy: [u64; Strategy::COUNT],
+    pub wait_ns_by_strategy: [u64; Strategy::COUNT],
 }
 
 /// The pieces of one (scheduler, strategy) over a group's rounds, in the order read: piece
@@ -594,6 +646,9 @@ pub fn conclude(
             let dominates = judge::beats(&adaptive.figures(), &block.figures(), with_corunner).is_some();
             let (busy, ios) = adaptive.turns.iter().fold((0, 0), |(b, n), t| (b + t.busy_ios, n + t.ios));
             let fell_back: u64 = adaptive.turns.iter().map(|t| t.spin_fallbacks).sum();
+            let sync = find(&first, StrategyChoice::Fixed(Strategy::Sync));
+            let vs_sync =
+                sync.filter(|_| adaptive.strategy == StrategyChoice::Smart).and_then(|s| paired_log_ci95(adaptive, s));
             bars.push(AcsBar {
                 record_type: "acs_bar",
                 device,
@@ -615,6 +670,9 @@ pub fn conclude(
                 settled: done.is_some(),
                 settled_by: done,
                 load_avg: [0.0; 2],
+                reads_by_wait: reads_by_wait(&adaptive.turns),
+                vs_sync_pct: vs_sync.map(|(m, _)| (1.0 - m.exp()) * 100.0),
+                vs_sync_interval95_pct: vs_sync.map(|(m, h)| saved_interval(m, h)),
             });
         }
     }
@@ -827,6 +885,8 @@ struct PieceSum {
     corunner_work: u64,
     corunner_ns: u64,
     with_load: bool,
+    waits: [u64; Strategy::COUNT],
+    wait_ns: [u64; Strategy::COUNT],
 }
 
 impl PieceSum {
@@ -845,6 +905,8 @@ impl PieceSum {
             by_reason: c.by_reason,
             spin_fallbacks: c.spin_fallbacks,
             p50_ns: c.hist.value_at_quantile(0.5),
+            waits_by_strategy: self.waits,
+            wait_ns_by_strategy: self.wait_ns,
         }
     }
 }
@@ -865,7 +927,16 @@ fn read_slice(
     let t0 = now_ns();
     for i in order {
         let off = pattern.block(i, blocks) * BLOCK_BYTES;
+        // Each read's own time, by the way the port waited (the strategy whose count it
+        // added): every strategy's reads pay the same two clock reads.
+        let ways = port.counters().by_strategy;
+        let r0 = now_ns();
         let n = port.read_at(buf, off)?;
+        let took = now_ns() - r0;
+        if let Some(w) = port.counters().by_strategy.iter().zip(ways).position(|(a, b)| *a != b) {
+            sum.waits[w] += 1;
+            sum.wait_ns[w] += took;
+        }
         if n != buf.len() {
             return Err(Error::new(ErrorKind::Io, format!("short read of {n} bytes at {off}")));
         }
@@ -1688,6 +1759,38 @@ mod tests {
         assert_eq!(after.unwrap(), before);
         // A queue without a scheduler file (zram's): no guard.
         assert_eq!(SchedulerGuard::at(q.join("iosched")).err().map(|e| e.kind), Some(ErrorKind::Setup));
+    }
+
+    #[test]
+    fn smarts_bar_says_how_it_fared_against_sync_piece_by_piece() {
+        let block = series("none", BLOCK, &[100.0, 200.0, 100.0, 150.0]);
+        let sync = series("none", StrategyChoice::Fixed(Strategy::Sync), &[90.0, 180.0, 90.0, 135.0]);
+        // smart: 5% more time than sync in every piece although pieces swing 2 x.
+        let smart = series("none", StrategyChoice::Smart, &[94.5, 189.0, 94.5, 141.75]);
+        let (_, bars) = conclude("loop", AcsPattern::Random, 9, &[block, sync, smart]);
+        let smart_bar = bars.iter().find(|b| b.adaptive == "smart").unwrap();
+        assert!((smart_bar.vs_sync_pct.unwrap() + 5.0).abs() < 1e-6, "{smart_bar:?}");
+        let [lo, hi] = smart_bar.vs_sync_interval95_pct.unwrap();
+        assert!((lo + 5.0).abs() < 1e-6 && (hi + 5.0).abs() < 1e-6, "exact ratios: {lo} {hi}");
+        let sync_bar = bars.iter().find(|b| b.adaptive == "sync").unwrap();
+        assert!(sync_bar.vs_sync_pct.is_none() && sync_bar.vs_sync_interval95_pct.is_none());
+        assert!(serde_json::to_value(sync_bar).unwrap().get("vs_sync_pct").is_none());
+    }
+
+    #[test]
+    fn reads_are_told_apart_by_the_way_they_waited() {
+        let mut a = Turn::default();
+        a.waits_by_strategy[Strategy::Sync.index()] = 97;
+        a.wait_ns_by_strategy[Strategy::Sync.index()] = 97 * 10_000;
+        a.waits_by_strategy[Strategy::Block.index()] = 3;
+        a.wait_ns_by_strategy[Strategy::Block.index()] = 3 * 40_000;
+        let w = reads_by_wait(&[a, a]);
+        assert_eq!(w.iter().map(|w| (w.wait, w.reads)).collect::<Vec<_>>(), [("block", 6), ("sync", 194)]);
+        let block = &w[0];
+        assert!((block.share_pct - 3.0).abs() < 1e-9 && (block.mean_us - 40.0).abs() < 1e-9, "{block:?}");
+        // 3 reads of 40 us against 97 of 10 us: 120 of 1090 us.
+        assert!((block.time_share_pct - 12_000.0 / 1090.0).abs() < 1e-9, "{block:?}");
+        assert!(reads_by_wait(&[Turn::default()]).is_empty());
     }
 
     #[test]
