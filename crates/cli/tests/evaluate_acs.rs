@@ -45,6 +45,48 @@ fn acs_bad_input_exits_2_and_writes_nothing() {
 }
 
 #[test]
+fn acs_names_what_a_later_step_needs_before_it_creates_or_measures_anything() {
+    let dir_guard = scratch("needs");
+    let dir = dir_guard.path().to_path_buf();
+    let home = dir.join("home");
+    let report = dir.join("r");
+    let r = report.to_str().unwrap();
+    let args = ["evaluate", "--study", "acs", "--tiny", "--targets", "zram", "--out", r];
+    // A copy of the binary without libsmartcon.so beside it (how seed 001's first default
+    // run failed, at its unmodified readers, after 8 minutes of measurement): refused at once.
+    let exe = dir.join("smartcon");
+    std::fs::copy(env!("CARGO_BIN_EXE_smartcon"), &exe).unwrap();
+    let out = Command::new(&exe).env("SMARTCON_HOME", &home).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("libsmartcon.so:") && err.contains("cargo build --release"), "{err}");
+    assert!(err.contains(&dir.display().to_string()), "names where it looked: {err}");
+    assert!(!report.exists(), "a refused run claimed its report directory");
+    let records = std::fs::read_dir(home.join("devices")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(records, 0, "a refused run created a device");
+    // The tools, from PATH: none there, each named with its package.
+    let empty = dir.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = smartcon_with_path(&home, &empty, &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for named in ["mkfs.ext2: ", "(install e2fsprogs)", "dd: ", "fio: "] {
+        assert!(err.contains(named), "{named}: {err}");
+    }
+    assert!(!err.contains("losetup"), "zram alone needs no losetup: {err}");
+    assert!(!report.exists(), "a refused run claimed its report directory");
+}
+
+fn smartcon_with_path(home: &Path, path: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_smartcon"))
+        .env("SMARTCON_HOME", home)
+        .env("PATH", path)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
 fn acs_tiny_measures_every_cell_and_leaves_nothing() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {

@@ -118,6 +118,46 @@ impl Drop for Busy {
     }
 }
 
+thread_local! {
+    /// The I/O a port is making for this thread now: its descriptor and buffer address.
+    static OWN_IO: Cell<(i32, usize)> = const { Cell::new((-1, 0)) };
+}
+
+/// Marks the I/O a port makes for the calling thread (see [`is_own_io`]) until dropped.
+/// A port's `sync` wait is the plain pread/pwrite, which is this library's own interposed
+/// function: without the mark it went through the interposer a second time and was
+/// counted as a call of the program's passed through ("reentrant"), one per I/O taken.
+/// Not on a helper's stack (a helper shares its creator's thread-local storage).
+pub struct OwnIo {
+    prev: Option<(i32, usize)>,
+}
+
+impl OwnIo {
+    pub fn mark(fd: i32, addr: usize) -> OwnIo {
+        if crate::helper::current().is_some() {
+            return OwnIo { prev: None };
+        }
+        OwnIo { prev: OWN_IO.try_with(|c| c.replace((fd, addr))).ok() }
+    }
+}
+
+impl Drop for OwnIo {
+    fn drop(&mut self) {
+        if let Some(prev) = self.prev {
+            let _ = OWN_IO.try_with(|c| c.set(prev));
+        }
+    }
+}
+
+/// Whether a call on `fd` with the buffer at `addr` is the one a port is making for this
+/// thread ([`OwnIo`]): the library's own, to be sent to the real function uncounted. A
+/// signal handler's call meanwhile has a buffer of its own, so it is not mistaken for it.
+#[inline]
+pub fn is_own_io(fd: i32, addr: usize) -> bool {
+    let own = OWN_IO.try_with(|c| c.get()).unwrap_or((-1, 0));
+    own.0 == fd && own.1 == addr && crate::helper::current().is_none()
+}
+
 /// Whether the thread is inside the library now (its own calls see real time).
 pub fn inside() -> bool {
     match crate::helper::current() {

@@ -17,7 +17,9 @@
 //!   instant of the write).
 //! - errno is left as the caller had it on success, as the system call leaves it.
 //! - Calls made while the thread is already inside the library (its own I/O, a signal
-//!   handler that interrupted it) go to the real function.
+//!   handler that interrupted it) go to the real function. The library's own plain call
+//!   (a port's `sync` wait re-entering `pread`/`pwrite`) is recognised by its descriptor
+//!   and buffer ([`crate::guard::OwnIo`]) and is not counted as the program's.
 //! - Calls that create, close or re-flag descriptors reset the descriptor table entry.
 //!
 //! `open`, `openat`, `fcntl` are variadic in C; they are declared here with their
@@ -29,7 +31,7 @@ use libc::{c_char, c_int, c_long, c_uint, c_void, iovec, mode_t, off_t, size_t, 
 use crate::bypass::{self, Pass, Seen};
 use crate::emu;
 use crate::fdtable::{self, Class};
-use crate::guard::Busy;
+use crate::guard::{self, Busy};
 use crate::process;
 use crate::real::{self, call_real};
 
@@ -57,6 +59,13 @@ enum Dir {
 }
 
 impl Dir {
+    fn addr(self) -> usize {
+        match self {
+            Dir::Read(p) => p as usize,
+            Dir::Write(p) => p as usize,
+        }
+    }
+
     fn emu(self) -> emu::Buf {
         match self {
             Dir::Read(p) => emu::Buf::Read(p),
@@ -83,6 +92,8 @@ unsafe fn taken_at(fd: c_int, generation: u64, dir: Dir, len: size_t, off: off_t
         return None;
     };
     let saved = real::errno();
+    // The port's plain call (a `sync` wait) comes back through `positional`: marked as ours.
+    let _own = guard::OwnIo::mark(fd, dir.addr());
     let r = process::with_thread(|st| {
         let Some(port) = st.port(fd, generation) else { return Some(Err(Pass::NoPort)) };
         let res = match dir {
@@ -129,7 +140,9 @@ unsafe fn positional(fd: c_int, dir: Dir, len: size_t, off: off_t) -> ssize_t {
             return n;
         }
     }
-    if process::active() {
+    // A port's own plain call (its `sync` wait, made inside `taken_at`): the real call at
+    // once, not counted as the program's (see guard::OwnIo).
+    if process::active() && !guard::is_own_io(fd, dir.addr()) {
         if let Some((generation, _, append)) = taken_class(fd) {
             // pwrite on O_APPEND appends at the end whatever the offset (Linux): real call.
             if append && matches!(dir, Dir::Write(_)) {

@@ -252,6 +252,70 @@ impl AcsPlan {
         Ok(())
     }
 
+    /// What the study's steps need from this machine and it lacks, each with how to get it,
+    /// looked up before anything is created or measured ([`AcsPlan::preflight`]): root for
+    /// the devices, `mkfs.ext2` (and `losetup` for the loop device), and for the unmodified
+    /// readers, which come last (after every device's groups, 8 minutes and more), `dd`,
+    /// `fio` and libsmartcon.so beside [`AcsPlan::smartcon_exe`] (`smartcon run` preloads
+    /// it). `euid` and `path` (a `PATH` value; `None`: execvp's default) stand in for the
+    /// process's own, so a test can ask for a machine that lacks things.
+    pub fn missing(&self, euid: u32, path: Option<&std::ffi::OsStr>) -> Vec<String> {
+        let dirs: Vec<PathBuf> = std::env::split_paths(path.unwrap_or(std::ffi::OsStr::new("/bin:/usr/bin"))).collect();
+        let have = |tool: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            dirs.iter()
+                .any(|d| d.join(tool).metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+        };
+        let mut out = Vec::new();
+        if !self.devices.is_empty() {
+            if euid != 0 {
+                out.push(
+                    "root: the study creates its loop and zram devices (run it as root, e.g. with sudo)".to_string(),
+                );
+            }
+            if !have("mkfs.ext2") {
+                out.push("mkfs.ext2: each device is formatted ext2 (install e2fsprogs)".to_string());
+            }
+            if self.devices.contains(&FsDeviceKind::Loop) && !have("losetup") {
+                out.push("losetup: it attaches the loop device (install util-linux, or --targets zram)".to_string());
+            }
+        }
+        if let (true, Some(exe)) = (self.reader_rounds > 0 && !self.devices.is_empty(), &self.smartcon_exe) {
+            let dir = exe.parent().unwrap_or(Path::new("."));
+            if smartcon_preload_contract::launch::library_in(dir).is_none() {
+                out.push(format!(
+                    "{lib}: the unmodified readers run under `smartcon run`, which preloads {lib} from beside the binary ({}) or its deps/ (build it with `cargo build --release`, or alone `cargo build --release -p smartcon-preload`, and run target/release/smartcon, or copy {lib} beside the binary)",
+                    dir.display(),
+                    lib = smartcon_preload_contract::env::LIBRARY_FILE
+                ));
+            }
+            for (tool, what, package) in [("dd", "sequential", "coreutils"), ("fio", "random", "fio")] {
+                if !have(tool) {
+                    out.push(format!("{tool}: the unmodified {what} reader (install {package})"));
+                }
+            }
+        }
+        out
+    }
+
+    /// Refuses (before anything is created or measured) a run whose later steps would fail
+    /// on this machine: [`AcsPlan::missing`] for this process.
+    pub fn preflight(&self) -> Result<(), Error> {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        let missing = self.missing(euid, std::env::var_os("PATH").as_deref());
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Setup,
+            format!(
+                "--study acs needs what this machine lacks (nothing was created or measured): {}",
+                missing.join("; ")
+            ),
+        ))
+    }
+
     /// The device's size: the file, ext2's metadata (about 1/64 with 4 KiB blocks) and room.
     pub fn device_bytes(&self) -> u64 {
         (self.file_bytes + self.file_bytes / 16 + (16 << 20)).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
@@ -333,6 +397,54 @@ pub struct AcsBar {
     pub settled_by: Option<&'static str>,
     /// The 1-minute load average when the group started and ended (the machine is shared).
     pub load_avg: [f64; 2],
+    /// The adaptive strategy's reads by the way its port waited (`sync`, `block`, `spin`):
+    /// how many, their share and their mean time. smart's blocking is the plain call
+    /// (`sync`) or io_uring's wait (`block`), as its block check picks.
+    pub reads_by_wait: Vec<WaitShare>,
+    /// smart's bars: the time smart saved against `sync` (the plain call every read) under
+    /// the same scheduler, percent, and its paired 95% interval, piece by piece: whether
+    /// smart's gap to `sync` is more than the pieces' noise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_sync_pct: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_sync_interval95_pct: Option<[f64; 2]>,
+}
+
+/// One way of waiting in [`AcsBar::reads_by_wait`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitShare {
+    pub wait: &'static str,
+    pub reads: u64,
+    pub share_pct: f64,
+    pub mean_us: f64,
+    /// The share of the adaptive strategy's read time these reads took.
+    pub time_share_pct: f64,
+}
+
+/// The reads of `turns` by the way they waited.
+fn reads_by_wait(turns: &[Turn]) -> Vec<WaitShare> {
+    let (mut n, mut ns) = ([0u64; Strategy::COUNT], [0u64; Strategy::COUNT]);
+    for t in turns {
+        for i in 0..Strategy::COUNT {
+            n[i] += t.waits_by_strategy[i];
+            ns[i] += t.wait_ns_by_strategy[i];
+        }
+    }
+    let (total_n, total_ns) = (n.iter().sum::<u64>().max(1) as f64, ns.iter().sum::<u64>().max(1) as f64);
+    Strategy::ALL
+        .iter()
+        .filter(|s| n[s.index()] > 0)
+        .map(|s| {
+            let i = s.index();
+            WaitShare {
+                wait: s.name(),
+                reads: n[i],
+                share_pct: n[i] as f64 * 100.0 / total_n,
+                mean_us: ns[i] as f64 / n[i] as f64 / 1e3,
+                time_share_pct: ns[i] as f64 * 100.0 / total_ns,
+            }
+        })
+        .collect()
 }
 
 /// One `acs_reader` record: an unmodified reader (dd, fio) under `smartcon run`.
@@ -406,6 +518,10 @@ pub struct Turn {
     pub spin_fallbacks: u64,
     /// The median time of one read, ns.
     pub p50_ns: u64,
+    /// Reads and their summed time (each read's own, as the study saw it), ns, by the way
+    /// the port waited ([`Strategy::index`]): what smart's waits of each kind cost.
+    pub waits_by_strategy: [u64; Strategy::COUNT],
+    pub wait_ns_by_strategy: [u64; Strategy::COUNT],
 }
 
 /// The pieces of one (scheduler, strategy) over a group's rounds, in the order read: piece
@@ -530,6 +646,9 @@ pub fn conclude(
             let dominates = judge::beats(&adaptive.figures(), &block.figures(), with_corunner).is_some();
             let (busy, ios) = adaptive.turns.iter().fold((0, 0), |(b, n), t| (b + t.busy_ios, n + t.ios));
             let fell_back: u64 = adaptive.turns.iter().map(|t| t.spin_fallbacks).sum();
+            let sync = find(&first, StrategyChoice::Fixed(Strategy::Sync));
+            let vs_sync =
+                sync.filter(|_| adaptive.strategy == StrategyChoice::Smart).and_then(|s| paired_log_ci95(adaptive, s));
             bars.push(AcsBar {
                 record_type: "acs_bar",
                 device,
@@ -551,6 +670,9 @@ pub fn conclude(
                 settled: done.is_some(),
                 settled_by: done,
                 load_avg: [0.0; 2],
+                reads_by_wait: reads_by_wait(&adaptive.turns),
+                vs_sync_pct: vs_sync.map(|(m, _)| (1.0 - m.exp()) * 100.0),
+                vs_sync_interval95_pct: vs_sync.map(|(m, h)| saved_interval(m, h)),
             });
         }
     }
@@ -763,6 +885,8 @@ struct PieceSum {
     corunner_work: u64,
     corunner_ns: u64,
     with_load: bool,
+    waits: [u64; Strategy::COUNT],
+    wait_ns: [u64; Strategy::COUNT],
 }
 
 impl PieceSum {
@@ -781,6 +905,8 @@ impl PieceSum {
             by_reason: c.by_reason,
             spin_fallbacks: c.spin_fallbacks,
             p50_ns: c.hist.value_at_quantile(0.5),
+            waits_by_strategy: self.waits,
+            wait_ns_by_strategy: self.wait_ns,
         }
     }
 }
@@ -801,7 +927,16 @@ fn read_slice(
     let t0 = now_ns();
     for i in order {
         let off = pattern.block(i, blocks) * BLOCK_BYTES;
+        // Each read's own time, by the way the port waited (the strategy whose count it
+        // added): every strategy's reads pay the same two clock reads.
+        let ways = port.counters().by_strategy;
+        let r0 = now_ns();
         let n = port.read_at(buf, off)?;
+        let took = now_ns() - r0;
+        if let Some(w) = port.counters().by_strategy.iter().zip(ways).position(|(a, b)| *a != b) {
+            sum.waits[w] += 1;
+            sum.wait_ns[w] += took;
+        }
         if n != buf.len() {
             return Err(Error::new(ErrorKind::Io, format!("short read of {n} bytes at {off}")));
         }
@@ -876,7 +1011,7 @@ fn device_name(kind: FsDeviceKind) -> &'static str {
 }
 
 /// Runs the study. Records go to `on_record` as each group ends (an interrupted run keeps
-/// what it measured). Root only: without it, returns with a note and nothing measured.
+/// what it measured). Refuses to start ([`AcsPlan::preflight`]) where a step would fail.
 pub fn run(
     plan: &AcsPlan,
     monitor: &SystemMonitor,
@@ -885,12 +1020,9 @@ pub fn run(
     on_record: &mut dyn FnMut(&dyn erased::Record) -> Result<(), Error>,
 ) -> Result<AcsOutcome, Error> {
     plan.validate()?;
+    // Root, the tools and the readers' library, now: the readers come after every group.
+    plan.preflight()?;
     let mut out = AcsOutcome::default();
-    if let Some(why) = smartcon_workloads::blockdev::unavailable_reason() {
-        out.notes.push(format!("the acs study skipped: {why} (it creates a loop and a zram device with ext2)"));
-        progress(Event::Note(out.notes.last().expect("just pushed")));
-        return Ok(out);
-    }
     let loads: Vec<u32> = [0, plan.cpu_workers].into_iter().filter(|&w| w == 0 || plan.cpu_workers > 0).collect();
     let groups = plan.devices.len() * loads.len() * plan.patterns.len();
     progress(Event::Steps(groups as u64));
@@ -1627,6 +1759,99 @@ mod tests {
         assert_eq!(after.unwrap(), before);
         // A queue without a scheduler file (zram's): no guard.
         assert_eq!(SchedulerGuard::at(q.join("iosched")).err().map(|e| e.kind), Some(ErrorKind::Setup));
+    }
+
+    #[test]
+    fn smarts_bar_says_how_it_fared_against_sync_piece_by_piece() {
+        let block = series("none", BLOCK, &[100.0, 200.0, 100.0, 150.0]);
+        let sync = series("none", StrategyChoice::Fixed(Strategy::Sync), &[90.0, 180.0, 90.0, 135.0]);
+        // smart: 5% more time than sync in every piece although pieces swing 2 x.
+        let smart = series("none", StrategyChoice::Smart, &[94.5, 189.0, 94.5, 141.75]);
+        let (_, bars) = conclude("loop", AcsPattern::Random, 9, &[block, sync, smart]);
+        let smart_bar = bars.iter().find(|b| b.adaptive == "smart").unwrap();
+        assert!((smart_bar.vs_sync_pct.unwrap() + 5.0).abs() < 1e-6, "{smart_bar:?}");
+        let [lo, hi] = smart_bar.vs_sync_interval95_pct.unwrap();
+        assert!((lo + 5.0).abs() < 1e-6 && (hi + 5.0).abs() < 1e-6, "exact ratios: {lo} {hi}");
+        let sync_bar = bars.iter().find(|b| b.adaptive == "sync").unwrap();
+        assert!(sync_bar.vs_sync_pct.is_none() && sync_bar.vs_sync_interval95_pct.is_none());
+        assert!(serde_json::to_value(sync_bar).unwrap().get("vs_sync_pct").is_none());
+    }
+
+    #[test]
+    fn reads_are_told_apart_by_the_way_they_waited() {
+        let mut a = Turn::default();
+        a.waits_by_strategy[Strategy::Sync.index()] = 97;
+        a.wait_ns_by_strategy[Strategy::Sync.index()] = 97 * 10_000;
+        a.waits_by_strategy[Strategy::Block.index()] = 3;
+        a.wait_ns_by_strategy[Strategy::Block.index()] = 3 * 40_000;
+        let w = reads_by_wait(&[a, a]);
+        assert_eq!(w.iter().map(|w| (w.wait, w.reads)).collect::<Vec<_>>(), [("block", 6), ("sync", 194)]);
+        let block = &w[0];
+        assert!((block.share_pct - 3.0).abs() < 1e-9 && (block.mean_us - 40.0).abs() < 1e-9, "{block:?}");
+        // 3 reads of 40 us against 97 of 10 us: 120 of 1090 us.
+        assert!((block.time_share_pct - 12_000.0 / 1090.0).abs() < 1e-9, "{block:?}");
+        assert!(reads_by_wait(&[Turn::default()]).is_empty());
+    }
+
+    #[test]
+    fn what_a_later_step_needs_is_named_before_anything_is_measured() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (bin, exe_dir) = (dir.path().join("bin"), dir.path().join("release"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(exe_dir.join("deps")).unwrap();
+        let put = |p: &Path, mode: u32| {
+            std::fs::write(p, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        for tool in ["mkfs.ext2", "losetup", "dd", "fio"] {
+            put(&bin.join(tool), 0o755);
+        }
+        put(&exe_dir.join("smartcon"), 0o755);
+        let mut plan = AcsPlan::preset(AcsPreset::Default);
+        plan.smartcon_exe = Some(exe_dir.join("smartcon"));
+        let path = bin.clone().into_os_string();
+        let path = Some(path.as_os_str());
+        // The readers' library is missing: named, with how to build it, although every tool is there.
+        let m = plan.missing(0, path);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].starts_with("libsmartcon.so:") && m[0].contains("cargo build --release"), "{m:?}");
+        assert!(m[0].contains(&exe_dir.display().to_string()), "{m:?}");
+        // Beside the binary, or in its deps/ (cargo's two places): nothing missing.
+        put(&exe_dir.join("deps/libsmartcon.so"), 0o644);
+        assert_eq!(plan.missing(0, path), Vec::<String>::new());
+        std::fs::remove_file(exe_dir.join("deps/libsmartcon.so")).unwrap();
+        put(&exe_dir.join("libsmartcon.so"), 0o644);
+        assert_eq!(plan.missing(0, path), Vec::<String>::new());
+        // Not root: named.
+        let m = plan.missing(1000, path);
+        assert!(m.len() == 1 && m[0].starts_with("root:"), "{m:?}");
+        // Each tool gone (or not executable) is named, with its package.
+        for (tool, package) in
+            [("fio", "fio"), ("dd", "coreutils"), ("mkfs.ext2", "e2fsprogs"), ("losetup", "util-linux")]
+        {
+            std::fs::set_permissions(bin.join(tool), std::fs::Permissions::from_mode(0o644)).unwrap();
+            let m = plan.missing(0, path);
+            assert!(m.len() == 1 && m[0].starts_with(&format!("{tool}:")) && m[0].contains(package), "{tool}: {m:?}");
+            std::fs::remove_file(bin.join(tool)).unwrap();
+            assert_eq!(plan.missing(0, path), m, "{tool} removed");
+            put(&bin.join(tool), 0o755);
+        }
+        // An empty PATH and no root: everything at once; preflight's error is a setup error.
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let m = plan.missing(1000, Some(empty.as_os_str()));
+        assert_eq!(m.len(), 5, "{m:?}");
+        // Without readers (or the binary to run them), their library and tools are not needed;
+        // zram alone needs no losetup.
+        let mut no_readers = plan.clone();
+        no_readers.reader_rounds = 0;
+        assert_eq!(no_readers.missing(0, Some(empty.as_os_str())).len(), 2);
+        no_readers.smartcon_exe = None;
+        no_readers.reader_rounds = 5;
+        no_readers.devices = vec![FsDeviceKind::Zram];
+        let m = no_readers.missing(0, Some(empty.as_os_str()));
+        assert!(m.len() == 1 && m[0].starts_with("mkfs.ext2:"), "{m:?}");
     }
 
     #[test]
