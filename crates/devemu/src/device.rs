@@ -624,7 +624,16 @@ impl VirtualFcfs {
         }
         self.now_ns = arrival;
         let pattern = self.streams.classify(req.stream, req.offset, req.bytes);
-        let (start_ns, channel) = earliest_channel(&self.free_at, arrival);
+        // The channel that frees first (an idle one: the lowest), as ChannelSet places it:
+        // every channel compared, without a branch on which is idle (where the first idle
+        // one lies is a coin toss on a busy device, a mispredicted branch per request).
+        let (mut start_ns, mut channel) = (self.free_at[0].max(arrival), 0);
+        for (i, &t) in self.free_at.iter().enumerate().skip(1) {
+            let k = t.max(arrival);
+            let earlier = k < start_ns;
+            start_ns = if earlier { k } else { start_ns };
+            channel = if earlier { i } else { channel };
+        }
         let service = self.memo.service_ns(&self.spec, req, pattern, &mut self.heads[channel], start_ns);
         let (complete_ns, error) = if self.faults.is_empty() {
             (start_ns + service, false)
@@ -652,55 +661,6 @@ impl VirtualFcfs {
     pub fn busy_at(&self, at_ns: u64) -> usize {
         self.free_at.iter().map(|&t| usize::from(t > at_ns)).sum()
     }
-}
-
-/// Bits of a channel's index in [`earliest_channel`]'s packed keys.
-const CHANNEL_BITS: u32 = (crate::model::CHANNELS_MAX - 1).ilog2() + 1;
-
-/// The channel that frees first for a request arriving at `arrival` (an idle one: the
-/// lowest), and its start: the least `max(free_at[i], arrival)`, ties to the lowest `i`, as
-/// ChannelSet places it. Every channel is compared, without a branch on which is idle (where
-/// the first idle one lies is a coin toss on a busy device, a mispredicted branch per
-/// request).
-///
-/// Each channel's wait `free_at[i] - arrival` (0 when idle) is packed with its index into
-/// one key, `wait << CHANNEL_BITS | i`, whose least is the answer (ties to the lowest index
-/// by the low bits), taken in four independent lanes: a compare-and-select chain a quarter
-/// as long as one that carries the start and the index across every channel (7% of a
-/// streamed replay's CPU on 8 channels). A wait too long to pack (from 2^54 ns, over 200
-/// days) takes that chain.
-#[inline(always)]
-fn earliest_channel(free_at: &[u64], arrival: u64) -> (u64, usize) {
-    const LANES: usize = 4;
-    let mut lane = [u64::MAX; LANES];
-    let mut waits = 0u64;
-    let chunks = free_at.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for (c, chunk) in chunks.enumerate() {
-        for (j, &t) in chunk.iter().enumerate() {
-            let wait = t.saturating_sub(arrival);
-            waits |= wait;
-            lane[j] = lane[j].min(wait << CHANNEL_BITS | (c * LANES + j) as u64);
-        }
-    }
-    let base = free_at.len() - tail.len();
-    for (j, &t) in tail.iter().enumerate() {
-        let wait = t.saturating_sub(arrival);
-        waits |= wait;
-        lane[j] = lane[j].min(wait << CHANNEL_BITS | (base + j) as u64);
-    }
-    if waits >> (u64::BITS - CHANNEL_BITS) == 0 {
-        let best = lane[0].min(lane[1]).min(lane[2].min(lane[3]));
-        return (arrival + (best >> CHANNEL_BITS), (best & ((1 << CHANNEL_BITS) - 1)) as usize);
-    }
-    let (mut start_ns, mut channel) = (free_at[0].max(arrival), 0);
-    for (i, &t) in free_at.iter().enumerate().skip(1) {
-        let k = t.max(arrival);
-        let earlier = k < start_ns;
-        start_ns = if earlier { k } else { start_ns };
-        channel = if earlier { i } else { channel };
-    }
-    (start_ns, channel)
 }
 
 /// Where and when a request runs, fixed at its arrival ([`VirtualFcfs::place`]).
@@ -796,45 +756,6 @@ mod tests {
 
     fn req(id: u64, arrival_ns: u64, op: Op, offset: u64, bytes: u64, priority: u8) -> Request {
         Request { id, arrival_ns, op, offset, bytes, priority, stream: 0 }
-    }
-
-    #[test]
-    fn the_packed_channel_choice_is_the_chain_of_compares() {
-        // The chain earliest_channel replaced: least max(free_at, arrival), lowest on ties.
-        fn chain(free_at: &[u64], arrival: u64) -> (u64, usize) {
-            let (mut start_ns, mut channel) = (free_at[0].max(arrival), 0);
-            for (i, &t) in free_at.iter().enumerate().skip(1) {
-                if t.max(arrival) < start_ns {
-                    (start_ns, channel) = (t.max(arrival), i);
-                }
-            }
-            (start_ns, channel)
-        }
-        let mut rng = smartcon_util::rng::Rng::new(33);
-        let mut long_waits = 0;
-        for round in 0..200_000u64 {
-            let n = [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 1024][(round % 11) as usize];
-            let arrival = match round % 4 {
-                0 => rng.below(1000),
-                1 => rng.next_u64() >> 8,
-                2 => u64::MAX - rng.below(1000),
-                _ => 1 << 54,
-            };
-            // Idle channels, ties, waits of every size up to u64::MAX.
-            let free_at: Vec<u64> = (0..n)
-                .map(|_| match rng.below(6) {
-                    0 => arrival.saturating_sub(rng.below(100)),
-                    1 => arrival,
-                    2 => arrival.saturating_add(rng.below(4)),
-                    3 => arrival.saturating_add(rng.next_u64() >> (10 + rng.below(50))),
-                    4 => arrival.saturating_add((1 << 54) - 1 - rng.below(2)),
-                    _ => rng.next_u64(),
-                })
-                .collect();
-            long_waits += usize::from(free_at.iter().any(|&t| t.saturating_sub(arrival) >> 54 != 0));
-            assert_eq!(earliest_channel(&free_at, arrival), chain(&free_at, arrival), "{free_at:?} at {arrival}");
-        }
-        assert!(long_waits > 10_000 && long_waits < 190_000, "both ways taken: {long_waits}");
     }
 
     /// The paper's server loop: after every event simulate ahead; an arrival before the
