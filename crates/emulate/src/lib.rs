@@ -28,6 +28,7 @@ pub mod scenario;
 pub mod stats;
 pub mod sweep;
 pub mod trace;
+pub mod trace_input;
 pub mod vm;
 pub mod vmsweep;
 

@@ -223,7 +223,8 @@ pub const CHUNKS_AHEAD: usize = 2;
 /// iterator (the same run): a reader thread parses the trace into chunks of [`BATCH_IOS`]
 /// I/Os ([`TraceReader::next_batch`]) and hands them over a bounded channel (at most
 /// [`CHUNKS_AHEAD`] waiting, the vectors sent back for reuse) to this thread, which replays
-/// them. The parsing runs on another core; `cpu_ns` is the CPU time of both threads.
+/// them. The parsing runs on another core; `cpu_ns` is the CPU time of both threads (and
+/// of the file's reader thread, [`crate::trace_input::TraceInput`]).
 pub fn replay_reader<R: BufRead + Send>(
     spec: &EmuSpec,
     reader: &mut TraceReader<R>,
@@ -233,6 +234,7 @@ pub fn replay_reader<R: BufRead + Send>(
     use std::sync::mpsc::sync_channel;
     let (tx, rx) = sync_channel::<Result<Vec<TraceIo>, TraceError>>(CHUNKS_AHEAD);
     let (back_tx, back_rx) = sync_channel::<Vec<TraceIo>>(CHUNKS_AHEAD + 2);
+    let reader_cpu = reader.reader_cpu_clock();
     std::thread::scope(|scope| {
         let parser = scope.spawn(move || {
             let cpu0 = thread_cpu_ns();
@@ -257,7 +259,9 @@ pub fn replay_reader<R: BufRead + Send>(
         let src = Chunks::new(Piped { rx, back: back_tx }, Vec::new());
         let run = run_chunks(spec, src, faults, hooks, false);
         let parser_cpu_ns = parser.join().expect("the trace parser thread panicked");
-        run.map(|r| VirtualRun { cpu_ns: r.cpu_ns + parser_cpu_ns, ..r })
+        // The file's reader thread, if any, has read its last block (the parser saw the end).
+        let reader_cpu_ns = reader_cpu.map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed));
+        run.map(|r| VirtualRun { cpu_ns: r.cpu_ns + parser_cpu_ns + reader_cpu_ns, ..r })
     })
 }
 

@@ -39,9 +39,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::io::{BufRead, BufReader, Read};
+use std::io::BufRead;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+pub use crate::trace_input::TraceInput;
 use smartcon_devemu::Op;
 use smartcon_engine::error::{Error, ErrorKind};
 
@@ -1468,28 +1471,37 @@ pub struct TraceReader<R: BufRead> {
     /// a time).
     #[cfg(target_arch = "x86_64")]
     ssse3: Option<fast::Ssse3>,
+    /// The CPU time of the thread that reads the file's blocks ([`TraceInput`]), if any.
+    reader_cpu: Option<Arc<AtomicU64>>,
 }
 
-impl TraceReader<BufReader<Box<dyn Read + Send>>> {
-    /// Opens a trace file (`-` is standard input), gzip or not.
+impl TraceReader<TraceInput> {
+    /// Opens a trace file (`-` is standard input), gzip or not. A regular file is read by
+    /// `O_DIRECT` blocks where it can be ([`TraceInput`]), a gzip file's decompressor reading
+    /// from them.
     pub fn open(path: &Path, options: TraceOptions) -> Result<Self, TraceError> {
         let name = path.display().to_string();
         let with_path = |e: TraceError| TraceError { path: Some(name.clone()), ..e };
-        let raw: Box<dyn Read + Send> = if path.as_os_str() == "-" {
-            Box::new(std::io::stdin())
+        let mut raw = if path.as_os_str() == "-" {
+            TraceInput::buffered(Box::new(std::io::stdin()))
         } else {
             // Non-blocking, regular files only: a FIFO or a device is refused, not read.
-            Box::new(smartcon_util::paths::open_input("", path).map_err(|e| with_path(bad(0, e.what)))?)
+            TraceInput::file(smartcon_util::paths::open_input("", path).map_err(|e| with_path(bad(0, e.what)))?)
         };
-        let mut buffered = BufReader::with_capacity(1 << 16, raw);
-        let head = buffered.fill_buf().map_err(|e| with_path(bad(0, format!("cannot read: {e}"))))?;
-        let input: Box<dyn Read + Send> = if head.starts_with(&[0x1f, 0x8b]) {
-            Box::new(flate2::bufread::MultiGzDecoder::new(buffered))
+        let reader_cpu = raw.reader_cpu_ns();
+        let head = raw.fill_buf().map_err(|e| with_path(bad(0, format!("cannot read: {e}"))))?;
+        let input = if head.starts_with(&[0x1f, 0x8b]) {
+            TraceInput::buffered(Box::new(flate2::bufread::MultiGzDecoder::new(raw)))
+        } else if raw.is_direct() {
+            raw
         } else {
-            Box::new(buffered)
+            // Standard input (or a file without O_DIRECT) as before: its 64 KiB buffer read
+            // through another, which passes reads of its size straight through.
+            TraceInput::buffered(Box::new(raw))
         };
-        let mut r = TraceReader::new(BufReader::with_capacity(1 << 16, input), options).map_err(with_path)?;
+        let mut r = TraceReader::new(input, options).map_err(with_path)?;
         r.path = Some(name);
+        r.reader_cpu = Some(reader_cpu);
         Ok(r)
     }
 }
@@ -1550,6 +1562,7 @@ impl<R: BufRead> TraceReader<R> {
             general_only: false,
             #[cfg(target_arch = "x86_64")]
             ssse3: fast::Ssse3::detect(),
+            reader_cpu: None,
         };
         r.detect()?;
         Ok(r)
@@ -1561,6 +1574,17 @@ impl<R: BufRead> TraceReader<R> {
 
     pub fn stats(&self) -> TraceStats {
         self.stats
+    }
+
+    /// The CPU time so far of the thread that reads the file for this reader (0 when there
+    /// is none): a replay counts it with the parser's and its own.
+    pub fn reader_cpu_ns(&self) -> u64 {
+        self.reader_cpu.as_ref().map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// Where [`TraceReader::reader_cpu_ns`] reads (for a caller that lends the reader out).
+    pub(crate) fn reader_cpu_clock(&self) -> Option<Arc<AtomicU64>> {
+        self.reader_cpu.clone()
     }
 
     /// Reads one raw line into `buf` (without its newline); false at the end.
@@ -2604,6 +2628,7 @@ pub(crate) fn mixed_trace(format: TraceFormat, seed: u64, n: usize, tail: Tail) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{BufReader, Read};
 
     const BLK: &str = "\
   8,0    1        1     0.000000000  4162  Q   R 2048 + 8 [fio]
