@@ -20,7 +20,7 @@ declare -A RANK=(
     # device and clock services
     [emu]=1 [port]=1 [devices]=1 [vclock::domain]=1 [vclock::sleep]=1 [vclock]=1
     # base
-    [real]=0 [guard]=0 [helper]=0 [config]=0 [bypass]=0 [record]=0
+    [real]=0 [guard]=0 [helper]=0 [config]=0 [bypass]=0 [record]=0 [fpset]=0
 )
 LAYER=(base services routing interposition)
 
