@@ -69,15 +69,27 @@ pub fn headline(cells: &[Cell], criteria: &[Criterion]) -> String {
 /// How long a cell runs, as the header says it.
 fn per_cell(plan: &Plan) -> String {
     let d = format_ns(plan.duration_ns as f64);
+    let mut notes = Vec::new();
     if plan.rounds_bm_only_large > plan.rounds_bm_only {
         let k = plan.rounds_bm_only_large as f64 / plan.rounds_bm_only as f64;
-        format!(
-            "{d} per cell ({}x that without a load for requests of {} and more on the local disk: more turns of the same length)",
+        notes.push(format!(
+            "{}x that without a load for requests of {} and more on the local disk: more turns of the same length",
             format_g(k),
             format_size(smartcon_study::evaluate::plan::LARGE_REQUEST_BYTES)
-        )
-    } else {
+        ));
+    }
+    if plan.rounds_bm_only_very_fast > plan.rounds_bm_only {
+        notes.push(format!(
+            "without a load on a very fast device {} turns of {} each instead of {}",
+            plan.rounds_bm_only_very_fast,
+            format_ns(plan.duration_ns as f64 / plan.rounds_bm_only_very_fast as f64),
+            plan.rounds_bm_only
+        ));
+    }
+    if notes.is_empty() {
         format!("{d} per cell")
+    } else {
+        format!("{d} per cell ({})", notes.join("; "))
     }
 }
 
@@ -737,4 +749,20 @@ fn pareto_plots(dir: &Path, plan: &Plan, cells: &[Cell]) -> Result<usize> {
         n += 1;
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smartcon_study::evaluate::plan::{plan, PlanOptions};
+
+    #[test]
+    fn the_header_says_which_cells_take_other_turns() {
+        let p = plan(&PlanOptions::default()).unwrap();
+        let text = per_cell(&p);
+        assert!(text.contains("16x that without a load"), "{text}");
+        assert!(text.contains("on a very fast device 60 turns of 5.00 ms each instead of 4"), "{text}");
+        let chosen = plan(&PlanOptions { rounds: Some(6), ..PlanOptions::default() }).unwrap();
+        assert_eq!(per_cell(&chosen), "300.00 ms per cell");
+    }
 }

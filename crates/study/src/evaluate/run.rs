@@ -85,6 +85,7 @@ impl Opened {
             has_fs: self.postmark_dir.is_some(),
             // A file on the local disk: a file target smartcon did not put on a ramdisk.
             local_disk: !self.created && self.postmark_dir.is_some(),
+            very_fast: self.profile.class == DeviceClass::VeryFast,
         }
     }
 }
@@ -452,7 +453,7 @@ fn run_cell(
             let (result, counts) = match (&o.postmark_dir, w) {
                 (Some(dir), Workload::Postmark) => {
                     let spec = PostmarkSpec {
-                        duration_ns: plan.turn_ns(load, w),
+                        duration_ns: plan.turn_ns(load, w, o.shape()),
                         strategy,
                         // One seed per round: every strategy does the same transactions.
                         seed: 1 + round as u64,
@@ -463,7 +464,7 @@ fn run_cell(
                     })?;
                     (x.job, Some(x.counts))
                 }
-                _ => (run_phases(o, cellplan, strategy, round, plan.turn_ns(load, w), monitor, stop)?, None),
+                _ => (run_phases(o, cellplan, strategy, round, plan.turn_ns(load, w, o.shape()), monitor, stop)?, None),
             };
             let kernel_cpu_pct = kernel.map_or(0.0, |k| k.pct_since());
             let turn = Turn { result, corunner: corunners.since(start), counts };
