@@ -230,6 +230,24 @@ impl Drop for SmartTargetPort<'_> {
     }
 }
 
+/// Where an I/O goes in its file: at an offset (pread/pwrite), or at the descriptor's file
+/// offset, which it advances (read/write).
+#[derive(Debug, Clone, Copy)]
+enum At {
+    Offset(u64),
+    Current,
+}
+
+impl At {
+    #[inline]
+    fn offset(self) -> Option<u64> {
+        match self {
+            At::Offset(o) => Some(o),
+            At::Current => None,
+        }
+    }
+}
+
 /// Which of the port's checks measures an I/O's wait, and the way it waited.
 #[derive(Debug, Clone, Copy)]
 enum Checked {
@@ -540,6 +558,24 @@ impl<'t> SmartTargetPort<'t> {
         self.transfer(IoBuf::Write(buf), offset)
     }
 
+    /// One read at the descriptor's file offset, which it advances by the bytes read, as
+    /// read(2) does: the same decision, wait and counting as [`SmartTargetPort::read_at`].
+    /// A `sync` wait is read(2) itself; a ring wait takes the offset with lseek and moves
+    /// it after (io_uring's own "current position" does not move it for an O_DIRECT read
+    /// that completes asynchronously: see `FilePort::transfer_current`). On an O_DIRECT
+    /// descriptor the buffer's address and length are checked here; the offset, which the
+    /// port does not know before the I/O, is checked by the kernel (EINVAL, no I/O, the
+    /// offset unchanged). The caller keeps other threads from moving the offset meanwhile.
+    /// Only ports on a descriptor have a file offset: on a target it is a usage error.
+    pub fn read_current(&mut self, buf: &mut [u8]) -> Result<usize, Error> {
+        self.transfer_where(IoBuf::Read(buf), At::Current)
+    }
+
+    /// One write at the descriptor's file offset, as [`SmartTargetPort::read_current`].
+    pub fn write_current(&mut self, buf: &[u8]) -> Result<usize, Error> {
+        self.transfer_where(IoBuf::Write(buf), At::Current)
+    }
+
     /// The decision for a request of `bytes` with `ahead` in flight before it: the
     /// strategy to wait with, for the SmartCon choices why, and for smart's spins whether
     /// the wait is one the spin check measures (`Some(spun)`).
@@ -593,13 +629,14 @@ impl<'t> SmartTargetPort<'t> {
         }
     }
 
-    fn check_aligned(&self, buf: &IoBuf<'_>, offset: u64) -> Result<(), Error> {
+    /// O_DIRECT's alignment of the buffer, the length and (when known) the offset.
+    fn check_aligned(&self, buf: &IoBuf<'_>, offset: Option<u64>) -> Result<(), Error> {
         let b = self.block_bytes;
         let what = if !(buf.addr() as u64).is_multiple_of(b) {
             format!("the buffer's address {:#x}", buf.addr())
         } else if !(buf.len() as u64).is_multiple_of(b) {
             format!("the length {}", buf.len())
-        } else if !offset.is_multiple_of(b) {
+        } else if let Some(offset) = offset.filter(|o| !o.is_multiple_of(b)) {
             format!("the offset {offset}")
         } else {
             return Ok(());
@@ -617,8 +654,13 @@ impl<'t> SmartTargetPort<'t> {
     /// One I/O: decide, wait that way, count. No allocation and no syscall beyond the
     /// I/O's own.
     pub fn transfer(&mut self, buf: IoBuf<'_>, offset: u64) -> Result<usize, Error> {
+        self.transfer_where(buf, At::Offset(offset))
+    }
+
+    #[inline]
+    fn transfer_where(&mut self, buf: IoBuf<'_>, at: At) -> Result<usize, Error> {
         if self.direct {
-            self.check_aligned(&buf, offset)?;
+            self.check_aligned(&buf, at.offset())?;
         }
         if buf.is_empty() {
             return Ok(0);
@@ -656,10 +698,16 @@ impl<'t> SmartTargetPort<'t> {
                 PortWait::Poll { policy, ahead }
             }
         };
-        let outcome = match &mut self.backend {
-            Backend::Fd(port) => port.transfer(buf, offset, wait),
-            Backend::Target(port) => port.transfer(buf, offset, wait),
-            Backend::Group => Err(group::no_port_below("a single I/O")),
+        let outcome = match (&mut self.backend, at) {
+            (Backend::Fd(port), At::Offset(offset)) => port.transfer(buf, offset, wait),
+            (Backend::Fd(port), At::Current) => port.transfer_current(buf, wait),
+            (Backend::Target(port), At::Offset(offset)) => port.transfer(buf, offset, wait),
+            (Backend::Target(_), At::Current) => Err(Error::os(
+                ErrorKind::Usage,
+                libc::ESPIPE,
+                "an I/O at the file offset through a port on a target: only a descriptor has one",
+            )),
+            (Backend::Group, _) => Err(group::no_port_below("a single I/O")),
         };
         drop(entered);
         let outcome = outcome?;
@@ -852,6 +900,52 @@ mod tests {
             assert_eq!(c.polled_ios > 0, s.is_polling(), "{s:?} polls exactly when it is a polling strategy");
         }
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn every_strategy_reads_and_writes_at_the_file_offset_and_advances_it() {
+        use std::io::{Seek, SeekFrom};
+        let (path, mut f) = temp_file("current", 3 * 4096 + 100);
+        for s in Strategy::ALL {
+            let mut port = SmartPort::open(f.as_raw_fd(), fixed(s)).unwrap();
+            f.seek(SeekFrom::Start(200)).unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut at = 200u64;
+            let mut sizes = Vec::new();
+            loop {
+                let n = port.read_current(&mut buf).unwrap();
+                sizes.push(n);
+                assert_eq!(f.stream_position().unwrap(), at + n as u64, "{s:?}: the offset moves by the bytes read");
+                if n == 0 {
+                    break;
+                }
+                assert!(buf[..n].iter().enumerate().all(|(i, &b)| b == ((at as usize + i) % 251) as u8), "{s:?}");
+                at += n as u64;
+            }
+            assert_eq!(sizes, [4096, 4096, 3996, 0], "{s:?}: the last read is short, then none");
+            // A write at the offset the program set, then the offset past it.
+            f.seek(SeekFrom::Start(4096)).unwrap();
+            assert_eq!(port.write_current(&[s.index() as u8; 10]).unwrap(), 10, "{s:?}");
+            assert_eq!(f.stream_position().unwrap(), 4096 + 10, "{s:?}");
+            let mut back = [0u8; 10];
+            assert_eq!(port.read_at(&mut back, 4096).unwrap(), 10);
+            assert_eq!(back, [s.index() as u8; 10], "{s:?}");
+            // The file as it was, for the next strategy's reads.
+            let was: Vec<u8> = (4096..4106).map(|i| (i % 251) as u8).collect();
+            assert_eq!(port.write_at(&was, 4096).unwrap(), 10);
+            assert_eq!(port.counters().ios, 7, "{s:?}: four reads, a write, a positional read and write");
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_port_on_a_target_has_no_file_offset() {
+        let target = crate::target::file::FileTarget::temporary(8192, None).unwrap();
+        let mut port = SmartTargetPort::on_target(&target, fixed(Strategy::Sync)).unwrap();
+        let mut buf = AlignedBuf::new(4096);
+        let e = port.read_current(buf.as_mut_slice()).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESPIPE), "{}", e.message);
+        assert_eq!(port.counters().ios, 0);
     }
 
     #[test]

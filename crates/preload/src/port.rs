@@ -1,4 +1,5 @@
-//! The one place a taken I/O is performed: [`Port::read_at`] and [`Port::write_at`].
+//! The one place a taken I/O is performed: [`Port::read_at`] and [`Port::write_at`], and
+//! at the file offset [`Port::read_current`] and [`Port::write_current`].
 //!
 //! Both the interposed calls and the C ABI reach the device only through here, and here
 //! only through the engine's [`SmartPort`] (the decide-then-wait glue exists once, in the
@@ -32,6 +33,20 @@ impl Port {
     #[inline]
     pub fn write_at(&mut self, buf: &[u8], offset: u64) -> Result<usize, Error> {
         self.inner.write_at(buf, offset)
+    }
+
+    /// One read at the descriptor's file offset, which it advances, as read(2) does:
+    /// decided, waited for and counted as `read_at`. Err carries read's errno (EINVAL for
+    /// misaligned O_DIRECT, the offset unchanged).
+    #[inline]
+    pub fn read_current(&mut self, buf: &mut [u8]) -> Result<usize, Error> {
+        self.inner.read_current(buf)
+    }
+
+    /// One write at the descriptor's file offset, as `read_current`.
+    #[inline]
+    pub fn write_current(&mut self, buf: &[u8]) -> Result<usize, Error> {
+        self.inner.write_current(buf)
     }
 
     /// What the port did so far.

@@ -9,16 +9,19 @@
 //!   the caller as such: the call is repeated on the real function, so the caller gets the
 //!   kernel's own result and errno (EINVAL for unaligned O_DIRECT buffers). A positional
 //!   repeat is idempotent.
-//! - `read`/`write` take the file offset with lseek, do a positional I/O and move the
-//!   offset by what was transferred, under a per-descriptor lock so this process's threads
-//!   see the kernel's serialisation. On a descriptor another process may share (inherited
-//!   across exec, or open at a fork) that cannot be made atomic, so they pass through;
-//!   so does `write` on an O_APPEND descriptor (its offset is the end of file at the
-//!   instant of the write).
+//! - `read`/`write` go to the port at the file offset ([`crate::port::Port::read_current`]),
+//!   under a per-descriptor lock so this process's threads see the kernel's serialisation:
+//!   a `sync` wait is read(2)/write(2) itself (the kernel takes and advances the offset,
+//!   no lseek); a ring wait takes the offset with lseek, does a positional I/O and moves the
+//!   offset by what was transferred (io_uring's own current position is not advanced for
+//!   an O_DIRECT request that completes asynchronously). On a descriptor another process
+//!   may share (inherited across exec, or open at a fork) the lseek pair cannot be made
+//!   atomic, so they pass through; so does `write` on an O_APPEND descriptor (its offset is
+//!   the end of file at the instant of the write).
 //! - errno is left as the caller had it on success, as the system call leaves it.
 //! - Calls made while the thread is already inside the library (its own I/O, a signal
 //!   handler that interrupted it) go to the real function. The library's own plain call
-//!   (a port's `sync` wait re-entering `pread`/`pwrite`) is recognised by its descriptor
+//!   (a port's `sync` wait re-entering `pread`/`pwrite`/`read`/`write`) is recognised by its descriptor
 //!   and buffer ([`crate::guard::OwnIo`]) and is not counted as the program's.
 //! - Calls that create, close or re-flag descriptors reset the descriptor table entry.
 //!
@@ -74,17 +77,20 @@ impl Dir {
     }
 }
 
-/// One positional I/O through the thread's port, or `None` to use the real call.
+/// One I/O through the thread's port, at `at` (pread/pwrite) or, with `None`, at the file
+/// offset, which it advances (read/write: the caller holds the descriptor's stripe lock);
+/// `None` to use the real call. A port that declines (`None`) has moved no data and left
+/// the offset where it was, so the real call then does the whole I/O.
 ///
 /// # Safety
-/// The buffer must be valid for `len` bytes (the caller's promise to pread/pwrite; the
-/// memory is only handed to the kernel).
-unsafe fn taken_at(fd: c_int, generation: u64, dir: Dir, len: size_t, off: off_t) -> Option<ssize_t> {
+/// The buffer must be valid for `len` bytes (the caller's promise to pread/pwrite or
+/// read/write; the memory is only handed to the kernel).
+unsafe fn taken(fd: c_int, generation: u64, dir: Dir, len: size_t, at: Option<off_t>) -> Option<ssize_t> {
     let null = match dir {
         Dir::Read(p) => p.is_null(),
         Dir::Write(p) => p.is_null(),
     };
-    if len == 0 || len > isize::MAX as usize || off < 0 || null {
+    if len == 0 || len > isize::MAX as usize || at.is_some_and(|off| off < 0) || null {
         return None;
     }
     let Some(_busy) = Busy::try_enter() else {
@@ -92,15 +98,20 @@ unsafe fn taken_at(fd: c_int, generation: u64, dir: Dir, len: size_t, off: off_t
         return None;
     };
     let saved = real::errno();
-    // The port's plain call (a `sync` wait) comes back through `positional`: marked as ours.
+    // The port's plain call (a `sync` wait) comes back through `positional` or `streaming`:
+    // marked as ours.
     let _own = guard::OwnIo::mark(fd, dir.addr());
     let r = process::with_thread(|st| {
         let Some(port) = st.port(fd, generation) else { return Some(Err(Pass::NoPort)) };
-        let res = match dir {
+        let res = match (dir, at) {
             // SAFETY: the caller's promise: valid for len bytes of writes.
-            Dir::Read(p) => port.read_at(unsafe { std::slice::from_raw_parts_mut(p, len) }, off as u64),
+            (Dir::Read(p), Some(off)) => port.read_at(unsafe { std::slice::from_raw_parts_mut(p, len) }, off as u64),
             // SAFETY: the caller's promise: valid for len bytes of reads.
-            Dir::Write(p) => port.write_at(unsafe { std::slice::from_raw_parts(p, len) }, off as u64),
+            (Dir::Write(p), Some(off)) => port.write_at(unsafe { std::slice::from_raw_parts(p, len) }, off as u64),
+            // SAFETY: the caller's promise: valid for len bytes of writes.
+            (Dir::Read(p), None) => port.read_current(unsafe { std::slice::from_raw_parts_mut(p, len) }),
+            // SAFETY: the caller's promise: valid for len bytes of reads.
+            (Dir::Write(p), None) => port.write_current(unsafe { std::slice::from_raw_parts(p, len) }),
         };
         match res {
             Ok(n) => Some(Ok(n as ssize_t)),
@@ -140,7 +151,7 @@ unsafe fn positional(fd: c_int, dir: Dir, len: size_t, off: off_t) -> ssize_t {
             return n;
         }
     }
-    // A port's own plain call (its `sync` wait, made inside `taken_at`): the real call at
+    // A port's own plain call (its `sync` wait, made inside `taken`): the real call at
     // once, not counted as the program's (see guard::OwnIo).
     if process::active() && !guard::is_own_io(fd, dir.addr()) {
         if let Some((generation, _, append)) = taken_class(fd) {
@@ -149,7 +160,7 @@ unsafe fn positional(fd: c_int, dir: Dir, len: size_t, off: off_t) -> ssize_t {
                 process::count_passed_through(Pass::Append);
             } else {
                 // SAFETY: forwarded caller promise.
-                if let Some(n) = unsafe { taken_at(fd, generation, dir, len, off) } {
+                if let Some(n) = unsafe { taken(fd, generation, dir, len, Some(off)) } {
                     return n;
                 }
             }
@@ -164,7 +175,7 @@ unsafe fn positional(fd: c_int, dir: Dir, len: size_t, off: off_t) -> ssize_t {
     }
 }
 
-/// read/write: the offset emulated around a positional I/O, else the real call.
+/// read/write: the port at the file offset, else the real call.
 ///
 /// # Safety
 /// As read(2)/write(2).
@@ -184,7 +195,10 @@ unsafe fn streaming(fd: c_int, dir: Dir, len: size_t) -> ssize_t {
             return n;
         }
     }
-    if !process::active() || len == 0 {
+    // A port's own plain call (its `sync` wait at the file offset, made inside `taken`
+    // under this descriptor's stripe lock): the real call at once, not counted as the
+    // program's (see guard::OwnIo).
+    if !process::active() || len == 0 || guard::is_own_io(fd, dir.addr()) {
         return real_call();
     }
     let Some((generation, shared, append)) = taken_class(fd) else { return real_call() };
@@ -192,33 +206,15 @@ unsafe fn streaming(fd: c_int, dir: Dir, len: size_t) -> ssize_t {
         process::count_passed_through(if shared { Pass::SharedOffset } else { Pass::Append });
         return real_call();
     }
+    // Held across the port's I/O and, where it declines, the real call, so this process's
+    // threads see one offset move per call as the kernel's f_pos lock gives them.
     let _stripe = fdtable::lock_stripe(fd);
-    let saved = real::errno();
-    // SAFETY: lseek has no memory preconditions.
-    let off = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) };
-    if off < 0 {
-        real::set_errno(saved);
-        return real_call();
-    }
     // SAFETY: forwarded caller promise.
-    let n = match unsafe { taken_at(fd, generation, dir, len, off) } {
+    match unsafe { taken(fd, generation, dir, len, None) } {
         Some(n) => n,
-        // The same transfer at the same offset as the real read/write would do.
-        // SAFETY: forwarded caller promise.
-        None => unsafe {
-            match dir {
-                Dir::Read(p) => real::pread(fd, p.cast(), len, off),
-                Dir::Write(p) => real::pwrite(fd, p.cast(), len, off),
-            }
-        },
-    };
-    if n > 0 {
-        let saved = real::errno();
-        // SAFETY: as above.
-        unsafe { libc::lseek(fd, off + n as off_t, libc::SEEK_SET) };
-        real::set_errno(saved);
+        // Declined before moving anything: the real read/write at the same offset.
+        None => real_call(),
     }
-    n
 }
 
 /// Vectored calls (`preadv`/`pwritev`, and `preadv2`/`pwritev2` when `flags` is given).
@@ -283,7 +279,7 @@ unsafe fn vectored(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: 
         return real_call();
     }
     // SAFETY: the iovec's buffer is valid for iov_len bytes (caller promise).
-    match unsafe { taken_at(fd, generation, dir, v.iov_len, off) } {
+    match unsafe { taken(fd, generation, dir, v.iov_len, Some(off)) } {
         Some(n) => n,
         None => real_call(),
     }

@@ -396,6 +396,68 @@ fn sync_transfer(fd: libc::c_int, buf: IoBuf<'_>, offset: u64) -> Result<usize, 
     }
 }
 
+/// A plain read(2)/write(2) at the descriptor's file offset, which the kernel uses and
+/// advances: the result, or the errno it set.
+fn sync_transfer_current(fd: libc::c_int, buf: IoBuf<'_>) -> Result<usize, i32> {
+    // SAFETY: the buffer is valid for its length for the duration of the call.
+    let res = unsafe {
+        match buf {
+            IoBuf::Read(b) => libc::read(fd, b.as_mut_ptr() as *mut libc::c_void, b.len()),
+            IoBuf::Write(b) => libc::write(fd, b.as_ptr() as *const libc::c_void, b.len()),
+        }
+    };
+    if res < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+    } else {
+        Ok(res as usize)
+    }
+}
+
+impl FilePort {
+    /// One I/O at the descriptor's file offset, which it advances by the bytes moved, as
+    /// read(2)/write(2) do. The caller serialises the descriptor's offset among its threads
+    /// (no other thread of the process moves it meanwhile).
+    ///
+    /// - `sync`: read(2)/write(2) themselves: the kernel takes, checks (O_DIRECT alignment,
+    ///   EINVAL before any I/O) and advances the offset; no lseek.
+    /// - a ring wait: lseek(SEEK_CUR), the positional I/O at that offset, lseek(SEEK_SET)
+    ///   past what moved. Not IORING_OP_READ/WRITE at offset -1: the kernel (io_uring/rw.c,
+    ///   `kiocb_done`) copies the advanced position back to the file only when the I/O
+    ///   completed inline; an O_DIRECT request that completes asynchronously
+    ///   (-EIOCBQUEUED: a disk, a loop device, anything but a device that completes in
+    ///   submit_bio such as zram) leaves the offset where it was (seen on Linux 6.18: ext4
+    ///   on virtio, offset 0 after a 4 KiB read; ext2 on zram, 4096).
+    ///
+    /// A misaligned O_DIRECT offset is refused by the kernel with EINVAL before any I/O in
+    /// both forms, as read(2) refuses it; the offset is then unchanged.
+    pub(crate) fn transfer_current(&mut self, buf: IoBuf<'_>, wait: PortWait<'_>) -> Result<WaitOutcome, Error> {
+        let op = buf.op();
+        if let PortWait::Sync = wait {
+            let bytes = sync_transfer_current(self.fd, buf).map_err(|errno| io_error_current(errno, op))?;
+            return Ok(WaitOutcome { bytes, ..Default::default() });
+        }
+        // SAFETY: lseek has no memory preconditions; a bad descriptor fails with EBADF.
+        let off = unsafe { libc::lseek(self.fd, 0, libc::SEEK_CUR) };
+        if off < 0 {
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::ESPIPE);
+            return Err(io_error_current(errno, op));
+        }
+        let outcome = self.transfer(buf, off as u64, wait)?;
+        if outcome.bytes > 0 {
+            // To an offset past a valid one on a regular file or block device: it cannot
+            // fail (lseek refuses only negative results and unseekable descriptors).
+            // SAFETY: as above.
+            unsafe { libc::lseek(self.fd, off + outcome.bytes as libc::off_t, libc::SEEK_SET) };
+        }
+        Ok(outcome)
+    }
+}
+
+fn io_error_current(errno: i32, op: smartcon_util::Op) -> Error {
+    let e = std::io::Error::from_raw_os_error(errno);
+    Error::os(ErrorKind::Io, errno, format!("{} at the file offset: {e}", op.name()))
+}
+
 impl Port for FilePort {
     fn transfer(&mut self, buf: IoBuf<'_>, offset: u64, wait: PortWait<'_>) -> Result<WaitOutcome, Error> {
         let op = buf.op();
