@@ -68,7 +68,15 @@ pub unsafe extern "C" fn clone(
     // passed them), so forwarding unpassed register/stack contents is harmless.
     let real: CloneFn = unsafe { std::mem::transmute::<usize, CloneFn>(real) };
     let helper = flags & libc::CLONE_VM != 0 && flags & libc::CLONE_THREAD == 0;
+    // A thread that shares this one's memory and thread pointer (no CLONE_SETTLS) and runs
+    // beside it (not a vfork child, which runs while its parent waits) cannot be told from
+    // the owner of the own-CPU-clock path unless it runs on a stack of ours: such a helper
+    // started on its own stack turns the path off (domain::own_clock_disable).
+    let shares_tp = flags & libc::CLONE_VM != 0 && flags & (libc::CLONE_SETTLS | libc::CLONE_VFORK) == 0;
     if !helper || func.is_none() || !crate::emu::active() {
+        if shares_tp {
+            domain::own_clock_disable();
+        }
         // SAFETY: forwarded unchanged.
         let pid = unsafe { real(func, stack, flags, arg, parent_tid, tls, child_tid) };
         // A process of its own (UML starts one per guest address space this way, ptraced,
@@ -79,6 +87,9 @@ pub unsafe extern "C" fn clone(
         return pid;
     }
     let Some((index, top)) = crate::helper::claim(func.map_or(0, |f| f as usize), arg as usize) else {
+        if shares_tp {
+            domain::own_clock_disable();
+        }
         // SAFETY: forwarded unchanged (no slot or no memory: the helper's own stack).
         return unsafe { real(func, stack, flags, arg, parent_tid, tls, child_tid) };
     };
