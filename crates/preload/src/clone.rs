@@ -156,8 +156,14 @@ pub unsafe fn wait_and_park(pid: pid_t, status: *mut c_int, options: c_int) -> p
     let status = if status.is_null() { &mut own as *mut c_int } else { status };
     // SAFETY: zeroed plain data, written by the kernel.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // UML's kernel thread blocks here while its guest process runs: its own CPU clock is
+    // carried across the wait without a system call after it (vclock::ownclock).
+    domain::own_block_begin();
     // SAFETY: valid status and rusage pointers; the kernel validates the rest.
     let r = unsafe { libc::syscall(libc::SYS_wait4, pid, status, options, &mut usage as *mut libc::rusage) } as pid_t;
+    let saved = crate::real::errno();
+    domain::own_block_end();
+    crate::real::set_errno(saved);
     // SAFETY: the kernel wrote the status of the process returned.
     if r > 0 && libc::WIFSTOPPED(unsafe { *status }) {
         let tv_ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;

@@ -362,6 +362,28 @@ fn process_cpu_ns(pid: u32) -> Option<u64> {
     counted()
 }
 
+/// The calling thread is about to block in a system call (the interposed `wait4`): when
+/// it owns its process's CPU clock, the clock is carried across the call without a system
+/// call after it ([`super::ownclock::block_begin`]).
+pub fn own_block_begin() {
+    if cpu_base() {
+        ownclock::block_begin(
+            || real_ns(libc::CLOCK_MONOTONIC),
+            |pid| {
+                CPU_CLOCK_READS.fetch_add(1, Ordering::Relaxed);
+                read_cpu_clock(pid)
+            },
+        );
+    }
+}
+
+/// The blocking call of [`own_block_begin`] returned.
+pub fn own_block_end() {
+    if cpu_base() {
+        ownclock::block_end(|| real_ns(libc::CLOCK_MONOTONIC));
+    }
+}
+
 /// Turns the own-CPU-clock path off for good ([`super::ownclock::disable`]).
 pub fn own_clock_disable() {
     ownclock::disable();
@@ -1130,6 +1152,7 @@ pub struct ClockStats {
     pub cpu_clock_readings: u64,
     pub cpu_clock_reads: u64,
     pub cpu_clock_fast_reads: u64,
+    pub cpu_clock_carried_waits: u64,
     pub caps_expired: u64,
     pub cap_held_max_ns: u64,
     pub pauses_timed_out: u64,
@@ -1149,6 +1172,7 @@ pub fn stats() -> ClockStats {
         cpu_clock_readings: CPU_CLOCK_READINGS.load(Ordering::Relaxed),
         cpu_clock_reads: CPU_CLOCK_READS.load(Ordering::Relaxed),
         cpu_clock_fast_reads: ownclock::fast_reads(),
+        cpu_clock_carried_waits: ownclock::carries().0,
         caps_expired: CAPS_EXPIRED.load(Ordering::Relaxed),
         cap_held_max_ns: CAP_HELD_MAX_NS.load(Ordering::Relaxed),
         pauses_timed_out: PAUSES_TIMED_OUT.load(Ordering::Relaxed),

@@ -52,6 +52,36 @@ static SYNC_CPU_NS: AtomicU64 = AtomicU64::new(0);
 static SYNC_REAL_NS: AtomicU64 = AtomicU64::new(0);
 /// Readings served without a system call.
 static FAST_READS: AtomicU64 = AtomicU64::new(0);
+/// Bumped at each system-call reading (a carry across a blocking call is dropped when one
+/// was made inside it: a signal handler's).
+static GEN: AtomicU64 = AtomicU64::new(0);
+/// The real instant of the last system-call reading: carries chain from it for at most
+/// [`CARRY_CHAIN_MAX_NS`].
+static CHAIN_REAL_NS: AtomicU64 = AtomicU64::new(0);
+/// The owner's reading at the entry of a blocking call ([`block_begin`]), and the
+/// generation then; `BLOCK_ON`: one is open.
+static BLOCK_ON: AtomicBool = AtomicBool::new(false);
+static BLOCK_CPU_NS: AtomicU64 = AtomicU64::new(0);
+static BLOCK_GEN: AtomicU64 = AtomicU64::new(0);
+/// The blocking call's own CPU time (entry, switches, return), a running mean of measured
+/// ones (0: none measured yet); the blocking calls seen; a measurement pending: the
+/// reading at the entry and the real instant at the return.
+static BLOCK_COST_NS: AtomicU64 = AtomicU64::new(0);
+static BLOCKS: AtomicU64 = AtomicU64::new(0);
+static CAL_ON: AtomicBool = AtomicBool::new(false);
+static CAL_CPU_NS: AtomicU64 = AtomicU64::new(0);
+static CAL_REAL_NS: AtomicU64 = AtomicU64::new(0);
+static CAL_GEN: AtomicU64 = AtomicU64::new(0);
+/// Blocking calls carried across without a system call.
+static CARRIES: AtomicU64 = AtomicU64::new(0);
+
+/// A carry's chain (estimates on estimates) ends at a system-call reading this long (real
+/// time) after the last one.
+pub const CARRY_CHAIN_MAX_NS: u64 = 500_000;
+/// Every this many blocking calls one is measured by the system call after it.
+pub const CARRY_MEASURE_EVERY: u64 = 8;
+/// A measured cost past this is not a blocking call's own (something else ran): not used.
+const BLOCK_COST_MAX_NS: u64 = 50_000;
 
 /// The calling thread's thread pointer (glibc's TCB keeps it at %fs:0 on x86-64).
 #[cfg(target_arch = "x86_64")]
@@ -108,6 +138,8 @@ pub fn claim(pid: u32) -> bool {
 pub fn release() {
     OWNER_PID.store(0, Ordering::Release);
     SYNCED.store(false, Ordering::Release);
+    BLOCK_ON.store(false, Ordering::Release);
+    CAL_ON.store(false, Ordering::Release);
 }
 
 /// Turns the path off for good: a thread that shares the owner's thread pointer and
@@ -124,6 +156,7 @@ pub fn fast_reads() -> u64 {
 
 pub fn reset_counts() {
     FAST_READS.store(0, Ordering::Relaxed);
+    CARRIES.store(0, Ordering::Relaxed);
 }
 
 /// `pid`'s CPU time in ns when the caller is the owner thread and `pid` its process: the
@@ -166,6 +199,23 @@ pub fn read(pid: u32, real_now: impl Fn() -> u64, syscall: impl FnOnce() -> Opti
         compiler_fence(Ordering::SeqCst);
         let after = real_now();
         if let Some(ns) = cpu {
+            // A blocking call measured: the thread kept its CPU from its return (the
+            // sentinel written there) to this reading, so what its CPU clock gained
+            // beyond that real time is the call's own cost.
+            if CAL_ON.swap(false, Ordering::AcqRel)
+                && CAL_GEN.load(Ordering::Acquire) == GEN.load(Ordering::Acquire)
+                && start == SENTINEL
+            {
+                let mid = now / 2 + after / 2;
+                let gained = ns.saturating_sub(CAL_CPU_NS.load(Ordering::Acquire));
+                let cost = gained.saturating_sub(mid.saturating_sub(CAL_REAL_NS.load(Ordering::Acquire)));
+                if cost > 0 && cost <= BLOCK_COST_MAX_NS {
+                    let old = BLOCK_COST_NS.load(Ordering::Acquire);
+                    BLOCK_COST_NS.store(if old == 0 { cost } else { (old * 7 + cost) / 8 }, Ordering::Release);
+                }
+            }
+            GEN.fetch_add(1, Ordering::AcqRel);
+            CHAIN_REAL_NS.store(after, Ordering::Release);
             SYNC_CPU_NS.store(ns, Ordering::Release);
             SYNC_REAL_NS.store(after, Ordering::Release);
             SYNCED.store(true, Ordering::Release);
@@ -174,6 +224,80 @@ pub fn read(pid: u32, real_now: impl Fn() -> u64, syscall: impl FnOnce() -> Opti
     };
     BUSY.store(false, Ordering::Release);
     out
+}
+
+/// Whether the caller is the owner thread of `pid`'s clock.
+fn is_owner(pid: u32) -> bool {
+    pid != 0
+        && OWNER_PID.load(Ordering::Acquire) == pid
+        && thread_pointer() == OWNER_TP.load(Ordering::Acquire)
+        && crate::helper::current().is_none()
+        && !DISABLED.load(Ordering::Acquire)
+}
+
+/// The owner is about to block in a system call (the interposed `wait4` for a ptraced
+/// guest process): its reading now, kept for [`block_end`].
+pub fn block_begin(real_now: impl Fn() -> u64, syscall: impl FnOnce(u32) -> Option<u64>) {
+    let pid = OWNER_PID.load(Ordering::Acquire);
+    if !is_owner(pid) {
+        return;
+    }
+    let Some(cpu) = read(pid, real_now, || syscall(pid)) else {
+        return;
+    };
+    BLOCK_GEN.store(GEN.load(Ordering::Acquire), Ordering::Release);
+    BLOCK_CPU_NS.store(cpu, Ordering::Release);
+    BLOCK_ON.store(true, Ordering::Release);
+}
+
+/// The owner's blocking call has returned: the thread was off its CPU in it except for
+/// the call's own cost, so the extrapolation goes on from the reading at its entry plus
+/// that cost (a running mean of measured ones), from now, without a system call. Not
+/// when a system-call reading was made inside it (a signal handler ran and read the
+/// clock), when no cost is measured yet, when the chain of such carries has gone
+/// [`CARRY_CHAIN_MAX_NS`] past the last system-call reading, or at every
+/// [`CARRY_MEASURE_EVERY`]th call, which the next reading measures instead.
+pub fn block_end(real_now: impl Fn() -> u64) {
+    if !is_owner(OWNER_PID.load(Ordering::Acquire))
+        || !BLOCK_ON.swap(false, Ordering::AcqRel)
+        || BUSY.load(Ordering::Acquire)
+    {
+        return;
+    }
+    if BLOCK_GEN.load(Ordering::Acquire) != GEN.load(Ordering::Acquire) {
+        return;
+    }
+    let area = RSEQ.load(Ordering::Acquire) as *mut u32;
+    // The sentinel first, the real clock after: a switch after this is seen, one before
+    // is inside the call's span.
+    // SAFETY: the owner's registered rseq area (checked above).
+    unsafe { std::ptr::write_volatile(area, SENTINEL) };
+    compiler_fence(Ordering::SeqCst);
+    let t = real_now();
+    let entry = BLOCK_CPU_NS.load(Ordering::Acquire);
+    let cost = BLOCK_COST_NS.load(Ordering::Acquire);
+    if cost == 0 || BLOCKS.fetch_add(1, Ordering::AcqRel).is_multiple_of(CARRY_MEASURE_EVERY) {
+        CAL_CPU_NS.store(entry, Ordering::Release);
+        CAL_REAL_NS.store(t, Ordering::Release);
+        CAL_GEN.store(GEN.load(Ordering::Acquire), Ordering::Release);
+        CAL_ON.store(true, Ordering::Release);
+        SYNCED.store(false, Ordering::Release);
+        return;
+    }
+    if t.saturating_sub(CHAIN_REAL_NS.load(Ordering::Acquire)) > CARRY_CHAIN_MAX_NS {
+        SYNCED.store(false, Ordering::Release);
+        return;
+    }
+    SYNCED.store(false, Ordering::Release);
+    SYNC_CPU_NS.store(entry + cost, Ordering::Release);
+    SYNC_REAL_NS.store(t, Ordering::Release);
+    SYNCED.store(true, Ordering::Release);
+    CARRIES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Blocking calls carried across without a system call, and the measured mean cost.
+pub fn carries() -> (u64, u64) {
+    (CARRIES.load(Ordering::Relaxed), BLOCK_COST_NS.load(Ordering::Relaxed))
 }
 
 #[cfg(test)]
@@ -267,6 +391,35 @@ mod tests {
         }
         eprintln!("after sleeps: reading minus system call after it, sum {sum_ahead} ns over {sleeps}");
         if sum_ahead > 0 {
+            return 1;
+        }
+        // A blocking call bracketed by block_begin/block_end (as the interposed wait4 is):
+        // the reading after it is carried across without a system call, and the sleep is
+        // not taken for CPU time (off by the call's cost's spread only).
+        let (carried_before, _) = carries();
+        let mut sum_ahead = 0i64;
+        let mut worst_ahead = 0i64;
+        let waits = 400i64;
+        for i in 0..waits {
+            read_own();
+            block_begin(mono_ns, |_| own_cpu_ns());
+            // SAFETY: no preconditions.
+            unsafe { libc::usleep(20 + (i as u32 % 10) * 15) };
+            block_end(mono_ns);
+            let r = read_own();
+            let s = own_cpu_ns().expect("own clock");
+            sum_ahead += r as i64 - s as i64;
+            worst_ahead = worst_ahead.max(r as i64 - s as i64);
+        }
+        let (carried_after, cost) = carries();
+        let carried = carried_after - carried_before;
+        eprintln!("waits: {carried} of {waits} carried, the call's cost {cost} ns; reading minus system call after it: mean {} ns, most ahead {worst_ahead} ns", sum_ahead / waits);
+        if carried == 0 || cost == 0 {
+            eprintln!("no wait was carried");
+            return 1;
+        }
+        // Taking the sleeps (20-155 us) for CPU time would put the readings that far ahead.
+        if sum_ahead / waits > 10_000 || worst_ahead > EXTRAPOLATE_MAX_NS as i64 {
             return 1;
         }
         // Another thread of the process is not the owner.
