@@ -268,6 +268,12 @@ pub fn block_end(real_now: impl Fn() -> u64) {
         return;
     }
     let area = RSEQ.load(Ordering::Acquire) as *mut u32;
+    // SAFETY: the owner's registered rseq area (checked above).
+    if unsafe { std::ptr::read_volatile(area) } == SENTINEL {
+        // The call did not leave the CPU (it did not block): the extrapolation goes on
+        // as it was, its CPU counted as real time.
+        return;
+    }
     // The sentinel first, the real clock after: a switch after this is seen, one before
     // is inside the call's span.
     // SAFETY: the owner's registered rseq area (checked above).
