@@ -23,6 +23,11 @@
 //! the guest clock's `fetch_max` until the CPU clock passes it (no error accumulates: each
 //! system-call reading starts the extrapolation afresh).
 //!
+//! Across a blocking call the owner brackets ([`block_begin`], [`block_end`]: the
+//! interposed `wait4` in which UML's kernel thread waits for its guest process), the
+//! reading goes on from the one at the call's entry plus the call's own CPU cost, a mean
+//! measured at every [`CARRY_MEASURE_EVERY`]th call, still without a system call.
+//!
 //! Only the owner thread (the one that called [`claim`]: the constructor's, UML's kernel
 //! thread) takes this path, and only for its own process: the thread pointer tells another
 //! pthread apart; a `clone(CLONE_VM)` helper shares its creator's thread pointer, so one on
