@@ -18,7 +18,7 @@ declare -A RANK=(
     # per-descriptor routing
     [fdtable]=2 [process]=2
     # device and clock services
-    [emu]=1 [port]=1 [devices]=1 [vclock::domain]=1 [vclock::sleep]=1 [vclock]=1
+    [emu]=1 [port]=1 [devices]=1 [vclock::domain]=1 [vclock::ownclock]=1 [vclock::sleep]=1 [vclock]=1
     # base
     [real]=0 [guard]=0 [helper]=0 [config]=0 [bypass]=0 [record]=0 [fpset]=0
 )

@@ -155,6 +155,12 @@ pub struct LatenessRecord {
     /// a process stopped under the program's ptrace is not read).
     pub cpu_clock_readings: u64,
     pub cpu_clock_reads: u64,
+    /// Readings of the reading process's own CPU clock served without a system call
+    /// (extrapolated while its thread kept its CPU: the preload library's `ownclock`).
+    pub cpu_clock_fast_reads: u64,
+    /// Of the reading process's blocking waits (UML's kernel thread's `wait4`), those its
+    /// own CPU clock was carried across without a system call after them.
+    pub cpu_clock_carried_waits: u64,
     /// Virtual time: caps (a helper's request holding the clock at its instant) still set
     /// the preload library's `CAP_HOLD_MAX_NS` of real time after they were
     /// set, so the guard let the clock run past them; the longest real time a cap was set
@@ -190,6 +196,8 @@ impl LatenessRecord {
         self.paused_ns += other.paused_ns;
         self.cpu_clock_readings += other.cpu_clock_readings;
         self.cpu_clock_reads += other.cpu_clock_reads;
+        self.cpu_clock_fast_reads += other.cpu_clock_fast_reads;
+        self.cpu_clock_carried_waits += other.cpu_clock_carried_waits;
         self.caps_expired += other.caps_expired;
         self.cap_held_max_ns = self.cap_held_max_ns.max(other.cap_held_max_ns);
         self.pauses_timed_out += other.pauses_timed_out;

@@ -68,7 +68,15 @@ pub unsafe extern "C" fn clone(
     // passed them), so forwarding unpassed register/stack contents is harmless.
     let real: CloneFn = unsafe { std::mem::transmute::<usize, CloneFn>(real) };
     let helper = flags & libc::CLONE_VM != 0 && flags & libc::CLONE_THREAD == 0;
+    // A thread that shares this one's memory and thread pointer (no CLONE_SETTLS) and runs
+    // beside it (not a vfork child, which runs while its parent waits) cannot be told from
+    // the owner of the own-CPU-clock path unless it runs on a stack of ours: such a helper
+    // started on its own stack turns the path off (domain::own_clock_disable).
+    let shares_tp = flags & libc::CLONE_VM != 0 && flags & (libc::CLONE_SETTLS | libc::CLONE_VFORK) == 0;
     if !helper || func.is_none() || !crate::emu::active() {
+        if shares_tp {
+            domain::own_clock_disable();
+        }
         // SAFETY: forwarded unchanged.
         let pid = unsafe { real(func, stack, flags, arg, parent_tid, tls, child_tid) };
         // A process of its own (UML starts one per guest address space this way, ptraced,
@@ -79,6 +87,9 @@ pub unsafe extern "C" fn clone(
         return pid;
     }
     let Some((index, top)) = crate::helper::claim(func.map_or(0, |f| f as usize), arg as usize) else {
+        if shares_tp {
+            domain::own_clock_disable();
+        }
         // SAFETY: forwarded unchanged (no slot or no memory: the helper's own stack).
         return unsafe { real(func, stack, flags, arg, parent_tid, tls, child_tid) };
     };
@@ -145,8 +156,14 @@ pub unsafe fn wait_and_park(pid: pid_t, status: *mut c_int, options: c_int) -> p
     let status = if status.is_null() { &mut own as *mut c_int } else { status };
     // SAFETY: zeroed plain data, written by the kernel.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // UML's kernel thread blocks here while its guest process runs: its own CPU clock is
+    // carried across the wait without a system call after it (vclock::ownclock).
+    domain::own_block_begin();
     // SAFETY: valid status and rusage pointers; the kernel validates the rest.
     let r = unsafe { libc::syscall(libc::SYS_wait4, pid, status, options, &mut usage as *mut libc::rusage) } as pid_t;
+    let saved = crate::real::errno();
+    domain::own_block_end();
+    crate::real::set_errno(saved);
     // SAFETY: the kernel wrote the status of the process returned.
     if r > 0 && libc::WIFSTOPPED(unsafe { *status }) {
         let tv_ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;

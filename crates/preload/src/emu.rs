@@ -873,6 +873,8 @@ pub fn flush() {
             paused_ns: clock.paused_ns,
             cpu_clock_readings: clock.cpu_clock_readings,
             cpu_clock_reads: clock.cpu_clock_reads,
+            cpu_clock_fast_reads: clock.cpu_clock_fast_reads,
+            cpu_clock_carried_waits: clock.cpu_clock_carried_waits,
             caps_expired: clock.caps_expired,
             cap_held_max_ns: clock.cap_held_max_ns,
             pauses_timed_out: clock.pauses_timed_out,

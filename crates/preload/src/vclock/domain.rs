@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, 
 
 use libc::{c_int, clockid_t, timespec};
 
+use super::ownclock;
 use crate::real::{call_real, Sym};
 
 static ON: AtomicBool = AtomicBool::new(false);
@@ -259,6 +260,7 @@ pub fn enable() {
     }
     if std::env::var(ENV_GUEST_CLOCK).is_ok_and(|v| v == "cpu") {
         add_cpu_pid(getpid());
+        ownclock::claim(getpid());
         CPU_BASE.store(true, Ordering::Release);
     }
     // The clock starts at the real one, whatever the speed and the base.
@@ -345,9 +347,46 @@ fn cpu_ns(d: &Domain) -> u64 {
 /// A process's CPU time (all its threads, the scheduler's clock) in ns, or None when it is
 /// gone. Any process's CPU clock can be read on Linux (clock_getcpuclockid(3)); a zombie's
 /// still reads until it is reaped.
+///
+/// The calling process's own clock, read by its owner thread (UML's kernel thread), is
+/// extrapolated without a system call while that thread keeps its CPU
+/// ([`super::ownclock`]).
 fn process_cpu_ns(pid: u32) -> Option<u64> {
-    CPU_CLOCK_READS.fetch_add(1, Ordering::Relaxed);
-    read_cpu_clock(pid)
+    let counted = || {
+        CPU_CLOCK_READS.fetch_add(1, Ordering::Relaxed);
+        read_cpu_clock(pid)
+    };
+    if let Some(ns) = ownclock::read(pid, || real_ns(libc::CLOCK_MONOTONIC), counted) {
+        return Some(ns);
+    }
+    counted()
+}
+
+/// The calling thread is about to block in a system call (the interposed `wait4`): when
+/// it owns its process's CPU clock, the clock is carried across the call without a system
+/// call after it ([`super::ownclock::block_begin`]).
+pub fn own_block_begin() {
+    if cpu_base() {
+        ownclock::block_begin(
+            || real_ns(libc::CLOCK_MONOTONIC),
+            |pid| {
+                CPU_CLOCK_READS.fetch_add(1, Ordering::Relaxed);
+                read_cpu_clock(pid)
+            },
+        );
+    }
+}
+
+/// The blocking call of [`own_block_begin`] returned.
+pub fn own_block_end() {
+    if cpu_base() {
+        ownclock::block_end(|| real_ns(libc::CLOCK_MONOTONIC));
+    }
+}
+
+/// Turns the own-CPU-clock path off for good ([`super::ownclock::disable`]).
+pub fn own_clock_disable() {
+    ownclock::disable();
 }
 
 /// The read itself: the process CPU clock by pid.
@@ -1112,6 +1151,8 @@ pub struct ClockStats {
     pub paused_ns: u64,
     pub cpu_clock_readings: u64,
     pub cpu_clock_reads: u64,
+    pub cpu_clock_fast_reads: u64,
+    pub cpu_clock_carried_waits: u64,
     pub caps_expired: u64,
     pub cap_held_max_ns: u64,
     pub pauses_timed_out: u64,
@@ -1130,6 +1171,8 @@ pub fn stats() -> ClockStats {
         paused_ns: PAUSED_NS.load(Ordering::Relaxed),
         cpu_clock_readings: CPU_CLOCK_READINGS.load(Ordering::Relaxed),
         cpu_clock_reads: CPU_CLOCK_READS.load(Ordering::Relaxed),
+        cpu_clock_fast_reads: ownclock::fast_reads(),
+        cpu_clock_carried_waits: ownclock::carries().0,
         caps_expired: CAPS_EXPIRED.load(Ordering::Relaxed),
         cap_held_max_ns: CAP_HELD_MAX_NS.load(Ordering::Relaxed),
         pauses_timed_out: PAUSES_TIMED_OUT.load(Ordering::Relaxed),
@@ -1180,6 +1223,8 @@ pub fn fork_child() {
     ] {
         c.store(0, Ordering::Relaxed);
     }
+    ownclock::release();
+    ownclock::reset_counts();
     if !on() {
         return;
     }
@@ -1203,6 +1248,8 @@ pub fn fork_child() {
     }
     if cpu_base() {
         add_cpu_pid(me);
+        // The forking thread is the child's only one.
+        ownclock::claim(me);
     }
 }
 

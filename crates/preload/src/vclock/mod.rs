@@ -51,4 +51,5 @@
 
 pub mod domain;
 pub mod interpose;
+pub mod ownclock;
 pub mod sleep;
