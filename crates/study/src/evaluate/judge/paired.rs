@@ -94,7 +94,7 @@ pub fn beats_cell(a: &Cell, b: &Cell) -> Option<Beat> {
 
 /// A cell's turns; the whole cell as one turn if the record has none (a record of an
 /// older run, or a test's).
-pub(super) fn turns_of(c: &Cell) -> Vec<crate::evaluate::TurnFigures> {
+pub fn turns_of(c: &Cell) -> Vec<crate::evaluate::TurnFigures> {
     if c.turns.is_empty() {
         vec![crate::evaluate::TurnFigures {
             perf: c.perf(),
