@@ -59,7 +59,7 @@ impl<P: ReplacementPolicy> Cache<P> {
         let mut tags = Vec::new();
         tags.try_reserve_exact(geometry.lines()).map_err(|e| {
             crate::error::Error::new(
-                crate::error::ErrorKind::Geometry,
+                crate::error::ErrorKind::Usage,
                 format!("cannot allocate a cache of {geometry}: {e}"),
             )
         })?;

@@ -21,7 +21,7 @@ use crate::trace::{convert_lackey, TraceWriter};
 use crate::{Error, ErrorKind, Result};
 
 fn tool(detail: String) -> Error {
-    Error::new(ErrorKind::Tool, detail)
+    Error::new(ErrorKind::Setup, detail)
 }
 
 /// Checks that valgrind runs at all, with a hint when it is missing.
@@ -48,7 +48,7 @@ pub fn capture(program: &[String], out: &Path) -> Result<u64> {
     match result {
         Ok(records) => {
             std::fs::rename(&tmp, out)
-                .map_err(|e| Error::new(ErrorKind::Io, format!("cannot rename to {}: {e}", out.display())))?;
+                .map_err(|e| crate::error::io(format_args!("cannot rename to {}", out.display()), e))?;
             Ok(records)
         }
         Err(e) => {
@@ -65,7 +65,7 @@ fn capture_into(exe: &str, args: &[String], tmp: &Path) -> Result<u64> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(Error::new(ErrorKind::Io, format!("cannot create a pipe: {}", std::io::Error::last_os_error())));
+        return Err(crate::error::io("cannot create a pipe", std::io::Error::last_os_error()));
     }
     // SAFETY: pipe2 succeeded, so both descriptors are open and owned only by us.
     let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };

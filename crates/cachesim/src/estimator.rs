@@ -75,7 +75,7 @@ impl SampledAtd {
         let sampled = sets.checked_shr(sample_shift).unwrap_or(0);
         if ways > 64 || sampled < 2 || sample_shift > SAMPLE_SHIFT_MAX {
             return Err(Error::new(
-                ErrorKind::Parameter,
+                ErrorKind::Usage,
                 format!("cannot sample 1/{} of {sets} sets into two halves", 1u64 << sample_shift.min(63)),
             ));
         }

@@ -159,14 +159,19 @@ pub struct EtsResults {
 }
 
 fn parameter(detail: String) -> Error {
-    Error::new(ErrorKind::Parameter, detail)
+    Error::new(ErrorKind::Usage, detail)
+}
+
+/// A cache shape the LLC size makes impossible: `--llc`'s fault, said so ("--llc: why").
+pub(crate) fn llc(e: Error) -> Error {
+    Error::with_source(e.kind, "--llc", e)
 }
 
 impl EtsPlan {
     /// The main study's hierarchy: Table II with the plan's LLC; checks the whole plan.
     pub fn hierarchy(&self) -> Result<HierarchyConfig> {
         let mut hierarchy = HierarchyConfig::table_ii();
-        hierarchy.llc = hierarchy.llc.with_size(self.llc_size_bytes)?;
+        hierarchy.llc = hierarchy.llc.with_size(self.llc_size_bytes).map_err(llc)?;
         if self.threads == 0 {
             return Err(parameter("--threads must be at least 1".into()));
         }
@@ -520,12 +525,20 @@ mod tests {
 
     #[test]
     fn a_bad_plan_is_refused_and_a_stop_is_an_error() {
-        assert_eq!(plan(1).hierarchy().unwrap_err().kind, ErrorKind::Parameter);
-        assert_eq!(EtsPlan { instructions: 999_999, ..plan(2) }.hierarchy().unwrap_err().kind, ErrorKind::Parameter);
-        assert_eq!(EtsPlan { sample_shift: 17, ..plan(2) }.hierarchy().unwrap_err().kind, ErrorKind::Parameter);
+        let refused = |p: EtsPlan, says: &str| {
+            let e = p.hierarchy().unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Usage, "{e}");
+            assert!(e.message.contains(says), "{e} (expected {says:?})");
+        };
+        refused(plan(1), "--tasks");
+        refused(EtsPlan { instructions: 999_999, ..plan(2) }, "--instructions");
+        refused(EtsPlan { sample_shift: 17, ..plan(2) }, "--sample-shift");
         assert_eq!(EtsPlan { sweep: true, ..plan(2) }.runs(), 2 * (4 + 9));
         let slices = EtsPlan { extra_slices_cycles: vec![3 * b(), b(), 1], ..plan(2) };
-        assert_eq!(slices.hierarchy().unwrap_err().kind, ErrorKind::Parameter, "a slice under 0.25 ms");
+        refused(slices, "--slices");
+        // An LLC size the cache cannot take is --llc's fault, and says so.
+        let e = EtsPlan { llc_size_bytes: 3 << 20, ..plan(2) }.hierarchy().unwrap_err();
+        assert!(e.message.starts_with("--llc: ") && e.message.contains("power of two"), "{e}");
         let slices = EtsPlan { extra_slices_cycles: vec![3 * b(), b()], ..plan(2) };
         assert_eq!(slices.uniform_slices_cycles(), vec![b(), 3 * b(), 4 * b()]);
         let stop = AtomicBool::new(true);

@@ -26,7 +26,7 @@ pub struct Geometry {
 impl Geometry {
     /// Validates a geometry; the error names the offending quantity.
     pub fn new(size_bytes: u64, ways: u32, line_bytes: u32) -> Result<Self> {
-        let bad = |what: String| Err(Error::new(ErrorKind::Geometry, what));
+        let bad = |what: String| Err(Error::new(ErrorKind::Usage, what));
         if ways == 0 {
             return bad(format!("cache of {size_bytes} bytes has zero ways"));
         }
@@ -90,16 +90,18 @@ mod tests {
 
     #[test]
     fn rejects_bad_geometries_with_a_reason() {
-        assert_eq!(Geometry::new(32768, 0, 64).unwrap_err().kind, ErrorKind::Geometry);
-        assert!(Geometry::new(3000, 2, 64).unwrap_err().detail.contains("divide"));
-        assert!(Geometry::new(3 << 20, 16, 64).unwrap_err().detail.contains("power of two"));
-        assert!(Geometry::new(32768, 3, 64).unwrap_err().detail.contains("divide"));
-        assert!(Geometry::new(32768, 65, 64).unwrap_err().detail.contains("64-way"));
+        let e = Geometry::new(32768, 0, 64).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Usage);
+        assert!(e.message.contains("ways"), "{e}");
+        assert!(Geometry::new(3000, 2, 64).unwrap_err().message.contains("divide"));
+        assert!(Geometry::new(3 << 20, 16, 64).unwrap_err().message.contains("power of two"));
+        assert!(Geometry::new(32768, 3, 64).unwrap_err().message.contains("divide"));
+        assert!(Geometry::new(32768, 65, 64).unwrap_err().message.contains("64-way"));
         assert_eq!(Geometry::new(3 << 20, 12, 64).unwrap().sets(), 4096);
-        assert!(Geometry::new(32768, 2, 48).unwrap_err().detail.contains("line"));
-        assert!(Geometry::new(64, 2, 64).unwrap_err().detail.contains("divide"));
+        assert!(Geometry::new(32768, 2, 48).unwrap_err().message.contains("line"));
+        assert!(Geometry::new(64, 2, 64).unwrap_err().message.contains("divide"));
         // `1t,16` once aborted the process on allocation; it is a geometry error now.
-        assert!(Geometry::new(1 << 40, 16, 64).unwrap_err().detail.contains("maximum"));
+        assert!(Geometry::new(1 << 40, 16, 64).unwrap_err().message.contains("maximum"));
         assert!(Geometry::new(SIZE_BYTES_MAX, 16, 64).is_ok());
         let g = Geometry::new(2 << 20, 16, 64).unwrap();
         assert_eq!(g.sets(), 2048);

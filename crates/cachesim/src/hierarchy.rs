@@ -79,10 +79,10 @@ impl HierarchyConfig {
         let line = self.llc.line_bytes;
         let all = [Some(self.l1i), Some(self.l1d), self.l2];
         if all.iter().flatten().any(|g| g.line_bytes != line) {
-            return Err(Error::new(ErrorKind::Geometry, "every level must use the same line size"));
+            return Err(Error::new(ErrorKind::Usage, "every level must use the same line size"));
         }
         if self.mode == Mode::Cachegrind && self.l2.is_some() {
-            return Err(Error::new(ErrorKind::Geometry, "the cachegrind-like mode has no L2 (I1, D1 and LL only)"));
+            return Err(Error::new(ErrorKind::Usage, "the cachegrind-like mode has no L2 (I1, D1 and LL only)"));
         }
         Ok(())
     }

@@ -95,7 +95,7 @@ impl TaskSpec {
     pub fn parse(text: &str, seed: u64, parse_size: impl Fn(&str) -> Option<u64>) -> Result<Self> {
         if let Some(path) = text.strip_prefix("trace:") {
             if path.is_empty() {
-                return Err(Error::new(ErrorKind::Parameter, format!("{text:?}: trace:PATH needs a file")));
+                return Err(Error::new(ErrorKind::Usage, format!("{text:?}: trace:PATH needs a file")));
             }
             let source = TaskSource::Trace { path: path.into() };
             let mut first = Vec::new();
@@ -105,13 +105,12 @@ impl TaskSpec {
         let (kind_text, size_text) = text.split_once(':').unwrap_or((text, "1m"));
         let kind = SynthKind::parse(kind_text).ok_or_else(|| {
             Error::new(
-                ErrorKind::Parameter,
+                ErrorKind::Usage,
                 format!("unknown task kind {kind_text:?} in {text:?} (stream, loop, random, phased, hotcold, trace)"),
             )
         })?;
-        let working_set_bytes = parse_size(size_text).ok_or_else(|| {
-            Error::new(ErrorKind::Parameter, format!("cannot read {size_text:?} in {text:?} as a size"))
-        })?;
+        let working_set_bytes = parse_size(size_text)
+            .ok_or_else(|| Error::new(ErrorKind::Usage, format!("cannot read {size_text:?} in {text:?} as a size")))?;
         Synth::new(kind, working_set_bytes, seed)?;
         Ok(TaskSpec::synth(text, kind, working_set_bytes, seed))
     }
@@ -255,7 +254,7 @@ fn run_task_with<P: ReplacementPolicy>(spec: &TaskSpec, config: &RunConfig, stop
         }
         if schedules.len() >= SCHEDULES_MAX {
             return Err(Error::new(
-                ErrorKind::Parameter,
+                ErrorKind::Usage,
                 format!("task {} needs more than {SCHEDULES_MAX} schedules", spec.name),
             ));
         }

@@ -93,21 +93,17 @@ impl SharedLlc {
     pub fn new(geometry: Geometry, sharers: usize, partition: Partition) -> Result<Self> {
         let ways = geometry.ways as usize;
         if sharers == 0 || sharers > SHARERS_MAX {
-            return Err(Error::new(
-                ErrorKind::Parameter,
-                format!("{sharers} sharers: 1 to {SHARERS_MAX} share an LLC"),
-            ));
+            return Err(Error::new(ErrorKind::Usage, format!("{sharers} sharers: 1 to {SHARERS_MAX} share an LLC")));
         }
         if partition == Partition::Ways && !ways.is_multiple_of(sharers) {
             return Err(Error::new(
-                ErrorKind::Geometry,
+                ErrorKind::Usage,
                 format!("{ways} ways cannot be split evenly among {sharers} sharers"),
             ));
         }
         let mut tags = Vec::new();
-        tags.try_reserve_exact(geometry.lines()).map_err(|e| {
-            Error::new(ErrorKind::Geometry, format!("cannot allocate a shared cache of {geometry}: {e}"))
-        })?;
+        tags.try_reserve_exact(geometry.lines())
+            .map_err(|e| Error::new(ErrorKind::Usage, format!("cannot allocate a shared cache of {geometry}: {e}")))?;
         tags.resize(geometry.lines(), 0);
         Ok(SharedLlc {
             geometry,
@@ -447,7 +443,7 @@ pub fn run_shared(tasks: &[TaskSpec], config: &SharedConfig, stop: &AtomicBool) 
             close_schedule(lane, sharer, &shared, config.slice_cycles);
             if lane.schedules.len() >= SCHEDULES_MAX {
                 return Err(Error::new(
-                    ErrorKind::Parameter,
+                    ErrorKind::Usage,
                     format!("task {} needs more than {SCHEDULES_MAX} schedules", tasks[sharer].name),
                 ));
             }
@@ -565,8 +561,8 @@ impl SharedPlan {
     /// Checks the whole plan and returns one run's configuration (partition to be set).
     pub fn config(&self) -> Result<SharedConfig> {
         let mut hierarchy = HierarchyConfig::table_ii();
-        hierarchy.llc = hierarchy.llc.with_size(self.llc_size_bytes)?;
-        let parameter = |d: String| Error::new(ErrorKind::Parameter, d);
+        hierarchy.llc = hierarchy.llc.with_size(self.llc_size_bytes).map_err(crate::ets::llc)?;
+        let parameter = |d: String| Error::new(ErrorKind::Usage, d);
         if self.threads == 0 {
             return Err(parameter("--threads must be at least 1".into()));
         }
@@ -588,7 +584,8 @@ impl SharedPlan {
         }
         for g in &self.groups {
             for p in &self.partitions {
-                SharedLlc::new(hierarchy.llc, g.len(), *p).map(|_| ())?;
+                // The group sizes are checked above: what is left is the LLC's shape.
+                SharedLlc::new(hierarchy.llc, g.len(), *p).map(|_| ()).map_err(crate::ets::llc)?;
             }
         }
         SharedAtd::new(hierarchy.llc.sets(), hierarchy.llc.ways, self.sample_shift, 2).map_err(|_| {
@@ -735,6 +732,27 @@ mod tests {
         }
         assert!(SharedLlc::new(small(), 3, Partition::Ways).is_err(), "16 ways do not split 3 ways");
         assert!(SharedLlc::new(small(), 3, Partition::Global).is_ok());
+    }
+
+    /// A plan whose LLC shape cannot be built names `--llc`; a bad group names the groups.
+    #[test]
+    fn a_plan_refuses_an_llc_it_cannot_build_by_its_flag() {
+        let plan = |llc_size_bytes: u64, group: usize| SharedPlan {
+            groups: vec![SharedPlan::default_groups()[0].iter().cycle().take(group).cloned().collect()],
+            partitions: vec![Partition::Ways],
+            llc_size_bytes,
+            instructions: 1_000_000,
+            slice_cycles: BASE_SLICE_CYCLES,
+            sample_shift: 4,
+            threads: 1,
+        };
+        assert!(plan(2 << 20, 2).config().is_ok());
+        let e = plan(3 << 20, 2).config().unwrap_err();
+        assert!(e.message.starts_with("--llc: ") && e.message.contains("power of two"), "{e}");
+        let e = plan(2 << 20, 3).config().unwrap_err();
+        assert_eq!(e.message, "--llc: 16 ways cannot be split evenly among 3 sharers");
+        let e = plan(2 << 20, 1).config().unwrap_err();
+        assert!(e.message.starts_with("a shared LLC takes 2 to "), "{e}");
     }
 
     /// With way partitioning each sharer's LRU is its own: the same access stream of one

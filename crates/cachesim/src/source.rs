@@ -57,12 +57,12 @@ impl LackeyReader {
             self.line += 1;
             let read = smartcon_util::paths::read_line_bounded(&mut self.input, &mut self.raw, LACKEY_LINE_BYTES_MAX)
                 .map_err(|e| {
-                Error::new(ErrorKind::Lackey, format!("{}: line {}: {e}", self.path.display(), self.line))
+                Error::new(ErrorKind::Usage, format!("{}: line {}: {e}", self.path.display(), self.line))
             })?;
             if read == 0 {
                 if self.records == 0 {
                     return Err(Error::new(
-                        ErrorKind::Lackey,
+                        ErrorKind::Usage,
                         format!("{} holds no lackey trace lines", self.path.display()),
                     ));
                 }
@@ -80,7 +80,7 @@ impl LackeyReader {
             if !text.starts_with("==") && !text.trim().is_empty() {
                 let shown: String = text.chars().take(60).collect();
                 return Err(Error::new(
-                    ErrorKind::Lackey,
+                    ErrorKind::Usage,
                     format!(
                         "{}: line {} is neither a smartcon trace nor lackey --trace-mem output: {shown:?}",
                         self.path.display(),
@@ -125,14 +125,14 @@ impl RecordSource {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::new(ErrorKind::Io, format!("cannot read {}: {e}", path.display()))),
+                Err(e) => return Err(crate::error::io(format_args!("cannot read {}", path.display()), e)),
             }
         }
         if got == head.len() && (&head == MAGIC || head == [0u8; 8]) {
             return Ok(RecordSource::Binary(Box::new(TraceReader::open(path)?)));
         }
         if got == 0 {
-            return Err(Error::new(ErrorKind::Lackey, format!("{} is empty", path.display())));
+            return Err(Error::new(ErrorKind::Usage, format!("{} is empty", path.display())));
         }
         Ok(RecordSource::Lackey(Box::new(LackeyReader::new(open()?, path))))
     }
@@ -210,16 +210,20 @@ mod tests {
         // A line that is not lackey output, and a file with no trace lines, are errors.
         std::fs::write(&text, "I  04016f00,3\nhello\n").unwrap();
         let mut s = RecordSource::open_trace(&text).unwrap();
-        assert!(drain(&mut s).unwrap_err().detail.contains("line 2"));
+        assert!(drain(&mut s).unwrap_err().message.contains("line 2"));
         std::fs::write(&text, "==1== nothing\n").unwrap();
         let mut s = RecordSource::open_trace(&text).unwrap();
-        assert_eq!(drain(&mut s).unwrap_err().kind, ErrorKind::Lackey);
+        let e = drain(&mut s).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Usage);
+        assert!(e.message.ends_with("holds no lackey trace lines"), "{e}");
         std::fs::write(&text, "").unwrap();
         assert!(RecordSource::open_trace(&text).is_err());
         // A truncated binary trace is an error at open, not a shorter run.
         let bytes = std::fs::read(&bin).unwrap();
         std::fs::write(&bin, &bytes[..bytes.len() - 1]).unwrap();
-        assert_eq!(RecordSource::open_trace(&bin).err().unwrap().kind, ErrorKind::TraceTruncated);
+        let e = RecordSource::open_trace(&bin).err().unwrap();
+        assert_eq!(e.kind, ErrorKind::Usage);
+        assert!(e.message.contains("truncated trace"), "{e}");
         std::fs::remove_file(&text).unwrap();
         std::fs::remove_file(&bin).unwrap();
     }

@@ -136,7 +136,8 @@ pub fn describe(action: &str, path: &Path) -> Result<TraceRecord> {
         counts[r.kind as usize] += 1;
     }
     let records = counts.iter().sum::<u64>();
-    let size_bytes = std::fs::metadata(path)?.len();
+    let size_bytes =
+        std::fs::metadata(path).map_err(|e| crate::error::io(format_args!("cannot read {}", path.display()), e))?.len();
     Ok(TraceRecord {
         r#type: "trace",
         action: action.to_string(),
@@ -211,10 +212,7 @@ impl CrosscheckRecord {
 pub fn parse_cachegrind(text: &str) -> Result<Vec<(String, u64)>> {
     let line = |prefix: &str| {
         text.lines().find_map(|l| l.strip_prefix(prefix)).ok_or_else(|| {
-            Error::new(
-                ErrorKind::TraceCorrupt,
-                format!("cachegrind output has no {} line", prefix.trim_end_matches(':')),
-            )
+            Error::new(ErrorKind::Usage, format!("cachegrind output has no {} line", prefix.trim_end_matches(':')))
         })
     };
     let events = line("events:")?;
@@ -291,7 +289,10 @@ mod tests {
             let cut = cut.min(valid.len());
             match parse_cachegrind(&valid[..cut]) {
                 Ok(pairs) => proptest::prop_assert!(pairs.len() <= 3),
-                Err(e) => proptest::prop_assert_eq!(e.kind, ErrorKind::TraceCorrupt),
+                Err(e) => {
+                    proptest::prop_assert_eq!(e.kind, ErrorKind::Usage);
+                    proptest::prop_assert!(e.message.starts_with("cachegrind output has no "), "{}", e);
+                }
             }
         }
     }

@@ -105,7 +105,7 @@ impl Synth {
     pub fn new(kind: SynthKind, working_set_bytes: u64, seed: u64) -> Result<Self> {
         if working_set_bytes < ACCESS_BYTES {
             return Err(Error::new(
-                ErrorKind::Parameter,
+                ErrorKind::Usage,
                 format!("working set of {working_set_bytes} bytes is below one {ACCESS_BYTES}-byte access"),
             ));
         }
@@ -196,7 +196,7 @@ impl Iterator for Synth {
 /// an error when the count does not fit in 64 bits.
 pub fn records_for(data_accesses: u64) -> Result<u64> {
     data_accesses.checked_mul(u64::from(FETCHES_PER_DATA) + 1).ok_or_else(|| {
-        Error::new(ErrorKind::Parameter, format!("{data_accesses} data accesses is more records than 64 bits count"))
+        Error::new(ErrorKind::Usage, format!("{data_accesses} data accesses is more records than 64 bits count"))
     })
 }
 
@@ -220,7 +220,7 @@ mod tests {
         let first: Vec<Record> = s.take(8).collect();
         assert_eq!(first.iter().filter(|r| r.kind.is_data()).count(), 2);
         assert!(first.iter().all(|r| r.kind == AccessKind::Fetch || r.pc == first[2].pc || r.pc == first[6].pc));
-        assert_eq!(records_for(2), Ok(8));
+        assert_eq!(records_for(2).unwrap(), 8);
         assert!(records_for(u64::MAX / 2).is_err());
         // Same seed, same stream.
         let a: Vec<Record> = Synth::new(SynthKind::HotCold, ws, 3).unwrap().take(1000).collect();

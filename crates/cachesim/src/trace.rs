@@ -23,7 +23,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{io, Error, ErrorKind, Result};
 
 pub const MAGIC: &[u8; 8] = b"SCTRACE1";
 pub const HEADER_BYTES: u64 = 32;
@@ -113,15 +113,15 @@ pub struct TraceWriter {
 
 impl TraceWriter {
     pub fn create(path: &Path) -> Result<Self> {
-        let file = File::create(path)
-            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot create {}: {e}", path.display())))?;
+        let file = File::create(path).map_err(|e| io(format_args!("cannot create {}", path.display()), e))?;
         Self::from_file(file, path)
     }
 
     /// A writer on a file the caller created (for example with `create_new`).
     pub fn from_file(file: File, path: &Path) -> Result<Self> {
         let mut out = BufWriter::with_capacity(1 << 20, file);
-        out.write_all(&[0u8; HEADER_BYTES as usize])?;
+        out.write_all(&[0u8; HEADER_BYTES as usize])
+            .map_err(|e| io(format_args!("cannot write {}", path.display()), e))?;
         Ok(TraceWriter {
             out,
             path: path.to_path_buf(),
@@ -149,7 +149,7 @@ impl TraceWriter {
             put_varint(s, zigzag(r.addr.wrapping_sub(self.last_addr) as i64));
             self.last_addr = r.addr;
         }
-        self.out.write_all(s)?;
+        self.out.write_all(s).map_err(|e| io(format_args!("cannot write {}", self.path.display()), e))?;
         self.body_bytes += s.len() as u64;
         self.count += 1;
         self.checksum = checksum_step(self.checksum, r);
@@ -162,16 +162,18 @@ impl TraceWriter {
 
     /// Writes the header and flushes; returns the record count.
     pub fn finish(mut self) -> Result<u64> {
-        self.out.flush()?;
-        let mut file = self.out.into_inner().map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
-        file.seek(SeekFrom::Start(0))?;
+        let path = self.path;
+        let write = |e| io(format_args!("cannot write {}", path.display()), e);
+        self.out.flush().map_err(write)?;
+        let mut file = self.out.into_inner().map_err(|e| write(e.into_error()))?;
+        file.seek(SeekFrom::Start(0)).map_err(write)?;
         let mut header = Vec::with_capacity(HEADER_BYTES as usize);
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&self.count.to_le_bytes());
         header.extend_from_slice(&self.body_bytes.to_le_bytes());
         header.extend_from_slice(&self.checksum.to_le_bytes());
-        file.write_all(&header)?;
-        file.sync_all().map_err(|e| Error::new(ErrorKind::Io, format!("cannot sync {}: {e}", self.path.display())))?;
+        file.write_all(&header).map_err(write)?;
+        file.sync_all().map_err(|e| io(format_args!("cannot sync {}", path.display()), e))?;
         Ok(self.count)
     }
 }
@@ -191,7 +193,7 @@ pub fn free_bytes(dir: &Path) -> Result<u64> {
     // SAFETY: `c` is NUL-terminated and `st` a valid, writable statvfs for the whole call.
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
         let e = std::io::Error::last_os_error();
-        return Err(Error::new(ErrorKind::Io, format!("cannot check free space of {}: {e}", dir.display())));
+        return Err(io(format_args!("cannot check free space of {}", dir.display()), e));
     }
     // fsblkcnt_t and c_ulong are 32 bits on some targets.
     Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
@@ -216,7 +218,7 @@ pub fn write_trace_file(
     let free = free_bytes(dir)?;
     if planned_bytes_min > free {
         return Err(Error::new(
-            ErrorKind::Parameter,
+            ErrorKind::Usage,
             format!(
                 "{}: {record_count} records need at least {planned_bytes_min} bytes and {} has {free} free",
                 path.display(),
@@ -228,8 +230,9 @@ pub fn write_trace_file(
         .write(true)
         .create_new(true)
         .open(path)
-        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot create {}: {e}", path.display())))?;
-    let named = |e: Error| Error::new(e.kind, format!("{}: {}", path.display(), e.detail));
+        .map_err(|e| io(format_args!("cannot create {}", path.display()), e))?;
+    // An I/O error names the file already.
+    let named = |e: Error| if e.kind == ErrorKind::Io { e } else { Error::with_source(e.kind, path.display(), e) };
     let result = (|| {
         let mut writer = TraceWriter::from_file(file, path)?;
         for (i, r) in records.take(record_count.try_into().unwrap_or(usize::MAX)).enumerate() {
@@ -270,14 +273,14 @@ const RECORD_BYTES_MAX: usize = 22;
 
 impl TraceReader {
     pub fn open(path: &Path) -> Result<Self> {
-        let io = |e: std::io::Error| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", path.display()));
+        let unreadable = |e: std::io::Error| io(format_args!("cannot read {}", path.display()), e);
         let mut input = smartcon_util::paths::open_input("", path)
             .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {}", path.display(), e.what)))?;
-        let file_bytes = input.metadata().map_err(io)?.len();
-        let corrupt = |what: String| Error::new(ErrorKind::TraceCorrupt, format!("{}: {what}", path.display()));
+        let file_bytes = input.metadata().map_err(unreadable)?.len();
+        let corrupt = |what: String| Error::new(ErrorKind::Usage, format!("{}: {what}", path.display()));
         if file_bytes < HEADER_BYTES {
             return Err(Error::new(
-                ErrorKind::TraceTruncated,
+                ErrorKind::Usage,
                 format!(
                     "{}: truncated trace: {file_bytes} bytes, shorter than the {HEADER_BYTES}-byte header",
                     path.display()
@@ -285,7 +288,7 @@ impl TraceReader {
             ));
         }
         let mut header = [0u8; HEADER_BYTES as usize];
-        input.read_exact(&mut header).map_err(io)?;
+        input.read_exact(&mut header).map_err(unreadable)?;
         if header[..8] == [0u8; 8] {
             return Err(corrupt("unfinished trace (its writer never wrote the header)".into()));
         }
@@ -297,7 +300,7 @@ impl TraceReader {
         let actual_body = file_bytes - HEADER_BYTES;
         if actual_body < body_bytes {
             return Err(Error::new(
-                ErrorKind::TraceTruncated,
+                ErrorKind::Usage,
                 format!(
                     "{}: truncated trace: body has {actual_body} of {body_bytes} bytes ({expected_count} records expected)",
                     path.display()
@@ -335,7 +338,10 @@ impl TraceReader {
         self.len -= self.pos;
         self.pos = 0;
         while self.len < self.buf.len() {
-            let n = self.input.read(&mut self.buf[self.len..])?;
+            let n = self
+                .input
+                .read(&mut self.buf[self.len..])
+                .map_err(|e| io(format_args!("cannot read {}", self.path.display()), e))?;
             if n == 0 {
                 break;
             }
@@ -346,7 +352,7 @@ impl TraceReader {
 
     fn corrupt(&self, what: &str) -> Error {
         Error::new(
-            ErrorKind::TraceCorrupt,
+            ErrorKind::Usage,
             format!("{}: corrupt trace at body byte {}: {what}", self.path.display(), self.consumed + self.pos as u64),
         )
     }
@@ -382,7 +388,7 @@ impl TraceReader {
             self.refill()?;
             if self.pos == self.len {
                 return Err(Error::new(
-                    ErrorKind::TraceTruncated,
+                    ErrorKind::Usage,
                     format!(
                         "{}: truncated trace: ended after {} of {} records",
                         self.path.display(),
@@ -428,7 +434,7 @@ impl TraceReader {
         }
         if self.checksum != self.expected_checksum {
             return Err(Error::new(
-                ErrorKind::TraceCorrupt,
+                ErrorKind::Usage,
                 format!("{}: corrupt trace: checksum mismatch over {} records", self.path.display(), self.count),
             ));
         }
@@ -503,7 +509,7 @@ pub fn convert_lackey<R: BufRead>(
             &mut raw,
             if strict { 4096 } else { smartcon_util::paths::LINE_BYTES_MAX },
         )
-        .map_err(|e| Error::new(ErrorKind::Lackey, format!("line {}: {e}", index + 1)))?;
+        .map_err(|e| Error::new(ErrorKind::Usage, format!("line {}: {e}", index + 1)))?;
         if read == 0 {
             break;
         }
@@ -521,7 +527,7 @@ pub fn convert_lackey<R: BufRead>(
                 if strict && !line.starts_with("==") && !line.trim().is_empty() {
                     let shown: String = line.chars().take(60).collect();
                     return Err(Error::new(
-                        ErrorKind::Lackey,
+                        ErrorKind::Usage,
                         format!("line {} is not lackey --trace-mem output: {shown:?}", index + 1),
                     ));
                 }
@@ -549,7 +555,7 @@ pub fn convert_lackey_file_until(
     let mut writer = TraceWriter::create(output)?;
     let sink = |r: &Record| {
         if stop.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(Error::new(ErrorKind::Io, "interrupted; nothing written".to_string()));
+            return Err(Error::new(ErrorKind::Interrupted, "interrupted; nothing written"));
         }
         writer.push(r)
     };
@@ -562,14 +568,14 @@ pub fn convert_lackey_file_until(
         Ok(_) => {
             drop(writer);
             let _ = std::fs::remove_file(output);
-            Err(Error::new(ErrorKind::Lackey, format!("{} holds no lackey trace lines", input.display())))
+            Err(Error::new(ErrorKind::Usage, format!("{} holds no lackey trace lines", input.display())))
         }
         Err(e) => {
             drop(writer);
             let _ = std::fs::remove_file(output);
             // The converter knows lines, not files: name the file its line numbers are in.
             Err(match e.kind {
-                ErrorKind::Lackey => Error::new(e.kind, format!("{}: {}", input.display(), e.detail)),
+                ErrorKind::Usage => Error::with_source(e.kind, input.display(), e),
                 _ => e,
             })
         }
@@ -625,22 +631,26 @@ mod tests {
         for cut in [0, 10, 31, 32, 33, bytes.len() / 2, bytes.len() - 1] {
             std::fs::write(&path, &bytes[..cut]).unwrap();
             let e = TraceReader::read_all(&path).unwrap_err();
-            assert_eq!(e.kind, ErrorKind::TraceTruncated, "cut at {cut}: {e}");
-            assert!(e.detail.contains("truncated"));
+            assert_eq!(e.kind, ErrorKind::Usage, "cut at {cut}: {e}");
+            assert!(e.message.contains("truncated trace"), "cut at {cut}: {e}");
         }
         // A flipped bit in the body is detected.
         let mut flipped = bytes.clone();
         let i = bytes.len() - 20;
         flipped[i] ^= 0x10;
         std::fs::write(&path, &flipped).unwrap();
-        assert_eq!(TraceReader::read_all(&path).unwrap_err().kind, ErrorKind::TraceCorrupt);
+        let e = TraceReader::read_all(&path).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Usage);
+        assert!(e.message.contains("corrupt trace"), "{e}");
         // Extra bytes and a bad magic are detected.
         let mut longer = bytes.clone();
         longer.push(0);
         std::fs::write(&path, &longer).unwrap();
-        assert_eq!(TraceReader::read_all(&path).unwrap_err().kind, ErrorKind::TraceCorrupt);
+        let e = TraceReader::read_all(&path).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Usage);
+        assert!(e.message.ends_with("1 bytes after the last record"), "{e}");
         std::fs::write(&path, b"I  0400d7d4,8\n this is lackey text, not a trace").unwrap();
-        assert!(TraceReader::read_all(&path).unwrap_err().detail.contains("magic"));
+        assert!(TraceReader::read_all(&path).unwrap_err().message.contains("magic"));
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -664,7 +674,7 @@ mod tests {
         );
         std::fs::write(&input, "I  04016f00,3\nhello\n").unwrap();
         let e = convert_lackey_file(&input, &output).unwrap_err();
-        assert!(e.detail.contains("line 2"), "{e}");
+        assert!(e.message.contains("line 2"), "{e}");
         assert!(!output.exists(), "nothing written on error");
         std::fs::remove_file(&input).unwrap();
     }

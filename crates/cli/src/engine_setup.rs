@@ -156,11 +156,11 @@ pub fn split_targets(text: &str) -> Result<Vec<String>> {
 /// ([`ErrorKind::Usage`], with the parse error as its source where there is one), whose
 /// message clap prints after the option's name.
 pub fn io_size_value(text: &str) -> Result<u64, EngineError> {
-    units::parse_size_in(text, units::IO_SIZE).map_err(|e| EngineError::new(ErrorKind::Usage, e.to_string()))
+    units::parse_size_in(text, units::IO_SIZE).map_err(EngineError::from)
 }
 
 pub fn device_size_value(text: &str) -> Result<u64, EngineError> {
-    units::parse_size_in(text, units::DEVICE_SIZE).map_err(|e| EngineError::new(ErrorKind::Usage, e.to_string()))
+    units::parse_size_in(text, units::DEVICE_SIZE).map_err(EngineError::from)
 }
 
 pub fn duration_value(text: &str) -> Result<u64, EngineError> {

@@ -41,26 +41,31 @@ pub const LAT_CTX_S_BYTES: u64 = 2 << 20;
 /// Largest array per process we accept: beyond this the ring's N copies risk the OOM killer.
 pub const ARRAY_BYTES_MAX: u64 = 1 << 30;
 
-#[derive(Debug)]
-pub enum Error {
-    BadInput(String),
-    Os { what: &'static str, source: std::io::Error },
-    Interrupted,
-    Profile { path: String, message: String },
+use smartcon_util::error::Source;
+/// The workspace's one error type (`smartcon_util::error`): a bad plan or flag is `Usage`, a
+/// failed system call `Setup` (its `io::Error` the `source()`), a stopped run `Interrupted`, an
+/// unreadable or malformed host profile `Profile`.
+pub use smartcon_util::error::{Error, ErrorKind};
+
+/// A plan or flag this crate refuses.
+pub(crate) fn bad_input(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Usage, message)
 }
 
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::BadInput(m) => f.write_str(m),
-            Error::Os { what, source } => write!(f, "{what} failed: {source}"),
-            Error::Interrupted => f.write_str("interrupted"),
-            Error::Profile { path, message } => write!(f, "host profile {path}: {message}"),
-        }
-    }
+/// "WHAT failed: the reason", the system call's `io::Error` as the source.
+pub(crate) fn os(what: &str, source: std::io::Error) -> Error {
+    Error::with_source(ErrorKind::Setup, format_args!("{what} failed"), source)
 }
 
-impl std::error::Error for Error {}
+/// The stop flag ended a measurement.
+pub(crate) fn interrupted() -> Error {
+    Error::new(ErrorKind::Interrupted, "interrupted")
+}
+
+/// A measuring thread panicked (a bug).
+pub(crate) fn internal(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Internal, message)
+}
 
 /// What to measure and for how long.
 #[derive(Debug, Clone)]
@@ -128,14 +133,14 @@ impl Plan {
     pub fn pin(&mut self, cpu: Option<usize>, cross_cpu: Option<usize>, allowed: &[usize]) -> Result<(), Error> {
         if let Some(cpu) = cpu {
             if !allowed.contains(&cpu) {
-                return Err(Error::BadInput(format!("--cpu {cpu} is not in this process's CPU set {allowed:?}")));
+                return Err(bad_input(format!("--cpu {cpu} is not in this process's CPU set {allowed:?}")));
             }
             self.cpu = cpu;
             self.cross_cpu = allowed.iter().copied().find(|&c| c != cpu);
         }
         if let Some(other) = cross_cpu {
             if !allowed.contains(&other) || other == self.cpu {
-                return Err(Error::BadInput(format!(
+                return Err(bad_input(format!(
                     "--cross-cpu {other} must be another CPU of this process's set {allowed:?}"
                 )));
             }
@@ -148,7 +153,7 @@ impl Plan {
     /// array has nothing to sum.
     pub fn set_array_sizes(&mut self, mut sizes_bytes: Vec<u64>) -> Result<(), Error> {
         if sizes_bytes.contains(&0) {
-            return Err(Error::BadInput("--sizes: an array of 0 bytes has nothing to sum".into()));
+            return Err(bad_input("--sizes: an array of 0 bytes has nothing to sum"));
         }
         sizes_bytes.sort_unstable();
         sizes_bytes.dedup();
@@ -159,21 +164,21 @@ impl Plan {
     /// Bad plans are refused before anything runs.
     pub fn validate(&self) -> Result<(), Error> {
         if self.direct_procs.is_empty() {
-            return Err(Error::BadInput("no ring sizes to measure".into()));
+            return Err(bad_input("no ring sizes to measure"));
         }
         for &p in self.direct_procs.iter().chain(std::iter::once(&self.indirect_procs)) {
             if !(2..=ring::RING_PROCS_MAX).contains(&p) {
-                return Err(Error::BadInput(format!("ring of {p} processes: expected 2..={}", ring::RING_PROCS_MAX)));
+                return Err(bad_input(format!("ring of {p} processes: expected 2..={}", ring::RING_PROCS_MAX)));
             }
         }
         let memory_bytes = physical_memory_bytes();
         for &s in &self.array_sizes_bytes {
             if s < 4 {
-                return Err(Error::BadInput(format!("array size {s} bytes: expected at least 4")));
+                return Err(bad_input(format!("array size {s} bytes: expected at least 4")));
             }
             let total = s.saturating_mul(self.indirect_procs as u64 + 1);
             if s > ARRAY_BYTES_MAX || memory_bytes.is_some_and(|m| total > m / 2) {
-                return Err(Error::BadInput(format!(
+                return Err(bad_input(format!(
                     "array size {s} bytes x {} processes does not fit in memory (limit {} bytes per process, half of RAM in total)",
                     self.indirect_procs + 1,
                     ARRAY_BYTES_MAX
@@ -181,7 +186,7 @@ impl Plan {
             }
         }
         if self.budget.batches == 0 || self.budget.batch_ns == 0 || self.budget.hops_per_batch_max == 0 {
-            return Err(Error::BadInput("measurement budget must be positive".into()));
+            return Err(bad_input("measurement budget must be positive"));
         }
         Ok(())
     }
@@ -264,15 +269,18 @@ impl HostProfile {
     /// `host.json` whose model fields sit beside it), or a `host.json` of version 2 with the
     /// profile nested under `"ctx"`.
     pub fn read(path: &std::path::Path) -> Result<HostProfile, Error> {
-        let bad = |message: String| Error::Profile { path: path.display().to_string(), message };
+        let named = format!("host profile {}", path.display());
+        let bad = |message: String| Error::new(ErrorKind::Profile, format!("{named}: {message}"));
+        // A parser's or the file system's error stays the source.
+        let failed = |what: &str, e: Source| Error::with_source(ErrorKind::Profile, format_args!("{named}{what}"), e);
         let text = smartcon_util::paths::read_text(path).map_err(|e| {
-            bad(if e.kind() == std::io::ErrorKind::NotFound {
-                "not found; run `smartcon ctx` first to measure this host".to_string()
+            if e.kind() == std::io::ErrorKind::NotFound {
+                bad("not found; run `smartcon ctx` first to measure this host".to_string())
             } else {
-                e.to_string()
-            })
+                failed("", e.into())
+            }
         })?;
-        let mut value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let mut value: serde_json::Value = serde_json::from_str(&text).map_err(|e| failed(": not JSON", e.into()))?;
         if let Some(nested) = value.get_mut("ctx").filter(|v| v.is_object()).map(serde_json::Value::take) {
             value = nested;
         }
@@ -281,7 +289,7 @@ impl HostProfile {
             Some(v) => return Err(bad(format!("version {v}, expected {HOST_PROFILE_VERSION}"))),
             None => return Err(bad("no \"version\" field".into())),
         }
-        let profile: HostProfile = serde_json::from_value(value).map_err(|e| bad(format!("malformed: {e}")))?;
+        let profile: HostProfile = serde_json::from_value(value).map_err(|e| failed(": malformed", e.into()))?;
         let direct = profile.ctx_direct_ns().ok_or_else(|| bad("no direct context-switch measurement".into()))?;
         if !(direct.is_finite() && direct > 0.0) {
             return Err(bad(format!("direct cost {direct} ns is not a positive number")));
@@ -350,7 +358,7 @@ pub fn measure(plan: &Plan, stop: &AtomicBool, progress: &mut dyn Progress) -> R
                 overhead_ns = overhead_ns.min(ring::ring_ns_per_hop(1, 0, plan.budget, stop)?);
             }
             if *raw_ns <= overhead_ns {
-                return Err(Error::BadInput(format!(
+                return Err(bad_input(format!(
                     "the machine is too busy to measure a context switch: {procs} processes took {:.2} us a hop, \
                      one process {:.2} us; run `smartcon ctx` again when it is quieter",
                     to_us(*raw_ns),

@@ -29,7 +29,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::affinity::{pin_current_thread, AffinityGuard};
-use crate::Error;
+use crate::{bad_input, internal, interrupted, os, Error};
 
 /// Pings a measurement may ask for.
 pub const PINGS_MAX: usize = 100_000;
@@ -101,7 +101,7 @@ impl EventFd {
         // SAFETY: eventfd takes no pointers; a negative return is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
-            return Err(Error::Os { what: "eventfd", source: std::io::Error::last_os_error() });
+            return Err(os("eventfd", std::io::Error::last_os_error()));
         }
         Ok(EventFd(fd))
     }
@@ -148,7 +148,7 @@ fn become_sched_idle() -> Result<(), Error> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: param is a valid sched_param; pid 0 is the calling thread.
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
-        return Err(Error::Os { what: "sched_setscheduler(SCHED_IDLE)", source: std::io::Error::last_os_error() });
+        return Err(os("sched_setscheduler(SCHED_IDLE)", std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -183,10 +183,10 @@ pub fn one_way_wakeups(
     stop: &AtomicBool,
 ) -> Result<OneWay, Error> {
     if pings == 0 || pings > PINGS_MAX {
-        return Err(Error::BadInput(format!("pings must be 1..={PINGS_MAX}, got {pings}")));
+        return Err(bad_input(format!("pings must be 1..={PINGS_MAX}, got {pings}")));
     }
     if waker_cpu == wakee_cpu {
-        return Err(Error::BadInput("the waker and the woken thread must be on two CPUs".into()));
+        return Err(bad_input("the waker and the woken thread must be on two CPUs"));
     }
     const WARMUP: usize = 3;
     let efd = EventFd::new()?;
@@ -227,7 +227,7 @@ pub fn one_way_wakeups(
             loop {
                 ready.store(true, Ordering::SeqCst);
                 let Some(sent) = efd.read() else {
-                    return Err(Error::Os { what: "eventfd read", source: std::io::Error::last_os_error() });
+                    return Err(os("eventfd read", std::io::Error::last_os_error()));
                 };
                 let now = mono_ns();
                 if done.load(Ordering::SeqCst) {
@@ -243,7 +243,7 @@ pub fn one_way_wakeups(
             if stop.load(Ordering::Relaxed) {
                 drop(finish);
                 let _ = wakee.join();
-                return Err(Error::Interrupted);
+                return Err(interrupted());
             }
             lcg = lcg.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
             sleep_ns(gap_ns + (lcg >> 33) % (gap_ns / 2 + 1));
@@ -262,7 +262,7 @@ pub fn one_way_wakeups(
             if !ok {
                 drop(finish);
                 let _ = wakee.join();
-                return Err(Error::Os { what: "eventfd write", source: std::io::Error::last_os_error() });
+                return Err(os("eventfd write", std::io::Error::last_os_error()));
             }
             cpu.push(c1.saturating_sub(c0).saturating_sub(overhead_ns));
         }
@@ -275,9 +275,9 @@ pub fn one_way_wakeups(
             sleep_ns(50_000);
         }
         drop(finish);
-        let lat = wakee.join().map_err(|_| Error::BadInput("the woken thread panicked".into()))??;
+        let lat = wakee.join().map_err(|_| internal("the woken thread panicked"))??;
         if let Some(p) = poller {
-            p.join().map_err(|_| Error::BadInput("the poller thread panicked".into()))??;
+            p.join().map_err(|_| internal("the poller thread panicked"))??;
         }
         let mut latencies_ns: Vec<u64> = lat.into_iter().skip(WARMUP).collect();
         let mut waker_cpu_ns: Vec<u64> = cpu.into_iter().skip(WARMUP).collect();
@@ -299,6 +299,7 @@ pub fn quantile(sorted: &[u64], q: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorKind;
 
     #[test]
     fn every_ping_is_measured_and_sorted() {
@@ -318,7 +319,9 @@ mod tests {
         assert!(one_way_wakeups(cpus[0], cpus[0], false, 5, 1000, &stop).is_err());
         assert!(one_way_wakeups(cpus[0], cpus[1], false, 0, 1000, &stop).is_err());
         stop.store(true, Ordering::Relaxed);
-        assert!(matches!(one_way_wakeups(cpus[0], cpus[1], true, 5, 1000, &stop), Err(Error::Interrupted)));
+        assert!(
+            matches!(one_way_wakeups(cpus[0], cpus[1], true, 5, 1000, &stop), Err(e) if e.kind == ErrorKind::Interrupted)
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::Error;
+use crate::{interrupted, os, Error};
 
 /// What perf said, or why it was not run.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,20 +57,20 @@ pub fn perf_sched_pipe(cpu: usize, loops: u64, stop: &AtomicBool) -> Result<Perf
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some(_status) = child.try_wait().map_err(|source| Error::Os { what: "waiting for perf", source })? {
+        if let Some(_status) = child.try_wait().map_err(|source| os("waiting for perf", source))? {
             break;
         }
         if stop.load(Ordering::Relaxed) || Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
             if stop.load(Ordering::Relaxed) {
-                return Err(Error::Interrupted);
+                return Err(interrupted());
             }
             return Ok(PerfOutcome::Skipped("perf bench took more than 60 s".into()));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let output = child.wait_with_output().map_err(|source| Error::Os { what: "reading perf output", source })?;
+    let output = child.wait_with_output().map_err(|source| os("reading perf output", source))?;
     let text = String::from_utf8_lossy(&output.stdout);
     match parse_usecs_per_op(&text) {
         Some(us) if output.status.success() => Ok(PerfOutcome::UsPerSwitch(us / 2.0)),

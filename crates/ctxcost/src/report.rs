@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::{Error, HostProfile, IndirectPoint};
+use crate::{internal, os, Error, HostProfile, IndirectPoint};
 
 /// raw / perf within this range means the two methods agree within 25 %.
 pub const AGREEMENT_RANGE: std::ops::RangeInclusive<f64> = 0.75..=1.25;
@@ -140,12 +140,12 @@ impl HostProfile {
     /// Writes the profile as pretty JSON, through a temporary file and a rename so a reader
     /// never sees half a profile; creates the directory. Returns whether it replaced a file.
     pub fn write(&self, path: &Path) -> Result<bool, Error> {
-        let os = |what: &'static str| move |source| Error::Os { what, source };
+        let os = |what: &'static str| move |source| os(what, source);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(os("creating the host profile's directory"))?;
         }
         let replaced = path.exists();
-        let text = serde_json::to_string_pretty(self).map_err(|e| Error::BadInput(e.to_string()))?;
+        let text = serde_json::to_string_pretty(self).map_err(|e| internal(e.to_string()))?;
         let tmp = path.with_extension("json.tmp");
         std::fs::write(&tmp, text + "\n").map_err(os("writing the host profile"))?;
         std::fs::rename(&tmp, path).map_err(os("renaming the host profile into place"))?;
@@ -212,5 +212,25 @@ mod tests {
         assert_eq!(HostProfile::read(&path).unwrap(), p);
         assert!(p.write(&path).unwrap());
         assert!(!path.with_extension("json.tmp").exists());
+    }
+
+    #[test]
+    fn a_bad_profile_is_a_profile_error_with_the_parser_as_its_source() {
+        use std::error::Error as _;
+        let scratch = tempfile::Builder::new().prefix("smartcon-ctxcost-report-").tempdir().unwrap();
+        let path = scratch.path().join("host.json");
+        let missing = HostProfile::read(&path).unwrap_err();
+        assert_eq!(missing.kind, crate::ErrorKind::Profile);
+        assert!(
+            missing.message.ends_with("host.json: not found; run `smartcon ctx` first to measure this host"),
+            "{missing}"
+        );
+        std::fs::write(&path, "{").unwrap();
+        let e = HostProfile::read(&path).unwrap_err();
+        assert_eq!(e.kind, crate::ErrorKind::Profile);
+        assert!(e.message.starts_with("host profile ") && e.message.contains("host.json: not JSON: "), "{e}");
+        let cause = e.source().expect("the parser's error");
+        assert!(cause.downcast_ref::<serde_json::Error>().is_some(), "{cause:?}");
+        assert!(e.message.ends_with(&cause.to_string()), "{e}");
     }
 }

@@ -18,7 +18,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use crate::Error;
+use crate::{bad_input, interrupted, os, Error};
 
 /// At most this many processes in a ring (lat_ctx goes to 20; the bound keeps fd use small).
 pub const RING_PROCS_MAX: usize = 64;
@@ -65,7 +65,7 @@ fn make_pipe() -> Result<Pipe, Error> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: fds has room for the two descriptors pipe writes.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(Error::Os { what: "pipe", source: std::io::Error::last_os_error() });
+        return Err(os("pipe", std::io::Error::last_os_error()));
     }
     Ok(Pipe { read: fds[0], write: fds[1] })
 }
@@ -102,7 +102,7 @@ impl Array {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(Error::Os { what: "mmap", source: std::io::Error::last_os_error() });
+            return Err(os("mmap", std::io::Error::last_os_error()));
         }
         let ptr = ptr as *mut u32;
         for i in 0..len {
@@ -255,7 +255,7 @@ pub fn ring_ns_per_hop(procs: usize, array_bytes: usize, budget: Budget, stop: &
 /// `budget.batches` where `budget.floor_tol` stopped them).
 pub fn ring_batches_ns(procs: usize, array_bytes: usize, budget: Budget, stop: &AtomicBool) -> Result<Vec<f64>, Error> {
     if procs == 0 || procs > RING_PROCS_MAX {
-        return Err(Error::BadInput(format!("ring of {procs} processes: expected 1..={RING_PROCS_MAX}")));
+        return Err(bad_input(format!("ring of {procs} processes: expected 1..={RING_PROCS_MAX}")));
     }
     let mut pipes = Vec::with_capacity(procs);
     let close_all = |pipes: &mut Vec<Pipe>| {
@@ -289,7 +289,7 @@ pub fn ring_batches_ns(procs: usize, array_bytes: usize, budget: Budget, stop: &
         if pid < 0 {
             let source = std::io::Error::last_os_error();
             close_all(&mut pipes);
-            return Err(Error::Os { what: "fork", source });
+            return Err(os("fork", source));
         }
         if pid == 0 {
             let (read_fd, write_fd) = (pipes[i].read, pipes[(i + 1) % procs].write);
@@ -335,7 +335,7 @@ fn drive(
     let round = || -> Result<(), Error> {
         sum_array(array.as_slice());
         if write_token(write_fd) != 1 || read_token(read_fd) != 1 {
-            return Err(Error::Os { what: "token ring pipe", source: std::io::Error::last_os_error() });
+            return Err(os("token ring pipe", std::io::Error::last_os_error()));
         }
         Ok(())
     };
@@ -354,7 +354,7 @@ fn drive(
     let mut batches = Vec::with_capacity(budget.batches.max(1) as usize);
     for _ in 0..budget.batches.max(1) {
         if stop.load(Ordering::Relaxed) {
-            return Err(Error::Interrupted);
+            return Err(interrupted());
         }
         let start = Instant::now();
         for _ in 0..rounds_per_batch {
@@ -371,6 +371,7 @@ fn drive(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorKind;
 
     /// The floor is held once two batches agree within the tolerance; one fast batch, or
     /// two that differ by more, is not enough.
@@ -398,7 +399,7 @@ mod tests {
     fn a_stopped_ring_returns_interrupted_and_reaps() {
         let budget = Budget { batches: 2, batch_ns: 1_000_000, hops_per_batch_max: 1000, floor_tol: None };
         let stop = AtomicBool::new(true);
-        assert!(matches!(ring_ns_per_hop(4, 0, budget, &stop), Err(Error::Interrupted)));
+        assert!(matches!(ring_ns_per_hop(4, 0, budget, &stop), Err(e) if e.kind == ErrorKind::Interrupted));
         assert!(ring_ns_per_hop(0, 0, budget, &stop).is_err());
     }
 }

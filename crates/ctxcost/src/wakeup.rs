@@ -13,13 +13,13 @@ use std::time::Instant;
 
 use crate::affinity::pin_current_thread;
 use crate::ring::Budget;
-use crate::Error;
+use crate::{internal, interrupted, os, Error};
 
 fn pipe() -> Result<[RawFd; 2], Error> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: fds has room for the two descriptors.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(Error::Os { what: "pipe", source: std::io::Error::last_os_error() });
+        return Err(os("pipe", std::io::Error::last_os_error()));
     }
     Ok(fds)
 }
@@ -73,7 +73,7 @@ pub fn pingpong_ns(cpu_a: usize, cpu_b: usize, budget: Budget, stop: &AtomicBool
             pin_current_thread(cpu_a)?;
             let round = || -> Result<(), Error> {
                 if !xfer(ab[1], true) || !xfer(ba[0], false) {
-                    return Err(Error::Os { what: "ping-pong pipe", source: std::io::Error::last_os_error() });
+                    return Err(os("ping-pong pipe", std::io::Error::last_os_error()));
                 }
                 Ok(())
             };
@@ -90,7 +90,7 @@ pub fn pingpong_ns(cpu_a: usize, cpu_b: usize, budget: Budget, stop: &AtomicBool
             let mut best = f64::INFINITY;
             for _ in 0..budget.batches.max(1) {
                 if stop.load(Ordering::Relaxed) {
-                    return Err(Error::Interrupted);
+                    return Err(interrupted());
                 }
                 let start = Instant::now();
                 for _ in 0..rounds {
@@ -100,7 +100,7 @@ pub fn pingpong_ns(cpu_a: usize, cpu_b: usize, budget: Budget, stop: &AtomicBool
             }
             Ok(best)
         });
-        let measured = driver.join().unwrap_or(Err(Error::BadInput("ping-pong thread panicked".into())));
+        let measured = driver.join().unwrap_or(Err(internal("ping-pong thread panicked")));
         // Closing the driver's write end ends the echo thread with EOF.
         // SAFETY: both threads are done with ab[1] (the driver has returned).
         unsafe { libc::close(ab[1]) };

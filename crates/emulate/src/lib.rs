@@ -41,8 +41,9 @@ use crate::replay::{PerOp, VirtualRun};
 use crate::trace::{TraceError, TraceIo};
 
 impl From<TraceError> for Error {
+    /// "trace " and the line's error, which stays the source.
     fn from(e: TraceError) -> Error {
-        Error::new(ErrorKind::Usage, format!("trace {e}"))
+        Error { kind: ErrorKind::Usage, message: format!("trace {e}"), errno: None, source: Some(Box::new(e)) }
     }
 }
 

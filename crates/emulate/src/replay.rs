@@ -726,7 +726,7 @@ fn drive<A: Arrivals, M: Model>(
                 priority: 0,
                 stream: io.stream,
             };
-            dev.submit(req).map_err(|e| usage(e.to_string()))?;
+            dev.submit(req)?;
             t.issued(io.bytes, &mut hooks);
         }
     }

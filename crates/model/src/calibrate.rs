@@ -18,7 +18,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{DeviceLatency, Error, Model};
+use crate::{DeviceLatency, Error, ErrorKind, Model};
 
 /// One entry of a probe profile's `latencies` list.
 #[derive(Debug, Clone, Deserialize)]
@@ -79,19 +79,45 @@ pub struct CalibrationRow {
     pub measured_strategy: String,
 }
 
-fn bad(path: &Path, line_number: usize, message: impl Into<String>) -> Error {
-    Error::Input { path: path.display().to_string(), line_number, message: message.into() }
+/// "PATH:LINE" (or "PATH" for a whole file, `line_number` 0): where a bad record is.
+fn place(path: &Path, line_number: usize) -> String {
+    match line_number {
+        0 => path.display().to_string(),
+        n => format!("{}:{n}", path.display()),
+    }
+}
+
+/// A record that parses but makes no sense: "PATH:LINE: MESSAGE".
+fn bad(kind: ErrorKind, path: &Path, line_number: usize, message: impl std::fmt::Display) -> Error {
+    Error::new(kind, format!("{}: {message}", place(path, line_number)))
+}
+
+/// A record that does not parse: "PATH:LINE: WHAT: the parser's message", the parser's error
+/// as the source.
+fn unparsed(
+    kind: ErrorKind,
+    path: &Path,
+    line_number: usize,
+    what: impl std::fmt::Display,
+    e: serde_json::Error,
+) -> Error {
+    Error::with_source(kind, format!("{}: {what}", place(path, line_number)), e)
+}
+
+/// "cannot read PATH: the reason", the `io::Error` as the source.
+fn unreadable(path: &Path, source: std::io::Error) -> Error {
+    Error::with_source(ErrorKind::Io, format_args!("cannot read {}", path.display()), source)
 }
 
 /// Reads one probe profile.
 pub fn read_profile(path: &Path) -> Result<DeviceProfile, Error> {
-    let text = smartcon_util::paths::read_text(path)
-        .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    let text = smartcon_util::paths::read_text(path).map_err(|source| unreadable(path, source))?;
     let profile: DeviceProfile =
-        serde_json::from_str(&text).map_err(|e| bad(path, 0, format!("not a device profile: {e}")))?;
+        serde_json::from_str(&text).map_err(|e| unparsed(ErrorKind::Profile, path, 0, "not a device profile", e))?;
     for l in &profile.latencies {
         if !l.lat_ns_mean.is_finite() || l.lat_ns_mean < 0.0 {
             return Err(bad(
+                ErrorKind::Profile,
                 path,
                 0,
                 format!("negative or non-finite lat_ns_mean {} for {} {}", l.lat_ns_mean, l.op, l.bs_bytes),
@@ -106,7 +132,7 @@ pub fn read_profiles(dir: &Path) -> Result<Vec<DeviceProfile>, Error> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => return Err(Error::Io { path: dir.display().to_string(), source }),
+        Err(source) => return Err(unreadable(dir, source)),
     };
     let mut paths: Vec<_> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -124,20 +150,19 @@ fn read_typed<T: serde::de::DeserializeOwned>(
     kind: &str,
     check: impl Fn(&T, usize) -> Result<(), Error>,
 ) -> Result<Vec<T>, Error> {
-    let text = smartcon_util::paths::read_text(path)
-        .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    let text = smartcon_util::paths::read_text(path).map_err(|source| unreadable(path, source))?;
     let mut out = Vec::new();
     for (index, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| bad(path, index + 1, format!("not JSON: {e}")))?;
+            serde_json::from_str(line).map_err(|e| unparsed(ErrorKind::Usage, path, index + 1, "not JSON", e))?;
         if value.get("type").and_then(|t| t.as_str()) != Some(kind) {
             continue;
         }
-        let record: T =
-            serde_json::from_value(value).map_err(|e| bad(path, index + 1, format!("not a {kind} record: {e}")))?;
+        let record: T = serde_json::from_value(value)
+            .map_err(|e| unparsed(ErrorKind::Usage, path, index + 1, format_args!("not a {kind} record"), e))?;
         check(&record, index + 1)?;
         out.push(record);
     }
@@ -154,7 +179,7 @@ pub fn read_result_profiles(path: &Path) -> Result<Vec<DeviceProfile>, Error> {
 pub fn read_results(path: &Path) -> Result<Vec<ResultRecord>, Error> {
     read_typed(path, "result", |r: &ResultRecord, line_number| {
         if !r.iops.is_finite() || r.iops < 0.0 {
-            return Err(bad(path, line_number, format!("iops {} is negative or not finite", r.iops)));
+            return Err(bad(ErrorKind::Usage, path, line_number, format!("iops {} is negative or not finite", r.iops)));
         }
         Ok(())
     })
@@ -309,6 +334,29 @@ mod tests {
         assert!(e.contains(":1:"), "{e}");
         std::fs::write(dir.join("profiles/broken.json"), "{").unwrap();
         assert!(read_profiles(&dir.join("profiles")).unwrap_err().to_string().contains("broken.json"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn errors_keep_the_parser_and_io_errors_as_their_source() {
+        use std::error::Error as _;
+        let dir = fixture_dir("sources");
+        std::fs::write(dir.join("results.jsonl"), "{\"type\":\"result\",\"target\":\"x\"}\n").unwrap();
+        let e = read_results(&dir.join("results.jsonl")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Usage);
+        let cause = e.source().expect("the parser's error");
+        assert!(cause.downcast_ref::<serde_json::Error>().is_some(), "{cause:?}");
+        assert!(e.message.ends_with(&cause.to_string()), "{e}");
+
+        let e = read_results(&dir.join("missing.jsonl")).unwrap_err();
+        assert!(e.message.starts_with("cannot read "), "{e}");
+        let cause = e.source().and_then(|c| c.downcast_ref::<std::io::Error>()).expect("the io error");
+        assert_eq!(cause.kind(), std::io::ErrorKind::NotFound);
+
+        std::fs::write(dir.join("profiles/broken.json"), "{").unwrap();
+        let e = read_profiles(&dir.join("profiles")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Profile);
+        assert!(e.message.contains("broken.json: not a device profile: "), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -26,30 +26,15 @@ use serde::Serialize;
 
 pub use params::{Latencies, SystemParams, MAINSTREAM, SMARTCON};
 
-/// What went wrong, with the name of the offending value or file.
-#[derive(Debug)]
-pub enum Error {
-    OutOfRange { name: &'static str, value: f64, expected: &'static str },
-    Input { path: String, line_number: usize, message: String },
-    Io { path: String, source: std::io::Error },
-}
+/// The workspace's one error type (`smartcon_util::error`): every function here returns it,
+/// with the name of the offending value or file in its message and, where a file could not
+/// be read or parsed, the `io` or `serde_json` error as its `source()`.
+pub use smartcon_util::error::{Error, ErrorKind};
 
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::OutOfRange { name, value, expected } => {
-                write!(f, "model parameter {name} = {value} is out of range: expected {expected}")
-            }
-            Error::Input { path, line_number: 0, message } => write!(f, "{path}: {message}"),
-            Error::Input { path, line_number, message } => {
-                write!(f, "{path}:{line_number}: {message}")
-            }
-            Error::Io { path, source } => write!(f, "cannot read {path}: {source}"),
-        }
-    }
+/// "model parameter NAME = VALUE is out of range: expected EXPECTED" (a usage error).
+pub(crate) fn out_of_range(name: &str, value: f64, expected: &str) -> Error {
+    Error::new(ErrorKind::Usage, format!("model parameter {name} = {value} is out of range: expected {expected}"))
 }
-
-impl std::error::Error for Error {}
 
 /// How P_mem = 1.56 in Table III is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -234,24 +219,16 @@ impl Model {
         self.mainstream.validate()?;
         for (name, value) in [("clock_ghz", self.clock_ghz), ("accesses_per_page", self.interp.accesses_per_page)] {
             if !value.is_finite() || value <= 0.0 {
-                return Err(Error::OutOfRange { name, value, expected: "a finite value > 0" });
+                return Err(out_of_range(name, value, "a finite value > 0"));
             }
         }
         if !self.tau_mem0_cycles.is_finite() || self.tau_mem0_cycles < 0.0 {
-            return Err(Error::OutOfRange {
-                name: "tau_mem0_cycles",
-                value: self.tau_mem0_cycles,
-                expected: "a finite value >= 0",
-            });
+            return Err(out_of_range("tau_mem0_cycles", self.tau_mem0_cycles, "a finite value >= 0"));
         }
         for system in [&self.smartcon, &self.mainstream] {
             let p_mem = self.interp.p_mem(system.p_mem_as_printed);
             if self.interp.p_mem == PMemReading::Percent && !(0.0..=1.0).contains(&p_mem) {
-                return Err(Error::OutOfRange {
-                    name: "p_mem",
-                    value: p_mem,
-                    expected: "a probability in 0..=1 (as a percentage: 0..=100)",
-                });
+                return Err(out_of_range("p_mem", p_mem, "a probability in 0..=1 (as a percentage: 0..=100)"));
             }
         }
         Ok(())

@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use crate::Error;
+use crate::{out_of_range, Error};
 
 /// The paper's platform clock (Intel Core2Duo, 1.86 GHz), used to turn ns into cycles.
 pub const PAPER_CLOCK_GHZ: f64 = 1.86;
@@ -82,21 +82,21 @@ pub const DRAM_DEFAULT_TAU_MEM0_CYCLES: f64 = 74.4;
 
 fn check_probability(name: &'static str, value: f64) -> Result<(), Error> {
     if !(0.0..=1.0).contains(&value) || !value.is_finite() {
-        return Err(Error::OutOfRange { name, value, expected: "a probability in 0..=1" });
+        return Err(out_of_range(name, value, "a probability in 0..=1"));
     }
     Ok(())
 }
 
 fn check_nonnegative(name: &'static str, value: f64) -> Result<(), Error> {
     if !value.is_finite() || value < 0.0 {
-        return Err(Error::OutOfRange { name, value, expected: "a finite value >= 0" });
+        return Err(out_of_range(name, value, "a finite value >= 0"));
     }
     Ok(())
 }
 
 fn check_positive(name: &'static str, value: f64) -> Result<(), Error> {
     if !value.is_finite() || value <= 0.0 {
-        return Err(Error::OutOfRange { name, value, expected: "a finite value > 0" });
+        return Err(out_of_range(name, value, "a finite value > 0"));
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use plotters::style::RGBColor;
 use smartcon_engine::job::StrategyChoice;
-use smartcon_study::evaluate::judge::{judge_cells, Axis, JudgedCell, LostCell};
+use smartcon_study::evaluate::judge::{judge_cells, turns_of, Axis, JudgedCell, LostCell};
 use smartcon_study::evaluate::{Cell, Load, Workload};
 use smartcon_util::units::format_size;
 
@@ -326,16 +326,8 @@ pub fn rounds_html(map: &VerdictMap, cells: &[Cell]) -> String {
         }
         s += "<th>whole cell</th></tr></thead>\n<tbody>\n";
         for x in strategies_of(cells, j) {
-            let turns = if x.turns.is_empty() {
-                vec![smartcon_study::evaluate::TurnFigures {
-                    perf: x.perf(),
-                    corunner_work_per_s: x.corunner_rate(),
-                    cpu_pct: x.cpu_pct(),
-                    kernel_cpu_pct: 0.0,
-                }]
-            } else {
-                x.turns.clone()
-            };
+            // The rounds the judge compared: the whole cell as one turn if the record has none.
+            let turns = turns_of(x);
             let mut axes: Vec<(String, Vec<String>, String)> = vec![
                 (merit(x).into(), turns.iter().map(|t| num(t.perf)).collect(), num(x.perf())),
                 (

@@ -265,10 +265,10 @@ fn stopped(stop: &AtomicBool) -> Result<(), Error> {
     Ok(())
 }
 
-fn ctx_err(e: smartcon_ctxcost::Error) -> Error {
-    match e {
-        smartcon_ctxcost::Error::Interrupted => Error::new(ErrorKind::Usage, "interrupted: no host model written"),
-        e => Error::new(ErrorKind::Setup, format!("context-switch measurement: {e}")),
+fn ctx_err(e: Error) -> Error {
+    match e.kind {
+        ErrorKind::Interrupted => Error::new(ErrorKind::Usage, "interrupted: no host model written"),
+        _ => Error::with_source(ErrorKind::Setup, "context-switch measurement", e),
     }
 }
 

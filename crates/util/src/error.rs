@@ -105,6 +105,20 @@ impl std::error::Error for Error {
     }
 }
 
+/// The narrow parse errors of this crate are values their parsers' tests compare; each
+/// becomes the one error as a usage error whose message is its own text and whose source is
+/// itself.
+macro_rules! usage_from {
+    ($($narrow:ty),*) => {$(
+        impl From<$narrow> for Error {
+            fn from(e: $narrow) -> Error {
+                Error::from_source(ErrorKind::Usage, e)
+            }
+        }
+    )*};
+}
+usage_from!(crate::paths::PathError, crate::units::ParseError, crate::units::SizeError);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +131,16 @@ mod tests {
         let cause = std::error::Error::source(&e).expect("a source");
         assert!(e.message.ends_with(&cause.to_string()));
         assert_eq!(cause.downcast_ref::<std::io::Error>().unwrap().kind(), std::io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn a_narrow_parse_error_becomes_a_usage_error_with_itself_as_source() {
+        let narrow = crate::units::parse_size("4x").unwrap_err();
+        let e = Error::from(narrow.clone());
+        assert_eq!(e.kind, ErrorKind::Usage);
+        assert_eq!(e.message, narrow.to_string());
+        let source = std::error::Error::source(&e).expect("a source");
+        assert_eq!(source.downcast_ref::<crate::units::ParseError>(), Some(&narrow));
     }
 
     #[test]

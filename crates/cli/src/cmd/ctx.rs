@@ -84,13 +84,13 @@ pub fn run(args: CtxArgs) -> Result<()> {
     plan.indirect_procs = positive("--indirect-procs", args.indirect_procs)?;
     if let Some(sizes) = &args.sizes {
         let parsed = sizes.iter().map(|s| parse_size(s).map_err(|e| anyhow::anyhow!("--sizes: {e}")));
-        plan.set_array_sizes(parsed.collect::<Result<_>>()?).map_err(|e| anyhow::anyhow!("{e}"))?;
+        plan.set_array_sizes(parsed.collect::<Result<_>>()?)?;
     }
-    plan.pin(args.cpu, args.cross_cpu, &cpus).map_err(|e| anyhow::anyhow!("{e}"))?;
+    plan.pin(args.cpu, args.cross_cpu, &cpus)?;
     if args.no_perf {
         plan.perf_loops = 0;
     }
-    plan.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    plan.validate()?;
 
     // Claim where the profile and the plot go before measuring, so a refusal costs nothing.
     let existing = if args.force { Existing::Replace } else { Existing::Refuse };
@@ -111,7 +111,7 @@ pub fn run(args: CtxArgs) -> Result<()> {
     };
     let profile = match smartcon_ctxcost::measure(&plan, common::interrupt_flag(), &mut step) {
         Ok(p) => p,
-        Err(smartcon_ctxcost::Error::Interrupted) => {
+        Err(e) if e.kind == smartcon_ctxcost::ErrorKind::Interrupted => {
             bar.finish_and_clear();
             return Err(common::RunFailure("interrupted; nothing written (all ring processes reaped)".into()).into());
         }

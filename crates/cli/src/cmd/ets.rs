@@ -30,7 +30,6 @@ use smartcon_cachesim::policy::PolicyKind;
 use smartcon_cachesim::sched::TaskSpec;
 use smartcon_cachesim::shared::{self as shared_study, Partition, SharedPlan, SharedRecord, SharedSummaryRecord};
 use smartcon_cachesim::study::{simulate, CrosscheckRecord};
-use smartcon_cachesim::ErrorKind;
 use smartcon_util::units::parse_size;
 
 use crate::cmd::cachesim::{parse_geometry, parse_line, parse_policy};
@@ -176,7 +175,7 @@ fn study(a: StudyArgs) -> Result<()> {
         sweep: !a.no_sweep,
         threads: threads(a.threads),
     };
-    plan.hierarchy().map_err(llc_error)?;
+    plan.hierarchy()?;
     let bar = common::progress_bar(plan.runs() as u64, "ets");
     let results = ets::run(&plan, common::interrupt_flag(), &|| bar.inc(1));
     bar.finish_and_clear();
@@ -244,7 +243,7 @@ fn shared(a: SharedArgs) -> Result<()> {
         sample_shift: a.sample_shift,
         threads: threads(a.threads),
     };
-    plan.config().map_err(llc_error)?;
+    plan.config()?;
     let bar = common::progress_bar(plan.runs() as u64, "ets shared");
     let records = shared_study::run_plan(&plan, common::interrupt_flag(), &|| bar.inc(1));
     bar.finish_and_clear();
@@ -266,14 +265,6 @@ fn shared(a: SharedArgs) -> Result<()> {
 /// `--threads`, or every CPU the machine has.
 fn threads(flag: Option<std::num::NonZeroUsize>) -> usize {
     flag.map(|n| n.get()).unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
-}
-
-/// A plan's check failed: a cache shape it refuses is `--llc`'s fault, said so.
-fn llc_error(e: smartcon_cachesim::Error) -> anyhow::Error {
-    match e.kind {
-        ErrorKind::Geometry => anyhow::Error::from(e).context("--llc"),
-        _ => e.into(),
-    }
 }
 
 /// After the results reached the terminal: an interrupted run writes no report; otherwise

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use smartcon_ctxcost::HostProfile;
 use smartcon_model::report::{self, Report};
 use smartcon_model::{calibrate, paper_devices, Device, DeviceLatency, Interpretation, Model, PMemReading, RatioForm};
@@ -92,7 +92,7 @@ fn load_host(args: &ModelArgs) -> Result<Option<HostProfile>> {
     if !explicit && !args.calibrate && !path.exists() {
         return Ok(None);
     }
-    HostProfile::read(&path).map(Some).map_err(|e| anyhow!("{e}"))
+    Ok(Some(HostProfile::read(&path)?))
 }
 
 pub fn run(args: ModelArgs) -> Result<()> {
@@ -103,7 +103,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
     }
     if let Some(p) = &args.results {
         // Read (bounded) and checked before anything else, so a bad file is named first.
-        calibrate::read_results(p).map_err(|e| anyhow!("--results: {e}"))?;
+        calibrate::read_results(p).context("--results")?;
     }
     if let Some(d) = &args.profiles {
         anyhow::ensure!(d.is_dir(), "--profiles {}: not a directory", smartcon_util::paths::escape(d));
@@ -135,7 +135,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
         let tau_ctx = host.ctx_direct_ns().expect("checked by HostProfile::read") * clock;
         model = Model { clock_ghz: clock, ..model }.with_tau_ctx_cycles(tau_ctx);
     }
-    model.validate().map_err(|e| anyhow!("{e}"))?;
+    model.validate()?;
     if args.results.is_some() && !args.calibrate {
         bail!("--results needs --calibrate");
     }
@@ -143,14 +143,14 @@ pub fn run(args: ModelArgs) -> Result<()> {
     let calibration = match (&args.results, args.calibrate) {
         (Some(results), true) => {
             let dir = args.profiles.clone().unwrap_or_else(|| common::smartcon_home().join("profiles"));
-            let rows = calibrate::calibrate_files(&model, results, &dir).map_err(|e| anyhow!("{e}"))?;
+            let rows = calibrate::calibrate_files(&model, results, &dir)?;
             Some((dir, rows))
         }
         _ => None,
     };
     let mut devices = paper_devices();
     devices.extend(extra);
-    let report = Report::new(&model, &devices).map_err(|e| anyhow!("{e}"))?;
+    let report = Report::new(&model, &devices)?;
     if args.json {
         report.projection_records().iter().try_for_each(common::emit_json)?;
         report.interpretation_records().iter().try_for_each(common::emit_json)?;
