@@ -1381,10 +1381,23 @@ mod fast {
     /// streamed fio v3 replay's CPU samples at the `w`'s compare).
     #[inline(always)]
     pub(super) fn op_word(head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<Op> {
+        op_word_folded(head, start, end, 0)
+    }
+
+    /// [`op_word`] in any case (MSR's `Read`, `write`, `WRITE`): each byte's 0x20 bit set
+    /// before the compare, which maps a byte to a lowercase letter only from that letter
+    /// or its capital, as `eq_ignore_ascii_case` compares them.
+    #[inline(always)]
+    pub(super) fn op_word_any_case(head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<Op> {
+        op_word_folded(head, start, end, 0x2020_2020_2020_2020)
+    }
+
+    #[inline(always)]
+    fn op_word_folded(head: &[u8; VEC_BYTES], start: usize, end: usize, fold: u64) -> Option<Op> {
         const READ: u64 = u32::from_le_bytes(*b"read") as u64;
         const WRITE: u64 = u64::from_le_bytes(*b"write\0\0\0");
         let s = start & 63; // the same start (below 64): the eight bytes lie within the head
-        let w = u64::from_le_bytes(head[s..s + 8].try_into().expect("eight bytes"));
+        let w = u64::from_le_bytes(head[s..s + 8].try_into().expect("eight bytes")) | fold;
         let len = end.wrapping_sub(start);
         // Which of the two the length names, then one compare of length and bytes with it,
         // the choices by conditional moves (plain `&&`s and an `if` were compiled back into
@@ -1394,6 +1407,19 @@ mod fast {
         let want = std::hint::select_unpredictable(write, WRITE, READ);
         let want_len = 4 + usize::from(write);
         if ((w & mask) ^ want) | (len ^ want_len) as u64 != 0 {
+            return None;
+        }
+        Some(std::hint::select_unpredictable(write, Op::Write, Op::Read))
+    }
+
+    /// The op of an Alibaba line's field `head[start..end]` (`start <= end < 64`): `R` or
+    /// `r` a read, `W` or `w` a write, else None; as [`op_word`], by conditional moves.
+    #[inline(always)]
+    pub(super) fn op_letter(head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<Op> {
+        let b = head[start & 63] | 0x20; // b'R' and b'r' to b'r' only, b'W' and b'w' to b'w'
+        let write = b == b'w';
+        let want = std::hint::select_unpredictable(write, b'w', b'r');
+        if (b ^ want) as usize | (end.wrapping_sub(start) ^ 1) != 0 {
             return None;
         }
         Some(std::hint::select_unpredictable(write, Op::Write, Op::Read))
@@ -1410,12 +1436,8 @@ mod fast {
         let Some((head, [ticks, host, disk, op, offset, bytes, _], end)) = csv_fields::<7>(text) else {
             return msr(text, streams, filter);
         };
-        let (hostname, op) = (&text[host.0..host.1], &text[op.0..op.1]);
-        let op = if op.eq_ignore_ascii_case(b"read") {
-            Op::Read
-        } else if op.eq_ignore_ascii_case(b"write") {
-            Op::Write
-        } else {
+        let hostname = &text[host.0..host.1];
+        let Some(op) = op_word_any_case(head, op.0, op.1) else {
             return msr(text, streams, filter);
         };
         let (Some(ticks), Some(_), Some(offset), Some(bytes)) = (
@@ -1444,10 +1466,8 @@ mod fast {
         let Some((head, [device, op, offset, bytes, us], end)) = csv_fields::<5>(text) else {
             return alibaba(text, streams, filter);
         };
-        let op = match &text[op.0..op.1] {
-            b"R" | b"r" => Op::Read,
-            b"W" | b"w" => Op::Write,
-            _ => return alibaba(text, streams, filter),
+        let Some(op) = op_letter(head, op.0, op.1) else {
+            return alibaba(text, streams, filter);
         };
         // A carriage return before the newline (more whitespace: by alibaba).
         let us_end = if us.1 > us.0 && text[us.1 - 1] == b'\r' { us.1 - 1 } else { us.1 };
@@ -3528,7 +3548,29 @@ CPU0 (8,0):
             let n = rng.below(9) as usize;
             words.push((0..n).map(|_| ALPHABET[rng.below(ALPHABET.len() as u64) as usize]).collect());
         }
-        let (mut reads, mut writes) = (0, 0);
+        for w in
+            [&b"Read"[..], b"READ", b"rEaD", b"Write", b"WRITE", b"wRiTe", b"R", b"r", b"W", b"w", b"x", b"RR", b""]
+        {
+            words.push(w.to_vec());
+        }
+        for b in 0..=255u8 {
+            words.push(vec![b]);
+        }
+        let by_any_case = |w: &[u8]| {
+            if w.eq_ignore_ascii_case(b"read") {
+                Some(Op::Read)
+            } else if w.eq_ignore_ascii_case(b"write") {
+                Some(Op::Write)
+            } else {
+                None
+            }
+        };
+        let by_letter = |w: &[u8]| match w {
+            b"R" | b"r" => Some(Op::Read),
+            b"W" | b"w" => Some(Op::Write),
+            _ => None,
+        };
+        let (mut reads, mut writes, mut any_case, mut letters) = (0, 0, 0, 0);
         for w in &words {
             let start = rng.below(64 - w.len() as u64) as usize;
             let mut head = [0u8; fast::VEC_BYTES];
@@ -3536,12 +3578,21 @@ CPU0 (8,0):
                 *b = b"readwrite"[rng.below(9) as usize];
             }
             head[start..start + w.len()].copy_from_slice(w);
+            let (end, shown) = (start + w.len(), String::from_utf8_lossy(w));
             let want = by_match(w);
-            assert_eq!(fast::op_word(&head, start, start + w.len()), want, "{:?}", String::from_utf8_lossy(w));
+            assert_eq!(fast::op_word(&head, start, end), want, "{shown:?}");
             reads += usize::from(want == Some(Op::Read));
             writes += usize::from(want == Some(Op::Write));
+            // MSR's (any case) and Alibaba's (one letter, either case).
+            let want = by_any_case(w);
+            assert_eq!(fast::op_word_any_case(&head, start, end), want, "{shown:?}");
+            any_case += usize::from(want.is_some() && by_match(w).is_none());
+            let want = by_letter(w);
+            assert_eq!(fast::op_letter(&head, start, end), want, "{shown:?}");
+            letters += usize::from(want.is_some());
         }
         assert!(reads >= 1 && writes >= 1, "{reads} reads, {writes} writes");
+        assert!(any_case >= 6 && letters >= 4, "{any_case} in other cases, {letters} letters");
     }
 
     #[test]
