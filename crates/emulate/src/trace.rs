@@ -1400,29 +1400,30 @@ mod fast {
         let w = u64::from_le_bytes(head[s..s + 8].try_into().expect("eight bytes")) | fold;
         let len = end.wrapping_sub(start);
         // Which of the two the length names, then one compare of length and bytes with it,
-        // the choices by conditional moves (plain `&&`s and an `if` were compiled back into
-        // a branch per word).
+        // the choices made by arithmetic on that bit (`&&`s and an `if` on the two matches
+        // were compiled back into a branch per word; `select_unpredictable` is past the
+        // MSRV).
         let write = len == 5;
-        let mask = std::hint::select_unpredictable(write, 0xFF_FFFF_FFFFu64, 0xFFFF_FFFF);
-        let want = std::hint::select_unpredictable(write, WRITE, READ);
-        let want_len = 4 + usize::from(write);
-        if ((w & mask) ^ want) | (len ^ want_len) as u64 != 0 {
+        let bit = u64::from(write);
+        let mask = 0xFFFF_FFFF | (0xFF_0000_0000 * bit);
+        let want = READ ^ ((READ ^ WRITE) & bit.wrapping_neg());
+        if ((w & mask) ^ want) | (len ^ (4 + bit as usize)) as u64 != 0 {
             return None;
         }
-        Some(std::hint::select_unpredictable(write, Op::Write, Op::Read))
+        Some(if write { Op::Write } else { Op::Read })
     }
 
     /// The op of an Alibaba line's field `head[start..end]` (`start <= end < 64`): `R` or
-    /// `r` a read, `W` or `w` a write, else None; as [`op_word`], by conditional moves.
+    /// `r` a read, `W` or `w` a write, else None; as [`op_word`], without a branch on which.
     #[inline(always)]
     pub(super) fn op_letter(head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<Op> {
         let b = head[start & 63] | 0x20; // b'R' and b'r' to b'r' only, b'W' and b'w' to b'w'
         let write = b == b'w';
-        let want = std::hint::select_unpredictable(write, b'w', b'r');
+        let want = b'r' ^ ((b'r' ^ b'w') & u8::from(write).wrapping_neg());
         if (b ^ want) as usize | (end.wrapping_sub(start) ^ 1) != 0 {
             return None;
         }
-        Some(std::hint::select_unpredictable(write, Op::Write, Op::Read))
+        Some(if write { Op::Write } else { Op::Read })
     }
 
     /// [`msr`], the line's fields found by [`classify`] (else by [`msr`] itself).
