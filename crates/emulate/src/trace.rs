@@ -1515,6 +1515,10 @@ pub struct TraceReader<R: BufRead> {
     /// a time).
     #[cfg(target_arch = "x86_64")]
     ssse3: Option<fast::Ssse3>,
+    /// The processor has AVX2, BMI1, BMI2, LZCNT and POPCNT: the fast run's loop compiled
+    /// for them is taken ([`TraceReader::fast_run_bmi`]).
+    #[cfg(target_arch = "x86_64")]
+    bmi: bool,
     /// The CPU time of the thread that reads the file's blocks ([`TraceInput`]), if any.
     reader_cpu: Option<Arc<AtomicU64>>,
 }
@@ -1606,6 +1610,12 @@ impl<R: BufRead> TraceReader<R> {
             general_only: false,
             #[cfg(target_arch = "x86_64")]
             ssse3: fast::Ssse3::detect(),
+            #[cfg(target_arch = "x86_64")]
+            bmi: std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("bmi1")
+                && std::is_x86_feature_detected!("bmi2")
+                && std::is_x86_feature_detected!("lzcnt")
+                && std::is_x86_feature_detected!("popcnt"),
             reader_cpu: None,
         };
         r.detect()?;
@@ -2117,6 +2127,11 @@ impl<R: BufRead> TraceReader<R> {
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(ssse3) = self.ssse3 {
+            if self.bmi {
+                // SAFETY: `fast_run_bmi` needs SSSE3 (`ssse3` exists) and AVX2, BMI1, BMI2,
+                // LZCNT and POPCNT, which were detected on this processor (`bmi`).
+                return unsafe { self.fast_run_bmi(out, max, ssse3) };
+            }
             // SAFETY: `fast_run_ssse3` needs SSSE3, which `Ssse3::detect` found on this
             // processor (`ssse3` exists).
             return unsafe { self.fast_run_ssse3(out, max, ssse3) };
@@ -2130,6 +2145,19 @@ impl<R: BufRead> TraceReader<R> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "ssse3")]
     unsafe fn fast_run_ssse3(
+        &mut self,
+        out: &mut Vec<TraceIo>,
+        max: usize,
+        ssse3: fast::Ssse3,
+    ) -> Result<bool, TraceError> {
+        fast_run_formats!(self, out, max, ssse3)
+    }
+
+    /// [`TraceReader::fast_run_ssse3`] compiled for AVX2, BMI1, BMI2, LZCNT and POPCNT too
+    /// (`tzcnt` without its zero case, `blsr`, `bzhi` and `shlx` for the field masks).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "ssse3,sse4.1,sse4.2,avx,avx2,bmi1,bmi2,lzcnt,popcnt")]
+    unsafe fn fast_run_bmi(
         &mut self,
         out: &mut Vec<TraceIo>,
         max: usize,
@@ -2960,6 +2988,9 @@ CPU0 (8,0):
         Fast,
         /// [`TraceReader::next_batch`], batches of this many I/Os.
         Batches(usize),
+        /// As `Batches`, the fast run's loop for SSSE3 alone even where the processor has
+        /// what [`TraceReader::fast_run_bmi`] needs (the two loops compared).
+        BatchesSsse3Loop(usize),
     }
 
     /// Every I/O (or the error) and the stats of a whole trace, read one of the [`Way`]s.
@@ -2981,7 +3012,11 @@ CPU0 (8,0):
             Err(e) => return (vec![Err(e)], TraceStats::default()),
         };
         r.general_only = matches!(way, Way::General);
-        let Way::Batches(max) = way else {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(way, Way::BatchesSsse3Loop(_)) {
+            r.bmi = false;
+        }
+        let (Way::Batches(max) | Way::BatchesSsse3Loop(max)) = way else {
             let ios = r.by_ref().collect();
             return (ios, r.stats());
         };
@@ -3247,7 +3282,9 @@ CPU0 (8,0):
                     let (a, sa) = read_all(whole.as_bytes(), &options, Way::General);
                     // The iterator with the fast lines, and batches of one I/O, of a prime
                     // count and of more than the window (the replay's way).
-                    for way in [Way::Fast, Way::Batches(1), Way::Batches(7), Way::Batches(100)] {
+                    for way in
+                        [Way::Fast, Way::Batches(1), Way::Batches(7), Way::Batches(100), Way::BatchesSsse3Loop(100)]
+                    {
                         let (b, sb) = read_all(whole.as_bytes(), &options, way);
                         assert_eq!(a, b, "{format:?} {filter:?} {way:?}");
                         assert_eq!(sa, sb, "{format:?} {filter:?} {way:?}");
@@ -3647,7 +3684,14 @@ CPU0 (8,0):
                     if window < 4096 && format != TraceFormat::FioV2 {
                         assert!(want_stats.late > 0, "{format:?} {tail:?} window {window}");
                     }
-                    for way in [Way::Fast, Way::Batches(1), Way::Batches(7), Way::Batches(1024)] {
+                    for way in [
+                        Way::Fast,
+                        Way::Batches(1),
+                        Way::Batches(7),
+                        Way::Batches(1024),
+                        Way::BatchesSsse3Loop(7),
+                        Way::BatchesSsse3Loop(1024),
+                    ] {
                         for (chunk, buffer) in [(777, 1000), (1 << 16, 1 << 16)] {
                             let (got, stats) = read_all_in(text.as_bytes(), &options, way, chunk, buffer);
                             let at = want.iter().zip(&got).position(|(a, b)| a != b);
@@ -3664,7 +3708,7 @@ CPU0 (8,0):
                 }
             }
         }
-        assert_eq!(compared, 6 * 4 * 5 * 4 * 2);
+        assert_eq!(compared, 6 * 4 * 5 * 6 * 2);
     }
 
     #[test]
