@@ -1515,8 +1515,8 @@ pub struct TraceReader<R: BufRead> {
     /// a time).
     #[cfg(target_arch = "x86_64")]
     ssse3: Option<fast::Ssse3>,
-    /// The processor has AVX2, BMI1, BMI2, LZCNT and POPCNT: the fast run's loop compiled
-    /// for them is taken ([`TraceReader::fast_run_bmi`]).
+    /// The processor has BMI1, BMI2, LZCNT and POPCNT: the fast run's loop compiled for them
+    /// is taken ([`TraceReader::fast_run_bmi`]).
     #[cfg(target_arch = "x86_64")]
     bmi: bool,
     /// The CPU time of the thread that reads the file's blocks ([`TraceInput`]), if any.
@@ -1611,8 +1611,7 @@ impl<R: BufRead> TraceReader<R> {
             #[cfg(target_arch = "x86_64")]
             ssse3: fast::Ssse3::detect(),
             #[cfg(target_arch = "x86_64")]
-            bmi: std::is_x86_feature_detected!("avx2")
-                && std::is_x86_feature_detected!("bmi1")
+            bmi: std::is_x86_feature_detected!("bmi1")
                 && std::is_x86_feature_detected!("bmi2")
                 && std::is_x86_feature_detected!("lzcnt")
                 && std::is_x86_feature_detected!("popcnt"),
@@ -2128,8 +2127,8 @@ impl<R: BufRead> TraceReader<R> {
         #[cfg(target_arch = "x86_64")]
         if let Some(ssse3) = self.ssse3 {
             if self.bmi {
-                // SAFETY: `fast_run_bmi` needs SSSE3 (`ssse3` exists) and AVX2, BMI1, BMI2,
-                // LZCNT and POPCNT, which were detected on this processor (`bmi`).
+                // SAFETY: `fast_run_bmi` needs SSSE3 (`ssse3` exists) and BMI1, BMI2, LZCNT
+                // and POPCNT, which were detected on this processor (`bmi`).
                 return unsafe { self.fast_run_bmi(out, max, ssse3) };
             }
             // SAFETY: `fast_run_ssse3` needs SSSE3, which `Ssse3::detect` found on this
@@ -2153,10 +2152,14 @@ impl<R: BufRead> TraceReader<R> {
         fast_run_formats!(self, out, max, ssse3)
     }
 
-    /// [`TraceReader::fast_run_ssse3`] compiled for AVX2, BMI1, BMI2, LZCNT and POPCNT too
-    /// (`tzcnt` without its zero case, `blsr`, `bzhi` and `shlx` for the field masks).
+    /// [`TraceReader::fast_run_ssse3`] compiled for BMI1, BMI2, LZCNT and POPCNT too
+    /// (`tzcnt` without its zero case, `blsr`, `bzhi` and `shlx` for the field masks). Not
+    /// for AVX: a copy compiled for AVX and AVX2 too was as fast alone, but under `perf
+    /// record` (10 kHz of interrupts) it ran at 13-14 M/s against 19-20 with `pay`, an SSE
+    /// function it calls, at 20-24% of the samples against 4% (a state transition between
+    /// VEX and legacy SSE code is the likely cause; not examined further).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "ssse3,sse4.1,sse4.2,avx,avx2,bmi1,bmi2,lzcnt,popcnt")]
+    #[target_feature(enable = "ssse3,bmi1,bmi2,lzcnt,popcnt")]
     unsafe fn fast_run_bmi(
         &mut self,
         out: &mut Vec<TraceIo>,
