@@ -1361,10 +1361,8 @@ mod fast {
         let Some([t, file, op, offset, bytes]) = ws_fields5(sep, end) else {
             return fio_v3(text, clock_ns, streams, filter);
         };
-        let op = match &head[op.0..op.1] {
-            b"read" => Op::Read,
-            b"write" => Op::Write,
-            _ => return fio_v3(text, clock_ns, streams, filter),
+        let Some(op) = op_word(head, op.0, op.1) else {
+            return fio_v3(text, clock_ns, streams, filter);
         };
         let (Some(us), Some(offset), Some(bytes)) = (
             digits.number(head, t.0, t.1),
@@ -1374,6 +1372,58 @@ mod fast {
             return fio_v3(text, clock_ns, streams, filter);
         };
         fio_v3_io(FioV3 { us, file: &head[file.0..file.1], op, offset, bytes }, end + 1, clock_ns, streams, filter)
+    }
+
+    /// The op of a fio line's field `head[start..end]` (`start <= end < 64`): `read` or
+    /// `write`, else None. Without a branch on which of the two it is: the field's first
+    /// eight bytes are compared as a word with each (a match of the bytes `read` and `write`
+    /// made a branch that a trace's mixed reads and writes mispredicted, about 4% of a
+    /// streamed fio v3 replay's CPU samples at the `w`'s compare).
+    #[inline(always)]
+    pub(super) fn op_word(head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<Op> {
+        op_word_folded(head, start, end, 0)
+    }
+
+    /// [`op_word`] in any case (MSR's `Read`, `write`, `WRITE`): each byte's 0x20 bit set
+    /// before the compare, which maps a byte to a lowercase letter only from that letter
+    /// or its capital, as `eq_ignore_ascii_case` compares them.
+    #[inline(always)]
+    pub(super) fn op_word_any_case(head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<Op> {
+        op_word_folded(head, start, end, 0x2020_2020_2020_2020)
+    }
+
+    #[inline(always)]
+    fn op_word_folded(head: &[u8; VEC_BYTES], start: usize, end: usize, fold: u64) -> Option<Op> {
+        const READ: u64 = u32::from_le_bytes(*b"read") as u64;
+        const WRITE: u64 = u64::from_le_bytes(*b"write\0\0\0");
+        let s = start & 63; // the same start (below 64): the eight bytes lie within the head
+        let w = u64::from_le_bytes(head[s..s + 8].try_into().expect("eight bytes")) | fold;
+        let len = end.wrapping_sub(start);
+        // Which of the two the length names, then one compare of length and bytes with it,
+        // the choices made by arithmetic on that bit (`&&`s and an `if` on the two matches
+        // were compiled back into a branch per word; `select_unpredictable` is past the
+        // MSRV).
+        let write = len == 5;
+        let bit = u64::from(write);
+        let mask = 0xFFFF_FFFF | (0xFF_0000_0000 * bit);
+        let want = READ ^ ((READ ^ WRITE) & bit.wrapping_neg());
+        if ((w & mask) ^ want) | (len ^ (4 + bit as usize)) as u64 != 0 {
+            return None;
+        }
+        Some(if write { Op::Write } else { Op::Read })
+    }
+
+    /// The op of an Alibaba line's field `head[start..end]` (`start <= end < 64`): `R` or
+    /// `r` a read, `W` or `w` a write, else None; as [`op_word`], without a branch on which.
+    #[inline(always)]
+    pub(super) fn op_letter(head: &[u8; VEC_BYTES], start: usize, end: usize) -> Option<Op> {
+        let b = head[start & 63] | 0x20; // b'R' and b'r' to b'r' only, b'W' and b'w' to b'w'
+        let write = b == b'w';
+        let want = b'r' ^ ((b'r' ^ b'w') & u8::from(write).wrapping_neg());
+        if (b ^ want) as usize | (end.wrapping_sub(start) ^ 1) != 0 {
+            return None;
+        }
+        Some(if write { Op::Write } else { Op::Read })
     }
 
     /// [`msr`], the line's fields found by [`classify`] (else by [`msr`] itself).
@@ -1387,12 +1437,8 @@ mod fast {
         let Some((head, [ticks, host, disk, op, offset, bytes, _], end)) = csv_fields::<7>(text) else {
             return msr(text, streams, filter);
         };
-        let (hostname, op) = (&text[host.0..host.1], &text[op.0..op.1]);
-        let op = if op.eq_ignore_ascii_case(b"read") {
-            Op::Read
-        } else if op.eq_ignore_ascii_case(b"write") {
-            Op::Write
-        } else {
+        let hostname = &text[host.0..host.1];
+        let Some(op) = op_word_any_case(head, op.0, op.1) else {
             return msr(text, streams, filter);
         };
         let (Some(ticks), Some(_), Some(offset), Some(bytes)) = (
@@ -1421,10 +1467,8 @@ mod fast {
         let Some((head, [device, op, offset, bytes, us], end)) = csv_fields::<5>(text) else {
             return alibaba(text, streams, filter);
         };
-        let op = match &text[op.0..op.1] {
-            b"R" | b"r" => Op::Read,
-            b"W" | b"w" => Op::Write,
-            _ => return alibaba(text, streams, filter),
+        let Some(op) = op_letter(head, op.0, op.1) else {
+            return alibaba(text, streams, filter);
         };
         // A carriage return before the newline (more whitespace: by alibaba).
         let us_end = if us.1 > us.0 && text[us.1 - 1] == b'\r' { us.1 - 1 } else { us.1 };
@@ -1471,6 +1515,10 @@ pub struct TraceReader<R: BufRead> {
     /// a time).
     #[cfg(target_arch = "x86_64")]
     ssse3: Option<fast::Ssse3>,
+    /// The processor has BMI1, BMI2, LZCNT and POPCNT: the fast run's loop compiled for them
+    /// is taken ([`TraceReader::fast_run_bmi`]).
+    #[cfg(target_arch = "x86_64")]
+    bmi: bool,
     /// The CPU time of the thread that reads the file's blocks ([`TraceInput`]), if any.
     reader_cpu: Option<Arc<AtomicU64>>,
 }
@@ -1562,6 +1610,11 @@ impl<R: BufRead> TraceReader<R> {
             general_only: false,
             #[cfg(target_arch = "x86_64")]
             ssse3: fast::Ssse3::detect(),
+            #[cfg(target_arch = "x86_64")]
+            bmi: std::is_x86_feature_detected!("bmi1")
+                && std::is_x86_feature_detected!("bmi2")
+                && std::is_x86_feature_detected!("lzcnt")
+                && std::is_x86_feature_detected!("popcnt"),
             reader_cpu: None,
         };
         r.detect()?;
@@ -2073,6 +2126,11 @@ impl<R: BufRead> TraceReader<R> {
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(ssse3) = self.ssse3 {
+            if self.bmi {
+                // SAFETY: `fast_run_bmi` needs SSSE3 (`ssse3` exists) and BMI1, BMI2, LZCNT
+                // and POPCNT, which were detected on this processor (`bmi`).
+                return unsafe { self.fast_run_bmi(out, max, ssse3) };
+            }
             // SAFETY: `fast_run_ssse3` needs SSSE3, which `Ssse3::detect` found on this
             // processor (`ssse3` exists).
             return unsafe { self.fast_run_ssse3(out, max, ssse3) };
@@ -2086,6 +2144,23 @@ impl<R: BufRead> TraceReader<R> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "ssse3")]
     unsafe fn fast_run_ssse3(
+        &mut self,
+        out: &mut Vec<TraceIo>,
+        max: usize,
+        ssse3: fast::Ssse3,
+    ) -> Result<bool, TraceError> {
+        fast_run_formats!(self, out, max, ssse3)
+    }
+
+    /// [`TraceReader::fast_run_ssse3`] compiled for BMI1, BMI2, LZCNT and POPCNT too
+    /// (`tzcnt` without its zero case, `blsr`, `bzhi` and `shlx` for the field masks). Not
+    /// for AVX: a copy compiled for AVX and AVX2 too was as fast alone, but under `perf
+    /// record` (10 kHz of interrupts) it ran at 13-14 M/s against 19-20 with `pay`, an SSE
+    /// function it calls, at 20-24% of the samples against 4% (a state transition between
+    /// VEX and legacy SSE code is the likely cause; not examined further).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "ssse3,bmi1,bmi2,lzcnt,popcnt")]
+    unsafe fn fast_run_bmi(
         &mut self,
         out: &mut Vec<TraceIo>,
         max: usize,
@@ -2916,6 +2991,9 @@ CPU0 (8,0):
         Fast,
         /// [`TraceReader::next_batch`], batches of this many I/Os.
         Batches(usize),
+        /// As `Batches`, the fast run's loop for SSSE3 alone even where the processor has
+        /// what [`TraceReader::fast_run_bmi`] needs (the two loops compared).
+        BatchesSsse3Loop(usize),
     }
 
     /// Every I/O (or the error) and the stats of a whole trace, read one of the [`Way`]s.
@@ -2937,7 +3015,11 @@ CPU0 (8,0):
             Err(e) => return (vec![Err(e)], TraceStats::default()),
         };
         r.general_only = matches!(way, Way::General);
-        let Way::Batches(max) = way else {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(way, Way::BatchesSsse3Loop(_)) {
+            r.bmi = false;
+        }
+        let (Way::Batches(max) | Way::BatchesSsse3Loop(max)) = way else {
             let ios = r.by_ref().collect();
             return (ios, r.stats());
         };
@@ -3203,7 +3285,9 @@ CPU0 (8,0):
                     let (a, sa) = read_all(whole.as_bytes(), &options, Way::General);
                     // The iterator with the fast lines, and batches of one I/O, of a prime
                     // count and of more than the window (the replay's way).
-                    for way in [Way::Fast, Way::Batches(1), Way::Batches(7), Way::Batches(100)] {
+                    for way in
+                        [Way::Fast, Way::Batches(1), Way::Batches(7), Way::Batches(100), Way::BatchesSsse3Loop(100)]
+                    {
                         let (b, sb) = read_all(whole.as_bytes(), &options, way);
                         assert_eq!(a, b, "{format:?} {filter:?} {way:?}");
                         assert_eq!(sa, sb, "{format:?} {filter:?} {way:?}");
@@ -3471,6 +3555,88 @@ CPU0 (8,0):
     }
 
     #[test]
+    fn an_op_word_is_read_or_write_only() {
+        // The word compare against the bytes' match: `read` and `write`, every one-byte
+        // change of them (each place, each byte value), each cut short or run on by a byte,
+        // and random short words, anywhere in a head full of other bytes.
+        let by_match = |w: &[u8]| match w {
+            b"read" => Some(Op::Read),
+            b"write" => Some(Op::Write),
+            _ => None,
+        };
+        let mut words: Vec<Vec<u8>> = Vec::new();
+        for base in [&b"read"[..], b"write"] {
+            words.push(base.to_vec());
+            for at in 0..base.len() {
+                for b in 0..=255u8 {
+                    let mut w = base.to_vec();
+                    w[at] = b;
+                    words.push(w);
+                }
+            }
+            for b in 0..=255u8 {
+                let mut w = base.to_vec();
+                w.push(b);
+                words.push(w);
+            }
+            for cut in 0..base.len() {
+                words.push(base[..cut].to_vec());
+            }
+        }
+        let mut rng = smartcon_util::rng::Rng::new(33);
+        const ALPHABET: &[u8] = b"readwit\0 ";
+        for _ in 0..20_000 {
+            let n = rng.below(9) as usize;
+            words.push((0..n).map(|_| ALPHABET[rng.below(ALPHABET.len() as u64) as usize]).collect());
+        }
+        for w in
+            [&b"Read"[..], b"READ", b"rEaD", b"Write", b"WRITE", b"wRiTe", b"R", b"r", b"W", b"w", b"x", b"RR", b""]
+        {
+            words.push(w.to_vec());
+        }
+        for b in 0..=255u8 {
+            words.push(vec![b]);
+        }
+        let by_any_case = |w: &[u8]| {
+            if w.eq_ignore_ascii_case(b"read") {
+                Some(Op::Read)
+            } else if w.eq_ignore_ascii_case(b"write") {
+                Some(Op::Write)
+            } else {
+                None
+            }
+        };
+        let by_letter = |w: &[u8]| match w {
+            b"R" | b"r" => Some(Op::Read),
+            b"W" | b"w" => Some(Op::Write),
+            _ => None,
+        };
+        let (mut reads, mut writes, mut any_case, mut letters) = (0, 0, 0, 0);
+        for w in &words {
+            let start = rng.below(64 - w.len() as u64) as usize;
+            let mut head = [0u8; fast::VEC_BYTES];
+            for b in head.iter_mut() {
+                *b = b"readwrite"[rng.below(9) as usize];
+            }
+            head[start..start + w.len()].copy_from_slice(w);
+            let (end, shown) = (start + w.len(), String::from_utf8_lossy(w));
+            let want = by_match(w);
+            assert_eq!(fast::op_word(&head, start, end), want, "{shown:?}");
+            reads += usize::from(want == Some(Op::Read));
+            writes += usize::from(want == Some(Op::Write));
+            // MSR's (any case) and Alibaba's (one letter, either case).
+            let want = by_any_case(w);
+            assert_eq!(fast::op_word_any_case(&head, start, end), want, "{shown:?}");
+            any_case += usize::from(want.is_some() && by_match(w).is_none());
+            let want = by_letter(w);
+            assert_eq!(fast::op_letter(&head, start, end), want, "{shown:?}");
+            letters += usize::from(want.is_some());
+        }
+        assert!(reads >= 1 && writes >= 1, "{reads} reads, {writes} writes");
+        assert!(any_case >= 6 && letters >= 4, "{any_case} in other cases, {letters} letters");
+    }
+
+    #[test]
     fn every_format_reads_in_batches_as_the_general_iterator_does() {
         // The reading before the fast paths (every line through the general parser, every
         // I/O through the window one at a time) against the iterator with the fast parsers
@@ -3521,7 +3687,14 @@ CPU0 (8,0):
                     if window < 4096 && format != TraceFormat::FioV2 {
                         assert!(want_stats.late > 0, "{format:?} {tail:?} window {window}");
                     }
-                    for way in [Way::Fast, Way::Batches(1), Way::Batches(7), Way::Batches(1024)] {
+                    for way in [
+                        Way::Fast,
+                        Way::Batches(1),
+                        Way::Batches(7),
+                        Way::Batches(1024),
+                        Way::BatchesSsse3Loop(7),
+                        Way::BatchesSsse3Loop(1024),
+                    ] {
                         for (chunk, buffer) in [(777, 1000), (1 << 16, 1 << 16)] {
                             let (got, stats) = read_all_in(text.as_bytes(), &options, way, chunk, buffer);
                             let at = want.iter().zip(&got).position(|(a, b)| a != b);
@@ -3538,7 +3711,7 @@ CPU0 (8,0):
                 }
             }
         }
-        assert_eq!(compared, 6 * 4 * 5 * 4 * 2);
+        assert_eq!(compared, 6 * 4 * 5 * 6 * 2);
     }
 
     #[test]
