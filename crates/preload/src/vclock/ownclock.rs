@@ -115,7 +115,7 @@ pub fn claim(pid: u32) -> bool {
     let Some(area) = rseq_area(tp) else {
         return false;
     };
-    if !switch_rewrites(area) {
+    if kernel_checks_rseq_fields() || !switch_rewrites(area) {
         return false;
     }
     RSEQ.store(area, Ordering::Release);
@@ -152,6 +152,33 @@ fn rseq_area(tp: usize) -> Option<usize> {
         return None;
     }
     Some(area)
+}
+
+/// This kernel's build configuration says CONFIG_DEBUG_RSEQ: unknown (0), no (1), yes (2).
+/// Read once, by the first [`claim`] (the library's constructor); a forked child's claim
+/// finds it set and reads no file.
+static DEBUG_RSEQ: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether the running kernel was built with CONFIG_DEBUG_RSEQ, as its configuration in
+/// /boot says (a kernel without that file counts as no): such a kernel checks that user
+/// space left `cpu_id_start` alone and kills a task that wrote it, so the path must stay
+/// off there.
+fn kernel_checks_rseq_fields() -> bool {
+    match DEBUG_RSEQ.load(Ordering::Acquire) {
+        1 => return false,
+        2 => return true,
+        _ => {}
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let config = std::fs::read_to_string(format!("/boot/config-{}", release.trim())).unwrap_or_default();
+    let yes = config_says_debug_rseq(&config);
+    DEBUG_RSEQ.store(if yes { 2 } else { 1 }, Ordering::Release);
+    yes
+}
+
+/// Whether a kernel configuration's text sets CONFIG_DEBUG_RSEQ.
+fn config_says_debug_rseq(config: &str) -> bool {
+    config.lines().any(|l| l.trim() == "CONFIG_DEBUG_RSEQ=y")
 }
 
 /// Whether this kernel rewrites `cpu_id_start` when the thread leaves its CPU: the sentinel
@@ -492,6 +519,14 @@ mod tests {
             return 1;
         }
         0
+    }
+
+    #[test]
+    fn a_kernel_that_checks_the_rseq_fields_is_told_by_its_configuration() {
+        assert!(config_says_debug_rseq("CONFIG_RSEQ=y\nCONFIG_DEBUG_RSEQ=y\nCONFIG_X=m\n"));
+        assert!(!config_says_debug_rseq("CONFIG_RSEQ=y\n# CONFIG_DEBUG_RSEQ is not set\n"));
+        assert!(!config_says_debug_rseq("CONFIG_DEBUG_RSEQ_EXTRA=y\n"));
+        assert!(!config_says_debug_rseq(""));
     }
 
     #[test]
