@@ -508,9 +508,15 @@ pub fn smartcon_home() -> PathBuf {
 
 /// Where the profile of `device` is stored.
 pub fn profile_path(device: &str) -> PathBuf {
+    profile_path_in(&smartcon_home(), device)
+}
+
+/// Where the profile of `device` is stored under the smartcon home `home` (for a program
+/// that prepares a home for another process).
+pub fn profile_path_in(home: &Path, device: &str) -> PathBuf {
     let name: String =
         device.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
-    smartcon_home().join("profiles").join(format!("{name}.json"))
+    home.join("profiles").join(format!("{name}.json"))
 }
 
 /// The class the paper would give a port's device: declared by its type, not measured

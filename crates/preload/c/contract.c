@@ -29,7 +29,6 @@
 
 static char path_a[4096], path_b[4096];
 
-
 /* One operation on both sides. */
 #define PREAD(name, fa, fb, bufa, bufb, len, off)                                                    \
     do {                                                                                               \
@@ -50,28 +49,6 @@ static char path_a[4096], path_b[4096];
         long rb_ = syscall(SYS_pwrite64, fb, buf, (size_t)(len), (long)(off));                                           \
         int eb_ = errno;                                                                               \
         check(name, ra_, ea_, rb_, eb_, NULL, NULL, 0);                                                \
-    } while (0)
-#define READ(name, fa, fb, bufa, bufb, len)                                                          \
-    do {                                                                                               \
-        errno = 0;                                                                                     \
-        long ra_ = read(fa, bufa, len);                                                                \
-        int ea_ = errno;                                                                               \
-        errno = 0;                                                                                     \
-        long rb_ = syscall(SYS_read, fb, bufb, (size_t)(len));                                                   \
-        int eb_ = errno;                                                                               \
-        check(name, ra_, ea_, rb_, eb_, bufa, bufb, len);                                              \
-        check_offsets(name, fa, fb);                                                                   \
-    } while (0)
-#define WRITE(name, fa, fb, buf, len)                                                                \
-    do {                                                                                               \
-        errno = 0;                                                                                     \
-        long ra_ = write(fa, buf, len);                                                                \
-        int ea_ = errno;                                                                               \
-        errno = 0;                                                                                     \
-        long rb_ = syscall(SYS_write, fb, buf, (size_t)(len));                                                   \
-        int eb_ = errno;                                                                               \
-        check(name, ra_, ea_, rb_, eb_, NULL, NULL, 0);                                                \
-        check_offsets(name, fa, fb);                                                                   \
     } while (0)
 
 static int open_both(int flags, int *fb) {

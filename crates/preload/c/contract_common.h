@@ -108,4 +108,29 @@ static inline void make_files(int argc, char **argv, const char *program, const 
     make_file(pb);
 }
 
+/* read(2)/write(2) through libc (the library interposes them) on `fa` and by syscall(2) on
+ * `fb`: results, errno, the data read and both file offsets compared. */
+#define READ(name, fa, fb, bufa, bufb, len)                    \
+    do {                                                       \
+        errno = 0;                                             \
+        long ra_ = read(fa, bufa, len);                        \
+        int ea_ = errno;                                       \
+        errno = 0;                                             \
+        long rb_ = syscall(SYS_read, fb, bufb, (size_t)(len)); \
+        int eb_ = errno;                                       \
+        check(name, ra_, ea_, rb_, eb_, bufa, bufb, len);      \
+        check_offsets(name, fa, fb);                           \
+    } while (0)
+#define WRITE(name, fa, fb, buf, len)                          \
+    do {                                                       \
+        errno = 0;                                             \
+        long ra_ = write(fa, buf, len);                        \
+        int ea_ = errno;                                       \
+        errno = 0;                                             \
+        long rb_ = syscall(SYS_write, fb, buf, (size_t)(len)); \
+        int eb_ = errno;                                       \
+        check(name, ra_, ea_, rb_, eb_, NULL, NULL, 0);        \
+        check_offsets(name, fa, fb);                           \
+    } while (0)
+
 #endif

@@ -30,28 +30,6 @@ static char path_a[4096], path_b[4096];
 /* The aligned, whole-block calls the library takes (the misaligned ones it passes on). */
 static long taken;
 
-#define READ(name, fa, fb, bufa, bufb, len)                                                                           \
-    do {                                                                                                              \
-        errno = 0;                                                                                                    \
-        long ra_ = read(fa, bufa, len);                                                                               \
-        int ea_ = errno;                                                                                              \
-        errno = 0;                                                                                                    \
-        long rb_ = syscall(SYS_read, fb, bufb, (size_t)(len));                                                        \
-        int eb_ = errno;                                                                                              \
-        check(name, ra_, ea_, rb_, eb_, bufa, bufb, len);                                                             \
-        check_offsets(name, fa, fb);                                                                                  \
-    } while (0)
-#define WRITE(name, fa, fb, buf, len)                                                                                 \
-    do {                                                                                                              \
-        errno = 0;                                                                                                    \
-        long ra_ = write(fa, buf, len);                                                                               \
-        int ea_ = errno;                                                                                              \
-        errno = 0;                                                                                                    \
-        long rb_ = syscall(SYS_write, fb, buf, (size_t)(len));                                                        \
-        int eb_ = errno;                                                                                              \
-        check(name, ra_, ea_, rb_, eb_, NULL, NULL, 0);                                                               \
-        check_offsets(name, fa, fb);                                                                                  \
-    } while (0)
 #define SEEK(fa, fb, off, whence)                                                                                     \
     do {                                                                                                              \
         off_t oa_ = lseek(fa, off, whence), ob_ = (off_t)syscall(SYS_lseek, fb, (long)(off), whence);                 \

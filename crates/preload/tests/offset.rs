@@ -17,34 +17,9 @@
 
 mod common;
 
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 use std::process::Command;
 
 use common::*;
-use smartcon_engine::decision::{DeviceClass, Strategy};
-use smartcon_engine::profile::Profile;
-use smartcon_engine::smartport::{SmartPort, SmartPortOptions, StrategyChoice};
-
-/// A SMARTCON_HOME under `dir` whose profile of `dir`'s device makes smart do every I/O
-/// inline (`sync`, the very fast device's branch) whatever the machine's load: the way the
-/// library reaches the plain call (`smartcon run` has no `sync` strategy of its own).
-fn home_where_smart_reads_inline(dir: &Path) -> std::path::PathBuf {
-    let probe = dir.join("probe");
-    std::fs::write(&probe, vec![0u8; 4096]).unwrap();
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&probe).unwrap();
-    let options = SmartPortOptions { strategy: StrategyChoice::Fixed(Strategy::Block), ..Default::default() };
-    let device = SmartPort::open(f.as_raw_fd(), options).unwrap().device_id().to_string();
-    drop(f);
-    let home = dir.join("home");
-    // The name smartcon_engine::profile::profile_path gives the device's profile.
-    let name: String =
-        device.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
-    let profile = Profile { class: DeviceClass::VeryFast, ..Profile::paper_default(&device) };
-    profile.save(&home.join("profiles").join(format!("{name}.json"))).unwrap();
-    home
-}
 
 /// Runs c/offset.c under the library with `strategy` (`sync`: smart on a device profiled
 /// very fast, every I/O inline).
@@ -66,7 +41,10 @@ fn offsets_under(strategy: &str) {
     let mut cmd = Command::new(&exe);
     cmd.arg(&dir);
     let pre = if strategy == "sync" {
-        cmd.env("SMARTCON_HOME", home_where_smart_reads_inline(&dir));
+        // A file in `dir`, so the device is the one the program's files are on.
+        let probe = dir.join("probe");
+        std::fs::write(&probe, vec![0u8; 4096]).unwrap();
+        cmd.env("SMARTCON_HOME", home_where_smart_reads_inline(&dir, &probe));
         run_preloaded(&mut cmd, "smart", &stats)
     } else {
         cmd.env("SMARTCON_HOME", dir.join("home"));

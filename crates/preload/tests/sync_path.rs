@@ -6,14 +6,9 @@
 
 mod common;
 
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::process::Command;
 
 use common::*;
-use smartcon_engine::decision::{DeviceClass, Strategy};
-use smartcon_engine::profile::Profile;
-use smartcon_engine::smartport::{SmartPort, SmartPortOptions, StrategyChoice};
 
 /// Blocks dd reads.
 const BLOCKS: u64 = 64;
@@ -31,18 +26,9 @@ fn smarts_inline_reads_are_taken_once_and_not_counted_as_passed_through() {
     }
     let file = dir.join("data");
     std::fs::write(&file, vec![7u8; (BLOCKS * 4096) as usize]).unwrap();
-    // The device as the library will name it, and a profile there that makes smart read
-    // inline (`sync`, the very fast device's branch) whatever the machine's load.
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&file).unwrap();
-    let options = SmartPortOptions { strategy: StrategyChoice::Fixed(Strategy::Block), ..Default::default() };
-    let device = SmartPort::open(f.as_raw_fd(), options).unwrap().device_id().to_string();
-    drop(f);
-    let home = dir.join("home");
-    // The name smartcon_engine::profile::profile_path gives the device's profile.
-    let name: String =
-        device.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
-    let profile = Profile { class: DeviceClass::VeryFast, ..Profile::paper_default(&device) };
-    profile.save(&home.join("profiles").join(format!("{name}.json"))).unwrap();
+    // A profile of the file's device that makes smart read inline (`sync`, the very fast
+    // device's branch) whatever the machine's load.
+    let home = home_where_smart_reads_inline(&dir, &file);
     let stats = dir.join("stats.jsonl");
     let mut dd = Command::new("dd");
     dd.arg(format!("if={}", file.display()))

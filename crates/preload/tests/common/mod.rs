@@ -81,3 +81,23 @@ pub fn direct_io_works(dir: &Path) -> bool {
     let _ = std::fs::remove_file(&p);
     ok
 }
+
+/// A SMARTCON_HOME under `dir` whose profile of `file`'s device makes smart do every I/O
+/// inline (`sync`, the very fast device's branch) whatever the machine's load: the way the
+/// library reaches the plain call (`smartcon run` has no `sync` strategy of its own). The
+/// device is named as the library will name it (a port opened on `file`).
+pub fn home_where_smart_reads_inline(dir: &Path, file: &Path) -> PathBuf {
+    use smartcon_engine::decision::{DeviceClass, Strategy};
+    use smartcon_engine::profile::{profile_path_in, Profile};
+    use smartcon_engine::smartport::{SmartPort, SmartPortOptions, StrategyChoice};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(file).unwrap();
+    let options = SmartPortOptions { strategy: StrategyChoice::Fixed(Strategy::Block), ..Default::default() };
+    let device = SmartPort::open(f.as_raw_fd(), options).unwrap().device_id().to_string();
+    drop(f);
+    let home = dir.join("home");
+    let profile = Profile { class: DeviceClass::VeryFast, ..Profile::paper_default(&device) };
+    profile.save(&profile_path_in(&home, &device)).unwrap();
+    home
+}
