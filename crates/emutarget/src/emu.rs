@@ -403,6 +403,9 @@ impl Status for EmuStatus<'_> {
             Ok(())
         });
     }
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        self.target.time.thread_cpu_ns()
+    }
 }
 
 impl EmuStatus<'_> {
@@ -446,6 +449,10 @@ impl Status for EmuRingStatus<'_, '_> {
 
     fn block(&mut self) -> Result<(), Error> {
         self.status.block_on(self.ring.as_deref_mut())
+    }
+
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        self.status.thread_cpu_ns()
     }
 }
 

@@ -356,6 +356,12 @@ impl Clock for VirtualTime {
     fn now_ns(&self) -> u64 {
         self.lock().now_ns
     }
+    /// The running simulated thread's CPU (user and system), as its record counts it.
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        let s = self.lock();
+        let t = &s.tasks[s.task];
+        Some(t.user_ns + t.sys_ns)
+    }
 }
 
 impl Sleeper for VirtualTime {

@@ -37,6 +37,11 @@ pub fn spin_hint() {
 pub trait Clock: Send + Sync {
     /// Now, in nanoseconds, on the clock every instant of this run is on.
     fn now_ns(&self) -> u64;
+    /// The calling thread's CPU time so far on this clock's time line, where it has one (the
+    /// host's per-thread clock; a simulated thread's). `None` by default.
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// How a thread waits on its clock.
@@ -72,6 +77,9 @@ impl Clock for RealClock {
     #[inline]
     fn now_ns(&self) -> u64 {
         now_ns()
+    }
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        Some(thread_cpu_ns())
     }
 }
 

@@ -465,6 +465,10 @@ impl Status for RingStatus<'_> {
         }
         Ok(())
     }
+
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        Some(crate::clock::thread_cpu_ns())
+    }
 }
 
 #[cfg(test)]

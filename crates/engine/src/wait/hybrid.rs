@@ -4,8 +4,10 @@
 //!    seen too rarely so far): fixed-interval polls every `interval`, response times
 //!    recorded per op and size class ([`Predictor`]).
 //! 2. Dynamic phase: predict the completion P = submission + estimate + backlog ahead.
-//!    Sleep in the kernel until P minus a margin, but only when that sleep is longer than
-//!    half the overshoot's median (a shorter one costs more than it saves); then
+//!    Sleep in the kernel until P minus a margin, but only when the sleep and its median
+//!    overshoot take more off the spinning than the sleep costs the thread in CPU, as
+//!    measured on its own sleeps ([`SleepCost`]; half the median overshoot where no CPU
+//!    clock is read); then
 //!    wait without polling until P; poll; if not done, poll every `alpha` until done. The
 //!    first poll's outcome corrects the prediction (caught at once: shrink; late: grow by
 //!    the error).
@@ -13,7 +15,8 @@
 //! The margin is chosen as issue 27's oracle chooses its sleep, on the thread's own last
 //! [`OVERSHOOT_WINDOW`] overshoots (woke - asked) instead of the host's distribution: the
 //! least margin whose expected wake past the completion is at most
-//! [`LATE_BUDGET_PER_MILLE`] of the predicted latency. Until issue 27's fourth session it
+//! [`LATE_BUDGET_PER_MILLE`] of the predicted latency, plus a correction that the sleeps'
+//! measured lateness moves ([`LATE_GAIN`]). Until issue 27's fourth session it
 //! was a tracked 90th percentile, which woke the thread early for nine sleeps in ten and
 //! spun the difference: 0.07 of a CPU above the oracle on emu:nvme of hosts A-D (0.39
 //! against 0.32 on host A), at 0.97 x spin's IOPS where 0.95 was allowed. An overshoot
@@ -49,14 +52,17 @@ use crate::error::Error;
 /// wake-up margin is chosen from.
 pub const OVERSHOOT_WINDOW: usize = 64;
 /// The lateness hybrid allows itself, per mille of the predicted latency: it wakes as late
-/// as keeps its expected wake past the completion (over its own recent overshoots) within
-/// this. 35 per mille costs at most 1 - 1 / 1.035 = 3.4% of spin's IOPS on the window's
-/// own overshoots, inside issue 27's 5% (the oracle's bound), with room for the polls at
-/// alpha, the prediction's error and the tail the margin counts as twice the median. In
-/// the simulation (hosts A-D and bare-metal, emu:nvme and emu:optane, seeds 1-12, 1 s and
-/// 3 s; bare-metal nvme aside) 40 gave 0.950-0.956 x spin's IOPS, 35 gives 0.954-0.960
-/// and 30 0.957-0.965, at 0.01 of a CPU more per 5 per mille.
-pub const LATE_BUDGET_PER_MILLE: u64 = 35;
+/// as keeps its mean wake past the completion within this. 40 per mille costs about 4% of
+/// spin's IOPS, inside issue 27's 5% (the oracle's bound), with room for the polls at alpha
+/// and the prediction's error. Until the twenty-third session it was 35 on the window's
+/// estimate alone, whose clip at twice the median left a tail uncounted: on the presets the
+/// runs came out 3-4% late all the same, and on that session's host (sleeps 37-49 us late
+/// with a p99 of 116 us) 7%, 0.93 x spin's IOPS. With the measured lateness correcting the
+/// estimate ([`LATE_GAIN`]) the budget is what the runs lose: simulated, 35 gave
+/// 0.966 x spin's IOPS on that host at 0.84 x its CPU (the oracle 0.78), 40 gives 0.961
+/// at 0.80-0.83, 45 0.956 at 0.79-0.80 (seeds 1-7); hosts A-D 0.96 at 0.04 or less of a
+/// CPU above their oracles.
+pub const LATE_BUDGET_PER_MILLE: u64 = 40;
 /// Overshoots the window must hold before its quantiles decide that sleeping does not pay:
 /// until then every predicted I/O sleeps (to just before the prediction where the usual
 /// target is not ahead). One or two samples are no distribution: a first sleep woken from
@@ -102,6 +108,72 @@ pub const EXPLORE_ON_TIME_AFTER: u32 = 16;
 /// spin's IOPS in the simulation of issue 27's hosts; one every 4096 costs a tenth of that.
 pub const EXPLORE_AFTER_MAX: u32 = 4096;
 
+/// Sleeps whose CPU cost is measured in full before it is sampled: the first this many.
+pub const SLEEP_COST_WARM: u32 = 16;
+/// After those, one sleep in this many is measured (two reads of the thread's CPU clock, a
+/// system call each on the host).
+pub const SLEEP_COST_EVERY: u32 = 8;
+/// A sleep pays when the time it takes off the spinning (the sleep and its overshoot) is
+/// more than its measured CPU cost by this share: the two figures' noise, and the colder
+/// cache after a sleep, which no clock here sees.
+pub const SLEEP_PAY_MARGIN: f64 = 0.05;
+
+/// What this thread's timed sleeps cost it in CPU, measured around the sleeps themselves
+/// (the thread's CPU clock before and after, [`Status::thread_cpu_ns`]): the mean of the
+/// first [`SLEEP_COST_WARM`], then a slow mean over one in [`SLEEP_COST_EVERY`].
+///
+/// It is the bar for a sleep that pays. Until the twenty-third session the bar was half the
+/// overshoot's median, an assumption that a sleep costs its thread about the overshoot: on
+/// that session's host a 20 us sleep woke 37-44 us late and cost 41 us of the thread's CPU
+/// (`smartcon host`'s `sleep_cpu`), and the sleeps an 80 us device allows (about 20-30 us,
+/// after the margin) sat on that bar: real hybrid slept on 0.06-0.45 of its I/Os in five
+/// runs, at 0.76-0.97 x spin's CPU, against an oracle's 0.78.
+#[derive(Debug, Clone, Copy, Default)]
+struct SleepCost {
+    mean_ns: f64,
+    measured: u32,
+    since: u32,
+}
+
+impl SleepCost {
+    /// Whether the next sleep is measured.
+    fn due(&mut self) -> bool {
+        if self.measured < SLEEP_COST_WARM {
+            return true;
+        }
+        self.since += 1;
+        if self.since >= SLEEP_COST_EVERY {
+            self.since = 0;
+            return true;
+        }
+        false
+    }
+
+    fn add(&mut self, cpu_ns: u64) {
+        self.measured = self.measured.saturating_add(1);
+        let w = if self.measured <= SLEEP_COST_WARM { 1.0 / f64::from(self.measured) } else { 1.0 / 16.0 };
+        self.mean_ns += w * (cpu_ns as f64 - self.mean_ns);
+    }
+
+    /// The bar: how long a sleep must be, at an overshoot of `overshoot_ns`, to pay for
+    /// itself. Where nothing is measured yet (or the status has no CPU clock), half the
+    /// overshoot, the rule before the cost was measured.
+    fn bar_ns(&self, overshoot_ns: u64) -> u64 {
+        if self.measured == 0 {
+            return overshoot_ns / 2;
+        }
+        ((self.mean_ns * (1.0 + SLEEP_PAY_MARGIN)) as u64).saturating_sub(overshoot_ns)
+    }
+}
+
+/// The weight of one wait's lateness in the margin's correction (about the last 32 waits).
+/// The window's estimate clips its tail at twice the median (so that a burst cannot stop
+/// the sleeping, [`OvershootWindow::margin`]); what the clip leaves out shows in the sleeps'
+/// own lateness past the prediction, and this correction adds it to the margin until the
+/// mean lateness is the budget. A burst of late wake-ups is paid back by a wider margin
+/// for a while, never by a stop: a wait without a sleep counts as on time and narrows it.
+pub const LATE_GAIN: f64 = 1.0 / 32.0;
+
 pub struct Hybrid {
     params: PollParams,
     sampling_end_ns: u64,
@@ -121,6 +193,10 @@ pub struct Hybrid {
     /// Re-measures left in that round.
     refresh_left: u32,
     cpu_busy: bool,
+    sleep_cost: SleepCost,
+    /// What the margin adds to the window's estimate, ns (>= 0): moved by each usual sleep's
+    /// lateness against the budget ([`LATE_GAIN`]).
+    late_adj_ns: f64,
 }
 
 impl Hybrid {
@@ -137,11 +213,21 @@ impl Hybrid {
             current_ns: start_ns,
             refresh_left: 0,
             cpu_busy: false,
+            sleep_cost: SleepCost::default(),
+            late_adj_ns: 0.0,
         }
     }
 
     pub fn predictor(&self) -> &Predictor {
         &self.predictor
+    }
+
+    /// Moves the margin's correction by one wait's lateness past the prediction against the
+    /// budget: the margin grows while the sleeps wake later than the budget on average, and
+    /// shrinks (to the window's own estimate, no further) while they wake within it.
+    fn adjust_lateness(&mut self, late_ns: u64, budget_ns: u64) {
+        let step = LATE_GAIN * (late_ns as f64 - budget_ns as f64);
+        self.late_adj_ns = (self.late_adj_ns + step).max(0.0);
     }
 
     fn record_overshoot(&mut self, asked_ns: u64, woke_ns: u64) {
@@ -250,26 +336,28 @@ impl WaitPolicy for Hybrid {
         waited.predicted_done_ns = Some(predicted);
         let alpha = self.params.alpha_ns;
         let now = status.now_ns();
-        // The bar for a sleep that pays (below) is half the overshoot's median; the margin
-        // keeps the expected wake past the prediction within the lateness budget.
+        // The bar for a sleep that pays (below) is its measured CPU cost; the margin keeps
+        // the mean wake past the prediction within the lateness budget.
         let p90 = self.overshoots.p90().unwrap_or(0);
         let p50 = self.overshoots.p50().unwrap_or(0);
         let budget = latency.saturating_mul(LATE_BUDGET_PER_MILLE) / 1000;
         // Never earlier than the window's 90th percentile (the rule before the budget): a
         // margin grown by a tail shortens the sleeps, whose overshoots (a short sleep's tail
         // is longer on these VMs) grew it further until the thread stopped sleeping.
-        let margin = self.overshoots.margin(budget).unwrap_or(0).min(p90);
+        let margin = self.overshoots.margin(budget).unwrap_or(0).min(p90) + self.late_adj_ns as u64;
         let mut wake_at = predicted.saturating_sub(margin + alpha);
-        // Sleep only if the sleep is long enough to pay for itself: its CPU cost is about the
-        // median overshoot; half of it is the bar (unknown yet: try once). The bar was half
-        // the 90th percentile, which a burst of seven late wake-ups in the window's 64 moves:
+        // Sleep only if the sleep is long enough to pay for itself: the sleep and its median
+        // overshoot against its measured CPU cost (`SleepCost::bar_ns`; half the median where
+        // unmeasured). Before the twenty-third session the bar was half the median; before
+        // the fourteenth, half the 90th percentile, which a burst of seven late wake-ups in
+        // the window's 64 moves:
         // the thread stopped sleeping, and the window, which only sleeps refresh, held the
         // burst for 64 re-measures, seconds as they back off. The margin is already anchored
         // on the median for the same reason (`OvershootWindow::margin`). This is one
         // mechanism of real hybrid's flips, not the only one: in eight quiet 3 s runs on
         // emu:nvme the old bar flipped to about half its I/Os asleep in 2, this one in 1
         // (fourteenth session, docs/simulate.md).
-        let mut sleep = wake_at > now + p50 / 2;
+        let mut sleep = wake_at > now + self.sleep_cost.bar_ns(p50);
         let measuring = self.overshoots.len() < OVERSHOOT_SAMPLES_MIN;
         if sleep {
             self.explore_after = EXPLORE_AFTER;
@@ -310,11 +398,25 @@ impl WaitPolicy for Hybrid {
             sleep = true;
             exploring = true;
         }
+        if !self.cpu_busy && !exploring && !measuring && !sleep {
+            // Waited without a sleep: no lateness. The correction relaxes, so that one that
+            // made the sleeps too short to pay does not hold them off for good.
+            self.adjust_lateness(0, budget);
+        }
         if sleep {
             self.since_sleep = 0;
+            // Its CPU cost, measured where the status has a CPU clock, and not while the CPUs
+            // are busy (a cruncher's core: neither this host's sleep nor a sleep that could pay).
+            let cpu_before = if !self.cpu_busy && self.sleep_cost.due() { status.thread_cpu_ns() } else { None };
             status.sleep_until(wake_at)?;
             waited.sleeps += 1;
+            if let (Some(a), Some(b)) = (cpu_before, status.thread_cpu_ns()) {
+                self.sleep_cost.add(b.saturating_sub(a));
+            }
             let woke = status.now_ns();
+            if !self.cpu_busy && !exploring {
+                self.adjust_lateness(woke.saturating_sub(predicted), budget);
+            }
             if !self.cpu_busy {
                 // Under contention the wake-up waits for a CPU: not this host's overshoot.
                 self.record_overshoot(wake_at, woke);
@@ -327,7 +429,8 @@ impl WaitPolicy for Hybrid {
                 // late that the usual sleep would pay at that overshoot, counts towards the
                 // epoch having passed (REMEASURES_BELOW_MEDIAN).
                 let o = woke - wake_at;
-                let pays_at_o = predicted.saturating_sub(o.saturating_sub(budget) + alpha) > now + o / 2;
+                let pays_at_o =
+                    predicted.saturating_sub(o.saturating_sub(budget) + alpha) > now + self.sleep_cost.bar_ns(o);
                 if o < p50 && pays_at_o {
                     if self.below_median == 0 {
                         self.below_median_since_ns = woke;
@@ -346,7 +449,8 @@ impl WaitPolicy for Hybrid {
                 // wait twice as long before the next re-measure.
                 let o = self.overshoots.p90().unwrap_or(0);
                 let m = self.overshoots.margin(budget).unwrap_or(0).min(o);
-                let pays = predicted.saturating_sub(m + alpha) > now + self.overshoots.p50().unwrap_or(0) / 2;
+                let pays = predicted.saturating_sub(m + alpha)
+                    > now + self.sleep_cost.bar_ns(self.overshoots.p50().unwrap_or(0));
                 if !pays {
                     self.explore_after = self.explore_after.saturating_mul(2).min(EXPLORE_AFTER_MAX);
                 }
@@ -558,6 +662,80 @@ mod tests {
         assert!(rest[100..].iter().all(|(w, d)| w.seen_ns - d.done_ns <= budget + 1_000));
     }
 
+    /// `n` I/Os of `service_ns` whose sleeps overshoot by `overshoots` in turn and cost the
+    /// thread `sleep_cpu_ns` of CPU each.
+    fn run_costly(
+        h: &mut Hybrid,
+        t: &mut u64,
+        n: usize,
+        service_ns: u64,
+        overshoots: &[u64],
+        sleep_cpu_ns: u64,
+    ) -> Vec<(Waited, VirtualDevice)> {
+        (0..n)
+            .map(|i| {
+                let req = Pending { op: Op::Read, bytes: 4096, ahead: DeviceState::default(), submit_ns: *t };
+                let mut dev = VirtualDevice::new(*t, *t + service_ns, overshoots[i % overshoots.len()]);
+                dev.sleep_cpu_ns = Some(sleep_cpu_ns);
+                let w = h.wait(&req, &mut dev).unwrap();
+                *t = w.seen_ns;
+                (w, dev)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_sleep_is_taken_where_it_takes_more_off_the_spinning_than_it_costs() {
+        // An 80 us device, sleeps 20 us late. Where a sleep costs its thread 5 us of CPU,
+        // the ~55 us sleep the margin allows saves about 70 us of spinning: every I/O sleeps.
+        // Where it costs 120 us (more than the whole wait), no sleep pays: only the window's
+        // first sleeps and the backed-off re-measures sleep. The old bar (half the overshoot,
+        // 10 us) slept on both.
+        let mut cheap = Hybrid::new(PARAMS, 0);
+        let mut t = 0;
+        run_costly(&mut cheap, &mut t, 200, 80_000, &[20_000], 5_000);
+        let tail = run_costly(&mut cheap, &mut t, 400, 80_000, &[20_000], 5_000);
+        let sleeps: u32 = tail.iter().map(|(w, _)| w.sleeps).sum();
+        assert!(sleeps >= 395, "{sleeps} sleeps in 400 I/Os at 5 us a sleep");
+        assert!((4_000.0..6_000.0).contains(&cheap.sleep_cost.mean_ns), "{}", cheap.sleep_cost.mean_ns);
+
+        let mut dear = Hybrid::new(PARAMS, 0);
+        let mut t = 0;
+        run_costly(&mut dear, &mut t, 200, 80_000, &[20_000], 120_000);
+        let tail = run_costly(&mut dear, &mut t, 400, 80_000, &[20_000], 120_000);
+        let sleeps: u32 = tail.iter().map(|(w, _)| w.sleeps).sum();
+        assert!(sleeps <= 40, "{sleeps} sleeps in 400 I/Os at 120 us a sleep");
+        // Without a CPU clock (the status has none) the old bar stands: it sleeps.
+        let mut blind = Hybrid::new(PARAMS, 0);
+        let mut t = 0;
+        run(&mut blind, &mut t, 200, 80_000, 20_000);
+        let tail = run(&mut blind, &mut t, 400, 80_000, 20_000);
+        assert!(tail.iter().all(|(w, _)| w.sleeps == 1));
+    }
+
+    #[test]
+    fn the_margin_grows_until_the_sleeps_wake_within_the_budget_on_average() {
+        // A tail past twice the median, which the window's estimate counts as twice the
+        // median: of every ten sleeps nine wake 10 us late and one 100 us. The window alone
+        // put the margin near 20 us and the I/Os about 9 us late on average, 2.8 x the
+        // budget (3.2 us of the 80): the measured lateness widens the margin until the mean
+        // is the budget.
+        let overshoots = [10_000, 10_000, 10_000, 100_000, 10_000, 10_000, 10_000, 10_000, 10_000, 10_000];
+        let mut h = Hybrid::new(PARAMS, 0);
+        let mut t = 0;
+        run_costly(&mut h, &mut t, 200, 80_000, &overshoots, 3_000);
+        run_costly(&mut h, &mut t, 2_000, 80_000, &overshoots, 3_000);
+        let tail = run_costly(&mut h, &mut t, 2_000, 80_000, &overshoots, 3_000);
+        let n = tail.len() as f64;
+        let late = tail.iter().map(|(w, d)| w.seen_ns.saturating_sub(d.done_ns) as f64).sum::<f64>() / n;
+        let budget = (80_000 * LATE_BUDGET_PER_MILLE / 1000) as f64;
+        assert!(late <= budget * 1.25, "{late:.0} ns late on average, budget {budget}");
+        assert!(late >= budget * 0.5, "{late:.0} ns late on average: the margin is wider than the budget asks");
+        // And it still sleeps on (nearly) every I/O.
+        let sleeps: u32 = tail.iter().map(|(w, _)| w.sleeps).sum();
+        assert!(sleeps as f64 >= 0.95 * n, "{sleeps} sleeps");
+    }
+
     #[test]
     fn a_burst_from_the_tail_does_not_stop_the_sleeping() {
         // Seen in the simulation of issue 27's host A (seed 5, 3 s): a run of sleeps woken
@@ -575,9 +753,11 @@ mod tests {
         let rest = run(&mut h, &mut t, 300, 80_000, 20_000);
         let sleeps: u32 = burst.iter().chain(&rest).map(|(w, _)| w.sleeps).sum();
         assert_eq!(sleeps, 316, "{sleeps} sleeps in 316 I/Os");
-        // The margin stayed under twice the median: each sleep asked for more than 80 - 40
-        // - alpha us (slept_ns holds the 20 us overshoot as well).
-        assert!(rest.iter().all(|(_, d)| d.slept_ns >= 59_000), "a sleep asked for under 39 us");
+        // The burst woke past the completion, and the lateness it cost is paid back by a
+        // wider margin for a while (LATE_GAIN: the mean lateness is what the budget holds),
+        // then the margin is back under twice the median: each sleep asks for more than
+        // 80 - 40 - alpha us (slept_ns holds the 20 us overshoot as well).
+        assert!(rest[200..].iter().all(|(_, d)| d.slept_ns >= 59_000), "a sleep asked for under 39 us");
     }
 
     #[test]

@@ -90,6 +90,12 @@ pub trait Status {
     fn event(&mut self) -> bool {
         false
     }
+    /// The waiting thread's CPU time so far, on the clock its CPU is counted on (the
+    /// kernel's per-thread clock on the host, the simulated thread's on a virtual one), where
+    /// the status can read it: `hybrid` measures what its sleeps cost it. `None` by default.
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The request being waited for.
@@ -257,6 +263,11 @@ pub(crate) mod virt {
         pub poll_at_ns: Vec<u64>,
         pub slept_ns: u64,
         pub blocks: u32,
+        /// What a sleep costs the thread in CPU, where the test gives the thread a CPU clock
+        /// (`None`: it has none, [`Status::thread_cpu_ns`]'s default).
+        pub sleep_cpu_ns: Option<u64>,
+        /// The thread's CPU so far: its spins, polls and sleeps' cost.
+        pub cpu_ns: u64,
         last_poll_ns: u64,
     }
 
@@ -272,6 +283,8 @@ pub(crate) mod virt {
                 poll_at_ns: Vec::new(),
                 slept_ns: 0,
                 blocks: 0,
+                sleep_cpu_ns: None,
+                cpu_ns: 0,
                 last_poll_ns: now_ns,
             }
         }
@@ -290,16 +303,22 @@ pub(crate) mod virt {
             }
             self.last_poll_ns = self.now_ns;
             self.now_ns += self.poll_ns;
+            self.cpu_ns += self.poll_ns;
             Ok(done)
         }
         fn sleep_until(&mut self, at_ns: u64) -> Result<(), Error> {
             let wake = at_ns.max(self.now_ns) + self.overshoot_ns;
             self.slept_ns += wake - self.now_ns;
             self.now_ns = wake;
+            self.cpu_ns += self.sleep_cpu_ns.unwrap_or(0);
             Ok(())
         }
         fn spin_until(&mut self, at_ns: u64) {
+            self.cpu_ns += at_ns.saturating_sub(self.now_ns);
             self.now_ns = self.now_ns.max(at_ns);
+        }
+        fn thread_cpu_ns(&self) -> Option<u64> {
+            self.sleep_cpu_ns.map(|_| self.cpu_ns)
         }
         fn block(&mut self) -> Result<(), Error> {
             self.blocks += 1;
