@@ -801,6 +801,7 @@ impl<'t> SmartTargetPort<'t> {
         let mut done = std::mem::take(&mut self.counters);
         done.end_at(self.time.now_ns());
         done.overshoot_ns = self.policy.as_ref().and_then(|p| p.overshoot_ns());
+        done.sleep_cpu_ns = self.policy.as_ref().and_then(|p| p.sleep_cpu_ns());
         self.counters.begin_at(self.time.now_ns());
         done
     }

@@ -85,6 +85,8 @@ pub struct ThreadStats {
     pub sleeps: u64,
     pub pred_err: Option<Histogram<u64>>,
     pub overshoot_ns: Option<u64>,
+    /// What a timed sleep cost the thread in CPU, where the policy measured it (`hybrid`).
+    pub sleep_cpu_ns: Option<u64>,
     /// Emulated targets: how late each completion was seen against the model's instant.
     pub lateness: Option<Histogram<u64>>,
     pub start_ns: u64,
@@ -109,6 +111,7 @@ impl ThreadStats {
             sleeps: 0,
             pred_err: None,
             overshoot_ns: None,
+            sleep_cpu_ns: None,
             lateness: None,
             start_ns: 0,
             end_ns: 0,
@@ -172,6 +175,7 @@ impl ThreadStats {
             let _ = self.pred_err.get_or_insert_with(new_histogram).add(h);
         }
         self.overshoot_ns = self.overshoot_ns.or(other.overshoot_ns);
+        self.sleep_cpu_ns = self.sleep_cpu_ns.or(other.sleep_cpu_ns);
         if let Some(h) = &other.lateness {
             add_histogram(self.lateness.get_or_insert_with(new_histogram), h);
         }
@@ -225,12 +229,18 @@ pub struct PollingSummary {
     /// The wake-up overshoot the hybrid threads measured (mean over threads).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overshoot_ns: Option<u64>,
+    /// What a timed sleep cost the hybrid threads in CPU, as they measured it around their
+    /// own sleeps (mean over threads): the bar a sleep must clear to pay.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub sleep_cpu_ns: Option<u64>,
     /// What the figures above are read from, so summaries of several turns merge exactly:
-    /// the prediction errors, and how many threads measured an overshoot.
+    /// the prediction errors, and how many threads measured an overshoot and a sleep's CPU.
     #[serde(skip)]
     pub pred_err_hist: Option<Histogram<u64>>,
     #[serde(skip)]
     pub overshoot_threads: u64,
+    #[serde(skip)]
+    pub sleep_cpu_threads: u64,
 }
 
 impl PollingSummary {
@@ -244,6 +254,7 @@ impl PollingSummary {
             err.add(h).expect("same histogram bounds");
         }
         let overshoots: Vec<u64> = threads.iter().filter_map(|t| t.overshoot_ns).collect();
+        let sleep_cpu: Vec<u64> = threads.iter().filter_map(|t| t.sleep_cpu_ns).collect();
         let predicted = err.len();
         Some(PollingSummary {
             ios,
@@ -256,6 +267,8 @@ impl PollingSummary {
             overshoot_ns: (!overshoots.is_empty()).then(|| overshoots.iter().sum::<u64>() / overshoots.len() as u64),
             pred_err_hist: (predicted > 0).then_some(err),
             overshoot_threads: overshoots.len() as u64,
+            sleep_cpu_ns: (!sleep_cpu.is_empty()).then(|| sleep_cpu.iter().sum::<u64>() / sleep_cpu.len() as u64),
+            sleep_cpu_threads: sleep_cpu.len() as u64,
         })
     }
 
@@ -284,6 +297,10 @@ impl PollingSummary {
         let sum = |p: &PollingSummary| p.overshoot_ns.unwrap_or(0) * p.overshoot_threads;
         self.overshoot_ns = (threads > 0).then(|| (sum(self) + sum(other)) / threads);
         self.overshoot_threads = threads;
+        let threads = self.sleep_cpu_threads + other.sleep_cpu_threads;
+        let sum = |p: &PollingSummary| p.sleep_cpu_ns.unwrap_or(0) * p.sleep_cpu_threads;
+        self.sleep_cpu_ns = (threads > 0).then(|| (sum(self) + sum(other)) / threads);
+        self.sleep_cpu_threads = threads;
     }
 }
 
@@ -703,6 +720,8 @@ mod tests {
             overshoot_ns: overshoot.map(|o| o.0),
             pred_err_hist: (!errors_ns.is_empty()).then_some(h),
             overshoot_threads: overshoot.map_or(0, |o| o.1),
+            sleep_cpu_ns: None,
+            sleep_cpu_threads: 0,
         }
     }
 

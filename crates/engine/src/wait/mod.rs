@@ -133,6 +133,10 @@ pub trait WaitPolicy: Send {
     fn overshoot_ns(&self) -> Option<u64> {
         None
     }
+    /// What this thread's timed sleeps cost it in CPU, for policies that measure it.
+    fn sleep_cpu_ns(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The parameters of the polling strategies.
