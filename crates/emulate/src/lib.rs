@@ -20,6 +20,7 @@ pub mod fuse;
 pub mod fuse_abi;
 pub mod fuse_session;
 pub mod fuse_uring;
+pub mod handoff;
 pub mod mount;
 pub mod realtime;
 pub mod records;

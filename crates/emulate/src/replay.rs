@@ -214,16 +214,20 @@ where
     run_loop(spec, Open { ios, next: None, first_ns: None, last_ns: 0 }, faults, hooks)
 }
 
-/// I/Os a reader thread parses into one chunk for [`replay_reader`].
-pub const BATCH_IOS: usize = 8192;
-/// Chunks parsed ahead of the replay (the channel's bound): memory stays constant.
-pub const CHUNKS_AHEAD: usize = 2;
+/// I/Os a reader thread parses into one chunk for [`replay_reader`] (32 KiB).
+pub const BATCH_IOS: usize = 1024;
+/// Chunks that exist at most between the parser and the replay ([`Handoff`]'s slots):
+/// 256 KiB, whatever the trace's length. Issue 33 measured four chunks of 8192 I/Os on a
+/// `std` bounded channel (1 MiB, a wake-up per chunk) against these at about the same CPU
+/// time (alternated; docs/emulator.md).
+///
+/// [`Handoff`]: crate::handoff::Handoff
+pub const CHUNK_SLOTS: usize = 8;
 
 /// A trace file in virtual time as it streams, as [`replay_trace`] replays the reader's
 /// iterator (the same run): a reader thread parses the trace into chunks of [`BATCH_IOS`]
-/// I/Os ([`TraceReader::next_batch`]) and hands them over a bounded channel (at most
-/// [`CHUNKS_AHEAD`] waiting, the vectors sent back for reuse) to this thread, which replays
-/// them. The parsing runs on another core; `cpu_ns` is the CPU time of both threads (and
+/// I/Os ([`TraceReader::next_batch`]) and hands them over a [`crate::handoff::Handoff`]
+/// (at most [`CHUNK_SLOTS`] chunks, reused) to this thread, which replays them. The parsing runs on another core; `cpu_ns` is the CPU time of both threads (and
 /// of the file's reader thread, [`crate::trace_input::TraceInput`]).
 pub fn replay_reader<R: BufRead + Send>(
     spec: &EmuSpec,
@@ -231,33 +235,31 @@ pub fn replay_reader<R: BufRead + Send>(
     faults: &FaultPlan,
     hooks: Hooks,
 ) -> Result<VirtualRun, Error> {
-    use std::sync::mpsc::sync_channel;
-    let (tx, rx) = sync_channel::<Result<Vec<TraceIo>, TraceError>>(CHUNKS_AHEAD);
-    let (back_tx, back_rx) = sync_channel::<Vec<TraceIo>>(CHUNKS_AHEAD + 2);
+    let handoff = crate::handoff::Handoff::<Vec<TraceIo>, TraceError>::new(CHUNK_SLOTS);
     let reader_cpu = reader.reader_cpu_clock();
     std::thread::scope(|scope| {
+        let handoff = &handoff;
         let parser = scope.spawn(move || {
+            // Ends the hand-over even if the parser panics (the replay then stops, and the
+            // panic is raised by the join below).
+            let _ends = crate::handoff::FinishOnDrop(handoff);
             let cpu0 = thread_cpu_ns();
-            loop {
-                let mut chunk = back_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_IOS));
+            let end = loop {
+                let Some(mut chunk) = handoff.take_empty(|| Vec::with_capacity(BATCH_IOS)) else {
+                    break Ok(()); // the replay ended (an error of its own)
+                };
                 match reader.next_batch(&mut chunk, BATCH_IOS) {
-                    Ok(()) if chunk.is_empty() => break,
-                    Ok(()) => {
-                        if tx.send(Ok(chunk)).is_err() {
-                            break; // the replay ended (an error of its own)
-                        }
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        break;
-                    }
+                    Ok(()) if chunk.is_empty() => break Ok(()),
+                    Ok(()) => handoff.put_full(chunk),
+                    Err(e) => break Err(e),
                 }
-            }
-            drop(tx);
+            };
+            handoff.finish(end);
             thread_cpu_ns() - cpu0
         });
-        let src = Chunks::new(Piped { rx, back: back_tx }, Vec::new());
+        let src = Chunks::new(Handed { handoff }, Vec::new());
         let run = run_chunks(spec, src, faults, hooks, false);
+        handoff.close();
         let parser_cpu_ns = parser.join().expect("the trace parser thread panicked");
         // The file's reader thread, if any, has read its last block (the parser saw the end).
         let reader_cpu_ns = reader_cpu.map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed));
@@ -265,23 +267,20 @@ pub fn replay_reader<R: BufRead + Send>(
     })
 }
 
-/// The replay's end of [`replay_reader`]'s channel: each chunk received, the one before
-/// sent back for reuse.
-struct Piped {
-    rx: std::sync::mpsc::Receiver<Result<Vec<TraceIo>, TraceError>>,
-    back: std::sync::mpsc::SyncSender<Vec<TraceIo>>,
+/// The replay's end of [`replay_reader`]'s hand-over: each chunk taken, the one before
+/// handed back for reuse.
+struct Handed<'a> {
+    handoff: &'a crate::handoff::Handoff<Vec<TraceIo>, TraceError>,
 }
 
-impl ChunkSource for Piped {
+impl ChunkSource for Handed<'_> {
     fn next_chunk(&mut self, ios: &mut Vec<TraceIo>) -> Result<(), Error> {
         let done = std::mem::take(ios);
-        if done.capacity() > 0 {
-            let _ = self.back.try_send(done);
-        }
-        match self.rx.recv() {
-            Ok(Ok(chunk)) => *ios = chunk,
-            Ok(Err(e)) => return Err(usage(e.to_string())),
-            Err(_) => {} // the end: no chunk, no I/O
+        let done = (done.capacity() > 0).then_some(done);
+        match self.handoff.next(done) {
+            Ok(Some(chunk)) => *ios = chunk,
+            Ok(None) => {} // the end: no chunk, no I/O
+            Err(e) => return Err(usage(e.to_string())),
         }
         Ok(())
     }

@@ -1524,9 +1524,8 @@ pub struct TraceReader<R: BufRead> {
 }
 
 impl TraceReader<TraceInput> {
-    /// Opens a trace file (`-` is standard input), gzip or not. A regular file is read by
-    /// `O_DIRECT` blocks where it can be ([`TraceInput`]), a gzip file's decompressor reading
-    /// from them.
+    /// Opens a trace file (`-` is standard input), gzip or not, read through the page cache
+    /// ([`TraceInput::file`]); a gzip file's decompressor reads from it.
     pub fn open(path: &Path, options: TraceOptions) -> Result<Self, TraceError> {
         let name = path.display().to_string();
         let with_path = |e: TraceError| TraceError { path: Some(name.clone()), ..e };
@@ -1543,7 +1542,7 @@ impl TraceReader<TraceInput> {
         } else if raw.is_direct() {
             raw
         } else {
-            // Standard input (or a file without O_DIRECT) as before: its 64 KiB buffer read
+            // Standard input or a file as before: its 64 KiB buffer read
             // through another, which passes reads of its size straight through.
             TraceInput::buffered(Box::new(raw))
         };

@@ -1,8 +1,17 @@
-//! Where a trace file's bytes come from ([`TraceInput`]): a regular file is read with
-//! `O_DIRECT` by a reader thread into a few reused, page-aligned blocks, ahead of the parser
-//! and without the kernel's copy out of the page cache (about 7 ns a record, 13% of a
-//! streamed replay's CPU, issue 33); anything else (standard input, a pipe given as `-`, a
-//! file system without `O_DIRECT`) through a `BufReader`, as before.
+//! Where a trace file's bytes come from ([`TraceInput`]): a file, standard input or a
+//! decompressor through a 64 KiB `BufReader` ([`TraceInput::file`], [`TraceInput::buffered`]);
+//! or, asked for by [`TraceInput::direct`], a regular file read with `O_DIRECT` by a reader
+//! thread into two reused, page-aligned blocks, ahead of the parser and without the
+//! kernel's copy out of the page cache.
+//!
+//! The command reads files through the page cache since issue 33's memory check (the
+//! direct reader was its default for one session): on a 100 M-record fio v3 iolog in the
+//! page cache, alternated, the `BufReader` took as much CPU time a record as four 1 MiB
+//! direct blocks in huge pages (13.7 and 14.8 M records a second of CPU against 13.3 and
+//! 15.1, load 5-6) in 8.3-8.4 MB of peak RSS against 16.5; two direct blocks of 256 KiB
+//! took 12-22% more CPU (11.7 and 11.5 M/s) in 8.3-8.6 MB. The direct reader's gain is
+//! wall time (the copy is not on the parser's thread: 14.2-14.9 M records a second of wall
+//! time against 11.5-12.0).
 //!
 //! Why not `mmap`: a mapped file that another process truncates raises SIGBUS at the next
 //! read of a page beyond its new end, and one that is rewritten in place changes under the
@@ -19,9 +28,11 @@
 //! of a whole number of pages read from offset 0; where a read is still refused (EINVAL:
 //! a file system that takes the flag but not the read, a short read that left the offset
 //! unaligned), the thread drops `O_DIRECT` and reads on through the page cache. Memory is
-//! constant: [`BLOCKS`] blocks of [`BLOCK_BYTES`], whatever the file's length, each in a
-//! 2 MiB huge page where there are huge pages (8 MiB resident: the command's peak RSS on a
-//! 5 M-record fio v3 trace went from 8.7 to 17.5 MB).
+//! constant: [`BLOCKS`] blocks of [`BLOCK_BYTES`] (512 KiB), whatever the file's length.
+//! Until issue 33's memory check they were four 1 MiB blocks, each in a 2 MiB transparent
+//! huge page (8 MiB resident, the command's peak RSS 16.5-17 MB against 7 MB for a closed
+//! loop); two of 256 KiB in ordinary pages are 512 KiB (and took 12-22% more CPU a record
+//! than the huge pages on a 100 M-record trace, above).
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
@@ -31,25 +42,21 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Bytes a block holds (a whole number of pages; reads of 1 MiB reached 1.3 GB/s on the
-/// development VM's disk, against 0.9 at 4 MiB and 1.0 at 256 KiB).
-pub const BLOCK_BYTES: usize = 1 << 20;
-/// Blocks in use: the one the parser reads, the one being read, and two read ahead.
-pub const BLOCKS: usize = 4;
-/// Each block lies at the start of a (transparent) huge page of its own, asked for by
-/// `madvise`: the kernel pins one page per read instead of 256 and hands the disk one
-/// contiguous segment (the reader thread's CPU, mostly `gup_fast_fallback` and the virtio
-/// notifications of the requests a 1 MiB read was cut into, fell from 6-7% of a streamed
-/// fio v3 replay's CPU samples to about 2%: `perf record -e cpu-clock`, two runs each). Where
-/// there is no huge page the block is page-aligned all the same, which is all `O_DIRECT`
-/// needs of the buffer (a page covers every logical block size up to 4 KiB; a larger one
-/// refuses the read, which falls back to the page cache).
-const ALIGN: usize = 2 << 20;
+/// Bytes a block holds (a whole number of pages). Issue 33, 5 M-record fio v3 iolog, the
+/// command's CPU time a record against four 1 MiB blocks in huge pages (alternated, load
+/// 6-11): two blocks of 256 KiB 0.88-0.91x, three of 128 KiB 0.80x, four of 64 KiB 0.68x
+/// (the cost of a read, not of its bytes, grows with the number of reads).
+pub const BLOCK_BYTES: usize = 256 << 10;
+/// Blocks in use: the one the parser reads and the one being read.
+pub const BLOCKS: usize = 2;
+/// Page alignment, all `O_DIRECT` needs of the buffer (a page covers every logical block
+/// size up to 4 KiB; a larger one refuses the read, which falls back to the page cache).
+/// No huge page: one is 2 MiB resident, four times the two blocks together.
+const ALIGN: usize = 4096;
 
-/// A block of [`BLOCK_BYTES`] at the start of an [`ALIGN`]ed window of a `Vec` twice as
-/// long as that window (no raw allocation: the window is a sub-slice, the `Vec`'s heap
-/// memory does not move, and its pages are not touched before the first read, so no more
-/// of the padding becomes resident than the huge page holds).
+/// A block of [`BLOCK_BYTES`] at the first [`ALIGN`]ed address of a `Vec` one page longer
+/// (no raw allocation: the block is a sub-slice, and the `Vec`'s heap memory does not
+/// move).
 struct Block {
     bytes: Vec<u8>,
     start: usize,
@@ -58,14 +65,9 @@ struct Block {
 
 impl Block {
     fn new() -> Block {
-        const { assert!(BLOCK_BYTES <= ALIGN && BLOCK_BYTES.is_multiple_of(4096)) };
-        let mut bytes = vec![0u8; 2 * ALIGN];
+        const { assert!(BLOCK_BYTES.is_multiple_of(ALIGN)) };
+        let bytes = vec![0u8; BLOCK_BYTES + ALIGN];
         let start = bytes.as_ptr().align_offset(ALIGN);
-        let window = bytes[start..start + ALIGN].as_mut_ptr();
-        // SAFETY: madvise on memory this Vec owns, `ALIGN` bytes from an `ALIGN`ed address
-        // inside it: MADV_HUGEPAGE is advice about how to back it, its contents unchanged
-        // (a failure, e.g. without transparent huge pages, changes nothing).
-        unsafe { libc::madvise(window.cast(), ALIGN, libc::MADV_HUGEPAGE) };
         Block { bytes, start, len: 0 }
     }
 
@@ -87,9 +89,15 @@ enum Inner {
 }
 
 impl TraceInput {
-    /// A regular file: read by `O_DIRECT` blocks where the file system takes the flag, else
-    /// as [`TraceInput::buffered`] reads it.
+    /// A file, through the page cache (as [`TraceInput::buffered`] reads it; see the
+    /// module's text for why not by `O_DIRECT`).
     pub fn file(file: File) -> TraceInput {
+        TraceInput::buffered(Box::new(file))
+    }
+
+    /// A regular file read by `O_DIRECT` blocks on a reader thread where the file system
+    /// takes the flag, else as [`TraceInput::buffered`] reads it.
+    pub fn direct(file: File) -> TraceInput {
         match DirectInput::new(file) {
             Ok(direct) => TraceInput(Inner::Direct(direct)),
             Err(file) => TraceInput::buffered(Box::new(file)),
@@ -321,7 +329,7 @@ mod tests {
             let path = dir.path().join(format!("f{n}"));
             let want = bytes(n);
             std::fs::write(&path, &want).unwrap();
-            let mut input = TraceInput::file(File::open(&path).unwrap());
+            let mut input = TraceInput::direct(File::open(&path).unwrap());
             let mut got = Vec::new();
             // Through BufRead in odd steps, then the rest by Read.
             let mut step = 1;
@@ -345,7 +353,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, bytes(12 * BLOCK_BYTES)).unwrap();
-        let mut input = TraceInput::file(File::open(&path).unwrap());
+        let mut input = TraceInput::direct(File::open(&path).unwrap());
         assert_eq!(input.fill_buf().unwrap().len(), if input.is_direct() { BLOCK_BYTES } else { 1 << 16 });
         drop(input); // joins the thread: a test that hangs here fails by its timeout
     }
