@@ -67,8 +67,10 @@ fn run_within(home: &Path, args: &[&str], limit: Duration) -> Result<Output, Hun
             let second = dump(&tree);
             // SAFETY: a signal to our own child, still unreaped (try_wait said running).
             unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            // smartcon ends its guest's process group and removes its files (about 7 s
+            // for a guest that does not end on SIGTERM).
             let grace = Instant::now();
-            while child.try_wait().ok().flatten().is_none() && grace.elapsed() < Duration::from_secs(5) {
+            while child.try_wait().ok().flatten().is_none() && grace.elapsed() < Duration::from_secs(20) {
                 std::thread::sleep(Duration::from_millis(50));
             }
             for pid in &tree {
@@ -78,6 +80,9 @@ fn run_within(home: &Path, args: &[&str], limit: Duration) -> Result<Output, Hun
             }
             let _ = child.kill();
             let _ = child.wait();
+            // What a smartcon killed before its own clean-up left (its record, its
+            // working directory): `smartcon cleanup` removes it.
+            let _ = Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", home).arg("cleanup").output();
             let err = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
             let report = format!(
                 "smartcon {args:?} ran past {limit:?} and was ended; its processes then:\n{first}\n\
@@ -396,4 +401,5 @@ fn the_watchdog_reports_where_a_guest_was_and_ends_it() {
     }
     let left: Vec<_> = hung.pids.iter().filter(|p| running(p)).collect();
     assert!(left.is_empty(), "still running: {left:?}: {}", hung.report);
+    assert_nothing_left(&home);
 }
