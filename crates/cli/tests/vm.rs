@@ -5,13 +5,150 @@
 //! Asserts no wall-clock timing: the guest's own clock is checked only against the sleep it
 //! was asked to make.
 
+use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// How long one `smartcon` run of these tests may take (`SMARTCON_VM_TEST_DEADLINE_S`,
+/// default 300 s; a run takes seconds) before the watchdog ends it.
+fn deadline() -> Duration {
+    let s = std::env::var("SMARTCON_VM_TEST_DEADLINE_S").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
+    Duration::from_secs(s)
+}
+
+/// Runs smartcon with `home` as SMARTCON_HOME. A watchdog: a run past [`deadline`] (a
+/// hung guest) has the state of every process under it written into the panic message
+/// (each thread's state, wait channel, system call, blocked and pending signals, kernel
+/// stack and CPU time, twice a second apart, so a spin is told from a sleep), then
+/// smartcon is sent SIGTERM (it ends its guest) and whatever is left under it SIGKILL:
+/// a CI log then says where a guest hung instead of timing out without a word.
 fn smartcon(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", home).args(args).output().expect("run smartcon")
+    run_within(home, args, deadline()).unwrap_or_else(|hung| panic!("{}", hung.report))
+}
+
+/// A run the watchdog ended: what it found, and the processes it ended.
+struct Hung {
+    report: String,
+    pids: Vec<u32>,
+}
+
+/// [`smartcon`] with the watchdog's limit given: Err when the run was ended at it.
+fn run_within(home: &Path, args: &[&str], limit: Duration) -> Result<Output, Hung> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_smartcon"))
+        .env("SMARTCON_HOME", home)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run smartcon");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for smartcon") {
+            break status;
+        }
+        if start.elapsed() >= limit {
+            let tree = descendants(child.id());
+            let first = dump(&tree);
+            std::thread::sleep(Duration::from_secs(1));
+            let second = dump(&tree);
+            // SAFETY: a signal to our own child, still unreaped (try_wait said running).
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            // smartcon ends its guest's process group and removes its files (about 7 s
+            // for a guest that does not end on SIGTERM).
+            let grace = Instant::now();
+            while child.try_wait().ok().flatten().is_none() && grace.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            for pid in &tree {
+                // SAFETY: a signal to a process that was under our child a moment ago
+                // (UML's, which smartcon did not end); a pid gone since is ESRCH.
+                unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            // What a smartcon killed before its own clean-up left (its record, its
+            // working directory): `smartcon cleanup` removes it.
+            let _ = Command::new(env!("CARGO_BIN_EXE_smartcon")).env("SMARTCON_HOME", home).arg("cleanup").output();
+            let err = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
+            let report = format!(
+                "smartcon {args:?} ran past {limit:?} and was ended; its processes then:\n{first}\n\
+                 one second later:\n{second}\nits stderr:\n{err}"
+            );
+            return Err(Hung { report, pids: tree });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Ok(Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() })
+}
+
+/// Every process under `root` (children, their children, ...), from /proc.
+fn descendants(root: u32) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // The parent is the second field after the command's closing parenthesis.
+        let Some(ppid) = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
+        else {
+            continue;
+        };
+        children.entry(ppid).or_default().push(pid);
+    }
+    let mut out = Vec::new();
+    let mut next = vec![root];
+    while let Some(p) = next.pop() {
+        for &c in children.get(&p).map(Vec::as_slice).unwrap_or_default() {
+            out.push(c);
+            next.push(c);
+        }
+    }
+    out
+}
+
+/// Each thread of `pids`: command, state, wait channel, system call (or "running"), the
+/// signal lines of its status, its CPU time (schedstat) and its kernel stack.
+fn dump(pids: &[u32]) -> String {
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    let mut text = String::new();
+    for pid in pids {
+        for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+            let d = t.path();
+            let stat = read(&d.join("stat"));
+            let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()).unwrap_or("?");
+            let signals: Vec<String> = read(&d.join("status"))
+                .lines()
+                .filter(|l| ["SigPnd", "ShdPnd", "SigBlk", "TracerPid"].iter().any(|k| l.starts_with(k)))
+                .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                .collect();
+            text += &format!(
+                "{} {} state {state} wchan {} syscall {} cpu_ns {} {}\n",
+                d.display(),
+                read(&d.join("comm")).trim(),
+                read(&d.join("wchan")).trim(),
+                read(&d.join("syscall")).trim(),
+                read(&d.join("schedstat")).split_whitespace().next().unwrap_or("?"),
+                signals.join(", ")
+            );
+            for l in read(&d.join("stack")).lines().take(12) {
+                text += &format!("    {l}\n");
+            }
+        }
+    }
+    text
 }
 
 /// A scratch directory of this test, removed when the guard is dropped (also when the
@@ -232,4 +369,37 @@ fn bad_sweep_vm_flags_are_one_line_and_exit_2() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         assert!(!String::from_utf8_lossy(&out.stderr).trim().is_empty(), "{args:?}");
     }
+}
+
+/// The watchdog itself: a guest that outlives its limit (a real-time `sleep 100`, ended at
+/// 6 s) is reported with its UML processes' states and kernel stacks, and none of them is
+/// left running.
+#[test]
+fn the_watchdog_reports_where_a_guest_was_and_ends_it() {
+    if !uml_available() {
+        return;
+    }
+    let home_guard = scratch("watchdog");
+    let home = home_guard.path().to_path_buf();
+    let args = ["emulate", "vm", "emu:nvme", "--size", "64m", "--fs", "none", "--", "sleep", "100"];
+    let Err(hung) = run_within(&home, &args, Duration::from_secs(6)) else {
+        panic!("a 100 s sleep ended within 6 s");
+    };
+    assert!(hung.report.contains("linux.uml") && hung.report.contains("wchan"), "{}", hung.report);
+    assert!(hung.report.contains("one second later"), "{}", hung.report);
+    assert!(!hung.pids.is_empty(), "{}", hung.report);
+    // Ended: no process of the guest runs any more (gone, a zombie not reaped yet by
+    // whoever inherited it, or the pid reused by another program).
+    let running = |pid: &u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()).unwrap_or("");
+        stat.contains("(linux.uml)") && !matches!(state, "Z" | "X" | "")
+    };
+    let start = Instant::now();
+    while hung.pids.iter().any(running) && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left: Vec<_> = hung.pids.iter().filter(|p| running(p)).collect();
+    assert!(left.is_empty(), "still running: {left:?}: {}", hung.report);
+    assert_nothing_left(&home);
 }

@@ -29,6 +29,13 @@
  *                               a guest's new process) burns MS of its own CPU and stops;
  *                               the parent waits for it with waitpid; prints the parent's
  *                               elapsed time
+ *   vtime handler IMAGE N       sleeps 100 s (virtual time: the clock jumps that far from
+ *                               the real one), then makes N 4 KiB preads while a real
+ *                               interval timer (setitimer, 20 us) sends SIGALRM, whose
+ *                               handler reads the monotonic clock as a guest kernel's timer
+ *                               interrupt does; prints how many readings the handler made
+ *                               and how many were below the main thread's reading before
+ *                               the pread it interrupted (a reading of the real clock)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -397,11 +404,56 @@ static int mode_cpu_child(long ms) {
     return 0;
 }
 
+static volatile int64_t handler_floor_ns;
+static volatile long handler_reads, handler_backwards;
+
+static void on_alarm(int sig) {
+    (void)sig;
+    int saved = errno;
+    handler_reads++;
+    if (ns(CLOCK_MONOTONIC) < handler_floor_ns)
+        handler_backwards++;
+    errno = saved;
+}
+
+static int mode_handler(const char *image, long n) {
+    int fd = open(image, O_RDONLY);
+    if (fd < 0) {
+        perror("open");
+        return 1;
+    }
+    struct timespec away = {100, 0};
+    nanosleep(&away, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval every = {{0, 20}, {0, 20}};
+    setitimer(ITIMER_REAL, &every, NULL);
+    char buf[4096];
+    for (long i = 0; i < n; i++) {
+        handler_floor_ns = ns(CLOCK_MONOTONIC);
+        off_t off = (off_t)((i * 7919) % 4096) * 65536;
+        if (pread(fd, buf, sizeof buf, off) != (ssize_t)sizeof buf) {
+            perror("pread");
+            return 1;
+        }
+    }
+    struct itimerval off_timer = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off_timer, NULL);
+    printf("handler_reads=%ld handler_backwards=%ld\n", handler_reads, handler_backwards);
+    close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "helper") == 0)
         return mode_helper(argv[2], atol(argv[3]));
     if (argc == 5 && strcmp(argv[1], "helperlate") == 0)
         return mode_helper_late(argv[2], atol(argv[3]), atol(argv[4]));
+    if (argc == 4 && strcmp(argv[1], "handler") == 0)
+        return mode_handler(argv[2], atol(argv[3]));
     if (argc == 4 && strcmp(argv[1], "cpuchild") == 0)
         return mode_cpu_child(atol(argv[3]));
     if (argc == 3 && strcmp(argv[1], "waits") == 0)

@@ -334,6 +334,60 @@ fn wait_for(emu: &Emu, wait: DeviceWait, complete_ns: u64, idle_since: Option<u6
     }
 }
 
+/// The program's asynchronous signals held off while one of its threads (not a helper) is
+/// inside the library serving a call on the image under virtual time, and let through
+/// again when it leaves ([`Busy`] dropped first). A handler that ran inside would have its
+/// clock reads sent to the real clock (the library's own calls are), and the real
+/// monotonic clock is seconds away from the virtual one: UML's kernel thread reads its
+/// image itself (the COW header, at each open of the device), and a timer interrupt
+/// (SIGALRM) taken in that read had the guest kernel's timekeeping read the real clock
+/// between two virtual readings. The step back wrapped its 64-bit clocksource delta, and
+/// `timekeeping_advance` looped over centuries of seconds with the guest's signals blocked:
+/// the vm tests' hang (docs/vm.md, "The CI hang"). A real `pread` on a file is not
+/// interrupted by a signal either: the handler runs when the call returns, as it does
+/// now. The synchronous signals (a fault in the call) are left as they are.
+struct SignalsHeld(Option<libc::sigset_t>);
+
+impl SignalsHeld {
+    fn new(emu: &Emu) -> SignalsHeld {
+        if !emu.virtual_time || crate::helper::current().is_some() {
+            return SignalsHeld(None);
+        }
+        // SAFETY: all-zero sigsets are valid; sigfillset/sigdelset and the raw
+        // rt_sigprocmask write only these two locals.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut set);
+            for s in [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS] {
+                libc::sigdelset(&mut set, s);
+            }
+            let r = libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &set, &mut old, KERNEL_SIGSET_BYTES);
+            SignalsHeld((r == 0).then_some(old))
+        }
+    }
+}
+
+impl Drop for SignalsHeld {
+    fn drop(&mut self) {
+        if let Some(old) = self.0.take() {
+            // SAFETY: the mask saved by `new`, put back.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigprocmask,
+                    libc::SIG_SETMASK,
+                    &old,
+                    std::ptr::null_mut::<libc::sigset_t>(),
+                    KERNEL_SIGSET_BYTES,
+                )
+            };
+        }
+    }
+}
+
+/// The kernel's signal set size (rt_sigprocmask's last argument).
+const KERNEL_SIGSET_BYTES: usize = std::mem::size_of::<u64>();
+
 /// Serves `fsync`/`fdatasync` on the image: `Some(result)` when `fd` is the image. The
 /// models have no volatile write cache (a write is on the medium when it completes), so a
 /// flush completes when every request handed to the model before it has: at the latest
@@ -347,6 +401,7 @@ pub fn serve_flush(fd: c_int, data: impl FnOnce() -> c_int) -> Option<c_int> {
         return None;
     }
     settle_helper_request();
+    let held = SignalsHeld::new(emu);
     let busy = Busy::try_enter()?;
     let arrival_ns = clock_now(emu);
     let real0 = domain::real_ns(libc::CLOCK_MONOTONIC);
@@ -359,6 +414,7 @@ pub fn serve_flush(fd: c_int, data: impl FnOnce() -> c_int) -> Option<c_int> {
     FLUSHES.fetch_add(1, Ordering::Relaxed);
     let complete_ns = LAST_COMPLETE_NS.load(Ordering::Acquire).max(arrival_ns);
     drop(busy);
+    drop(held);
     if emu.virtual_time {
         // The real call's time is the emulator's, whether or not the model's drain lies ahead.
         DATA_HIDDEN_NS.fetch_add(domain::hold_at(complete_ns), Ordering::Relaxed);
@@ -601,6 +657,9 @@ pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce()
         settle_helper_request_for(!read);
         return None;
     }
+    // Declared before `busy`, so that an early return leaves the library before the
+    // signals come back.
+    let held = SignalsHeld::new(emu);
     let mut busy = Busy::try_enter()?;
     let offset = match off {
         Some(o) => o,
@@ -660,6 +719,7 @@ pub fn serve_with(fd: c_int, read: bool, off: Option<off_t>, data: impl FnOnce()
     // Not inside the library while waiting: a signal handler that runs meanwhile reads the
     // virtual clock (the real one is behind it) and may do its own I/O.
     drop(busy);
+    drop(held);
     match crate::helper::current() {
         Some(helper) => {
             // The wait is put off to the request's end (settle_pending).

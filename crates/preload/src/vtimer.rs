@@ -489,6 +489,7 @@ pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
         libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &all, &mut saved, std::mem::size_of::<u64>());
     }
     let (now, _) = domain::observe_ns();
+    let entered_at = now;
     // Disarm the real timers: the virtual clock is what ends this wait.
     for slot in TIMERS.iter() {
         let id = slot.id.load(Ordering::Acquire);
@@ -500,6 +501,7 @@ pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
     let signal = wake_signal();
     let mut reg = domain::register_with_signal(target, true, signal);
     let since = domain::real_ns(libc::CLOCK_MONOTONIC);
+    let mut held_back = false;
     loop {
         let now = if reg.is_some() { domain::jump_if_idle() } else { domain::peek_ns() };
         // No timer armed and nothing delivered for a long while: return as a spurious
@@ -521,12 +523,21 @@ pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
             continue;
         }
         let slice = if target == NO_TARGET { domain::RECHECK_NS } else { (target - now).min(domain::RECHECK_NS) };
+        if !held_back {
+            // What this wrapper did since it was entered (the mask, the real timers
+            // disarmed, the idle check with its /proc reads) is the library's work, not
+            // the guest's: off the clock before the thread sleeps (the instant of a
+            // device request the helper takes meanwhile is then the guest's own).
+            held_back = true;
+            domain::hold_at(entered_at);
+        }
         if masked_wait(mask, slice) < 0 {
             break;
         }
     }
     drop(reg);
     let (now, _) = domain::observe_ns();
+    let woke_at = now;
     for slot in TIMERS.iter() {
         let id = slot.id.load(Ordering::Acquire);
         if id != 0 {
@@ -543,6 +554,10 @@ pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
             std::mem::size_of::<u64>(),
         )
     };
+    // Likewise the real timers armed again and the mask put back (a host `timer_settime`
+    // costs microseconds on a virtual machine): the guest's real `sigsuspend` returns
+    // without either, so its clock goes on from the instant it woke at.
+    domain::hold_at(woke_at);
     crate::real::set_errno(libc::EINTR);
     -1
 }

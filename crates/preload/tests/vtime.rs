@@ -285,3 +285,18 @@ fn a_process_the_program_waits_for_counts_on_the_guest_cpu_clock() {
     // 200 ms of its CPU: the clock moved by at least that.
     assert!(r.get("elapsed_ns") >= ms * 1_000_000, "{:?}", r.fields);
 }
+
+/// A signal handler that runs while the program's thread is inside the library serving
+/// its pread must read the virtual clock, never the real one: UML's timer interrupt
+/// (SIGALRM) taken in its kernel thread's own read of the image had the guest's
+/// timekeeping read the real clock between two virtual readings, and the step back hung
+/// the guest (docs/vm.md, "The CI hang"). Here the virtual clock is 100 s from the real
+/// one and a 20 us real interval timer interrupts the preads; a reading below the one
+/// made just before the pread is the real clock.
+#[test]
+fn a_signal_handler_inside_a_served_call_reads_the_virtual_clock() {
+    let Some((dir, program)) = setup("vtime-handler") else { return };
+    let r = run(&program, &dir, "emu:nvme,lat=20us,channels=1", true, &["handler", "3000"]);
+    assert!(r.get("handler_reads") > 0, "the timer never interrupted: {:?}", r.fields);
+    assert_eq!(r.get("handler_backwards"), 0, "a handler read the real clock: {:?}", r.fields);
+}

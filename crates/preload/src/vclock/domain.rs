@@ -555,10 +555,10 @@ pub fn peek_ns() -> u64 {
 
 /// A cap held longer than this in real time no longer holds the clock: a guard, so that a
 /// request whose hand-back never comes cannot stop the program's clock, and with it the
-/// timers it waits for, for good. In the nineteenth session's CI one UML guest's kernel
-/// spun for 8 minutes without a system call, its ubd thread in `poll` with nothing in
-/// flight: the shape of a clock held at a cap nobody released (a guest waiting for jiffies
-/// that only the clock's timers advance). A request at 100 x is held 25-44 us on average;
+/// timers it waits for, for good. (Added when the nineteenth session's CI hang looked like
+/// a cap nobody released; that hang was the guest's timer interrupt reading the real clock
+/// inside the library, found in the twenty-third session: `emu::SignalsHeld`.) A request
+/// at 100 x is held 25-44 us on average;
 /// a helper that is tens of milliseconds late must still be held (the test
 /// `a_helpers_request_holds_the_clock_at_its_instant_until_the_helper_hands_it_back`: 30 ms),
 /// so the bound is a quarter second.
