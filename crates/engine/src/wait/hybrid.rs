@@ -520,12 +520,27 @@ mod tests {
 
     const PARAMS: PollParams = PollParams { interval_ns: 1_000, alpha_ns: 100, sampling_ns: 1_000_000 };
 
-    /// Runs `n` back-to-back I/Os of `service_ns` on a virtual device from `*t`.
+    /// Runs `n` back-to-back I/Os of `service_ns` on a virtual device from `*t` (a thread
+    /// without a CPU clock).
     fn run(h: &mut Hybrid, t: &mut u64, n: usize, service_ns: u64, overshoot_ns: u64) -> Vec<(Waited, VirtualDevice)> {
+        run_on(h, t, n, service_ns, &[overshoot_ns], None)
+    }
+
+    /// `n` I/Os of `service_ns` whose sleeps overshoot by `overshoots` in turn, and, where
+    /// the thread has a CPU clock, cost it `sleep_cpu_ns` each.
+    fn run_on(
+        h: &mut Hybrid,
+        t: &mut u64,
+        n: usize,
+        service_ns: u64,
+        overshoots: &[u64],
+        sleep_cpu_ns: Option<u64>,
+    ) -> Vec<(Waited, VirtualDevice)> {
         (0..n)
-            .map(|_| {
+            .map(|i| {
                 let req = Pending { op: Op::Read, bytes: 4096, ahead: DeviceState::default(), submit_ns: *t };
-                let mut dev = VirtualDevice::new(*t, *t + service_ns, overshoot_ns);
+                let mut dev = VirtualDevice::new(*t, *t + service_ns, overshoots[i % overshoots.len()]);
+                dev.sleep_cpu_ns = sleep_cpu_ns;
                 let w = h.wait(&req, &mut dev).unwrap();
                 assert!(w.seen_ns >= *t + service_ns, "never seen before it is done");
                 *t = w.seen_ns;
@@ -635,7 +650,7 @@ mod tests {
         service_ns: u64,
         overshoots: &[u64],
     ) -> Vec<(Waited, VirtualDevice)> {
-        (0..n).map(|i| run(h, t, 1, service_ns, overshoots[i % overshoots.len()]).pop().unwrap()).collect()
+        run_on(h, t, n, service_ns, overshoots, None)
     }
 
     #[test]
@@ -678,28 +693,6 @@ mod tests {
         assert!(rest[100..].iter().all(|(w, d)| w.seen_ns - d.done_ns <= budget + 1_000));
     }
 
-    /// `n` I/Os of `service_ns` whose sleeps overshoot by `overshoots` in turn and cost the
-    /// thread `sleep_cpu_ns` of CPU each.
-    fn run_costly(
-        h: &mut Hybrid,
-        t: &mut u64,
-        n: usize,
-        service_ns: u64,
-        overshoots: &[u64],
-        sleep_cpu_ns: u64,
-    ) -> Vec<(Waited, VirtualDevice)> {
-        (0..n)
-            .map(|i| {
-                let req = Pending { op: Op::Read, bytes: 4096, ahead: DeviceState::default(), submit_ns: *t };
-                let mut dev = VirtualDevice::new(*t, *t + service_ns, overshoots[i % overshoots.len()]);
-                dev.sleep_cpu_ns = Some(sleep_cpu_ns);
-                let w = h.wait(&req, &mut dev).unwrap();
-                *t = w.seen_ns;
-                (w, dev)
-            })
-            .collect()
-    }
-
     #[test]
     fn a_sleep_is_taken_where_it_takes_more_off_the_spinning_than_it_costs() {
         // An 80 us device, sleeps 20 us late. Where a sleep costs its thread 5 us of CPU,
@@ -709,16 +702,16 @@ mod tests {
         // 10 us) slept on both.
         let mut cheap = Hybrid::new(PARAMS, 0);
         let mut t = 0;
-        run_costly(&mut cheap, &mut t, 200, 80_000, &[20_000], 5_000);
-        let tail = run_costly(&mut cheap, &mut t, 400, 80_000, &[20_000], 5_000);
+        run_on(&mut cheap, &mut t, 200, 80_000, &[20_000], Some(5_000));
+        let tail = run_on(&mut cheap, &mut t, 400, 80_000, &[20_000], Some(5_000));
         let sleeps: u32 = tail.iter().map(|(w, _)| w.sleeps).sum();
         assert!(sleeps >= 395, "{sleeps} sleeps in 400 I/Os at 5 us a sleep");
         assert_eq!(cheap.sleep_cost.median_ns, 5_000);
 
         let mut dear = Hybrid::new(PARAMS, 0);
         let mut t = 0;
-        run_costly(&mut dear, &mut t, 200, 80_000, &[20_000], 120_000);
-        let tail = run_costly(&mut dear, &mut t, 400, 80_000, &[20_000], 120_000);
+        run_on(&mut dear, &mut t, 200, 80_000, &[20_000], Some(120_000));
+        let tail = run_on(&mut dear, &mut t, 400, 80_000, &[20_000], Some(120_000));
         let sleeps: u32 = tail.iter().map(|(w, _)| w.sleeps).sum();
         assert!(sleeps <= 40, "{sleeps} sleeps in 400 I/Os at 120 us a sleep");
         // Without a CPU clock (the status has none) the old bar stands: it sleeps.
@@ -736,11 +729,11 @@ mod tests {
         // the bar above the ~55 us sleep and stop the sleeping; their median does not.
         let mut h = Hybrid::new(PARAMS, 0);
         let mut t = 0;
-        let first = run_costly(&mut h, &mut t, 20, 80_000, &[20_000], 300_000);
+        let first = run_on(&mut h, &mut t, 20, 80_000, &[20_000], Some(300_000));
         let dear: u32 = first.iter().map(|(w, _)| w.sleeps).sum();
         assert!((3..=7).contains(&dear), "{dear} of the first sleeps charged 300 us");
-        run_costly(&mut h, &mut t, 200, 80_000, &[20_000], 5_000);
-        let tail = run_costly(&mut h, &mut t, 400, 80_000, &[20_000], 5_000);
+        run_on(&mut h, &mut t, 200, 80_000, &[20_000], Some(5_000));
+        let tail = run_on(&mut h, &mut t, 400, 80_000, &[20_000], Some(5_000));
         let sleeps: u32 = tail.iter().map(|(w, _)| w.sleeps).sum();
         assert!(sleeps >= 395, "{sleeps} sleeps in 400 I/Os");
     }
@@ -755,9 +748,9 @@ mod tests {
         let overshoots = [10_000, 10_000, 10_000, 100_000, 10_000, 10_000, 10_000, 10_000, 10_000, 10_000];
         let mut h = Hybrid::new(PARAMS, 0);
         let mut t = 0;
-        run_costly(&mut h, &mut t, 200, 80_000, &overshoots, 3_000);
-        run_costly(&mut h, &mut t, 2_000, 80_000, &overshoots, 3_000);
-        let tail = run_costly(&mut h, &mut t, 2_000, 80_000, &overshoots, 3_000);
+        run_on(&mut h, &mut t, 200, 80_000, &overshoots, Some(3_000));
+        run_on(&mut h, &mut t, 2_000, 80_000, &overshoots, Some(3_000));
+        let tail = run_on(&mut h, &mut t, 2_000, 80_000, &overshoots, Some(3_000));
         let n = tail.len() as f64;
         let late = tail.iter().map(|(w, d)| w.seen_ns.saturating_sub(d.done_ns) as f64).sum::<f64>() / n;
         let budget = (80_000 * LATE_BUDGET_PER_MILLE / 1000) as f64;
