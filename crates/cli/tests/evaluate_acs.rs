@@ -56,7 +56,7 @@ fn acs_names_what_a_later_step_needs_before_it_creates_or_measures_anything() {
     // run failed, at its unmodified readers, after 8 minutes of measurement): refused at once.
     let exe = dir.join("smartcon");
     std::fs::copy(env!("CARGO_BIN_EXE_smartcon"), &exe).unwrap();
-    let out = Command::new(&exe).env("SMARTCON_HOME", &home).args(args).output().unwrap();
+    let out = output_of_fresh_copy(Command::new(&exe).env("SMARTCON_HOME", &home).args(args));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("libsmartcon.so:") && err.contains("cargo build --release"), "{err}");
@@ -279,4 +279,19 @@ fn acs_tiny_measures_every_cell_and_leaves_nothing() {
     }
     let loops = Command::new("losetup").arg("-a").output().unwrap();
     assert!(!String::from_utf8_lossy(&loops.stdout).contains(&format!("smartcon-loop-{pid}-")), "a loop device left");
+}
+
+/// Runs a binary the test has just written. Another test's child, forked between our
+/// copy's open and close, holds the file open for writing until it execs, and exec then
+/// fails with ETXTBSY ("Text file busy"; the twenty-third session's CI): try again briefly.
+fn output_of_fresh_copy(cmd: &mut Command) -> Output {
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            r => return r.unwrap(),
+        }
+    }
+    cmd.output().unwrap()
 }
