@@ -170,6 +170,10 @@ impl Status for SimPages<'_> {
         }
         Ok(())
     }
+
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        self.time.thread_cpu_ns()
+    }
 }
 
 fn fnv(h: &mut u64, x: u64) {
@@ -405,6 +409,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Hybrid in a group call measures its sleeps on the simulated thread's CPU clock,
+    /// which the command's status passes through from the virtual time.
+    #[test]
+    fn the_command_status_reads_the_simulated_thread_cpu_clock() {
+        let cfg = SimConfig::new(3, HostModel::preset("host-a").unwrap());
+        let time = VirtualTime::new(&cfg, 1, SimRng::new(1));
+        let timing = *spec("emu:optane,channels=1").model.timing(Op::Read);
+        let status =
+            SimPages { time: &time, transfer: PageTransfer::new(0, &timing, PAGE_BYTES, 1), want: 1, acked: 0 };
+        assert_eq!(status.thread_cpu_ns(), time.thread_cpu_ns());
+        assert!(status.thread_cpu_ns().is_some());
     }
 
     #[test]

@@ -428,6 +428,10 @@ impl Status for DueAt<'_> {
     fn done_ns(&self) -> Option<u64> {
         Some(self.due_ns)
     }
+
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        self.time.thread_cpu_ns()
+    }
 }
 
 /// A held call's device status: [`DueAt`], asleep on `waiter`, whose event ends any wait.
@@ -482,6 +486,10 @@ impl Status for DueOn<'_> {
     fn event(&mut self) -> bool {
         self.waiter.event_seen()
     }
+
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        self.at.thread_cpu_ns()
+    }
 }
 
 /// A status whose event makes a polling policy's wait give way: a poll that finds the part
@@ -528,6 +536,9 @@ impl Status for GiveWay<'_> {
     }
     fn event(&mut self) -> bool {
         self.inner.event()
+    }
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        self.inner.thread_cpu_ns()
     }
 }
 
@@ -793,7 +804,7 @@ mod tests {
     use crate::clock::{Clock, EventWait, Sleeper};
     use crate::monitor::SystemMonitor;
     use crate::profile::Profile;
-    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     // A clock that moves only when the port's thread sleeps or spins.
     use crate::clock::ManualClock as Manual;
@@ -1149,5 +1160,56 @@ mod tests {
         // A set dropped with calls in it (a server that ends) leaves the counters.
         drop(holds);
         assert_eq!((inflight.ours(), inflight.unmatched_leaves()), (0, 0));
+    }
+
+    /// A clock whose thread has used `cpu` ns: what a host or simulated clock reads.
+    struct Counted {
+        clock: Manual,
+        cpu: u64,
+    }
+    impl Clock for Counted {
+        fn now_ns(&self) -> u64 {
+            self.clock.now_ns()
+        }
+        fn thread_cpu_ns(&self) -> Option<u64> {
+            Some(self.cpu)
+        }
+    }
+    impl Sleeper for Counted {
+        fn sleep_until(&self, at_ns: u64) {
+            self.clock.sleep_until(at_ns)
+        }
+        fn spin_until(&self, at_ns: u64) {
+            self.clock.spin_until(at_ns)
+        }
+    }
+    impl crate::clock::Time for Counted {}
+
+    struct NoEvent;
+    impl EventWait for NoEvent {
+        fn sleep_until_or_event(&mut self, _at_ns: u64) -> Result<(), Error> {
+            Ok(())
+        }
+        fn event_seen(&mut self) -> bool {
+            false
+        }
+    }
+
+    /// Hybrid measures what its sleeps cost on the waiting thread's CPU clock
+    /// ([`Status::thread_cpu_ns`]); inside a group call it sees the call's statuses, which must
+    /// pass the clock's reading through, or hybrid falls back to its clockless bar there.
+    #[test]
+    fn a_group_call_status_reads_the_thread_cpu_clock_of_its_time() {
+        let time = Counted { clock: Manual(AtomicU64::new(0)), cpu: 4_321 };
+        let mut at = DueAt { time: &time, due_ns: 10_000 };
+        assert_eq!(at.thread_cpu_ns(), Some(4_321));
+        let given = GiveWay { inner: &mut at, gave_way: false };
+        assert_eq!(given.thread_cpu_ns(), Some(4_321));
+        let mut waiter = NoEvent;
+        let on = DueOn { at: DueAt { time: &time, due_ns: 10_000 }, waiter: &mut waiter };
+        assert_eq!(on.thread_cpu_ns(), Some(4_321));
+        // And a clock without one says so.
+        let manual = Manual(AtomicU64::new(0));
+        assert_eq!(DueAt { time: &manual, due_ns: 1 }.thread_cpu_ns(), None);
     }
 }

@@ -64,6 +64,10 @@ impl Status for PageStatus<'_> {
         }
         Ok(())
     }
+
+    fn thread_cpu_ns(&self) -> Option<u64> {
+        self.dev.time.thread_cpu_ns()
+    }
 }
 
 /// A wait that does not look at the device (a sleep, or a spin on the clock) ends at most
@@ -108,5 +112,26 @@ mod tests {
         status.sleep_until(u64::MAX).unwrap();
         assert!(now_ns() >= now + 1_000_000);
         assert!(status.poll().unwrap(), "a 10 us request is done after the 1 ms bound");
+    }
+    /// Hybrid inside a merged call measures its sleeps on the thread's CPU clock, which the
+    /// request's status passes through from the device's clock (the host's here).
+    #[test]
+    fn the_status_reads_the_thread_cpu_clock_of_the_device_clock() {
+        let spec = parse_spec("emu:optane,channels=1,size=16m").unwrap();
+        let dev = MergeDevice::new(&spec, MergeConfig::new(true, false, Polling::Dynamic)).unwrap();
+        let now = now_ns();
+        let timing = *dev.model.timing(Op::Read);
+        let status = PageStatus {
+            dev: &dev,
+            channel: 0,
+            transfer: PageTransfer::new(now, &timing, PAGE_BYTES, 1),
+            want: 1,
+            acked: 0,
+            last_poll_ns: now,
+            wait_bound_ns: now + 1_000_000,
+        };
+        let before = smartcon_engine::clock::thread_cpu_ns();
+        let read = status.thread_cpu_ns().expect("the host's clock has a thread CPU clock");
+        assert!(read >= before && read <= smartcon_engine::clock::thread_cpu_ns());
     }
 }
