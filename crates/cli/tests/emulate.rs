@@ -251,3 +251,128 @@ fn mount_strategy_takes_the_engines_names() {
     let devices = home.path().join("devices");
     assert!(!devices.exists() || std::fs::read_dir(&devices).unwrap().next().is_none(), "a record was made");
 }
+
+/// Pages of `path` in the page cache (`mincore` on a mapping of it).
+fn cached_pages(path: &Path) -> usize {
+    let file = std::fs::File::open(path).unwrap();
+    let len = file.metadata().unwrap().len() as usize;
+    let page = 4096;
+    // SAFETY: a private read-only mapping of `len` bytes of an open file, given to mincore
+    // only (no byte of it is read) and unmapped before return; `vec` has a byte per page.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        let map = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, file.as_raw_fd(), 0);
+        assert_ne!(map, libc::MAP_FAILED);
+        let mut vec = vec![0u8; len.div_ceil(page)];
+        assert_eq!(libc::mincore(map, len, vec.as_mut_ptr()), 0);
+        libc::munmap(map, len);
+        vec.iter().filter(|&&b| b & 1 == 1).count()
+    }
+}
+
+/// Drops `path`'s pages from the page cache (written back first); the pages that stayed.
+fn evict(path: &Path) -> usize {
+    let file = std::fs::File::open(path).unwrap();
+    file.sync_all().unwrap();
+    // SAFETY: advice on an open descriptor; no memory is passed.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
+    cached_pages(path)
+}
+
+/// The record's fields that a replay in virtual time decides (not its CPU or wall time).
+fn virtual_fields(r: &Value) -> Value {
+    let mut r = r.clone();
+    let map = r.as_object_mut().unwrap();
+    map.retain(|k, _| !(k.contains("wall") || k.contains("cpu") || k.contains("per_s") || k.contains("speedup")));
+    r
+}
+
+#[test]
+fn replay_reads_a_trace_by_o_direct_or_says_why_not_and_parses_on_a_thread_if_asked() {
+    let home_guard = scratch("direct");
+    let home = home_guard.path().to_path_buf();
+    let h = home.as_path();
+    // 40,000 I/Os (1.4 MB: several of the direct reader's 256 KiB blocks), some out of order.
+    let iolog = home.join("t.log");
+    let mut text = String::from("fio version 3 iolog\n0 /dev/a add\n");
+    for i in 0..40_000u64 {
+        let us = i * 3 + (i % 7) * 5;
+        let op = if i % 10 < 7 { "read" } else { "write" };
+        text.push_str(&format!("{us} /dev/a {op} {} 4096\n", (i * 7919 % 65_536) * 4096));
+    }
+    std::fs::write(&iolog, &text).unwrap();
+    let p = iolog.to_str().unwrap();
+    let replay = |extra: &[&str]| {
+        let mut argv = vec!["emulate", "replay", "--device", "emu:nvme", "--trace", p, "--json"];
+        argv.extend_from_slice(extra);
+        run(h, &argv)
+    };
+    let parsed = |out: &Output| -> Value {
+        let text = String::from_utf8_lossy(&out.stdout);
+        let recs: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        recs.into_iter().find(|r| r["type"] == "replay_result").expect("a replay_result")
+    };
+    let base = replay(&[]);
+    assert!(base.status.success(), "{}", String::from_utf8_lossy(&base.stderr));
+    let base = parsed(&base);
+    assert_eq!(base["ios"], 40_000);
+    assert!(base["trace"]["late"].as_u64().unwrap() == 0 && base["outstanding_max"].as_u64().unwrap() > 1, "{base}");
+
+    // On a second thread: the same replay.
+    let threaded = replay(&["--parse-thread"]);
+    assert!(threaded.status.success(), "{}", String::from_utf8_lossy(&threaded.stderr));
+    assert_eq!(virtual_fields(&parsed(&threaded)), virtual_fields(&base));
+
+    // By O_DIRECT: the same replay, and the file is not left in the page cache (where the
+    // cache could be emptied of it first; a read through the cache then fills it).
+    let stayed = evict(&iolog);
+    let direct = replay(&["--direct-read"]);
+    let err = String::from_utf8_lossy(&direct.stderr).to_string();
+    if !direct.status.success() {
+        // A file system without O_DIRECT (tmpfs before Linux 6.6): one line that says so.
+        assert_eq!(direct.status.code(), Some(2), "{err}");
+        assert!(err.contains(p) && err.contains("refuses O_DIRECT") && err.lines().count() == 1, "{err}");
+        eprintln!("skipping the O_DIRECT replay: the temporary directory's file system refuses it ({err})");
+    } else {
+        assert_eq!(virtual_fields(&parsed(&direct)), virtual_fields(&base));
+        let pages = text.len().div_ceil(4096);
+        let after_direct = cached_pages(&iolog);
+        if stayed == 0 {
+            assert!(after_direct <= 2, "{after_direct} of {pages} pages cached after an O_DIRECT read");
+            assert!(replay(&[]).status.success());
+            let after_cached = cached_pages(&iolog);
+            assert!(after_cached >= pages * 9 / 10, "{after_cached} of {pages} pages cached after a read through it");
+        } else {
+            eprintln!("not checking the page cache: {stayed} of {pages} pages stayed after POSIX_FADV_DONTNEED");
+        }
+        // A gzip trace is read so too, and decompressed as it comes.
+        if Command::new("gzip").arg("-k").arg(&iolog).status().is_ok_and(|s| s.success()) {
+            let gz = home.join("t.log.gz");
+            let argv = ["emulate", "replay", "--device", "emu:nvme", "--trace", gz.to_str().unwrap(), "--json"];
+            let plain = record(h, &argv, "replay_result");
+            let mut with = argv.to_vec();
+            with.push("--direct-read");
+            let direct_gz = record(h, &with, "replay_result");
+            assert_eq!(direct_gz["ios"], 40_000);
+            assert_eq!((&direct_gz["read"], &direct_gz["write"]), (&plain["read"], &plain["write"]));
+        }
+    }
+
+    // Standard input cannot be read so: one line, before anything is read.
+    let out = Command::new(env!("CARGO_BIN_EXE_smartcon"))
+        .env("SMARTCON_HOME", h)
+        .args(["emulate", "replay", "--device", "emu:nvme", "--trace", "-", "--direct-read"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("O_DIRECT reads a file, not standard input") && err.lines().count() == 1, "{err}");
+    // Without a trace there is nothing to read so.
+    let out = run(h, &["emulate", "replay", "--device", "emu:nvme", "--direct-read"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--direct-read and --parse-thread read a --trace"));
+}

@@ -227,8 +227,10 @@ pub const CHUNK_SLOTS: usize = 8;
 /// A trace file in virtual time as it streams, as [`replay_trace`] replays the reader's
 /// iterator (the same run): a reader thread parses the trace into chunks of [`BATCH_IOS`]
 /// I/Os ([`TraceReader::next_batch`]) and hands them over a [`crate::handoff::Handoff`]
-/// (at most [`CHUNK_SLOTS`] chunks, reused) to this thread, which replays them. The parsing runs on another core; `cpu_ns` is the CPU time of both threads (and
-/// of the file's reader thread, [`crate::trace_input::TraceInput`]).
+/// (at most [`CHUNK_SLOTS`] chunks, reused) to this thread, which replays them
+/// (`smartcon emulate replay --parse-thread`; without it, [`replay_reader_inline`]). The
+/// parsing runs on another core; `cpu_ns` is the CPU time of both threads (and of the
+/// file's reader thread, [`crate::trace_input::TraceInput`]).
 pub fn replay_reader<R: BufRead + Send>(
     spec: &EmuSpec,
     reader: &mut TraceReader<R>,
@@ -286,16 +288,23 @@ impl ChunkSource for Handed<'_> {
     }
 }
 
-/// The per-record path before the reader thread: the same reader's chunks taken on this
-/// thread (the tests and the bench compare the two).
+/// A trace file in virtual time as it streams, parsed on this thread (what `smartcon
+/// emulate replay --trace` runs; [`replay_reader`] with `--parse-thread`): the replay takes
+/// the next chunk of [`INLINE_BATCH_IOS`] I/Os from the reader when it has replayed the
+/// last. The same run as [`replay_reader`]'s (the tests hold them equal) in less memory: one
+/// chunk of 8 KiB, no second thread (its stack, its malloc arena, [`CHUNK_SLOTS`] chunks),
+/// for the parse's CPU time on this core. `cpu_ns` counts the file's reader thread too, if
+/// any ([`crate::trace_input::TraceInput::direct`]).
 pub fn replay_reader_inline<R: BufRead>(
     spec: &EmuSpec,
     reader: &mut TraceReader<R>,
     faults: &FaultPlan,
     hooks: Hooks,
 ) -> Result<VirtualRun, Error> {
-    let src = Chunks::new(reader, Vec::with_capacity(INLINE_BATCH_IOS));
-    run_chunks(spec, src, faults, hooks, false)
+    let src = Chunks::new(&mut *reader, Vec::with_capacity(INLINE_BATCH_IOS));
+    let run = run_chunks(spec, src, faults, hooks, false)?;
+    // The file's reader thread, if any, has read its last block (the parser saw the end).
+    Ok(VirtualRun { cpu_ns: run.cpu_ns + reader.reader_cpu_ns(), ..run })
 }
 
 /// An in-memory trace replayed as a streamed one is, a chunk of [`BATCH_IOS`] at a time
@@ -388,8 +397,9 @@ impl<I: Iterator<Item = Result<TraceIo, TraceError>>> Arrivals for Open<I> {
     }
 }
 
-/// I/Os the inline path takes from a [`TraceReader`] at a time.
-const INLINE_BATCH_IOS: usize = 1024;
+/// I/Os [`replay_reader_inline`] takes from a [`TraceReader`] at a time (8 KiB; issue 33's
+/// memory check, where 1,024 were 32 KiB).
+pub const INLINE_BATCH_IOS: usize = 256;
 
 /// Where [`Chunks`] gets its next run of I/Os: a reader on this thread, or the reader
 /// thread's channel.

@@ -1527,24 +1527,42 @@ impl TraceReader<TraceInput> {
     /// Opens a trace file (`-` is standard input), gzip or not, read through the page cache
     /// ([`TraceInput::file`]); a gzip file's decompressor reads from it.
     pub fn open(path: &Path, options: TraceOptions) -> Result<Self, TraceError> {
+        Self::open_from(path, options, false)
+    }
+
+    /// As [`TraceReader::open`], the file read by `O_DIRECT` ([`TraceInput::direct`]: not
+    /// through the page cache, so a trace of GBs does not fill it); an error for standard
+    /// input and where the file system refuses the flag.
+    pub fn open_direct(path: &Path, options: TraceOptions) -> Result<Self, TraceError> {
+        Self::open_from(path, options, true)
+    }
+
+    fn open_from(path: &Path, options: TraceOptions, direct: bool) -> Result<Self, TraceError> {
         let name = path.display().to_string();
         let with_path = |e: TraceError| TraceError { path: Some(name.clone()), ..e };
         let mut raw = if path.as_os_str() == "-" {
+            if direct {
+                return Err(with_path(bad(0, "O_DIRECT reads a file, not standard input")));
+            }
             TraceInput::buffered(Box::new(std::io::stdin()))
         } else {
             // Non-blocking, regular files only: a FIFO or a device is refused, not read.
-            TraceInput::file(smartcon_util::paths::open_input("", path).map_err(|e| with_path(bad(0, e.what)))?)
+            let file = smartcon_util::paths::open_input("", path).map_err(|e| with_path(bad(0, e.what)))?;
+            if direct {
+                TraceInput::direct(file).map_err(|e| with_path(bad(0, e.to_string())))?
+            } else {
+                TraceInput::file(file)
+            }
         };
         let reader_cpu = raw.reader_cpu_ns();
         let head = raw.fill_buf().map_err(|e| with_path(bad(0, format!("cannot read: {e}"))))?;
+        // A gzip trace's decompressor reads from the file's buffer (or blocks); otherwise
+        // the parser reads that buffer itself (a second buffer around it, as before issue
+        // 33's memory check, was 64 KiB more for nothing).
         let input = if head.starts_with(&[0x1f, 0x8b]) {
             TraceInput::buffered(Box::new(flate2::bufread::MultiGzDecoder::new(raw)))
-        } else if raw.is_direct() {
-            raw
         } else {
-            // Standard input or a file as before: its 64 KiB buffer read
-            // through another, which passes reads of its size straight through.
-            TraceInput::buffered(Box::new(raw))
+            raw
         };
         let mut r = TraceReader::new(input, options).map_err(with_path)?;
         r.path = Some(name);
@@ -1587,6 +1605,7 @@ impl<R: BufRead> TraceReader<R> {
         if options.reorder_window == 0 || options.reorder_window > REORDER_WINDOW_MAX {
             return Err(bad(0, format!("the reorder window must be 1..={REORDER_WINDOW_MAX} I/Os")));
         }
+        let window = Ring::with_limit(options.reorder_window.saturating_add(OWED_MAX));
         let mut r = TraceReader {
             input,
             path: None,
@@ -1599,7 +1618,7 @@ impl<R: BufRead> TraceReader<R> {
             blk_action: b'D',
             fio_clock_ns: 0,
             streams: Streams::default(),
-            window: Ring::default(),
+            window,
             t0: None,
             last_out_ns: 0,
             input_done: false,
@@ -2118,7 +2137,7 @@ impl<R: BufRead> TraceReader<R> {
     /// every I/O, stat and error equal). Only once the origin is known and when nothing in
     /// the window, nor the I/O pushed, lies beyond [`TRACE_SPAN_NS_MAX`] from it: then no
     /// owed hand-out can fail, so none has to happen at its own line. The window holds up
-    /// to `max` I/Os more than its count meanwhile.
+    /// to `max` and at most [`OWED_MAX`] I/Os more than its count meanwhile.
     fn fast_run(&mut self, out: &mut Vec<TraceIo>, max: usize) -> Result<bool, TraceError> {
         if self.general_only || !self.ahead.is_empty() || self.header_pending {
             return Ok(false);
@@ -2189,7 +2208,7 @@ impl<R: BufRead> TraceReader<R> {
             .filter(|&until| self.window.back().is_none_or(|io| io.arrival_ns <= until));
         let (mut at, mut lines, mut owed) = (0usize, 0u64, 0usize);
         let mut result = Ok(());
-        while lines < lines_left && out.len() + owed < max {
+        while lines < lines_left && out.len() + owed < max && owed < OWED_MAX {
             let text = &avail[at..];
             let event = parse(text, &mut self.fio_clock_ns, &mut self.streams, filter, self.blk_action);
             let Some((event, used)) = event else { break };
@@ -2292,18 +2311,36 @@ fn pay(
     stats.ios += owed as u64;
 }
 
-/// The reorder window: a ring of I/Os whose size is a power of two, doubled when full (a
-/// VecDeque's push was a call per I/O, its growth not inlined, 3% of a streamed replay).
+/// I/Os that [`TraceReader::fast_run`] holds in the window beyond its count, their hand-out
+/// owed: the window's ring holds at most its count and these, so that the default window
+/// (4,096 I/Os) takes 4,352 slots (136 KiB), not the next power of two, 8,192 (256 KiB;
+/// issue 33's memory check, where the ring was a third of what a streamed trace took above
+/// a closed loop).
+pub(crate) const OWED_MAX: usize = 256;
+
+/// The most slots a window's ring takes at its first I/O ([`Ring::grow`]): 16,384 (512 KiB).
+const RING_AT_ONCE: usize = 1 << 14;
+
+/// The reorder window: a ring of I/Os, doubled when full (16 slots at first) up to its
+/// limit, then doubled again only if it has to be (a VecDeque's push was a call per I/O,
+/// its growth not inlined, 3% of a streamed replay). Not a power of two at its limit: a
+/// slot wraps by a compare and a subtraction, not a mask.
 #[derive(Debug, Clone, Default)]
 struct Ring {
-    /// The slots; `buf.len()` is 0 or a power of two.
+    /// The slots.
     buf: Vec<TraceIo>,
     /// The slot of the first I/O.
     head: usize,
     len: usize,
+    /// The size the doubling stops at once (the window's count and [`OWED_MAX`]; 0: none).
+    limit: usize,
 }
 
 impl Ring {
+    fn with_limit(limit: usize) -> Ring {
+        Ring { limit, ..Ring::default() }
+    }
+
     #[inline(always)]
     fn len(&self) -> usize {
         self.len
@@ -2315,10 +2352,15 @@ impl Ring {
         self.buf.len()
     }
 
-    /// The slot of the `i`-th I/O (any `i`: wrapped by the mask).
+    /// The slot of the `i`-th I/O, `i <= buf.len()`.
     #[inline(always)]
     fn slot(&self, i: usize) -> usize {
-        (self.head + i) & self.buf.len().wrapping_sub(1)
+        let at = self.head + i;
+        if at >= self.buf.len() {
+            at - self.buf.len()
+        } else {
+            at
+        }
     }
 
     /// The `i`-th I/O, `i < len`.
@@ -2351,10 +2393,16 @@ impl Ring {
         self.len += 1;
     }
 
-    /// Twice the slots (16 at first), the I/Os moved to the front in order.
+    /// Twice the slots (16 at first; the limit instead if that passes it the first time),
+    /// the I/Os moved to the front in order. A limit of at most [`RING_AT_ONCE`] slots is
+    /// taken at once: the doublings on the way (16 to 2,048 slots for the default window)
+    /// were 128 KiB of the heap freed but still resident (issue 33's memory check).
     #[cold]
     fn grow(&mut self) {
-        let size = (self.buf.len() * 2).max(16);
+        let mut size = (self.buf.len() * 2).max(16);
+        if self.buf.len() < self.limit && (size > self.limit || self.limit <= RING_AT_ONCE) {
+            size = self.limit;
+        }
         let mut buf = Vec::with_capacity(size);
         buf.extend((0..self.len).map(|i| self.get(i)));
         let pad = TraceIo { arrival_ns: 0, op: Op::Read, offset: 0, bytes: 0, stream: 0 };
@@ -2954,7 +3002,7 @@ CPU0 (8,0):
             last = io.arrival_ns;
             n += 1;
             if n % 100_000 == 0 {
-                assert!(r.window.len() <= 64 && r.window.capacity() <= 128, "{}", r.window.capacity());
+                assert!(r.window.len() <= 64 && r.window.capacity() <= 64 + OWED_MAX, "{}", r.window.capacity());
                 assert!(r.ahead.is_empty() && r.line.capacity() <= LINE_BYTES_MAX + 1);
                 assert_eq!(r.streams.ids.len(), 5);
             }
@@ -3756,6 +3804,41 @@ CPU0 (8,0):
         assert_eq!(held, Vec::from(deque));
         assert!(held.len() > 1_000, "{}", held.len());
         assert!(ring.capacity().is_power_of_two() && ring.capacity() < 4 * held.len());
+    }
+
+    #[test]
+    fn a_ring_with_a_limit_stops_doubling_there_and_holds_what_a_vecdeque_holds() {
+        // A limit that is not a power of two: the ring wraps at it, and grows past it (by
+        // doubling) only when it has to.
+        let (mut ring, mut deque) = (Ring::with_limit(100), VecDeque::new());
+        let io = |n: u64| TraceIo { arrival_ns: n, op: Op::Read, offset: n, bytes: 512, stream: 0 };
+        for n in 0..10_000u64 {
+            // Up to 100 held: pushes and pops, inserts in the middle, across many wraps.
+            if deque.len() == 100 || (n % 7 == 3 && !deque.is_empty()) {
+                assert_eq!(ring.pop_front(), deque.pop_front());
+            }
+            if n % 5 == 0 {
+                let at = deque.len() / 2;
+                ring.insert(at, io(n));
+                deque.insert(at, io(n));
+            } else {
+                ring.push_back(io(n));
+                deque.push_back(io(n));
+            }
+            assert_eq!(ring.back(), deque.back().copied());
+        }
+        assert_eq!(ring.capacity(), 100, "no more slots than the limit");
+        let held: Vec<TraceIo> = (0..ring.len()).map(|i| ring.get(i)).collect();
+        assert_eq!(held, Vec::from(deque.clone()));
+        let (first, second) = ring.front(ring.len());
+        assert_eq!([first, second].concat(), held, "the front's two slices in order");
+        for n in 0..50 {
+            ring.push_back(io(n));
+            deque.push_back(io(n));
+        }
+        assert_eq!(ring.capacity(), 200, "past the limit only when full");
+        let held: Vec<TraceIo> = (0..ring.len()).map(|i| ring.get(i)).collect();
+        assert_eq!(held, Vec::from(deque));
     }
 
     #[test]
