@@ -291,7 +291,7 @@ fn virtual_fields(r: &Value) -> Value {
 }
 
 #[test]
-fn replay_reads_a_trace_by_o_direct_or_says_why_not_and_parses_on_a_thread_if_asked() {
+fn replay_reads_a_trace_by_o_direct_or_says_why_not_and_parses_on_its_own_thread_if_asked() {
     let home_guard = scratch("direct");
     let home = home_guard.path().to_path_buf();
     let h = home.as_path();
@@ -321,10 +321,10 @@ fn replay_reads_a_trace_by_o_direct_or_says_why_not_and_parses_on_a_thread_if_as
     assert_eq!(base["ios"], 40_000);
     assert!(base["trace"]["late"].as_u64().unwrap() == 0 && base["outstanding_max"].as_u64().unwrap() > 1, "{base}");
 
-    // On a second thread: the same replay.
-    let threaded = replay(&["--parse-thread"]);
-    assert!(threaded.status.success(), "{}", String::from_utf8_lossy(&threaded.stderr));
-    assert_eq!(virtual_fields(&parsed(&threaded)), virtual_fields(&base));
+    // On the replay's own thread: the same replay.
+    let inline = replay(&["--parse-inline"]);
+    assert!(inline.status.success(), "{}", String::from_utf8_lossy(&inline.stderr));
+    assert_eq!(virtual_fields(&parsed(&inline)), virtual_fields(&base));
 
     // By O_DIRECT: the same replay, and the file is not left in the page cache (where the
     // cache could be emptied of it first; a read through the cache then fills it).
@@ -374,5 +374,5 @@ fn replay_reads_a_trace_by_o_direct_or_says_why_not_and_parses_on_a_thread_if_as
     // Without a trace there is nothing to read so.
     let out = run(h, &["emulate", "replay", "--device", "emu:nvme", "--direct-read"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--direct-read and --parse-thread read a --trace"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--direct-read and --parse-inline read a --trace"));
 }

@@ -228,7 +228,8 @@ pub const CHUNK_SLOTS: usize = 8;
 /// iterator (the same run): a reader thread parses the trace into chunks of [`BATCH_IOS`]
 /// I/Os ([`TraceReader::next_batch`]) and hands them over a [`crate::handoff::Handoff`]
 /// (at most [`CHUNK_SLOTS`] chunks, reused) to this thread, which replays them
-/// (`smartcon emulate replay --parse-thread`; without it, [`replay_reader_inline`]). The
+/// (what `smartcon emulate replay --trace` runs; [`replay_reader_inline`] with
+/// `--parse-inline`). The
 /// parsing runs on another core; `cpu_ns` is the CPU time of both threads (and of the
 /// file's reader thread, [`crate::trace_input::TraceInput`]).
 pub fn replay_reader<R: BufRead + Send>(
@@ -288,8 +289,8 @@ impl ChunkSource for Handed<'_> {
     }
 }
 
-/// A trace file in virtual time as it streams, parsed on this thread (what `smartcon
-/// emulate replay --trace` runs; [`replay_reader`] with `--parse-thread`): the replay takes
+/// A trace file in virtual time as it streams, parsed on this thread (`smartcon emulate
+/// replay --parse-inline`; without it, [`replay_reader`]): the replay takes
 /// the next chunk of [`INLINE_BATCH_IOS`] I/Os from the reader when it has replayed the
 /// last. The same run as [`replay_reader`]'s (the tests hold them equal) in less memory: one
 /// chunk of 8 KiB, no second thread (its stack, its malloc arena, [`CHUNK_SLOTS`] chunks),
