@@ -89,6 +89,20 @@ mod tests {
     use smartcon_devemu::Op;
     use smartcon_engine::clock::now_ns;
 
+    /// A one-page read on channel 0 submitted at `now`, bounded 1 ms later.
+    fn one_page_read(dev: &MergeDevice, now: u64) -> PageStatus<'_> {
+        let timing = *dev.model.timing(Op::Read);
+        PageStatus {
+            dev,
+            channel: 0,
+            transfer: PageTransfer::new(now, &timing, PAGE_BYTES, 1),
+            want: 1,
+            acked: 0,
+            last_poll_ns: now,
+            wait_bound_ns: now + 1_000_000,
+        }
+    }
+
     /// Regression: a prediction far in the future (a poisoned estimate) must not hold the
     /// leader, and everyone parked behind it, beyond the wait bound. Without the bound these
     /// calls would not return for years; no duration is asserted.
@@ -98,38 +112,20 @@ mod tests {
         let dev = MergeDevice::new(&spec, MergeConfig::new(true, false, Polling::Dynamic)).unwrap();
         assert_eq!(dev.wait_bound_ns, WAIT_BOUND_NS_MIN);
         let now = now_ns();
-        let timing = *dev.model.timing(Op::Read);
-        let mut status = PageStatus {
-            dev: &dev,
-            channel: 0,
-            transfer: PageTransfer::new(now, &timing, PAGE_BYTES, 1),
-            want: 1,
-            acked: 0,
-            last_poll_ns: now,
-            wait_bound_ns: now + 1_000_000,
-        };
+        let mut status = one_page_read(&dev, now);
         status.spin_until(u64::MAX);
         status.sleep_until(u64::MAX).unwrap();
         assert!(now_ns() >= now + 1_000_000);
         assert!(status.poll().unwrap(), "a 10 us request is done after the 1 ms bound");
     }
+
     /// Hybrid inside a merged call measures its sleeps on the thread's CPU clock, which the
     /// request's status passes through from the device's clock (the host's here).
     #[test]
     fn the_status_reads_the_thread_cpu_clock_of_the_device_clock() {
         let spec = parse_spec("emu:optane,channels=1,size=16m").unwrap();
         let dev = MergeDevice::new(&spec, MergeConfig::new(true, false, Polling::Dynamic)).unwrap();
-        let now = now_ns();
-        let timing = *dev.model.timing(Op::Read);
-        let status = PageStatus {
-            dev: &dev,
-            channel: 0,
-            transfer: PageTransfer::new(now, &timing, PAGE_BYTES, 1),
-            want: 1,
-            acked: 0,
-            last_poll_ns: now,
-            wait_bound_ns: now + 1_000_000,
-        };
+        let status = one_page_read(&dev, now_ns());
         let before = smartcon_engine::clock::thread_cpu_ns();
         let read = status.thread_cpu_ns().expect("the host's clock has a thread CPU clock");
         assert!(read >= before && read <= smartcon_engine::clock::thread_cpu_ns());
