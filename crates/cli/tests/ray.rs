@@ -538,6 +538,12 @@ fn sweeps_and_fleets_on_two_ray_nodes() {
     //    on the head, or the report names it.
     let lost = dir.join("lost");
     let lost_log = dir.join("lost.log");
+    // Points long enough (about 2 s each at this host's 20-30 M virtual I/Os a second) for
+    // the watch below, which looks every 100 ms, to see one running on the second node: at
+    // 2 M I/Os a point took about 0.1 s, and a CI run saw the whole sweep end before the
+    // watch saw any.
+    let mut args: Vec<&str> = SWEEP[..6].to_vec();
+    args.extend(["--qd", "8", "--channels", "1,2,4,8", "--ios", "40000000"]);
     let mut run = cluster
         .smartcon(&args)
         .args(["--ray", &cluster.address, "--out"])
