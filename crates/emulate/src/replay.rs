@@ -227,10 +227,9 @@ pub const CHUNK_SLOTS: usize = 8;
 /// A trace file in virtual time as it streams, as [`replay_trace`] replays the reader's
 /// iterator (the same run): a reader thread parses the trace into chunks of [`BATCH_IOS`]
 /// I/Os ([`TraceReader::next_batch`]) and hands them over a [`crate::handoff::Handoff`]
-/// (at most [`CHUNK_SLOTS`] chunks, reused) to this thread, which replays them
-/// (what `smartcon emulate replay --trace` runs; [`replay_reader_inline`] with
-/// `--parse-inline`). The
-/// parsing runs on another core; `cpu_ns` is the CPU time of both threads (and of the
+/// (at most [`CHUNK_SLOTS`] chunks, reused) to this thread, which replays them (what
+/// `smartcon emulate replay --trace` runs; [`replay_reader_inline`] with `--parse-inline`).
+/// The parsing runs on another core; `cpu_ns` is the CPU time of both threads (and of the
 /// file's reader thread, [`crate::trace_input::TraceInput`]).
 pub fn replay_reader<R: BufRead + Send>(
     spec: &EmuSpec,

@@ -253,8 +253,8 @@ impl PollingSummary {
         for h in threads.iter().filter_map(|t| t.pred_err.as_ref()) {
             err.add(h).expect("same histogram bounds");
         }
-        let overshoots: Vec<u64> = threads.iter().filter_map(|t| t.overshoot_ns).collect();
-        let sleep_cpu: Vec<u64> = threads.iter().filter_map(|t| t.sleep_cpu_ns).collect();
+        let (overshoot_ns, overshoot_threads) = mean_over(threads.iter().filter_map(|t| t.overshoot_ns));
+        let (sleep_cpu_ns, sleep_cpu_threads) = mean_over(threads.iter().filter_map(|t| t.sleep_cpu_ns));
         let predicted = err.len();
         Some(PollingSummary {
             ios,
@@ -264,11 +264,11 @@ impl PollingSummary {
             predicted_ios: predicted,
             pred_err_ns_p50: (predicted > 0).then(|| err.value_at_quantile(0.5)),
             pred_err_ns_p90: (predicted > 0).then(|| err.value_at_quantile(0.9)),
-            overshoot_ns: (!overshoots.is_empty()).then(|| overshoots.iter().sum::<u64>() / overshoots.len() as u64),
+            overshoot_ns,
             pred_err_hist: (predicted > 0).then_some(err),
-            overshoot_threads: overshoots.len() as u64,
-            sleep_cpu_ns: (!sleep_cpu.is_empty()).then(|| sleep_cpu.iter().sum::<u64>() / sleep_cpu.len() as u64),
-            sleep_cpu_threads: sleep_cpu.len() as u64,
+            overshoot_threads,
+            sleep_cpu_ns,
+            sleep_cpu_threads,
         })
     }
 
@@ -293,15 +293,24 @@ impl PollingSummary {
         let h = self.pred_err_hist.as_ref().filter(|h| !h.is_empty());
         self.pred_err_ns_p50 = h.map(|h| h.value_at_quantile(0.5));
         self.pred_err_ns_p90 = h.map(|h| h.value_at_quantile(0.9));
-        let threads = self.overshoot_threads + other.overshoot_threads;
-        let sum = |p: &PollingSummary| p.overshoot_ns.unwrap_or(0) * p.overshoot_threads;
-        self.overshoot_ns = (threads > 0).then(|| (sum(self) + sum(other)) / threads);
-        self.overshoot_threads = threads;
-        let threads = self.sleep_cpu_threads + other.sleep_cpu_threads;
-        let sum = |p: &PollingSummary| p.sleep_cpu_ns.unwrap_or(0) * p.sleep_cpu_threads;
-        self.sleep_cpu_ns = (threads > 0).then(|| (sum(self) + sum(other)) / threads);
-        self.sleep_cpu_threads = threads;
+        (self.overshoot_ns, self.overshoot_threads) =
+            merge_means((self.overshoot_ns, self.overshoot_threads), (other.overshoot_ns, other.overshoot_threads));
+        (self.sleep_cpu_ns, self.sleep_cpu_threads) =
+            merge_means((self.sleep_cpu_ns, self.sleep_cpu_threads), (other.sleep_cpu_ns, other.sleep_cpu_threads));
     }
+}
+
+/// The mean over threads of the figures some threads measured, and how many did.
+fn mean_over(figures: impl Iterator<Item = u64>) -> (Option<u64>, u64) {
+    let (sum, n) = figures.fold((0u64, 0u64), |(s, n), x| (s + x, n + 1));
+    ((n > 0).then(|| sum / n), n)
+}
+
+/// Two such means over threads as one, weighted by their threads.
+fn merge_means(a: (Option<u64>, u64), b: (Option<u64>, u64)) -> (Option<u64>, u64) {
+    let threads = a.1 + b.1;
+    let sum = |(mean, n): (Option<u64>, u64)| mean.unwrap_or(0) * n;
+    ((threads > 0).then(|| (sum(a) + sum(b)) / threads), threads)
 }
 
 /// How closely a real-time run on an emulated target delivered completions at the model's
